@@ -1,0 +1,53 @@
+"""kerneldsl: declarative, specialized, cached CUDA kernels with a persistent GPU runtime.
+
+The pipeline, one module per stage: signature -> specialize -> codegen -> compile -> cache
+-> build -> launch, with ``runtime/`` owning everything that talks to the CUDA driver.
+"""
+
+from . import cache, errors
+from ._version import __version__
+from .dtypes import (
+    bool_,
+    float16,
+    float32,
+    float64,
+    int8,
+    int16,
+    int32,
+    int64,
+    uint8,
+    uint16,
+    uint32,
+    uint64,
+)
+from .kernel import Kernel, kernel
+from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
+
+__all__ = [
+    "Const",
+    "In",
+    "InOut",
+    "Kernel",
+    "Out",
+    "Scalar",
+    "__version__",
+    "bool_",
+    "cache",
+    "cdiv",
+    "dmax",
+    "dmin",
+    "errors",
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "kernel",
+    "sym",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+]

@@ -1,0 +1,152 @@
+"""One specialization, built: generated sources, cache key, and the compiled image.
+
+``build()`` is the miss path: generate the sources, derive the disk-cache key material,
+then take the image from the disk cache or compile it with NVRTC and store it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import cache as disk_cache
+from ._version import __version__
+from .codegen import Generated, generate, template_digest
+from .compile import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_version
+from .diagnostics import BodyOrigin, map_log
+from .errors import KernelCompileError
+from .specialize import Specialization
+
+log = logging.getLogger("kerneldsl.build")
+
+# Modules whose code decides what gets generated: changing them must change every key.
+_CODEGEN_MODULES = ("signature.py", "specialize.py", "codegen.py", "compile.py", "dtypes.py")
+
+
+@lru_cache(maxsize=1)
+def fingerprint() -> str:
+    """kerneldsl version plus a hash of the templates and the code-generating modules."""
+    h = hashlib.sha256(template_digest().encode())
+    here = Path(__file__).parent
+    for name in _CODEGEN_MODULES:
+        h.update((here / name).read_bytes())
+    return f"{__version__}+{h.hexdigest()[:16]}"
+
+
+def key_material(spec: Specialization, generated: Generated, options: Sequence[str], output: str) -> dict[str, Any]:
+    """Everything the compiled image depends on, and nothing unstable (no paths, times, pids)."""
+    return {
+        "format": disk_cache.CACHE_FORMAT_VERSION,
+        "fingerprint": fingerprint(),
+        "kernel": spec.signature.name,
+        "source": generated.cuda_source,
+        "abi": [list(slot) for slot in generated.abi] + [generated.struct_format],
+        "options": list(options),
+        "nvrtc": ".".join(map(str, nvrtc_version())),
+        "arch": spec.arch,
+        "output": output,
+    }
+
+
+@dataclass
+class Build:
+    """What ``kernel.inspect()`` returns: the specialization with its sources and image."""
+
+    specialization: Specialization
+    generated: Generated
+    options: tuple[str, ...]
+    key_material: dict[str, Any]
+    cache_key: str
+    compiled: CompiledCode
+    origin: str  # "nvrtc" or "disk": where the image came from
+    compile_seconds: float
+    _launch_factory: Callable[..., Any] | None = field(default=None, repr=False)
+
+    @property
+    def cuda_source(self) -> str:
+        return self.generated.cuda_source
+
+    @property
+    def host_adapter_source(self) -> str:
+        return self.generated.adapter_source
+
+    @property
+    def cubin(self) -> bytes:
+        if self.compiled.output != "cubin":
+            raise ValueError("this build holds PTX; inspect with output='cubin' for a cubin")
+        return self.compiled.image
+
+    @property
+    def ptx(self) -> str:
+        if self.compiled.output != "ptx":
+            raise ValueError("this build holds a cubin; compile with output='ptx' for PTX")
+        return self.compiled.image.rstrip(b"\x00").decode()
+
+    @property
+    def registers(self) -> int | None:
+        return self.compiled.registers
+
+    @property
+    def shared_bytes(self) -> int | None:
+        return self.compiled.shared_bytes
+
+    @property
+    def arch(self) -> str:
+        return self.specialization.arch
+
+    def launch_factory(self) -> Callable[..., Any]:
+        """``make_launch`` from the generated adapter, executed once per build."""
+        if self._launch_factory is None:
+            namespace: dict[str, Any] = {}
+            code = compile(self.generated.adapter_source, f"<kerneldsl adapter {self.generated.entry}>", "exec")
+            exec(code, namespace)
+            self._launch_factory = namespace["make_launch"]
+        return self._launch_factory
+
+
+def build(
+    spec: Specialization,
+    body: Callable[..., Any],
+    origin: BodyOrigin | None,
+    user_options: Sequence[str],
+    output: str = "cubin",
+    use_disk: bool = True,
+) -> Build:
+    generated = generate(spec, body)
+    options = build_options(spec.arch, output, user_options)
+    material = key_material(spec, generated, options, output)
+    key = disk_cache.cache_key(material)
+    store = disk_cache.get_default_cache() if use_disk else None
+    if store is not None:
+        payload = store.get(key, material)
+        if payload is not None:
+            log.debug("disk hit %s %s", spec.describe(), key[:12])
+            return Build(spec, generated, options, material, key, CompiledCode.from_bytes(payload), "disk", 0.0)
+    start = time.perf_counter()
+    compiled = _compile(spec, generated, origin, options, output)
+    seconds = time.perf_counter() - start
+    log.debug("compiled %s in %.1f ms", spec.describe(), seconds * 1e3)
+    if store is not None:
+        store.put(key, compiled.to_bytes(), material)
+    return Build(spec, generated, options, material, key, compiled, "nvrtc", seconds)
+
+
+def _compile(
+    spec: Specialization, generated: Generated, origin: BodyOrigin | None, options: tuple[str, ...], output: str
+) -> CompiledCode:
+    try:
+        return compile_source(generated.cuda_source, f"{generated.entry}.cu", options, output)
+    except NvrtcFailure as failure:
+        mapped = map_log(failure.log, generated.body_file, generated.body, origin, generated.cuda_source)
+        summary = "\n".join(mapped) if mapped else failure.log
+        raise KernelCompileError(
+            f"NVRTC could not compile {spec.describe()}:\n{summary}\n--- NVRTC log ---\n{failure.log}",
+            failure.log,
+            mapped,
+            generated.cuda_source,
+        ) from None

@@ -1,0 +1,289 @@
+"""Code generation: a Specialization and the user's body -> CUDA source and host adapter source.
+
+Python decides (parameter order, C types, the packed parameter layout, which shapes to check);
+the Jinja templates in ``templates/`` hold all of the generated text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import textwrap
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+import jinja2
+import numpy as np
+
+from ._version import __version__
+from .dtypes import ELEMENT_TYPES, ElementType
+from .errors import DeclarationError
+from .signature import ArrayParam, Expr, ScalarParam
+from .specialize import Specialization
+
+SLOT_BYTES = 8  # every kernel parameter gets one 8-byte slot in the packed buffer
+
+
+def templates_dir() -> Path:
+    """Installed wheels carry the templates inside the package; a checkout has them at the top."""
+    packaged = Path(__file__).parent / "templates"
+    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "templates"
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def render(template: str, **context: Any) -> str:
+    return _environment().get_template(template).render(version=__version__, **context)
+
+
+@lru_cache(maxsize=1)
+def template_digest() -> str:
+    """Hash of every template: a changed template must change every cache key."""
+    h = hashlib.sha256()
+    for path in sorted(templates_dir().glob("*.j2")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+# --- what the body function sees ---------------------------------------------------------------
+
+
+class ArrayProxy:
+    """Stands for an array parameter while the body is generated; ``str()`` is its C name."""
+
+    def __init__(self, param: ArrayParam, et: ElementType, aligned16: bool) -> None:
+        self.name = param.name
+        self.direction = param.direction
+        self.dtype: np.dtype = et.numpy
+        self.ctype = et.ctype
+        self.ndim = len(param.shape)
+        self.shape: tuple[str, ...] = tuple(str(d) for d in param.shape)
+        self.strides: tuple[str, ...] = tuple(f"{param.name}_stride{i}" for i in range(self.ndim))
+        self.aligned16 = aligned16
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<array {self.name}: {self.direction} {self.dtype}{list(self.shape)}>"
+
+
+class ScalarProxy:
+    """Stands for a scalar parameter while the body is generated; ``str()`` is its C name."""
+
+    def __init__(self, param: ScalarParam, et: ElementType) -> None:
+        self.name = param.name
+        self.dtype: np.dtype = et.numpy
+        self.ctype = et.ctype
+
+    def __str__(self) -> str:
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"<scalar {self.name}: {self.dtype}>"
+
+
+def body_arguments(spec: Specialization) -> dict[str, Any]:
+    """Keyword arguments the body function is called with: proxies and constant values."""
+    aligned = dict(spec.aligned)
+    args: dict[str, Any] = dict(spec.consts)
+    for p in spec.signature.params:
+        if isinstance(p, ArrayParam):
+            args[p.name] = ArrayProxy(p, spec.element_type(p.name), aligned[p.name])
+        elif isinstance(p, ScalarParam):
+            args[p.name] = ScalarProxy(p, spec.element_type(p.name))
+    return args
+
+
+def call_body(spec: Specialization, body: Callable[..., Any]) -> str:
+    text = body(**body_arguments(spec))
+    if not isinstance(text, str):
+        raise DeclarationError(spec.signature.name, None, f"the body function must return the CUDA body as str, got {type(text).__name__}")
+    return textwrap.dedent(text).strip("\n")
+
+
+# --- the generated pair ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Generated:
+    """Everything code generation produced for one specialization."""
+
+    entry: str
+    cuda_source: str
+    adapter_source: str
+    body: str
+    body_file: str
+    abi: tuple[tuple[str, str], ...]  # (parameter, C type) in launch order
+    struct_format: str
+
+    @property
+    def param_bytes(self) -> int:
+        return SLOT_BYTES * len(self.abi)
+
+
+def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
+    sig = spec.signature
+    body_text = call_body(spec, body)
+    entry = f"kd_{sig.name}"
+    body_file = f"{sig.name}.body"
+    slots = _slots(spec)
+    cuda_source = render(
+        "kernel.cu.j2",
+        name=sig.name,
+        arch=spec.arch,
+        index_bits=spec.index_bits,
+        index_ctype="int" if spec.index_bits == 32 else "long long",
+        uses_half=_uses(spec, "float16"),
+        uses_bfloat16=_uses(spec, "bfloat16"),
+        type_vars=[(v, ELEMENT_TYPES[t].ctype) for v, t in spec.type_vars],
+        consts=[_const_decl(n, v) for n, v in spec.consts],
+        fixed_symbols=[{"name": s, "value": v} for s, v in spec.fixed_symbols],
+        entry=entry,
+        params=[{"decl": s["decl"]} for s in slots],
+        arrays=[{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays],
+        body_file=body_file,
+        body=body_text,
+    )
+    struct_format = "<" + "".join(s["code"] for s in slots)
+    adapter_source = render(
+        "adapter.py.j2",
+        name=sig.name,
+        arch=spec.arch,
+        index_bits=spec.index_bits,
+        struct_format_literal=repr(struct_format),
+        converters=sorted({s["converter"] for s in slots if s["converter"]}),
+        runtime_names=[p.name for p in sig.runtime_params],
+        arrays=[_adapter_array(a) for a in sig.arrays],
+        alias_checks=[] if sig.allow_alias else _alias_pairs(sig),
+        symbol_binds=_symbol_binds(spec),
+        shape_checks=_shape_checks(spec),
+        dim_values=_dim_values(spec),
+        grid=_pad3(sig.grid),
+        block=_pad3(sig.block),
+        shared=sig.shared,
+        pack_values=[s["value"] for s in slots],
+    )
+    return Generated(
+        entry=entry,
+        cuda_source=cuda_source,
+        adapter_source=adapter_source,
+        body=body_text,
+        body_file=body_file,
+        abi=tuple((s["name"], s["ctype"]) for s in slots),
+        struct_format=struct_format,
+    )
+
+
+def _uses(spec: Specialization, type_name: str) -> bool:
+    return any(t == type_name for _, t in spec.param_types) or any(t == type_name for _, t in spec.type_vars)
+
+
+def _slot_code(code: str) -> str:
+    size = np.dtype(code).itemsize
+    return code + (f"{SLOT_BYTES - size}x" if size < SLOT_BYTES else "")
+
+
+def _slots(spec: Specialization) -> list[dict[str, Any]]:
+    """One 8-byte slot per kernel parameter: arrays, scalars, then unspecialized shape symbols."""
+    slots = []
+    for p in spec.signature.runtime_params:
+        et = spec.element_type(p.name)
+        if isinstance(p, ArrayParam):
+            qualifier = "const " if p.direction == "in" else ""
+            restrict = "" if spec.signature.allow_alias else " __restrict__"
+            decl = f"{qualifier}{et.ctype}*{restrict} {p.name}"
+            slots.append(_slot(p.name, f"{et.ctype}*", decl, "Q", f"a_{p.name}.ptr", None))
+        else:
+            converter = "to_bfloat16_bits" if et.name == "bfloat16" else None
+            value = f"{converter}(a_{p.name})" if converter else f"a_{p.name}"
+            slots.append(_slot(p.name, et.ctype, f"{et.ctype} {p.name}", et.pack, value, converter))
+    fixed = dict(spec.fixed_symbols)
+    index_code = "i" if spec.index_bits == 32 else "q"
+    for s in spec.signature.symbols:
+        if s not in fixed:
+            slots.append(_slot(s, "index_t", f"index_t {s}", index_code, f"s_{s}", None))
+    return slots
+
+
+def _slot(name: str, ctype: str, decl: str, code: str, value: str, converter: str | None) -> dict[str, Any]:
+    return {"name": name, "ctype": ctype, "decl": decl, "code": _slot_code(code), "value": value, "converter": converter}
+
+
+def _const_decl(name: str, value: Any) -> dict[str, str]:
+    if isinstance(value, bool):
+        return {"name": name, "ctype": "bool", "literal": "true" if value else "false"}
+    if isinstance(value, int):
+        return {"name": name, "ctype": "long long", "literal": f"{value}LL"}
+    return {"name": name, "ctype": "double", "literal": _float_literal(value)}
+
+
+def _float_literal(value: float) -> str:
+    """An exact C++17 literal: hex floats round-trip every finite double."""
+    if math.isnan(value):
+        return '__builtin_nan("")'
+    if math.isinf(value):
+        return "__builtin_huge_val()" if value > 0 else "-__builtin_huge_val()"
+    return value.hex()
+
+
+def _adapter_array(a: ArrayParam) -> dict[str, Any]:
+    return {"name": a.name, "ndim": len(a.shape), "shape_text": str(a.shape).replace("'", ""), "writes": a.writes}
+
+
+def _alias_pairs(sig: Any) -> list[tuple[str, str]]:
+    arrays = sig.arrays
+    return [
+        (a.name, b.name)
+        for i, a in enumerate(arrays)
+        for b in arrays[i + 1 :]
+        if a.writes or b.writes
+    ]
+
+
+def _symbol_binds(spec: Specialization) -> list[dict[str, Any]]:
+    fixed = dict(spec.fixed_symbols)
+    return [
+        {"symbol": s, "array": param, "axis": axis}
+        for s, (param, axis) in spec.signature.symbols.items()
+        if s not in fixed
+    ]
+
+
+def _shape_checks(spec: Specialization) -> list[dict[str, Any]]:
+    fixed = dict(spec.fixed_symbols)
+    checks = []
+    for a in spec.signature.arrays:
+        for axis, d in enumerate(a.shape):
+            if isinstance(d, int):
+                checks.append({"array": a.name, "axis": axis, "expected": d, "what": "its fixed extent"})
+            elif d in fixed:
+                checks.append({"array": a.name, "axis": axis, "expected": fixed[d], "what": f"specialized {d}"})
+            elif spec.signature.symbols[d] != (a.name, axis):
+                checks.append({"array": a.name, "axis": axis, "expected": f"s_{d}", "what": d})
+    return checks
+
+
+def _dim_values(spec: Specialization) -> dict[str, str]:
+    """How the adapter spells each name a launch dimension may use."""
+    values = {s: f"s_{s}" for s in spec.signature.symbols}
+    values.update({s: str(v) for s, v in spec.fixed_symbols})
+    values.update({n: repr(v) for n, v in spec.consts})
+    return values
+
+
+def _pad3(dims: tuple[Expr, ...]) -> tuple[Expr, ...]:
+    return dims + (Expr("int", (1,)),) * (3 - len(dims))

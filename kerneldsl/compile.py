@@ -1,0 +1,194 @@
+"""NVRTC: CUDA source -> cubin (or PTX) for one exact architecture, with no GPU or driver needed.
+
+Arch names and options are checked here before NVRTC sees them, so a typo gives a clear
+``InvalidArchError`` / ``InvalidOptionError`` instead of an NVRTC failure code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+from .errors import InvalidArchError, InvalidOptionError, NvrtcNotFoundError
+
+_ARCH = re.compile(r"^(sm|compute)_(\d{2,3})([af]?)$")
+OUTPUTS = ("cubin", "ptx")
+BASE_OPTIONS = ("-std=c++17", "-Xptxas=-v")  # -v: ptxas reports registers and shared memory
+
+# Options a user may add; anything else (include paths, -arch, output selection) is ours to set.
+_ALLOWED_OPTIONS = re.compile(
+    r"^(-D[A-Za-z_][A-Za-z0-9_]*(=.*)?"
+    r"|-U[A-Za-z_][A-Za-z0-9_]*"
+    r"|--use_fast_math|-use_fast_math"
+    r"|-lineinfo|--generate-line-info"
+    r"|--(ftz|prec-div|prec-sqrt|fmad)=(true|false)"
+    r"|--maxrregcount=\d+|-maxrregcount=\d+"
+    r"|--extra-device-vectorization|-extra-device-vectorization"
+    r"|--restrict|-restrict"
+    r"|-G|--device-debug"
+    r"|-Xptxas=.+"
+    r"|--std=c\+\+(17|20)|-std=c\+\+(17|20))$"
+)
+
+
+def _nvrtc() -> Any:
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as exc:  # pragma: no cover - cuda-bindings is a dependency
+        raise NvrtcNotFoundError("cuda-bindings is not installed: pip install 'cuda-bindings>=13'") from exc
+    return nvrtc
+
+
+def _call(api: str, result: tuple[Any, ...]) -> tuple[Any, ...]:
+    err, *values = result
+    if int(err) != 0:
+        raise RuntimeError(f"{api} failed: {err}")
+    return tuple(values)
+
+
+@lru_cache(maxsize=1)
+def nvrtc_version() -> tuple[int, int]:
+    try:
+        major, minor = _call("nvrtcVersion", _nvrtc().nvrtcVersion())
+    except Exception as exc:
+        raise NvrtcNotFoundError(
+            f"the NVRTC library could not be loaded ({exc}); install it with: pip install 'nvidia-cuda-nvrtc>=13,<14'"
+        ) from exc
+    return int(major), int(minor)
+
+
+@lru_cache(maxsize=1)
+def supported_archs() -> tuple[int, ...]:
+    nvrtc_version()
+    (archs,) = _call("nvrtcGetSupportedArchs", _nvrtc().nvrtcGetSupportedArchs())
+    return tuple(int(a) for a in archs)
+
+
+def normalize_arch(arch: str) -> str:
+    """Canonical ``sm_XY`` (or ``compute_XY``/``sm_XYa``) spelling; refuse what NVRTC cannot target."""
+    if not isinstance(arch, str):
+        raise InvalidArchError(f"arch must be a string such as 'sm_90', not {arch!r}")
+    spelled = arch.strip().lower()
+    if spelled.isdigit():
+        spelled = f"sm_{spelled}"
+    m = _ARCH.match(spelled)
+    if not m:
+        raise InvalidArchError(f"invalid arch {arch!r}: expected sm_XY, sm_XYa or compute_XY (e.g. sm_90)")
+    number = int(m.group(2))
+    if number not in supported_archs():
+        known = ", ".join(f"sm_{a}" for a in supported_archs())
+        raise InvalidArchError(f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known}")
+    return spelled
+
+
+def check_options(options: Sequence[str]) -> tuple[str, ...]:
+    for opt in options:
+        if not isinstance(opt, str) or not _ALLOWED_OPTIONS.match(opt):
+            raise InvalidOptionError(
+                f"compiler option {opt!r} is not accepted (allowed: -D/-U macros, --use_fast_math, -lineinfo, "
+                "--ftz/--prec-div/--prec-sqrt/--fmad=true|false, --maxrregcount=N, -Xptxas=..., -G, --std=c++17|20)"
+            )
+    return tuple(options)
+
+
+def build_options(arch: str, output: str, user_options: Sequence[str] = ()) -> tuple[str, ...]:
+    """The full, normalized NVRTC option list: the same inputs always give the same tuple."""
+    if output not in OUTPUTS:
+        raise InvalidOptionError(f"output must be one of {OUTPUTS}, not {output!r}")
+    arch = normalize_arch(arch)
+    if output == "ptx":
+        arch = arch.replace("sm_", "compute_")
+    elif arch.startswith("compute_"):
+        raise InvalidArchError(f"a cubin needs a real arch (sm_XY), not {arch!r}")
+    user = check_options(user_options)
+    std = tuple(o for o in user if "std=" in o)
+    base = tuple(o for o in BASE_OPTIONS if not (std and "std=" in o))
+    return (f"--gpu-architecture={arch}",) + base + user
+
+
+@dataclass(frozen=True)
+class CompiledCode:
+    """A compiled image plus what ptxas said about it."""
+
+    image: bytes
+    output: str
+    log: str
+    registers: int | None
+    shared_bytes: int | None
+    spill_bytes: int | None
+
+    def to_bytes(self) -> bytes:
+        meta = json.dumps(
+            {"output": self.output, "log": self.log, "registers": self.registers,
+             "shared_bytes": self.shared_bytes, "spill_bytes": self.spill_bytes},
+            sort_keys=True,
+        ).encode()
+        return struct.pack("<I", len(meta)) + meta + self.image
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> CompiledCode:
+        (n,) = struct.unpack_from("<I", data)
+        meta = json.loads(data[4 : 4 + n])
+        return cls(image=bytes(data[4 + n :]), **meta)
+
+
+class NvrtcFailure(Exception):
+    """Compilation failed; carries NVRTC's log for the caller to map onto user code."""
+
+    def __init__(self, log: str) -> None:
+        super().__init__(log)
+        self.log = log
+
+
+def compile_source(source: str, program_name: str, options: Sequence[str], output: str = "cubin") -> CompiledCode:
+    nvrtc = _nvrtc()
+    nvrtc_version()
+    (prog,) = _call("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), program_name.encode(), 0, [], []))
+    try:
+        encoded = [o.encode() for o in options]
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        log = _program_log(nvrtc, prog)
+        if int(err) != 0:
+            raise NvrtcFailure(log)
+        image = _image(nvrtc, prog, output)
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    return CompiledCode(image, output, log, *_resource_usage(log))
+
+
+def _program_log(nvrtc: Any, prog: Any) -> str:
+    (size,) = _call("nvrtcGetProgramLogSize", nvrtc.nvrtcGetProgramLogSize(prog))
+    buf = b" " * size
+    _call("nvrtcGetProgramLog", nvrtc.nvrtcGetProgramLog(prog, buf))
+    return buf.rstrip(b"\x00").decode(errors="replace")
+
+
+def _image(nvrtc: Any, prog: Any, output: str) -> bytes:
+    if output == "ptx":
+        (size,) = _call("nvrtcGetPTXSize", nvrtc.nvrtcGetPTXSize(prog))
+        buf = b" " * size
+        _call("nvrtcGetPTX", nvrtc.nvrtcGetPTX(prog, buf))
+        return buf
+    (size,) = _call("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog))
+    buf = b" " * size
+    _call("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, buf))
+    return buf
+
+
+_REGISTERS = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+) bytes smem")
+_SPILL = re.compile(r"(\d+) bytes spill stores")
+
+
+def _resource_usage(log: str) -> tuple[int | None, int | None, int | None]:
+    def first(pattern: re.Pattern[str]) -> int | None:
+        m = pattern.search(log)
+        return int(m.group(1)) if m else None
+
+    registers = first(_REGISTERS)
+    shared = first(_SMEM)
+    return registers, (shared if shared is not None else (0 if registers is not None else None)), first(_SPILL)

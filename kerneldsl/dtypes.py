@@ -1,0 +1,120 @@
+"""The element types kerneldsl supports and how each one is spelled in CUDA C++ and in a param buffer.
+
+One table drives everything: declaration checks, the C type in generated source, the
+``struct`` code used to pack a scalar into the kernel's parameter buffer, and the short
+code that enters specialization keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+try:  # bfloat16 exists in numpy only through ml_dtypes
+    import ml_dtypes as _ml_dtypes
+except ImportError:  # pragma: no cover - depends on the environment
+    _ml_dtypes = None
+
+
+@dataclass(frozen=True)
+class ElementType:
+    """One supported element type."""
+
+    name: str
+    numpy: np.dtype
+    ctype: str
+    pack: str  # struct code of a scalar of this type in a kernel parameter buffer
+    kind: str  # "b" bool, "i" signed, "u" unsigned, "f" floating
+
+    @property
+    def itemsize(self) -> int:
+        return self.numpy.itemsize
+
+
+def _table() -> dict[str, ElementType]:
+    rows = [
+        ("bool", np.dtype(np.bool_), "bool", "?", "b"),
+        ("int8", np.dtype(np.int8), "signed char", "b", "i"),
+        ("int16", np.dtype(np.int16), "short", "h", "i"),
+        ("int32", np.dtype(np.int32), "int", "i", "i"),
+        ("int64", np.dtype(np.int64), "long long", "q", "i"),
+        ("uint8", np.dtype(np.uint8), "unsigned char", "B", "u"),
+        ("uint16", np.dtype(np.uint16), "unsigned short", "H", "u"),
+        ("uint32", np.dtype(np.uint32), "unsigned int", "I", "u"),
+        ("uint64", np.dtype(np.uint64), "unsigned long long", "Q", "u"),
+        ("float16", np.dtype(np.float16), "kd_half", "e", "f"),
+        ("float32", np.dtype(np.float32), "float", "f", "f"),
+        ("float64", np.dtype(np.float64), "double", "d", "f"),
+    ]
+    if _ml_dtypes is not None:
+        rows.append(("bfloat16", np.dtype(_ml_dtypes.bfloat16), "kd_bfloat16", "H", "f"))
+    return {name: ElementType(name, dt, ctype, pack, kind) for name, dt, ctype, pack, kind in rows}
+
+
+ELEMENT_TYPES: dict[str, ElementType] = _table()
+_BY_NUMPY: dict[np.dtype, ElementType] = {et.numpy: et for et in ELEMENT_TYPES.values()}
+
+bool_ = ELEMENT_TYPES["bool"].numpy
+int8 = ELEMENT_TYPES["int8"].numpy
+int16 = ELEMENT_TYPES["int16"].numpy
+int32 = ELEMENT_TYPES["int32"].numpy
+int64 = ELEMENT_TYPES["int64"].numpy
+uint8 = ELEMENT_TYPES["uint8"].numpy
+uint16 = ELEMENT_TYPES["uint16"].numpy
+uint32 = ELEMENT_TYPES["uint32"].numpy
+uint64 = ELEMENT_TYPES["uint64"].numpy
+float16 = ELEMENT_TYPES["float16"].numpy
+float32 = ELEMENT_TYPES["float32"].numpy
+float64 = ELEMENT_TYPES["float64"].numpy
+
+
+def is_dtype_name(name: str) -> bool:
+    """True when ``name`` spells a supported type rather than a dtype variable."""
+    return name in ELEMENT_TYPES
+
+
+def element_type(spec: Any) -> ElementType:
+    """Resolve a dtype spelling (name, numpy dtype or scalar type) to its table row.
+
+    Raises ``KeyError`` with the list of supported names when the type is unknown.
+    """
+    if isinstance(spec, ElementType):
+        return spec
+    if isinstance(spec, str) and spec in ELEMENT_TYPES:
+        return ELEMENT_TYPES[spec]
+    try:
+        dt = np.dtype(spec)
+    except TypeError as exc:
+        raise KeyError(_unknown(spec)) from exc
+    found = _BY_NUMPY.get(dt)
+    if found is None:
+        raise KeyError(_unknown(spec))
+    return found
+
+
+def _unknown(spec: Any) -> str:
+    return f"unsupported element type {spec!r}; supported: {', '.join(ELEMENT_TYPES)}"
+
+
+def scalar_element_type(value: Any) -> ElementType:
+    """The element type a Python or numpy scalar binds a dtype variable to (NumPy's defaults)."""
+    if isinstance(value, np.generic):
+        return element_type(value.dtype)
+    if isinstance(value, bool):
+        return ELEMENT_TYPES["bool"]
+    if isinstance(value, int):
+        return ELEMENT_TYPES["int64"]
+    if isinstance(value, float):
+        return ELEMENT_TYPES["float64"]
+    raise KeyError(f"cannot bind a dtype variable from a value of type {type(value).__name__}")
+
+
+def to_bfloat16_bits(value: Any) -> int:
+    """bfloat16 bits of a scalar, rounded to nearest even (NaN stays NaN), for parameter packing."""
+    (bits,) = np.array([value], dtype=np.float32).view(np.uint32)
+    u = int(bits)
+    if (u & 0x7FFFFFFF) > 0x7F800000:
+        return 0x7FC0
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF

@@ -1,0 +1,175 @@
+"""Every exception kerneldsl raises, in one hierarchy.
+
+Catch ``KernelDSLError`` for anything of ours; the subclasses say which stage failed
+(declaration, binding, compilation, cache, CUDA driver, session ownership, BLAS, fusion).
+Where a standard exception fits the meaning (``TypeError`` for a wrong dtype, ``ValueError``
+for a bad value) the class derives from it too, so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+
+class KernelDSLError(Exception):
+    """Base of every kerneldsl exception."""
+
+
+# --- declaration and binding -------------------------------------------------------------
+
+
+class DeclarationError(KernelDSLError, TypeError):
+    """A ``@kd.kernel`` signature is invalid; raised at decoration time."""
+
+    def __init__(self, kernel: str, param: str | None, message: str) -> None:
+        where = f"parameter {param!r} of kernel {kernel!r}" if param else f"kernel {kernel!r}"
+        super().__init__(f"{where}: {message}")
+        self.kernel = kernel
+        self.param = param
+
+
+class BindingError(KernelDSLError, TypeError):
+    """Call arguments do not fit the declared signature; nothing was launched or copied."""
+
+    def __init__(self, kernel: str, param: str | None, message: str) -> None:
+        where = f"argument {param!r} of kernel {kernel!r}" if param else f"call of kernel {kernel!r}"
+        super().__init__(f"{where}: {message}")
+        self.kernel = kernel
+        self.param = param
+
+
+class ShapeMismatchError(BindingError, ValueError):
+    """A shape symbol got two different extents, or a fixed extent was not met."""
+
+
+class ReadOnlyArrayError(BindingError):
+    """A read-only array was passed where the kernel writes (Out / InOut)."""
+
+
+class AliasingError(BindingError, ValueError):
+    """The same memory was passed to two parameters and at least one of them is written."""
+
+
+# --- compilation -------------------------------------------------------------------------
+
+
+class KernelCompileError(KernelDSLError):
+    """NVRTC rejected the generated source; ``log`` is NVRTC's, ``mapped`` points into user code."""
+
+    def __init__(self, message: str, log: str, mapped: list[str], source: str) -> None:
+        super().__init__(message)
+        self.log = log
+        self.mapped = mapped
+        self.source = source
+
+
+class InvalidArchError(KernelDSLError, ValueError):
+    """A target architecture NVRTC cannot compile for, or one spelled wrongly."""
+
+
+class InvalidOptionError(KernelDSLError, ValueError):
+    """A compiler option kerneldsl refuses before NVRTC sees it."""
+
+
+class NvrtcNotFoundError(KernelDSLError, ImportError):
+    """The NVRTC library could not be loaded."""
+
+
+# --- cache -------------------------------------------------------------------------------
+
+
+class CacheError(KernelDSLError):
+    """The disk cache cannot be used as configured."""
+
+
+class UnsafeCacheDirError(CacheError, PermissionError):
+    """The cache directory is owned by another user or writable by others."""
+
+
+# --- CUDA driver -------------------------------------------------------------------------
+
+
+class CudaError(KernelDSLError, RuntimeError):
+    """A CUDA driver call failed: ``code`` and ``name`` are the CUresult, ``api`` the call."""
+
+    def __init__(self, code: int, name: str, api: str, detail: str = "") -> None:
+        text = f"{api} failed with {name} ({code})"
+        super().__init__(f"{text}: {detail}" if detail else text)
+        self.code = code
+        self.name = name
+        self.api = api
+
+
+class OutOfMemoryError(CudaError, MemoryError):
+    """A device allocation failed for lack of memory; ``requested`` is the size in bytes."""
+
+    def __init__(self, code: int, name: str, api: str, requested: int) -> None:
+        super().__init__(code, name, api, f"could not allocate {requested} bytes of device memory")
+        self.requested = requested
+
+
+class LaunchError(CudaError):
+    """A launch was refused (bad configuration, too many resources); the session stays usable."""
+
+
+class StickyCudaError(CudaError):
+    """An error that corrupts the CUDA context (illegal address, trap, ...)."""
+
+
+class DriverNotFoundError(KernelDSLError, RuntimeError):
+    """No CUDA driver library on this machine."""
+
+
+class NoDeviceError(KernelDSLError, RuntimeError):
+    """A driver is present but the requested device is not."""
+
+
+# --- session ownership ---------------------------------------------------------------------
+
+
+class OwnershipError(KernelDSLError, RuntimeError):
+    """A handle was used where its owning session does not allow it."""
+
+
+class ClosedError(OwnershipError):
+    """The handle or its session was closed."""
+
+
+class WrongSessionError(OwnershipError, ValueError):
+    """Handles from different sessions or devices were mixed in one operation."""
+
+
+class ForkedProcessError(OwnershipError):
+    """A CUDA handle created in a parent process was used in a forked child."""
+
+
+class SessionPoisonedError(OwnershipError):
+    """An earlier sticky CUDA error broke the session's context; start a new process."""
+
+
+class SessionCloseError(KernelDSLError, RuntimeError):
+    """``Session.close()`` met failures; it finished anyway and ``errors`` lists each one."""
+
+    def __init__(self, errors: list[BaseException]) -> None:
+        listing = "; ".join(f"{type(e).__name__}: {e}" for e in errors)
+        super().__init__(f"{len(errors)} error(s) while closing the session: {listing}")
+        self.errors = errors
+
+
+# --- libraries built on the runtime ----------------------------------------------------------
+
+
+class BlasError(KernelDSLError, RuntimeError):
+    """cuBLAS returned a failure status; ``status`` is its code."""
+
+    def __init__(self, status: int, name: str, api: str) -> None:
+        super().__init__(f"{api} failed with {name} ({status})")
+        self.status = status
+        self.name = name
+        self.api = api
+
+
+class BlasNotAvailableError(KernelDSLError, ImportError):
+    """The optional ``kerneldsl[blas]`` extra is not installed."""
+
+
+class FusionError(KernelDSLError, TypeError):
+    """A ``@kd.fuse`` function used something that cannot be fused."""

@@ -1,0 +1,234 @@
+"""``@kd.kernel``: the decorator, and the Kernel object that ties the pipeline together.
+
+A call computes a small dispatch tuple from its arguments and looks it up; on a hit the
+generated adapter validates, packs and launches. On a miss the arguments are bound to a
+Specialization, built (disk cache or NVRTC), loaded into the session and remembered.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .build import Build, build
+from .cache import get_default_cache
+from .compile import check_options
+from .diagnostics import BodyOrigin
+from .errors import BindingError, CudaError, WrongSessionError
+from .launch import BoundLaunch, call_borrowing, check_host_arguments
+from .runtime.interop import as_device_view
+from .runtime.memory import DeviceArray
+from .runtime.session import default_session
+from .signature import ArrayParam, Dim, Signature, parse_signature
+from .specialize import INT32_MAX, Specialization, bind, bind_declared
+from .target import device_arch, resolve_arch
+
+_SCALAR_TYPES = (int, float, bool, np.generic)
+
+
+class Kernel:
+    """A declared kernel: call it like a function, or ``inspect``/``compile``/``explain`` it."""
+
+    def __init__(
+        self,
+        func: Callable[..., str],
+        signature: Signature,
+        options: Sequence[str] = (),
+        precompile: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
+        functools.update_wrapper(self, func)
+        self.body = func
+        self.signature = signature
+        self.options = check_options(options)
+        self.precompile = tuple(dict(p) for p in precompile)
+        self._origin = BodyOrigin.of(func)
+        self._builds: dict[tuple[Specialization, str], Build] = {}
+        self._build_locks: dict[tuple[Specialization, str], threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._bound: dict[tuple[Any, ...], BoundLaunch] = {}
+        self._runtime_params = signature.runtime_params
+        self._writes = tuple(isinstance(p, ArrayParam) and p.writes for p in self._runtime_params)
+
+    def __repr__(self) -> str:
+        return f"<kd.kernel {self.signature.name}>"
+
+    # --- building --------------------------------------------------------------------------------
+
+    def get_build(self, spec: Specialization, output: str = "cubin") -> Build:
+        """The in-process cache, one lock per key so concurrent threads compile once."""
+        key = (spec, output)
+        found = self._builds.get(key)
+        if found is not None:
+            return found
+        with self._guard:
+            lock = self._build_locks.setdefault(key, threading.Lock())
+        with lock:
+            found = self._builds.get(key)
+            if found is None:
+                found = build(spec, self.body, self._origin, self.options, output)
+                self._builds[key] = found
+            return found
+
+    def specialize(self, *args: Any, arch: str | None = None, **consts: Any) -> Specialization:
+        return bind(self.signature, args, consts, resolve_arch(arch))
+
+    def inspect(self, *args: Any, arch: str | None = None, output: str = "cubin", **consts: Any) -> Build:
+        """Build (or fetch) the specialization these arguments select; needs no GPU when arch is known."""
+        return self.get_build(self.specialize(*args, arch=arch, **consts), output)
+
+    def compile(
+        self, arch: str | None = None, output: str = "cubin", index_width: int = 32, **bindings: Any
+    ) -> Build:
+        """Ahead-of-time compile into the disk cache: ``saxpy.compile(T=np.float32, arch="sm_90")``."""
+        dtype_vars = set(self.signature.dtype_vars)
+        types = {k: v for k, v in bindings.items() if k in dtype_vars}
+        consts = {k: v for k, v in bindings.items() if k not in dtype_vars}
+        spec = bind_declared(self.signature, types, consts, resolve_arch(arch), index_width)
+        return self.get_build(spec, output)
+
+    def explain(self, *args: Any, arch: str | None = None, **consts: Any) -> str:
+        """Why these arguments would hit or miss the disk cache."""
+        from .build import key_material
+        from .codegen import generate
+        from .compile import build_options
+
+        spec = self.specialize(*args, arch=arch, **consts)
+        generated = generate(spec, self.body)
+        options = build_options(spec.arch, "cubin", self.options)
+        return get_default_cache().explain(key_material(spec, generated, options, "cubin"))
+
+    def precompiled(self, archs: Iterable[str]) -> list[Build]:
+        """Every declared ``precompile`` specialization for every arch (used by ``kerneldsl compile``)."""
+        return [self.compile(arch=a, **p) for a in archs for p in (self.precompile or ({},))]
+
+    # --- calling ---------------------------------------------------------------------------------
+
+    def __call__(
+        self,
+        *args: Any,
+        grid: Dim | tuple[int, ...] | None = None,
+        block: Dim | tuple[int, ...] | None = None,
+        shared: int | None = None,
+        stream: Any = None,
+        **consts: Any,
+    ) -> None:
+        key, session, borrowed = self._dispatch_key(args, consts)
+        bound = self._bound.get(key)
+        if bound is None:
+            if key[0] is None:  # foreign arrays: adopt them, then dispatch again
+                return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
+            bound = self._bind_call(key, session, args, consts)
+        if grid is not None:
+            grid = _dim3(grid)
+        if block is not None:
+            block = _dim3(block)
+        if borrowed:
+            check_host_arguments(self.signature, args)
+            call_borrowing(bound, self.signature, args, grid, block, shared, stream)
+        else:
+            bound.call(*args, grid, block, shared, stream)
+
+    def _dispatch_key(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[tuple[Any, ...], Any, bool]:
+        """A tuple that selects the specialization and session; cheap enough for every call."""
+        session = None
+        borrowed = False
+        parts: list[Any] = [threading.get_ident()]
+        for a in args:
+            t = type(a)
+            if t is DeviceArray:
+                if session is None:
+                    session = a.session
+                parts.append((a.dtype, a.ptr & 15, a.size > INT32_MAX))
+            elif t is np.ndarray:
+                borrowed = True
+                parts.append((t, a.dtype, a.size > INT32_MAX))
+            elif isinstance(a, _SCALAR_TYPES) or not _is_foreign(a):
+                parts.append(t)
+            else:
+                return (None,), None, False
+        if session is None:
+            session = default_session()
+        parts.append(session.session_id)
+        if consts:
+            parts.append(tuple(sorted(consts.items())))
+        return tuple(parts), session, borrowed
+
+    def _bind_call(self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]) -> BoundLaunch:
+        spec = bind(self.signature, args, consts, _session_arch(session))
+        b = self.get_build(spec)
+        try:
+            bound = BoundLaunch(b, session)
+        except CudaError:
+            bound = self._reload(spec, session)
+        self._bound[key] = bound
+        return bound
+
+    def _reload(self, spec: Specialization, session: Any) -> BoundLaunch:
+        """A cached image the driver refused: compile afresh once and replace the cache entry."""
+        fresh = build(spec, self.body, self._origin, self.options, use_disk=False)
+        get_default_cache().put(fresh.cache_key, fresh.compiled.to_bytes(), fresh.key_material)
+        self._builds[(spec, "cubin")] = fresh
+        return BoundLaunch(fresh, session)
+
+    def _adopt_foreign(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Wrap CUDA Array Interface / DLPack arrays as zero-copy device views on one session."""
+        sessions = {a.session for a in args if type(a) is DeviceArray}
+        if len(sessions) > 1:
+            raise WrongSessionError(f"arguments of kernel {self.signature.name} come from different sessions")
+        session = next(iter(sessions), None)
+        adopted = []
+        for p, a in zip(self._runtime_params, args):
+            if isinstance(a, _SCALAR_TYPES) or type(a) in (DeviceArray, np.ndarray) or not _is_foreign(a):
+                adopted.append(a)
+                continue
+            view = as_device_view(a)
+            if session is None:
+                session = default_session(view.device)
+            if view.device != session.device:
+                raise WrongSessionError(f"argument {p.name!r} of kernel {self.signature.name} is on device {view.device}, the call runs on device {session.device}")
+            if isinstance(p, ArrayParam) and p.writes and view.readonly:
+                raise BindingError(self.signature.name, p.name, "is a read-only foreign array but the kernel writes it")
+            adopted.append(DeviceArray.borrow(session, view))
+        return tuple(adopted)
+
+
+_arch_by_device: dict[int, str] = {}
+
+
+def _session_arch(session: Any) -> str:
+    arch = _arch_by_device.get(session.device)
+    if arch is None:
+        arch = _arch_by_device[session.device] = device_arch(session.device)
+    return arch
+
+
+def _is_foreign(value: Any) -> bool:
+    return hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__")
+
+
+def _dim3(value: Any) -> tuple[int, int, int]:
+    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
+        raise BindingError("launch", None, f"grid/block override must be 1 to 3 non-negative ints, got {value!r}")
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+
+
+def kernel(
+    grid: Dim | tuple[Dim, ...] = 1,
+    block: Dim | tuple[Dim, ...] = 1,
+    shared: Dim = 0,
+    options: Sequence[str] = (),
+    specialize: Sequence[str] = (),
+    allow_alias: bool = False,
+    precompile: Sequence[Mapping[str, Any]] = (),
+) -> Callable[[Callable[..., str]], Kernel]:
+    """Declare a kernel. The decorated function returns the CUDA body; its annotations declare the rest."""
+
+    def decorate(func: Callable[..., str]) -> Kernel:
+        sig = parse_signature(func, grid, block, shared, tuple(specialize), allow_alias)
+        return Kernel(func, sig, options, precompile)
+
+    return decorate

@@ -1,0 +1,105 @@
+"""The bridge from a Build to a session: a loaded kernel with its parameter buffer and adapter.
+
+``BoundLaunch`` is created once per (specialization, session, thread) and then called on the
+warm path: everything that can be done once (module load, function lookup, buffer and pointer
+array allocation, adapter construction) happens in its constructor. ``call_borrowing`` is the
+numpy path: copy in, launch, copy back, free, all within the call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import types
+from typing import Any, Callable
+
+import numpy as np
+
+from .build import Build
+from .dtypes import to_bfloat16_bits
+from .errors import (
+    AliasingError,
+    BindingError,
+    ReadOnlyArrayError,
+    ShapeMismatchError,
+    WrongSessionError,
+)
+from .signature import ArrayParam, Signature
+
+ADAPTER_RUNTIME = types.SimpleNamespace(
+    ShapeMismatchError=ShapeMismatchError,
+    BindingError=BindingError,
+    WrongSessionError=WrongSessionError,
+    AliasingError=AliasingError,
+    to_bfloat16_bits=to_bfloat16_bits,
+)
+
+
+class BoundLaunch:
+    """A build loaded into one session, ready to launch with device arguments."""
+
+    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call")
+
+    def __init__(self, build: Build, session: Any) -> None:
+        self.build = build
+        self.session = session
+        module = session.load_module(build.cubin)
+        self.function = module.function(build.generated.entry)
+        slots = max(len(build.generated.abi), 1)
+        self._buffer = (ctypes.c_char * (8 * slots))()
+        base = ctypes.addressof(self._buffer)
+        self._pointers = (ctypes.c_void_p * slots)(*[base + 8 * i for i in range(slots)])
+        launch = build.launch_factory()(ADAPTER_RUNTIME)
+        self.call: Callable[..., None] = functools.partial(
+            launch, session, self.function, self._buffer, ctypes.addressof(self._pointers)
+        )
+
+
+def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:
+    """Refuse what the borrowing path cannot honour, before any copy: read-only, strided, aliased."""
+    arrays = [(p, a) for p, a in zip(sig.runtime_params, args) if isinstance(p, ArrayParam)]
+    for p, a in arrays:
+        if not isinstance(a, np.ndarray):
+            continue
+        if p.writes and not a.flags.writeable:
+            raise ReadOnlyArrayError(sig.name, p.name, f"is read-only but the kernel writes it ({p.direction})")
+        if p.writes and not a.flags.c_contiguous:
+            raise BindingError(
+                sig.name,
+                p.name,
+                "is not C-contiguous and the kernel writes it: pass np.ascontiguousarray(x) and copy the result "
+                "back yourself, or pass a DeviceArray",
+            )
+    if sig.allow_alias:
+        return
+    for i, (p, a) in enumerate(arrays):
+        for q, b in arrays[i + 1 :]:
+            if (p.writes or q.writes) and isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+                if np.shares_memory(a, b):
+                    raise AliasingError(sig.name, q.name, f"shares memory with {p.name!r} and one of them is written")
+
+
+def call_borrowing(
+    bound: BoundLaunch, sig: Signature, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
+) -> None:
+    """Copy host inputs in, launch, copy host outputs back; nothing device-side outlives the call."""
+    session = bound.session
+    device_args: list[Any] = []
+    temporaries: list[tuple[Any, np.ndarray | None]] = []
+    try:
+        for p, a in zip(sig.runtime_params, args):
+            if isinstance(p, ArrayParam) and isinstance(a, np.ndarray):
+                d = session.empty(a.shape, a.dtype) if p.direction == "out" else session.to_device(a)
+                temporaries.append((d, a if p.writes else None))
+                device_args.append(d)
+            else:
+                device_args.append(a)
+        bound.call(*device_args, grid, block, shared, stream)
+        if stream is not None:
+            stream.synchronize()
+        for d, host in temporaries:
+            if host is not None:
+                d.copy_to_host(host)
+    finally:
+        for d, _ in temporaries:
+            d.free()

@@ -1,0 +1,88 @@
+"""Ownership bookkeeping shared by every driver object a session owns.
+
+A handle records who owns it (session, fork generation, pid, device) so each entry point can
+say precisely why it cannot run. Its finalizer never calls the driver: it queues the raw
+handle on the session, which frees it at the next call, sync or close.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ..errors import ClosedError, WrongSessionError
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+class Handle:
+    """Base of DeviceArray, PinnedArray, Stream, Event, Module and Graph.
+
+    ``kind`` names the release call the session uses ('mem', 'host', 'event', 'stream',
+    'module', 'graph'); it also fixes the order in which ``Session.close`` releases them.
+    """
+
+    kind: ClassVar[str]
+    __slots__ = ("session", "device", "pid", "generation", "_raw", "_finalizer", "_closed", "__weakref__")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.device = session.device
+        self.pid = session.pid
+        self.generation = session.generation
+        self._raw: Any = None
+        self._finalizer: weakref.finalize | None = None
+        self._closed = False
+
+    def _own(self, raw: Any) -> None:
+        """Take ownership of ``raw``: from now on it is freed by close() or via the deferred queue."""
+        self._raw = raw
+        finalizer = weakref.finalize(self, self.session._deferred.append, (self.kind, raw))
+        finalizer.atexit = False  # the session's atexit hook frees what is still owned
+        self._finalizer = finalizer
+        self.session._handles.add(self)
+
+    def _take(self) -> Any:
+        """Mark closed and hand back the raw handle to free (``None`` when nothing is owned)."""
+        self._closed = True
+        finalizer, self._finalizer = self._finalizer, None
+        if finalizer is None or finalizer.detach() is None:
+            return None
+        self.session._handles.discard(self)
+        return self._raw
+
+    def _check(self) -> None:
+        """Raise the specific reason this handle cannot be used now (closed, forked, poisoned)."""
+        session = self.session
+        if not session._ok:
+            session._raise_unusable()
+        if self._closed:
+            raise ClosedError(f"{type(self).__name__} was closed (session {session.id}, device {self.device})")
+
+    @property
+    def closed(self) -> bool:
+        """True once this handle or its session was closed."""
+        return self._closed or self.session.state == "closed"
+
+    def close(self) -> None:
+        """Release the driver object now; a no-op when it or its session is already closed."""
+        session = self.session
+        if self._closed or session.state == "closed":
+            return
+        with session.activated():
+            raw = self._take()
+            if raw is not None:
+                session._release(self.kind, raw)
+
+
+def check_same_session(*handles: Handle) -> Session:
+    """The one session that owns all ``handles``; WrongSessionError if they are mixed."""
+    session = handles[0].session
+    for h in handles[1:]:
+        if h.session is not session:
+            raise WrongSessionError(
+                f"{type(handles[0]).__name__} belongs to session {session.id} (device {session.device}) "
+                f"but {type(h).__name__} belongs to session {h.session.id} (device {h.session.device})"
+            )
+    return session

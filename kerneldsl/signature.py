@@ -1,0 +1,413 @@
+"""Declarations: the annotations a kernel signature is written with, and their validation.
+
+``kd.In[dtype, shape]``, ``kd.Out[...]``, ``kd.InOut[...]``, ``kd.Scalar[dtype]`` and
+``kd.Const[type]`` (or ``kd.Const[type, default]``) annotate the parameters of a decorated
+function. ``parse_signature`` turns the function into a frozen ``Signature`` and rejects
+every invalid declaration at decoration time, naming the parameter at fault.
+"""
+
+from __future__ import annotations
+
+import inspect
+import keyword
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Union
+
+from . import dtypes
+from .errors import DeclarationError
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+# C++ keywords, CUDA built-ins and names kerneldsl's generated code defines itself.
+RESERVED_NAMES = frozenset(
+    """
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char16_t char32_t
+    char8_t class compl concept const const_cast consteval constexpr constinit continue co_await
+    co_return co_yield decltype default delete do double dynamic_cast else enum explicit export
+    extern false float for friend goto if inline int long mutable namespace new noexcept not
+    not_eq nullptr operator or or_eq private protected public register reinterpret_cast requires
+    return short signed sizeof static static_assert static_cast struct switch template this
+    thread_local throw true try typedef typeid typename union unsigned using virtual void
+    volatile wchar_t while xor xor_eq
+    threadIdx blockIdx blockDim gridDim warpSize __global__ __device__ __host__ __shared__
+    __constant__ __restrict__ __syncthreads main
+    index_t kd_half kd_bfloat16
+    """.split()
+)
+
+Dim = Union[int, str, "Expr"]
+
+
+# --- launch-dimension expressions ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A small integer expression over shape symbols and constants, for grid/block/shared."""
+
+    op: str  # "int", "sym", "add", "sub", "mul", "floordiv", "cdiv", "min", "max"
+    args: tuple[Any, ...]
+
+    def __add__(self, other: Dim) -> Expr:
+        return Expr("add", (self, as_expr(other)))
+
+    def __radd__(self, other: Dim) -> Expr:
+        return Expr("add", (as_expr(other), self))
+
+    def __sub__(self, other: Dim) -> Expr:
+        return Expr("sub", (self, as_expr(other)))
+
+    def __mul__(self, other: Dim) -> Expr:
+        return Expr("mul", (self, as_expr(other)))
+
+    def __rmul__(self, other: Dim) -> Expr:
+        return Expr("mul", (as_expr(other), self))
+
+    def __floordiv__(self, other: Dim) -> Expr:
+        return Expr("floordiv", (self, as_expr(other)))
+
+    def symbols(self) -> set[str]:
+        if self.op == "sym":
+            return {self.args[0]}
+        if self.op == "int":
+            return set()
+        return set().union(*(a.symbols() for a in self.args))
+
+    def evaluate(self, values: dict[str, int]) -> int:
+        """Value of the expression; used for defaults that code generation folds in."""
+        if self.op == "int":
+            return int(self.args[0])
+        if self.op == "sym":
+            return int(values[self.args[0]])
+        a, b = (x.evaluate(values) for x in self.args)
+        return _EVALUATORS[self.op](a, b)
+
+
+_EVALUATORS: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "cdiv": lambda a, b: -(-a // b),
+    "min": min,
+    "max": max,
+}
+
+
+def as_expr(value: Dim) -> Expr:
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool):
+        raise TypeError(f"launch dimension must be an int, a symbol name or an expression, not {value!r}")
+    if isinstance(value, int):
+        return Expr("int", (value,))
+    if isinstance(value, str):
+        return Expr("sym", (value,))
+    raise TypeError(f"launch dimension must be an int, a symbol name or an expression, not {value!r}")
+
+
+def sym(name: str) -> Expr:
+    """A shape symbol or constant, for arithmetic in launch dimensions: ``kd.sym("n") * 2``."""
+    return Expr("sym", (name,))
+
+
+def cdiv(a: Dim, b: Dim) -> Expr:
+    """Ceiling division, the usual grid size: ``grid=kd.cdiv("n", 256)``."""
+    return Expr("cdiv", (as_expr(a), as_expr(b)))
+
+
+def dmin(a: Dim, b: Dim) -> Expr:
+    return Expr("min", (as_expr(a), as_expr(b)))
+
+
+def dmax(a: Dim, b: Dim) -> Expr:
+    return Expr("max", (as_expr(a), as_expr(b)))
+
+
+# --- annotations ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArrayAnnotation:
+    direction: str
+    dtype: Any
+    shape: Any
+
+
+@dataclass(frozen=True)
+class ScalarAnnotation:
+    dtype: Any
+
+
+_NO_DEFAULT = object()
+
+
+@dataclass(frozen=True)
+class ConstAnnotation:
+    type: Any
+    default: Any = _NO_DEFAULT
+
+
+class _ArrayDirection:
+    direction = ""
+
+    def __class_getitem__(cls, item: Any) -> ArrayAnnotation:
+        dtype, shape = item if isinstance(item, tuple) and len(item) == 2 else (item, None)
+        return ArrayAnnotation(cls.direction, dtype, shape)
+
+
+class In(_ArrayDirection):
+    """An array the kernel reads: ``kd.In["T", "n"]``."""
+
+    direction = "in"
+
+
+class Out(_ArrayDirection):
+    """An array the kernel writes: ``kd.Out["T", ("m", "n")]``."""
+
+    direction = "out"
+
+
+class InOut(_ArrayDirection):
+    """An array the kernel reads and writes."""
+
+    direction = "inout"
+
+
+class Scalar:
+    """A scalar passed by value: ``kd.Scalar["T"]`` or ``kd.Scalar[kd.float32]``."""
+
+    def __class_getitem__(cls, item: Any) -> ScalarAnnotation:
+        return ScalarAnnotation(item)
+
+
+class Const:
+    """A compile-time constant: ``kd.Const[int]`` or ``kd.Const[int, 256]`` (with default)."""
+
+    def __class_getitem__(cls, item: Any) -> ConstAnnotation:
+        if isinstance(item, tuple):
+            if len(item) != 2:
+                raise TypeError("kd.Const takes [type] or [type, default]")
+            return ConstAnnotation(item[0], item[1])
+        return ConstAnnotation(item)
+
+
+CONST_TYPES: dict[type, str] = {bool: "bool", int: "long long", float: "double"}
+
+
+# --- the parsed signature --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArrayParam:
+    name: str
+    direction: str
+    dtype: str  # a type name from dtypes.ELEMENT_TYPES, or a dtype variable
+    shape: tuple[int | str, ...]
+
+    @property
+    def writes(self) -> bool:
+        return self.direction != "in"
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    name: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class ConstParam:
+    name: str
+    type: type
+    default: Any = _NO_DEFAULT
+
+    @property
+    def has_default(self) -> bool:
+        return self.default is not _NO_DEFAULT
+
+
+Param = Union[ArrayParam, ScalarParam, ConstParam]
+
+
+@dataclass(frozen=True, eq=False)
+class Signature:
+    """Everything a declaration says, validated; shared by every specialization of a kernel."""
+
+    name: str
+    params: tuple[Param, ...]
+    grid: tuple[Expr, ...]
+    block: tuple[Expr, ...]
+    shared: Expr
+    specialize: tuple[str, ...] = ()
+    allow_alias: bool = False
+    symbols: dict[str, tuple[str, int]] = field(default_factory=dict)  # symbol -> first (param, axis)
+
+    @property
+    def arrays(self) -> tuple[ArrayParam, ...]:
+        return tuple(p for p in self.params if isinstance(p, ArrayParam))
+
+    @property
+    def scalars(self) -> tuple[ScalarParam, ...]:
+        return tuple(p for p in self.params if isinstance(p, ScalarParam))
+
+    @property
+    def consts(self) -> tuple[ConstParam, ...]:
+        return tuple(p for p in self.params if isinstance(p, ConstParam))
+
+    @property
+    def runtime_params(self) -> tuple[Param, ...]:
+        """Parameters passed positionally at call time (arrays and scalars, in order)."""
+        return tuple(p for p in self.params if not isinstance(p, ConstParam))
+
+    @property
+    def dtype_vars(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for p in self.params:
+            if isinstance(p, (ArrayParam, ScalarParam)) and not dtypes.is_dtype_name(p.dtype):
+                seen.setdefault(p.dtype)
+        return tuple(seen)
+
+
+def parse_signature(
+    func: Callable[..., Any],
+    grid: Dim | tuple[Dim, ...],
+    block: Dim | tuple[Dim, ...],
+    shared: Dim = 0,
+    specialize: tuple[str, ...] = (),
+    allow_alias: bool = False,
+) -> Signature:
+    name = func.__name__
+    params = tuple(_parse_param(name, p) for p in inspect.signature(func).parameters.values())
+    symbols = _collect_symbols(name, params)
+    _check_names(name, params, symbols)
+    consts = {p.name for p in params if isinstance(p, ConstParam)}
+    launch = {
+        "grid": _launch_dims(name, "grid", grid),
+        "block": _launch_dims(name, "block", block),
+        "shared": (as_expr(shared),),
+    }
+    for what, dims in launch.items():
+        for dim in dims:
+            undefined = dim.symbols() - set(symbols) - consts
+            if undefined:
+                raise DeclarationError(
+                    name, None, f"{what} uses {sorted(undefined)!r}, which no shape or constant defines"
+                )
+    for s in specialize:
+        if s not in symbols:
+            raise DeclarationError(name, None, f"specialize names {s!r}, which is not a shape symbol")
+    return Signature(
+        name=name,
+        params=params,
+        grid=launch["grid"],
+        block=launch["block"],
+        shared=launch["shared"][0],
+        specialize=tuple(specialize),
+        allow_alias=allow_alias,
+        symbols=symbols,
+    )
+
+
+def _launch_dims(kernel: str, what: str, value: Dim | tuple[Dim, ...]) -> tuple[Expr, ...]:
+    dims = value if isinstance(value, tuple) else (value,)
+    if not 1 <= len(dims) <= 3:
+        raise DeclarationError(kernel, None, f"{what} needs 1, 2 or 3 dimensions, got {len(dims)}")
+    try:
+        return tuple(as_expr(d) for d in dims)
+    except TypeError as exc:
+        raise DeclarationError(kernel, None, f"{what}: {exc}") from None
+
+
+def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
+    if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY, p.KEYWORD_ONLY):
+        raise DeclarationError(kernel, p.name, "*args and **kwargs cannot be kernel parameters")
+    ann = p.annotation
+    if isinstance(ann, ArrayAnnotation):
+        return ArrayParam(p.name, ann.direction, _dtype_spelling(kernel, p.name, ann.dtype), _shape(kernel, p.name, ann.shape))
+    if isinstance(ann, ScalarAnnotation):
+        return ScalarParam(p.name, _dtype_spelling(kernel, p.name, ann.dtype))
+    if isinstance(ann, ConstAnnotation):
+        return _const_param(kernel, p, ann)
+    if isinstance(ann, type) and issubclass(ann, (_ArrayDirection, Scalar, Const)):
+        raise DeclarationError(kernel, p.name, f"{ann.__name__} needs its type: {ann.__name__}[...]")
+    if ann is inspect.Parameter.empty:
+        raise DeclarationError(kernel, p.name, "has no annotation; use kd.In/Out/InOut/Scalar/Const")
+    raise DeclarationError(kernel, p.name, f"annotation {ann!r} is not kd.In/Out/InOut/Scalar/Const")
+
+
+def _dtype_spelling(kernel: str, param: str, spec: Any) -> str:
+    """A supported type name, or a dtype variable (an identifier that names no type)."""
+    if isinstance(spec, ArrayAnnotation):
+        raise DeclarationError(kernel, param, "a direction (In/Out/InOut) cannot be used as a dtype")
+    if isinstance(spec, str) and not dtypes.is_dtype_name(spec):
+        if not _IDENTIFIER.match(spec):
+            raise DeclarationError(kernel, param, f"dtype variable {spec!r} is not an identifier")
+        return spec
+    try:
+        return dtypes.element_type(spec).name
+    except KeyError as exc:
+        raise DeclarationError(kernel, param, str(exc.args[0])) from None
+
+
+def _shape(kernel: str, param: str, shape: Any) -> tuple[int | str, ...]:
+    if shape is None:
+        raise DeclarationError(kernel, param, "array needs a shape: kd.In[dtype, 'n'] or kd.In[dtype, ('m', 'n')]")
+    dims = shape if isinstance(shape, tuple) else (shape,)
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, (int, str)):
+            raise DeclarationError(kernel, param, f"shape entries are symbols or ints, not {d!r}")
+        if isinstance(d, int) and d < 0:
+            raise DeclarationError(kernel, param, f"fixed extent {d} is negative")
+        if isinstance(d, str) and not _IDENTIFIER.match(d):
+            raise DeclarationError(kernel, param, f"shape symbol {d!r} is not an identifier")
+    return tuple(dims)
+
+
+def _const_param(kernel: str, p: inspect.Parameter, ann: ConstAnnotation) -> ConstParam:
+    if isinstance(ann.type, (ScalarAnnotation, ArrayAnnotation)):
+        raise DeclarationError(kernel, p.name, "a constant takes a Python type (int, float, bool), not a direction")
+    if ann.type not in CONST_TYPES:
+        raise DeclarationError(kernel, p.name, f"constant type must be int, float or bool, not {ann.type!r}")
+    default = ann.default if p.default is inspect.Parameter.empty else p.default
+    if default is not _NO_DEFAULT and not isinstance(default, ann.type):
+        if not (ann.type is float and isinstance(default, int) and not isinstance(default, bool)):
+            raise DeclarationError(kernel, p.name, f"default {default!r} is not of type {ann.type.__name__}")
+    return ConstParam(p.name, ann.type, default)
+
+
+def _collect_symbols(kernel: str, params: tuple[Param, ...]) -> dict[str, tuple[str, int]]:
+    symbols: dict[str, tuple[str, int]] = {}
+    for p in params:
+        if isinstance(p, ArrayParam):
+            for axis, d in enumerate(p.shape):
+                if isinstance(d, str):
+                    symbols.setdefault(d, (p.name, axis))
+    return symbols
+
+
+def _check_names(kernel: str, params: tuple[Param, ...], symbols: dict[str, tuple[str, int]]) -> None:
+    seen: set[str] = set()
+    dtype_vars = {p.dtype for p in params if isinstance(p, (ArrayParam, ScalarParam)) and not dtypes.is_dtype_name(p.dtype)}
+    for p in params:
+        _check_identifier(kernel, p.name, p.name)
+        if p.name in seen:
+            raise DeclarationError(kernel, p.name, "duplicate parameter name")
+        seen.add(p.name)
+        if p.name in symbols:
+            raise DeclarationError(kernel, p.name, "name is also used as a shape symbol")
+        if p.name in dtype_vars:
+            raise DeclarationError(kernel, p.name, "name is also used as a dtype variable")
+    for s, (owner, _) in symbols.items():
+        _check_identifier(kernel, owner, s)
+        if s in dtype_vars:
+            raise DeclarationError(kernel, owner, f"shape symbol {s!r} is also a dtype variable")
+    for p in params:
+        if isinstance(p, (ArrayParam, ScalarParam)) and p.dtype in dtype_vars:
+            _check_identifier(kernel, p.name, p.dtype)
+
+
+def _check_identifier(kernel: str, param: str, name: str) -> None:
+    if name in RESERVED_NAMES or keyword.iskeyword(name) or name.startswith(("kd_", "__")):
+        raise DeclarationError(kernel, param, f"name {name!r} clashes with a CUDA/C++ keyword or a reserved name")

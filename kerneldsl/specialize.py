@@ -1,0 +1,248 @@
+"""Binding: call arguments (or explicit bindings) -> the ``Specialization`` they select.
+
+A specialization fixes everything code generation depends on: concrete element types,
+constant values, index width, 16-byte alignment of each array, specialized shape extents and
+the target arch. Arguments are described by ``ArgInfo`` so that numpy arrays, device arrays and
+foreign arrays all bind the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import dtypes
+from .dtypes import ElementType
+from .errors import BindingError, ShapeMismatchError
+from .signature import ArrayParam, ConstParam, ScalarParam, Signature
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ArgInfo:
+    """What binding needs to know of one array argument."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    aligned16: bool
+
+
+@dataclass(frozen=True)
+class Specialization:
+    """One concrete instance of a signature; hashable, and the input of code generation."""
+
+    signature: Signature
+    param_types: tuple[tuple[str, str], ...]  # (param name, element type name) for arrays and scalars
+    type_vars: tuple[tuple[str, str], ...]  # (dtype variable, element type name)
+    consts: tuple[tuple[str, Any], ...]
+    index_bits: int
+    aligned: tuple[tuple[str, bool], ...]  # per array parameter
+    fixed_symbols: tuple[tuple[str, int], ...]  # shape symbols specialized to their extent
+    arch: str
+
+    def element_type(self, param: str) -> ElementType:
+        return dtypes.ELEMENT_TYPES[dict(self.param_types)[param]]
+
+    def describe(self) -> str:
+        types = ", ".join(f"{v}={t}" for v, t in self.type_vars) or "no dtype variables"
+        consts = ", ".join(f"{n}={v!r}" for n, v in self.consts)
+        return f"{self.signature.name}[{types}{', ' + consts if consts else ''}; {self.index_bits}-bit; {self.arch}]"
+
+
+def describe_array(value: Any) -> ArgInfo | None:
+    """ArgInfo of anything array-like kerneldsl accepts, or None for a non-array.
+
+    Host (numpy) arrays are copied into fresh, aligned device memory before launch, so only a
+    device pointer's own alignment matters.
+    """
+    if isinstance(value, np.ndarray):
+        return ArgInfo(value.dtype, value.shape, True)
+    ptr = getattr(value, "ptr", None)
+    if ptr is not None and hasattr(value, "shape") and hasattr(value, "dtype"):
+        return ArgInfo(np.dtype(value.dtype), tuple(value.shape), ptr % 16 == 0)
+    return None
+
+
+def bind(
+    sig: Signature,
+    args: tuple[Any, ...],
+    consts: Mapping[str, Any],
+    arch: str,
+) -> Specialization:
+    """Bind positional runtime arguments and constants; raise a BindingError naming the parameter."""
+    runtime = sig.runtime_params
+    if len(args) != len(runtime):
+        expected = ", ".join(p.name for p in runtime)
+        raise BindingError(sig.name, None, f"takes {len(runtime)} argument(s) ({expected}), got {len(args)}")
+    type_vars: dict[str, ElementType] = {}
+    param_types: dict[str, ElementType] = {}
+    aligned: dict[str, bool] = {}
+    extents: dict[str, int] = {}
+    for p, value in zip(runtime, args):
+        if isinstance(p, ArrayParam):
+            info = _array_info(sig, p, value)
+            param_types[p.name] = _unify_dtype(sig, p.name, p.dtype, _element_type_of(sig, p.name, info.dtype), type_vars)
+            aligned[p.name] = info.aligned16
+            _unify_shape(sig, p, info.shape, extents)
+    for p, value in zip(runtime, args):
+        if isinstance(p, ScalarParam):
+            param_types[p.name] = _bind_scalar(sig, p, value, type_vars)
+    return Specialization(
+        signature=sig,
+        param_types=tuple((n, et.name) for n, et in param_types.items()),
+        type_vars=tuple((v, type_vars[v].name) for v in sig.dtype_vars),
+        consts=bind_consts(sig, consts),
+        index_bits=index_bits(args),
+        aligned=tuple(aligned.items()),
+        fixed_symbols=tuple((s, extents[s]) for s in sig.specialize),
+        arch=arch,
+    )
+
+
+def bind_declared(
+    sig: Signature,
+    type_bindings: Mapping[str, Any],
+    consts: Mapping[str, Any],
+    arch: str,
+    index_width: int = 32,
+) -> Specialization:
+    """A specialization from explicit dtype-variable bindings, for ahead-of-time compilation."""
+    missing = [v for v in sig.dtype_vars if v not in type_bindings]
+    if missing:
+        raise BindingError(sig.name, None, f"ahead-of-time compile needs dtype variable(s) {missing} (e.g. T=np.float32)")
+    if sig.specialize:
+        raise BindingError(sig.name, None, f"specialized symbols {list(sig.specialize)} need real arguments to compile")
+    if index_width not in (32, 64):
+        raise BindingError(sig.name, None, f"index_width must be 32 or 64, not {index_width!r}")
+    type_vars = {}
+    for var in sig.dtype_vars:
+        try:
+            type_vars[var] = dtypes.element_type(type_bindings[var])
+        except KeyError as exc:
+            raise BindingError(sig.name, None, f"dtype variable {var}: {exc.args[0]}") from None
+    param_types = {
+        p.name: type_vars[p.dtype] if p.dtype in type_vars else dtypes.ELEMENT_TYPES[p.dtype]
+        for p in sig.runtime_params
+        if isinstance(p, (ArrayParam, ScalarParam))
+    }
+    return Specialization(
+        signature=sig,
+        param_types=tuple((n, et.name) for n, et in param_types.items()),
+        type_vars=tuple((v, type_vars[v].name) for v in sig.dtype_vars),
+        consts=bind_consts(sig, consts),
+        index_bits=index_width,
+        aligned=tuple((a.name, True) for a in sig.arrays),
+        fixed_symbols=(),
+        arch=arch,
+    )
+
+
+def _element_type_of(sig: Signature, param: str, dtype: np.dtype) -> ElementType:
+    try:
+        return dtypes.element_type(dtype)
+    except KeyError as exc:
+        raise BindingError(sig.name, param, str(exc.args[0])) from None
+
+
+def bind_consts(sig: Signature, given: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    declared = {c.name: c for c in sig.consts}
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise BindingError(sig.name, unknown[0], f"is not a constant of this kernel (constants: {sorted(declared)})")
+    return tuple((c.name, _const_value(sig, c, given)) for c in sig.consts)
+
+
+def _const_value(sig: Signature, c: ConstParam, given: Mapping[str, Any]) -> Any:
+    if c.name in given:
+        value = given[c.name]
+    elif c.has_default:
+        value = c.default
+    else:
+        raise BindingError(sig.name, c.name, f"constant has no value; pass {c.name}=... (a {c.type.__name__})")
+    if isinstance(value, np.generic):
+        value = value.item()
+    if c.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if type(value) is not c.type:
+        raise BindingError(sig.name, c.name, f"constant must be {c.type.__name__}, got {value!r}")
+    return value
+
+
+def index_bits(args: tuple[Any, ...]) -> int:
+    """32 when every array's element count (and so every extent) fits in int32, else 64."""
+    for value in args:
+        shape = getattr(value, "shape", None)
+        if isinstance(shape, tuple) and (getattr(value, "size", 0) > INT32_MAX or any(d > INT32_MAX for d in shape)):
+            return 64
+    return 32
+
+
+def _array_info(sig: Signature, p: ArrayParam, value: Any) -> ArgInfo:
+    info = describe_array(value)
+    if info is None:
+        raise BindingError(sig.name, p.name, f"expected an array ({p.direction}), got {type(value).__name__}")
+    if len(info.shape) != len(p.shape):
+        raise ShapeMismatchError(sig.name, p.name, f"expected {len(p.shape)} dimension(s) {p.shape}, got shape {info.shape}")
+    return info
+
+
+def _unify_dtype(
+    sig: Signature, param: str, declared: str, actual: ElementType, type_vars: dict[str, ElementType]
+) -> ElementType:
+    if dtypes.is_dtype_name(declared):
+        if actual.name != declared:
+            raise BindingError(sig.name, param, f"expected dtype {declared}, got {actual.name}")
+        return actual
+    bound = type_vars.setdefault(declared, actual)
+    if bound is not actual:
+        raise BindingError(sig.name, param, f"dtype variable {declared} is {bound.name} from an earlier argument, got {actual.name}")
+    return actual
+
+
+def _unify_shape(sig: Signature, p: ArrayParam, shape: tuple[int, ...], extents: dict[str, int]) -> None:
+    for axis, (declared, actual) in enumerate(zip(p.shape, shape)):
+        if isinstance(declared, int):
+            if actual != declared:
+                raise ShapeMismatchError(sig.name, p.name, f"axis {axis} must be {declared}, got {actual}")
+            continue
+        bound = extents.setdefault(declared, actual)
+        if bound != actual:
+            first, first_axis = sig.symbols[declared]
+            raise ShapeMismatchError(
+                sig.name,
+                p.name,
+                f"axis {axis} is {actual} but symbol {declared!r} is {bound} from {first!r} axis {first_axis}",
+            )
+
+
+def _bind_scalar(sig: Signature, p: ScalarParam, value: Any, type_vars: dict[str, ElementType]) -> ElementType:
+    if describe_array(value) is not None:
+        raise BindingError(sig.name, p.name, f"expected a scalar, got an array of type {type(value).__name__}")
+    if dtypes.is_dtype_name(p.dtype):
+        et = dtypes.ELEMENT_TYPES[p.dtype]
+        _check_scalar_kind(sig, p.name, et, value)
+        return et
+    if p.dtype in type_vars:
+        et = type_vars[p.dtype]
+        _check_scalar_kind(sig, p.name, et, value)
+        return et
+    try:
+        et = dtypes.scalar_element_type(value)
+    except KeyError as exc:
+        raise BindingError(sig.name, p.name, str(exc.args[0])) from None
+    type_vars[p.dtype] = et
+    return et
+
+
+def _check_scalar_kind(sig: Signature, param: str, et: ElementType, value: Any) -> None:
+    """Refuse values that would silently change meaning (a float for an int, anything non-numeric)."""
+    if isinstance(value, (bool, np.bool_)):
+        return
+    if isinstance(value, (int, np.integer)):
+        return
+    if isinstance(value, (float, np.floating)) and et.kind == "f":
+        return
+    raise BindingError(sig.name, param, f"expected a {et.name} scalar, got {value!r}")

@@ -1,0 +1,583 @@
+"""Tests of the kernel disk cache: validation, security, permissions, bounds, degrading."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import stat
+import struct
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import diskcache
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kerneldsl import cache as cache_module
+from kerneldsl.cache import (
+    CACHE_FORMAT_VERSION,
+    DiskCache,
+    cache_key,
+    default_cache_dir,
+    get_default_cache,
+    set_default_cache,
+)
+from kerneldsl.errors import CacheError, UnsafeCacheDirError
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE = 'extern "C" __global__ void saxpy(float a, const float* x, float* y) {}\n' * 4
+
+
+def material(**changes: object) -> dict[str, object]:
+    base: dict[str, object] = {
+        "format": CACHE_FORMAT_VERSION,
+        "fingerprint": "f" * 16,
+        "kernel": "saxpy",
+        "source": SOURCE,
+        "abi": ["float", "ptr<const float>", "ptr<float>"],
+        "options": ["-O3"],
+        "nvrtc": [13, 0],
+        "arch": "sm_80",
+        "output": "cubin",
+    }
+    base.update(changes)
+    return base
+
+
+def put(cache: DiskCache, payload: bytes, **changes: object) -> tuple[str, dict[str, object]]:
+    mat = material(**changes)
+    key = cache_key(mat)
+    cache.put(key, payload, mat)
+    return key, mat
+
+
+def cache_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [
+        r for r in caplog.records if r.name == "kerneldsl.cache" and r.levelno == logging.WARNING
+    ]
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Iterator[DiskCache]:
+    with DiskCache(tmp_path / "cache") as opened:
+        yield opened
+
+
+def degraded_cache(tmp_path: Path, size_limit: int = 2 * 1024**3) -> DiskCache:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_bytes(b"")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return DiskCache(blocker / "cache", size_limit)
+
+
+@pytest.fixture(params=["disk", "memory"])
+def any_cache(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[DiskCache]:
+    opened = DiskCache(tmp_path / "cache") if request.param == "disk" else degraded_cache(tmp_path)
+    assert opened.in_memory == (request.param == "memory")
+    with opened:
+        yield opened
+
+
+# --- keys --------------------------------------------------------------------------------
+
+
+def test_cache_key_is_sha256_of_canonical_json() -> None:
+    expected = hashlib.sha256(b'{"a":1,"b":[1,"\\u00e9"]}').hexdigest()
+    assert cache_key({"b": [1, "é"], "a": 1}) == expected
+
+
+@given(st.dictionaries(st.text(), st.one_of(st.integers(), st.text(), st.none())))
+def test_cache_key_is_independent_of_dict_order(mat: dict[str, object]) -> None:
+    assert cache_key(dict(reversed(list(mat.items())))) == cache_key(mat)
+
+
+def test_cache_key_is_stable_across_processes() -> None:
+    mat = material(options=["-O3", "--use_fast_math"], extra={"z": 1, "a": [2.5, None]})
+    code = "import json,sys; from kerneldsl.cache import cache_key; print(cache_key(json.load(sys.stdin)))"
+    env = {**os.environ, "PYTHONHASHSEED": "12345", "PYTHONPATH": str(REPO)}
+    child = subprocess.run(
+        [sys.executable, "-c", code],
+        input=json.dumps(dict(reversed(list(mat.items())))),
+        capture_output=True, text=True, env=env, cwd=REPO, check=True, timeout=60,
+    )  # fmt: skip
+    assert child.stdout.strip() == cache_key(mat)
+
+
+def test_default_cache_dir_precedence(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("KERNELDSL_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "kerneldsl"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    assert default_cache_dir() == tmp_path / "home" / ".cache" / "kerneldsl"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_cache_dir() == tmp_path / "xdg" / "kerneldsl"
+    monkeypatch.setenv("KERNELDSL_CACHE_DIR", str(tmp_path / "explicit"))
+    assert default_cache_dir() == tmp_path / "explicit"
+
+
+# --- round trip and validation -------------------------------------------------------------
+
+
+def test_roundtrip_and_miss(any_cache: DiskCache) -> None:
+    key, mat = put(any_cache, b"\x7fELF cubin")
+    assert any_cache.get(key, mat) == b"\x7fELF cubin"
+    other = material(arch="sm_90")
+    assert any_cache.get(cache_key(other), other) is None
+
+
+def test_entries_survive_reopening(tmp_path: Path) -> None:
+    with DiskCache(tmp_path / "cache") as first:
+        key, mat = put(first, b"payload" * 10_000)
+    with DiskCache(tmp_path / "cache") as second:
+        assert second.get(key, mat) == b"payload" * 10_000
+
+
+def test_put_rejects_foreign_key_and_non_bytes(cache: DiskCache) -> None:
+    mat = material()
+    with pytest.raises(ValueError, match="cache_key"):
+        cache.put("0" * 64, b"x", mat)
+    with pytest.raises(TypeError, match="bytes"):
+        cache.put(cache_key(mat), bytearray(b"x"), mat)  # type: ignore[arg-type]
+    assert cache.entries() == []
+
+
+def _version(blob: bytes, version: int) -> bytes:
+    return blob[:9] + struct.pack(">H", version) + blob[11:]
+
+
+CORRUPTIONS = {
+    "empty": lambda blob: b"",
+    "truncated-prefix": lambda blob: blob[:5],
+    "truncated-header": lambda blob: blob[:40],
+    "truncated-payload": lambda blob: blob[:-1],
+    "extra-byte": lambda blob: blob + b"\0",
+    "bad-magic": lambda blob: b"X" + blob[1:],
+    "bad-version": lambda blob: _version(blob, CACHE_FORMAT_VERSION + 1),
+    "header-garbage": lambda blob: blob[:20] + b"\xff" + blob[21:],
+    "flipped-payload-byte": lambda blob: blob[:-1] + bytes([blob[-1] ^ 0xFF]),
+    "garbage": lambda blob: b"garbage!" * 50,
+}
+
+
+@pytest.mark.parametrize("size", [100, 64 * 1024], ids=["inline", "file"])
+@pytest.mark.parametrize("corruption", CORRUPTIONS)
+def test_corrupt_entry_is_evicted_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, corruption: str, size: int
+) -> None:
+    path = tmp_path / "cache"
+    with DiskCache(path) as cache:
+        key, mat = put(cache, bytes(range(256)) * (size // 256))
+        with diskcache.Cache(str(path)) as raw:
+            raw.set(key, CORRUPTIONS[corruption](raw.get(key)))
+        caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+        assert cache.get(key, mat) is None
+        assert len(cache_warnings(caplog)) == 1
+        with diskcache.Cache(str(path)) as raw:
+            assert key not in raw
+        cache.put(key, b"recompiled", mat)
+        assert cache.get(key, mat) == b"recompiled"
+
+
+def test_corrupt_value_file_is_evicted(cache: DiskCache, caplog: pytest.LogCaptureFixture) -> None:
+    key, mat = put(cache, b"\xab" * 100_000)
+    assert cache.directory is not None
+    (value_file,) = cache.directory.rglob("*.val")
+    data = bytearray(value_file.read_bytes())
+    data[-10] ^= 1
+    value_file.write_bytes(bytes(data))
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    assert cache.get(key, mat) is None
+    assert len(cache_warnings(caplog)) == 1
+    assert cache.entries() == []
+    assert not value_file.exists()
+
+
+def test_entry_under_another_key_is_evicted(
+    cache: DiskCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    key_a, mat_a = put(cache, b"a")
+    key_b, _ = put(cache, b"b", arch="sm_90")
+    with diskcache.Cache(str(cache.directory)) as raw:
+        raw.set(key_a, raw.get(key_b))
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    assert cache.get(key_a, mat_a) is None
+    assert len(cache_warnings(caplog)) == 1
+    assert [entry.key for entry in cache.entries()] == [key_b]
+
+
+def test_material_mismatch_is_evicted(any_cache: DiskCache, caplog: pytest.LogCaptureFixture) -> None:
+    key, _ = put(any_cache, b"cubin")
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    assert any_cache.get(key, material(options=["-O0"])) is None
+    assert len(cache_warnings(caplog)) == 1
+    assert any_cache.entries() == []
+
+
+def forge(key: str, mat: dict[str, object], payload: bytes, **header: object) -> bytes:
+    """A value laid out as the cache writes it, with header fields overridden."""
+    fields = {
+        "key": key,
+        "material": mat,
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        "payload_size": len(payload),
+        **header,
+    }
+    text = json.dumps({k: v for k, v in fields.items() if v is not None}, sort_keys=True)
+    encoded = text.encode()
+    return b"KDSLCACHE" + struct.pack(">HI", CACHE_FORMAT_VERSION, len(encoded)) + encoded + payload
+
+
+FORGERIES = {
+    "valid": {},
+    "other-key": {"key": "0" * 64},
+    "other-material": {"material": material(arch="sm_90")},
+    "wrong-size": {"payload_size": 6},
+    "wrong-digest": {"payload_sha256": hashlib.sha256(b"other").hexdigest()},
+    "missing-field": {"payload_size": None},
+    "extra-field": {"comment": "hi"},
+}
+
+
+@pytest.mark.parametrize("forgery", FORGERIES)
+def test_forged_header_is_rejected(tmp_path: Path, forgery: str) -> None:
+    path = tmp_path / "cache"
+    with DiskCache(path) as cache:
+        mat = material()
+        key = cache_key(mat)
+        with diskcache.Cache(str(path)) as raw:
+            raw.set(key, forge(key, mat, b"cubin", **FORGERIES[forgery]))
+        assert cache.get(key, mat) == (b"cubin" if forgery == "valid" else None)
+
+
+@pytest.mark.parametrize("value", [42, "text", 2.5], ids=["int", "str", "float"])
+def test_non_bytes_row_is_evicted(tmp_path: Path, value: object) -> None:
+    path = tmp_path / "cache"
+    with DiskCache(path) as cache:
+        mat = material()
+        key = cache_key(mat)
+        with diskcache.Cache(str(path)) as raw:
+            raw.set(key, value)
+        assert cache.get(key, mat) is None
+        with diskcache.Cache(str(path)) as raw:
+            assert key not in raw
+
+
+# --- security ----------------------------------------------------------------------------
+
+
+class Exploit:
+    """Unpickling this runs a shell command."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return os.system, (self.command,)
+
+
+@pytest.mark.parametrize("padding", [0, 40_000], ids=["inline", "file"])
+def test_pickle_row_is_never_unpickled(tmp_path: Path, padding: int) -> None:
+    path, marker = tmp_path / "cache", tmp_path / "pwned"
+    exploit = Exploit(f"touch {marker} #{'x' * padding}")
+    mat = material()
+    key = cache_key(mat)
+    with DiskCache(path) as cache:
+        with diskcache.Cache(str(path)) as raw:
+            raw.set(key, exploit)
+        assert cache.get(key, mat) is None
+        assert not marker.exists()
+        assert cache.entries() == []
+        with diskcache.Cache(str(path)) as raw:
+            assert key not in raw
+            raw.set(key, exploit)
+            raw.get(key)  # control: plain diskcache does run it
+        assert marker.exists()
+
+
+def test_pickled_key_is_never_unpickled(cache: DiskCache, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    key, mat = put(cache, b"cubin")
+    with diskcache.Cache(str(cache.directory)) as raw:
+        raw.set(Exploit(f"touch {marker}"), b"value")
+    assert [entry.key for entry in cache.entries()] == [key]
+    assert cache.explain(mat) == "hit"
+    assert cache.get(key, mat) == b"cubin"
+    assert cache.clear() == 2
+    assert not marker.exists()
+
+
+def test_tampered_file_name_is_neither_read_nor_deleted(
+    cache: DiskCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    key, mat = put(cache, b"\x01" * 100_000)
+    con = sqlite3.connect(str(Path(str(cache.directory)) / "cache.db"))
+    with con:
+        con.execute("UPDATE Cache SET filename = ? WHERE key = ?", (str(victim), key))
+    con.close()
+    opened: list[str] = []
+
+    def spy(file: str, *args: object, **kwargs: object) -> object:
+        opened.append(str(file))
+        return open(file, *args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(diskcache.core, "open", spy, raising=False)
+    assert cache.get(key, mat) is None
+    assert str(victim) not in opened
+    assert victim.read_bytes() == b"precious"
+    assert cache.entries() == []
+
+
+# --- permissions -------------------------------------------------------------------------
+
+
+def test_directory_and_created_parents_are_private(tmp_path: Path) -> None:
+    old_umask = os.umask(0)
+    try:
+        DiskCache(tmp_path / "a" / "b" / "c").close()
+    finally:
+        os.umask(old_umask)
+    for created in ("a", "a/b", "a/b/c"):
+        assert stat.S_IMODE((tmp_path / created).stat().st_mode) == 0o700, created
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o702])
+def test_directory_writable_by_others_is_refused(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "shared"
+    path.mkdir()
+    path.chmod(mode)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UnsafeCacheDirError, match="writable by group or others") as raised:
+            DiskCache(path)
+    assert str(path) in str(raised.value)
+    assert not (path / "cache.db").exists()
+
+
+def test_directory_owned_by_another_user_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "theirs"
+    path.mkdir(mode=0o700)
+    monkeypatch.setattr(os, "getuid", lambda: path.stat().st_uid + 1)
+    with pytest.raises(UnsafeCacheDirError, match="owned by uid") as raised:
+        DiskCache(path)
+    assert str(path) in str(raised.value)
+
+
+# --- degrading ---------------------------------------------------------------------------
+
+
+def _degrades_once(make: object, caplog: pytest.LogCaptureFixture) -> DiskCache:
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        opened = make()  # type: ignore[operator]
+    assert [w.category for w in caught] == [RuntimeWarning]
+    assert len(cache_warnings(caplog)) == 1
+    assert opened.in_memory and opened.directory is None
+    return opened
+
+
+def test_path_beneath_a_file_degrades_to_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_bytes(b"")
+    memory = _degrades_once(lambda: DiskCache(blocker / "cache"), caplog)
+    key, mat = put(memory, b"cubin")
+    assert memory.get(key, mat) == b"cubin"
+    assert [entry.key for entry in memory.entries()] == [key]
+    assert memory.volume() > len(b"cubin")
+    assert memory.clear() == 1
+    assert memory.get(key, mat) is None
+
+
+def test_corrupt_database_degrades_to_memory(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "cache"
+    path.mkdir(mode=0o700)
+    (path / "cache.db").write_bytes(b"this is not a database" * 100)
+    memory = _degrades_once(lambda: DiskCache(path), caplog)
+    key, mat = put(memory, b"cubin")
+    assert memory.get(key, mat) == b"cubin"
+
+
+def test_disk_failure_after_opening_degrades_to_memory(
+    cache: DiskCache, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(diskcache.Cache, "set", broken)
+    monkeypatch.setattr(diskcache.Cache, "get", broken)
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    with pytest.warns(RuntimeWarning, match="disk I/O error"):
+        key, mat = put(cache, b"cubin")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert cache.get(key, mat) == b"cubin"
+        put(cache, b"other", arch="sm_90")
+    assert cache.in_memory
+    assert len(cache_warnings(caplog)) == 1
+
+
+# --- size bound --------------------------------------------------------------------------
+
+
+def test_least_recently_used_entries_are_evicted(tmp_path: Path) -> None:
+    limit, chunk = 1024**2, 300 * 1024
+    for bounded in (DiskCache(tmp_path / "cache", size_limit=limit), degraded_cache(tmp_path, limit)):
+        stored = {name: put(bounded, name.encode() * chunk, kernel=name) for name in "abc"}
+        time.sleep(0.01)
+        assert bounded.get(*stored["a"]) == b"a" * chunk  # a is now more recent than b and c
+        for name in "de":
+            time.sleep(0.01)
+            stored[name] = put(bounded, name.encode() * chunk, kernel=name)
+            assert bounded.volume() <= limit
+        alive = {name for name, (key, mat) in stored.items() if bounded.get(key, mat) is not None}
+        assert alive == {"a", "d", "e"}, bounded
+        bounded.close()
+
+
+# --- concurrency -------------------------------------------------------------------------
+
+WORKER = r"""
+import json, sys
+from kerneldsl.cache import DiskCache, cache_key
+cache = DiskCache(sys.argv[1])
+good = 0
+for _ in range(3):
+    items = []
+    for i in range(20):
+        mat = {"kernel": f"k{i}", "arch": "sm_80"}
+        payload = bytes([i]) * (50_000 if i % 2 else 500)
+        cache.put(cache_key(mat), payload, mat)
+        items.append((cache_key(mat), mat, payload))
+    good += sum(cache.get(key, mat) == payload for key, mat, payload in items)
+print(json.dumps({"good": good, "in_memory": cache.in_memory}))
+"""
+
+
+def test_concurrent_processes_share_one_entry_per_key(tmp_path: Path) -> None:
+    path = tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER, str(path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+        )  # fmt: skip
+        for _ in range(4)
+    ]
+    for worker in workers:
+        out, err = worker.communicate(timeout=120)
+        assert worker.returncode == 0, err
+        assert json.loads(out) == {"good": 60, "in_memory": False}, err
+    with DiskCache(path) as shared:
+        entries = shared.entries()
+    assert sorted(e.material["kernel"] for e in entries) == sorted(f"k{i}" for i in range(20))
+    with diskcache.Cache(str(path)) as raw:
+        assert len(raw) == 20
+
+
+# --- listing and explain -----------------------------------------------------------------
+
+
+def test_entries_volume_and_clear(any_cache: DiskCache) -> None:
+    before = time.time()
+    stored = [put(any_cache, bytes(10 * n), arch=f"sm_{n}") for n in (70, 80, 90)]
+    entries = sorted(any_cache.entries(), key=lambda e: e.size)
+    assert [(e.key, e.material, e.size) for e in entries] == [
+        (key, mat, 10 * n) for (key, mat), n in zip(stored, (70, 80, 90))
+    ]
+    assert all(before - 1 <= e.stored_at <= time.time() + 1 for e in entries)
+    assert any_cache.volume() >= 2400
+    assert any_cache.clear() == 3
+    assert any_cache.entries() == []
+    assert any_cache.get(*stored[0]) is None
+
+
+def test_explain(any_cache: DiskCache) -> None:
+    assert any_cache.explain(material()) == "miss: no entries for kernel 'saxpy'"
+    put(any_cache, b"a")
+    put(any_cache, b"b", arch="sm_90", options=["-O2"], source=SOURCE + "// edited\n")
+    prefix = "miss: nearest entry for kernel 'saxpy' differs in: "
+    assert any_cache.explain(material()) == "hit"
+    assert any_cache.explain(material(arch="sm_86")) == prefix + "arch ('sm_80' -> 'sm_86')"
+    assert any_cache.explain(material(options=["-O2"])) == prefix + "options"
+    assert any_cache.explain(material(arch="sm_90", options=["-O2"])) == prefix + "source"
+    assert any_cache.explain(material(extra=1)) == prefix + "extra (absent -> 1)"
+    assert any_cache.explain(material(kernel="gemm")) == "miss: no entries for kernel 'gemm'"
+
+
+# --- network filesystems -----------------------------------------------------------------
+
+
+def test_mount_type_uses_longest_mount_point() -> None:
+    mounts = (
+        "/dev/sda1 / ext4 rw 0 0\n"
+        "server:/export /home nfs4 rw 0 0\n"
+        "tmpfs /home/me/fast\\040dir tmpfs rw 0 0\n"
+    )
+    assert cache_module._mount_fstype("/home/me/.cache/kerneldsl", mounts) == "nfs4"
+    assert cache_module._mount_fstype("/home/me/fast dir/kerneldsl", mounts) == "tmpfs"
+    assert cache_module._mount_fstype("/homestead", mounts) == "ext4"
+
+
+def test_network_filesystem_is_warned_about_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cache_module, "_filesystem_type", lambda path: "nfs4")
+    with pytest.warns(RuntimeWarning, match="nfs4"):
+        first = DiskCache(tmp_path / "cache")
+    assert not first.in_memory
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DiskCache(tmp_path / "cache").close()
+    first.close()
+
+
+# --- the process-wide cache --------------------------------------------------------------
+
+
+@pytest.fixture
+def no_default_cache() -> Iterator[None]:
+    set_default_cache(None)
+    yield
+    set_default_cache(None)
+
+
+def test_default_cache_follows_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_default_cache: None
+) -> None:
+    monkeypatch.setenv("KERNELDSL_CACHE_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("KERNELDSL_CACHE_SIZE", "123456")
+    default = get_default_cache()
+    assert get_default_cache() is default
+    assert (default.directory, default.size_limit) == (tmp_path / "env", 123456)
+    default.close()
+    replacement = DiskCache(tmp_path / "other")
+    set_default_cache(replacement)
+    assert get_default_cache() is replacement
+    replacement.close()
+
+
+def test_bad_size_in_environment_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_default_cache: None
+) -> None:
+    monkeypatch.setenv("KERNELDSL_CACHE_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("KERNELDSL_CACHE_SIZE", "2GB")
+    with pytest.raises(CacheError, match="KERNELDSL_CACHE_SIZE"):
+        get_default_cache()
