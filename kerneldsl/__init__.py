@@ -4,6 +4,8 @@ The pipeline, one module per stage: signature -> specialize -> codegen -> compil
 -> build -> launch, with ``runtime/`` owning everything that talks to the CUDA driver.
 """
 
+import logging
+
 from . import cache, errors
 from ._version import __version__
 from .dtypes import (
@@ -22,6 +24,9 @@ from .dtypes import (
 )
 from .kernel import Kernel, kernel
 from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
+
+# A library logs but never configures logging: without a handler of the application's, stay quiet.
+logging.getLogger("kerneldsl").addHandler(logging.NullHandler())
 
 __all__ = [
     "Const",

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, cast
 
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
@@ -130,7 +130,11 @@ def _unpack(blob: bytes) -> tuple[dict[str, object], bytes]:
         header = json.loads(blob[_PREFIX.size : header_end])
     except (ValueError, RecursionError):
         raise CacheError("header is not valid JSON") from None
-    if not isinstance(header, dict) or header.keys() != _HEADER_FIELDS:
+    if (
+        not isinstance(header, dict)
+        or header.keys() != _HEADER_FIELDS
+        or not isinstance(header["material"], dict)
+    ):
         raise CacheError("header has the wrong fields")
     payload = blob[header_end:]
     if header["payload_size"] != len(payload):
@@ -170,8 +174,10 @@ def _check_private(path: Path) -> None:
     info = os.stat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise NotADirectoryError(f"{path} is not a directory")
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    if uid is not None and info.st_uid != uid:
+    if os.name != "posix":  # no uid, and mode bits do not describe Windows ACLs
+        return
+    uid = os.getuid()
+    if info.st_uid != uid:
         raise UnsafeCacheDirError(
             f"cache directory {path} is owned by uid {info.st_uid}, not by the current "
             f"user (uid {uid}); use a directory of your own (KERNELDSL_CACHE_DIR)"
@@ -468,13 +474,13 @@ class DiskCache:
                 if blob is None:
                     raise CacheError("row is not plain bytes")
                 header, payload = _unpack(blob)
-                if header["key"] != key:
-                    raise CacheError("header names another key")
+                material = cast("dict[str, object]", header["material"])
+                if header["key"] != key or cache_key(material) != key:
+                    raise CacheError("header does not match the row's key")
             except CacheError as exc:
                 self._evict(key, str(exc))
                 continue
-            material = header["material"]
-            found.append(CacheEntryInfo(key, material, len(payload), stored_at))  # type: ignore[arg-type]
+            found.append(CacheEntryInfo(key, material, len(payload), stored_at))
         return found
 
     def volume(self) -> int:

@@ -206,7 +206,7 @@ def _slots(spec: Specialization) -> list[dict[str, Any]]:
             qualifier = "const " if p.direction == "in" else ""
             restrict = "" if spec.signature.allow_alias else " __restrict__"
             decl = f"{qualifier}{et.ctype}*{restrict} {p.name}"
-            slots.append(_slot(p.name, f"{et.ctype}*", decl, "Q", f"a_{p.name}.ptr", None))
+            slots.append(_slot(p.name, f"{qualifier}{et.ctype}*", decl, "Q", f"a_{p.name}.ptr", None))
         else:
             converter = "to_bfloat16_bits" if et.name == "bfloat16" else None
             value = f"{converter}(a_{p.name})" if converter else f"a_{p.name}"

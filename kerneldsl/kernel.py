@@ -151,7 +151,7 @@ class Kernel:
                 return (None,), None, False
         if session is None:
             session = default_session()
-        parts.append(session.session_id)
+        parts.append(session.id)
         if consts:
             parts.append(tuple(sorted(consts.items())))
         return tuple(parts), session, borrowed

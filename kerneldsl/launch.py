@@ -102,4 +102,4 @@ def call_borrowing(
                 d.copy_to_host(host)
     finally:
         for d, _ in temporaries:
-            d.free()
+            d.close()

@@ -12,7 +12,10 @@ import inspect
 import keyword
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Union
+
+import numpy as np
 
 from . import dtypes
 from .errors import DeclarationError
@@ -244,24 +247,24 @@ class Signature:
     allow_alias: bool = False
     symbols: dict[str, tuple[str, int]] = field(default_factory=dict)  # symbol -> first (param, axis)
 
-    @property
+    @cached_property
     def arrays(self) -> tuple[ArrayParam, ...]:
         return tuple(p for p in self.params if isinstance(p, ArrayParam))
 
-    @property
+    @cached_property
     def scalars(self) -> tuple[ScalarParam, ...]:
         return tuple(p for p in self.params if isinstance(p, ScalarParam))
 
-    @property
+    @cached_property
     def consts(self) -> tuple[ConstParam, ...]:
         return tuple(p for p in self.params if isinstance(p, ConstParam))
 
-    @property
+    @cached_property
     def runtime_params(self) -> tuple[Param, ...]:
         """Parameters passed positionally at call time (arrays and scalars, in order)."""
         return tuple(p for p in self.params if not isinstance(p, ConstParam))
 
-    @property
+    @cached_property
     def dtype_vars(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for p in self.params:
@@ -279,7 +282,7 @@ def parse_signature(
     allow_alias: bool = False,
 ) -> Signature:
     name = func.__name__
-    params = tuple(_parse_param(name, p) for p in inspect.signature(func).parameters.values())
+    params = tuple(_parse_param(name, p) for p in _parameters(func))
     symbols = _collect_symbols(name, params)
     _check_names(name, params, symbols)
     consts = {p.name for p in params if isinstance(p, ConstParam)}
@@ -310,6 +313,14 @@ def parse_signature(
     )
 
 
+def _parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
+    """The function's parameters with annotations evaluated (``from __future__ import annotations``)."""
+    try:
+        return list(inspect.signature(func, eval_str=True).parameters.values())
+    except Exception:  # a name only the enclosing function knows: report it per parameter below
+        return list(inspect.signature(func).parameters.values())
+
+
 def _launch_dims(kernel: str, what: str, value: Dim | tuple[Dim, ...]) -> tuple[Expr, ...]:
     dims = value if isinstance(value, tuple) else (value,)
     if not 1 <= len(dims) <= 3:
@@ -334,6 +345,11 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
         raise DeclarationError(kernel, p.name, f"{ann.__name__} needs its type: {ann.__name__}[...]")
     if ann is inspect.Parameter.empty:
         raise DeclarationError(kernel, p.name, "has no annotation; use kd.In/Out/InOut/Scalar/Const")
+    if isinstance(ann, str):
+        raise DeclarationError(
+            kernel, p.name, f"annotation {ann!r} is a string that cannot be evaluated in the function's module "
+            "(with 'from __future__ import annotations', declare kernels with module-level names only)"
+        )
     raise DeclarationError(kernel, p.name, f"annotation {ann!r} is not kd.In/Out/InOut/Scalar/Const")
 
 
@@ -344,11 +360,21 @@ def _dtype_spelling(kernel: str, param: str, spec: Any) -> str:
     if isinstance(spec, str) and not dtypes.is_dtype_name(spec):
         if not _IDENTIFIER.match(spec):
             raise DeclarationError(kernel, param, f"dtype variable {spec!r} is not an identifier")
+        if _looks_like_type_name(spec):  # "float128", "complex64", "half": a type, not a variable
+            raise DeclarationError(kernel, param, dtypes._unknown(spec))
         return spec
     try:
         return dtypes.element_type(spec).name
     except KeyError as exc:
         raise DeclarationError(kernel, param, str(exc.args[0])) from None
+
+
+_TYPE_LIKE = re.compile(r"^(u?int|float|bfloat|complex)\d+_?$")
+
+
+def _looks_like_type_name(name: str) -> bool:
+    """A numpy type name (``half``, ``complex64``) or a sized type spelling: never a dtype variable."""
+    return bool(_TYPE_LIKE.match(name)) or (len(name) > 1 and name in np.sctypeDict)
 
 
 def _shape(kernel: str, param: str, shape: Any) -> tuple[int | str, ...]:
@@ -371,8 +397,11 @@ def _const_param(kernel: str, p: inspect.Parameter, ann: ConstAnnotation) -> Con
     if ann.type not in CONST_TYPES:
         raise DeclarationError(kernel, p.name, f"constant type must be int, float or bool, not {ann.type!r}")
     default = ann.default if p.default is inspect.Parameter.empty else p.default
-    if default is not _NO_DEFAULT and not isinstance(default, ann.type):
-        if not (ann.type is float and isinstance(default, int) and not isinstance(default, bool)):
+    if default is not _NO_DEFAULT:
+        # the rules binding applies to a passed value (bool is no int, an int is a float)
+        value = default.item() if isinstance(default, np.generic) else default
+        ok = type(value) is ann.type or (ann.type is float and type(value) is int)
+        if not ok:
             raise DeclarationError(kernel, p.name, f"default {default!r} is not of type {ann.type.__name__}")
     return ConstParam(p.name, ann.type, default)
 

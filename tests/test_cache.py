@@ -223,7 +223,7 @@ def test_material_mismatch_is_evicted(any_cache: DiskCache, caplog: pytest.LogCa
     assert any_cache.entries() == []
 
 
-def forge(key: str, mat: dict[str, object], payload: bytes, **header: object) -> bytes:
+def forge(key: str, mat: dict[str, object], payload: bytes, /, **header: object) -> bytes:
     """A value laid out as the cache writes it, with header fields overridden."""
     fields = {
         "key": key,
@@ -245,6 +245,7 @@ FORGERIES = {
     "wrong-digest": {"payload_sha256": hashlib.sha256(b"other").hexdigest()},
     "missing-field": {"payload_size": None},
     "extra-field": {"comment": "hi"},
+    "material-not-a-dict": {"material": ["saxpy"]},
 }
 
 
@@ -254,9 +255,12 @@ def test_forged_header_is_rejected(tmp_path: Path, forgery: str) -> None:
     with DiskCache(path) as cache:
         mat = material()
         key = cache_key(mat)
+        forged = forge(key, mat, b"cubin", **FORGERIES[forgery])
         with diskcache.Cache(str(path)) as raw:
-            raw.set(key, forge(key, mat, b"cubin", **FORGERIES[forgery]))
-        assert cache.get(key, mat) == (b"cubin" if forgery == "valid" else None)
+            raw.set(key, forged)
+            assert [e.key for e in cache.entries()] == ([key] if forgery == "valid" else [])
+            raw.set(key, forged)
+            assert cache.get(key, mat) == (b"cubin" if forgery == "valid" else None)
 
 
 @pytest.mark.parametrize("value", [42, "text", 2.5], ids=["int", "str", "float"])
@@ -337,6 +341,16 @@ def test_tampered_file_name_is_neither_read_nor_deleted(
     assert str(victim) not in opened
     assert victim.read_bytes() == b"precious"
     assert cache.entries() == []
+
+
+def test_disk_layer_refuses_pickled_keys_when_iterating(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    with diskcache.Cache(str(tmp_path / "cache")) as raw:
+        raw.set(Exploit(f"touch {marker}"), b"value")
+    with diskcache.Cache(str(tmp_path / "cache"), disk=cache_module._BytesOnlyDisk) as guarded:
+        with pytest.raises(CacheError, match="not plain text"):
+            list(guarded)
+    assert not marker.exists()
 
 
 # --- permissions -------------------------------------------------------------------------
@@ -455,8 +469,11 @@ def test_least_recently_used_entries_are_evicted(tmp_path: Path) -> None:
 # --- concurrency -------------------------------------------------------------------------
 
 WORKER = r"""
-import json, sys
+import json, os, sys, time
 from kerneldsl.cache import DiskCache, cache_key
+print("ready", flush=True)
+while not os.path.exists(sys.argv[2]):  # start together, for contention
+    time.sleep(0.001)
 cache = DiskCache(sys.argv[1])
 good = 0
 for _ in range(3):
@@ -472,19 +489,27 @@ print(json.dumps({"good": good, "in_memory": cache.in_memory}))
 
 
 def test_concurrent_processes_share_one_entry_per_key(tmp_path: Path) -> None:
-    path = tmp_path / "cache"
+    path, go = tmp_path / "cache", tmp_path / "go"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(path)],
+            [sys.executable, "-c", WORKER, str(path), str(go)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
         )  # fmt: skip
         for _ in range(4)
     ]
-    for worker in workers:
-        out, err = worker.communicate(timeout=120)
-        assert worker.returncode == 0, err
-        assert json.loads(out) == {"good": 60, "in_memory": False}, err
+    try:
+        assert [worker.stdout.readline() for worker in workers] == ["ready\n"] * 4  # type: ignore[union-attr]
+        go.touch()
+        for worker in workers:
+            out, err = worker.communicate(timeout=120)
+            assert worker.returncode == 0, err
+            assert json.loads(out) == {"good": 60, "in_memory": False}, err
+            assert "evicted" not in err
+    finally:
+        for worker in workers:
+            worker.kill()
+            worker.wait()
     with DiskCache(path) as shared:
         entries = shared.entries()
     assert sorted(e.material["kernel"] for e in entries) == sorted(f"k{i}" for i in range(20))

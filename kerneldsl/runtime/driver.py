@@ -57,6 +57,14 @@ _init_lock = threading.Lock()
 _init_pid: int | None = None
 
 
+def _renew_lock_in_child() -> None:
+    global _init_lock
+    _init_lock = threading.Lock()  # a parent thread may have held it at fork time
+
+
+os.register_at_fork(after_in_child=_renew_lock_in_child)
+
+
 def api() -> Any:
     """The driver module in use (``cuda.bindings.driver`` unless a test swapped it)."""
     global _driver

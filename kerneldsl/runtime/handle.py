@@ -58,7 +58,7 @@ class Handle:
         if not session._ok:
             session._raise_unusable()
         if self._closed:
-            raise ClosedError(f"{type(self).__name__} was closed (session {session.id}, device {self.device})")
+            raise ClosedError(f"{type(self).__name__} was closed (session {session.session_id}, device {self.device})")
 
     @property
     def closed(self) -> bool:
@@ -82,7 +82,7 @@ def check_same_session(*handles: Handle) -> Session:
     for h in handles[1:]:
         if h.session is not session:
             raise WrongSessionError(
-                f"{type(handles[0]).__name__} belongs to session {session.id} (device {session.device}) "
-                f"but {type(h).__name__} belongs to session {h.session.id} (device {h.session.device})"
+                f"{type(handles[0]).__name__} belongs to session {session.session_id} (device {session.device}) "
+                f"but {type(h).__name__} belongs to session {h.session.session_id} (device {h.session.device})"
             )
     return session

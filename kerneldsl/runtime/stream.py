@@ -75,6 +75,7 @@ class Stream(Handle):
         with session.activated():
             raw = check("cuStreamCreate", session._d.cuStreamCreate(CU_STREAM_NON_BLOCKING))
             self._own(raw)
+        session._streams.add(self)
         self._cu = raw
         self.handle = int(raw)
 
@@ -86,7 +87,7 @@ class Stream(Handle):
     def synchronize(self, timeout: float | None = None) -> bool:
         """Wait (interruptibly) for all work queued so far; False if ``timeout`` ran out."""
         self._check()
-        return self.session._wait_streams([self], timeout)
+        return self.session._wait_streams([self], timeout, session_wide=False)
 
     def wait(self, event: Event) -> None:
         """Make later work on this stream wait until ``event`` completes (no host block)."""
@@ -103,7 +104,7 @@ class Stream(Handle):
         super().close()
 
     def __repr__(self) -> str:
-        return f"<Stream 0x{self.handle:x} session={self.session.id} device={self.device}>"
+        return f"<Stream 0x{self.handle:x} session={self.session.session_id} device={self.device}>"
 
 
 class Event(Handle):
@@ -162,4 +163,4 @@ class Event(Handle):
             return float(check("cuEventElapsedTime", session._d.cuEventElapsedTime(start._cu, end._cu)))
 
     def __repr__(self) -> str:
-        return f"<Event session={self.session.id} device={self.device} timing={self.timing}>"
+        return f"<Event session={self.session.session_id} device={self.device} timing={self.timing}>"

@@ -1,0 +1,36 @@
+"""Benchmarks of kerneldsl's own costs, run by ``kerneldsl bench NAME``.
+
+``BENCHMARKS`` is the registry the CLI builds its ``bench`` subcommands from: a new benchmark
+is one entry here, with its options and an entry point taking the parsed arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Callable
+
+from . import compile_bench, runtime_bench
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One ``kerneldsl bench`` subcommand."""
+
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]  # returns the exit code
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "compile": Benchmark(
+        "cold NVRTC compile vs disk-cache hit in a fresh process vs in-process lookup",
+        compile_bench.add_arguments,
+        compile_bench.run,
+    ),
+    "runtime": Benchmark(
+        "GPU: launch cost, graph replay, transfers, numpy end to end, side by side with CuPy and cuda.core",
+        runtime_bench.add_arguments,
+        runtime_bench.run,
+    ),
+}

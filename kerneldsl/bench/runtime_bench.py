@@ -1,0 +1,332 @@
+"""The persistent runtime, measured side by side with its rivals in one process (GPU required).
+
+- launch: host cost of enqueueing a 3-argument kernel while the stream is held by a spinning
+  kernel (so the queue never drains), median per launch, against raw ``cuLaunchKernel`` with
+  pre-packed parameters, cuda.core ``launch()`` and CuPy ``RawKernel``.
+- graph: replay of 100 captured small kernels, GPU time per kernel, against CuPy's graph of the
+  same kernel and against eager launches.
+- transfer: H2D and D2H bandwidth, pageable and pinned, against CuPy on the same sizes.
+- e2e: saxpy through the numpy borrowing path (copy in, launch, copy back) vs CuPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import struct
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import kerneldsl as kd
+
+SPIN_SOURCE = r"""
+extern "C" __global__ void kd_bench_spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];
+    """
+
+
+@kd.kernel(grid=1, block=1)
+def spin(cycles: kd.Scalar[kd.int64]):
+    return """
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+    """
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--launches", type=int, default=500, help="launches enqueued per repetition")
+    parser.add_argument("--reps", type=int, default=30, help="repetitions (median reported)")
+    parser.add_argument("--transfer-mib", type=int, default=256, help="transfer size in MiB")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def _median(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+def _held_enqueue_cost(hold: Callable[[], None], enqueue: Callable[[], None], sync: Callable[[], None],
+                       launches: int, reps: int) -> float:
+    """Median seconds per enqueue while the stream is busy with a spin kernel."""
+    samples = []
+    for _ in range(reps):
+        hold()
+        start = time.perf_counter()
+        for _ in range(launches):
+            enqueue()
+        samples.append((time.perf_counter() - start) / launches)
+        sync()
+    return _median(samples)
+
+
+def bench_launch(args: argparse.Namespace) -> dict[str, float]:
+    import cupy as cp
+    from cuda.bindings import driver as cu
+    from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
+
+    s = kd.default_session()
+    n = 1024
+    dy, dx = s.to_device(np.ones(n, np.float32)), s.to_device(np.ones(n, np.float32))
+    alpha = np.float32(1e-3)
+    spin_cycles = 4_000_000 + 40_000 * args.launches  # about 20 µs of GPU time per launch enqueued
+    saxpy(dy, dx, alpha)
+    s.synchronize()
+    results: dict[str, float] = {}
+
+    def hold_kd() -> None:
+        spin(spin_cycles)
+
+    results["kerneldsl"] = _held_enqueue_cost(hold_kd, lambda: saxpy(dy, dx, alpha), s.synchronize,
+                                              args.launches, args.reps)
+
+    build = saxpy.inspect(dy, dx, alpha)
+    bound = next(b for b in saxpy._bound.values() if b.build is build)
+    buffer = (ctypes.c_char * 32)()
+    struct.pack_into("<QQf4xi4x", buffer, 0, dy.ptr, dx.ptr, float(alpha), n)
+    pointers = (ctypes.c_void_p * 4)(*[ctypes.addressof(buffer) + 8 * i for i in range(4)])
+    params = ctypes.addressof(pointers)
+    fn, stream_cu = bound.function, s.stream._cu
+    grid = (n + 255) // 256
+
+    def raw() -> None:
+        cu.cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, stream_cu, params, 0)
+
+    with s.activated():
+        results["raw cuLaunchKernel"] = _held_enqueue_cost(hold_kd, raw, lambda: None, args.launches, args.reps)
+    s.synchronize()
+
+    dev = Device(s.device)
+    dev.set_current()
+    arch = build.arch.replace("sm_", "")
+    prog = Program(build.cuda_source + SPIN_SOURCE, code_type="c++", options=ProgramOptions(arch=f"sm_{arch}"))
+    module = prog.compile("cubin")
+    core_saxpy, core_spin = module.get_kernel(build.generated.entry), module.get_kernel("kd_bench_spin")
+    core_stream = dev.create_stream()
+    config, one = LaunchConfig(grid=grid, block=256), LaunchConfig(grid=1, block=1)
+    y_arg, x_arg, n_arg = ctypes.c_void_p(dy.ptr), ctypes.c_void_p(dx.ptr), np.int32(n)
+    results["cuda.core launch"] = _held_enqueue_cost(
+        lambda: launch(core_stream, one, core_spin, np.int64(spin_cycles)),
+        lambda: launch(core_stream, config, core_saxpy, y_arg, x_arg, alpha, n_arg),
+        core_stream.sync, args.launches, args.reps)
+
+    cp_stream = cp.cuda.Stream(non_blocking=True)
+    raw_module = cp.RawModule(code=build.cuda_source + SPIN_SOURCE, options=("-std=c++17",))
+    cp_saxpy, cp_spin = raw_module.get_function(build.generated.entry), raw_module.get_function("kd_bench_spin")
+    cy, cx = cp.ones(n, cp.float32), cp.ones(n, cp.float32)
+    with cp_stream:
+        results["CuPy RawKernel"] = _held_enqueue_cost(
+            lambda: cp_spin((1,), (1,), (np.int64(spin_cycles),)),
+            lambda: cp_saxpy((grid,), (256,), (cy, cx, alpha, np.int32(n))),
+            cp_stream.synchronize, args.launches, args.reps)
+    return {k: v * 1e6 for k, v in results.items()}  # µs per launch
+
+
+def bench_graph(args: argparse.Namespace) -> dict[str, float]:
+    import cupy as cp
+
+    s = kd.default_session()
+    n, kernels = 1024, 100
+    dy, dx = s.to_device(np.zeros(n, np.float32)), s.to_device(np.ones(n, np.float32))
+    alpha = np.float32(1.0)
+    saxpy(dy, dx, alpha)
+    with s.capture() as graph:
+        for _ in range(kernels):
+            saxpy(dy, dx, alpha)
+    start, end = s.create_event(), s.create_event()
+
+    def timed(run: Callable[[], None], record_start: Callable[[], None], record_end: Callable[[], float]) -> float:
+        samples = []
+        for _ in range(args.reps):
+            record_start()
+            run()
+            samples.append(record_end())
+        return _median(samples) / kernels * 1e3  # µs per kernel
+
+    def kd_start() -> None:
+        start.record()
+
+    def kd_end() -> float:
+        end.record()
+        end.synchronize()
+        return end.elapsed_since(start)
+
+    graph.replay()
+    s.synchronize()
+    results = {"kerneldsl graph replay": timed(graph.replay, kd_start, kd_end)}
+
+    def eager() -> None:
+        for _ in range(kernels):
+            saxpy(dy, dx, alpha)
+
+    results["kerneldsl eager"] = timed(eager, kd_start, kd_end)
+    host = dy.to_host()
+    expected = np.float32(1 + kernels + 2 * kernels * args.reps)  # warm call, warm replay, timed replays, eager
+    results["check"] = float(np.abs(host - expected).max() > 0)
+
+    cp_stream = cp.cuda.Stream(non_blocking=True)
+    build = saxpy.inspect(dy, dx, alpha)
+    cp_saxpy = cp.RawModule(code=build.cuda_source, options=("-std=c++17",)).get_function(build.generated.entry)
+    cy, cx = cp.zeros(n, cp.float32), cp.ones(n, cp.float32)
+    grid = ((n + 255) // 256,)
+    with cp_stream:
+        cp_saxpy(grid, (256,), (cy, cx, alpha, np.int32(n)))
+        cp_stream.begin_capture()
+        for _ in range(kernels):
+            cp_saxpy(grid, (256,), (cy, cx, alpha, np.int32(n)))
+        cp_graph = cp_stream.end_capture()
+        cp_graph.launch(cp_stream)
+        cp_stream.synchronize()
+        cstart, cend = cp.cuda.Event(), cp.cuda.Event()
+
+        def cp_start() -> None:
+            cstart.record(cp_stream)
+
+        def cp_end() -> float:
+            cend.record(cp_stream)
+            cend.synchronize()
+            return cp.cuda.get_elapsed_time(cstart, cend)
+
+        results["CuPy graph replay"] = timed(lambda: cp_graph.launch(cp_stream), cp_start, cp_end)
+    return results
+
+
+def _bandwidth(nbytes: int, run: Callable[[], None], reps: int) -> float:
+    run()
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()
+        samples.append(time.perf_counter() - start)
+    return nbytes / _median(samples) / 1e9
+
+
+def bench_transfer(args: argparse.Namespace) -> dict[str, float]:
+    import cupy as cp
+    import cupyx
+
+    s = kd.default_session()
+    count = args.transfer_mib * (1 << 20) // 4
+    nbytes = count * 4
+    reps = max(5, args.reps // 3)
+    host = np.random.default_rng().standard_normal(count, dtype=np.float32)
+    back = np.empty_like(host)
+    dev = s.empty(count, np.float32)
+    pinned = s.pinned_empty(count, np.float32)
+    pinned.array[...] = host
+    results = {
+        "kerneldsl H2D pageable": _bandwidth(nbytes, lambda: dev.copy_from_host(host), reps),
+        "kerneldsl D2H pageable": _bandwidth(nbytes, lambda: dev.copy_to_host(back), reps),
+    }
+
+    def h2d_pinned() -> None:
+        dev.copy_from_host_async(pinned)
+        s.stream.synchronize()
+
+    def d2h_pinned() -> None:
+        dev.copy_to_host_async(pinned)
+        s.stream.synchronize()
+
+    results["kerneldsl H2D pinned"] = _bandwidth(nbytes, h2d_pinned, reps)
+    results["kerneldsl D2H pinned"] = _bandwidth(nbytes, d2h_pinned, reps)
+    assert np.array_equal(pinned.array, host)
+    assert np.array_equal(back, host)
+
+    cdev = cp.empty(count, cp.float32)
+    cpinned = cupyx.empty_pinned(count, np.float32)
+    cpinned[...] = host
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def cp_h2d_pinned() -> None:
+        cdev.set(cpinned, stream=stream)
+        stream.synchronize()
+
+    def cp_d2h_pinned() -> None:
+        cdev.get(stream=stream, out=cpinned)
+        stream.synchronize()
+
+    results["CuPy H2D pageable"] = _bandwidth(nbytes, lambda: cdev.set(host), reps)
+    results["CuPy D2H pageable"] = _bandwidth(nbytes, lambda: cdev.get(out=back), reps)
+    results["CuPy H2D pinned"] = _bandwidth(nbytes, cp_h2d_pinned, reps)
+    results["CuPy D2H pinned"] = _bandwidth(nbytes, cp_d2h_pinned, reps)
+    return results
+
+
+def bench_e2e(args: argparse.Namespace) -> dict[str, float]:
+    import cupy as cp
+
+    n = 1 << 24
+    rng = np.random.default_rng()
+    x = rng.standard_normal(n, dtype=np.float32)
+    y = rng.standard_normal(n, dtype=np.float32)
+    alpha = np.float32(2.0)
+    expected = alpha * x + y
+    out = y.copy()
+    saxpy(out, x, alpha)
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    reps = max(5, args.reps // 3)
+
+    def kd_run() -> None:
+        out[...] = y
+        saxpy(out, x, alpha)
+
+    build = saxpy.inspect(out, x, alpha)
+    cp_saxpy = cp.RawModule(code=build.cuda_source, options=("-std=c++17",)).get_function(build.generated.entry)
+
+    def cp_run() -> None:
+        out[...] = y
+        cy, cx = cp.asarray(out), cp.asarray(x)
+        cp_saxpy(((n + 255) // 256,), (256,), (cy, cx, alpha, np.int32(n)))
+        cy.get(out=out)
+
+    def timed(run: Callable[[], None]) -> float:
+        run()
+        samples = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            run()
+            samples.append(time.perf_counter() - start)
+        return _median(samples) * 1e3
+
+    results = {"kerneldsl numpy path (ms)": timed(kd_run), "CuPy asarray+kernel+get (ms)": timed(cp_run)}
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    return results
+
+
+def run(args: argparse.Namespace) -> int:
+    report: dict[str, Any] = {
+        "launch (µs per launch)": bench_launch(args),
+        "graph (µs per kernel)": bench_graph(args),
+        "transfer (GB/s)": bench_transfer(args),
+        "e2e saxpy 2^24 float32": bench_e2e(args),
+    }
+    launch = report["launch (µs per launch)"]
+    report["ratios"] = {
+        "kerneldsl / raw launch": launch["kerneldsl"] / launch["raw cuLaunchKernel"],
+        "kerneldsl graph / CuPy graph": report["graph (µs per kernel)"]["kerneldsl graph replay"]
+        / report["graph (µs per kernel)"]["CuPy graph replay"],
+        "pinned H2D kerneldsl / CuPy": report["transfer (GB/s)"]["kerneldsl H2D pinned"]
+        / report["transfer (GB/s)"]["CuPy H2D pinned"],
+        "pinned D2H kerneldsl / CuPy": report["transfer (GB/s)"]["kerneldsl D2H pinned"]
+        / report["transfer (GB/s)"]["CuPy D2H pinned"],
+    }
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for section, rows in report.items():
+            print(section)
+            for name, value in rows.items():
+                print(f"  {name:40s} {value:10.3f}")
+    return 0

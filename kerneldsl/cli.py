@@ -1,0 +1,376 @@
+"""The ``kerneldsl`` command: inspect the installation and the cache, compile ahead of time, benchmark.
+
+Each subcommand is a function from parsed arguments to an exit code: 0 ok, 1 failure, 2 usage
+(argparse's own). A kerneldsl error is one ``kerneldsl: error: ...`` line, never a traceback:
+it is the user's setup, not a bug, that the message has to explain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+from . import __version__
+from .bench import BENCHMARKS
+from .build import fingerprint
+from .cache import default_cache_dir, get_default_cache
+from .compile import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
+from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
+from .kernel import Kernel
+from .runtime import driver
+from .target import ARCH_ENV, device_arch, resolve_arch
+
+_PACKAGES = ("cuda-bindings", "cuda-core", "numpy")
+_NO_DRIVER = (
+    f"no CUDA driver found: kernels can be compiled (set {ARCH_ENV} or pass --arch) but not launched"
+)
+
+# --- info ------------------------------------------------------------------------------------
+
+
+def collect_info() -> dict[str, Any]:
+    """Everything ``kerneldsl info`` reports, as plain data (the ``--json`` output)."""
+    return {
+        "kerneldsl": {"version": __version__, "fingerprint": fingerprint()},
+        "nvrtc": ".".join(map(str, nvrtc_version())),
+        "packages": {name: _package_version(name) for name in _PACKAGES},
+        "supported_archs": [f"sm_{a}" for a in supported_archs()],
+        "driver": _driver_info(),
+        "cache": _cache_info(),
+    }
+
+
+def _package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _driver_info() -> dict[str, Any]:
+    """Driver version and devices; ``problem`` says in words why nothing can be launched."""
+    info: dict[str, Any] = {"available": False, "version": None, "devices": [], "problem": None}
+    try:
+        count = driver.device_count()
+        info["version"] = ".".join(map(str, driver.driver_version()))
+    except DriverNotFoundError:
+        info["problem"] = _NO_DRIVER
+        return info
+    except KernelDSLError as exc:
+        info["problem"] = f"the CUDA driver cannot be used ({exc}): kernels can be compiled but not launched"
+        return info
+    if count == 0:
+        info["problem"] = "the CUDA driver sees no device: kernels can be compiled but not launched"
+        return info
+    info["available"] = True
+    info["devices"] = [_device_info(i) for i in range(count)]
+    return info
+
+
+def _device_info(ordinal: int) -> dict[str, Any]:
+    major, minor = driver.compute_capability(ordinal)
+    try:
+        arch: str | None = device_arch(ordinal)
+    except KernelDSLError:  # an NVRTC too old or too new for this device
+        arch = None
+    return {"ordinal": ordinal, "name": driver.device_name(ordinal), "compute_capability": f"{major}.{minor}", "arch": arch}
+
+
+def _cache_info() -> dict[str, Any]:
+    info: dict[str, Any] = {"configured": str(default_cache_dir())}
+    try:
+        store = get_default_cache()
+        entries = store.entries()
+        info.update(
+            directory=None if store.in_memory else str(store.directory),
+            in_memory=store.in_memory,
+            entries=len(entries),
+            bytes=store.volume(),
+        )
+    except CacheError as exc:  # info reports a broken setup instead of failing on it
+        info["error"] = str(exc)
+    return info
+
+
+def format_info(info: dict[str, Any]) -> str:
+    rows = [
+        ("kerneldsl", f"{info['kerneldsl']['version']} (fingerprint {info['kerneldsl']['fingerprint']})"),
+        ("NVRTC", info["nvrtc"]),
+        *((name, version or "not installed") for name, version in info["packages"].items()),
+        ("archs", " ".join(info["supported_archs"])),
+        *_driver_rows(info["driver"]),
+        ("cache", _cache_line(info["cache"])),
+    ]
+    return "\n".join(f"{label:<14} {value}" for label, value in rows)
+
+
+def _driver_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
+    if not d["available"]:
+        return [("driver", d["problem"] if d["version"] is None else f"CUDA {d['version']}; {d['problem']}")]
+    rows = [("driver", f"CUDA {d['version']}, {len(d['devices'])} device(s)")]
+    for dev in d["devices"]:
+        target = f"compiles for {dev['arch']}" if dev["arch"] else "no NVRTC arch can target it"
+        rows.append((f"device {dev['ordinal']}", f"{dev['name']}, compute capability {dev['compute_capability']}, {target}"))
+    return rows
+
+
+def _cache_line(c: dict[str, Any]) -> str:
+    if "error" in c:
+        return f"{c['configured']}: unusable: {c['error']}"
+    where = f"in memory only ({c['configured']} is unusable)" if c["in_memory"] else c["directory"]
+    return f"{where}: {c['entries']} entries, {_size(c['bytes'])}"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    info = collect_info()
+    print(json.dumps(info, indent=2) if args.json else format_info(info))
+    return 0
+
+
+# --- cache -----------------------------------------------------------------------------------
+
+
+def cmd_cache_info(args: argparse.Namespace) -> int:
+    info = _cache_info()
+    if "error" in info:
+        raise CacheError(info["error"])
+    print(json.dumps(info, indent=2) if args.json else _cache_line(info))
+    return 0
+
+
+def cmd_cache_list(args: argparse.Namespace) -> int:
+    store = get_default_cache()
+    entries = sorted(store.entries(), key=lambda e: e.stored_at)
+    rows = [
+        {
+            "kernel": e.material.get("kernel"),
+            "arch": e.material.get("arch"),
+            "output": e.material.get("output"),
+            "size": e.size,
+            "key": e.key,
+            "stored_at": e.stored_at,
+            "parameters": _parameters(e.material),
+        }
+        for e in entries
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    elif not rows:
+        print(f"the cache is empty ({store.directory or 'in memory'})")
+    else:
+        print(_table(
+            ("KERNEL", "ARCH", "OUTPUT", "SIZE", "KEY", "STORED", "PARAMETERS"),
+            [(r["kernel"], r["arch"], r["output"], _size(r["size"]), r["key"][:12], _stamp(r["stored_at"]), r["parameters"])
+             for r in rows],
+        ))
+    return 0
+
+
+def _parameters(material: dict[str, Any]) -> str:
+    """The kernel's C parameter list from the ABI in the key material: it tells specializations apart."""
+    slots = [s for s in material.get("abi", ()) if isinstance(s, list) and len(s) == 2]
+    return ", ".join(f"{ctype} {name}" for name, ctype in slots)
+
+
+def cmd_cache_clear(args: argparse.Namespace) -> int:
+    store = get_default_cache()
+    removed = store.clear()
+    print(f"removed {removed} entries from {store.directory or 'the in-memory cache'}")
+    return 0
+
+
+# --- compile ---------------------------------------------------------------------------------
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    """Every declared precompile binding of every module-level kernel, for every arch, into the cache.
+
+    Builds one ``Kernel.compile`` call at a time (what ``Kernel.precompiled`` does) so that each
+    line can say how long its build took and honour ``--output``.
+    """
+    archs = _archs(args.arch)
+    module = import_target(args.target)
+    kernels = module_kernels(module)
+    if not kernels:
+        raise KernelDSLError(f"{args.target} defines no kerneldsl kernels at module level")
+    rows, skipped = [], []
+    for name, k in kernels:
+        reason = skip_reason(k)
+        if reason:
+            skipped.append(f"{name}: skipped: {reason}")
+            continue
+        for arch in archs:
+            for bindings in k.precompile or ({},):
+                rows.append(_compile_one(name, k, arch, args.output, bindings))
+    if rows:
+        print(_table(("KERNEL", "BINDINGS", "ARCH", "OUTPUT", "ORIGIN", "TIME", "REGISTERS"), rows))
+    for line in skipped:
+        print(line)
+    return 0
+
+
+def _compile_one(name: str, k: Kernel, arch: str, output: str, bindings: dict[str, Any]) -> tuple[str, ...]:
+    start = time.perf_counter()
+    b = k.compile(arch=arch, output=output, **bindings)
+    ms = (time.perf_counter() - start) * 1e3
+    regs = "-" if b.registers is None else f"{b.registers} regs"
+    return (name, _bindings(b.specialization), arch, output, b.origin, f"{ms:.1f} ms", regs)
+
+
+def _archs(spelled: str | None) -> list[str]:
+    """``sm_80,sm_90`` checked up front, so a typo fails before anything is compiled."""
+    if spelled is None:
+        try:
+            return [resolve_arch()]
+        except NoDeviceError:
+            raise NoDeviceError(f"no CUDA device to take the target arch from: pass --arch sm_90 (or another) or set {ARCH_ENV}") from None
+    return list(dict.fromkeys(normalize_arch(a) for a in spelled.split(",")))
+
+
+def import_target(target: str) -> ModuleType:
+    """A module by file path (``kernels.py``) or by dotted name importable from the current directory."""
+    path = Path(target)
+    if path.suffix == ".py" or os.sep in target:
+        return _import_file(path)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as exc:
+        if exc.name and f"{target}.".startswith(f"{exc.name}."):  # the target itself, not its imports
+            raise KernelDSLError(f"cannot import {target!r}: {exc} (pass a .py file or a dotted module name)") from None
+        raise
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise KernelDSLError(f"no such file: {path}")
+    path = path.resolve()
+    # A private name: a file called json.py must not replace the json module.
+    spec = importlib.util.spec_from_file_location(f"_kerneldsl_target_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise KernelDSLError(f"cannot import {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    if str(path.parent) not in sys.path:  # as ``python file.py`` would: sibling imports work
+        sys.path.insert(0, str(path.parent))
+    spec.loader.exec_module(module)
+    return module
+
+
+def module_kernels(module: ModuleType) -> list[tuple[str, Kernel]]:
+    seen: set[int] = set()
+    found = []
+    for name, value in vars(module).items():
+        if isinstance(value, Kernel) and id(value) not in seen:
+            seen.add(id(value))
+            found.append((name, value))
+    return found
+
+
+def skip_reason(k: Kernel) -> str | None:
+    """Why a kernel cannot be compiled without call arguments, or None if it can."""
+    sig = k.signature
+    if sig.specialize:
+        return f"specializes shape symbols {', '.join(sig.specialize)}: only a call can fix their extents"
+    if sig.dtype_vars and not k.precompile:
+        return f"dtype variable(s) {', '.join(sig.dtype_vars)} but no precompile=[{{...}}] bindings declared"
+    return None
+
+
+def _bindings(spec: Any) -> str:
+    parts = [f"{var}={name}" for var, name in spec.type_vars]
+    parts += [f"{name}={value!r}" for name, value in spec.consts]
+    return ",".join(parts) or "-"
+
+
+# --- bench -----------------------------------------------------------------------------------
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    return BENCHMARKS[args.benchmark].run(args)
+
+
+# --- formatting ------------------------------------------------------------------------------
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    scaled = float(n)
+    for unit in ("KiB", "MiB", "GiB"):
+        scaled /= 1024
+        if scaled < 1024 or unit == "GiB":
+            break
+    return f"{scaled:.1f} {unit}"
+
+
+def _stamp(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(map(str, header))] + [list(map(str, r)) for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kerneldsl", description="Declarative CUDA kernels: tools.")
+    parser.add_argument("--version", action="version", version=f"kerneldsl {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="machine-readable output")
+
+    _command(commands, "info", cmd_info, "versions, devices, target archs and the cache", parents=[as_json])
+
+    cache = commands.add_parser("cache", help="inspect or empty the disk cache of compiled kernels")
+    actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
+    _command(actions, "info", cmd_cache_info, "location, entry count and size", parents=[as_json])
+    _command(actions, "list", cmd_cache_list, "one line per cached kernel image", parents=[as_json])
+    _command(actions, "clear", cmd_cache_clear, "remove every entry")
+
+    compile_ = _command(commands, "compile", cmd_compile, "compile the declared precompile bindings into the cache")
+    compile_.add_argument("target", metavar="MODULE_OR_FILE", help="dotted module name or path to a .py file")
+    compile_.add_argument("--arch", help=f"comma-separated targets, e.g. sm_80,sm_90 (default: the device's, else ${ARCH_ENV})")
+    compile_.add_argument("--output", choices=OUTPUTS, default="cubin", help="image kind (default: cubin)")
+
+    bench = commands.add_parser("bench", help="measure kerneldsl's own costs on this machine")
+    benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
+    for name, b in BENCHMARKS.items():
+        b.add_arguments(_command(benchmarks, name, cmd_bench, b.help))
+    return parser
+
+
+def _command(
+    group: Any, name: str, handler: Callable[[argparse.Namespace], int], help: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    sub = group.add_parser(name, help=help, description=help, **kwargs)
+    sub.set_defaults(handler=handler)
+    return sub
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except KernelDSLError as exc:
+        print(f"kerneldsl: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""The persistent GPU runtime: sessions and the driver objects they own.
+
+Driver-facing only: nothing here imports the compiler or code generator.
+"""
+
+from .driver import (
+    compute_capability,
+    device_count,
+    device_name,
+    driver_available,
+    driver_version,
+    set_driver,
+    use_driver,
+)
+from .graph import Graph
+from .handle import Handle, check_same_session
+from .interop import DeviceView, as_device_view
+from .memory import DeviceArray, PinnedArray
+from .module import FunctionAttributes, Module
+from .session import Session, default_session, open_sessions
+from .stream import Event, Stream
+
+__all__ = [
+    "DeviceArray",
+    "DeviceView",
+    "Event",
+    "FunctionAttributes",
+    "Graph",
+    "Handle",
+    "Module",
+    "PinnedArray",
+    "Session",
+    "Stream",
+    "as_device_view",
+    "check_same_session",
+    "compute_capability",
+    "default_session",
+    "device_count",
+    "device_name",
+    "driver_available",
+    "driver_version",
+    "open_sessions",
+    "set_driver",
+    "use_driver",
+]

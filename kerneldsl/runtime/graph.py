@@ -1,0 +1,92 @@
+"""CUDA graphs captured from a stream and replayed as one launch.
+
+Capture uses thread-local mode: other threads of the process may keep using CUDA, and this
+thread's own unsafe calls fail loudly instead of corrupting the capture. While a capture is
+open the session does not drain deferred frees (a cuMemFree would invalidate it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from . import driver
+from .driver import check
+from .handle import Handle, check_same_session
+
+if TYPE_CHECKING:
+    from .session import Session
+    from .stream import Stream
+
+
+class Graph(Handle):
+    """An instantiated graph; it keeps alive every object registered while it was captured."""
+
+    kind = "graph"
+    __slots__ = ("_exec", "_keep")
+
+    def __init__(self, session: Session) -> None:
+        super().__init__(session)
+        self._exec: Any = None
+        self._keep: list[Any] = []
+
+    def keep_alive(self, obj: Any) -> None:
+        """Keep ``obj`` (e.g. a buffer a captured kernel uses) alive as long as the graph."""
+        self._keep.append(obj)
+
+    def replay(self, stream: Stream | None = None) -> None:
+        """Launch the whole graph on ``stream`` (default: the session stream)."""
+        self._check()
+        if self._exec is None:
+            raise RuntimeError("the graph is still being captured")
+        session = self.session
+        stream = session.stream if stream is None else stream
+        stream._check()
+        check_same_session(self, stream)
+        with session.activated():
+            err = session._d.cuGraphLaunch(self._exec, stream._cu)[0]
+            if err:
+                raise driver.error("cuGraphLaunch", err, launch=True)
+            session.keep_alive(self, stream)
+
+    def __repr__(self) -> str:
+        return f"<Graph session={self.session.session_id} device={self.device} objects={len(self._keep)}>"
+
+
+@contextlib.contextmanager
+def capture(session: Session, stream: Stream | None = None) -> Iterator[Graph]:
+    """Record the work enqueued on ``stream`` inside the block into a replayable Graph."""
+    stream = session.stream if stream is None else stream
+    stream._check()
+    check_same_session(session.stream, stream)
+    d = session._d
+    graph = Graph(session)
+    mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    with session.activated():
+        check("cuStreamBeginCapture", d.cuStreamBeginCapture(stream._cu, mode))
+        session._captures.append(graph)
+    try:
+        yield graph
+    except BaseException:
+        with session._raw_activation:
+            _end_capture(session, graph)
+            err, raw_graph = d.cuStreamEndCapture(stream._cu)
+            if not err:
+                d.cuGraphDestroy(raw_graph)
+        raise
+    with session.activated():
+        _end_capture(session, graph)
+        raw_graph = check("cuStreamEndCapture", d.cuStreamEndCapture(stream._cu))
+        try:
+            raw_exec = check("cuGraphInstantiate", d.cuGraphInstantiate(raw_graph, 0))
+        except BaseException:
+            d.cuGraphDestroy(raw_graph)
+            raise
+        graph._exec = raw_exec
+        graph._own((raw_exec, raw_graph))
+
+
+def _end_capture(session: Session, graph: Graph) -> None:
+    if graph in session._captures:
+        session._captures.remove(graph)

@@ -1,0 +1,508 @@
+"""The Session: one device's retained primary context and everything allocated in it.
+
+Failure model (see DESIGN.md, "Runtime ownership and failure model"):
+
+- every public operation runs inside ``session.activated()``: it takes the session lock,
+  refuses closed / forked / poisoned sessions, pushes the context and pops it afterwards, so
+  the caller's thread-local CUDA state is restored and never trusted;
+- finalizers only queue raw handles; the queue drains at the next activation and at close;
+- a sticky error poisons the session: the first one is kept and every later call raises
+  SessionPoisonedError from it; ``close()`` then leaks instead of freeing into a dead context;
+- a forked child never touches the driver through its parent's sessions.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import itertools
+import logging
+import os
+import sys
+import threading
+import weakref
+from typing import Any
+
+import numpy as np
+
+from ..errors import (
+    ClosedError,
+    CudaError,
+    ForkedProcessError,
+    SessionCloseError,
+    SessionPoisonedError,
+    StickyCudaError,
+    WrongSessionError,
+)
+from . import driver, graph, memory, module
+from .driver import check
+from .handle import Handle, check_same_session
+from .stream import Event, Stream, record_sync_event, wait_event
+
+__all__ = ["Handle", "Session", "check_same_session", "default_session"]
+
+log = logging.getLogger(__name__)
+
+OPEN, CLOSING, CLOSED = "open", "closing", "closed"
+
+# Close releases live handles kind by kind in this order (after draining the deferred queue).
+RELEASE_ORDER = ("event", "graph", "mem", "host", "module", "stream")
+
+_EXIT_CLOSE_TIMEOUT_S = 5.0
+
+_ids = itertools.count(1)
+_generation = 0  # bumped in a forked child: handles from before the fork are from generation - 1
+_open: dict[int, Session] = {}  # strong: an open session lives until close() or exit
+_defaults: dict[int, Session] = {}
+_registry_lock = threading.Lock()
+_defaults_lock = threading.Lock()
+
+
+def _release_graph(d: Any, raw: tuple[Any, Any]) -> tuple:
+    result = d.cuGraphExecDestroy(raw[0])
+    return result if result[0] else d.cuGraphDestroy(raw[1])
+
+
+_RELEASERS: dict[str, tuple[str, Any]] = {
+    "mem": ("cuMemFree", lambda d, raw: d.cuMemFree(raw)),
+    "host": ("cuMemFreeHost", lambda d, raw: d.cuMemFreeHost(raw)),
+    "event": ("cuEventDestroy", lambda d, raw: d.cuEventDestroy(raw)),
+    "stream": ("cuStreamDestroy", lambda d, raw: d.cuStreamDestroy(raw)),
+    "module": ("cuModuleUnload", lambda d, raw: d.cuModuleUnload(raw)),
+    "graph": ("cuGraphExecDestroy", _release_graph),
+}
+
+
+class _Activation:
+    """``with``-able, allocation-free: lock, (check), push the context; pop and unlock on exit.
+
+    One instance per session and mode is reused by every call (it holds no per-call state).
+    """
+
+    __slots__ = ("_session", "_checked")
+
+    def __init__(self, session: Session, checked: bool) -> None:
+        self._session = session
+        self._checked = checked
+
+    def __enter__(self) -> Session:
+        s = self._session
+        s._lock.acquire()
+        try:
+            if self._checked and not s._ok:
+                s._raise_unusable()
+            err = s._d.cuCtxPushCurrent(s._ctx)[0]
+            if err:
+                raise driver.error("cuCtxPushCurrent", err)
+        except BaseException:
+            s._lock.release()
+            raise
+        if self._checked and s._deferred:
+            try:
+                s._drain_deferred()
+            except BaseException:
+                self.__exit__(*sys.exc_info())
+                raise
+        return s
+
+    def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
+        s = self._session
+        try:
+            s._d.cuCtxPopCurrent()
+        finally:
+            s._lock.release()
+        if typ is not None and issubclass(typ, StickyCudaError):
+            s._poison_with(exc)
+
+
+class Session:
+    """Owns device ``device``'s primary context, a default stream, and every object made here.
+
+    Use as a context manager, or call ``close()``; open sessions are closed at exit.
+    """
+
+    def __init__(self, device: int = 0) -> None:
+        d = driver.ensure_init()
+        self._d = d
+        self.device = device
+        self.pid = os.getpid()
+        self.generation = _generation
+        self.session_id = next(_ids)
+        self._lock = threading.RLock()
+        self._deferred: collections.deque[tuple[str, Any]] = collections.deque()
+        self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
+        self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        self._modules: list[module.Module] = []
+        self._inflight: list[tuple[int, Stream | None, Any]] = []
+        self._seq = itertools.count()
+        self._captures: list[graph.Graph] = []
+        self._poison: StickyCudaError | None = None
+        self._forked = False
+        self._state = OPEN
+        self._activation = _Activation(self, checked=True)
+        self._raw_activation = _Activation(self, checked=False)
+        self._dev = driver.device(device)
+        self._ctx = check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(self._dev))
+        self._ok = True  # the one flag the hot path reads: open, not forked, not poisoned
+        try:
+            self.stream = Stream(self)
+        except BaseException:
+            self._ok, self._state = False, CLOSED
+            d.cuDevicePrimaryCtxRelease(self._dev)
+            raise
+        self._stream_cu = self.stream._cu
+        with _registry_lock:
+            _open[self.session_id] = self
+        log.debug("opened session %d on device %d", self.session_id, device)
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """'open', 'closing' or 'closed' (poisoned and forked sessions stay 'open' until closed)."""
+        return self._state
+
+    @property
+    def closed(self) -> bool:
+        return self._state == CLOSED
+
+    @property
+    def poisoned(self) -> bool:
+        return self._poison is not None
+
+    @property
+    def forked(self) -> bool:
+        return self._forked
+
+    def _raise_unusable(self) -> None:
+        if self._forked:
+            raise ForkedProcessError(
+                f"session {self.session_id} (device {self.device}) was created in process {self.pid}; "
+                f"this is forked child {os.getpid()}: CUDA state does not survive fork(). "
+                "Create sessions in the child, or use the 'spawn' start method."
+            )
+        if self._poison is not None:
+            raise SessionPoisonedError(
+                f"session {self.session_id} (device {self.device}) is unusable after {self._poison.name} in "
+                f"{self._poison.api}; the CUDA context is corrupted: restart the process"
+            ) from self._poison
+        raise ClosedError(f"session {self.session_id} (device {self.device}) is {self._state}")
+
+    def _poison_with(self, exc: StickyCudaError) -> None:
+        if self._poison is None:
+            self._poison = exc
+            self._ok = False
+            log.debug("session %d poisoned by %s", self.session_id, exc)
+
+    def activated(self) -> _Activation:
+        """``with session.activated():`` run driver calls with this context current (and locked)."""
+        return self._activation
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        flags = " poisoned" if self.poisoned else " forked" if self._forked else ""
+        return f"<Session {self.session_id} device={self.device} {self._state}{flags}>"
+
+    # -- launch hot path -----------------------------------------------------------------------
+
+    def launch(
+        self,
+        function: int,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared: int,
+        stream: Stream | None,
+        params: int,
+    ) -> None:
+        """cuLaunchKernel on ``stream`` (default: the session stream) with ``params`` the address
+        of a ``void*[]`` kernel-parameter array. The warm path: attribute reads, no allocation.
+        """
+        d = self._d
+        with self._lock:
+            if not self._ok:
+                self._raise_unusable()
+            if stream is None:
+                h = self._stream_cu
+            elif stream.session is self and not stream._closed:
+                h = stream._cu
+            else:
+                self._bad_stream(stream)
+            err = d.cuCtxPushCurrent(self._ctx)[0]
+            if err:
+                raise driver.error("cuCtxPushCurrent", err)
+            try:
+                if self._deferred:
+                    self._drain_deferred()
+                err = d.cuLaunchKernel(
+                    function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, h, params, 0
+                )[0]
+            finally:
+                d.cuCtxPopCurrent()
+            if err:
+                self._launch_failed(err)
+
+    def _bad_stream(self, stream: Stream) -> None:
+        stream._check()
+        raise WrongSessionError(f"stream of session {stream.session.session_id} used to launch in session {self.session_id}")
+
+    def _launch_failed(self, err: int) -> None:
+        exc = driver.error("cuLaunchKernel", err, launch=True)
+        if isinstance(exc, StickyCudaError):
+            self._poison_with(exc)
+        raise exc
+
+    # -- deferred frees, keep-alive, synchronization -------------------------------------------
+
+    def _release(self, kind: str, raw: Any) -> None:
+        """Free one raw handle now (session activated)."""
+        api, release = _RELEASERS[kind]
+        check(api, release(self._d, raw))
+
+    def _drain_deferred(self, errors: list[BaseException] | None = None) -> None:
+        """Free what finalizers queued. Non-sticky failures are logged (or collected by close)."""
+        if self._captures:
+            return
+        queue = self._deferred
+        while queue:
+            try:
+                kind, raw = queue.popleft()
+            except IndexError:
+                break
+            try:
+                self._release(kind, raw)
+            except StickyCudaError as exc:
+                self._poison_with(exc)
+                raise
+            except CudaError as exc:
+                if errors is None:
+                    log.warning("freeing a dropped %s handle failed: %s", kind, exc)
+                else:
+                    errors.append(exc)
+
+    def keep_alive(self, obj: Any, stream: Stream | None = None) -> None:
+        """Hold ``obj`` until a sync proves the work queued so far finished.
+
+        ``stream=None``: released only by ``Session.synchronize``; else also by syncing that
+        stream. Objects registered during a graph capture also live as long as the graph.
+        """
+        with self._lock:
+            self._inflight.append((next(self._seq), stream, obj))
+            for g in self._captures:
+                g.keep_alive(obj)
+
+    def _live_streams(self) -> list[Stream]:
+        return [h for h in list(self._streams) if not h._closed]
+
+    def _wait_streams(
+        self, streams: list[Stream], timeout: float | None, *, session_wide: bool = True, checked: bool = True
+    ) -> bool:
+        """Wait for the work queued so far on ``streams``; then drop the keep-alives it covered
+        (all of them if ``session_wide``, else those tagged with the one stream)."""
+        activation = self._activation if checked else self._raw_activation
+        with activation:
+            seq = next(self._seq)
+            events = [record_sync_event(self, s._cu) for s in streams]
+        try:
+            done = all(wait_event(self, ev, timeout, checked=checked) for ev in events)
+        finally:
+            self._deferred.extend(("event", ev) for ev in events)
+        if done:
+            self._release_inflight(seq, None if session_wide else streams[0])
+        return done
+
+    def _release_inflight(self, seq: int, only: Stream | None) -> None:
+        with self._lock:
+            self._inflight = [
+                e for e in self._inflight if e[0] >= seq or (only is not None and e[1] is not only)
+            ]
+
+    def synchronize(self, timeout: float | None = None) -> bool:
+        """Wait (interruptibly, Ctrl-C works) for all streams of the session; False on timeout."""
+        with self._activation:
+            streams = self._live_streams()
+        return self._wait_streams(streams, timeout)
+
+    def _order_streams(self, waiter: Any, producer: Any) -> None:
+        """Make stream ``waiter`` wait for the work queued so far on ``producer`` (raw handles;
+        either may be foreign: 1 is the legacy default stream, 2 the per-thread one)."""
+        with self._activation:
+            ev = record_sync_event(self, producer)
+            try:
+                check("cuStreamWaitEvent", self._d.cuStreamWaitEvent(waiter, ev, 0))
+            finally:
+                self._deferred.append(("event", ev))
+
+    def memory_info(self) -> tuple[int, int]:
+        """``(free, total)`` device memory in bytes (cuMemGetInfo)."""
+        with self._activation:
+            free, total = check("cuMemGetInfo", self._d.cuMemGetInfo())
+        return int(free), int(total)
+
+    # -- factories -------------------------------------------------------------------------------
+
+    def empty(self, shape: Any, dtype: Any = np.float32) -> memory.DeviceArray:
+        return memory.empty(self, shape, dtype)
+
+    def zeros(self, shape: Any, dtype: Any = np.float32) -> memory.DeviceArray:
+        return memory.zeros(self, shape, dtype)
+
+    def empty_like(self, a: Any) -> memory.DeviceArray:
+        return memory.empty(self, a.shape, a.dtype)
+
+    def zeros_like(self, a: Any) -> memory.DeviceArray:
+        return memory.zeros(self, a.shape, a.dtype)
+
+    def to_device(self, host: Any) -> memory.DeviceArray:
+        return memory.to_device(self, host)
+
+    def copy(self, a: memory.DeviceArray) -> memory.DeviceArray:
+        return memory.copy(self, a)
+
+    def pinned_empty(self, shape: Any, dtype: Any = np.float32) -> memory.PinnedArray:
+        return memory.pinned_empty(self, shape, dtype)
+
+    def create_stream(self) -> Stream:
+        return Stream(self)
+
+    def create_event(self, timing: bool = True) -> Event:
+        return Event(self, timing)
+
+    def load_module(self, cubin: bytes) -> module.Module:
+        """Load a cubin; it stays loaded until the session closes (or ``Module.close()``)."""
+        return module.Module(self, cubin)
+
+    def capture(self, stream: Stream | None = None) -> contextlib.AbstractContextManager[graph.Graph]:
+        """``with s.capture() as g: ...`` records the work on ``stream``; then ``g.replay()``.
+
+        Allocate, upload and synchronize before the block: inside it only launches and
+        device-to-device work may be enqueued (CUDA refuses the rest during capture).
+        """
+        return graph.capture(self, stream)
+
+    # -- close -------------------------------------------------------------------------------------
+
+    def close(self, timeout: float | None = None) -> None:
+        """Refuse new work, wait for queued work, free everything, release the context.
+
+        Idempotent. Failures are collected and raised once as SessionCloseError after the
+        session is closed. A poisoned session (or one whose work did not finish within
+        ``timeout`` seconds) leaks its memory instead of freeing into a broken context; a forked
+        child only forgets its handles.
+        """
+        errors: list[BaseException] = []
+        with self._lock:
+            if self._state == CLOSED:
+                return
+            self._state, self._ok = CLOSING, False
+            if self._forked:
+                self._abandon()
+                release_ctx = False
+            else:
+                finished = self._poison is None and self._finish_work(timeout, errors)
+                if finished and self._poison is None:
+                    self._free_all(errors)
+                else:
+                    self._abandon()
+                # after a timeout work may still run in the context: leave it to process exit
+                release_ctx = finished or self._poison is not None
+            if release_ctx:
+                try:
+                    check("cuDevicePrimaryCtxRelease", self._d.cuDevicePrimaryCtxRelease(self._dev))
+                except CudaError as exc:
+                    if self._poison is None:  # a dead context may refuse; that is already known
+                        errors.append(exc)
+            self._state = CLOSED
+            self._inflight.clear()
+            self._modules.clear()
+        with _registry_lock:
+            _open.pop(self.session_id, None)
+        log.debug("closed session %d (%d error(s))", self.session_id, len(errors))
+        if errors:
+            raise SessionCloseError(errors) from errors[0]
+
+    def _finish_work(self, timeout: float | None, errors: list[BaseException]) -> bool:
+        """Wait for every stream; False when the memory must leak (timeout or sticky error)."""
+        try:
+            if self._wait_streams(self._live_streams(), timeout, checked=False):
+                return True
+            errors.append(TimeoutError(f"work on session {self.session_id} did not finish within {timeout} s"))
+        except StickyCudaError as exc:
+            self._poison_with(exc)
+            errors.append(exc)
+        except CudaError as exc:
+            errors.append(exc)
+            return True
+        return False
+
+    def _free_all(self, errors: list[BaseException]) -> None:
+        handles = list(self._handles)
+        with self._raw_activation:
+            self._captures.clear()
+            self._drain_deferred(errors)
+            for kind in RELEASE_ORDER:
+                for h in handles:
+                    if h.kind != kind:
+                        continue
+                    raw = h._take()
+                    if raw is None:
+                        continue
+                    try:
+                        self._release(kind, raw)
+                    except CudaError as exc:
+                        errors.append(exc)
+
+    def _abandon(self) -> None:
+        """Forget every handle without calling the driver (forked child, poisoned context)."""
+        for h in list(self._handles):
+            h._take()
+        self._deferred.clear()
+
+
+def default_session(device: int = 0) -> Session:
+    """This process's shared session for ``device``, created on first use (again after close)."""
+    s = _defaults.get(device)
+    if s is None or s._state != OPEN:
+        with _defaults_lock:
+            s = _defaults.get(device)
+            if s is None or s._state != OPEN:
+                s = _defaults[device] = Session(device)
+    return s
+
+
+def open_sessions() -> list[Session]:
+    """Sessions of this process that are not closed yet."""
+    with _registry_lock:
+        return list(_open.values())
+
+
+def _after_fork_in_child() -> None:
+    """Mark every inherited session forked; fresh locks (a parent thread may have held one)."""
+    global _generation, _registry_lock, _defaults_lock
+    _generation += 1
+    _registry_lock = threading.Lock()
+    _defaults_lock = threading.Lock()
+    for s in _open.values():
+        s._forked = True
+        s._ok = False
+        s._lock = threading.RLock()
+    _open.clear()
+    _defaults.clear()
+
+
+def _close_all_at_exit() -> None:
+    """Best effort at interpreter exit: bounded, silent, never raises."""
+    for s in open_sessions():
+        try:
+            s.close(timeout=_EXIT_CLOSE_TIMEOUT_S)
+        except BaseException:
+            pass
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_close_all_at_exit)

@@ -1,0 +1,63 @@
+"""Shared test configuration.
+
+* ``isolated_cache``: a private, empty kerneldsl disk cache for one test.
+* ``isolated_cache_module``: the same for a whole module (for module-scoped build fixtures).
+* Tests marked ``gpu`` are skipped when no CUDA driver and device are available.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CACHE_ENV = "KERNELDSL_CACHE_DIR"
+
+
+@pytest.fixture
+def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Point the process-wide disk cache at a fresh temporary directory for one test."""
+    import kerneldsl.cache
+
+    directory = tmp_path / "kerneldsl-cache"
+    monkeypatch.setenv(CACHE_ENV, str(directory))
+    kerneldsl.cache.set_default_cache(None)
+    try:
+        yield directory
+    finally:
+        kerneldsl.cache.set_default_cache(None)
+
+
+@pytest.fixture(scope="module")
+def isolated_cache_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Like ``isolated_cache``, shared by every test of one module."""
+    import kerneldsl.cache
+
+    directory = tmp_path_factory.mktemp("kerneldsl-cache-module") / "cache"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(CACHE_ENV, str(directory))
+        kerneldsl.cache.set_default_cache(None)
+        try:
+            yield directory
+        finally:
+            kerneldsl.cache.set_default_cache(None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu_items:
+        return
+    try:
+        from kerneldsl.runtime.driver import driver_available
+
+        available = driver_available()
+        reason = "no CUDA driver or device on this machine"
+    except Exception as exc:  # an import problem must not hide every other test
+        available = False
+        reason = f"the CUDA driver could not be queried: {type(exc).__name__}: {exc}"
+    if available:
+        return
+    skip = pytest.mark.skip(reason=reason)
+    for item in gpu_items:
+        item.add_marker(skip)

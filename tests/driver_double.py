@@ -1,0 +1,362 @@
+"""A recording stand-in for ``cuda.bindings.driver`` so runtime state can be tested on CPU.
+
+Implements the cu* calls kerneldsl.runtime makes, with the bindings' return convention
+``(CUresult, *values)``. Device memory is emulated with bytearrays, pinned memory is real host
+memory, so transfers round-trip. Every call is appended to ``calls``. Calls that need a current
+context fail with CUDA_ERROR_INVALID_CONTEXT when none is pushed on the calling thread, which
+is how the tests see that every operation activates the session.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from cuda.bindings import driver as _real
+
+CUresult = _real.CUresult
+NOT_READY = 600
+INVALID_CONTEXT = 201
+NOT_FOUND = 500
+INVALID_IMAGE = 200
+
+# Calls that are legal without a current context.
+_CONTEXT_FREE = {
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease",
+    "cuCtxPushCurrent",
+    "cuCtxPopCurrent",
+    "cuGetErrorName",
+    "cuPointerGetAttribute",
+}
+
+
+class FakeDriver:
+    def __init__(self, devices: int = 1, total_memory: int = 1 << 30) -> None:
+        self.devices = devices
+        self.total_memory = total_memory
+        self.calls: list[str] = []
+        self.launches: list[tuple] = []
+        self.fail: dict[str, list[int]] = {}  # api -> codes returned by its next calls
+        self.sticky: int | None = None  # once set, every call but the context-free ones fails
+        self.pending_queries = 0  # cuEventQuery answers NOT_READY this many times
+        self.on_query: Callable[[], None] | None = None
+        self.pushes = 0
+        self.pops = 0
+        self.primary_refs: dict[int, int] = {}
+        self.mem: dict[int, bytearray] = {}
+        self.host: dict[int, Any] = {}
+        self.streams: set[int] = set()
+        self.events: set[int] = set()
+        self.modules: set[int] = set()
+        self.graphs: set[int] = set()
+        self._lock = threading.RLock()
+        self._tls = threading.local()
+        self._handles = itertools.count(0x1000, 0x10)
+        self._next_ptr = 0x7F0000000000
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("cu"):
+            raise AttributeError(f"FakeDriver does not implement {name}")
+        return getattr(_real, name)  # enums and handle types
+
+    def _stack(self) -> list[int]:
+        if not hasattr(self._tls, "stack"):
+            self._tls.stack = []
+        return self._tls.stack
+
+    def depth(self) -> int:
+        return len(self._stack())
+
+    def _enter(self, name: str) -> int:
+        with self._lock:
+            self.calls.append(name)
+            if self.sticky is not None and name not in _CONTEXT_FREE:
+                return self.sticky
+            queue = self.fail.get(name)
+            if queue:
+                return queue.pop(0)
+        if name not in _CONTEXT_FREE and not self._stack():
+            return INVALID_CONTEXT
+        return 0
+
+    def _r(self, code: int, *values: Any) -> tuple:
+        return (CUresult(code), *values)
+
+    def _handle(self) -> int:
+        with self._lock:
+            return next(self._handles)
+
+    def count(self, name: str) -> int:
+        return self.calls.count(name)
+
+    def fail_next(self, name: str, *codes: int) -> None:
+        self.fail.setdefault(name, []).extend(codes)
+
+    def _locate(self, ptr: int) -> tuple[bytearray, int]:
+        with self._lock:
+            items = list(self.mem.items())
+        for base, buf in items:
+            if base <= ptr < base + len(buf):
+                return buf, ptr - base
+        raise AssertionError(f"device pointer 0x{int(ptr):x} is not allocated")
+
+    # -- init and devices ----------------------------------------------------------------------
+
+    def cuInit(self, flags: int) -> tuple:
+        return self._r(self._enter("cuInit"))
+
+    def cuDriverGetVersion(self) -> tuple:
+        return self._r(self._enter("cuDriverGetVersion"), 13000)
+
+    def cuDeviceGetCount(self) -> tuple:
+        return self._r(self._enter("cuDeviceGetCount"), self.devices)
+
+    def cuDeviceGet(self, ordinal: int) -> tuple:
+        return self._r(self._enter("cuDeviceGet"), ordinal)
+
+    def cuDeviceGetName(self, length: int, dev: int) -> tuple:
+        return self._r(self._enter("cuDeviceGetName"), b"Fake GPU")
+
+    def cuDeviceGetAttribute(self, attr: Any, dev: int) -> tuple:
+        major = _real.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
+        return self._r(self._enter("cuDeviceGetAttribute"), 9 if attr == major else 0)
+
+    def cuGetErrorName(self, code: Any) -> tuple:
+        self._enter("cuGetErrorName")
+        return self._r(0, CUresult(int(code)).name.encode())
+
+    # -- contexts ----------------------------------------------------------------------------
+
+    def cuDevicePrimaryCtxRetain(self, dev: int) -> tuple:
+        code = self._enter("cuDevicePrimaryCtxRetain")
+        if not code:
+            with self._lock:
+                self.primary_refs[dev] = self.primary_refs.get(dev, 0) + 1
+        return self._r(code, 0xC000 + int(dev))
+
+    def cuDevicePrimaryCtxRelease(self, dev: int) -> tuple:
+        code = self._enter("cuDevicePrimaryCtxRelease")
+        if not code:
+            with self._lock:
+                self.primary_refs[dev] -= 1
+        return self._r(code)
+
+    def cuCtxPushCurrent(self, ctx: int) -> tuple:
+        code = self._enter("cuCtxPushCurrent")
+        if not code:
+            self._stack().append(ctx)
+            with self._lock:
+                self.pushes += 1
+        return self._r(code)
+
+    def cuCtxPopCurrent(self) -> tuple:
+        code = self._enter("cuCtxPopCurrent")
+        stack = self._stack()
+        assert stack, "cuCtxPopCurrent with an empty context stack"
+        with self._lock:
+            self.pops += 1
+        return self._r(code, stack.pop())
+
+    # -- streams and events ----------------------------------------------------------------------
+
+    def cuStreamCreate(self, flags: int) -> tuple:
+        code = self._enter("cuStreamCreate")
+        h = 0 if code else self._handle()
+        if h:
+            self.streams.add(h)
+        return self._r(code, h)
+
+    def cuStreamDestroy(self, h: int) -> tuple:
+        code = self._enter("cuStreamDestroy")
+        if not code:
+            self.streams.remove(h)
+        return self._r(code)
+
+    def cuStreamWaitEvent(self, stream: int, event: int, flags: int) -> tuple:
+        return self._r(self._enter("cuStreamWaitEvent"))
+
+    def cuEventCreate(self, flags: int) -> tuple:
+        code = self._enter("cuEventCreate")
+        h = 0 if code else self._handle()
+        if h:
+            self.events.add(h)
+        return self._r(code, h)
+
+    def cuEventRecord(self, event: int, stream: int) -> tuple:
+        return self._r(self._enter("cuEventRecord"))
+
+    def cuEventQuery(self, event: int) -> tuple:
+        code = self._enter("cuEventQuery")
+        if self.on_query is not None:
+            self.on_query()
+        if not code and self.pending_queries > 0:
+            with self._lock:
+                self.pending_queries -= 1
+            code = NOT_READY
+        return self._r(code)
+
+    def cuEventDestroy(self, event: int) -> tuple:
+        code = self._enter("cuEventDestroy")
+        if not code:
+            self.events.remove(event)
+        return self._r(code)
+
+    def cuEventElapsedTime(self, start: int, end: int) -> tuple:
+        return self._r(self._enter("cuEventElapsedTime"), 1.5)
+
+    # -- memory ----------------------------------------------------------------------------
+
+    def _in_use(self) -> int:
+        return sum(len(b) for b in self.mem.values())
+
+    def cuMemAlloc(self, n: int) -> tuple:
+        code = self._enter("cuMemAlloc")
+        assert n > 0, "cuMemAlloc of 0 bytes"
+        with self._lock:
+            if not code and self._in_use() + n > self.total_memory:
+                code = 2
+            if code:
+                return self._r(code, 0)
+            ptr = self._next_ptr
+            self._next_ptr += (n + 0xFFF) & ~0xFFF
+            self.mem[ptr] = bytearray(n)
+        return self._r(0, ptr)
+
+    def cuMemFree(self, ptr: int) -> tuple:
+        code = self._enter("cuMemFree")
+        if not code:
+            with self._lock:
+                del self.mem[int(ptr)]
+        return self._r(code)
+
+    def cuMemGetInfo(self) -> tuple:
+        code = self._enter("cuMemGetInfo")
+        return self._r(code, self.total_memory - self._in_use(), self.total_memory)
+
+    def cuMemHostAlloc(self, n: int, flags: int) -> tuple:
+        code = self._enter("cuMemHostAlloc")
+        if code:
+            return self._r(code, 0)
+        buf = (ctypes.c_char * n)()
+        ptr = ctypes.addressof(buf)
+        self.host[ptr] = buf
+        return self._r(0, ptr)
+
+    def cuMemFreeHost(self, ptr: int) -> tuple:
+        code = self._enter("cuMemFreeHost")
+        if not code:
+            del self.host[int(ptr)]
+        return self._r(code)
+
+    def cuMemcpyHtoDAsync(self, dst: int, src: int, n: int, stream: int) -> tuple:
+        code = self._enter("cuMemcpyHtoDAsync")
+        if not code:
+            buf, off = self._locate(dst)
+            buf[off : off + n] = ctypes.string_at(src, n)
+        return self._r(code)
+
+    def cuMemcpyDtoHAsync(self, dst: int, src: int, n: int, stream: int) -> tuple:
+        code = self._enter("cuMemcpyDtoHAsync")
+        if not code:
+            buf, off = self._locate(src)
+            ctypes.memmove(dst, bytes(buf[off : off + n]), n)
+        return self._r(code)
+
+    def cuMemcpyDtoDAsync(self, dst: int, src: int, n: int, stream: int) -> tuple:
+        code = self._enter("cuMemcpyDtoDAsync")
+        if not code:
+            sbuf, soff = self._locate(src)
+            dbuf, doff = self._locate(dst)
+            dbuf[doff : doff + n] = sbuf[soff : soff + n]
+        return self._r(code)
+
+    def cuMemsetD8Async(self, ptr: int, value: int, n: int, stream: int) -> tuple:
+        code = self._enter("cuMemsetD8Async")
+        if not code:
+            buf, off = self._locate(ptr)
+            buf[off : off + n] = bytes([value]) * n
+        return self._r(code)
+
+    def cuPointerGetAttribute(self, attr: Any, ptr: int) -> tuple:
+        return self._r(self._enter("cuPointerGetAttribute"), 0)
+
+    # -- modules and launches ----------------------------------------------------------------------
+
+    def cuModuleLoadData(self, image: bytes) -> tuple:
+        code = self._enter("cuModuleLoadData")
+        if not code and bytes(image).startswith(b"BAD"):
+            code = INVALID_IMAGE
+        h = 0 if code else self._handle()
+        if h:
+            self.modules.add(h)
+        return self._r(code, h)
+
+    def cuModuleGetFunction(self, module: int, name: bytes) -> tuple:
+        code = self._enter("cuModuleGetFunction")
+        if not code and name == b"missing":
+            code = NOT_FOUND
+        return self._r(code, 0 if code else self._handle())
+
+    def cuModuleUnload(self, module: int) -> tuple:
+        code = self._enter("cuModuleUnload")
+        if not code:
+            self.modules.remove(module)
+        return self._r(code)
+
+    def cuFuncGetAttribute(self, attr: Any, fn: int) -> tuple:
+        a = _real.CUfunction_attribute
+        values = {a.CU_FUNC_ATTRIBUTE_NUM_REGS: 32, a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024}
+        return self._r(self._enter("cuFuncGetAttribute"), values.get(attr, 0))
+
+    def cuLaunchKernel(self, f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: int, params: int, extra: int) -> tuple:
+        code = self._enter("cuLaunchKernel")
+        if not code:
+            with self._lock:
+                self.launches.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, params))
+        return self._r(code)
+
+    # -- graphs -----------------------------------------------------------------------------------
+
+    def cuStreamBeginCapture(self, stream: int, mode: Any) -> tuple:
+        return self._r(self._enter("cuStreamBeginCapture"))
+
+    def cuStreamEndCapture(self, stream: int) -> tuple:
+        code = self._enter("cuStreamEndCapture")
+        h = 0 if code else self._handle()
+        if h:
+            self.graphs.add(h)
+        return self._r(code, h)
+
+    def cuGraphInstantiate(self, graph: int, flags: int) -> tuple:
+        code = self._enter("cuGraphInstantiate")
+        h = 0 if code else self._handle()
+        if h:
+            self.graphs.add(h)
+        return self._r(code, h)
+
+    def cuGraphLaunch(self, exec_: int, stream: int) -> tuple:
+        return self._r(self._enter("cuGraphLaunch"))
+
+    def cuGraphExecDestroy(self, exec_: int) -> tuple:
+        code = self._enter("cuGraphExecDestroy")
+        if not code:
+            self.graphs.remove(exec_)
+        return self._r(code)
+
+    def cuGraphDestroy(self, graph: int) -> tuple:
+        code = self._enter("cuGraphDestroy")
+        if not code:
+            self.graphs.remove(graph)
+        return self._r(code)

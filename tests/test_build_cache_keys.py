@@ -1,0 +1,291 @@
+"""Disk-cache keys: stable across processes and paths, sensitive to every input that shapes the image."""
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+import kerneldsl.build
+import kerneldsl.codegen
+from kerneldsl.build import fingerprint, key_material
+from kerneldsl.cache import cache_key
+from kerneldsl.codegen import generate
+from kerneldsl.compile import build_options
+from kerneldsl.specialize import Specialization, bind_declared
+
+REPO = Path(__file__).resolve().parents[1]
+THIS_FILE = str(Path(__file__).resolve())
+
+KERNEL_SCRIPT = '''
+import numpy as np
+import kerneldsl as kd
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def axpb(y: kd.Out["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"], B: kd.Const[int] = 3):
+    return f"""
+    index_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {y}[i] = {a} * {x}[i] + (T)B;
+    """
+'''
+
+MAIN = '''
+if __name__ == "__main__":
+    import hashlib, sys
+    mode = sys.argv[1]
+    if mode == "forbid-nvrtc":
+        import kerneldsl.build, kerneldsl.compile
+
+        def refuse(*args, **kwargs):
+            raise RuntimeError("NVRTC called")
+
+        kerneldsl.compile.compile_source = refuse
+        kerneldsl.build.compile_source = refuse
+    b = axpb.compile(T=np.float32, arch="sm_90")
+    print("key", b.cache_key)
+    print("origin", b.origin)
+    print("cubin", hashlib.sha256(b.cubin).hexdigest())
+    if mode == "forbid-nvrtc":
+        try:
+            axpb.compile(T=np.float32, arch="sm_80")
+        except RuntimeError as exc:
+            print("miss", exc)
+'''
+
+
+def write_script(directory: Path, leading_blank_lines: int = 0) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "axpb_kernel.py"
+    path.write_text("\n" * leading_blank_lines + KERNEL_SCRIPT + MAIN)
+    return path
+
+
+def load_script(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"kd_script_{abs(hash(str(path)))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_script(path: Path, mode: str, cache_dir: Path, hash_seed: str = "0") -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        KERNELDSL_CACHE_DIR=str(cache_dir),
+        PYTHONHASHSEED=hash_seed,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
+    )
+    result = subprocess.run(
+        [sys.executable, str(path), mode], env=env, cwd=str(path.parent), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return dict(line.split(" ", 1) for line in result.stdout.splitlines())
+
+
+# --- key computation without NVRTC ---------------------------------------------------------------------
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def scaled(y: kd.Out["T", "n"], x: kd.In["T", "n"], K: kd.Const[int] = 2) -> str:
+    return f"if (threadIdx.x < n) {y}[threadIdx.x] = {x}[threadIdx.x] * (T)K;"
+
+
+def spec_of(kernel: kd.Kernel = scaled, arch: str = "sm_90", T: Any = np.float32, **consts: Any) -> Specialization:
+    return bind_declared(kernel.signature, {"T": T}, consts, arch)
+
+
+def material_of(
+    spec: Specialization | None = None,
+    body: Callable[..., str] = scaled.body,
+    options: tuple[str, ...] = (),
+    output: str = "cubin",
+) -> dict[str, Any]:
+    spec = spec or spec_of()
+    return key_material(spec, generate(spec, body), build_options(spec.arch, output, options), output)
+
+
+def key_of(**kwargs: Any) -> str:
+    return cache_key(material_of(**kwargs))
+
+
+def test_key_is_sha256_of_canonical_json() -> None:
+    material = material_of()
+    canonical = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    assert key_of() == hashlib.sha256(canonical).hexdigest()
+
+
+def test_key_is_stable_within_a_process() -> None:
+    assert key_of() == key_of()
+
+
+def test_material_holds_every_documented_component() -> None:
+    material = material_of()
+    assert set(material) >= {"format", "fingerprint", "source", "abi", "options", "nvrtc", "arch", "output"}
+    assert material["fingerprint"].startswith(kd.__version__ + "+")
+
+
+def test_key_changes_with_options() -> None:
+    assert key_of(options=("-DX=1",)) != key_of()
+    assert key_of(options=("-DX=1",)) != key_of(options=("-DX=2",))
+
+
+def test_key_changes_with_arch() -> None:
+    assert key_of(spec=spec_of(arch="sm_80")) != key_of(spec=spec_of(arch="sm_90"))
+
+
+def test_key_changes_with_output_kind() -> None:
+    assert key_of(output="ptx") != key_of(output="cubin")
+
+
+def test_key_changes_with_dtype() -> None:
+    assert key_of(spec=spec_of(T=np.float64)) != key_of(spec=spec_of(T=np.float32))
+
+
+def test_key_changes_with_constant_value() -> None:
+    assert key_of(spec=spec_of(K=3)) != key_of(spec=spec_of(K=2))
+    assert key_of(spec=spec_of(K=2)) == key_of()  # the default is the value 2
+
+
+def test_key_changes_with_index_width() -> None:
+    wide = bind_declared(scaled.signature, {"T": np.float32}, {}, "sm_90", index_width=64)
+    assert key_of(spec=wide) != key_of()
+
+
+def test_key_changes_with_body_source() -> None:
+    def other_body(**params: Any) -> str:
+        return scaled.body(**params).replace("(T)K", "(T)(K + 1)")
+
+    assert key_of(body=other_body) != key_of()
+
+
+def test_key_does_not_depend_on_where_the_body_function_lives() -> None:
+    def same_body(**params: Any) -> str:
+        return scaled.body(**params)
+
+    assert key_of(body=same_body) == key_of()
+
+
+# --- templates --------------------------------------------------------------------------------------------
+
+
+def _clear_template_caches() -> None:
+    kerneldsl.codegen._environment.cache_clear()
+    kerneldsl.codegen.template_digest.cache_clear()
+    kerneldsl.build.fingerprint.cache_clear()
+
+
+@pytest.fixture
+def template_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Point code generation at an editable copy of the templates; call the result after editing."""
+    copy = tmp_path / "templates"
+    shutil.copytree(kerneldsl.codegen.templates_dir(), copy)
+    monkeypatch.setattr(kerneldsl.codegen, "templates_dir", lambda: copy)
+    _clear_template_caches()
+    yield copy
+    monkeypatch.undo()
+    _clear_template_caches()
+
+
+def test_template_digest_hashes_names_and_contents_of_every_template(template_copy: Path) -> None:
+    original = REPO / "templates"
+    assert kerneldsl.codegen.template_digest() == _digest_of(original)
+
+
+def _digest_of(directory: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(directory.glob("*.j2")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def test_key_changes_with_kernel_template_content(template_copy: Path) -> None:
+    before = material_of()
+    cu = template_copy / "kernel.cu.j2"
+    cu.write_text(cu.read_text() + "// a template change\n")
+    _clear_template_caches()
+    after = material_of()
+    assert after["source"] != before["source"]
+    assert after["fingerprint"] != before["fingerprint"]
+    assert cache_key(after) != cache_key(before)
+
+
+def test_key_changes_with_adapter_template_content(template_copy: Path) -> None:
+    # the CUDA source stays the same: only the fingerprint can tell
+    before = material_of()
+    adapter = template_copy / "adapter.py.j2"
+    adapter.write_text(adapter.read_text() + "# a template change\n")
+    _clear_template_caches()
+    after = material_of()
+    assert after["source"] == before["source"]
+    assert after["fingerprint"] != before["fingerprint"]
+    assert cache_key(after) != cache_key(before)
+
+
+def test_fingerprint_is_cached_until_cleared(template_copy: Path) -> None:
+    first = fingerprint()
+    (template_copy / "prelude.cuh.j2").write_text("// changed\n")
+    assert fingerprint() == first
+    _clear_template_caches()
+    assert fingerprint() != first
+
+
+# --- nothing unstable in the material -------------------------------------------------------------------------
+
+
+def test_material_contains_no_paths_or_line_numbers() -> None:
+    text = json.dumps(material_of())
+    for forbidden in (THIS_FILE, str(Path(THIS_FILE).parent), str(REPO), Path(THIS_FILE).name, os.getcwd()):
+        assert forbidden not in text
+    assert "#line 1 \\\"scaled.body\\\"" in text  # the body marker names no file on disk
+
+
+def test_key_is_stable_across_processes_paths_and_line_numbers(tmp_path: Path) -> None:
+    a = write_script(tmp_path / "a")
+    b = write_script(tmp_path / "elsewhere" / "b", leading_blank_lines=25)
+    cache = tmp_path / "cache"
+    first = run_script(a, "plain", cache, hash_seed="1")
+    second = run_script(b, "plain", tmp_path / "cache2", hash_seed="2")
+    assert first["key"] == second["key"]
+    assert first["origin"] == second["origin"] == "nvrtc"
+    assert first["cubin"] == second["cubin"]
+    # and the same as this process computes for the same declaration
+    module = load_script(write_script(tmp_path / "c", leading_blank_lines=7))
+    spec = bind_declared(module.axpb.signature, {"T": np.float32}, {}, "sm_90")
+    assert cache_key(material_of(spec=spec, body=module.axpb.body)) == first["key"]
+
+
+# --- disk hits across processes ---------------------------------------------------------------------------------
+
+
+def test_new_process_hits_the_disk_cache_without_nvrtc(isolated_cache: Path, tmp_path: Path) -> None:
+    script = write_script(tmp_path / "kernels")
+    compiled_here = load_script(script).axpb.compile(T=np.float32, arch="sm_90")
+    assert compiled_here.origin == "nvrtc"
+    other = run_script(script, "forbid-nvrtc", isolated_cache)
+    assert other["origin"] == "disk"
+    assert other["key"] == compiled_here.cache_key
+    assert other["cubin"] == hashlib.sha256(compiled_here.cubin).hexdigest()
+    assert other["miss"] == "NVRTC called"  # another arch is a miss and reaches the compiler
+
+
+def test_redeclared_kernel_hits_the_disk_cache_in_process(isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = write_script(tmp_path / "kernels")
+    first = load_script(script).axpb.compile(T=np.float64, arch="sm_80")
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("NVRTC must not be reached")
+
+    monkeypatch.setattr(kerneldsl.build, "compile_source", refuse)
+    again = load_script(script).axpb.compile(T=np.float64, arch="sm_80")
+    assert again is not first
+    assert again.origin == "disk"
+    assert again.cubin == first.cubin
+    assert again.registers == first.registers

@@ -1,0 +1,305 @@
+"""NVRTC compilation (no GPU needed): cubin/PTX per arch, arch and option checks, error mapping."""
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+import kerneldsl.build
+from kerneldsl.codegen import generate
+from kerneldsl.compile import CompiledCode, build_options, check_options, normalize_arch
+from kerneldsl.errors import InvalidArchError, InvalidOptionError, KernelCompileError, NoDeviceError
+from kerneldsl.runtime import driver
+from kerneldsl.target import ARCH_ENV, arch_for_capability, resolve_arch
+
+from test_codegen import mask_half, saxpy, scale_rows
+
+THIS_FILE = str(Path(__file__).resolve())
+ELF_MAGIC = b"\x7fELF"
+
+
+def f32(*shape: int) -> np.ndarray:
+    return np.ones(shape, np.float32)
+
+
+@pytest.fixture(scope="module")
+def builds(isolated_cache_module: Path) -> dict[str, Any]:
+    """Every successful compile of this module, made once."""
+    return {
+        "saxpy_sm90": saxpy.inspect(f32(10), f32(10), 2.0, arch="sm_90"),
+        "saxpy_sm80_f64": saxpy.compile(T=np.float64, arch="sm_80"),
+        "saxpy_ptx": saxpy.inspect(f32(10), f32(10), 2.0, arch="sm_90", output="ptx"),
+        "scale_rows": scale_rows.inspect(f32(3, 5), f32(3, 5), f32(4), 2, arch="sm_80", EPS=0.5),
+        "mask_half": mask_half.inspect(
+            np.ones(1000, np.float16), np.ones(1000, np.float16), np.ones(1000, bool), np.float16(0.5), arch="sm_90"
+        ),
+    }
+
+
+@pytest.fixture
+def no_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Behave as on a machine without a CUDA driver, whatever this machine has."""
+    monkeypatch.setattr(driver, "driver_available", lambda: False)
+    monkeypatch.delenv(ARCH_ENV, raising=False)
+
+
+@pytest.fixture
+def nvrtc_forbidden(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("NVRTC must not be reached")
+
+    monkeypatch.setattr(kerneldsl.build, "compile_source", refuse)
+
+
+# --- successful compiles ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["saxpy_sm90", "saxpy_sm80_f64", "scale_rows", "mask_half"])
+def test_cubin_is_an_elf_image(builds: dict[str, Any], name: str) -> None:
+    assert builds[name].cubin.startswith(ELF_MAGIC)
+
+
+def test_cubin_targets_the_requested_arch(builds: dict[str, Any]) -> None:
+    assert builds["saxpy_sm90"].arch == "sm_90"
+    assert builds["saxpy_sm80_f64"].arch == "sm_80"
+    assert "--gpu-architecture=sm_90" in builds["saxpy_sm90"].options
+    assert "--gpu-architecture=sm_80" in builds["saxpy_sm80_f64"].options
+
+
+def test_ahead_of_time_compile_uses_the_bound_dtype(builds: dict[str, Any]) -> None:
+    b = builds["saxpy_sm80_f64"]
+    assert "typedef double T;" in b.cuda_source
+    assert b.specialization.type_vars == (("T", "float64"),)
+
+
+def test_ptx_output_on_request(builds: dict[str, Any]) -> None:
+    b = builds["saxpy_ptx"]
+    assert "--gpu-architecture=compute_90" in b.options
+    assert ".target sm_90" in b.ptx
+    assert ".entry kd_saxpy" in b.ptx
+    with pytest.raises(ValueError):
+        b.cubin
+
+
+def test_cubin_build_has_no_ptx(builds: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        builds["saxpy_sm90"].ptx
+
+
+def test_ptx_and_cubin_have_different_cache_keys(builds: dict[str, Any]) -> None:
+    assert builds["saxpy_ptx"].cache_key != builds["saxpy_sm90"].cache_key
+
+
+@pytest.mark.parametrize("name", ["saxpy_sm90", "scale_rows", "mask_half"])
+def test_registers_and_shared_memory_are_reported(builds: dict[str, Any], name: str) -> None:
+    b = builds[name]
+    assert isinstance(b.registers, int) and 0 < b.registers <= 255
+    assert b.shared_bytes == 0
+
+
+def test_inspect_returns_the_generated_sources(builds: dict[str, Any]) -> None:
+    b = builds["saxpy_sm90"]
+    g = generate(b.specialization, saxpy.body)
+    assert b.cuda_source == g.cuda_source
+    assert b.host_adapter_source == g.adapter_source
+
+
+def test_inspect_reuses_the_in_process_build(builds: dict[str, Any], nvrtc_forbidden: None) -> None:
+    assert saxpy.inspect(f32(99), f32(99), 1.0, arch="sm_90") is builds["saxpy_sm90"]
+
+
+def test_compiled_code_round_trips_through_bytes(builds: dict[str, Any]) -> None:
+    compiled = builds["scale_rows"].compiled
+    assert CompiledCode.from_bytes(compiled.to_bytes()) == compiled
+
+
+def test_user_options_reach_nvrtc(isolated_cache: Path) -> None:
+    @kd.kernel(grid=1, block=1, options=("-DKD_TEST_VALUE=3", "--use_fast_math"))
+    def macro(y: kd.Out["float32", "n"]) -> str:
+        return f"""
+        #if KD_TEST_VALUE != 3
+        #error KD_TEST_VALUE did not arrive
+        #endif
+        {y}[0] = __expf(1.0f);
+        """
+
+    b = macro.inspect(f32(1), arch="sm_90")
+    assert b.options[-2:] == ("-DKD_TEST_VALUE=3", "--use_fast_math")
+    assert b.cubin.startswith(ELF_MAGIC)
+
+
+# --- arch ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["sm_1", "sm_999", "gfx90a", "sm90", "", "sm_90x"])
+def test_invalid_arch_is_rejected_before_nvrtc(nvrtc_forbidden: None, arch: str) -> None:
+    with pytest.raises(InvalidArchError):
+        saxpy.inspect(f32(4), f32(4), 1.0, arch=arch)
+
+
+def test_invalid_arch_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="gfx90a"):
+        normalize_arch("gfx90a")
+
+
+def test_non_string_arch_is_rejected() -> None:
+    with pytest.raises(InvalidArchError):
+        normalize_arch(90)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("spelled", "canonical"), [("sm_90", "sm_90"), ("SM_80", "sm_80"), ("90", "sm_90"), (" sm_86 ", "sm_86")])
+def test_arch_spellings_are_normalized(spelled: str, canonical: str) -> None:
+    assert normalize_arch(spelled) == canonical
+
+
+def test_cubin_needs_a_real_arch() -> None:
+    with pytest.raises(InvalidArchError, match="real arch"):
+        build_options("compute_90", "cubin")
+
+
+def test_arch_env_var_is_used_without_a_device(no_device: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ARCH_ENV, "sm_80")
+    assert resolve_arch() == "sm_80"
+    assert saxpy.specialize(f32(4), f32(4), 1.0).arch == "sm_80"
+
+
+def test_explicit_arch_wins_over_the_env_var(no_device: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ARCH_ENV, "sm_80")
+    assert resolve_arch("sm_90") == "sm_90"
+
+
+def test_invalid_arch_env_var_is_rejected(no_device: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ARCH_ENV, "gfx90a")
+    with pytest.raises(InvalidArchError):
+        resolve_arch()
+
+
+def test_no_arch_and_no_device_raises_no_device_error(no_device: None, nvrtc_forbidden: None) -> None:
+    with pytest.raises(NoDeviceError, match=ARCH_ENV):
+        saxpy.inspect(f32(4), f32(4), 1.0)
+
+
+def test_device_arch_is_used_when_a_device_exists(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(driver, "driver_available", lambda: True)
+    monkeypatch.setattr(driver, "device_count", lambda: 1)
+    monkeypatch.setattr(driver, "compute_capability", lambda ordinal: (9, 0))
+    monkeypatch.setenv(ARCH_ENV, "sm_80")
+    assert resolve_arch() == "sm_90"
+
+
+def test_capability_maps_to_the_newest_compatible_arch() -> None:
+    assert arch_for_capability(9, 0) == "sm_90"
+    assert arch_for_capability(8, 9) == "sm_89"
+    with pytest.raises(InvalidArchError):
+        arch_for_capability(1, 0)
+
+
+# --- options ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "option", ["-I/usr/include", "--gpu-architecture=sm_80", "-arch=sm_80", "--ptx", "-DBAD NAME", "", 5]
+)
+def test_invalid_option_is_rejected_at_declaration(option: Any) -> None:
+    with pytest.raises(InvalidOptionError):
+
+        @kd.kernel(options=(option,))
+        def k(x: kd.In["float32", "n"]) -> str:
+            return ""
+
+
+@pytest.mark.parametrize("option", ["-DX=1", "-UX", "--use_fast_math", "-lineinfo", "--ftz=true", "--maxrregcount=32", "-std=c++20"])
+def test_valid_option_is_accepted(option: str) -> None:
+    assert check_options([option]) == (option,)
+
+
+def test_user_std_option_replaces_the_default() -> None:
+    options = build_options("sm_90", "cubin", ["-std=c++20"])
+    assert [o for o in options if "std=" in o] == ["-std=c++20"]
+
+
+def test_unknown_output_kind_is_rejected() -> None:
+    with pytest.raises(InvalidOptionError):
+        build_options("sm_90", "sass")
+
+
+def test_options_are_deterministic() -> None:
+    assert build_options("sm_90", "cubin", ["-DX=1"]) == build_options("sm_90", "cubin", ["-DX=1"])
+
+
+# --- NVRTC errors mapped back to this file ----------------------------------------------------------------
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def broken(y: kd.Out["float32", "n"], x: kd.In["float32", "n"]) -> str:
+    return f"""
+    index_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {{
+        {y}[i] = {x}[i] * undeclared_zz;
+    }}
+    """
+
+
+def line_of(fragment: str) -> int:
+    """1-based line of the only line of this file containing ``fragment``."""
+    lines = [i for i, text in enumerate(Path(__file__).read_text().splitlines(), start=1) if fragment in text]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def compile_error(isolated_cache_module: Path) -> KernelCompileError:
+    with pytest.raises(KernelCompileError) as info:
+        broken.inspect(f32(4), f32(4), arch="sm_90")
+    return info.value
+
+
+def test_compile_error_message_points_at_the_offending_line(compile_error: KernelCompileError) -> None:
+    where = f"{THIS_FILE}:{line_of('{x}[i] * ' + 'undeclared_zz')}"
+    assert where in str(compile_error)
+    assert "undeclared_zz" in str(compile_error)
+
+
+def test_compile_error_mapped_points_at_the_offending_line(compile_error: KernelCompileError) -> None:
+    where = f"{THIS_FILE}:{line_of('{x}[i] * ' + 'undeclared_zz')}"
+    assert len(compile_error.mapped) == 1
+    assert compile_error.mapped[0].startswith(where + ": error")
+    assert "body line 3" in compile_error.mapped[0]
+
+
+def test_compile_error_carries_the_nvrtc_log(compile_error: KernelCompileError) -> None:
+    assert re.search(r"broken\.body\(3\): error: identifier \"undeclared_zz\" is undefined", compile_error.log)
+    assert compile_error.log in str(compile_error)
+
+
+def test_compile_error_carries_the_generated_source(compile_error: KernelCompileError) -> None:
+    source = compile_error.source
+    assert 'extern "C" __global__ void kd_broken(' in source
+    generated_line = int(re.search(r"generated line (\d+)", compile_error.mapped[0]).group(1))
+    assert "undeclared_zz" in source.splitlines()[generated_line - 1]
+
+
+def test_compile_error_is_not_cached(compile_error: KernelCompileError) -> None:
+    assert not broken._builds
+
+
+@kd.kernel(grid=1, block=1)
+def broken_twice(y: kd.Out["float32", "n"]) -> str:
+    return f"""
+    float a = 1.0f;
+    {y}[0] = a + missing_one;
+    float b = 2.0f;
+    {y}[1] = b + missing_two;
+    """
+
+
+def test_every_error_is_mapped_to_its_own_line(isolated_cache: Path) -> None:
+    with pytest.raises(KernelCompileError) as info:
+        broken_twice.inspect(f32(2), arch="sm_80")
+    mapped = info.value.mapped
+    assert len(mapped) == 2
+    assert mapped[0].startswith(f"{THIS_FILE}:{line_of('a + ' + 'missing_one')}:")
+    assert mapped[1].startswith(f"{THIS_FILE}:{line_of('b + ' + 'missing_two')}:")
