@@ -23,6 +23,8 @@ from .dtypes import (
     uint64,
 )
 from .kernel import Kernel, kernel
+from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_session
+from .target import resolve_arch
 from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
 
 # A library logs but never configures logging: without a handler of the application's, stay quiet.
@@ -30,6 +32,13 @@ logging.getLogger("kerneldsl").addHandler(logging.NullHandler())
 
 __all__ = [
     "Const",
+    "DeviceArray",
+    "Event",
+    "PinnedArray",
+    "Session",
+    "Stream",
+    "default_session",
+    "resolve_arch",
     "In",
     "InOut",
     "Kernel",

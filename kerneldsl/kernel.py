@@ -130,6 +130,8 @@ class Kernel:
             call_borrowing(bound, self.signature, args, grid, block, shared, stream)
         else:
             bound.call(*args, grid, block, shared, stream)
+            if session._captures:
+                session.keep_alive(args)
 
     def _dispatch_key(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[tuple[Any, ...], Any, bool]:
         """A tuple that selects the specialization and session; cheap enough for every call."""
@@ -151,7 +153,7 @@ class Kernel:
                 return (None,), None, False
         if session is None:
             session = default_session()
-        parts.append(session.id)
+        parts.append(session.session_id)
         if consts:
             parts.append(tuple(sorted(consts.items())))
         return tuple(parts), session, borrowed
@@ -184,10 +186,10 @@ class Kernel:
             if isinstance(a, _SCALAR_TYPES) or type(a) in (DeviceArray, np.ndarray) or not _is_foreign(a):
                 adopted.append(a)
                 continue
-            view = as_device_view(a)
+            view = as_device_view(a, session=session)
             if session is None:
-                session = default_session(view.device)
-            if view.device != session.device:
+                session = default_session(view.device or 0)
+            if view.device is not None and view.device != session.device:
                 raise WrongSessionError(f"argument {p.name!r} of kernel {self.signature.name} is on device {view.device}, the call runs on device {session.device}")
             if isinstance(p, ArrayParam) and p.writes and view.readonly:
                 raise BindingError(self.signature.name, p.name, "is a read-only foreign array but the kernel writes it")

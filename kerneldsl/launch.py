@@ -26,11 +26,20 @@ from .errors import (
 )
 from .signature import ArrayParam, Signature
 
+def unusable_array(kernel: str, param: str, array: Any, session: Any) -> None:
+    """The adapter's slow path for an array it cannot launch with: say exactly why."""
+    array._check()
+    raise WrongSessionError(
+        f"argument {param!r} of kernel {kernel!r} belongs to session {array.session.session_id} "
+        f"(device {array.device}), the call runs in session {session.session_id} (device {session.device})"
+    )
+
+
 ADAPTER_RUNTIME = types.SimpleNamespace(
     ShapeMismatchError=ShapeMismatchError,
     BindingError=BindingError,
-    WrongSessionError=WrongSessionError,
     AliasingError=AliasingError,
+    unusable_array=unusable_array,
     to_bfloat16_bits=to_bfloat16_bits,
 )
 

@@ -1,0 +1,191 @@
+"""Calling a kernel, end to end on CPU: real codegen and NVRTC, a driver double that runs saxpy.
+
+The double decodes the packed parameter buffer exactly as the GPU would, so these tests pin
+down the adapter's packing, the launch dimensions, the numpy borrowing path (copy in, launch,
+copy back, free) and the binding errors that must leave everything untouched.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl.errors import AliasingError, BindingError, ClosedError, ReadOnlyArrayError, ShapeMismatchError, WrongSessionError
+from kerneldsl.runtime import open_sessions, use_driver
+
+from driver_double import FakeDriver
+
+
+class SaxpyDriver(FakeDriver):
+    """Executes every launch as float32 saxpy over the decoded parameters."""
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
+        result = super().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+        slots = (ctypes.c_void_p * 4).from_address(params)
+        (y_ptr,) = struct.unpack("<Q", ctypes.string_at(slots[0], 8))
+        (x_ptr,) = struct.unpack("<Q", ctypes.string_at(slots[1], 8))
+        (alpha,) = struct.unpack("<f", ctypes.string_at(slots[2], 4))
+        (n,) = struct.unpack("<i", ctypes.string_at(slots[3], 4))
+        ybuf, yoff = self._locate(y_ptr)
+        xbuf, xoff = self._locate(x_ptr)
+        y = np.frombuffer(ybuf, np.float32, n, yoff)
+        x = np.frombuffer(xbuf, np.float32, n, xoff)
+        ybuf[yoff : yoff + 4 * n] = (alpha * x + y).astype(np.float32).tobytes()
+        return result
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+    return f"""
+    index_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];
+    """
+
+
+@pytest.fixture
+def drv(isolated_cache: None) -> Iterator[SaxpyDriver]:
+    fake = SaxpyDriver()
+    with use_driver(fake):
+        try:
+            yield fake
+        finally:
+            for s in open_sessions():
+                s.close()
+            saxpy._bound.clear()
+
+
+@pytest.fixture
+def s(drv: SaxpyDriver) -> Iterator[kd.Session]:
+    with kd.Session(0) as session:
+        yield session
+
+
+def test_device_call_packs_pointers_scalar_and_extent(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.to_device(np.ones(300, np.float32)), s.to_device(np.arange(300, dtype=np.float32))
+    saxpy(dy, dx, np.float32(2.0))
+    np.testing.assert_array_equal(dy.to_host(), 1 + 2 * np.arange(300, dtype=np.float32))
+
+
+def test_device_call_computes_grid_from_shape_symbols(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(300, np.float32), s.zeros(300, np.float32)
+    saxpy(dy, dx, np.float32(1.0))
+    assert drv.launches[-1][1:3] == ((3, 1, 1), (128, 1, 1))
+
+
+def test_grid_and_block_overrides_replace_the_declared_ones(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(300, np.float32), s.zeros(300, np.float32)
+    saxpy(dy, dx, np.float32(1.0), grid=7, block=(64, 1))
+    assert drv.launches[-1][1:3] == ((7, 1, 1), (64, 1, 1))
+
+
+def test_device_call_runs_on_the_session_stream_without_copies(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(16, np.float32), s.zeros(16, np.float32)
+    saxpy(dy, dx, np.float32(1.0))
+    mark = len(drv.calls)
+    saxpy(dy, dx, np.float32(1.0))
+    assert "cuMemcpyHtoDAsync" not in drv.calls[mark:] and "cuMemAlloc" not in drv.calls[mark:]
+    assert drv.launches[-1][4] == s.stream._cu
+
+
+def test_numpy_call_copies_in_launches_and_copies_back(drv: SaxpyDriver) -> None:
+    y, x = np.ones(50, np.float32), np.arange(50, dtype=np.float32)
+    saxpy(y, x, np.float32(3.0))
+    np.testing.assert_array_equal(y, 1 + 3 * np.arange(50, dtype=np.float32))
+    np.testing.assert_array_equal(x, np.arange(50, dtype=np.float32))
+
+
+def test_numpy_call_frees_its_temporaries(drv: SaxpyDriver) -> None:
+    y, x = np.ones(50, np.float32), np.ones(50, np.float32)
+    saxpy(y, x, np.float32(1.0))
+    before = len(drv.mem)
+    saxpy(y, x, np.float32(1.0))
+    kd.default_session().synchronize()
+    assert len(drv.mem) == before
+
+
+def test_read_only_output_is_refused_before_any_copy(drv: SaxpyDriver) -> None:
+    y, x = np.ones(8, np.float32), np.ones(8, np.float32)
+    y.flags.writeable = False
+    saxpy(np.ones(8, np.float32), x, np.float32(1.0))
+    mark = len(drv.calls)
+    with pytest.raises(ReadOnlyArrayError, match="'y'"):
+        saxpy(y, x, np.float32(1.0))
+    assert "cuMemAlloc" not in drv.calls[mark:] and "cuLaunchKernel" not in drv.calls[mark:]
+
+
+def test_aliased_host_arrays_are_refused(drv: SaxpyDriver) -> None:
+    y = np.ones(8, np.float32)
+    with pytest.raises(AliasingError):
+        saxpy(y, y, np.float32(1.0))
+    np.testing.assert_array_equal(y, np.ones(8, np.float32))
+
+
+def test_aliased_device_arrays_are_refused(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy = s.zeros(8, np.float32)
+    with pytest.raises(AliasingError):
+        saxpy(dy, dy, np.float32(1.0))
+
+
+def test_strided_output_is_refused_with_a_way_out(drv: SaxpyDriver) -> None:
+    y = np.ones(16, np.float32)[::2]
+    with pytest.raises(BindingError, match="ascontiguousarray"):
+        saxpy(y, np.ones(8, np.float32), np.float32(1.0))
+
+
+def test_strided_input_is_materialized(drv: SaxpyDriver) -> None:
+    y, x = np.zeros(8, np.float32), np.arange(16, dtype=np.float32)[::2]
+    saxpy(y, x, np.float32(1.0))
+    np.testing.assert_array_equal(y, np.arange(16, dtype=np.float32)[::2])
+
+
+def test_shape_conflict_on_the_warm_path_names_the_parameter(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(8, np.float32), s.zeros(8, np.float32)
+    saxpy(dy, dx, np.float32(1.0))
+    with pytest.raises(ShapeMismatchError, match="'x'"):
+        saxpy(dy, s.zeros(9, np.float32), np.float32(1.0))
+
+
+def test_arguments_from_two_sessions_are_refused(drv: SaxpyDriver) -> None:
+    with kd.Session(0) as a, kd.Session(0) as b:
+        with pytest.raises(WrongSessionError):
+            saxpy(a.zeros(8, np.float32), b.zeros(8, np.float32), np.float32(1.0))
+
+
+def test_closed_array_is_refused(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(8, np.float32), s.zeros(8, np.float32)
+    saxpy(dy, dx, np.float32(1.0))
+    dx.close()
+    with pytest.raises(ClosedError):
+        saxpy(dy, dx, np.float32(1.0))
+
+
+def test_scalar_out_of_range_is_a_binding_error(s: kd.Session, drv: SaxpyDriver) -> None:
+    @kd.kernel(grid=1, block=1)
+    def fill(y: kd.Out[kd.int8, "n"], v: kd.Scalar[kd.int8]):
+        return f"{y}[0] = {v};"
+
+    with pytest.raises(BindingError, match="does not fit"):
+        fill(s.zeros(4, np.int8), 1000)
+
+
+def test_warm_call_reuses_the_loaded_kernel(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(8, np.float32), s.zeros(8, np.float32)
+    saxpy(dy, dx, np.float32(1.0))
+    mark = len(drv.calls)
+    for _ in range(3):
+        saxpy(dy, dx, np.float32(1.0))
+    assert drv.calls[mark:].count("cuModuleLoadData") == 0
+    assert drv.calls[mark:].count("cuLaunchKernel") == 3
+
+
+def test_graph_capture_keeps_kernel_arguments_alive(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(8, np.float32), s.zeros(8, np.float32)
+    saxpy(dy, dx, np.float32(1.0))
+    with s.capture() as graph:
+        saxpy(dy, dx, np.float32(1.0))
+    assert any(dx in kept for kept in graph._keep if isinstance(kept, tuple))
