@@ -53,7 +53,7 @@ class BoundLaunch:
         self.build = build
         self.session = session
         module = session.load_module(build.cubin)
-        self.function = module.function(build.generated.entry)
+        self.function = session._d.CUfunction(module.function(build.generated.entry))
         slots = max(len(build.generated.abi), 1)
         self._buffer = (ctypes.c_char * (8 * slots))()
         base = ctypes.addressof(self._buffer)

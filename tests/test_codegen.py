@@ -226,8 +226,15 @@ def test_body_sees_constants_as_python_values() -> None:
 
 
 class FakeSession:
+    session_id = 1
+    device = 0
+    _ok = True
+
     def __init__(self) -> None:
         self.launches: list[tuple[Any, ...]] = []
+
+    def _raise_unusable(self) -> None:
+        raise AssertionError("a usable fake session was treated as unusable")
 
     def launch(self, *args: Any) -> None:
         self.launches.append(args)
@@ -236,9 +243,15 @@ class FakeSession:
 class FakeArray:
     def __init__(self, session: FakeSession, ptr: int, shape: tuple[int, ...], itemsize: int = 4) -> None:
         self.session = session
+        self.device = 0
         self.ptr = ptr
         self.shape = shape
         self.nbytes = int(np.prod(shape)) * itemsize
+        self._closed = False
+
+    def _check(self) -> None:
+        if self._closed:
+            raise kd.errors.ClosedError("closed")
 
 
 def make_launch(g: Generated) -> Any:
@@ -302,5 +315,5 @@ def test_adapter_rejects_an_array_of_another_session(generated: dict[str, Genera
 
 def test_adapter_runtime_supplies_every_name_the_adapter_uses() -> None:
     assert isinstance(ADAPTER_RUNTIME, types.SimpleNamespace)
-    for name in ("ShapeMismatchError", "BindingError", "WrongSessionError", "AliasingError", "to_bfloat16_bits"):
+    for name in ("ShapeMismatchError", "BindingError", "unusable_array", "AliasingError", "to_bfloat16_bits"):
         assert hasattr(ADAPTER_RUNTIME, name)

@@ -162,6 +162,7 @@ class _Session:
 class _DeviceArray:
     def __init__(self, session: _Session, ptr: int, host: np.ndarray) -> None:
         self.session, self.ptr, self.shape, self.nbytes = session, ptr, host.shape, max(host.nbytes, 1)
+        self._closed = False
 
 
 @FAST

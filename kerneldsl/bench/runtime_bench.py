@@ -104,6 +104,9 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     def raw() -> None:
         cu.cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, stream_cu, params, 0)
 
+    results["Session.launch, pre-packed"] = _held_enqueue_cost(
+        hold_kd, lambda: s.launch(fn, (grid, 1, 1), (256, 1, 1), 0, None, params), s.synchronize,
+        args.launches, args.reps)
     with s.activated():
         results["raw cuLaunchKernel"] = _held_enqueue_cost(hold_kd, raw, lambda: None, args.launches, args.reps)
     s.synchronize()
