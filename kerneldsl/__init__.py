@@ -27,6 +27,17 @@ from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_s
 from .target import resolve_arch
 from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
 
+
+
+def __getattr__(name: str) -> object:
+    """``kd.blas`` is imported on first access: it is an optional extra (``kerneldsl[blas]``)."""
+    if name == "blas":
+        import importlib
+
+        return importlib.import_module(".blas", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # A library logs but never configures logging: without a handler of the application's, stay quiet.
 logging.getLogger("kerneldsl").addHandler(logging.NullHandler())
 
@@ -45,6 +56,7 @@ __all__ = [
     "Out",
     "Scalar",
     "__version__",
+    "blas",
     "bool_",
     "cache",
     "cdiv",

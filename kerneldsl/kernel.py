@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from threading import get_ident
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -27,6 +28,7 @@ from .specialize import INT32_MAX, Specialization, bind, bind_declared
 from .target import device_arch, resolve_arch
 
 _SCALAR_TYPES = (int, float, bool, np.generic)
+_PLAIN_SCALARS = frozenset((int, float, bool))
 
 
 class Kernel:
@@ -134,29 +136,34 @@ class Kernel:
                 session.keep_alive(args)
 
     def _dispatch_key(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[tuple[Any, ...], Any, bool]:
-        """A tuple that selects the specialization and session; cheap enough for every call."""
+        """A flat tuple that selects the specialization and session; cheap enough for every call."""
         session = None
         borrowed = False
-        parts: list[Any] = [threading.get_ident()]
+        key: list[Any] = [get_ident()]
+        add = key.append
         for a in args:
             t = type(a)
             if t is DeviceArray:
                 if session is None:
                     session = a.session
-                parts.append((a.dtype, a.ptr & 15, a.size > INT32_MAX))
+                add(a.dtype)
+                add(a.ptr & 15)
+                if a.size > INT32_MAX:
+                    add(INT32_MAX)
             elif t is np.ndarray:
                 borrowed = True
-                parts.append((t, a.dtype, a.size > INT32_MAX))
-            elif isinstance(a, _SCALAR_TYPES) or not _is_foreign(a):
-                parts.append(t)
+                add(a.dtype)
+                add(INT32_MAX if a.size > INT32_MAX else np.ndarray)
+            elif t in _PLAIN_SCALARS or isinstance(a, np.generic) or not _is_foreign(a):
+                add(t)
             else:
                 return (None,), None, False
         if session is None:
             session = default_session()
-        parts.append(session.session_id)
+        add(session.session_id)
         if consts:
-            parts.append(tuple(sorted(consts.items())))
-        return tuple(parts), session, borrowed
+            add(tuple(sorted(consts.items())))
+        return tuple(key), session, borrowed
 
     def _bind_call(self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]) -> BoundLaunch:
         spec = bind(self.signature, args, consts, _session_arch(session))

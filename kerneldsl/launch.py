@@ -9,7 +9,6 @@ numpy path: copy in, launch, copy back, free, all within the call.
 from __future__ import annotations
 
 import ctypes
-import functools
 import types
 from typing import Any, Callable
 
@@ -58,9 +57,8 @@ class BoundLaunch:
         self._buffer = (ctypes.c_char * (8 * slots))()
         base = ctypes.addressof(self._buffer)
         self._pointers = (ctypes.c_void_p * slots)(*[base + 8 * i for i in range(slots)])
-        launch = build.launch_factory()(ADAPTER_RUNTIME)
-        self.call: Callable[..., None] = functools.partial(
-            launch, session, self.function, self._buffer, ctypes.addressof(self._pointers)
+        self.call: Callable[..., None] = build.launch_factory()(
+            ADAPTER_RUNTIME, session, self.function, self._buffer, ctypes.addressof(self._pointers)
         )
 
 

@@ -117,7 +117,7 @@ def test_host_adapter_compiles_as_python(generated: dict[str, Generated], case: 
     code = compile(generated[case].adapter_source, f"<adapter {case}>", "exec")
     namespace: dict[str, Any] = {}
     exec(code, namespace)
-    assert callable(namespace["make_launch"](ADAPTER_RUNTIME))
+    assert callable(namespace["make_launch"](ADAPTER_RUNTIME, FakeSession(), "fn", bytearray(8), 0))
 
 
 def test_rendering_is_deterministic() -> None:
@@ -257,7 +257,7 @@ class FakeArray:
 def make_launch(g: Generated) -> Any:
     namespace: dict[str, Any] = {}
     exec(compile(g.adapter_source, "<adapter>", "exec"), namespace)
-    return namespace["make_launch"](ADAPTER_RUNTIME)
+    return lambda session, fn, buffer, params, *rest: namespace["make_launch"](ADAPTER_RUNTIME, session, fn, buffer, params)(*rest)
 
 
 def run_adapter(g: Generated, *args: Any, grid: Any = None) -> tuple[FakeSession, tuple[Any, ...], bytearray]:

@@ -178,7 +178,7 @@ def test_adapter_packs_pointers_scalars_and_extents_in_abi_order(case: Case) -> 
         _DeviceArray(session, 0x10000 * (i + 1), a) if isinstance(a, np.ndarray) else a for i, a in enumerate(args)
     ]
     buffer = bytearray(generated.param_bytes)
-    namespace["make_launch"](ADAPTER_RUNTIME)(session, "f", buffer, "p", *device_args, None, None, None, None)
+    namespace["make_launch"](ADAPTER_RUNTIME, session, "f", buffer, "p")(*device_args, None, None, None, None)
     packed = struct.unpack(generated.struct_format, buffer)
     expected = [a.ptr if isinstance(a, _DeviceArray) else a for a in device_args]
     expected += [case.extents[s] for s in sig.symbols if s not in case.specialize]

@@ -26,6 +26,8 @@ class SaxpyDriver(FakeDriver):
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
         result = super().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+        if result[0]:
+            return result
         slots = (ctypes.c_void_p * 4).from_address(params)
         (y_ptr,) = struct.unpack("<Q", ctypes.string_at(slots[0], 8))
         (x_ptr,) = struct.unpack("<Q", ctypes.string_at(slots[1], 8))
@@ -69,6 +71,14 @@ def test_device_call_packs_pointers_scalar_and_extent(s: kd.Session, drv: SaxpyD
     dy, dx = s.to_device(np.ones(300, np.float32)), s.to_device(np.arange(300, dtype=np.float32))
     saxpy(dy, dx, np.float32(2.0))
     np.testing.assert_array_equal(dy.to_host(), 1 + 2 * np.arange(300, dtype=np.float32))
+
+
+def test_warm_device_call_switches_no_context(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(16, np.float32), s.zeros(16, np.float32)
+    saxpy(dy, dx, np.float32(1.0))
+    pushes = drv.pushes
+    saxpy(dy, dx, np.float32(1.0))
+    assert drv.pushes == pushes
 
 
 def test_device_call_computes_grid_from_shape_symbols(s: kd.Session, drv: SaxpyDriver) -> None:

@@ -119,7 +119,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     core_saxpy, core_spin = module.get_kernel(build.generated.entry), module.get_kernel("kd_bench_spin")
     core_stream = dev.create_stream()
     config, one = LaunchConfig(grid=grid, block=256), LaunchConfig(grid=1, block=1)
-    y_arg, x_arg, n_arg = ctypes.c_void_p(dy.ptr), ctypes.c_void_p(dx.ptr), np.int32(n)
+    y_arg, x_arg, n_arg = dy.ptr, dx.ptr, np.int32(n)
     results["cuda.core launch"] = _held_enqueue_cost(
         lambda: launch(core_stream, one, core_spin, np.int64(spin_cycles)),
         lambda: launch(core_stream, config, core_saxpy, y_arg, x_arg, alpha, n_arg),

@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -137,6 +137,7 @@ class Session:
         self._inflight: list[tuple[int, Stream | None, Any]] = []
         self._seq = itertools.count()
         self._captures: list[graph.Graph] = []
+        self._vendor: dict[str, Any] = {}  # library handles (cuBLAS, ...): see vendor_handle()
         self._poison: StickyCudaError | None = None
         self._forked = False
         self._state = OPEN
@@ -213,7 +214,7 @@ class Session:
 
     def launch(
         self,
-        function: int,
+        function: Any,
         grid: tuple[int, int, int],
         block: tuple[int, int, int],
         shared: int,
@@ -222,8 +223,10 @@ class Session:
     ) -> None:
         """cuLaunchKernel on ``stream`` (default: the session stream) with ``params`` the address
         of a ``void*[]`` kernel-parameter array. The warm path: attribute reads, no allocation.
+
+        A CUfunction carries its context, so the launch needs no context switch; a driver that
+        asks for a current context anyway (CUDA_ERROR_INVALID_CONTEXT) gets one, pushed and popped.
         """
-        d = self._d
         with self._lock:
             if not self._ok:
                 self._raise_unusable()
@@ -233,17 +236,17 @@ class Session:
                 h = stream._cu
             else:
                 self._bad_stream(stream)
-            err = d.cuCtxPushCurrent(self._ctx)[0]
-            if err:
-                raise driver.error("cuCtxPushCurrent", err)
-            try:
-                if self._deferred:
-                    self._drain_deferred()
-                err = d.cuLaunchKernel(
-                    function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, h, params, 0
-                )[0]
-            finally:
-                d.cuCtxPopCurrent()
+            if self._deferred:
+                with self._activation:  # entering an activation frees what finalizers queued
+                    pass
+            err = self._d.cuLaunchKernel(
+                function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, h, params, 0
+            )[0]
+            if err == driver.ERROR_INVALID_CONTEXT:
+                with self._raw_activation:
+                    err = self._d.cuLaunchKernel(
+                        function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, h, params, 0
+                    )[0]
             if err:
                 self._launch_failed(err)
 
@@ -385,6 +388,22 @@ class Session:
         """
         return graph.capture(self, stream)
 
+    def vendor_handle(self, key: str, create: Callable[[Session], Any]) -> Any:
+        """The library handle registered as ``key`` (e.g. ``"cublas"``), made by ``create(self)`` on first use.
+
+        ``create`` runs with the session activated. The object it returns must have
+        ``release()`` (destroy the library handle; close() calls it with the context current,
+        before any other handle is freed, collecting what it raises) and ``abandon()`` (forget
+        it without calling the library: forked child, poisoned context).
+        """
+        handle = self._vendor.get(key)
+        if handle is None:
+            with self._activation:
+                handle = self._vendor.get(key)
+                if handle is None:
+                    handle = self._vendor[key] = create(self)
+        return handle
+
     # -- close -------------------------------------------------------------------------------------
 
     def close(self, timeout: float | None = None) -> None:
@@ -445,6 +464,12 @@ class Session:
         with self._raw_activation:
             self._captures.clear()
             self._drain_deferred(errors)
+            vendor, self._vendor = self._vendor, {}
+            for handle in vendor.values():  # library handles first: they may use buffers and streams
+                try:
+                    handle.release()
+                except Exception as exc:
+                    errors.append(exc)
             for kind in RELEASE_ORDER:
                 for h in handles:
                     if h.kind != kind:
@@ -459,6 +484,9 @@ class Session:
 
     def _abandon(self) -> None:
         """Forget every handle without calling the driver (forked child, poisoned context)."""
+        vendor, self._vendor = self._vendor, {}
+        for handle in vendor.values():
+            handle.abandon()
         for h in list(self._handles):
             h._take()
         self._deferred.clear()

@@ -1,0 +1,588 @@
+"""cuBLAS on session buffers: gemm, batched gemm, gemv, axpy, dot, nrm2 (the ``kerneldsl[blas]`` extra).
+
+Every operation is asynchronous on a session stream (default: the session stream), so it
+orders with kernels, copies and graph capture like any launch. Nothing here imports
+nvmath-python until the first call: ``import kerneldsl`` works without the extra.
+
+Layout: arrays are row-major, cuBLAS is column-major. A row-major ``(r, c)`` buffer *is* the
+column-major ``(c, r)`` matrix, its transpose, with leading dimension ``c``. So
+``C = op(A) @ op(B)`` is computed as ``C^T = op(B)^T @ op(A)^T``: the operands swap, each
+``trans_*`` flag keeps its meaning, and every leading dimension is a buffer's row length.
+Nothing is ever copied or transposed in memory.
+
+Precision: float16 and bfloat16 multiply with float32 accumulation (``CUBLAS_COMPUTE_32F``,
+alpha and beta are float32); float32 uses full float32 (``tf32=True`` opts into TF32 tensor
+cores); float64 uses ``CUBLAS_COMPUTE_64F``.
+
+Handle: one cuBLAS handle per session, created on first use and shared by the session's
+threads (every call configures and enqueues under the session lock). Each stream gets its own
+workspace, a DeviceArray the session owns: cuBLAS then never allocates during a call, which is
+what makes graph capture work. ``Session.close()`` destroys the handle before any buffer,
+stream or the context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Any
+
+import numpy as np
+
+from .dtypes import ELEMENT_TYPES
+from .errors import (
+    AliasingError,
+    BindingError,
+    BlasError,
+    BlasNotAvailableError,
+    ClosedError,
+    ShapeMismatchError,
+    WrongSessionError,
+)
+from .runtime.driver import check
+from .runtime.handle import check_same_session
+from .runtime.memory import DeviceArray
+from .runtime.session import Session, default_session
+from .runtime.stream import Stream
+
+__all__ = [
+    "BlasHandle",
+    "WORKSPACE_BYTES",
+    "available",
+    "axpy",
+    "dot",
+    "gemm",
+    "gemm_batched",
+    "gemv",
+    "handle",
+    "library",
+    "nrm2",
+]
+
+INSTALL_HINT = "pip install 'kerneldsl[blas]'"
+
+# cuBLAS's recommended workspace for Hopper and newer (4 MiB suffices before): one per stream.
+WORKSPACE_BYTES = 32 << 20
+
+# Stable ABI values (cublas_api.h, library_types.h); a CPU test checks them against nvmath.
+OP_N, OP_T = 0, 1
+POINTER_MODE_HOST, POINTER_MODE_DEVICE = 0, 1
+GEMM_DEFAULT = -1
+R_16F, R_32F, R_64F, R_16BF = 2, 0, 1, 14
+COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
+
+_INT32_MAX = 2**31 - 1
+_KEY = "cublas"
+
+_F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+_BF16 = ELEMENT_TYPES["bfloat16"].numpy if "bfloat16" in ELEMENT_TYPES else None
+
+# dtype -> (cudaDataType, cublasComputeType); the compute type fixes alpha/beta's C type.
+_GEMM_TYPES: dict[np.dtype, tuple[int, int]] = {
+    _F16: (R_16F, COMPUTE_32F),
+    _F32: (R_32F, COMPUTE_32F),
+    _F64: (R_64F, COMPUTE_64F),
+}
+if _BF16 is not None:
+    _GEMM_TYPES[_BF16] = (R_16BF, COMPUTE_32F)
+
+# dtype -> binding-name prefix of the classic level-1/2 routines (sgemv, daxpy, ...).
+_VECTOR_PREFIX: dict[np.dtype, str] = {_F32: "s", _F64: "d"}
+
+_STATUS_NAMES = {
+    1: "NOT_INITIALIZED",
+    3: "ALLOC_FAILED",
+    7: "INVALID_VALUE",
+    8: "ARCH_MISMATCH",
+    11: "MAPPING_ERROR",
+    13: "EXECUTION_FAILED",
+    14: "INTERNAL_ERROR",
+    15: "NOT_SUPPORTED",
+    16: "LICENSE_ERROR",
+}
+
+_lib: Any = None
+
+
+# -- the library ------------------------------------------------------------------------------------
+
+
+def library() -> Any:
+    """``nvmath.bindings.cublas``, imported on first use; BlasNotAvailableError when missing."""
+    global _lib
+    if _lib is None:
+        try:
+            from nvmath.bindings import cublas
+        except ImportError as exc:
+            raise BlasNotAvailableError(
+                f"kd.blas needs nvmath-python and the cuBLAS library ({exc}): {INSTALL_HINT}"
+            ) from exc
+        _lib = cublas
+    return _lib
+
+
+def available() -> bool:
+    """True when the nvmath-python cuBLAS bindings import (the library itself loads on first use)."""
+    try:
+        library()
+    except BlasNotAvailableError:
+        return False
+    return True
+
+
+def status_name(status: int) -> str:
+    """``CUBLAS_STATUS_*`` name of a status code."""
+    return f"CUBLAS_STATUS_{_STATUS_NAMES.get(int(status), int(status))}"
+
+
+def _api(name: str) -> str:
+    """The C name of a binding: ``sdot_64`` -> ``cublasSdot_64``."""
+    return "cublas" + name[0].upper() + name[1:]
+
+
+def _blas_error(exc: Any, api: str) -> BlasError:
+    status = int(getattr(exc, "status", -1))
+    return BlasError(status, status_name(status), api)
+
+
+# -- the per-session handle ---------------------------------------------------------------------------
+
+
+class BlasHandle:
+    """A session's cuBLAS handle and the configuration last set on it (stream, workspace, pointer mode).
+
+    Only configuration that differs from the cached one is set again, so a warm call costs no
+    extra library calls. Workspaces are per stream: one workspace used by two streams at once
+    would race. A graph captured with BLAS calls uses the workspace of its capture stream:
+    do not replay it concurrently with BLAS work on that stream.
+    """
+
+    __slots__ = ("session", "raw", "_lib", "_stream", "_workspaces", "_pointer_mode", "_closed", "_f32", "_f64")
+
+    def __init__(self, session: Session) -> None:
+        """Create the cuBLAS handle (called by ``Session.vendor_handle`` with the session activated)."""
+        lib = library()
+        _refuse_during_capture(session, "create the cuBLAS handle")
+        try:
+            raw = lib.create()
+        except lib.cuBLASError as exc:
+            raise _blas_error(exc, "cublasCreate") from exc
+        except (RuntimeError, OSError) as exc:  # nvmath could not load libcublas
+            raise BlasNotAvailableError(
+                f"the cuBLAS library could not be loaded ({type(exc).__name__}: {exc}): {INSTALL_HINT} "
+                "(it installs nvidia-cublas)"
+            ) from exc
+        self.session = session
+        self.raw = int(raw)
+        self._lib = lib
+        self._stream: Stream | None = None
+        self._workspaces: weakref.WeakKeyDictionary[Stream, DeviceArray] = weakref.WeakKeyDictionary()
+        self._pointer_mode = POINTER_MODE_HOST  # cuBLAS's default
+        self._closed = False
+        self._f32 = (ctypes.c_float * 2)()  # alpha, beta for float32-compute calls
+        self._f64 = (ctypes.c_double * 2)()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"0x{self.raw:x}"
+        return f"<BlasHandle {state} session={self.session.session_id} device={self.session.device}>"
+
+    # -- Session.vendor_handle protocol ------------------------------------------------------------
+
+    def release(self) -> None:
+        """cublasDestroy (Session.close, context current); the workspaces are freed after it."""
+        if self._closed:
+            return
+        self._closed = True
+        raw, self.raw = self.raw, 0
+        self._stream = None
+        self._workspaces = weakref.WeakKeyDictionary()
+        try:
+            self._lib.destroy(raw)
+        except self._lib.cuBLASError as exc:
+            raise _blas_error(exc, "cublasDestroy") from exc
+
+    def abandon(self) -> None:
+        """Forget the handle without calling cuBLAS (forked child, poisoned context)."""
+        self._closed = True
+        self.raw = 0
+        self._stream = None
+
+    # -- configuration (session activated) ------------------------------------------------------------
+
+    def _bind(self, stream: Stream | None, pointer_mode: int) -> int:
+        """The raw handle, set to ``stream`` (default: the session stream) and ``pointer_mode``."""
+        if self._closed:
+            raise ClosedError(f"the cuBLAS handle of session {self.session.session_id} was closed")
+        if stream is None:
+            stream = self.session.stream
+        if stream is not self._stream:
+            self._switch(stream)
+        if pointer_mode != self._pointer_mode:
+            self._call("cublasSetPointerMode", self._lib.set_pointer_mode, self.raw, pointer_mode)
+            self._pointer_mode = pointer_mode
+        return self.raw
+
+    def _switch(self, stream: Stream) -> None:
+        """Bind ``stream`` (validated by the caller) and its workspace, allocated on first use."""
+        workspace = self._workspaces.get(stream)
+        if workspace is None:
+            _refuse_during_capture(self.session, "allocate the cuBLAS workspace of a new stream")
+            workspace = self._workspaces[stream] = DeviceArray(self.session, WORKSPACE_BYTES, np.uint8)
+        lib = self._lib
+        self._call("cublasSetStream", lib.set_stream, self.raw, stream.handle)
+        # cublasSetStream resets the workspace to cuBLAS's own pool: set ours again, always after it
+        self._call("cublasSetWorkspace", lib.set_workspace, self.raw, workspace.ptr, workspace.nbytes)
+        self._stream = stream
+
+    def _call(self, api: str, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except self._lib.cuBLASError as exc:
+            raise _blas_error(exc, api) from exc
+
+    def _scalars(self, compute: int, alpha: Any, beta: Any) -> tuple[int, int]:
+        """Host addresses of alpha and beta in the compute type's C type (host pointer mode)."""
+        if compute == COMPUTE_64F:
+            buf, size = self._f64, 8
+        else:
+            buf, size = self._f32, 4
+        buf[0] = alpha
+        buf[1] = beta
+        base = ctypes.addressof(buf)
+        return base, base + size
+
+
+def handle(session: Session | None = None) -> BlasHandle:
+    """The cuBLAS handle of ``session`` (default: the default session), created on first use."""
+    session = default_session() if session is None else session
+    return session.vendor_handle(_KEY, BlasHandle)
+
+
+def _refuse_during_capture(session: Session, what: str) -> None:
+    if session._captures:
+        raise RuntimeError(
+            f"cannot {what} while a CUDA graph is being captured in session {session.session_id}: "
+            "make one BLAS call on the same stream before `with session.capture():` (or call kd.blas.handle(session))"
+        )
+
+
+# -- validation (before cuBLAS sees anything) -----------------------------------------------------------
+
+
+def _session_of(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], stream: Stream | None) -> Session:
+    """The one session owning every array and ``stream``; specific errors for foreign, closed or mixed ones."""
+    for name, a in zip(names, arrays):
+        if a is not None and type(a) is not DeviceArray:
+            raise BindingError(
+                op, name, f"expected a kerneldsl DeviceArray, got {type(a).__name__} (use session.to_device)"
+            )
+    present = [a for a in arrays if a is not None]
+    if stream is not None:
+        present.append(stream)
+    for a in present:
+        a._check()
+    return check_same_session(*present)
+
+
+def _dtype(op: str, table: dict[np.dtype, Any], names: tuple[str, ...], arrays: tuple[Any, ...]) -> np.dtype:
+    """The common dtype of ``arrays``, which ``table`` must support."""
+    dt = arrays[0].dtype
+    if dt not in table:
+        supported = ", ".join(str(d) for d in table)
+        raise BindingError(op, names[0], f"dtype {dt} is not supported (supported: {supported})")
+    for name, a in zip(names[1:], arrays[1:]):
+        if a is not None and a.dtype != dt:
+            raise BindingError(op, name, f"dtype {a.dtype} does not match {names[0]}'s {dt}")
+    return dt
+
+
+def _ndim(op: str, name: str, a: DeviceArray, ndim: int) -> None:
+    if a.ndim != ndim:
+        raise ShapeMismatchError(op, name, f"expected a {ndim}-D array, got shape {a.shape}")
+
+
+def _matmul_dims(op: str, a: DeviceArray, b: DeviceArray, trans_a: bool, trans_b: bool) -> tuple[int, int, int]:
+    """``(m, n, k)`` of ``op(a) @ op(b)`` over the last two axes."""
+    ra, ca = a.shape[-2:]
+    rb, cb = b.shape[-2:]
+    m, k = (ca, ra) if trans_a else (ra, ca)
+    kb, n = (cb, rb) if trans_b else (rb, cb)
+    if k != kb:
+        raise ShapeMismatchError(
+            op, "b", f"op(a) is {m}x{k} but op(b) is {kb}x{n}: the inner extents differ ({k} != {kb})"
+        )
+    return m, n, k
+
+
+def _output(op: str, session: Session, out: DeviceArray | None, shape: tuple[int, ...], dtype: np.dtype, beta: Any) -> DeviceArray:
+    """``out`` checked against the result's shape, or a new array (which needs ``beta == 0``)."""
+    if out is None:
+        if beta != 0:
+            raise BindingError(op, "beta", f"beta={beta!r} scales the previous output: pass out=")
+        return session.empty(shape, dtype)
+    if out.shape != shape:
+        raise ShapeMismatchError(op, "out", f"expected shape {shape}, got {out.shape}")
+    return out
+
+
+def _overlaps(x: DeviceArray, y: DeviceArray) -> bool:
+    return bool(x.nbytes and y.nbytes and x.ptr < y.ptr + y.nbytes and y.ptr < x.ptr + x.nbytes)
+
+
+def _no_alias(op: str, out: DeviceArray, **inputs: DeviceArray) -> None:
+    for name, a in inputs.items():
+        if _overlaps(out, a):
+            raise AliasingError(op, "out", f"overlaps input {name!r}: cuBLAS cannot write its result in place")
+
+
+def _fill_zero(session: Session, out: DeviceArray, stream: Stream | None) -> DeviceArray:
+    """Enqueue ``out[...] = 0``: an empty sum, which cuBLAS's quick returns would leave unwritten."""
+    stream = session.stream if stream is None else stream
+    if out.nbytes:
+        with session.activated():
+            check("cuMemsetD8Async", session._d.cuMemsetD8Async(out.ptr, 0, out.nbytes, stream._cu))
+    return out
+
+
+def _dim(*extents: int) -> bool:
+    """True when the 64-bit (``_64``) entry points are needed."""
+    return max(extents) > _INT32_MAX
+
+
+# -- level 3 ---------------------------------------------------------------------------------------------
+
+
+def gemm(
+    a: DeviceArray,
+    b: DeviceArray,
+    out: DeviceArray | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    tf32: bool = False,
+    stream: Stream | None = None,
+) -> DeviceArray:
+    """``out = alpha * op(a) @ op(b) + beta * out`` with ``op(x) = x.T`` when ``trans_x``; returns ``out``.
+
+    2-D row-major arrays of one dtype (float16, bfloat16, float32, float64). Without ``out`` a
+    new array is allocated (``beta`` must then be 0). ``tf32=True`` lets float32 use TF32.
+    """
+    op = "kd.blas.gemm"
+    session = _session_of(op, ("a", "b", "out"), (a, b, out), stream)
+    _ndim(op, "a", a, 2)
+    _ndim(op, "b", b, 2)
+    dt = _dtype(op, _GEMM_TYPES, ("a", "b", "out"), (a, b, out))
+    m, n, k = _matmul_dims(op, a, b, trans_a, trans_b)
+    out = _output(op, session, out, (m, n), dt, beta)
+    _no_alias(op, out, a=a, b=b)
+    if not (m and n):
+        return out
+    if not k and beta == 0:
+        return _fill_zero(session, out, stream)
+    ctype, compute = _GEMM_TYPES[dt]
+    if tf32 and dt == _F32:
+        compute = COMPUTE_32F_FAST_TF32
+    h = handle(session)
+    with session.activated():
+        raw = h._bind(stream, POINTER_MODE_HOST)
+        pa, pb = h._scalars(compute, alpha, beta)
+        fn = h._lib.gemm_ex_64 if _dim(m, n, k) else h._lib.gemm_ex
+        try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
+            fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
+               pa, b.ptr, ctype, max(1, b.shape[1]), a.ptr, ctype, max(1, a.shape[1]),
+               pb, out.ptr, ctype, max(1, n), compute, GEMM_DEFAULT)
+        except h._lib.cuBLASError as exc:
+            raise _blas_error(exc, "cublasGemmEx") from exc
+        if session._captures:
+            session.keep_alive((a, b, out))
+    return out
+
+
+def gemm_batched(
+    a: DeviceArray,
+    b: DeviceArray,
+    out: DeviceArray | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans_a: bool = False,
+    trans_b: bool = False,
+    tf32: bool = False,
+    stream: Stream | None = None,
+) -> DeviceArray:
+    """``out[i] = alpha * op(a[i]) @ op(b[i]) + beta * out[i]`` for 3-D arrays (one strided-batched call).
+
+    Same dtypes, transposes and ``out`` rules as :func:`gemm`; the batch extents must agree.
+    """
+    op = "kd.blas.gemm_batched"
+    session = _session_of(op, ("a", "b", "out"), (a, b, out), stream)
+    _ndim(op, "a", a, 3)
+    _ndim(op, "b", b, 3)
+    dt = _dtype(op, _GEMM_TYPES, ("a", "b", "out"), (a, b, out))
+    batch = a.shape[0]
+    if b.shape[0] != batch:
+        raise ShapeMismatchError(op, "b", f"batch extent {b.shape[0]} differs from a's {batch}")
+    m, n, k = _matmul_dims(op, a, b, trans_a, trans_b)
+    out = _output(op, session, out, (batch, m, n), dt, beta)
+    _no_alias(op, out, a=a, b=b)
+    if not (batch and m and n):
+        return out
+    if not k and beta == 0:
+        return _fill_zero(session, out, stream)
+    ctype, compute = _GEMM_TYPES[dt]
+    if tf32 and dt == _F32:
+        compute = COMPUTE_32F_FAST_TF32
+    lda, ldb = a.shape[2], b.shape[2]
+    h = handle(session)
+    with session.activated():
+        raw = h._bind(stream, POINTER_MODE_HOST)
+        pa, pb = h._scalars(compute, alpha, beta)
+        fn = h._lib.gemm_strided_batched_ex_64 if _dim(m, n, k, batch) else h._lib.gemm_strided_batched_ex
+        try:
+            fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
+               pa, b.ptr, ctype, max(1, ldb), b.shape[1] * ldb, a.ptr, ctype, max(1, lda), a.shape[1] * lda,
+               pb, out.ptr, ctype, max(1, n), m * n, batch, compute, GEMM_DEFAULT)
+        except h._lib.cuBLASError as exc:
+            raise _blas_error(exc, "cublasGemmStridedBatchedEx") from exc
+        if session._captures:
+            session.keep_alive((a, b, out))
+    return out
+
+
+# -- level 2 ---------------------------------------------------------------------------------------------
+
+
+def gemv(
+    a: DeviceArray,
+    x: DeviceArray,
+    out: DeviceArray | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans_a: bool = False,
+    stream: Stream | None = None,
+) -> DeviceArray:
+    """``out = alpha * op(a) @ x + beta * out`` for a 2-D ``a`` and 1-D ``x`` (float32, float64)."""
+    op = "kd.blas.gemv"
+    session = _session_of(op, ("a", "x", "out"), (a, x, out), stream)
+    _ndim(op, "a", a, 2)
+    _ndim(op, "x", x, 1)
+    if out is not None:
+        _ndim(op, "out", out, 1)
+    dt = _dtype(op, _VECTOR_PREFIX, ("a", "x", "out"), (a, x, out))
+    rows, cols = a.shape
+    n_in, n_out = (rows, cols) if trans_a else (cols, rows)
+    if x.shape[0] != n_in:
+        raise ShapeMismatchError(op, "x", f"op(a) is {n_out}x{n_in} but x has {x.shape[0]} elements")
+    out = _output(op, session, out, (n_out,), dt, beta)
+    _no_alias(op, out, a=a, x=x)
+    if not n_out:
+        return out
+    if not n_in and beta == 0:
+        return _fill_zero(session, out, stream)
+    compute = COMPUTE_64F if dt == _F64 else COMPUTE_32F
+    prefix, suffix = _VECTOR_PREFIX[dt], "_64" if _dim(rows, cols) else ""
+    h = handle(session)
+    with session.activated():
+        raw = h._bind(stream, POINTER_MODE_HOST)
+        pa, pb = h._scalars(compute, alpha, beta)
+        lib = h._lib
+        try:
+            if n_in:  # row-major a is the column-major (cols x rows) a^T: op(a) = a is cuBLAS's "T"
+                api = f"{prefix}gemv{suffix}"
+                getattr(lib, api)(raw, OP_N if trans_a else OP_T, cols, rows, pa, a.ptr,
+                                                      max(1, cols), x.ptr, 1, pb, out.ptr, 1)
+            else:  # empty sum: gemv would return early and leave beta * out unscaled
+                api = f"{prefix}scal{suffix}"
+                getattr(lib, api)(raw, n_out, pb, out.ptr, 1)
+        except lib.cuBLASError as exc:
+            raise _blas_error(exc, _api(api)) from exc
+        if session._captures:
+            session.keep_alive((a, x, out))
+    return out
+
+
+# -- level 1 ---------------------------------------------------------------------------------------------
+
+
+def axpy(alpha: float, x: DeviceArray, y: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
+    """``y += alpha * x`` in place over all elements (same shape, float32 or float64); returns ``y``."""
+    op = "kd.blas.axpy"
+    session = _session_of(op, ("x", "y"), (x, y), stream)
+    dt = _dtype(op, _VECTOR_PREFIX, ("x", "y"), (x, y))
+    if x.shape != y.shape:
+        raise ShapeMismatchError(op, "y", f"shape {y.shape} differs from x's {x.shape}")
+    n = x.size
+    if not n:
+        return y
+    name = _VECTOR_PREFIX[dt] + "axpy" + ("_64" if _dim(n) else "")
+    h = handle(session)
+    with session.activated():
+        raw = h._bind(stream, POINTER_MODE_HOST)
+        pa, _ = h._scalars(COMPUTE_64F if dt == _F64 else COMPUTE_32F, alpha, 0.0)
+        try:
+            getattr(h._lib, name)(raw, n, pa, x.ptr, 1, y.ptr, 1)
+        except h._lib.cuBLASError as exc:
+            raise _blas_error(exc, _api(name)) from exc
+        if session._captures:
+            session.keep_alive((x, y))
+    return y
+
+
+def dot(x: DeviceArray, y: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None) -> DeviceArray:
+    """``sum(x * y)`` of two 1-D arrays, written on the device into a 0-d array (``out`` or new).
+
+    The result stays on the device (no host synchronization); read it with ``.to_host()``.
+    """
+    op = "kd.blas.dot"
+    session = _session_of(op, ("x", "y", "out"), (x, y, out), stream)
+    _ndim(op, "x", x, 1)
+    _ndim(op, "y", y, 1)
+    dt = _dtype(op, _VECTOR_PREFIX, ("x", "y", "out"), (x, y, out))
+    if x.shape != y.shape:
+        raise ShapeMismatchError(op, "y", f"{y.shape[0]} elements, x has {x.shape[0]}")
+    out = _scalar_output(op, session, out, dt)
+    if not x.size:
+        return _fill_zero(session, out, stream)
+    name = _VECTOR_PREFIX[dt] + "dot" + ("_64" if _dim(x.size) else "")
+    return _reduce(session, name, (x.size, x.ptr, 1, y.ptr, 1), out, stream, (x, y, out))
+
+
+def nrm2(x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None) -> DeviceArray:
+    """Euclidean norm over all elements of ``x`` (float32, float64), on the device into a 0-d array."""
+    op = "kd.blas.nrm2"
+    session = _session_of(op, ("x", "out"), (x, out), stream)
+    dt = _dtype(op, _VECTOR_PREFIX, ("x", "out"), (x, out))
+    out = _scalar_output(op, session, out, dt)
+    if not x.size:
+        return _fill_zero(session, out, stream)
+    name = _VECTOR_PREFIX[dt] + "nrm2" + ("_64" if _dim(x.size) else "")
+    return _reduce(session, name, (x.size, x.ptr, 1), out, stream, (x, out))
+
+
+def _scalar_output(op: str, session: Session, out: DeviceArray | None, dtype: np.dtype) -> DeviceArray:
+    if out is None:
+        return session.empty((), dtype)
+    if out.size != 1:
+        raise ShapeMismatchError(op, "out", f"expected one element (shape ()), got shape {out.shape}")
+    return out
+
+
+def _reduce(session: Session, name: str, args: tuple[Any, ...], out: DeviceArray, stream: Stream | None, keep: tuple[Any, ...]) -> DeviceArray:
+    """A level-1 reduction in device pointer mode: the result is written by the GPU, no host wait."""
+    h = handle(session)
+    with session.activated():
+        raw = h._bind(stream, POINTER_MODE_DEVICE)
+        try:
+            getattr(h._lib, name)(raw, *args, out.ptr)
+        except h._lib.cuBLASError as exc:
+            raise _blas_error(exc, _api(name)) from exc
+        if session._captures:
+            session.keep_alive(keep)
+    return out

@@ -1,0 +1,74 @@
+"""Result dtypes: NumPy's own rules, asked of NumPy itself.
+
+The rule is exactly NumPy 2's (NEP 50): array dtypes are strong, Python scalars are weak
+(``int8_array + 3`` stays int8, ``uint8_array + (-1)`` raises OverflowError), numpy scalars
+are strong. Instead of a hand-written table that could drift, the ufunc (or function) is
+called on empty arrays of the operand dtypes and its result dtype is taken; a combination
+NumPy refuses (``subtract`` of bools) raises NumPy's TypeError. A result kerneldsl cannot
+store (complex, object, ...) raises TypeError.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from . import dtypes
+
+Operand = Any  # an np.dtype (array operand) or a Python / numpy scalar
+
+
+def supported(dtype: Any) -> np.dtype:
+    """``dtype`` as a numpy dtype, or TypeError naming the supported types."""
+    try:
+        return dtypes.element_type(dtype).numpy
+    except KeyError as exc:
+        raise TypeError(exc.args[0]) from None
+
+
+def _probe(operand: Operand) -> Any:
+    if isinstance(operand, np.dtype):
+        return np.empty(0, operand)
+    if isinstance(operand, np.generic):
+        return np.empty(0, operand.dtype)  # numpy scalars are strong
+    return operand
+
+
+def _key(operand: Operand) -> Any:
+    if isinstance(operand, np.dtype):
+        return operand
+    if isinstance(operand, np.generic):
+        return operand.dtype
+    return type(operand)
+
+
+def result_dtype(func: Callable[..., Any], *operands: Operand) -> np.dtype:
+    """The dtype ``func`` (a numpy ufunc or array function) gives these operands."""
+    if any(type(o) is int for o in operands):  # a Python int's range check depends on its value
+        return _result(func, operands)
+    return _cached(func, tuple(_key(o) for o in operands), operands)
+
+
+_cache: dict[tuple[Any, ...], np.dtype] = {}
+
+
+def _cached(func: Callable[..., Any], key: tuple[Any, ...], operands: tuple[Operand, ...]) -> np.dtype:
+    found = _cache.get((func, key))
+    if found is None:
+        found = _cache[(func, key)] = _result(func, operands)
+    return found
+
+
+def _result(func: Callable[..., Any], operands: tuple[Operand, ...]) -> np.dtype:
+    with np.errstate(all="ignore"):
+        value = func(*(_probe(o) for o in operands))
+    return supported(np.asarray(value).dtype)
+
+
+def operand_dtype(value: Any) -> Operand:
+    """What promotion sees of a value: its dtype for arrays, the value itself for scalars."""
+    dt = getattr(value, "dtype", None)
+    if dt is not None and not isinstance(value, np.generic):
+        return np.dtype(dt)
+    return value

@@ -1,0 +1,759 @@
+"""kd.blas on CPU: validation, the row-major/column-major mapping, handle lifecycle, missing library.
+
+No GPU and no libcublas: sessions run on the recording driver double, and ``FakeCublas``
+stands in for ``nvmath.bindings.cublas``. The fake implements the *column-major cuBLAS
+contract* (leading dimensions, transposes, pointer modes) over the double's emulated device
+memory in float64, so the row-major mapping in kd.blas is checked against numpy, not against
+a copy of itself.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from driver_double import FakeDriver
+
+import kerneldsl as kd
+from kerneldsl import blas
+from kerneldsl.dtypes import ELEMENT_TYPES
+from kerneldsl.errors import (
+    AliasingError,
+    BindingError,
+    BlasError,
+    BlasNotAvailableError,
+    ClosedError,
+    KernelDSLError,
+    SessionCloseError,
+    ShapeMismatchError,
+    StickyCudaError,
+    WrongSessionError,
+)
+from kerneldsl.runtime import DeviceArray, Session, open_sessions, use_driver
+
+BF16 = ELEMENT_TYPES["bfloat16"].numpy if "bfloat16" in ELEMENT_TYPES else None
+GEMM_DTYPES = [np.float16, np.float32, np.float64] + ([BF16] if BF16 is not None else [])
+_CUDA_TYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float64), 2: np.dtype(np.float16)}
+if BF16 is not None:
+    _CUDA_TYPES[14] = BF16
+
+
+# -- the cuBLAS double ----------------------------------------------------------------------------------
+
+
+class FakeCuBLASError(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"status {status}")
+        self.status = status
+
+
+class FakeCublas:
+    """Column-major cuBLAS semantics over FakeDriver memory; records every call with its handle state."""
+
+    cuBLASError = FakeCuBLASError
+
+    def __init__(self, drv: FakeDriver) -> None:
+        self.drv = drv
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.live: dict[int, dict[str, Any]] = {}
+        self.fail: dict[str, int] = {}
+        self._next = 0xB1A5000
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _enter(self, name: str, h: int | None, *args: Any) -> dict[str, Any] | None:
+        assert self.drv.depth() > 0, f"{name} called without a current CUDA context"
+        self.calls.append((name, args))
+        if name in self.fail:
+            raise FakeCuBLASError(self.fail.pop(name))
+        if h is None:
+            return None
+        if h not in self.live:
+            raise FakeCuBLASError(1)  # NOT_INITIALIZED
+        return self.live[h]
+
+    def names(self) -> list[str]:
+        return [c[0] for c in self.calls]
+
+    def _ready(self, state: dict[str, Any], pointer_mode: int) -> None:
+        assert state["stream"], "cuBLAS used before cublasSetStream"
+        assert state["workspace"], "cuBLAS used without a workspace set after cublasSetStream"
+        assert state["pointer_mode"] == pointer_mode, f"pointer mode {state['pointer_mode']}, expected {pointer_mode}"
+
+    def _view(self, ptr: int, count: int, dt: np.dtype) -> np.ndarray:
+        buf, off = self.drv._locate(ptr)
+        return np.frombuffer(buf, dtype=dt, count=count, offset=off)
+
+    def _matrix(self, ptr: int, rows: int, cols: int, ld: int, dt: np.dtype) -> np.ndarray:
+        """A column-major rows x cols matrix with leading dimension ld, as a writable strided view."""
+        if ld < max(1, rows):
+            raise FakeCuBLASError(7)  # INVALID_VALUE, as cuBLAS reports a too-small leading dimension
+        if rows == 0 or cols == 0:
+            return np.zeros((rows, cols), dt)
+        flat = self._view(ptr, ld * (cols - 1) + rows, dt)
+        return np.lib.stride_tricks.as_strided(flat, (rows, cols), (dt.itemsize, ld * dt.itemsize))
+
+    @staticmethod
+    def _scalar(ptr: int, double: bool) -> float:
+        return (ctypes.c_double if double else ctypes.c_float).from_address(ptr).value
+
+    def _gemm(self, ta: int, tb: int, m: int, n: int, k: int, alpha: float, a: int, dta: np.dtype, lda: int,
+              b: int, dtb: np.dtype, ldb: int, beta: float, c: int, dtc: np.dtype, ldc: int) -> None:
+        A = self._matrix(a, k if ta else m, m if ta else k, lda, dta).astype(np.float64)
+        B = self._matrix(b, n if tb else k, k if tb else n, ldb, dtb).astype(np.float64)
+        C = self._matrix(c, m, n, ldc, dtc)
+        result = alpha * ((A.T if ta else A) @ (B.T if tb else B))
+        if beta != 0:  # BLAS: with beta == 0, C is not read (it may hold NaN)
+            result += beta * C.astype(np.float64)
+        C[...] = result.astype(dtc)
+
+    # -- handle and configuration ----------------------------------------------------------------
+
+    def create(self) -> int:
+        self._enter("create", None)
+        self._next += 0x10
+        self.live[self._next] = {"stream": 0, "workspace": 0, "pointer_mode": 0}
+        return self._next
+
+    def destroy(self, h: int) -> None:
+        self._enter("destroy", h)
+        del self.live[h]
+
+    def set_stream(self, h: int, stream: int) -> None:
+        state = self._enter("set_stream", h, stream)
+        state["stream"], state["workspace"] = stream, 0  # cublasSetStream resets the workspace
+
+    def set_workspace(self, h: int, ptr: int, size: int) -> None:
+        state = self._enter("set_workspace", h, ptr, size)
+        self._view(ptr, size, np.dtype(np.uint8))  # must be device memory of at least that size
+        state["workspace"] = ptr
+
+    def set_pointer_mode(self, h: int, mode: int) -> None:
+        self._enter("set_pointer_mode", h, mode)["pointer_mode"] = mode
+
+    # -- level 3 ----------------------------------------------------------------------------------
+
+    def gemm_ex(self, h: int, ta: int, tb: int, m: int, n: int, k: int, alpha: int, a: int, at: int, lda: int,
+                b: int, bt: int, ldb: int, beta: int, c: int, ct: int, ldc: int, compute: int, algo: int) -> None:
+        self._ready(self._enter("gemm_ex", h, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, compute), 0)
+        double = compute == blas.COMPUTE_64F
+        self._gemm(ta, tb, m, n, k, self._scalar(alpha, double), a, _CUDA_TYPES[at], lda, b, _CUDA_TYPES[bt], ldb,
+                   self._scalar(beta, double), c, _CUDA_TYPES[ct], ldc)
+
+    def gemm_strided_batched_ex(self, h: int, ta: int, tb: int, m: int, n: int, k: int, alpha: int, a: int, at: int,
+                                lda: int, sa: int, b: int, bt: int, ldb: int, sb: int, beta: int, c: int, ct: int,
+                                ldc: int, sc: int, batch: int, compute: int, algo: int) -> None:
+        self._ready(self._enter("gemm_strided_batched_ex", h, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch), 0)
+        double = compute == blas.COMPUTE_64F
+        dta, dtb, dtc = _CUDA_TYPES[at], _CUDA_TYPES[bt], _CUDA_TYPES[ct]
+        for i in range(batch):
+            self._gemm(ta, tb, m, n, k, self._scalar(alpha, double), a + i * sa * dta.itemsize, dta, lda,
+                       b + i * sb * dtb.itemsize, dtb, ldb, self._scalar(beta, double),
+                       c + i * sc * dtc.itemsize, dtc, ldc)
+
+    # -- levels 1 and 2 -----------------------------------------------------------------------------
+
+    def _gemv(self, dt: np.dtype, h: int, trans: int, m: int, n: int, alpha: int, a: int, lda: int, x: int,
+              incx: int, beta: int, y: int, incy: int) -> None:
+        self._ready(self._enter("gemv", h, trans, m, n, lda, incx, incy), 0)
+        double = dt == np.float64
+        A = self._matrix(a, m, n, lda, dt).astype(np.float64)
+        op = A.T if trans else A
+        X = self._view(x, op.shape[1], dt).astype(np.float64)
+        Y = self._view(y, op.shape[0], dt)
+        result = self._scalar(alpha, double) * (op @ X)
+        b = self._scalar(beta, double)
+        if b != 0:
+            result += b * Y
+        Y[...] = result
+
+    def sgemv(self, *args: Any) -> None:
+        self._gemv(np.dtype(np.float32), *args)
+
+    def dgemv(self, *args: Any) -> None:
+        self._gemv(np.dtype(np.float64), *args)
+
+    def _scal(self, dt: np.dtype, h: int, n: int, alpha: int, x: int, incx: int) -> None:
+        self._ready(self._enter("scal", h, n, incx), 0)
+        X = self._view(x, n, dt)
+        X[...] = X * self._scalar(alpha, dt == np.float64)
+
+    def sscal(self, *args: Any) -> None:
+        self._scal(np.dtype(np.float32), *args)
+
+    def dscal(self, *args: Any) -> None:
+        self._scal(np.dtype(np.float64), *args)
+
+    def _axpy(self, dt: np.dtype, h: int, n: int, alpha: int, x: int, incx: int, y: int, incy: int) -> None:
+        self._ready(self._enter("axpy", h, n, incx, incy), 0)
+        Y = self._view(y, n, dt)
+        Y[...] = Y + self._scalar(alpha, dt == np.float64) * self._view(x, n, dt)
+
+    def saxpy(self, *args: Any) -> None:
+        self._axpy(np.dtype(np.float32), *args)
+
+    def daxpy(self, *args: Any) -> None:
+        self._axpy(np.dtype(np.float64), *args)
+
+    def _dot(self, dt: np.dtype, h: int, n: int, x: int, incx: int, y: int, incy: int, result: int) -> None:
+        self._ready(self._enter("dot", h, n, incx, incy), 1)
+        value = np.dot(self._view(x, n, dt).astype(np.float64), self._view(y, n, dt).astype(np.float64))
+        self._view(result, 1, dt)[0] = value
+
+    def sdot(self, *args: Any) -> None:
+        self._dot(np.dtype(np.float32), *args)
+
+    def ddot(self, *args: Any) -> None:
+        self._dot(np.dtype(np.float64), *args)
+
+    def _nrm2(self, dt: np.dtype, h: int, n: int, x: int, incx: int, result: int) -> None:
+        self._ready(self._enter("nrm2", h, n, incx), 1)
+        self._view(result, 1, dt)[0] = np.linalg.norm(self._view(x, n, dt).astype(np.float64))
+
+    def snrm2(self, *args: Any) -> None:
+        self._nrm2(np.dtype(np.float32), *args)
+
+    def dnrm2(self, *args: Any) -> None:
+        self._nrm2(np.dtype(np.float64), *args)
+
+
+# -- fixtures ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def drv() -> Iterator[FakeDriver]:
+    fake = FakeDriver()
+    with use_driver(fake):
+        try:
+            yield fake
+        finally:
+            for s in open_sessions():
+                try:
+                    s.close()
+                except Exception:
+                    pass
+
+
+@pytest.fixture
+def lib(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> FakeCublas:
+    fake = FakeCublas(drv)
+    monkeypatch.setattr(blas, "_lib", fake)
+    return fake
+
+
+@pytest.fixture
+def s(drv: FakeDriver) -> Iterator[Session]:
+    with Session(0) as session:
+        yield session
+
+
+def rand(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).uniform(-1, 1, shape).astype(dtype)
+
+
+def tolerance(dtype: Any) -> float:
+    return {np.dtype(np.float16): 2e-2, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}.get(np.dtype(dtype), 5e-2)
+
+
+def reference(a: np.ndarray, b: np.ndarray, trans_a: bool, trans_b: bool) -> np.ndarray:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return (a64.swapaxes(-1, -2) if trans_a else a64) @ (b64.swapaxes(-1, -2) if trans_b else b64)
+
+
+# -- constants and import hygiene ---------------------------------------------------------------------------
+
+
+def test_abi_constants_match_nvmath() -> None:
+    cublas = pytest.importorskip("nvmath.bindings.cublas")
+    import nvmath
+
+    assert (blas.OP_N, blas.OP_T) == (cublas.Operation.N, cublas.Operation.T)
+    assert (blas.POINTER_MODE_HOST, blas.POINTER_MODE_DEVICE) == (cublas.PointerMode.HOST, cublas.PointerMode.DEVICE)
+    assert blas.GEMM_DEFAULT == cublas.GemmAlgo.DEFAULT
+    assert blas.COMPUTE_32F == cublas.ComputeType.COMPUTE_32F
+    assert blas.COMPUTE_32F_FAST_TF32 == cublas.ComputeType.COMPUTE_32F_FAST_TF32
+    assert blas.COMPUTE_64F == cublas.ComputeType.COMPUTE_64F
+    t = nvmath.CudaDataType
+    assert (blas.R_16F, blas.R_32F, blas.R_64F, blas.R_16BF) == (t.CUDA_R_16F, t.CUDA_R_32F, t.CUDA_R_64F, t.CUDA_R_16BF)
+    for status in cublas.Status:
+        if status:
+            assert blas.status_name(status) == f"CUBLAS_STATUS_{status.name}"
+
+
+def test_import_kerneldsl_does_not_import_nvmath() -> None:
+    code = (
+        "import sys, kerneldsl as kd\n"
+        "assert 'nvmath' not in sys.modules and 'kerneldsl.blas' not in sys.modules\n"
+        "kd.blas.gemm\n"
+        "assert 'kerneldsl.blas' in sys.modules and 'nvmath' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# -- missing extra or library ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_nvmath(monkeypatch: pytest.MonkeyPatch) -> None:
+    real_import = builtins.__import__
+
+    def refusing(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "nvmath" or name.startswith("nvmath."):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", refusing)
+    monkeypatch.setattr(blas, "_lib", None)
+
+
+@pytest.mark.usefixtures("no_nvmath")
+def test_missing_extra_says_what_to_install(s: Session, drv: FakeDriver) -> None:
+    with pytest.raises(BlasNotAvailableError, match=r"pip install 'kerneldsl\[blas\]'") as info:
+        blas.library()
+    assert isinstance(info.value, ImportError) and isinstance(info.value, KernelDSLError)
+    assert not blas.available()
+    a = s.to_device(rand((2, 2), np.float32))
+    with pytest.raises(BlasNotAvailableError):
+        blas.gemm(a, a)
+    # the rest of kerneldsl is unaffected
+    assert np.array_equal(s.copy(a).to_host(), a.to_host())
+
+
+def test_library_that_cannot_load_is_not_available(s: Session, lib: FakeCublas, monkeypatch: pytest.MonkeyPatch) -> None:
+    class DynamicLibNotFoundError(RuntimeError):
+        pass
+
+    def create() -> int:
+        raise DynamicLibNotFoundError("libcublas.so.13: cannot open shared object file")
+
+    monkeypatch.setattr(lib, "create", create)
+    a = s.to_device(rand((2, 2), np.float32))
+    with pytest.raises(BlasNotAvailableError, match=r"libcublas\.so\.13.*pip install 'kerneldsl\[blas\]'"):
+        blas.gemm(a, a)
+    lib.create = FakeCublas.create.__get__(lib)  # the library appears: the next call creates the handle
+    assert np.allclose(blas.gemm(a, a).to_host(), a.to_host() @ a.to_host(), rtol=1e-5)
+
+
+# -- validation: nothing reaches cuBLAS -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def untouched(lib: FakeCublas) -> Iterator[FakeCublas]:
+    yield lib
+    assert lib.calls == [], "cuBLAS was called although validation should have refused"
+
+
+@pytest.mark.usefixtures("untouched")
+class TestValidation:
+    def test_host_arrays_are_refused(self, s: Session) -> None:
+        a = s.empty((2, 2), np.float32)
+        with pytest.raises(BindingError, match="DeviceArray, got ndarray"):
+            blas.gemm(np.ones((2, 2), np.float32), a)
+        with pytest.raises(BindingError, match="argument 'out'"):
+            blas.gemm(a, a, out=np.ones((2, 2), np.float32))
+
+    def test_inner_extents(self, s: Session) -> None:
+        with pytest.raises(ShapeMismatchError, match=r"op\(a\) is 2x3 but op\(b\) is 4x5") as info:
+            blas.gemm(s.empty((2, 3)), s.empty((4, 5)))
+        assert isinstance(info.value, ValueError)
+
+    @pytest.mark.parametrize(
+        ("fn", "shapes", "bad"),
+        [
+            (blas.gemm, ((2, 2), (2,)), "b"),
+            (blas.gemm, ((2, 2, 2), (2, 2)), "a"),
+            (blas.gemm_batched, ((2, 2), (1, 2, 2)), "a"),
+            (blas.gemm_batched, ((1, 2, 2), (2, 2, 2, 2)), "b"),
+            (blas.gemv, ((2,), (2,)), "a"),
+            (blas.gemv, ((2, 2), (2, 1)), "x"),
+            (blas.dot, ((2, 1), (2, 1)), "x"),
+        ],
+    )
+    def test_wrong_ndim(self, s: Session, fn: Any, shapes: tuple[tuple[int, ...], ...], bad: str) -> None:
+        with pytest.raises(ShapeMismatchError, match=rf"argument '{bad}'.*expected a \d-D array"):
+            fn(*(s.empty(shape) for shape in shapes))
+
+    def test_dtype_mismatch(self, s: Session) -> None:
+        with pytest.raises(BindingError, match="argument 'b'.*float64 does not match a's float32") as info:
+            blas.gemm(s.empty((2, 2), np.float32), s.empty((2, 2), np.float64))
+        assert isinstance(info.value, TypeError)
+        with pytest.raises(BindingError, match="argument 'y'"):
+            blas.axpy(1.0, s.empty(3, np.float32), s.empty(3, np.float64))
+
+    @pytest.mark.parametrize("dtype", [np.int32, np.int8, np.complex64, np.uint16])
+    def test_unsupported_gemm_dtype(self, s: Session, dtype: Any) -> None:
+        a = s.empty((2, 2), dtype)
+        with pytest.raises(BindingError, match=f"dtype {np.dtype(dtype)} is not supported"):
+            blas.gemm(a, a)
+
+    def test_unsupported_vector_dtypes(self, s: Session) -> None:
+        h = s.empty(4, np.float16)
+        with pytest.raises(BindingError, match="float16 is not supported"):
+            blas.dot(h, h)
+        with pytest.raises(BindingError, match="float16 is not supported"):
+            blas.nrm2(h)
+        with pytest.raises(BindingError, match="float16 is not supported"):
+            blas.axpy(1.0, h, h)
+        with pytest.raises(BindingError, match="float16 is not supported"):
+            blas.gemv(s.empty((4, 4), np.float16), h)
+
+    def test_out_shape_and_dtype(self, s: Session) -> None:
+        a, b = s.empty((2, 3)), s.empty((3, 4))
+        with pytest.raises(ShapeMismatchError, match=r"argument 'out'.*expected shape \(2, 4\), got \(4, 2\)"):
+            blas.gemm(a, b, out=s.empty((4, 2)))
+        with pytest.raises(BindingError, match="argument 'out'.*float64 does not match"):
+            blas.gemm(a, b, out=s.empty((2, 4), np.float64))
+        with pytest.raises(ShapeMismatchError, match="argument 'out'"):
+            blas.gemm_batched(s.empty((2, 2, 3)), s.empty((2, 3, 4)), out=s.empty((1, 2, 4)))
+        with pytest.raises(ShapeMismatchError, match="argument 'out'"):
+            blas.gemv(a, s.empty(3), out=s.empty(3))
+        with pytest.raises(ShapeMismatchError, match="one element"):
+            blas.dot(s.empty(3), s.empty(3), out=s.empty(2))
+
+    def test_beta_needs_out(self, s: Session) -> None:
+        a = s.empty((2, 2))
+        with pytest.raises(BindingError, match="beta=0.5 scales the previous output: pass out="):
+            blas.gemm(a, a, beta=0.5)
+        with pytest.raises(BindingError, match="argument 'beta'"):
+            blas.gemv(a, s.empty(2), beta=1.0)
+
+    def test_arrays_from_two_sessions(self, s: Session) -> None:
+        with Session(0) as other:
+            a, b = s.empty((2, 2)), other.empty((2, 2))
+            with pytest.raises(WrongSessionError):
+                blas.gemm(a, b)
+            with pytest.raises(WrongSessionError):
+                blas.gemm(a, a, out=other.empty((2, 2)))
+            with pytest.raises(WrongSessionError):
+                blas.dot(s.empty(2), other.empty(2))
+            with pytest.raises(WrongSessionError):
+                blas.gemm(a, a, stream=other.create_stream())
+
+    def test_closed_array(self, s: Session) -> None:
+        a, b = s.empty((2, 2)), s.empty((2, 2))
+        b.close()
+        with pytest.raises(ClosedError):
+            blas.gemm(a, b)
+
+    def test_output_aliasing_an_input(self, s: Session) -> None:
+        a, b = s.empty((3, 3)), s.empty((3, 3))
+        with pytest.raises(AliasingError, match="overlaps input 'a'"):
+            blas.gemm(a, b, out=a)
+        with pytest.raises(AliasingError, match="overlaps input 'b'"):
+            blas.gemm(a, b, out=DeviceArray.borrow(s, b.device_view()))  # same memory, another object
+        x = s.empty(3)
+        with pytest.raises(AliasingError, match="overlaps input 'x'"):
+            blas.gemv(a, x, out=x)
+
+    def test_batch_and_vector_extents(self, s: Session) -> None:
+        with pytest.raises(ShapeMismatchError, match="batch extent 3 differs from a's 2"):
+            blas.gemm_batched(s.empty((2, 2, 2)), s.empty((3, 2, 2)))
+        with pytest.raises(ShapeMismatchError, match=r"op\(a\) is 2x3 but x has 2 elements"):
+            blas.gemv(s.empty((2, 3)), s.empty(2))
+        with pytest.raises(ShapeMismatchError, match=r"op\(a\) is 3x2 but x has 3 elements"):
+            blas.gemv(s.empty((2, 3)), s.empty(3), trans_a=True)
+        with pytest.raises(ShapeMismatchError):
+            blas.dot(s.empty(3), s.empty(4))
+        with pytest.raises(ShapeMismatchError):
+            blas.axpy(1.0, s.empty((2, 3)), s.empty((3, 2)))
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "trans_a", "trans_b", "out"),
+    [
+        ((2, 3), (3, 4), False, False, (2, 4)),
+        ((3, 2), (3, 4), True, False, (2, 4)),
+        ((2, 3), (4, 3), False, True, (2, 4)),
+        ((3, 2), (4, 3), True, True, (2, 4)),
+    ],
+)
+def test_transposes_fix_the_output_shape(s: Session, lib: FakeCublas, a: tuple[int, int], b: tuple[int, int],
+                                         trans_a: bool, trans_b: bool, out: tuple[int, int]) -> None:
+    result = blas.gemm(s.zeros(a), s.zeros(b), trans_a=trans_a, trans_b=trans_b)
+    assert result.shape == out
+    batched = blas.gemm_batched(s.zeros((5, *a)), s.zeros((5, *b)), trans_a=trans_a, trans_b=trans_b)
+    assert batched.shape == (5, *out)
+    with pytest.raises(ShapeMismatchError):
+        blas.gemm(s.zeros(a), s.zeros(b), trans_a=not trans_a, trans_b=trans_b)
+
+
+# -- the column-major mapping, checked against numpy through the emulating double -----------------------------
+
+
+@pytest.mark.parametrize("dtype", GEMM_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+@pytest.mark.parametrize(("alpha", "beta"), [(1.0, 0.0), (-0.5, 0.0), (2.0, 0.75)])
+def test_gemm_matches_numpy(s: Session, lib: FakeCublas, dtype: Any, trans_a: bool, trans_b: bool,
+                            alpha: float, beta: float) -> None:
+    m, n, k = 5, 3, 7
+    a = rand((k, m) if trans_a else (m, k), dtype, 1)
+    b = rand((n, k) if trans_b else (k, n), dtype, 2)
+    c = rand((m, n), dtype, 3)
+    out = s.to_device(c)
+    result = blas.gemm(s.to_device(a), s.to_device(b), out=out, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+    assert result is out
+    expected = alpha * reference(a, b, trans_a, trans_b) + beta * c.astype(np.float64)
+    np.testing.assert_allclose(out.to_host().astype(np.float64), expected, rtol=tolerance(dtype), atol=tolerance(dtype))
+
+
+def test_gemm_cublas_arguments_are_the_swapped_product(s: Session, lib: FakeCublas) -> None:
+    blas.gemm(s.zeros((2, 3)), s.zeros((3, 4)))
+    ((name, args),) = [c for c in lib.calls if c[0] == "gemm_ex"]
+    ta, tb, m, n, k, _, lda, _, ldb, _, ldc, compute = args
+    assert (ta, tb, m, n, k, lda, ldb, ldc, compute) == (blas.OP_N, blas.OP_N, 4, 2, 3, 4, 3, 4, blas.COMPUTE_32F)
+    lib.calls.clear()
+    blas.gemm(s.zeros((3, 2)), s.zeros((4, 3)), trans_a=True, trans_b=True, tf32=True)
+    ((name, args),) = [c for c in lib.calls if c[0] == "gemm_ex"]
+    ta, tb, m, n, k, _, lda, _, ldb, _, ldc, compute = args
+    assert (ta, tb, m, n, k, lda, ldb, ldc, compute) == (blas.OP_T, blas.OP_T, 4, 2, 3, 3, 2, 4, blas.COMPUTE_32F_FAST_TF32)
+
+
+def test_compute_types(s: Session, lib: FakeCublas) -> None:
+    cases = [(np.float16, False, blas.COMPUTE_32F), (np.float32, False, blas.COMPUTE_32F),
+             (np.float64, False, blas.COMPUTE_64F), (np.float16, True, blas.COMPUTE_32F),
+             (np.float32, True, blas.COMPUTE_32F_FAST_TF32), (np.float64, True, blas.COMPUTE_64F)]
+    for dtype, tf32, compute in cases:  # tf32 only changes float32
+        lib.calls.clear()
+        blas.gemm(s.zeros((2, 2), dtype), s.zeros((2, 2), dtype), tf32=tf32)
+        assert [c[1][-1] for c in lib.calls if c[0] == "gemm_ex"] == [compute]
+
+
+@pytest.mark.parametrize("dtype", GEMM_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(("trans_a", "trans_b"), [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_batched_matches_numpy(s: Session, lib: FakeCublas, dtype: Any, trans_a: bool, trans_b: bool) -> None:
+    batch, m, n, k = 3, 4, 6, 5
+    a = rand((batch, k, m) if trans_a else (batch, m, k), dtype, 4)
+    b = rand((batch, n, k) if trans_b else (batch, k, n), dtype, 5)
+    c = rand((batch, m, n), dtype, 6)
+    out = s.to_device(c)
+    blas.gemm_batched(s.to_device(a), s.to_device(b), out=out, alpha=1.5, beta=-1.0, trans_a=trans_a, trans_b=trans_b)
+    expected = 1.5 * reference(a, b, trans_a, trans_b) - c.astype(np.float64)
+    np.testing.assert_allclose(out.to_host().astype(np.float64), expected, rtol=tolerance(dtype), atol=tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_gemv_matches_numpy(s: Session, lib: FakeCublas, dtype: Any, trans_a: bool) -> None:
+    a = rand((5, 3), dtype, 7)
+    x = rand(5 if trans_a else 3, dtype, 8)
+    y = rand(3 if trans_a else 5, dtype, 9)
+    out = s.to_device(y)
+    blas.gemv(s.to_device(a), s.to_device(x), out=out, alpha=2.0, beta=0.5, trans_a=trans_a)
+    expected = 2.0 * ((a.T if trans_a else a).astype(np.float64) @ x) + 0.5 * y
+    np.testing.assert_allclose(out.to_host(), expected, rtol=tolerance(dtype))
+    fresh = blas.gemv(s.to_device(a), s.to_device(x), trans_a=trans_a)
+    np.testing.assert_allclose(fresh.to_host(), (a.T if trans_a else a) @ x, rtol=tolerance(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_level1_matches_numpy(s: Session, lib: FakeCublas, dtype: Any) -> None:
+    x, y = rand(17, dtype, 10), rand(17, dtype, 11)
+    dx, dy = s.to_device(x), s.to_device(y)
+    d = blas.dot(dx, dy)
+    assert d.shape == () and d.dtype == dtype
+    np.testing.assert_allclose(d.to_host(), np.dot(x.astype(np.float64), y), rtol=tolerance(dtype))
+    np.testing.assert_allclose(blas.nrm2(dx).to_host(), np.linalg.norm(x.astype(np.float64)), rtol=tolerance(dtype))
+    assert blas.axpy(-3.0, dx, dy) is dy
+    np.testing.assert_allclose(dy.to_host(), y - 3.0 * x, rtol=tolerance(dtype))
+    out = s.empty((), dtype)
+    assert blas.dot(dx, dx, out=out) is out
+    matrix = rand((3, 4), dtype, 12)
+    np.testing.assert_allclose(blas.nrm2(s.to_device(matrix)).to_host(), np.linalg.norm(matrix), rtol=tolerance(dtype))
+
+
+def test_empty_inner_dimension_is_an_empty_sum(s: Session, lib: FakeCublas) -> None:
+    a, b = s.empty((3, 0)), s.empty((0, 2))
+    out = s.to_device(np.full((3, 2), np.nan, np.float32))
+    blas.gemm(a, b, out=out)
+    assert np.array_equal(out.to_host(), np.zeros((3, 2), np.float32))
+    y = s.to_device(np.full(3, 4.0, np.float32))
+    blas.gemv(a, s.empty(0), out=y, beta=0.5)
+    assert np.array_equal(y.to_host(), np.full(3, 2.0, np.float32))
+    assert blas.dot(s.empty(0), s.empty(0)).to_host() == 0
+    assert blas.nrm2(s.empty(0)).to_host() == 0
+    assert blas.gemm(s.empty((0, 3)), s.empty((3, 2))).shape == (0, 2)
+    assert [c[0] for c in lib.calls if c[0] in ("gemm_ex", "dot", "nrm2")] == []
+
+
+# -- the handle: lazy, cached configuration, close order -----------------------------------------------------
+
+
+def test_one_lazy_handle_per_session(s: Session, lib: FakeCublas) -> None:
+    assert lib.calls == []
+    a = s.zeros((2, 2))
+    blas.gemm(a, a)
+    blas.gemm(a, a)
+    assert lib.names().count("create") == 1
+    h = blas.handle(s)
+    assert h is blas.handle(s) and not h.closed and h.raw in lib.live
+    with Session(0) as other:
+        assert blas.handle(other) is not h
+    assert lib.names().count("create") == 2
+
+
+def test_stream_and_workspace_set_only_when_the_stream_changes(s: Session, lib: FakeCublas, drv: FakeDriver) -> None:
+    a = s.zeros((2, 2))
+    for _ in range(3):
+        blas.gemm(a, a)
+    assert lib.names() == ["create", "set_stream", "set_workspace", "gemm_ex", "gemm_ex", "gemm_ex"]
+    assert lib.calls[1][1] == (s.stream.handle,)
+    ws_default = lib.calls[2][1]
+    assert ws_default[1] == blas.WORKSPACE_BYTES
+    other = s.create_stream()
+    lib.calls.clear()
+    blas.gemm(a, a, stream=other)
+    blas.gemm(a, a, stream=other)
+    blas.gemm(a, a)
+    assert lib.names() == ["set_stream", "set_workspace", "gemm_ex", "gemm_ex", "set_stream", "set_workspace", "gemm_ex"]
+    assert lib.calls[0][1] == (other.handle,)
+    assert lib.calls[1][1][0] != ws_default[0]  # one workspace per stream
+    assert lib.calls[5][1] == ws_default  # and the default stream's is reused, not reallocated
+    other.close()
+    with pytest.raises(ClosedError):
+        blas.gemm(a, a, stream=other)
+
+
+def test_pointer_mode_switches_only_when_needed(s: Session, lib: FakeCublas) -> None:
+    x = s.zeros(4)
+    blas.axpy(1.0, x, x)
+    blas.dot(x, x)
+    blas.nrm2(x)
+    blas.axpy(1.0, x, x)
+    modes = [c[1][0] for c in lib.calls if c[0] == "set_pointer_mode"]
+    assert modes == [blas.POINTER_MODE_DEVICE, blas.POINTER_MODE_HOST]
+
+
+def test_close_destroys_the_handle_first(drv: FakeDriver, lib: FakeCublas) -> None:
+    s = Session(0)
+    a = s.zeros((2, 2))
+    c = blas.gemm(a, a)  # kept alive: a dropped buffer would be freed first, from the deferred queue
+    h = blas.handle(s)
+    raw = h.raw
+    order: list[str] = []
+    destroy, free = lib.destroy, drv.cuMemFree
+
+    def record_destroy(handle: int) -> None:
+        order.append("cublasDestroy")
+        destroy(handle)
+
+    def record_free(ptr: int) -> tuple:
+        order.append("cuMemFree")
+        return free(ptr)
+
+    lib.destroy = record_destroy
+    drv.cuMemFree = record_free
+    mark = len(drv.calls)
+    s.close()
+    assert order[0] == "cublasDestroy" and "cuMemFree" in order
+    assert raw not in lib.live and h.closed
+    assert drv.calls[mark:].index("cuDevicePrimaryCtxRelease") == len(drv.calls[mark:]) - 1
+    assert not drv.mem and c.closed  # the workspace was freed too
+    with pytest.raises(ClosedError):
+        blas.gemm(a, a)
+    with pytest.raises(ClosedError):
+        blas.handle(s)
+
+
+def test_close_collects_a_cublas_destroy_failure(drv: FakeDriver, lib: FakeCublas) -> None:
+    s = Session(0)
+    blas.handle(s)
+    lib.fail["destroy"] = 14
+    with pytest.raises(SessionCloseError) as info:
+        s.close()
+    (err,) = info.value.errors
+    assert isinstance(err, BlasError) and err.name == "CUBLAS_STATUS_INTERNAL_ERROR" and err.api == "cublasDestroy"
+    assert s.closed and not drv.mem and drv.primary_refs[0] == 0
+
+
+def test_poisoned_session_abandons_the_handle(drv: FakeDriver, lib: FakeCublas) -> None:
+    s = Session(0)
+    h = blas.handle(s)
+    s._poison_with(StickyCudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "cuLaunchKernel"))
+    s.close()
+    assert h.closed and "destroy" not in lib.names()
+
+
+def test_cublas_failure_becomes_blas_error(s: Session, lib: FakeCublas) -> None:
+    a = s.zeros((2, 2))
+    lib.fail["gemm_ex"] = 7
+    with pytest.raises(BlasError, match=r"cublasGemmEx failed with CUBLAS_STATUS_INVALID_VALUE \(7\)") as info:
+        blas.gemm(a, a)
+    assert (info.value.status, info.value.name, info.value.api) == (7, "CUBLAS_STATUS_INVALID_VALUE", "cublasGemmEx")
+    lib.fail["dot"] = 13
+    with pytest.raises(BlasError, match="cublasSdot failed with CUBLAS_STATUS_EXECUTION_FAILED"):
+        blas.dot(s.zeros(2), s.zeros(2))
+    lib.fail["create"] = 3
+    with Session(0) as other, pytest.raises(BlasError, match="cublasCreate failed with CUBLAS_STATUS_ALLOC_FAILED"):
+        blas.handle(other)
+    blas.gemm(a, a)  # the session stays usable
+
+
+def test_graph_capture_needs_a_warm_handle(s: Session, lib: FakeCublas) -> None:
+    a = s.zeros((2, 2))
+    with pytest.raises(RuntimeError, match="make one BLAS call on the same stream before"):
+        with s.capture():
+            blas.gemm(a, a)
+    assert "create" not in lib.names()
+    blas.gemm(a, a)
+    out = s.zeros((2, 2))
+    with s.capture() as g:
+        blas.gemm(a, a, out=out)
+    assert any(a in kept for kept in g._keep if isinstance(kept, tuple))
+    g.replay()
+
+
+def test_kd_blas_is_the_module(lib: FakeCublas) -> None:
+    assert kd.blas is blas
+
+
+# -- the generic vendor-handle hook of Session ----------------------------------------------------------------
+
+
+class Recorder:
+    def __init__(self, session: Session, log: list[str], fail: bool = False) -> None:
+        self.log, self.fail = log, fail
+        self.session = session
+
+    def release(self) -> None:
+        self.log.append(f"release {self.session._d.depth()}")
+        if self.fail:
+            raise RuntimeError("library refused")
+
+    def abandon(self) -> None:
+        self.log.append("abandon")
+
+
+def test_vendor_handles_are_created_once_and_released_before_everything(drv: FakeDriver) -> None:
+    log: list[str] = []
+    s = Session(0)
+    first = s.vendor_handle("lib", lambda session: Recorder(session, log))
+    assert s.vendor_handle("lib", lambda session: pytest.fail("created twice")) is first
+    buffer = s.zeros(4)
+    mark = len(drv.calls)
+    free = drv.cuMemFree
+    drv.cuMemFree = lambda ptr: (log.append("cuMemFree"), free(ptr))[1]
+    s.close()
+    assert log == ["release 1", "cuMemFree"]  # released with the context current, before buffers
+    assert buffer.closed
+    assert drv.calls[-1] == "cuDevicePrimaryCtxRelease" and mark < len(drv.calls)
+
+
+def test_vendor_handle_failures_are_collected_and_poison_abandons(drv: FakeDriver) -> None:
+    log: list[str] = []
+    s = Session(0)
+    s.vendor_handle("bad", lambda session: Recorder(session, log, fail=True))
+    with pytest.raises(SessionCloseError, match="library refused"):
+        s.close()
+    assert s.closed and drv.primary_refs[0] == 0
+    p = Session(0)
+    p.vendor_handle("lib", lambda session: Recorder(session, log))
+    p._poison_with(StickyCudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "cuLaunchKernel"))
+    p.close()
+    assert log[-1] == "abandon"
