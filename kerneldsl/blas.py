@@ -37,7 +37,6 @@ from .errors import (
     BlasNotAvailableError,
     ClosedError,
     ShapeMismatchError,
-    WrongSessionError,
 )
 from .runtime.driver import check
 from .runtime.handle import check_same_session
@@ -157,7 +156,10 @@ class BlasHandle:
     do not replay it concurrently with BLAS work on that stream.
     """
 
-    __slots__ = ("session", "raw", "_lib", "_stream", "_workspaces", "_pointer_mode", "_closed", "_f32", "_f64")
+    __slots__ = (
+        "session", "raw", "_lib", "_default", "_stream", "_workspaces", "_pointer_mode", "_closed",
+        "_f32", "_f64", "_p32", "_p64", "_s32", "_s64",
+    )
 
     def __init__(self, session: Session) -> None:
         """Create the cuBLAS handle (called by ``Session.vendor_handle`` with the session activated)."""
@@ -175,12 +177,19 @@ class BlasHandle:
         self.session = session
         self.raw = int(raw)
         self._lib = lib
-        self._stream: Stream | None = None
+        self._default = session.stream
+        self._stream: Stream | None = None  # nothing bound yet: the first call binds
         self._workspaces: weakref.WeakKeyDictionary[Stream, DeviceArray] = weakref.WeakKeyDictionary()
         self._pointer_mode = POINTER_MODE_HOST  # cuBLAS's default
         self._closed = False
-        self._f32 = (ctypes.c_float * 2)()  # alpha, beta for float32-compute calls
+        # alpha and beta live in host memory of the compute type's C type (host pointer mode:
+        # cuBLAS reads them during the call); the values last written are kept to skip rewrites
+        self._f32 = (ctypes.c_float * 2)()
         self._f64 = (ctypes.c_double * 2)()
+        base32, base64 = ctypes.addressof(self._f32), ctypes.addressof(self._f64)
+        self._p32, self._p64 = (base32, base32 + 4), (base64, base64 + 8)
+        self._s32: tuple[Any, Any] = (0.0, 0.0)
+        self._s64: tuple[Any, Any] = (0.0, 0.0)
 
     @property
     def closed(self) -> bool:
@@ -196,9 +205,8 @@ class BlasHandle:
         """cublasDestroy (Session.close, context current); the workspaces are freed after it."""
         if self._closed:
             return
-        self._closed = True
+        self.abandon()
         raw, self.raw = self.raw, 0
-        self._stream = None
         self._workspaces = weakref.WeakKeyDictionary()
         try:
             self._lib.destroy(raw)
@@ -208,52 +216,53 @@ class BlasHandle:
     def abandon(self) -> None:
         """Forget the handle without calling cuBLAS (forked child, poisoned context)."""
         self._closed = True
-        self.raw = 0
         self._stream = None
 
     # -- configuration (session activated) ------------------------------------------------------------
 
     def _bind(self, stream: Stream | None, pointer_mode: int) -> int:
         """The raw handle, set to ``stream`` (default: the session stream) and ``pointer_mode``."""
-        if self._closed:
-            raise ClosedError(f"the cuBLAS handle of session {self.session.session_id} was closed")
         if stream is None:
-            stream = self.session.stream
-        if stream is not self._stream:
-            self._switch(stream)
-        if pointer_mode != self._pointer_mode:
-            self._call("cublasSetPointerMode", self._lib.set_pointer_mode, self.raw, pointer_mode)
-            self._pointer_mode = pointer_mode
+            stream = self._default
+        if stream is not self._stream or pointer_mode != self._pointer_mode:
+            self._configure(stream, pointer_mode)
         return self.raw
 
-    def _switch(self, stream: Stream) -> None:
-        """Bind ``stream`` (validated by the caller) and its workspace, allocated on first use."""
-        workspace = self._workspaces.get(stream)
-        if workspace is None:
-            _refuse_during_capture(self.session, "allocate the cuBLAS workspace of a new stream")
-            workspace = self._workspaces[stream] = DeviceArray(self.session, WORKSPACE_BYTES, np.uint8)
+    def _configure(self, stream: Stream, pointer_mode: int) -> None:
+        if self._closed:
+            raise ClosedError(f"the cuBLAS handle of session {self.session.session_id} was closed")
         lib = self._lib
-        self._call("cublasSetStream", lib.set_stream, self.raw, stream.handle)
-        # cublasSetStream resets the workspace to cuBLAS's own pool: set ours again, always after it
-        self._call("cublasSetWorkspace", lib.set_workspace, self.raw, workspace.ptr, workspace.nbytes)
-        self._stream = stream
+        if stream is not self._stream:
+            workspace = self._workspaces.get(stream)
+            if workspace is None:
+                _refuse_during_capture(self.session, "allocate the cuBLAS workspace of a new stream")
+                workspace = self._workspaces[stream] = DeviceArray(self.session, WORKSPACE_BYTES, np.uint8)
+            self._stream = None  # until both calls succeed
+            self._call("cublasSetStream", lib.set_stream, stream.handle)
+            # cublasSetStream resets the workspace to cuBLAS's own pool: set ours again, after it
+            self._call("cublasSetWorkspace", lib.set_workspace, workspace.ptr, workspace.nbytes)
+            self._stream = stream
+        if pointer_mode != self._pointer_mode:
+            self._call("cublasSetPointerMode", lib.set_pointer_mode, pointer_mode)
+            self._pointer_mode = pointer_mode
 
     def _call(self, api: str, fn: Any, *args: Any) -> None:
         try:
-            fn(*args)
+            fn(self.raw, *args)
         except self._lib.cuBLASError as exc:
             raise _blas_error(exc, api) from exc
 
     def _scalars(self, compute: int, alpha: Any, beta: Any) -> tuple[int, int]:
-        """Host addresses of alpha and beta in the compute type's C type (host pointer mode)."""
+        """Host addresses of alpha and beta, written in the compute type's C type when they changed."""
         if compute == COMPUTE_64F:
-            buf, size = self._f64, 8
-        else:
-            buf, size = self._f32, 4
-        buf[0] = alpha
-        buf[1] = beta
-        base = ctypes.addressof(buf)
-        return base, base + size
+            if (alpha, beta) != self._s64:
+                self._f64[0], self._f64[1] = alpha, beta
+                self._s64 = (alpha, beta)
+            return self._p64
+        if (alpha, beta) != self._s32:
+            self._f32[0], self._f32[1] = alpha, beta
+            self._s32 = (alpha, beta)
+        return self._p32
 
 
 def handle(session: Session | None = None) -> BlasHandle:
@@ -305,19 +314,6 @@ def _ndim(op: str, name: str, a: DeviceArray, ndim: int) -> None:
         raise ShapeMismatchError(op, name, f"expected a {ndim}-D array, got shape {a.shape}")
 
 
-def _matmul_dims(op: str, a: DeviceArray, b: DeviceArray, trans_a: bool, trans_b: bool) -> tuple[int, int, int]:
-    """``(m, n, k)`` of ``op(a) @ op(b)`` over the last two axes."""
-    ra, ca = a.shape[-2:]
-    rb, cb = b.shape[-2:]
-    m, k = (ca, ra) if trans_a else (ra, ca)
-    kb, n = (cb, rb) if trans_b else (rb, cb)
-    if k != kb:
-        raise ShapeMismatchError(
-            op, "b", f"op(a) is {m}x{k} but op(b) is {kb}x{n}: the inner extents differ ({k} != {kb})"
-        )
-    return m, n, k
-
-
 def _output(op: str, session: Session, out: DeviceArray | None, shape: tuple[int, ...], dtype: np.dtype, beta: Any) -> DeviceArray:
     """``out`` checked against the result's shape, or a new array (which needs ``beta == 0``)."""
     if out is None:
@@ -330,7 +326,8 @@ def _output(op: str, session: Session, out: DeviceArray | None, shape: tuple[int
 
 
 def _overlaps(x: DeviceArray, y: DeviceArray) -> bool:
-    return bool(x.nbytes and y.nbytes and x.ptr < y.ptr + y.nbytes and y.ptr < x.ptr + x.nbytes)
+    """Whether two byte ranges intersect (an empty range intersects nothing)."""
+    return x.ptr < y.ptr + y.nbytes and y.ptr < x.ptr + x.nbytes
 
 
 def _no_alias(op: str, out: DeviceArray, **inputs: DeviceArray) -> None:
@@ -345,6 +342,8 @@ def _fill_zero(session: Session, out: DeviceArray, stream: Stream | None) -> Dev
     if out.nbytes:
         with session.activated():
             check("cuMemsetD8Async", session._d.cuMemsetD8Async(out.ptr, 0, out.nbytes, stream._cu))
+            if session._captures:
+                session.keep_alive(out)
     return out
 
 
@@ -354,6 +353,57 @@ def _dim(*extents: int) -> bool:
 
 
 # -- level 3 ---------------------------------------------------------------------------------------------
+
+
+def _fast_ok(a: Any, b: Any, out: Any, stream: Any, ndim: int) -> bool:
+    """The warm-path test: device arrays of one open session, ``ndim``-D, one supported dtype."""
+    if type(a) is not DeviceArray or type(b) is not DeviceArray or a.ndim != ndim or b.ndim != ndim:
+        return False
+    session, dt = a.session, a.dtype
+    if b.session is not session or not session._ok or a._closed or b._closed or dt not in _GEMM_TYPES:
+        return False
+    if b.dtype is not dt and b.dtype != dt:
+        return False
+    if out is not None and (
+        type(out) is not DeviceArray or out.session is not session or out._closed or (out.dtype is not dt and out.dtype != dt)
+    ):
+        return False
+    return stream is None or (type(stream) is Stream and stream.session is session and not stream._closed)
+
+
+def _matmul(
+    op: str, a: DeviceArray, b: DeviceArray, out: DeviceArray | None, stream: Stream | None, ndim: int,
+    trans_a: bool, trans_b: bool, beta: Any,
+) -> tuple[Session, DeviceArray, int, int, int]:
+    """Validate a (batched) matmul: ``(session, out, m, n, k)``; allocates ``out`` when None.
+
+    The common case is a few cheap tests; anything unusual takes the slow path, which names the problem.
+    """
+    if _fast_ok(a, b, out, stream, ndim):
+        session = a.session
+    else:
+        session = _session_of(op, ("a", "b", "out"), (a, b, out), stream)
+        _ndim(op, "a", a, ndim)
+        _ndim(op, "b", b, ndim)
+        _dtype(op, _GEMM_TYPES, ("a", "b", "out"), (a, b, out))
+    sa, sb = a.shape, b.shape
+    m, k = (sa[-1], sa[-2]) if trans_a else (sa[-2], sa[-1])
+    kb, n = (sb[-1], sb[-2]) if trans_b else (sb[-2], sb[-1])
+    if k != kb:
+        raise ShapeMismatchError(
+            op, "b", f"op(a) is {m}x{k} but op(b) is {kb}x{n}: the inner extents differ ({k} != {kb})"
+        )
+    if ndim == 2:
+        shape: tuple[int, ...] = (m, n)
+    elif sb[0] != sa[0]:
+        raise ShapeMismatchError(op, "b", f"batch extent {sb[0]} differs from a's {sa[0]}")
+    else:
+        shape = (sa[0], m, n)
+    if out is None or out.shape != shape:
+        out = _output(op, session, out, shape, a.dtype, beta)
+    elif _overlaps(out, a) or _overlaps(out, b):
+        _no_alias(op, out, a=a, b=b)
+    return session, out, m, n, k
 
 
 def gemm(
@@ -373,31 +423,25 @@ def gemm(
     2-D row-major arrays of one dtype (float16, bfloat16, float32, float64). Without ``out`` a
     new array is allocated (``beta`` must then be 0). ``tf32=True`` lets float32 use TF32.
     """
-    op = "kd.blas.gemm"
-    session = _session_of(op, ("a", "b", "out"), (a, b, out), stream)
-    _ndim(op, "a", a, 2)
-    _ndim(op, "b", b, 2)
-    dt = _dtype(op, _GEMM_TYPES, ("a", "b", "out"), (a, b, out))
-    m, n, k = _matmul_dims(op, a, b, trans_a, trans_b)
-    out = _output(op, session, out, (m, n), dt, beta)
-    _no_alias(op, out, a=a, b=b)
+    session, out, m, n, k = _matmul("kd.blas.gemm", a, b, out, stream, 2, trans_a, trans_b, beta)
     if not (m and n):
         return out
     if not k and beta == 0:
         return _fill_zero(session, out, stream)
-    ctype, compute = _GEMM_TYPES[dt]
-    if tf32 and dt == _F32:
+    ctype, compute = _GEMM_TYPES[a.dtype]
+    if tf32 and ctype == R_32F:
         compute = COMPUTE_32F_FAST_TF32
-    h = handle(session)
+    h = session.vendor_handle(_KEY, BlasHandle)
+    lib = h._lib
     with session.activated():
         raw = h._bind(stream, POINTER_MODE_HOST)
         pa, pb = h._scalars(compute, alpha, beta)
-        fn = h._lib.gemm_ex_64 if _dim(m, n, k) else h._lib.gemm_ex
+        fn = lib.gemm_ex if m <= _INT32_MAX and n <= _INT32_MAX and k <= _INT32_MAX else lib.gemm_ex_64
         try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
             fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
-               pa, b.ptr, ctype, max(1, b.shape[1]), a.ptr, ctype, max(1, a.shape[1]),
-               pb, out.ptr, ctype, max(1, n), compute, GEMM_DEFAULT)
-        except h._lib.cuBLASError as exc:
+               pa, b.ptr, ctype, b.shape[1] or 1, a.ptr, ctype, a.shape[1] or 1,
+               pb, out.ptr, ctype, n, compute, GEMM_DEFAULT)
+        except lib.cuBLASError as exc:
             raise _blas_error(exc, "cublasGemmEx") from exc
         if session._captures:
             session.keep_alive((a, b, out))
@@ -420,35 +464,28 @@ def gemm_batched(
 
     Same dtypes, transposes and ``out`` rules as :func:`gemm`; the batch extents must agree.
     """
-    op = "kd.blas.gemm_batched"
-    session = _session_of(op, ("a", "b", "out"), (a, b, out), stream)
-    _ndim(op, "a", a, 3)
-    _ndim(op, "b", b, 3)
-    dt = _dtype(op, _GEMM_TYPES, ("a", "b", "out"), (a, b, out))
+    session, out, m, n, k = _matmul("kd.blas.gemm_batched", a, b, out, stream, 3, trans_a, trans_b, beta)
     batch = a.shape[0]
-    if b.shape[0] != batch:
-        raise ShapeMismatchError(op, "b", f"batch extent {b.shape[0]} differs from a's {batch}")
-    m, n, k = _matmul_dims(op, a, b, trans_a, trans_b)
-    out = _output(op, session, out, (batch, m, n), dt, beta)
-    _no_alias(op, out, a=a, b=b)
     if not (batch and m and n):
         return out
     if not k and beta == 0:
         return _fill_zero(session, out, stream)
-    ctype, compute = _GEMM_TYPES[dt]
-    if tf32 and dt == _F32:
+    ctype, compute = _GEMM_TYPES[a.dtype]
+    if tf32 and ctype == R_32F:
         compute = COMPUTE_32F_FAST_TF32
-    lda, ldb = a.shape[2], b.shape[2]
-    h = handle(session)
+    (_, ra, lda), (_, rb, ldb) = a.shape, b.shape
+    h = session.vendor_handle(_KEY, BlasHandle)
+    lib = h._lib
     with session.activated():
         raw = h._bind(stream, POINTER_MODE_HOST)
         pa, pb = h._scalars(compute, alpha, beta)
-        fn = h._lib.gemm_strided_batched_ex_64 if _dim(m, n, k, batch) else h._lib.gemm_strided_batched_ex
-        try:
+        big = _dim(m, n, k, batch)
+        fn = lib.gemm_strided_batched_ex_64 if big else lib.gemm_strided_batched_ex
+        try:  # strides are in elements: one matrix each
             fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
-               pa, b.ptr, ctype, max(1, ldb), b.shape[1] * ldb, a.ptr, ctype, max(1, lda), a.shape[1] * lda,
-               pb, out.ptr, ctype, max(1, n), m * n, batch, compute, GEMM_DEFAULT)
-        except h._lib.cuBLASError as exc:
+               pa, b.ptr, ctype, ldb or 1, rb * ldb, a.ptr, ctype, lda or 1, ra * lda,
+               pb, out.ptr, ctype, n, m * n, batch, compute, GEMM_DEFAULT)
+        except lib.cuBLASError as exc:
             raise _blas_error(exc, "cublasGemmStridedBatchedEx") from exc
         if session._captures:
             session.keep_alive((a, b, out))
@@ -496,8 +533,7 @@ def gemv(
         try:
             if n_in:  # row-major a is the column-major (cols x rows) a^T: op(a) = a is cuBLAS's "T"
                 api = f"{prefix}gemv{suffix}"
-                getattr(lib, api)(raw, OP_N if trans_a else OP_T, cols, rows, pa, a.ptr,
-                                                      max(1, cols), x.ptr, 1, pb, out.ptr, 1)
+                getattr(lib, api)(raw, OP_N if trans_a else OP_T, cols, rows, pa, a.ptr, cols, x.ptr, 1, pb, out.ptr, 1)
             else:  # empty sum: gemv would return early and leave beta * out unscaled
                 api = f"{prefix}scal{suffix}"
                 getattr(lib, api)(raw, n_out, pb, out.ptr, 1)

@@ -202,7 +202,7 @@ class Graph:
                     raise FusionError(f"{fn.name}: a value traced by another kd.fuse function was used here")
                 if o.reduction is not None:
                     raise FusionError(
-                        f"{fn.name} is applied to the result of reduction {o.reduction!r}: a reduction can only "
+                        f"{fn.name} is applied to the result of reduction {o.reduction[0].name!r}: a reduction can only "
                         "end a fused chain (split the function, or reduce last)"
                     )
             elif not isinstance(o, SCALAR_TYPES):
@@ -554,13 +554,24 @@ class ElementwiseFunction:
             values, session = _fast_place(operands)
         return plan.run(values, out, session)
 
+    def inspect(self, *operands: Any, out: Any = None, arch: str | None = None) -> Any:
+        """The Build (CUDA source, adapter, cubin) a call with these operands runs; no GPU needed.
+
+        Operands may be numpy arrays, scalars, or anything with ``shape`` and ``dtype`` (and
+        ``ptr``: a pointer that is not 16-byte aligned selects the scalar path).
+        """
+        plan = self._plan(operands, out)
+        values = [operands[s] if kind == "arg" else s for kind, s in plan.sources]
+        target = out if out is not None else np.empty(plan.shape, plan.dtype)
+        return plan.kernel.inspect(*values, target, arch=arch)
+
     def _plan(self, values: Sequence[Any], out: Any) -> ElementwisePlan:
         graph = Graph(self.name)
         traced = []
         for i, v in enumerate(values):
             if isinstance(v, SCALAR_TYPES):
                 traced.append(v)
-            elif isinstance(v, (DeviceArray, np.ndarray)):
+            elif hasattr(v, "shape") and hasattr(v, "dtype"):
                 promotion.supported(v.dtype)
                 leaf = graph.leaf("array", v.dtype, ("arg", i), tuple(v.shape))
                 traced.append(graph.value(leaf, np.dtype(v.dtype), tuple(v.shape)))

@@ -28,7 +28,7 @@ from .specialize import INT32_MAX, Specialization, bind, bind_declared
 from .target import device_arch, resolve_arch
 
 _SCALAR_TYPES = (int, float, bool, np.generic)
-_PLAIN_SCALARS = frozenset((int, float, bool))
+_scalar_types: set[type] = {int, float, bool}  # grows with the scalar types calls pass
 
 
 class Kernel:
@@ -136,7 +136,11 @@ class Kernel:
                 session.keep_alive(args)
 
     def _dispatch_key(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[tuple[Any, ...], Any, bool]:
-        """A flat tuple that selects the specialization and session; cheap enough for every call."""
+        """A flat tuple that selects the specialization and session; cheap enough for every call.
+
+        DeviceArrays carry their part precomputed (``dispatch_tag``: session, dtype, alignment,
+        index width); scalars contribute their type; foreign arrays return ``(None,)``.
+        """
         session = None
         borrowed = False
         key: list[Any] = [get_ident()]
@@ -146,21 +150,20 @@ class Kernel:
             if t is DeviceArray:
                 if session is None:
                     session = a.session
-                add(a.dtype)
-                add(a.ptr & 15)
-                if a.size > INT32_MAX:
-                    add(INT32_MAX)
-            elif t is np.ndarray:
+                add(a.dispatch_tag)
+            elif t in _scalar_types:
+                add(t)
+            elif isinstance(a, np.ndarray):
                 borrowed = True
-                add(a.dtype)
-                add(INT32_MAX if a.size > INT32_MAX else np.ndarray)
-            elif t in _PLAIN_SCALARS or isinstance(a, np.generic) or not _is_foreign(a):
+                add((t, a.dtype, a.size > INT32_MAX))
+            elif isinstance(a, _SCALAR_TYPES) or not _is_foreign(a):
+                _scalar_types.add(t)
                 add(t)
             else:
                 return (None,), None, False
         if session is None:
             session = default_session()
-        add(session.session_id)
+            add(session.session_id)
         if consts:
             add(tuple(sorted(consts.items())))
         return tuple(key), session, borrowed

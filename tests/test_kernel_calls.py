@@ -199,3 +199,12 @@ def test_graph_capture_keeps_kernel_arguments_alive(s: kd.Session, drv: SaxpyDri
     with s.capture() as graph:
         saxpy(dy, dx, np.float32(1.0))
     assert any(dx in kept for kept in graph._keep if isinstance(kept, tuple))
+
+
+def test_numpy_subclass_arrays_take_the_borrowing_path(drv: SaxpyDriver) -> None:
+    class Tagged(np.ndarray):
+        pass
+
+    y = np.ones(8, np.float32).view(Tagged)
+    saxpy(y, np.ones(8, np.float32), np.float32(1.0))
+    np.testing.assert_array_equal(np.asarray(y), np.full(8, 2.0, np.float32))

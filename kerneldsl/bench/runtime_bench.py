@@ -108,7 +108,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
         hold_kd, lambda: s.launch(fn, (grid, 1, 1), (256, 1, 1), 0, None, params), s.synchronize,
         args.launches, args.reps)
     with s.activated():
-        results["raw cuLaunchKernel"] = _held_enqueue_cost(hold_kd, raw, lambda: None, args.launches, args.reps)
+        results["raw cuLaunchKernel"] = _held_enqueue_cost(hold_kd, raw, s.synchronize, args.launches, args.reps)
     s.synchronize()
 
     dev = Device(s.device)

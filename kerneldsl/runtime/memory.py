@@ -79,6 +79,15 @@ class _Layout:
         self.close()  # type: ignore[attr-defined]
 
 
+_INT32_MAX = 2**31 - 1
+
+
+def _dispatch_tag(a: DeviceArray) -> tuple[Any, ...]:
+    """What selecting a kernel specialization needs of an array, computed once: the layout never
+    changes. Session, dtype, 16-byte alignment, whether 32-bit indexing can address it."""
+    return (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > _INT32_MAX)
+
+
 class DeviceArray(_Layout, Handle):
     """C-contiguous device memory: ``ptr``, ``shape``, ``dtype``, ``strides`` (bytes), ``nbytes``.
 
@@ -86,7 +95,7 @@ class DeviceArray(_Layout, Handle):
     """
 
     kind = "mem"
-    __slots__ = ("ptr", "shape", "dtype", "ndim", "size", "nbytes", "strides", "_owner")
+    __slots__ = ("ptr", "shape", "dtype", "ndim", "size", "nbytes", "strides", "_owner", "dispatch_tag")
 
     def __init__(self, session: Session, shape: Any, dtype: Any) -> None:
         """Allocate uninitialized memory; prefer ``session.empty`` and friends."""
@@ -99,6 +108,7 @@ class DeviceArray(_Layout, Handle):
                 raw = check("cuMemAlloc", session._d.cuMemAlloc(nbytes), requested=nbytes)
                 self._own(raw)
             self.ptr = int(raw)
+        self.dispatch_tag = _dispatch_tag(self)
 
     @classmethod
     def borrow(cls, session: Session, view: interop.DeviceView) -> DeviceArray:
@@ -116,6 +126,7 @@ class DeviceArray(_Layout, Handle):
         arr._init_layout(view.shape, view.dtype)
         arr.ptr = view.ptr
         arr._owner = view.owner
+        arr.dispatch_tag = _dispatch_tag(arr)
         if view.stream is not None and view.stream != session.stream.handle:
             session._order_streams(session._stream_cu, view.stream)
         return arr

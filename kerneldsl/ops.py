@@ -1,0 +1,173 @@
+"""``kd.ops``: NumPy-compatible array operations as generated, type-specialized kernels.
+
+Every op works on DeviceArrays (device result, asynchronous on the session stream), on numpy
+arrays (numpy result) and on foreign CUDA arrays (adopted zero-copy), takes ``out=``, and
+inside ``@kd.fuse`` records itself into the fused kernel instead of running.
+
+Elementwise ops are rows of ``TABLE``: operand names, the NumPy function whose dtype rule they
+follow (``kerneldsl.promotion``) and one short C expression per dtype kind (``b`` bool, ``i``
+signed, ``u`` unsigned, ``f`` float; ``kdT`` is the type the op computes in, ``kdU`` its
+unsigned twin so that integer overflow wraps like NumPy's instead of being undefined).
+
+Deviations from NumPy, all documented: integer ``power`` with a negative exponent gives 0 (or
++-1 for a base of +-1) where NumPy raises; float -> int ``astype`` of NaN / out-of-range values
+is undefined in NumPy and saturates on the GPU; math functions (exp, log, sin, cos, tanh,
+power) are CUDA's, within a few ulp of NumPy's; ``fma`` / ``axpy`` round twice (``a*b`` then
+``+c``), exactly like NumPy's ``a * b + c``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from . import promotion
+from .elementwise import ElementwiseFunction, kind
+from .reduction import REDUCERS, Reduction, argmax, argmin, max, mean, min, norm, prod, sum
+
+_IPOW = (
+    "[&]() -> kdT { if (b < 0) return (kdT)(a == 1 ? 1 : (a == (kdT)-1 ? ((b & 1) ? -1 : 1) : 0)); "
+    "kdU r = 1, x = (kdU)a; for (kdT e = b; e > 0; e >>= 1) { if (e & 1) r = (kdU)(1u * r * x); "
+    "x = (kdU)(1u * x * x); } return (kdT)r; }()"
+)
+_CLIP = "[&]() -> kdT { kdT t = (a > lo || a != a) ? a : lo; return (t < hi || t != t) ? t : hi; }()"
+
+
+def _axpy_dtype(a: Any, x: Any, y: Any) -> Any:
+    return np.add(np.multiply(a, x), y)
+
+
+# name: (operand names, dtype rule, {dtype kinds: C expression})
+TABLE: dict[str, tuple[tuple[str, ...], Callable[..., Any], dict[str, str]]] = {
+    "add": (("a", "b"), np.add, {"f": "a + b", "iu": "(kdT)(0u + (kdU)a + (kdU)b)", "b": "a || b"}),
+    "subtract": (("a", "b"), np.subtract, {"f": "a - b", "iu": "(kdT)(0u + (kdU)a - (kdU)b)"}),
+    "multiply": (("a", "b"), np.multiply, {"f": "a * b", "iu": "(kdT)(1u * (kdU)a * (kdU)b)", "b": "a && b"}),
+    "divide": (("a", "b"), np.true_divide, {"f": "a / b"}),
+    "negative": (("a",), np.negative, {"f": "-a", "iu": "(kdT)(0u - (kdU)a)"}),
+    "abs": (("a",), np.absolute, {"f": "fabs(a)", "i": "a < 0 ? (kdT)(0u - (kdU)a) : a", "ub": "a"}),
+    "square": (("a",), np.square, {"f": "a * a", "iu": "(kdT)(1u * (kdU)a * (kdU)a)", "b": "a"}),
+    "minimum": (("a", "b"), np.minimum, {"fiub": "(a < b || a != a) ? a : b"}),
+    "maximum": (("a", "b"), np.maximum, {"fiub": "(a > b || a != a) ? a : b"}),
+    "power": (("a", "b"), np.power, {"f": "pow(a, b)", "iu": _IPOW}),
+    "exp": (("a",), np.exp, {"f": "exp(a)"}),
+    "log": (("a",), np.log, {"f": "log(a)"}),
+    "sqrt": (("a",), np.sqrt, {"f": "sqrt(a)"}),
+    "sin": (("a",), np.sin, {"f": "sin(a)"}),
+    "cos": (("a",), np.cos, {"f": "cos(a)"}),
+    "tanh": (("a",), np.tanh, {"f": "tanh(a)"}),
+    "clip": (("a", "lo", "hi"), np.clip, {"fiub": _CLIP}),
+    "where": (("c", "a", "b"), np.where, {"fiub": "c ? a : b"}),
+    "axpy": (("alpha", "x", "y"), _axpy_dtype, {"f": "alpha * x + y", "iu": "(kdT)(0u + 1u * (kdU)alpha * (kdU)x + (kdU)y)",
+                                                "b": "(alpha && x) || y"}),
+    "fma": (("a", "b", "c"), _axpy_dtype, {"f": "a * b + c", "iu": "(kdT)(0u + 1u * (kdU)a * (kdU)b + (kdU)c)",
+                                           "b": "(a && b) || c"}),
+}
+
+
+class Op(ElementwiseFunction):
+    """One row of ``TABLE`` as a callable: ``op(*operands, out=None)``."""
+
+    def __init__(self, name: str, params: tuple[str, ...], rule: Callable[..., Any], exprs: dict[str, str]) -> None:
+        super().__init__()
+        self.name = name
+        self.__name__ = name
+        self.params = params
+        self.rule = rule
+        self.exprs = exprs
+
+    def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
+        result = promotion.result_dtype(self.rule, *operands)
+        if self.name == "where":
+            return result, (np.dtype(np.bool_), result, result)
+        return result, (result,) * len(operands)
+
+    def expression(self, dtype: np.dtype) -> str:
+        k = kind(dtype)
+        for kinds, expr in self.exprs.items():
+            if k in kinds:
+                return expr
+        raise TypeError(f"kd.ops.{self.name} does not support dtype {dtype}")
+
+    def __repr__(self) -> str:
+        return f"<kd.ops.{self.name}>"
+
+
+class AsType(ElementwiseFunction):
+    """Conversion to one dtype with NumPy's ``astype`` (unsafe casting) semantics."""
+
+    params = ("a",)
+
+    def __init__(self, dtype: np.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self.name = f"astype_{dtype.name}"
+
+    def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
+        (a,) = operands
+        return self.dtype, (promotion.supported(a if isinstance(a, np.dtype) else np.asarray(a).dtype),)
+
+    def expression(self, dtype: np.dtype) -> str:
+        return "(kdT)a"
+
+
+_astypes: dict[np.dtype, AsType] = {}
+
+
+def astype(a: Any, dtype: Any, out: Any = None) -> Any:
+    """``a`` converted to ``dtype`` (a new array, or written into ``out``)."""
+    dt = promotion.supported(dtype)
+    op = _astypes.get(dt)
+    if op is None:
+        op = _astypes[dt] = AsType(dt)
+    return op(a, out=out)
+
+
+def _op(name: str) -> Op:
+    params, rule, exprs = TABLE[name]
+    return Op(name, params, rule, exprs)
+
+
+add = _op("add")
+subtract = _op("subtract")
+multiply = _op("multiply")
+divide = _op("divide")
+true_divide = divide
+negative = _op("negative")
+abs = _op("abs")
+absolute = abs
+square = _op("square")
+minimum = _op("minimum")
+maximum = _op("maximum")
+power = _op("power")
+exp = _op("exp")
+log = _op("log")
+sqrt = _op("sqrt")
+sin = _op("sin")
+cos = _op("cos")
+tanh = _op("tanh")
+clip = _op("clip")
+where = _op("where")
+axpy = _op("axpy")
+fma = _op("fma")
+
+_dot = Reduction(REDUCERS["dot"], map=multiply, operands=2)
+
+
+def dot(a: Any, b: Any, out: Any = None) -> Any:
+    """Inner product of two 1-D arrays (NumPy's dtype: int8 . int8 is int8, wrapping)."""
+    for x in (a, b):
+        if getattr(x, "ndim", len(getattr(x, "shape", ()))) != 1:
+            raise ValueError(f"kd.ops.dot supports 1-D arrays only, got shape {getattr(x, 'shape', None)}")
+    if a.shape != b.shape:
+        raise ValueError(f"kd.ops.dot: shapes {a.shape} and {b.shape} not aligned")
+    return _dot(a, b, out=out)
+
+
+ELEMENTWISE: dict[str, ElementwiseFunction] = {name: globals()[name] for name in TABLE}
+
+__all__ = [
+    "TABLE", "abs", "absolute", "add", "argmax", "argmin", "astype", "axpy", "clip", "cos", "divide", "dot", "exp",
+    "fma", "log", "max", "maximum", "mean", "min", "minimum", "multiply", "negative", "norm", "power", "prod", "sin",
+    "sqrt", "square", "subtract", "sum", "tanh", "true_divide", "where",
+]
