@@ -57,7 +57,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         available = False
         reason = f"the CUDA driver could not be queried: {type(exc).__name__}: {exc}"
     if available:
+        _import_interop_libraries()
         return
     skip = pytest.mark.skip(reason=reason)
     for item in gpu_items:
         item.add_marker(skip)
+
+
+def _import_interop_libraries() -> None:
+    """Import CuPy and PyTorch before any GPU test runs: PyTorch's first import failed on the
+    H200 when it happened after other GPU tests in the same process (a schema-parse error
+    inside torch), and a failed import leaves the module half-initialized for the session."""
+    import importlib
+
+    for name in ("torch", "cupy"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass

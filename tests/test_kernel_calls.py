@@ -208,3 +208,11 @@ def test_numpy_subclass_arrays_take_the_borrowing_path(drv: SaxpyDriver) -> None
     y = np.ones(8, np.float32).view(Tagged)
     saxpy(y, np.ones(8, np.float32), np.float32(1.0))
     np.testing.assert_array_equal(np.asarray(y), np.full(8, 2.0, np.float32))
+
+
+def test_explain_names_the_component_that_missed(isolated_cache: None) -> None:
+    y, x = np.ones(8, np.float32), np.ones(8, np.float32)
+    assert saxpy.explain(y, x, np.float32(1.0), arch="sm_80").startswith("miss: no entries")
+    saxpy.inspect(y, x, np.float32(1.0), arch="sm_80")
+    assert saxpy.explain(y, x, np.float32(1.0), arch="sm_80") == "hit"
+    assert "arch ('sm_80' -> 'sm_90')" in saxpy.explain(y, x, np.float32(1.0), arch="sm_90")
