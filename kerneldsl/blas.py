@@ -400,8 +400,9 @@ def _matmul(
     else:
         shape = (sa[0], m, n)
     if out is None or out.shape != shape:
-        out = _output(op, session, out, shape, a.dtype, beta)
-    elif _overlaps(out, a) or _overlaps(out, b):
+        return session, _output(op, session, out, shape, a.dtype, beta), m, n, k
+    start, end = out.ptr, out.ptr + out.nbytes  # inline _overlaps: this is the warm path
+    if (a.ptr < end and start < a.ptr + a.nbytes) or (b.ptr < end and start < b.ptr + b.nbytes):
         _no_alias(op, out, a=a, b=b)
     return session, out, m, n, k
 

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
-from . import compile_bench, runtime_bench
+from . import blas_bench, compile_bench, runtime_bench
 
 
 @dataclass(frozen=True)
@@ -32,5 +32,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         "GPU: launch cost, graph replay, transfers, numpy end to end, side by side with CuPy and cuda.core",
         runtime_bench.add_arguments,
         runtime_bench.run,
+    ),
+    "blas": Benchmark(
+        "GPU: kd.blas gemm throughput vs cupy.matmul, per-call host cost vs the nvmath binding, CuPy, torch",
+        blas_bench.add_arguments,
+        blas_bench.run,
     ),
 }
