@@ -35,6 +35,8 @@ _CONTEXT_FREE = {
     "cuDevicePrimaryCtxRelease",
     "cuCtxPushCurrent",
     "cuCtxPopCurrent",
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
     "cuGetErrorName",
     "cuPointerGetAttribute",
     "cuLaunchKernel",  # a CUfunction carries its context (checked on the H200 by the gpu tests)
@@ -160,6 +162,21 @@ class FakeDriver:
             self._stack().append(ctx)
             with self._lock:
                 self.pushes += 1
+        return self._r(code)
+
+    def cuCtxGetCurrent(self) -> tuple:
+        code = self._enter("cuCtxGetCurrent")
+        stack = self._stack()
+        return self._r(code, stack[-1] if stack else 0)
+
+    def cuCtxSetCurrent(self, ctx: int) -> tuple:
+        code = self._enter("cuCtxSetCurrent")
+        if not code:
+            stack = self._stack()
+            if stack:
+                stack[-1] = ctx
+            else:
+                stack.append(ctx)
         return self._r(code)
 
     def cuCtxPopCurrent(self) -> tuple:

@@ -75,9 +75,14 @@ _RELEASERS: dict[str, tuple[str, Any]] = {
 
 
 class _Activation:
-    """``with``-able, allocation-free: lock, (check), push the context; pop and unlock on exit.
+    """``with``-able: lock, (check), make the context current; restore and unlock on exit.
 
-    One instance per session and mode is reused by every call (it holds no per-call state).
+    One instance per session and mode is reused by every call; whether this entry pushed is
+    kept on the session's ``_pushed`` stack (only the lock holder touches it). The thread's
+    current context is read every time, never trusted from an earlier call: when it already is
+    ours nothing is pushed; when the thread has none, ours is made current and left so (what
+    the CUDA runtime, CuPy and PyTorch do), so later calls cost one query; a different context
+    is pushed over and restored on exit.
     """
 
     __slots__ = ("_session", "_checked")
@@ -92,9 +97,7 @@ class _Activation:
         try:
             if self._checked and not s._ok:
                 s._raise_unusable()
-            err = s._d.cuCtxPushCurrent(s._ctx)[0]
-            if err:
-                raise driver.error("cuCtxPushCurrent", err)
+            s._pushed.append(s._make_current())
         except BaseException:
             s._lock.release()
             raise
@@ -109,7 +112,8 @@ class _Activation:
     def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
         s = self._session
         try:
-            s._d.cuCtxPopCurrent()
+            if s._pushed.pop():
+                s._d.cuCtxPopCurrent()
         finally:
             s._lock.release()
         if typ is not None and issubclass(typ, StickyCudaError):
@@ -145,6 +149,8 @@ class Session:
         self._raw_activation = _Activation(self, checked=False)
         self._dev = driver.device(device)
         self._ctx = check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(self._dev))
+        self._ctx_address = int(self._ctx)
+        self._pushed: list[bool] = []
         self._ok = True  # the one flag the hot path reads: open, not forked, not poisoned
         try:
             self.stream = Stream(self)
@@ -195,6 +201,25 @@ class Session:
             self._poison = exc
             self._ok = False
             log.debug("session %d poisoned by %s", self.session_id, exc)
+
+    def _make_current(self) -> bool:
+        """Make our context current on this thread; True when it was pushed (pop it afterwards)."""
+        d = self._d
+        err, current = d.cuCtxGetCurrent()
+        if err:
+            raise driver.error("cuCtxGetCurrent", err)
+        address = int(current) if current is not None else 0
+        if address == self._ctx_address:
+            return False
+        if address == 0:
+            err = d.cuCtxSetCurrent(self._ctx)[0]
+            if err:
+                raise driver.error("cuCtxSetCurrent", err)
+            return False
+        err = d.cuCtxPushCurrent(self._ctx)[0]
+        if err:
+            raise driver.error("cuCtxPushCurrent", err)
+        return True
 
     def activated(self) -> _Activation:
         """``with session.activated():`` run driver calls with this context current (and locked)."""
