@@ -117,29 +117,11 @@ class Kernel:
         stream: Any = None,
         **consts: Any,
     ) -> None:
-        key, session, borrowed = self._dispatch_key(args, consts)
-        bound = self._bound.get(key)
-        if bound is None:
-            if key[0] is None:  # foreign arrays: adopt them, then dispatch again
-                return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
-            bound = self._bind_call(key, session, args, consts)
-        if grid is not None:
-            grid = _dim3(grid)
-        if block is not None:
-            block = _dim3(block)
-        if borrowed:
-            check_host_arguments(self.signature, args)
-            call_borrowing(bound, self.signature, args, grid, block, shared, stream)
-        else:
-            bound.call(*args, grid, block, shared, stream)
-            if session._captures:
-                session.keep_alive(args)
+        """Launch. The dispatch tuple is built inline: this is the warm path.
 
-    def _dispatch_key(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[tuple[Any, ...], Any, bool]:
-        """A flat tuple that selects the specialization and session; cheap enough for every call.
-
-        DeviceArrays carry their part precomputed (``dispatch_tag``: session, dtype, alignment,
-        index width); scalars contribute their type; foreign arrays return ``(None,)``.
+        DeviceArrays contribute their precomputed ``dispatch_tag`` (session, dtype, alignment,
+        index width), scalars their type, numpy arrays their dtype (and take the borrowing path);
+        foreign arrays are adopted as DeviceArrays first.
         """
         session = None
         borrowed = False
@@ -160,13 +142,26 @@ class Kernel:
                 _scalar_types.add(t)
                 add(t)
             else:
-                return (None,), None, False
+                return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
         if session is None:
             session = default_session()
             add(session.session_id)
         if consts:
             add(tuple(sorted(consts.items())))
-        return tuple(key), session, borrowed
+        bound = self._bound.get(tuple(key))
+        if bound is None:
+            bound = self._bind_call(tuple(key), session, args, consts)
+        if grid is not None:
+            grid = _dim3(grid)
+        if block is not None:
+            block = _dim3(block)
+        if borrowed:
+            check_host_arguments(self.signature, args)
+            call_borrowing(bound, self.signature, args, grid, block, shared, stream)
+            return
+        bound.call(*args, grid, block, shared, stream)
+        if session._captures:
+            session.keep_alive(args)
 
     def _bind_call(self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]) -> BoundLaunch:
         spec = bind(self.signature, args, consts, _session_arch(session))

@@ -82,10 +82,15 @@ class _Layout:
 _INT32_MAX = 2**31 - 1
 
 
-def _dispatch_tag(a: DeviceArray) -> tuple[Any, ...]:
-    """What selecting a kernel specialization needs of an array, computed once: the layout never
-    changes. Session, dtype, 16-byte alignment, whether 32-bit indexing can address it."""
-    return (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > _INT32_MAX)
+_dispatch_tags: dict[tuple[Any, ...], int] = {}
+
+
+def _dispatch_tag(a: DeviceArray) -> int:
+    """What selecting a kernel specialization needs of an array, computed once (the layout never
+    changes): session, dtype, 16-byte alignment, whether 32-bit indexing can address it. An int
+    stands for that tuple, so the dispatch key hashes cheaply on every launch."""
+    layout = (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > _INT32_MAX)
+    return _dispatch_tags.setdefault(layout, len(_dispatch_tags))
 
 
 class DeviceArray(_Layout, Handle):
