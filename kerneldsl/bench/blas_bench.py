@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import statistics
 from typing import Any, Callable
 
@@ -23,7 +22,8 @@ import numpy as np
 
 from .. import blas
 from ..runtime import DeviceArray, Session, default_session
-from .runtime_bench import _held_enqueue_cost, spin
+from .report import print_report
+from .runtime_bench import held_enqueue_cost, spin
 
 CHECK_TOL = {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-4}  # per unit of |A| @ |B|
 TARGETS = {
@@ -128,7 +128,7 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
         out.copy_from_host(np.full((n, n), np.nan, np.float32))
         enqueue()
         s.synchronize()
-        results[name] = _held_enqueue_cost(hold, enqueue, s.synchronize, calls, reps) * 1e6
+        results[name] = held_enqueue_cost(hold, enqueue, s.synchronize, calls, reps) * 1e6
         _check(out.to_host(), a, b, all_rows, name)
 
     out = s.empty((n, n), np.float32)
@@ -174,11 +174,5 @@ def run(args: argparse.Namespace) -> int:
         ratios["host kerneldsl / torch"] = host["kerneldsl"] / host["torch.mm"]
     report["ratios"] = ratios
     report["targets met"] = {k: float(ratios[k] <= limit) for k, limit in TARGETS.items() if k in ratios}
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for section, rows in report.items():
-            print(section)
-            for name, value in rows.items():
-                print(f"  {name:40s} {value:10.3f}")
+    print_report(report, args.json)
     return 0

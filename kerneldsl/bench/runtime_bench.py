@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import json
 import statistics
 import struct
 import time
@@ -22,6 +21,8 @@ from typing import Any, Callable
 import numpy as np
 
 import kerneldsl as kd
+
+from .report import print_report, wall_median
 
 SPIN_SOURCE = r"""
 extern "C" __global__ void kd_bench_spin(long long cycles) {
@@ -58,7 +59,7 @@ def _median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-def _held_enqueue_cost(hold: Callable[[], None], enqueue: Callable[[], None], sync: Callable[[], None],
+def held_enqueue_cost(hold: Callable[[], None], enqueue: Callable[[], None], sync: Callable[[], None],
                        launches: int, reps: int) -> float:
     """Median seconds per enqueue while the stream is busy with a spin kernel."""
     samples = []
@@ -89,7 +90,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     def hold_kd() -> None:
         spin(spin_cycles)
 
-    results["kerneldsl"] = _held_enqueue_cost(hold_kd, lambda: saxpy(dy, dx, alpha), s.synchronize,
+    results["kerneldsl"] = held_enqueue_cost(hold_kd, lambda: saxpy(dy, dx, alpha), s.synchronize,
                                               args.launches, args.reps)
 
     build = saxpy.inspect(dy, dx, alpha)
@@ -104,11 +105,11 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     def raw() -> None:
         cu.cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, stream_cu, params, 0)
 
-    results["Session.launch, pre-packed"] = _held_enqueue_cost(
+    results["Session.launch, pre-packed"] = held_enqueue_cost(
         hold_kd, lambda: s.launch(fn, (grid, 1, 1), (256, 1, 1), 0, None, params), s.synchronize,
         args.launches, args.reps)
     with s.activated():
-        results["raw cuLaunchKernel"] = _held_enqueue_cost(hold_kd, raw, s.synchronize, args.launches, args.reps)
+        results["raw cuLaunchKernel"] = held_enqueue_cost(hold_kd, raw, s.synchronize, args.launches, args.reps)
     s.synchronize()
 
     dev = Device(s.device)
@@ -120,7 +121,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     core_stream = dev.create_stream()
     config, one = LaunchConfig(grid=grid, block=256), LaunchConfig(grid=1, block=1)
     y_arg, x_arg, n_arg = dy.ptr, dx.ptr, np.int32(n)
-    results["cuda.core launch"] = _held_enqueue_cost(
+    results["cuda.core launch"] = held_enqueue_cost(
         lambda: launch(core_stream, one, core_spin, np.int64(spin_cycles)),
         lambda: launch(core_stream, config, core_saxpy, y_arg, x_arg, alpha, n_arg),
         core_stream.sync, args.launches, args.reps)
@@ -130,7 +131,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     cp_saxpy, cp_spin = raw_module.get_function(build.generated.entry), raw_module.get_function("kd_bench_spin")
     cy, cx = cp.ones(n, cp.float32), cp.ones(n, cp.float32)
     with cp_stream:
-        results["CuPy RawKernel"] = _held_enqueue_cost(
+        results["CuPy RawKernel"] = held_enqueue_cost(
             lambda: cp_spin((1,), (1,), (np.int64(spin_cycles),)),
             lambda: cp_saxpy((grid,), (256,), (cy, cx, alpha, np.int32(n))),
             cp_stream.synchronize, args.launches, args.reps)
@@ -207,13 +208,7 @@ def bench_graph(args: argparse.Namespace) -> dict[str, float]:
 
 
 def _bandwidth(nbytes: int, run: Callable[[], None], reps: int) -> float:
-    run()
-    samples = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        run()
-        samples.append(time.perf_counter() - start)
-    return nbytes / _median(samples) / 1e9
+    return nbytes / wall_median(run, reps) / 1e9
 
 
 def bench_transfer(args: argparse.Namespace) -> dict[str, float]:
@@ -294,16 +289,10 @@ def bench_e2e(args: argparse.Namespace) -> dict[str, float]:
         cp_saxpy(((n + 255) // 256,), (256,), (cy, cx, alpha, np.int32(n)))
         cy.get(out=out)
 
-    def timed(run: Callable[[], None]) -> float:
-        run()
-        samples = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            run()
-            samples.append(time.perf_counter() - start)
-        return _median(samples) * 1e3
-
-    results = {"kerneldsl numpy path (ms)": timed(kd_run), "CuPy asarray+kernel+get (ms)": timed(cp_run)}
+    results = {
+        "kerneldsl numpy path (ms)": wall_median(kd_run, reps) * 1e3,
+        "CuPy asarray+kernel+get (ms)": wall_median(cp_run, reps) * 1e3,
+    }
     np.testing.assert_allclose(out, expected, rtol=1e-6)
     return results
 
@@ -325,11 +314,5 @@ def run(args: argparse.Namespace) -> int:
         "pinned D2H kerneldsl / CuPy": report["transfer (GB/s)"]["kerneldsl D2H pinned"]
         / report["transfer (GB/s)"]["CuPy D2H pinned"],
     }
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for section, rows in report.items():
-            print(section)
-            for name, value in rows.items():
-                print(f"  {name:40s} {value:10.3f}")
+    print_report(report, args.json)
     return 0
