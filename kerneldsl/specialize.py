@@ -245,4 +245,13 @@ def _check_scalar_kind(sig: Signature, param: str, et: ElementType, value: Any) 
         return
     if isinstance(value, (float, np.floating)) and et.kind == "f":
         return
+    if isinstance(value, np.generic) and et.kind == "f" and _is_float_scalar(value):
+        return  # ml_dtypes scalars (bfloat16) are np.generic but not np.floating
     raise BindingError(sig.name, param, f"expected a {et.name} scalar, got {value!r}")
+
+
+def _is_float_scalar(value: np.generic) -> bool:
+    try:
+        return dtypes.element_type(value.dtype).kind == "f"
+    except KeyError:
+        return False
