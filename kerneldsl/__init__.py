@@ -23,6 +23,10 @@ from .dtypes import (
     uint64,
 )
 from .kernel import Kernel, kernel
+from . import ops
+from .elementwise import elementwise
+from .fuse import fuse
+from .reduction import reduction
 from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_session
 from .target import resolve_arch
 from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
@@ -62,15 +66,19 @@ __all__ = [
     "cdiv",
     "dmax",
     "dmin",
+    "elementwise",
     "errors",
     "float16",
     "float32",
     "float64",
+    "fuse",
     "int8",
     "int16",
     "int32",
     "int64",
     "kernel",
+    "ops",
+    "reduction",
     "sym",
     "uint8",
     "uint16",

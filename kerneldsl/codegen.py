@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import struct
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
@@ -232,12 +233,12 @@ def _const_decl(name: str, value: Any) -> dict[str, str]:
 
 
 def _float_literal(value: float) -> str:
-    """An exact C++17 literal: hex floats round-trip every finite double."""
-    if math.isnan(value):
-        return '__builtin_nan("")'
-    if math.isinf(value):
-        return "__builtin_huge_val()" if value > 0 else "-__builtin_huge_val()"
-    return value.hex()
+    """An exact C++17 constant: hex floats round-trip every finite double; infinities and NaN
+    (which NVRTC has no constexpr builtin for) are spelled by their bits."""
+    if math.isfinite(value):
+        return value.hex()
+    bits = struct.unpack("<Q", struct.pack("<d", value))[0]
+    return f"__builtin_bit_cast(double, 0x{bits:016x}ULL)"
 
 
 def _adapter_array(a: ArrayParam) -> dict[str, Any]:

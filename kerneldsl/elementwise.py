@@ -45,17 +45,24 @@ from .runtime.session import default_session
 from .signature import (
     RESERVED_NAMES,
     ArrayAnnotation,
+    Expr,
     In,
     Out,
     Scalar,
     ScalarAnnotation,
+    as_expr,
+    cdiv,
+    dmin,
     parse_signature,
+    sym,
 )
 
 BLOCK = 256
 # "stride": about BLOCKS_PER_SM blocks per SM loop over the data; "one": one vector per thread.
+# Read when a plan is made (the grid limit is folded into the generated launcher).
 GRID_POLICY = "stride"
 BLOCKS_PER_SM = 8
+DEFAULT_SMS = 132  # for kernels built without a device (inspect on a CPU machine): an H100/H200
 OPTIONS = ("--fmad=false",)  # NumPy rounds a*b+c twice; so do we
 SCALAR_TYPES = (bool, int, float, np.generic)
 
@@ -157,14 +164,15 @@ def program_context(p: Program) -> dict[str, Any]:
 class Traced:
     """A value of a program being built; ``kd.fuse`` gives it operators (see fuse.Tracer)."""
 
-    __slots__ = ("graph", "id", "dtype", "shape", "reduction")
+    __slots__ = ("graph", "id", "dtype", "shape", "reduction", "argument")
 
     def __init__(self, graph: Graph, id: int, dtype: np.dtype, shape: tuple[int, ...]) -> None:
         self.graph = graph
         self.id = id
         self.dtype = dtype
         self.shape = shape
-        self.reduction: Any = None  # set when this value is a reduction result (a chain's end)
+        self.reduction: Any = None  # (Reduction, axis, reduced value) when this ends a chain
+        self.argument: Any = None  # (position, value) of a scalar argument of the traced function
 
     @property
     def ndim(self) -> int:
@@ -210,10 +218,15 @@ class Graph:
                     f"{fn.name}: an operand of type {type(o).__name__} cannot be fused; pass arrays as arguments "
                     "of the fused function"
                 )
-        result, loops = fn.resolve([o.dtype if isinstance(o, Traced) else o for o in operands])
+        result, loops = fn.resolve([_promoted(o) for o in operands])
         args = []
         for o, loop in zip(operands, loops):
-            args.append(o.id if isinstance(o, Traced) else self.leaf("scalar", loop, ("const", o), None))
+            if not isinstance(o, Traced):
+                args.append(self.leaf("scalar", loop, ("const", o), None))
+            elif o.argument is not None:  # a scalar argument: its dtype is decided here, by promotion
+                args.append(self.leaf("scalar", loop, ("arg", o.argument[0]), None))
+            else:
+                args.append(o.id)
         shape = broadcast_shape([o.shape for o in operands if isinstance(o, Traced)], fn.name)
         self.values.append(Node(fn.name, fn.params, fn.expression(result), tuple(args), tuple(loops), result))
         return self.value(len(self.values) - 1, result, shape)
@@ -229,6 +242,13 @@ class Graph:
             assert isinstance(n, Node)
             renumbered.append(Node(n.op, n.params, n.expr, tuple(new[a] for a in n.args), n.loop, n.dtype))
         return Program(self.name, tuple(self.values[i] for i in leaves), tuple(renumbered), new[root.id])  # type: ignore[misc]
+
+
+def _promoted(operand: Any) -> Any:
+    """What promotion sees: a traced array's dtype, a scalar's (weak or numpy) value."""
+    if isinstance(operand, Traced):
+        return operand.dtype if operand.argument is None else operand.argument[1]
+    return operand
 
 
 def broadcast_shape(shapes: Sequence[tuple[int, ...]], what: str) -> tuple[int, ...]:
@@ -253,7 +273,8 @@ def _c_name(name: str) -> str:
     return cleaned if cleaned[0].isalpha() else f"k{cleaned}"
 
 
-def make_kernel(name: str, params: list[tuple[str, Any]], body: Callable[[dict[str, Any]], str]) -> Kernel:
+def make_kernel(name: str, params: list[tuple[str, Any]], body: Callable[[dict[str, Any]], str],
+                grid: Expr | int = 1) -> Kernel:
     """A ``Kernel`` over generated parameters whose body text comes from ``body(proxies)``."""
 
     def kernel_body(**proxies: Any) -> str:
@@ -263,7 +284,7 @@ def make_kernel(name: str, params: list[tuple[str, Any]], body: Callable[[dict[s
     kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params]
     )
-    sig = parse_signature(kernel_body, grid=1, block=BLOCK, allow_alias=True)
+    sig = parse_signature(kernel_body, grid=grid, block=BLOCK, allow_alias=True)
     return Kernel(kernel_body, sig, OPTIONS)
 
 
@@ -271,15 +292,18 @@ _kernels: dict[tuple[Any, ...], Kernel] = {}
 _kernels_lock = threading.Lock()
 
 
-def elementwise_kernel(program: Program, layout: tuple[Any, ...], out_dtype: np.dtype) -> Kernel:
-    """The (cached) Kernel that evaluates ``program`` into an output of ``out_dtype``."""
-    key = (program, layout, out_dtype)
+def elementwise_kernel(program: Program, layout: tuple[Any, ...], out_dtype: np.dtype, max_blocks: int) -> Kernel:
+    """The (cached) Kernel that evaluates ``program`` into an output of ``out_dtype``.
+
+    Its launcher computes the grid itself: one 16-byte vector per thread, at most ``max_blocks``.
+    """
+    key = (program, layout, out_dtype, max_blocks)
     found = _kernels.get(key)
     if found is None:
         with _kernels_lock:
             found = _kernels.get(key)
             if found is None:
-                found = _kernels[key] = _build_elementwise(program, layout, out_dtype)
+                found = _kernels[key] = _build_elementwise(program, layout, out_dtype, max_blocks)
     return found
 
 
@@ -319,12 +343,15 @@ def loads(program: Program, array_load: Callable[[int], str]) -> dict[int, str]:
     return {i: array_load(i) if leaf.kind == "array" else f"kdp{i}" for i, leaf in enumerate(program.leaves)}
 
 
-def vector_width(program: Program, out_dtype: np.dtype) -> int:
-    sizes = [leaf.dtype.itemsize for leaf in program.leaves if leaf.kind == "array"] + [out_dtype.itemsize]
-    return max(1, 16 // max(sizes))
+def vector_width(program: Program, out_dtype: np.dtype | None = None) -> int:
+    """Elements per 16-byte access of the widest array (the output too, for elementwise kernels)."""
+    sizes = [leaf.dtype.itemsize for leaf in program.leaves if leaf.kind == "array"]
+    if out_dtype is not None:
+        sizes.append(out_dtype.itemsize)
+    return max(1, 16 // max(sizes, default=1))
 
 
-def _build_elementwise(program: Program, layout: tuple[Any, ...], out_dtype: np.dtype) -> Kernel:
+def _build_elementwise(program: Program, layout: tuple[Any, ...], out_dtype: np.dtype, max_blocks: int) -> Kernel:
     params = leaf_params(program, layout)
     params.append(("kdout", Out[dtypes.element_type(out_dtype).name, out_dims(layout)]))
     arrays = array_leaves(program, layout)
@@ -349,7 +376,10 @@ def _build_elementwise(program: Program, layout: tuple[Any, ...], out_dtype: np.
             scalar_loads=loads(program, lambda i: f"kdp{i}[kdoff{i}]" if broadcast else f"kdp{i}[kdi]"),
         )
 
-    return make_kernel(program.name, params, body)
+    total: Expr = as_expr(1)
+    for d in out_dims(layout):
+        total = total * sym(d)
+    return make_kernel(program.name, params, body, grid=dmin(cdiv(total, BLOCK * vec), max_blocks))
 
 
 # --- running ------------------------------------------------------------------------------------------
@@ -366,11 +396,15 @@ def sm_count(device: int) -> int:
     return found
 
 
-def elementwise_grid(size: int, vec: int, device: int) -> tuple[int, int, int]:
-    blocks = max(1, -(-size // (BLOCK * vec)))
-    if GRID_POLICY == "stride":
-        blocks = min(blocks, sm_count(device) * BLOCKS_PER_SM)
-    return (blocks, 1, 1)
+def grid_limit(device: int) -> int:
+    """The most blocks an elementwise launch uses under ``GRID_POLICY``."""
+    if GRID_POLICY == "one":
+        return 2**31 - 1
+    try:
+        sms = sm_count(device)
+    except Exception:  # no driver or device: building for inspection only
+        sms = DEFAULT_SMS
+    return sms * BLOCKS_PER_SM
 
 
 def adopt(value: Any, session: Any) -> DeviceArray:
@@ -420,17 +454,21 @@ def place(values: Sequence[Any]) -> tuple[list[Any], Any]:
     return out, session
 
 
-def check_out(out: Any, shape: tuple[int, ...], result: np.dtype, session: Any, what: str) -> None:
+def check_out(out: Any, shape: tuple[int, ...], result: np.dtype, what: str) -> None:
     """NumPy's rules for ``out=``: the exact result shape, a ``same_kind`` cast from the result dtype."""
     if tuple(out.shape) != shape:
         raise ValueError(f"{what}: out= has shape {tuple(out.shape)}, the result has shape {shape}")
     if not np.can_cast(result, out.dtype, "same_kind"):
         raise TypeError(f"{what}: cannot cast the {result} result to out= dtype {out.dtype} (casting rule 'same_kind')")
     promotion.supported(out.dtype)
+
+
+def check_placement(out: Any, session: Any, what: str) -> None:
+    """Host operands write host results, device operands device results."""
     if session is None and not isinstance(out, np.ndarray):
         raise TypeError(f"{what}: the operands are on the host, so out= must be a numpy array")
-    if session is not None and isinstance(out, np.ndarray):
-        raise TypeError(f"{what}: the operands are on the device, so out= must be a device array")
+    if session is not None and type(out) is not DeviceArray:
+        raise TypeError(f"{what}: the operands are on the device, so out= must be a kerneldsl DeviceArray")
 
 
 def arg_key(value: Any) -> Any:
@@ -440,6 +478,9 @@ def arg_key(value: Any) -> Any:
         return (t, value.dtype, value.shape)
     if isinstance(value, np.generic):
         return value.dtype
+    shape = getattr(value, "shape", None)  # foreign arrays (CuPy, PyTorch): adopted per call
+    if shape is not None:
+        return (t, getattr(value, "dtype", None), tuple(shape))
     return t
 
 
@@ -452,11 +493,16 @@ class ElementwisePlan:
     shape: tuple[int, ...]
     dtype: np.dtype
     size: int
-    vec: int
     broadcast: bool
+    direct: bool = False  # every argument is a leaf, in order: no reordering needed
+    plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
 
     def run(self, args: Sequence[Any], out: Any, session: Any) -> Any:
-        values = [args[s] if kind == "arg" else s for kind, s in self.sources]
+        if self.plain:
+            args = [float(a) if i in self.plain else a for i, a in enumerate(args)]
+        values = args if self.direct else [args[s] if kind == "arg" else s for kind, s in self.sources]
+        if out is not None:
+            check_placement(out, session, self.kernel.signature.name)
         if session is None:
             return self._run_host(values, out)
         if out is None:
@@ -464,7 +510,7 @@ class ElementwisePlan:
         if self.size:
             if self.broadcast:
                 values = [_unalias_device(v, out, session) for v in values]
-            self.kernel(*values, out, grid=elementwise_grid(self.size, self.vec, session.device))
+            self.kernel(*values, out)
         return out
 
     def _run_host(self, values: list[Any], out: Any) -> Any:
@@ -474,7 +520,7 @@ class ElementwisePlan:
         ):
             target = np.empty(self.shape, self.dtype if out is None else out.dtype)
         if self.size:
-            self.kernel(*values, target, grid=elementwise_grid(self.size, self.vec, 0))
+            self.kernel(*values, target)
         if out is not None and target is not out:
             out[...] = target
             return out
@@ -493,23 +539,24 @@ def plan_program(graph: Graph, root: Traced, args: Sequence[Any], out: Any) -> E
     """Compile ``graph`` (result ``root``) for these call arguments."""
     program = graph.program(root)
     shapes = list(graph.shapes)
-    session = next((a.session for a in args if type(a) is DeviceArray), None)
     shape = root.shape
     out_dtype = program.dtype
     if out is not None:
-        check_out(out, shape, out_dtype, session if session is not None or not isinstance(out, np.ndarray) else None,
-                  program.name)
+        check_out(out, shape, out_dtype, program.name)
         out_dtype = np.dtype(out.dtype)
     layout = layout_of(shapes, shape)
-    kernel = elementwise_kernel(program, layout, out_dtype)
+    session = next((a.session for a in args if type(a) is DeviceArray), None)
+    kernel = elementwise_kernel(program, layout, out_dtype, grid_limit(0 if session is None else session.device))
+    sources = tuple(graph.sources)
     return ElementwisePlan(
         kernel=kernel,
-        sources=tuple(graph.sources),
+        sources=sources,
         shape=shape,
         dtype=out_dtype,
         size=int(np.prod(shape, dtype=np.int64)),
-        vec=vector_width(program, out_dtype),
         broadcast=layout[0] == "broadcast",
+        direct=sources == tuple(("arg", i) for i in range(len(args))),
+        plain=tuple(i for i, a in enumerate(args) if isinstance(a, np.generic) and not isinstance(a, (np.number, np.bool_))),
     )
 
 
@@ -536,6 +583,11 @@ class ElementwiseFunction:
         self._plans: dict[tuple[Any, ...], ElementwisePlan] = {}
 
     def __call__(self, *operands: Any, out: Any = None) -> Any:
+        key = tuple(map(arg_key, operands)) + (arg_key(out),)
+        plan = self._plans.get(key)  # never holds traced operands: their key is only their type
+        if plan is not None:
+            values, session = _fast_place(operands)
+            return plan.run(values, out, session)
         if len(operands) != len(self.params):
             raise TypeError(f"{self.name}() takes {len(self.params)} operand(s) ({', '.join(self.params)}), got {len(operands)}")
         for o in operands:
@@ -543,15 +595,10 @@ class ElementwiseFunction:
                 if out is not None:
                     raise FusionError(f"{self.name}: out= cannot be used inside a fused function")
                 return o.graph.apply(self, operands)
-        key = tuple(map(arg_key, operands)) + (arg_key(out),)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) > 4096:
-                self._plans.clear()
-            values, session = place(operands)
-            plan = self._plans[key] = self._plan(values, out)
-        else:
-            values, session = _fast_place(operands)
+        if len(self._plans) > 4096:
+            self._plans.clear()
+        values, session = place(operands)
+        plan = self._plans[key] = self._plan(values, out)
         return plan.run(values, out, session)
 
     def inspect(self, *operands: Any, out: Any = None, arch: str | None = None) -> Any:
@@ -609,7 +656,9 @@ class Elementwise(ElementwiseFunction):
     the current element (already converted to the parameter's dtype; float16/bfloat16 values are
     float). A dtype variable binds to the NumPy promotion of every operand declared with it
     (Python scalars are weak); a concrete dtype converts its operand. The result has the return
-    annotation's dtype. Names starting with ``kd`` are reserved for generated code.
+    annotation's dtype. Names starting with ``kd`` are reserved for generated code; ``kdT`` is
+    the C type the expression computes in. Statements fit in an immediately invoked lambda:
+    ``"[&] { float t = x * x; return t > a ? t : a; }()"``.
     """
 
     def __init__(self, func: Callable[..., str]) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import promotion
 from .elementwise import ElementwiseFunction, kind
-from .reduction import REDUCERS, Reduction, argmax, argmin, max, mean, min, norm, prod, sum
+from .reduction import REDUCERS, Reduction
 
 _IPOW = (
     "[&]() -> kdT { if (b < 0) return (kdT)(a == 1 ? 1 : (a == (kdT)-1 ? ((b & 1) ? -1 : 1) : 0)); "
@@ -151,6 +151,14 @@ where = _op("where")
 axpy = _op("axpy")
 fma = _op("fma")
 
+sum = Reduction(REDUCERS["sum"])
+prod = Reduction(REDUCERS["prod"])
+min = Reduction(REDUCERS["min"])
+max = Reduction(REDUCERS["max"])
+mean = Reduction(REDUCERS["mean"])
+argmax = Reduction(REDUCERS["argmax"])
+argmin = Reduction(REDUCERS["argmin"])
+norm = Reduction(REDUCERS["norm"])
 _dot = Reduction(REDUCERS["dot"], map=multiply, operands=2)
 
 

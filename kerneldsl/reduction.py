@@ -16,6 +16,10 @@ float32 and round once at the end (NumPy sums float16 pairwise in float16: we ar
 accurate); float32 accumulates in float32, float64 in float64. Float results therefore differ
 from NumPy's by summation order only: tests allow ``rtol = eps(acc) * sqrt(n)``-ish bounds.
 NaN propagates through min/max/sum like NumPy; argmax/argmin return the first NaN's index.
+
+Known limits: one axis (or all) per call; an axis reduction with few outputs gets little
+parallelism (``(2**20, 4).sum(axis=0)`` runs 4 threads): reduce a 1-D array (always the
+two-pass full path) or transpose first when that matters.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from .elementwise import (
     Traced,
     array_leaves,
     arg_key,
+    check_out,
+    check_placement,
     compute_ctype,
     loads,
     make_kernel,
@@ -89,7 +95,8 @@ def identity_literal(which: str, dt: np.dtype) -> str:
     if et.kind == "b":
         return "true" if high else "false"
     if et.kind == "f":
-        return f"{'' if high else '-'}(kdA)__builtin_huge_val()"
+        inf = "__longlong_as_double(0x7ff0000000000000LL)" if dt == np.float64 else "__int_as_float(0x7f800000)"
+        return f"{'' if high else '-'}(kdA){inf}"
     info = np.iinfo(dt)
     value = int(info.max if high else info.min)
     if value == -(2**63):
@@ -221,7 +228,7 @@ def _build(program: Program | None, reducer: Reducer, geometry: Shape, stage: st
     arrays = array_leaves(program, layout) if program is not None else []
     for a in arrays:
         a["dims"] = tuple(f"kds{a['id']}x{m}" for m in range(geometry.ranks[a["id"]] or 0))
-    vec = vector_width(program, acc) if program is not None else 1
+    vec = vector_width(program) if program is not None else 1
 
     def body(proxies: dict[str, Any]) -> str:
         aligned = all(proxies[a["param"]].aligned16 for a in arrays)
@@ -261,9 +268,11 @@ def _build(program: Program | None, reducer: Reducer, geometry: Shape, stage: st
 _scratch: dict[tuple[int, np.dtype, int], DeviceArray] = {}
 
 
-def scratch(session: Any, dtype: np.dtype, count: int) -> DeviceArray:
-    """Per-session partials buffers, reused: every use is ordered on the session stream."""
-    key = (session.session_id, dtype, count)
+def scratch(session: Any, role: str, dtype: np.dtype, count: int) -> DeviceArray:
+    """Partials buffers, reused per (session, thread, role): each use is ordered on the session
+    stream, and one thread's first pass cannot overwrite another's before its final pass reads.
+    The role keeps a reduction's value and index partials apart even when both are int64."""
+    key = (session.session_id, threading.get_ident(), role, dtype, count)
     found = _scratch.get(key)
     if found is None or found.closed:
         found = _scratch[key] = session.empty(count, dtype)
@@ -299,6 +308,8 @@ class ReductionPlan:
 
     def run(self, args: Sequence[Any], out: Any, session: Any) -> Any:
         values = [args[s] if kind == "arg" else s for kind, s in self.sources]
+        if out is not None:
+            check_placement(out, session, self.reducer.name)
         if session is None:
             return self._run_host(values, out)
         if out is None:
@@ -378,11 +389,11 @@ class ReductionPlan:
             k = reduction_kernel(self.program, r, g, "direct", self.acc, self.dtype)
             k(*values, out, size, *dims, grid=(1, 1, 1))
             return
-        vec = vector_width(self.program, self.acc)
+        vec = vector_width(self.program)
         blocks = min(sm_count(session.device) * 8, -(-size // (BLOCK * vec)))
-        partials = [scratch(session, self.acc, blocks)]
+        partials = [scratch(session, "values", self.acc, blocks)]
         if r.indexed:
-            partials.append(scratch(session, np.dtype(np.int64), blocks))
+            partials.append(scratch(session, "indices", np.dtype(np.int64), blocks))
         first = reduction_kernel(self.program, r, g, "partial", self.acc, self.dtype)
         first(*values, *partials, size, *dims, grid=(blocks, 1, 1))
         final = reduction_kernel(None, r, g, "final", self.acc, self.dtype)
@@ -394,16 +405,15 @@ def plan_reduction(graph: Graph, root: Traced, reducer: Reducer, axis: Any, args
     program = graph.program(root)
     value_shape = tuple(root.shape)
     ax = normalize_axis(axis, len(value_shape), reducer.name)
+    if ax is not None and len(value_shape) == 1:
+        ax = None  # the only axis: the full reduction's two passes use the whole GPU
     shape = () if ax is None else value_shape[:ax] + value_shape[ax + 1 :]
     value = program.dtype
     acc = reducer.accumulate(value)
     result = reducer.result(value)
     if out is not None:
-        if tuple(out.shape) != shape:
-            raise ValueError(f"{reducer.name}: out= has shape {tuple(out.shape)}, the result has shape {shape}")
-        if not np.can_cast(result, out.dtype, "same_kind"):
-            raise TypeError(f"{reducer.name}: cannot cast the {result} result to out= dtype {out.dtype}")
-        result = promotion.supported(out.dtype)
+        check_out(out, shape, result, reducer.name)
+        result = np.dtype(out.dtype)
     shapes = graph.shapes
     broadcast = any(s is not None and s != value_shape for s in shapes)
     ranks = tuple(None if s is None else len(s) for s in shapes)
@@ -465,10 +475,12 @@ class Reduction:
                 raise FusionError(f"{self.name} is applied to the result of reduction {o.reduction[0].name!r}: "
                                   "a reduction can only end a fused chain")
         root = self._root(t.graph, operands)
+        if root.argument is not None:
+            raise FusionError(f"{self.name}: a scalar argument cannot be reduced")
         ax = normalize_axis(axis, root.ndim, self.name)
         shape = () if ax is None else root.shape[:ax] + root.shape[ax + 1 :]
         result = t.graph.value(root.id, self.reducer.result(root.dtype), shape)
-        result.reduction = (self, axis)
+        result.reduction = (self, axis, root)
         return result
 
     def _plan(self, values: Sequence[Any], axis: Any, out: Any) -> ReductionPlan:
@@ -511,13 +523,3 @@ def reduction(map: str = "x", reduce: str = "a + b", identity: str = "0", post: 
         pre_param="x",
     )
     return Reduction(reducer)
-
-
-sum = Reduction(REDUCERS["sum"])
-prod = Reduction(REDUCERS["prod"])
-min = Reduction(REDUCERS["min"])
-max = Reduction(REDUCERS["max"])
-mean = Reduction(REDUCERS["mean"])
-argmax = Reduction(REDUCERS["argmax"])
-argmin = Reduction(REDUCERS["argmin"])
-norm = Reduction(REDUCERS["norm"])

@@ -303,3 +303,13 @@ def test_every_error_is_mapped_to_its_own_line(isolated_cache: Path) -> None:
     assert len(mapped) == 2
     assert mapped[0].startswith(f"{THIS_FILE}:{line_of('a + ' + 'missing_one')}:")
     assert mapped[1].startswith(f"{THIS_FILE}:{line_of('b + ' + 'missing_two')}:")
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_non_finite_float_constants_compile(value: float, isolated_cache: None) -> None:
+    @kd.kernel(grid=1, block=1)
+    def fill(out: kd.Out[kd.float64, "n"], C: kd.Const[float]):
+        return f"{out}[0] = C;"
+
+    build = fill.inspect(np.zeros(1), C=value, arch="sm_90")
+    assert build.cubin.startswith(b"\x7fELF")

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
-from . import blas_bench, compile_bench, runtime_bench
+from . import blas_bench, compile_bench, ops_bench, runtime_bench
 
 
 @dataclass(frozen=True)
@@ -37,5 +37,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         "GPU: kd.blas gemm throughput vs cupy.matmul, per-call host cost vs the nvmath binding, CuPy, torch",
         blas_bench.add_arguments,
         blas_bench.run,
+    ),
+    "ops": Benchmark(
+        "GPU: kd.ops saxpy / sum / fused chain bandwidth vs torch and CuPy, compile times, ops launch cost",
+        ops_bench.add_arguments,
+        ops_bench.run,
     ),
 }

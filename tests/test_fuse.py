@@ -1,0 +1,141 @@
+"""@kd.fuse on CPU: tracing into one kernel, reductions at the end only, FusionError naming the op."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl.errors import FusionError
+
+ARCH = "sm_90"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache(isolated_cache_module):
+    yield
+
+
+@kd.fuse
+def chain(x, y):
+    t = ((x * 2 + y) * x - 3) * 0.5
+    return kd.ops.square(kd.ops.sin(t) + y)
+
+
+def test_a_chain_is_one_kernel_without_temporaries() -> None:
+    x = np.ones(1024, np.float32)
+    build = chain.inspect(x, x, arch=ARCH)
+    src = build.cuda_source
+    assert src.count("__global__") == 1
+    for op in ("multiply", "add", "subtract", "sin", "square"):
+        assert f"// {op}" in src
+    assert src.count("kdout[") == 1  # one store: intermediates stay in registers
+    assert "vector x4 path" in src
+    graph, result = chain.trace(x, x)
+    program = graph.program(result)
+    assert len(program.nodes) == 8
+    assert [leaf.kind for leaf in program.leaves].count("array") == 2
+
+
+def test_trace_once_per_specialization() -> None:
+    x = np.ones(16, np.float32)
+    plan = chain.plan((x, x), None)
+    again = chain.plan((np.ones(32, np.float32), np.ones(32, np.float32)), None)
+    assert plan.kernel is again.kernel  # a new size re-traces but reuses the kernel
+    other = chain.plan((np.ones(16, np.float64), np.ones(16, np.float64)), None)
+    assert other.kernel is not plan.kernel
+    assert "const double* kdp0" in chain.inspect(np.ones(16), np.ones(16), arch=ARCH).cuda_source
+
+
+def test_scalar_arguments_stay_runtime_parameters() -> None:
+    @kd.fuse
+    def scale(x, a):
+        return x * a + 1
+
+    plan = scale.plan((np.ones(8, np.float32), 2.0), None)
+    assert ("arg", 1) in plan.sources and ("const", 1) in plan.sources
+    src = scale.inspect(np.ones(8, np.float32), 2.0, arch=ARCH).cuda_source
+    assert "float kdp1" in src
+
+
+def test_chain_ending_in_a_reduction_is_one_elementwise_plus_reduction_kernel() -> None:
+    @kd.fuse
+    def sum_of_squares(x, y):
+        return kd.ops.sum(kd.ops.square(x - y))
+
+    small = sum_of_squares.inspect(np.ones(100, np.float32), np.ones(100, np.float32), arch=ARCH)
+    assert "stage direct" in small.cuda_source and "// square" in small.cuda_source
+    partial, final = sum_of_squares.inspect(np.ones(1 << 20, np.float32), np.ones(1 << 20, np.float32), arch=ARCH)
+    assert "// subtract" in partial.cuda_source and "stage partial" in partial.cuda_source
+    assert "stage final" in final.cuda_source
+
+
+def test_axis_reduction_over_broadcast_values() -> None:
+    @kd.fuse
+    def centered_norms(m, row):
+        return kd.ops.sum(kd.ops.square(m - row), axis=1)
+
+    build = centered_norms.inspect(np.ones((4, 64), np.float32), np.ones(64, np.float32), arch=ARCH)
+    assert "stage rows" in build.cuda_source and "kdoff1" in build.cuda_source
+
+
+def test_user_elementwise_functions_fuse() -> None:
+    @kd.elementwise
+    def axpy(a: kd.Scalar["T"], x: kd.In["T"], y: kd.In["T"]) -> kd.Out["T"]:
+        return "a * x + y"
+
+    @kd.fuse
+    def f(x, y):
+        return kd.ops.exp(axpy(2.0, x, y))
+
+    src = f.inspect(np.ones(8, np.float32), np.ones(8, np.float32), arch=ARCH).cuda_source
+    assert "// axpy" in src and "// exp" in src
+
+
+def _trace_error(func, *args) -> str:
+    with pytest.raises(FusionError) as info:
+        kd.fuse(func).trace(*args)
+    return str(info.value)
+
+
+def test_numpy_on_a_tracer_names_the_function() -> None:
+    x = np.ones(8, np.float32)
+    assert "numpy.sin" in _trace_error(lambda x: np.sin(x), x)
+    assert "numpy.sum" in _trace_error(lambda x: np.sum(x), x)
+
+
+def test_reduction_in_the_middle_names_it() -> None:
+    x = np.ones(8, np.float32)
+    message = _trace_error(lambda x: kd.ops.sum(x) + 1, x)
+    assert "'sum'" in message and "end a fused chain" in message
+    assert "'max'" in _trace_error(lambda x: kd.ops.sum(kd.ops.max(x, axis=0)), np.ones((2, 2), np.float32))
+
+
+def test_python_control_flow_is_refused() -> None:
+    def branchy(x):
+        if x:
+            return x
+        return -x
+
+    assert "control flow" in _trace_error(branchy, np.ones(2, np.float32))
+    assert "float()" in _trace_error(lambda x: x * float(x), np.ones(2, np.float32))
+
+
+def test_passing_a_tracer_to_a_kernel_is_refused() -> None:
+    @kd.kernel(grid=1, block=1)
+    def noop(x: kd.InOut["T", "n"]):
+        return ""
+
+    def f(x):
+        noop(x)
+        return x
+
+    assert "@kd.kernel" in _trace_error(f, np.ones(2, np.float32))
+
+
+def test_captured_arrays_and_bad_results_are_refused() -> None:
+    captured = np.ones(2, np.float32)
+    assert "pass arrays as arguments" in _trace_error(lambda x: kd.ops.add(x, captured), np.ones(2, np.float32))
+    assert "cannot be fused" in _trace_error(lambda x: kd.ops.add(x, [1, 2]), np.ones(2, np.float32))
+    assert "must return one array" in _trace_error(lambda x: (x, x), np.ones(2, np.float32))
+    assert "must return one array" in _trace_error(lambda x: 3, np.ones(2, np.float32))

@@ -1,0 +1,139 @@
+"""kd.ops on CPU: NumPy's promotion for every pair of supported dtypes, and every op compiled with
+NVRTC for sm_90 for every dtype it accepts (all of them: about 240 small kernels, ~10 s)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl import ops
+from kerneldsl.dtypes import ELEMENT_TYPES
+
+ARCH = "sm_90"
+DTYPES = [et.numpy for et in ELEMENT_TYPES.values()]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache(isolated_cache_module):
+    yield
+
+
+def _numpy(func, *operands):
+    probes = [np.empty(0, o) if isinstance(o, np.dtype) else o for o in operands]
+    with np.errstate(all="ignore"):
+        return np.asarray(func(*probes)).dtype
+
+
+@pytest.mark.parametrize("a, b", list(itertools.product(DTYPES, DTYPES)), ids=lambda d: d.name)
+def test_binary_promotion_matches_numpy(a: np.dtype, b: np.dtype) -> None:
+    try:
+        expected = _numpy(np.add, a, b)
+    except TypeError:
+        with pytest.raises(TypeError):
+            ops.add.resolve([a, b])
+        return
+    assert ops.add.resolve([a, b])[0] == expected
+    if "bfloat16" not in (a.name, b.name):  # ml_dtypes' loops do not follow np.result_type
+        assert expected == np.result_type(a, b)
+    assert ops.maximum.resolve([a, b])[0] == expected
+    assert ops.divide.resolve([a, b])[0] == _numpy(np.true_divide, a, b)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_weak_scalars_and_math_functions_follow_numpy(dt: np.dtype) -> None:
+    for scalar in (2, 2.5, True):
+        try:
+            expected = _numpy(np.multiply, dt, scalar)
+        except (TypeError, OverflowError) as exc:
+            with pytest.raises(type(exc)):
+                ops.multiply.resolve([dt, scalar])
+            continue
+        assert ops.multiply.resolve([dt, scalar])[0] == expected
+    for name in ("sin", "exp", "sqrt", "tanh"):
+        try:
+            expected = _numpy(getattr(np, name), dt)
+        except TypeError:
+            continue
+        assert getattr(ops, name).resolve([dt])[0] == expected, name
+
+
+def test_python_int_out_of_range_raises_like_numpy() -> None:
+    with pytest.raises(OverflowError):
+        ops.add.resolve([np.dtype(np.uint8), -1])
+    assert ops.add.resolve([np.dtype(np.int8), 3])[0] == np.int8
+
+
+def test_unsupported_combinations_raise_type_error() -> None:
+    with pytest.raises(TypeError):
+        ops.subtract.resolve([np.dtype(bool), np.dtype(bool)])
+    with pytest.raises(TypeError):
+        ops.negative.resolve([np.dtype(bool)])
+    with pytest.raises(TypeError, match="unsupported element type"):
+        ops.add.resolve([np.dtype(np.complex64), np.dtype(np.float32)])
+
+
+def _accepts(op, operands) -> bool:
+    try:
+        op.resolve([o.dtype for o in operands])
+        return True
+    except TypeError:
+        return False
+
+
+@pytest.mark.parametrize("name", sorted(ops.ELEMENTWISE))
+def test_every_op_compiles_for_every_dtype_it_accepts(name: str) -> None:
+    op = ops.ELEMENTWISE[name]
+    compiled = 0
+    for dt in DTYPES:
+        operands = [np.ones(8, dt) for _ in op.params]
+        if name == "where":
+            operands[0] = np.ones(8, bool)
+        if not _accepts(op, operands):
+            continue
+        build = op.inspect(*operands, arch=ARCH)
+        assert build.cubin and f"// {name}" in build.cuda_source
+        compiled += 1
+    assert compiled >= (1 if name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "divide") else 3)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_astype_compiles_to_and_from_every_dtype(dt: np.dtype) -> None:
+    src = np.ones(8, dt)
+    for target in (np.float32, np.int64, np.bool_, np.float16):
+        build = ops.AsType(np.dtype(target)).inspect(src, arch=ARCH)
+        assert build.cubin
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_reduction_result_dtypes_follow_numpy(dt: np.dtype) -> None:
+    x = np.ones(3, dt)
+    for name, ref in (("sum", np.sum), ("prod", np.prod), ("mean", np.mean), ("max", np.max),
+                      ("argmax", np.argmax), ("norm", np.linalg.norm)):
+        plan = getattr(ops, name)._plan((x,), None, None)
+        with np.errstate(all="ignore"):
+            assert plan.dtype == np.asarray(ref(x)).dtype, name
+    if dt.kind in "fc":
+        assert ops.sum._plan((x,), None, None).acc == (np.float32 if dt.itemsize == 2 else dt)
+
+
+def test_dot_is_one_dimensional_and_keeps_numpy_dtype() -> None:
+    a = np.ones(4, np.int8)
+    assert ops._dot._plan((a, a), None, None).dtype == np.dot(a, a).dtype
+    with pytest.raises(ValueError, match="1-D"):
+        ops.dot(np.ones((2, 2)), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="not aligned"):
+        ops.dot(np.ones(3), np.ones(4))
+
+
+def test_astype_and_kd_exports() -> None:
+    assert kd.ops is ops and kd.fuse and kd.elementwise and kd.reduction
+    with pytest.raises(TypeError, match="unsupported element type"):
+        ops.astype(np.ones(2), np.complex64)
+
+
+def test_op_arity_is_checked() -> None:
+    with pytest.raises(TypeError, match="takes 2 operand"):
+        ops.add(np.ones(2))

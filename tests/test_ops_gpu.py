@@ -1,0 +1,534 @@
+"""kd.ops, reductions and @kd.fuse on the GPU, against NumPy on fresh random data.
+
+Outputs are poisoned (``out=`` prefilled with a 0xA5 byte pattern) so a kernel that skips an
+element cannot pass. Tolerances: arithmetic (+ - * /, negative, abs, minimum, maximum, where,
+clip, square, sqrt, astype, integer power, fma/axpy in float32/float64) must match NumPy
+exactly; CUDA's transcendental functions (exp, log, sin, cos, tanh, float power) may differ by
+a few ulp (``MATH_RTOL``); float reductions are compared with a float64 reference within
+``(log2(n) + 2) * eps(acc) * sum(|x|)`` plus one rounding of the result.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl import ops
+from kerneldsl.dtypes import ELEMENT_TYPES
+from kerneldsl.runtime.memory import DeviceArray
+
+pytestmark = pytest.mark.gpu
+
+DTYPES = [et.numpy for et in ELEMENT_TYPES.values()]
+FLOATS = [dt for dt in DTYPES if dt.kind == "f" or dt.name == "bfloat16"]
+INTS = [dt for dt in DTYPES if dt.kind in "iu"]
+EXACT_BINARY = ("add", "subtract", "multiply", "divide", "minimum", "maximum")
+MATH = ("exp", "log", "sin", "cos", "tanh")
+
+
+def ids(dt: np.dtype) -> str:
+    return dt.name
+
+
+@pytest.fixture(scope="module")
+def session():
+    s = kd.Session(0)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def rng(request):
+    seed = abs(hash(request.node.nodeid)) % (2**32)
+    return np.random.default_rng(seed)
+
+
+def is_float(dt: np.dtype) -> bool:
+    return dt.kind == "f" or dt.name == "bfloat16"
+
+
+def eps(dt: np.dtype) -> float:
+    if dt.name == "bfloat16":
+        return 2.0**-7
+    return float(np.finfo(dt).eps)
+
+
+def rand(rng: np.random.Generator, dt: np.dtype, shape, *, small: bool = False) -> np.ndarray:
+    dt = np.dtype(dt)
+    if dt == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        lo, hi = (max(info.min, -8), min(info.max, 8)) if small else (info.min, info.max)
+        return rng.integers(lo, hi, shape, dtype=dt, endpoint=True)
+    return (rng.standard_normal(shape) * (1 if small else 3)).astype(dt)
+
+
+def poisoned(session, shape, dt) -> DeviceArray:
+    dt = np.dtype(dt)
+    garbage = np.frombuffer(b"\xa5" * (int(np.prod(shape)) * dt.itemsize), dtype=dt).reshape(shape)
+    return session.to_device(garbage)
+
+
+def assert_same(got: np.ndarray, want: np.ndarray) -> None:
+    """Bitwise-equal values (NaN equals NaN), same dtype and shape."""
+    want = np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape
+    if is_float(got.dtype):
+        g, w = got.astype(np.float64), want.astype(np.float64)
+        same = (g == w) | (np.isnan(g) & np.isnan(w))
+        assert same.all(), f"{np.count_nonzero(~same)} mismatches, first: got {g[~same][:5]} want {w[~same][:5]}"
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def assert_close(got: np.ndarray, want: np.ndarray, rtol: float, atol: float = 0.0) -> None:
+    want = np.asarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True)
+
+
+def numpy_result(name: str, *operands):
+    with np.errstate(all="ignore"):
+        return {"abs": np.abs, "divide": np.true_divide}.get(name, getattr(np, name, None))(*operands)
+
+
+def accepts(op, *operands) -> bool:
+    try:
+        op.resolve([o.dtype if isinstance(o, np.ndarray) else o for o in operands])
+        return True
+    except TypeError:
+        return False
+
+
+def run_device(session, op, *operands, **kw):
+    """Upload, run with a poisoned out=, return (result on host, the out array)."""
+    dev = [session.to_device(o) if isinstance(o, np.ndarray) else o for o in operands]
+    plan = op._plan(dev, None)
+    out = poisoned(session, plan.shape, plan.dtype)
+    result = op(*dev, out=out, **kw)
+    assert result is out
+    return out.to_host()
+
+
+# --- elementwise ops ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=ids)
+@pytest.mark.parametrize("name", EXACT_BINARY)
+def test_binary_ops_match_numpy_exactly(session, rng, name: str, dt: np.dtype) -> None:
+    op = ops.ELEMENTWISE[name]
+    a, b = rand(rng, dt, 1027), rand(rng, dt, 1027)
+    if name == "divide" and dt.kind in "iub":
+        b[b == 0] = 1
+    if not accepts(op, a, b):
+        pytest.skip(f"numpy has no {name} for {dt}")
+    assert_same(run_device(session, op, a, b), numpy_result(name, a, b))
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=ids)
+@pytest.mark.parametrize("name", ("negative", "abs", "square", "sqrt"))
+def test_unary_ops_match_numpy_exactly(session, rng, name: str, dt: np.dtype) -> None:
+    op = ops.ELEMENTWISE[name]
+    a = rand(rng, dt, 1001)
+    if not accepts(op, a):
+        pytest.skip(f"numpy has no {name} for {dt}")
+    assert_same(run_device(session, op, a), numpy_result(name, a))  # sqrt is correctly rounded on both
+
+
+@pytest.mark.parametrize("dt", [dt for dt in DTYPES if dt != np.bool_], ids=ids)
+@pytest.mark.parametrize("name", MATH)
+def test_math_functions_within_a_few_ulp(session, rng, name: str, dt: np.dtype) -> None:
+    op = ops.ELEMENTWISE[name]
+    a = rand(rng, dt, 1001, small=True)
+    if name == "log" and is_float(dt):
+        a = np.abs(a)
+    want = numpy_result(name, a)
+    got = run_device(session, op, a)
+    e = eps(want.dtype)
+    assert_close(got, want, rtol=8 * e, atol=8 * e)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=ids)
+def test_power(session, rng, dt: np.dtype) -> None:
+    if dt == np.bool_:
+        pytest.skip("numpy promotes bool power to int8; covered by int8")
+    a = rand(rng, dt, 513, small=True)
+    b = (rng.integers(0, 5, 513)).astype(dt) if not is_float(dt) else np.abs(rand(rng, dt, 513, small=True))
+    if is_float(dt):
+        a = np.abs(a)
+    want = numpy_result("power", a, b)
+    got = run_device(session, ops.power, a, b)
+    if is_float(dt):
+        assert_close(got, want, rtol=16 * eps(dt), atol=16 * eps(dt))
+    else:
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=ids)
+def test_where_clip_fma_axpy(session, rng, dt: np.dtype) -> None:
+    a, b, c = rand(rng, dt, 777), rand(rng, dt, 777), rand(rng, dt, 777)
+    cond = rng.integers(0, 2, 777).astype(bool)
+    assert_same(run_device(session, ops.where, cond, a, b), np.where(cond, a, b))
+    lo, hi = (np.minimum(a, b), np.maximum(a, b)) if dt != np.bool_ else (a, b)
+    assert_same(run_device(session, ops.clip, c, lo, hi), np.clip(c, lo, hi))
+    if dt == np.bool_:
+        return
+    with np.errstate(all="ignore"):
+        want = a * b + c
+    got = run_device(session, ops.fma, a, b, c)
+    half = dt.itemsize == 2 and is_float(dt)
+    if half:  # NumPy rounds a*b to 16 bits before adding; we keep it in float32: within 2 ulp of the terms
+        scale = float(np.max(np.abs(a.astype(np.float32) * b.astype(np.float32)) + np.abs(c.astype(np.float32))))
+        assert_close(got, want, rtol=2 * eps(dt), atol=2 * eps(dt) * scale)
+    else:
+        assert_same(got, want)
+    alpha = dt.type(3) if not is_float(dt) else dt.type(1.5)
+    with np.errstate(all="ignore"):
+        want = alpha * a + b
+    got = run_device(session, ops.axpy, alpha, a, b)
+    if half:
+        scale = float(np.max(1.5 * np.abs(a.astype(np.float32)) + np.abs(b.astype(np.float32))))
+        assert_close(got, want, rtol=2 * eps(dt), atol=2 * eps(dt) * scale)
+    else:
+        assert_same(got, want)
+
+
+@pytest.mark.parametrize("src", DTYPES, ids=ids)
+@pytest.mark.parametrize("dst", DTYPES, ids=ids)
+def test_astype(session, rng, src: np.dtype, dst: np.dtype) -> None:
+    a = rand(rng, src, 300, small=dst.kind in "iub" and is_float(src))
+    if is_float(src) and dst.kind == "u":
+        a = np.abs(a)  # float -> unsigned of negatives is undefined in NumPy (C casts)
+    with np.errstate(all="ignore"):
+        want = a.astype(dst)
+    out = poisoned(session, a.shape, dst)
+    ops.astype(session.to_device(a), dst, out=out)
+    got = out.to_host()
+    if src == np.float64 and dst.itemsize == 2 and is_float(dst):  # we round through float32
+        assert_close(got, want, rtol=eps(dst), atol=0)
+    else:
+        assert_same(got, want)
+
+
+def test_nan_and_inf_propagation(session) -> None:
+    a = np.array([1, np.nan, 3, np.inf, -np.inf, np.nan, 0], np.float32)
+    b = np.array([np.nan, 2, 1, np.nan, np.inf, np.nan, -0.0], np.float32)
+    for name in ("minimum", "maximum", "add", "subtract", "multiply", "divide"):
+        assert_same(run_device(session, ops.ELEMENTWISE[name], a, b), numpy_result(name, a, b))
+    for name in ("sqrt", "abs", "negative"):
+        assert_same(run_device(session, ops.ELEMENTWISE[name], a), numpy_result(name, a))
+    e = eps(np.dtype(np.float32))
+    for name in ("exp", "log", "sin", "tanh"):  # NaN and inf in the same places, values within a few ulp
+        assert_close(run_device(session, ops.ELEMENTWISE[name], a), numpy_result(name, a), rtol=8 * e, atol=8 * e)
+    assert_same(run_device(session, ops.clip, a, 0.0, 2.0), np.clip(a, 0.0, 2.0))
+
+
+def test_integer_wraparound(session) -> None:
+    i32 = np.array([2**31 - 1, -(2**31), -(2**31), 7], np.int32)
+    one = np.array([1, -1, 1, 0], np.int32)
+    with np.errstate(all="ignore"):
+        assert_same(run_device(session, ops.add, i32, one), i32 + one)
+        assert_same(run_device(session, ops.subtract, i32, one), i32 - one)
+        assert_same(run_device(session, ops.multiply, i32, i32), i32 * i32)
+        assert_same(run_device(session, ops.negative, i32), -i32)
+        assert_same(run_device(session, ops.abs, i32), np.abs(i32))
+    u8 = np.array([0, 1, 255], np.uint8)
+    assert_same(run_device(session, ops.subtract, u8, np.uint8(1)), u8 - np.uint8(1))
+    i64 = np.array([2**62, -(2**63)], np.int64)
+    with np.errstate(all="ignore"):
+        assert_same(run_device(session, ops.multiply, i64, np.int64(4)), i64 * np.int64(4))
+        assert_same(run_device(session, ops.power, np.array([3, 7], np.int8), np.array([5, 9], np.int8)),
+                    np.power(np.array([3, 7], np.int8), np.array([5, 9], np.int8)))
+
+
+def test_python_scalars_are_weak_and_numpy_scalars_strong(session, rng) -> None:
+    x = rand(rng, np.float16, 100)
+    dx = session.to_device(x)
+    got = ops.multiply(dx, 0.1).to_host()
+    assert_same(got, x * 0.1)
+    got = ops.multiply(dx, np.float32(0.1)).to_host()
+    assert_same(got, x * np.float32(0.1))
+    i8 = rand(rng, np.int8, 100)
+    assert_same(ops.add(session.to_device(i8), 3).to_host(), i8 + 3)
+    with pytest.raises(OverflowError):
+        ops.add(session.to_device(np.zeros(3, np.uint8)), -1)
+
+
+@pytest.mark.parametrize("policy", ["stride", "one"])
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 1 << 20, (1 << 20) + 7])
+def test_vector_path_tails_and_grid_policies(session, rng, monkeypatch, n: int, policy: str) -> None:
+    # kd.elementwise is the decorator; the module it lives in is kerneldsl.elementwise
+    monkeypatch.setattr(importlib.import_module("kerneldsl.elementwise"), "GRID_POLICY", policy)
+    ops.add._plans.clear()  # plans remember the grid limit they were made with
+    for dt in (np.float32, np.int8, np.float64, np.float16):
+        a, b = rand(rng, dt, n), rand(rng, dt, n)
+        with np.errstate(all="ignore"):
+            assert_same(run_device(session, ops.add, a, b), a + b)
+
+
+def test_empty_and_size_one(session) -> None:
+    for shape in [(0,), (0, 3), (1,), (1, 1), ()]:
+        a = np.ones(shape, np.float32)
+        got = ops.add(session.to_device(a), session.to_device(a))
+        assert got.shape == shape
+        assert_same(got.to_host(), a + a)
+        assert_same(ops.add(a, a), a + a)  # numpy path
+
+
+def test_broadcasting(session, rng) -> None:
+    cases = [((3, 1, 5), (4, 1)), ((4, 5), (5,)), ((4, 1), (1, 6)), ((2, 3, 4), ()), ((1,), (7,)), ((5, 1, 1), (1, 1, 6))]
+    for sa, sb in cases:
+        a, b = rand(rng, np.float32, sa), rand(rng, np.int16, sb)
+        assert_same(run_device(session, ops.add, a, b), a + b)
+        assert_same(ops.multiply(a, b), a * b)
+    with pytest.raises(ValueError, match="broadcast"):
+        ops.add(session.to_device(np.ones(3)), session.to_device(np.ones(4)))
+
+
+def test_in_place_and_overlapping_broadcast_out(session, rng) -> None:
+    x = rand(rng, np.float32, (8, 16))
+    dx = session.to_device(x)
+    ops.add(dx, dx, out=dx)  # flat layout: in place is safe
+    assert_same(dx.to_host(), x + x)
+    y = rand(rng, np.float32, 1000)
+    dy = session.to_device(y)
+    ops.axpy(np.float32(2), session.to_device(y), dy, out=dy)
+    assert_same(dy.to_host(), np.float32(2) * y + y)
+
+
+def test_numpy_in_numpy_out(rng) -> None:
+    a, b = rand(rng, np.float32, (30, 40)), rand(rng, np.float32, (40,))
+    got = ops.add(a, b)
+    assert isinstance(got, np.ndarray)
+    assert_same(got, a + b)
+    out = np.full((30, 40), np.nan, np.float32)
+    assert ops.add(a, b, out=out) is out
+    assert_same(out, a + b)
+    strided = a[:, ::2]
+    assert_close(ops.sin(strided), np.sin(strided), 8 * eps(np.dtype(np.float32)), 8 * eps(np.dtype(np.float32)))
+    target = np.zeros((30, 40), np.float32)[:, ::2]
+    ops.multiply(strided, 2, out=target)
+    assert_same(target, strided * 2)
+    assert_same(ops.add(np.float32(1), np.float32(2)), np.asarray(np.float32(3)))
+    with pytest.raises(TypeError, match="out= must be a numpy array"):
+        ops.add(a, a, out=kd.default_session().empty(a.shape, a.dtype))
+
+
+def test_mixed_numpy_and_device_operands_run_on_device(session, rng) -> None:
+    a, b = rand(rng, np.float32, 100), rand(rng, np.float32, 100)
+    got = ops.add(session.to_device(a), b)
+    assert isinstance(got, DeviceArray)
+    assert_same(got.to_host(), a + b)
+
+
+def test_out_dtype_casting(session, rng) -> None:
+    a = rand(rng, np.int16, 50)
+    out = poisoned(session, (50,), np.float32)
+    ops.add(session.to_device(a), session.to_device(a), out=out)
+    assert_same(out.to_host(), (a + a).astype(np.float32))
+    with pytest.raises(TypeError, match="same_kind"):
+        ops.add(session.to_device(rand(rng, np.float32, 5)), 1.0, out=session.empty(5, np.int32))
+
+
+def test_foreign_arrays(session, rng) -> None:
+    cp = pytest.importorskip("cupy")
+    x = rand(rng, np.float32, 1001)
+    cx = cp.asarray(x)
+    got = ops.multiply(cx, 2.0)
+    assert isinstance(got, DeviceArray)
+    assert_same(got.to_host(), x * 2)
+    misaligned = cx[1:]  # 4-byte offset: the scalar path
+    assert_same(ops.add(misaligned, misaligned).to_host(), x[1:] + x[1:])
+    with pytest.raises(ValueError, match="strided"):
+        ops.add(cx[::2], 1.0)
+
+
+def test_hypothesis_broadcast_shapes(session) -> None:
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from hypothesis.extra import numpy as hnp
+
+    @settings(max_examples=25, deadline=None)
+    @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=6),
+           seed=st.integers(0, 2**32 - 1))
+    def check(shapes, seed):
+        rng = np.random.default_rng(seed)
+        a, b = rand(rng, np.float32, shapes.input_shapes[0]), rand(rng, np.int32, shapes.input_shapes[1])
+        assert_same(ops.subtract(session.to_device(a), session.to_device(b)).to_host()
+                    if a.size and b.size else ops.subtract(a, b), a - b)
+
+    check()
+
+
+# --- reductions --------------------------------------------------------------------------------------
+
+
+NUMPY_REDUCTIONS = {
+    "sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin,
+    "norm": lambda v, axis: np.linalg.norm(v, axis=axis),
+}
+
+
+def _reduction_tolerance(x: np.ndarray, acc: np.dtype, out: np.dtype, n: int) -> float:
+    mag = float(np.sum(np.abs(x.astype(np.float64))))
+    return (math.log2(max(n, 2)) + 2) * eps(acc) * mag + eps(out) * mag
+
+
+def _reduce(session, name: str, x: np.ndarray, axis=None):
+    r = getattr(ops, name)
+    plan = r._plan((x,), axis, None)
+    out = poisoned(session, plan.shape, plan.dtype)
+    assert r(session.to_device(x), axis=axis, out=out) is out
+    return out.to_host(), plan
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=ids)
+@pytest.mark.parametrize("shape, axis", [
+    ((1000,), None), (((1 << 20) + 3,), None), ((37, 1000), 1), ((37, 1000), 0), ((3, 5000), 1), ((5000, 3), 0),
+    ((4, 6, 5), 1), ((37, 1000), None), ((37, 1000), -1)])
+def test_reductions_match_numpy(session, rng, dt: np.dtype, shape, axis) -> None:
+    x = rand(rng, dt, shape)
+    n = x.size if axis is None else shape[axis]
+    for name in ("sum", "mean", "max", "min", "argmax", "argmin", "norm"):
+        got, plan = _reduce(session, name, x, axis)
+        with np.errstate(all="ignore"):
+            ref = NUMPY_REDUCTIONS[name](x, axis=axis)
+        ref = np.asarray(ref).astype(plan.dtype)
+        if name in ("max", "min", "argmax", "argmin") or (not is_float(plan.acc) and name == "sum"):
+            assert_same(got, ref)
+            continue
+        x64 = x.astype(np.float64)
+        if name == "sum":
+            exact = np.sum(x64, axis=axis)
+        elif name == "mean":
+            exact = np.mean(x64, axis=axis)
+        else:
+            exact = np.sqrt(np.sum(x64 * x64, axis=axis))
+        tol = _reduction_tolerance(x if name != "norm" else x64 * x64, plan.acc, plan.dtype, n) / (n if name == "mean" else 1)
+        if name == "norm":
+            tol = math.sqrt(tol) + eps(plan.dtype) * float(np.max(np.abs(exact)))
+        assert got.dtype == plan.dtype
+        np.testing.assert_allclose(got.astype(np.float64), exact, rtol=0, atol=tol + 1e-300)
+
+
+@pytest.mark.parametrize("dt", INTS + [np.dtype(np.float32)], ids=ids)
+def test_prod_and_dot(session, rng, dt: np.dtype) -> None:
+    x = rand(rng, dt, 25, small=True)
+    got, plan = _reduce(session, "prod", x)
+    with np.errstate(all="ignore"):
+        want = np.prod(x)
+    if is_float(dt):
+        np.testing.assert_allclose(got, want, rtol=30 * eps(dt))
+    else:
+        assert_same(got, np.asarray(want))
+    a, b = rand(rng, dt, 4097), rand(rng, dt, 4097)
+    got = ops.dot(session.to_device(a), session.to_device(b)).to_host()
+    with np.errstate(all="ignore"):
+        want = np.dot(a, b)
+    if is_float(dt):
+        exact = np.dot(a.astype(np.float64), b.astype(np.float64))
+        np.testing.assert_allclose(got, exact, atol=_reduction_tolerance(a * b, dt, dt, 4097))
+    else:
+        assert_same(got, np.asarray(want))
+
+
+def test_reductions_are_deterministic(session, rng) -> None:
+    x = session.to_device(rand(rng, np.float32, (1 << 22) + 5))
+    first = ops.sum(x).to_host()
+    for _ in range(5):
+        assert ops.sum(x).to_host().tobytes() == first.tobytes()
+
+
+def test_reduction_nan_inf_and_empty(session) -> None:
+    x = np.array([1, np.nan, 5, np.nan, 2], np.float32)
+    assert np.isnan(ops.max(session.to_device(x)).to_host())
+    assert np.isnan(ops.min(x))
+    assert ops.argmax(session.to_device(x)).to_host() == np.argmax(x) == 1
+    assert ops.argmin(x) == np.argmin(x)
+    assert np.isnan(ops.sum(np.array([np.inf, -np.inf], np.float32)))
+    assert ops.sum(np.zeros(0, np.float32)) == 0
+    assert ops.prod(np.zeros(0, np.int32)) == 1
+    assert ops.sum(session.to_device(np.zeros((0, 4), np.float32)), axis=0).to_host().tolist() == [0, 0, 0, 0]
+    assert ops.sum(np.zeros((4, 0), np.float32), axis=0).shape == (0,)
+    for name in ("max", "min", "argmax", "argmin"):
+        with pytest.raises(ValueError):
+            getattr(ops, name)(np.zeros(0, np.float32))
+        with pytest.raises(ValueError):
+            getattr(ops, name)(session.to_device(np.zeros((3, 0), np.float32)), axis=1)
+    assert ops.argmax(np.ones(1, np.float32)) == 0
+    assert ops.sum(np.full(1, 7, np.int8)) == 7
+    big_nan = np.ones((1 << 20) + 1, np.float32)
+    big_nan[123457] = np.nan
+    assert ops.argmax(big_nan) == 123457 and np.isnan(ops.sum(big_nan))
+
+
+def test_numpy_reductions_return_numpy(rng) -> None:
+    x = rand(rng, np.float32, (20, 30))
+    assert isinstance(ops.sum(x, axis=0), np.ndarray)
+    s = ops.sum(x)
+    assert np.ndim(s) == 0 and np.asarray(s).dtype == np.float32
+    out = np.empty(30, np.float64)
+    assert ops.sum(x, axis=0, out=out) is out
+    np.testing.assert_allclose(out, x.sum(0), rtol=1e-5)
+
+
+def test_user_reduction(session, rng) -> None:
+    x = rand(rng, np.float32, 100000)
+    l2 = kd.reduction(map="x * x", reduce="a + b", identity="0", post="sqrt(r)", name="l2")
+    got = l2(session.to_device(x)).to_host()
+    np.testing.assert_allclose(got, np.linalg.norm(x.astype(np.float64)), rtol=1e-5)
+    absmax = kd.reduction(map="fabs(x)", reduce="a > b ? a : b", identity="0", name="absmax")
+    assert absmax(x) == np.max(np.abs(x))
+
+
+# --- fusion ------------------------------------------------------------------------------------------
+
+
+@kd.fuse
+def chain(x, y):
+    t = ((x * 2 + y) * x - 3) * 0.5
+    return kd.ops.square(kd.ops.sin(t) + y)
+
+
+def unfused(x, y):
+    t = ops.multiply(ops.subtract(ops.multiply(ops.add(ops.multiply(x, 2), y), x), 3), 0.5)
+    return ops.square(ops.add(ops.sin(t), y))
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=ids)
+def test_fused_equals_unfused(session, rng, dt: np.dtype) -> None:
+    x, y = rand(rng, dt, 100003, small=True), rand(rng, dt, 100003, small=True)
+    dx, dy = session.to_device(x), session.to_device(y)
+    fused = chain(dx, dy).to_host()
+    assert_same(fused, unfused(dx, dy).to_host())  # same rounding steps, no FMA contraction
+    with np.errstate(all="ignore"):
+        ref = np.square(np.sin(((x * 2 + y) * x - 3) * 0.5) + y)
+    assert_close(fused, ref, rtol=16 * eps(dt), atol=16 * eps(dt))
+    assert_same(chain(x, y), fused)  # numpy in, numpy out
+
+
+def test_fused_reduction_and_broadcast(session, rng) -> None:
+    @kd.fuse
+    def centered_sq_norms(m, row):
+        return kd.ops.sum(kd.ops.square(m - row), axis=1)
+
+    m, row = rand(rng, np.float32, (64, 3000)), rand(rng, np.float32, 3000)
+    got = centered_sq_norms(session.to_device(m), session.to_device(row)).to_host()
+    np.testing.assert_allclose(got, ((m.astype(np.float64) - row) ** 2).sum(1), rtol=1e-5)
+
+    @kd.fuse
+    def total(x, y, a):
+        return kd.ops.sum(x * a + y)
+
+    x, y = rand(rng, np.float32, (1 << 20) + 9), rand(rng, np.float32, (1 << 20) + 9)
+    for a in (0.5, 2.0):  # a is a runtime parameter: same kernel, new value
+        got = total(session.to_device(x), session.to_device(y), a).to_host()
+        np.testing.assert_allclose(got, (x.astype(np.float64) * a + y).sum(), atol=_reduction_tolerance(x, np.dtype(np.float32), np.dtype(np.float32), x.size) * 3)
+    assert len({p.program for p in total._plans.values()}) == 1
