@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import os
 import statistics
@@ -29,6 +28,7 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl.bench import runtime_bench
+from kerneldsl.bench.report import print_report
 
 SAXPY_N = 1 << 28
 SUM_N = 1 << 28
@@ -296,9 +296,9 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     runtime_bench.saxpy(dy, dx, alpha)
     s.synchronize()
     results = {
-        "@kd.kernel warm launch (µs)": runtime_bench._held_enqueue_cost(
+        "@kd.kernel warm launch (µs)": runtime_bench.held_enqueue_cost(
             hold, lambda: runtime_bench.saxpy(dy, dx, alpha), s.synchronize, args.launches, args.reps),
-        "kd.ops.add with out= (µs)": runtime_bench._held_enqueue_cost(
+        "kd.ops.add with out= (µs)": runtime_bench.held_enqueue_cost(
             hold, lambda: kd.ops.add(dx, dy, out=out), s.synchronize, args.launches, args.reps),
     }
     kept: list[Any] = []  # outputs stay alive until the stream drains: frees never wait on the spin kernel
@@ -310,7 +310,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
         s.synchronize()
         kept.clear()
 
-    results["kd.ops.add allocating its output (µs)"] = runtime_bench._held_enqueue_cost(
+    results["kd.ops.add allocating its output (µs)"] = runtime_bench.held_enqueue_cost(
         hold, allocating, sync, args.launches, args.reps)
     results = {k: v * 1e6 for k, v in results.items()}
     results["ops.add(out=) / @kd.kernel"] = results["kd.ops.add with out= (µs)"] / results["@kd.kernel warm launch (µs)"]
@@ -331,11 +331,8 @@ def run(args: argparse.Namespace) -> int:
         if args.only and key not in args.only:
             continue
         report[title] = bench(args)
+        if not args.json:  # print as we go: a later section's failure must not lose this one
+            print_report({title: report[title]}, False)
     if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        for section, rows in report.items():
-            print(section)
-            for name, value in rows.items():
-                print(f"  {name:48s} {value:12.3f}")
+        print_report(report, True)
     return 0
