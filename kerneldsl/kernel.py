@@ -117,11 +117,30 @@ class Kernel:
         stream: Any = None,
         **consts: Any,
     ) -> None:
-        """Launch. The dispatch tuple is built inline: this is the warm path.
+        """Launch: dispatch to the bound specialization, then its generated adapter."""
+        found = self.lookup(args, consts)
+        if found is None:  # foreign arrays: adopt them as DeviceArrays, then dispatch again
+            return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
+        bound, borrowed = found
+        if grid is not None:
+            grid = _dim3(grid)
+        if block is not None:
+            block = _dim3(block)
+        if borrowed:
+            check_host_arguments(self.signature, args)
+            call_borrowing(bound, self.signature, args, grid, block, shared, stream)
+            return
+        bound.call(*args, grid, block, shared, stream)
+        if bound.session._captures:
+            bound.session.keep_alive(args)
 
-        DeviceArrays contribute their precomputed ``dispatch_tag`` (session, dtype, alignment,
-        index width), scalars their type, numpy arrays their dtype (and take the borrowing path);
-        foreign arrays are adopted as DeviceArrays first.
+    def lookup(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[BoundLaunch, bool] | None:
+        """The bound specialization these arguments select (binding and building it on a miss),
+        and whether host arrays make it a borrowing call; None when foreign arrays need adopting.
+
+        The dispatch tuple is cheap enough for every call: DeviceArrays contribute their
+        precomputed ``dispatch_tag`` (session, dtype, alignment, index width), scalars their type,
+        numpy arrays their dtype; the thread id keeps parameter buffers per thread.
         """
         session = None
         borrowed = False
@@ -142,26 +161,17 @@ class Kernel:
                 _scalar_types.add(t)
                 add(t)
             else:
-                return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
+                return None
         if session is None:
             session = default_session()
             add(session.session_id)
         if consts:
             add(tuple(sorted(consts.items())))
-        bound = self._bound.get(tuple(key))
+        frozen = tuple(key)
+        bound = self._bound.get(frozen)
         if bound is None:
-            bound = self._bind_call(tuple(key), session, args, consts)
-        if grid is not None:
-            grid = _dim3(grid)
-        if block is not None:
-            block = _dim3(block)
-        if borrowed:
-            check_host_arguments(self.signature, args)
-            call_borrowing(bound, self.signature, args, grid, block, shared, stream)
-            return
-        bound.call(*args, grid, block, shared, stream)
-        if session._captures:
-            session.keep_alive(args)
+            bound = self._bind_call(frozen, session, args, consts)
+        return bound, borrowed
 
     def _bind_call(self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]) -> BoundLaunch:
         spec = bind(self.signature, args, consts, _session_arch(session))

@@ -60,6 +60,7 @@ from .runtime.session import default_session
 from .signature import In, Out, Scalar
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
+PARTIAL_BLOCKS_PER_SM = 8  # blocks of the first pass of a full reduction, per SM
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
 
 _HALF = ("float16", "bfloat16")
@@ -390,7 +391,7 @@ class ReductionPlan:
             k(*values, out, size, *dims, grid=(1, 1, 1))
             return
         vec = vector_width(self.program)
-        blocks = min(sm_count(session.device) * 8, -(-size // (BLOCK * vec)))
+        blocks = min(sm_count(session.device) * PARTIAL_BLOCKS_PER_SM, -(-size // (BLOCK * vec)))
         partials = [scratch(session, "values", self.acc, blocks)]
         if r.indexed:
             partials.append(scratch(session, "indices", np.dtype(np.int64), blocks))

@@ -47,55 +47,49 @@ def _ew_module() -> Any:
     return importlib.import_module("kerneldsl.elementwise")  # kd.elementwise is the decorator
 
 
-def _kd_timer(session: Any) -> Callable[[Callable[[], Any], int], float]:
-    start, end = session.create_event(), session.create_event()
+BATCH = 10  # calls between two events: the host's launch latency is paid once per batch, not per call
+
+
+def _event_timer(record: Callable[[], Any], elapsed_ms: Callable[[Any, Any], float], sync: Callable[[], None]
+                 ) -> Callable[[Callable[[], Any], int], float]:
+    """Median GPU milliseconds per call over ``reps`` batches of back-to-back calls."""
 
     def timed(run: Callable[[], Any], reps: int) -> float:
         run()
+        sync()
         samples = []
         for _ in range(reps):
-            start.record()
-            run()
-            end.record()
-            end.synchronize()
-            samples.append(end.elapsed_since(start))
-        return statistics.median(samples)  # ms
+            start = record()
+            for _ in range(BATCH):
+                run()
+            end = record()
+            sync()
+            samples.append(elapsed_ms(start, end) / BATCH)
+        return statistics.median(samples)
 
     return timed
+
+
+def _kd_timer(session: Any) -> Callable[[Callable[[], Any], int], float]:
+    return _event_timer(lambda: session.create_event().record(), lambda a, b: b.elapsed_since(a), session.synchronize)
 
 
 def _torch_timer(torch: Any) -> Callable[[Callable[[], Any], int], float]:
-    def timed(run: Callable[[], Any], reps: int) -> float:
-        run()
-        torch.cuda.synchronize()
-        samples = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            run()
-            b.record()
-            b.synchronize()
-            samples.append(a.elapsed_time(b))
-        return statistics.median(samples)
+    def record() -> Any:
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
 
-    return timed
+    return _event_timer(record, lambda a, b: a.elapsed_time(b), torch.cuda.synchronize)
 
 
 def _cupy_timer(cp: Any) -> Callable[[Callable[[], Any], int], float]:
-    def timed(run: Callable[[], Any], reps: int) -> float:
-        run()
-        cp.cuda.get_current_stream().synchronize()
-        samples = []
-        for _ in range(reps):
-            a, b = cp.cuda.Event(), cp.cuda.Event()
-            a.record()
-            run()
-            b.record()
-            b.synchronize()
-            samples.append(cp.cuda.get_elapsed_time(a, b))
-        return statistics.median(samples)
+    def record() -> Any:
+        event = cp.cuda.Event()
+        event.record()
+        return event
 
-    return timed
+    return _event_timer(record, cp.cuda.get_elapsed_time, lambda: cp.cuda.get_current_stream().synchronize())
 
 
 def _gbps(nbytes: int, ms: float) -> float:
