@@ -289,3 +289,36 @@ def test_redeclared_kernel_hits_the_disk_cache_in_process(isolated_cache: Path, 
     assert again.origin == "disk"
     assert again.cubin == first.cubin
     assert again.registers == first.registers
+
+
+_COMPILE_SAXPY = """
+import json, sys
+import numpy as np
+import kerneldsl as kd
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+    return f\"\"\"
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];
+    \"\"\"
+
+b = saxpy.compile(T=np.float32, arch="sm_90")
+print(json.dumps({"key": b.cache_key, "elf": b.cubin[:4] == b"\\x7fELF"}))
+"""
+
+
+def test_four_processes_compiling_one_kernel_leave_one_entry(tmp_path: Path) -> None:
+    env = {**os.environ, "KERNELDSL_CACHE_DIR": str(tmp_path / "cache")}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _COMPILE_SAXPY], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    results = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert len({r["key"] for r in results}) == 1 and all(r["elf"] for r in results)
+    store = kd.cache.DiskCache(tmp_path / "cache")
+    try:
+        assert [e.key for e in store.entries()] == [results[0]["key"]]
+    finally:
+        store.close()
