@@ -44,7 +44,8 @@ class BodyOrigin:
             if not stripped:
                 continue
             for i in range(cursor, len(patterns)):
-                if patterns[i] is not None and patterns[i].fullmatch(stripped):
+                pattern = patterns[i]
+                if pattern is not None and pattern.fullmatch(stripped):
                     found[k] = self.first_line + i
                     cursor = i + 1
                     break

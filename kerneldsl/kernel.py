@@ -202,6 +202,8 @@ class Kernel:
                 adopted.append(a)
                 continue
             view = as_device_view(a, session=session)
+            if view is None:
+                raise BindingError(self.signature.name, p.name, f"{type(a).__name__} is not CUDA device memory")
             if session is None:
                 session = default_session(view.device or 0)
             if view.device is not None and view.device != session.device:

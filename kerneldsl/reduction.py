@@ -266,7 +266,7 @@ def _build(program: Program | None, reducer: Reducer, geometry: Shape, stage: st
 
 # --- running -----------------------------------------------------------------------------------------
 
-_scratch: dict[tuple[int, np.dtype, int], DeviceArray] = {}
+_scratch: dict[tuple[int, int, str, np.dtype, int], DeviceArray] = {}
 
 
 def scratch(session: Any, role: str, dtype: np.dtype, count: int) -> DeviceArray:
