@@ -195,8 +195,7 @@ def cmd_cache_clear(args: argparse.Namespace) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     """Every declared precompile binding of every module-level kernel, for every arch, into the cache.
 
-    Builds one ``Kernel.compile`` call at a time (what ``Kernel.precompiled`` does) so that each
-    line can say how long its build took and honour ``--output``.
+    One ``Kernel.compile`` call a line, so each line can say how long its build took.
     """
     archs = _archs(args.arch)
     module = import_target(args.target)

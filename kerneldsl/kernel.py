@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 from threading import get_ident
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -101,10 +101,6 @@ class Kernel:
         generated = generate(spec, self.body)
         options = build_options(spec.arch, "cubin", self.options)
         return get_default_cache().explain(key_material(spec, generated, options, "cubin"))
-
-    def precompiled(self, archs: Iterable[str]) -> list[Build]:
-        """Every declared ``precompile`` specialization for every arch (used by ``kerneldsl compile``)."""
-        return [self.compile(arch=a, **p) for a in archs for p in (self.precompile or ({},))]
 
     # --- calling ---------------------------------------------------------------------------------
 
