@@ -3,16 +3,24 @@
 * ``isolated_cache``: a private, empty kerneldsl disk cache for one test.
 * ``isolated_cache_module``: the same for a whole module (for module-scoped build fixtures).
 * Tests marked ``gpu`` are skipped when no CUDA driver and device are available.
+* The whole session uses a private disk cache, never the user's.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 CACHE_ENV = "KERNELDSL_CACHE_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests never read or write the user's own kernel cache: the session gets a private one."""
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="kerneldsl-test-cache-")
 
 
 @pytest.fixture
