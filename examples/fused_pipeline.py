@@ -38,7 +38,7 @@ def main() -> None:
         fused = chain(dx, dy).to_host()  # one kernel, no temporaries
         t = ((x * 2 + y) * x - 3) * np.float32(0.5)
         np.testing.assert_allclose(fused, np.square(np.sin(t) + y), rtol=1e-5, atol=1e-5)
-        total = float(energy(dx, dy).to_host())  # one map-and-reduce kernel (plus a tiny final pass)
+        total = float(energy(dx, dy).to_host())  # one map-and-reduce kernel
         np.testing.assert_allclose(total, np.sum(np.square(x - y), dtype=np.float64), rtol=1e-4)
         print(f"fused chain matches numpy; sum((x - y)^2) = {total:.3f}")
 

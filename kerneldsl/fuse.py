@@ -183,12 +183,12 @@ class Fused:
         return plan_program(graph, result, values, out)
 
     def inspect(self, *args: Any, out: Any = None, arch: str | None = None) -> Any:
-        """The Build (or, for a chain ending in a full reduction, the Builds) a call with these
-        arguments runs: ``.cuda_source``, ``.host_adapter_source``, ``.cubin``. No GPU needed."""
+        """The Build a call with these arguments runs: ``.cuda_source``, ``.host_adapter_source``,
+        ``.cubin``. No GPU needed."""
         plan = self.plan(args, out)
         if isinstance(plan, ReductionPlan):
-            builds = plan.inspect(args, arch)
-            return builds[0] if len(builds) == 1 else builds
+            (build,) = plan.inspect(args, arch)
+            return build
         values = [args[s] if kind == "arg" else s for kind, s in plan.sources]
         target = out if out is not None else np.empty(plan.shape, plan.dtype)
         return plan.kernel.inspect(*values, target, arch=arch)

@@ -5,9 +5,9 @@ reductions too. The kernels come from ``templates/reduction.cu.j2`` as ``Kernel`
 
 Results are deterministic for every dtype, floats included: each thread folds a fixed
 grid-stride subset, blocks combine with warp shuffles and one shared-memory step, and a full
-reduction of more than ``DIRECT_MAX`` elements writes per-block partials that a second,
-single-block launch folds (no atomics). The tree depends only on the size and the device's SM
-count. Axis reductions give each output to a warp or block (reduced axis innermost) or to one
+reduction of more than ``DIRECT_MAX`` elements writes per-block partials that the last block to
+finish (elected by an integer ticket, the only atomic) folds in index order, in the same launch.
+No value is ever added atomically; the tree depends only on the size and the device's SM count. Axis reductions give each output to a warp or block (reduced axis innermost) or to one
 thread (reduced axis outer), so they are deterministic too.
 
 Accumulation dtype: NumPy's result dtype (``sum`` of int8 accumulates in int64, of uint8 in
@@ -19,7 +19,7 @@ NaN propagates through min/max/sum like NumPy; argmax/argmin return the first Na
 
 Known limits: one axis (or all) per call; an axis reduction with few outputs gets little
 parallelism (``(2**20, 4).sum(axis=0)`` runs 4 threads): reduce a 1-D array (always the
-two-pass full path) or transpose first when that matters.
+full path) or transpose first when that matters.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from .errors import FusionError
 from .kernel import Kernel
 from .runtime.memory import DeviceArray
 from .runtime.session import default_session
-from .signature import In, Out, Scalar
+from .signature import In, InOut, Out, Scalar
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
 PARTIAL_BLOCKS_PER_SM = 8  # blocks of the first pass of a full reduction, per SM
@@ -178,7 +178,7 @@ _kernels: dict[tuple[Any, ...], Kernel] = {}
 _lock = threading.Lock()
 
 
-def reduction_kernel(program: Program | None, reducer: Reducer, geometry: Shape, stage: str, acc: np.dtype,
+def reduction_kernel(program: Program, reducer: Reducer, geometry: Shape, stage: str, acc: np.dtype,
                      result: np.dtype, group: int = 32) -> Kernel:
     key = (program, reducer, geometry, stage, acc, result, group)
     found = _kernels.get(key)
@@ -201,35 +201,27 @@ def _leaf_params(program: Program, geometry: Shape) -> list[tuple[str, Any]]:
     return params
 
 
-def _build(program: Program | None, reducer: Reducer, geometry: Shape, stage: str, acc: np.dtype,
+def _build(program: Program, reducer: Reducer, geometry: Shape, stage: str, acc: np.dtype,
            result: np.dtype, group: int) -> Kernel:
     acc_name = dtypes.element_type(acc).name
     result_name = dtypes.element_type(result).name
-    params: list[tuple[str, Any]] = []
-    if stage == "final":
-        params.append(("kdpart", In[acc_name, "kdm"]))
-        if reducer.indexed:
-            params.append(("kdpidx", In["int64", "kdm"]))
-    else:
-        assert program is not None
-        params += _leaf_params(program, geometry)
+    params = _leaf_params(program, geometry)
     if stage == "partial":
         params.append(("kdpart", Out[acc_name, "kdm"]))
         if reducer.indexed:
             params.append(("kdpidx", Out["int64", "kdm"]))
-    else:
-        out_rank = 0 if geometry.axis is None else geometry.ndim - 1
-        params.append(("kdout", Out[result_name, tuple(f"kdq{j}" for j in range(out_rank))]))
+        params.append(("kdticket", InOut["uint32", 1]))
+    out_rank = 0 if geometry.axis is None else geometry.ndim - 1
+    params.append(("kdout", Out[result_name, tuple(f"kdq{j}" for j in range(out_rank))]))
     params.append(("kdcount", Scalar["int64"]))
     if stage in ("rows", "columns"):
         params += [("kdouter", Scalar["int64"]), ("kdinner", Scalar["int64"])]
-    if stage != "final":
-        params += [(f"kdd{j}", Scalar["int64"]) for j in range(geometry.ndim)]
+    params += [(f"kdd{j}", Scalar["int64"]) for j in range(geometry.ndim)]
     layout = ("broadcast", geometry.ndim, geometry.ranks)
-    arrays = array_leaves(program, layout) if program is not None else []
+    arrays = array_leaves(program, layout)
     for a in arrays:
         a["dims"] = tuple(f"kds{a['id']}x{m}" for m in range(geometry.ranks[a["id"]] or 0))
-    vec = vector_width(program) if program is not None else 1
+    vec = vector_width(program)
 
     def body(proxies: dict[str, Any]) -> str:
         aligned = all(proxies[a["param"]].aligned16 for a in arrays)
@@ -246,10 +238,10 @@ def _build(program: Program | None, reducer: Reducer, geometry: Shape, stage: st
             size_expr=" * ".join(f"(index_t)kdd{j}" for j in range(geometry.ndim)) or "1",
             dims=[f"kdd{j}" for j in range(geometry.ndim)],
             arrays=arrays,
-            program=program_context(program) if program is not None else None,
-            vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]") if program is not None else {},
-            flat_loads=loads(program, lambda i: f"kdp{i}[kdflat]") if program is not None else {},
-            offset_loads=loads(program, lambda i: f"kdp{i}[kdoff{i}]") if program is not None else {},
+            program=program_context(program),
+            vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
+            flat_loads=loads(program, lambda i: f"kdp{i}[kdflat]"),
+            offset_loads=loads(program, lambda i: f"kdp{i}[kdoff{i}]"),
             acc={"cctype": compute_ctype(acc), "kdU": unsigned_ctype(acc), "shfl": _SHUFFLE.get(acc_name, compute_ctype(acc))},
             result={"storage": storage_ctype(result), "cctype": compute_ctype(result)},
             combine=reducer.expression(acc),
@@ -260,7 +252,7 @@ def _build(program: Program | None, reducer: Reducer, geometry: Shape, stage: st
             post=reducer.post,
         )
 
-    name = f"{program.name if program is not None else 'partials'}_{reducer.name}_{stage}"
+    name = f"{program.name}_{reducer.name}_{stage}"
     return make_kernel(name, params, body)
 
 
@@ -271,12 +263,25 @@ _scratch: dict[tuple[int, int, str, np.dtype, int], DeviceArray] = {}
 
 def scratch(session: Any, role: str, dtype: np.dtype, count: int) -> DeviceArray:
     """Partials buffers, reused per (session, thread, role): each use is ordered on the session
-    stream, and one thread's first pass cannot overwrite another's before its final pass reads.
+    stream, and one thread's launch cannot overwrite another's before its last block reads.
     The role keeps a reduction's value and index partials apart even when both are int64."""
     key = (session.session_id, threading.get_ident(), role, dtype, count)
     found = _scratch.get(key)
     if found is None or found.closed:
         found = _scratch[key] = session.empty(count, dtype)
+    return found
+
+
+_tickets: dict[tuple[int, int], DeviceArray] = {}
+
+
+def ticket(session: Any) -> DeviceArray:
+    """The zeroed counter that elects a full reduction's last block, per (session, thread); the
+    elected block resets it, so every launch on the stream finds it at zero."""
+    key = (session.session_id, threading.get_ident())
+    found = _tickets.get(key)
+    if found is None or found.closed:
+        found = _tickets[key] = session.zeros(1, np.uint32)
     return found
 
 
@@ -380,9 +385,8 @@ class ReductionPlan:
             k = reduction_kernel(self.program, r, g, "direct", self.acc, self.dtype)
             return [k.inspect(*values, out, size, *dims, arch=arch)]
         partials = [np.empty(1, self.acc)] + ([np.empty(1, np.int64)] if r.indexed else [])
-        first = reduction_kernel(self.program, r, g, "partial", self.acc, self.dtype)
-        final = reduction_kernel(None, r, g, "final", self.acc, self.dtype)
-        return [first.inspect(*values, *partials, size, *dims, arch=arch), final.inspect(*partials, out, size, arch=arch)]
+        k = reduction_kernel(self.program, r, g, "partial", self.acc, self.dtype)
+        return [k.inspect(*values, *partials, np.zeros(1, np.uint32), out, size, *dims, arch=arch)]
 
     def _full(self, values: list[Any], out: Any, session: Any, size: int, dims: list[int]) -> None:
         r, g = self.reducer, self.geometry
@@ -395,10 +399,8 @@ class ReductionPlan:
         partials = [scratch(session, "values", self.acc, blocks)]
         if r.indexed:
             partials.append(scratch(session, "indices", np.dtype(np.int64), blocks))
-        first = reduction_kernel(self.program, r, g, "partial", self.acc, self.dtype)
-        first(*values, *partials, size, *dims, grid=(blocks, 1, 1))
-        final = reduction_kernel(None, r, g, "final", self.acc, self.dtype)
-        final(*partials, out, size, grid=(1, 1, 1))
+        k = reduction_kernel(self.program, r, g, "partial", self.acc, self.dtype)
+        k(*values, *partials, ticket(session), out, size, *dims, grid=(blocks, 1, 1))
 
 
 def plan_reduction(graph: Graph, root: Traced, reducer: Reducer, axis: Any, args: Sequence[Any], out: Any) -> ReductionPlan:
@@ -407,7 +409,7 @@ def plan_reduction(graph: Graph, root: Traced, reducer: Reducer, axis: Any, args
     value_shape = tuple(root.shape)
     ax = normalize_axis(axis, len(value_shape), reducer.name)
     if ax is not None and len(value_shape) == 1:
-        ax = None  # the only axis: the full reduction's two passes use the whole GPU
+        ax = None  # the only axis: the full reduction uses the whole GPU
     shape = () if ax is None else value_shape[:ax] + value_shape[ax + 1 :]
     value = program.dtype
     acc = reducer.accumulate(value)
