@@ -14,9 +14,10 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from .build import Build, build
+from .build import Build, build, key_material
 from .cache import get_default_cache
-from .compile import check_options
+from .codegen import generate
+from .compile import build_options, check_options
 from .diagnostics import BodyOrigin
 from .errors import BindingError, CudaError, WrongSessionError
 from .launch import BoundLaunch, call_borrowing, check_host_arguments
@@ -52,7 +53,6 @@ class Kernel:
         self._guard = threading.Lock()
         self._bound: dict[tuple[Any, ...], BoundLaunch] = {}
         self._runtime_params = signature.runtime_params
-        self._writes = tuple(isinstance(p, ArrayParam) and p.writes for p in self._runtime_params)
 
     def __repr__(self) -> str:
         return f"<kd.kernel {self.signature.name}>"
@@ -93,10 +93,6 @@ class Kernel:
 
     def explain(self, *args: Any, arch: str | None = None, **consts: Any) -> str:
         """Why these arguments would hit or miss the disk cache."""
-        from .build import key_material
-        from .codegen import generate
-        from .compile import build_options
-
         spec = self.specialize(*args, arch=arch, **consts)
         generated = generate(spec, self.body)
         options = build_options(spec.arch, "cubin", self.options)
@@ -119,9 +115,9 @@ class Kernel:
             return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
         bound, borrowed = found
         if grid is not None:
-            grid = _dim3(grid)
+            grid = _dim3(self.signature.name, "grid", grid)
         if block is not None:
-            block = _dim3(block)
+            block = _dim3(self.signature.name, "block", block)
         if borrowed:
             check_host_arguments(self.signature, args)
             call_borrowing(bound, self.signature, args, grid, block, shared, stream)
@@ -224,10 +220,10 @@ def _is_foreign(value: Any) -> bool:
     return hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__")
 
 
-def _dim3(value: Any) -> tuple[int, int, int]:
+def _dim3(kernel: str, what: str, value: Any) -> tuple[int, int, int]:
     dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
-        raise BindingError("launch", None, f"grid/block override must be 1 to 3 non-negative ints, got {value!r}")
+        raise BindingError(kernel, None, f"{what} override must be 1 to 3 non-negative ints, got {value!r}")
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
 
 
