@@ -4,6 +4,8 @@
 * ``isolated_cache_module``: the same for a whole module (for module-scoped build fixtures).
 * Tests marked ``gpu`` are skipped when no CUDA driver and device are available.
 * The whole session uses a private disk cache, never the user's.
+* ``drv``: the recording driver double (``driver_double.FakeDriver``) installed for one test;
+  sessions still open at its end are closed.
 """
 
 from __future__ import annotations
@@ -83,3 +85,21 @@ def _import_interop_libraries() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+
+
+@pytest.fixture
+def drv() -> Iterator[object]:
+    from driver_double import FakeDriver
+
+    from kerneldsl.runtime import open_sessions, use_driver
+
+    fake = FakeDriver()
+    with use_driver(fake):
+        try:
+            yield fake
+        finally:
+            for s in open_sessions():
+                try:
+                    s.close()
+                except Exception:
+                    pass

@@ -35,7 +35,7 @@ from kerneldsl.errors import (
     StickyCudaError,
     WrongSessionError,
 )
-from kerneldsl.runtime import DeviceArray, Session, open_sessions, use_driver
+from kerneldsl.runtime import DeviceArray, Session
 
 BF16 = ELEMENT_TYPES["bfloat16"].numpy if "bfloat16" in ELEMENT_TYPES else None
 GEMM_DTYPES = [np.float16, np.float32, np.float64] + ([BF16] if BF16 is not None else [])
@@ -224,20 +224,6 @@ class FakeCublas:
 
 
 # -- fixtures ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def drv() -> Iterator[FakeDriver]:
-    fake = FakeDriver()
-    with use_driver(fake):
-        try:
-            yield fake
-        finally:
-            for s in open_sessions():
-                try:
-                    s.close()
-                except Exception:
-                    pass
 
 
 @pytest.fixture

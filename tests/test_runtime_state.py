@@ -39,20 +39,6 @@ OUT_OF_RESOURCES = 701
 
 
 @pytest.fixture
-def drv() -> Iterator[FakeDriver]:
-    fake = FakeDriver()
-    with use_driver(fake):
-        try:
-            yield fake
-        finally:
-            for s in open_sessions():
-                try:
-                    s.close()
-                except Exception:
-                    pass
-
-
-@pytest.fixture
 def s(drv: FakeDriver) -> Iterator[Session]:
     with Session(0) as session:
         yield session
