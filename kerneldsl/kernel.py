@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from . import fastpath
 from .build import Build, build, key_material
 from .cache import get_default_cache
 from .codegen import generate
@@ -32,8 +33,12 @@ _SCALAR_TYPES = (int, float, bool, np.generic)
 _scalar_types: set[type] = {int, float, bool}  # grows with the scalar types calls pass
 
 
-class Kernel:
-    """A declared kernel: call it like a function, or ``inspect``/``compile``/``explain`` it."""
+class Kernel(fastpath.Front):
+    """A declared kernel: call it like a function, or ``inspect``/``compile``/``explain`` it.
+
+    Calls enter through ``fastpath.Front``: the C launch path takes warm calls it recognises
+    and passes every other call to ``_call``, the Python path described here.
+    """
 
     def __init__(
         self,
@@ -100,7 +105,7 @@ class Kernel:
 
     # --- calling ---------------------------------------------------------------------------------
 
-    def __call__(
+    def _call(
         self,
         *args: Any,
         grid: Dim | tuple[int, ...] | None = None,
@@ -109,7 +114,8 @@ class Kernel:
         stream: Any = None,
         **consts: Any,
     ) -> None:
-        """Launch: dispatch to the bound specialization, then its generated adapter."""
+        """Launch: dispatch to the bound specialization, then its generated adapter; a plain
+        DeviceArray call is then remembered by the C launch path for the next ones."""
         found = self.lookup(args, consts)
         if found is None:  # foreign arrays: adopt them as DeviceArrays, then dispatch again
             return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
@@ -125,6 +131,14 @@ class Kernel:
         bound.call(*args, grid, block, shared, stream)
         if bound.session._captures:
             bound.session.keep_alive(args)
+        elif grid is None and block is None and shared is None and stream is None and not consts:
+            self._remember(bound, args)
+
+    def _remember(self, bound: BoundLaunch, args: tuple[Any, ...]) -> None:
+        if bound.c_launch is None:
+            bound.c_launch = fastpath.c_launch(bound, args) or False
+        if bound.c_launch:
+            self._remember_launch(bound.c_launch)
 
     def lookup(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[BoundLaunch, bool] | None:
         """The bound specialization these arguments select (binding and building it on a miss),

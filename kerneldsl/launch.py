@@ -46,7 +46,7 @@ ADAPTER_RUNTIME = types.SimpleNamespace(
 class BoundLaunch:
     """A build loaded into one session, ready to launch with device arguments."""
 
-    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call")
+    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_launch")
 
     def __init__(self, build: Build, session: Any) -> None:
         self.build = build
@@ -60,6 +60,7 @@ class BoundLaunch:
         self.call: Callable[..., None] = build.launch_factory()(
             ADAPTER_RUNTIME, session, self.function, self._buffer, ctypes.addressof(self._pointers)
         )
+        self.c_launch: Any = None  # the C path's Launch once a call made one (False: it cannot)
 
 
 def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:

@@ -40,7 +40,13 @@ _CONTEXT_FREE = {
     "cuGetErrorName",
     "cuPointerGetAttribute",
     "cuLaunchKernel",  # a CUfunction carries its context (checked on the H200 by the gpu tests)
+    "cuGetProcAddress",
 }
+
+
+_C_LAUNCH = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)
 
 
 class FakeDriver:
@@ -66,6 +72,10 @@ class FakeDriver:
         self._tls = threading.local()
         self._handles = itertools.count(0x1000, 0x10)
         self._next_ptr = 0x7F0000000000
+        self.snapshot_slots = 0  # when set, each launch records that many parameter slots
+        self.param_bytes: list[bytes] = []
+        self.c_launches = 0  # launches that came through the C launch path
+        self._c_launch: Any = None
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -343,7 +353,27 @@ class FakeDriver:
         if not code:
             with self._lock:
                 self.launches.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, params))
+                self._snapshot(params)
         return self._r(code)
+
+    def _snapshot(self, params: int) -> None:
+        """Copy ``snapshot_slots`` 8-byte parameter slots out of a launch's ``void*[]``."""
+        if self.snapshot_slots and params:
+            pointers = (ctypes.c_void_p * self.snapshot_slots).from_address(int(params))
+            self.param_bytes.append(b"".join(ctypes.string_at(p, 8) for p in pointers))
+
+    def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple:
+        """Only cuLaunchKernel, as a C function pointer: the C launch path calls it like the real one."""
+        code = self._enter("cuGetProcAddress")
+        if code or symbol != b"cuLaunchKernel":
+            return self._r(code, 0, 0)
+        if self._c_launch is None:
+            self._c_launch = _C_LAUNCH(self._launch_from_c)
+        return self._r(0, ctypes.cast(self._c_launch, ctypes.c_void_p).value, 0)
+
+    def _launch_from_c(self, f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: int, params: int, extra: int) -> int:
+        self.c_launches += 1
+        return int(self.cuLaunchKernel(_real.CUfunction(f), gx, gy, gz, bx, by, bz, shared, stream, params, extra)[0])
 
     # -- graphs -----------------------------------------------------------------------------------
 

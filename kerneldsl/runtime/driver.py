@@ -220,3 +220,14 @@ def compute_capability(ordinal: int) -> tuple[int, int]:
     major = check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
     minor = check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
     return int(major), int(minor)
+
+
+def launch_entry_point() -> int:
+    """The address of the driver's ``cuLaunchKernel``, for the C launch path (0: none offered)."""
+    d = api()
+    version = int(check("cuDriverGetVersion", d.cuDriverGetVersion()))
+    flags = d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+    result = d.cuGetProcAddress(b"cuLaunchKernel", version, flags)
+    if result[0] or not result[1]:
+        return 0
+    return int(result[1])

@@ -1,0 +1,724 @@
+/* kerneldsl._fastlaunch: the warm launch path of @kd.kernel, in C.
+ *
+ * A kernel call first runs the Python reference path (kernel.py, the generated adapter,
+ * Session.launch). Once a call with DeviceArrays and scalars has launched, fastpath.py
+ * registers that specialization's launch plan here as a Launch, guarded by what selected it:
+ * the arrays' dispatch tags and the scalars' types. A later call that passes the guards is
+ * validated, packed and launched here without a Python frame.
+ *
+ * Anything unusual -- keyword arguments, a failed check, a scalar that does not fit, a
+ * session that is closing, has queued frees or is capturing -- falls back to the Python path,
+ * which raises the precise error. This file never judges user input on its own; it only
+ * recognises the common case the Python path has already accepted.
+ *
+ * The GIL is held across cuLaunchKernel, so Session.close() in another thread cannot tear the
+ * context down between the checks and the launch; the parameters live on the C stack.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <limits.h>
+#include <stdint.h>
+#include <string.h>
+
+#if PY_VERSION_HEX < 0x030B0000
+#define PyFloat_Pack2 _PyFloat_Pack2
+#define PyFloat_Pack4 _PyFloat_Pack4
+#define PyFloat_Pack8 _PyFloat_Pack8
+#endif
+
+typedef int (*launch_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
+                         void **extra);
+
+#define MAX_ARGS 64
+#define MAX_ARRAYS 16
+#define MAX_NDIM 8
+#define MAX_SYMS 16
+#define MAX_CHECKS 64
+#define MAX_ALIASES 64
+#define MAX_PROGRAM 128
+#define MAX_STACK 16
+#define MAX_SLOTS 64
+#define MAX_ENTRIES 8
+#define INVALID_CONTEXT 201
+
+/* Launch-dimension programs: postfix over int64, one program per grid/block axis and shared. */
+enum { OP_END, OP_INT, OP_SYM, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_CDIV, OP_MIN, OP_MAX };
+
+/* What goes in each 8-byte parameter slot (mirrors the adapter's struct format). */
+enum {
+    SLOT_PTR, SLOT_SYM32, SLOT_SYM64, SLOT_BOOL,
+    SLOT_I8, SLOT_I16, SLOT_I32, SLOT_I64, SLOT_U8, SLOT_U16, SLOT_U32, SLOT_U64,
+    SLOT_F16, SLOT_F32, SLOT_F64, SLOT_KINDS
+};
+
+/* Where DeviceArray keeps what a launch reads: __slots__ offsets, set once by configure(). */
+static PyTypeObject *array_type = NULL;
+static Py_ssize_t off_session, off_closed, off_shape, off_ptr, off_nbytes, off_tag;
+static PyObject *str_ok, *str_call, *str_launch_failed;
+
+#define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *session;
+    PyObject *deferred; /* session._deferred: frees queued by finalizers */
+    PyObject *captures; /* session._captures: graphs being captured */
+    PyObject *guards;   /* per argument: the dispatch tag (arrays) or the type (scalars) */
+    launch_fn launch;
+    void *function;
+    void *stream;
+    int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
+    char is_array[MAX_ARGS];
+    int array_arg[MAX_ARRAYS], array_ndim[MAX_ARRAYS];
+    int bind_sym[MAX_SYMS], bind_array[MAX_SYMS], bind_axis[MAX_SYMS];
+    int check_array[MAX_CHECKS], check_axis[MAX_CHECKS], check_sym[MAX_CHECKS];
+    long long check_value[MAX_CHECKS];
+    int alias_a[MAX_ALIASES], alias_b[MAX_ALIASES];
+    int program_op[MAX_PROGRAM];
+    long long program_arg[MAX_PROGRAM];
+    int slot_kind[MAX_SLOTS], slot_index[MAX_SLOTS];
+} Launch;
+
+/* --- building a Launch from its plan ---------------------------------------------------------- */
+
+/* Read a tuple of equal-length int tuples into column arrays; -1 with ValueError if malformed. */
+static int read_table(PyObject *table, int columns, int max_rows, long long *out, int *rows)
+{
+    if (!PyTuple_Check(table)) {
+        PyErr_SetString(PyExc_TypeError, "plan tables are tuples of int tuples");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_GET_SIZE(table);
+    if (n > max_rows) {
+        PyErr_SetString(PyExc_ValueError, "plan table too large for the C launch path");
+        return -1;
+    }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        PyObject *row = PyTuple_GET_ITEM(table, r);
+        if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != columns) {
+            PyErr_SetString(PyExc_ValueError, "plan row of the wrong width");
+            return -1;
+        }
+        for (int c = 0; c < columns; c++) {
+            long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(row, c));
+            if (v == -1 && PyErr_Occurred())
+                return -1;
+            out[r * columns + c] = v;
+        }
+    }
+    *rows = (int)n;
+    return 0;
+}
+
+static int in_range(long long v, long long lo, long long hi, const char *what)
+{
+    if (v < lo || v > hi) {
+        PyErr_Format(PyExc_ValueError, "plan %s %lld out of range", what, v);
+        return 0;
+    }
+    return 1;
+}
+
+static int load_plan(Launch *L, PyObject *plan)
+{
+    PyObject *arrays, *binds, *checks, *aliases, *program, *slots;
+    if (!PyArg_ParseTuple(plan, "iO!O!O!O!O!O!:plan", &L->nargs, &PyTuple_Type, &arrays,
+                          &PyTuple_Type, &binds, &PyTuple_Type, &checks, &PyTuple_Type, &aliases,
+                          &PyTuple_Type, &program, &PyTuple_Type, &slots))
+        return -1;
+    if (!in_range(L->nargs, 0, MAX_ARGS, "argument count"))
+        return -1;
+    long long t[MAX_PROGRAM * 4];
+    int n;
+    if (read_table(arrays, 2, MAX_ARRAYS, t, &L->narrays) < 0)
+        return -1;
+    for (n = 0; n < L->narrays; n++) {
+        if (!in_range(t[2 * n], 0, L->nargs - 1, "array argument") || !in_range(t[2 * n + 1], 0, MAX_NDIM, "ndim"))
+            return -1;
+        L->array_arg[n] = (int)t[2 * n];
+        L->array_ndim[n] = (int)t[2 * n + 1];
+        L->is_array[L->array_arg[n]] = 1;
+    }
+    if (read_table(binds, 3, MAX_SYMS, t, &L->nbinds) < 0)
+        return -1;
+    for (n = 0; n < L->nbinds; n++) {
+        if (!in_range(t[3 * n], n, n, "symbol") || !in_range(t[3 * n + 1], 0, L->narrays - 1, "bind array") ||
+            !in_range(t[3 * n + 2], 0, L->array_ndim[t[3 * n + 1]] - 1, "bind axis"))
+            return -1;
+        L->bind_sym[n] = (int)t[3 * n];
+        L->bind_array[n] = (int)t[3 * n + 1];
+        L->bind_axis[n] = (int)t[3 * n + 2];
+    }
+    if (read_table(checks, 4, MAX_CHECKS, t, &L->nchecks) < 0)
+        return -1;
+    for (n = 0; n < L->nchecks; n++) {
+        if (!in_range(t[4 * n], 0, L->narrays - 1, "check array") ||
+            !in_range(t[4 * n + 1], 0, L->array_ndim[t[4 * n]] - 1, "check axis") ||
+            !in_range(t[4 * n + 2], -1, L->nbinds - 1, "check symbol"))
+            return -1;
+        L->check_array[n] = (int)t[4 * n];
+        L->check_axis[n] = (int)t[4 * n + 1];
+        L->check_sym[n] = (int)t[4 * n + 2];
+        L->check_value[n] = t[4 * n + 3];
+    }
+    if (read_table(aliases, 2, MAX_ALIASES, t, &L->naliases) < 0)
+        return -1;
+    for (n = 0; n < L->naliases; n++) {
+        if (!in_range(t[2 * n], 0, L->narrays - 1, "alias") || !in_range(t[2 * n + 1], 0, L->narrays - 1, "alias"))
+            return -1;
+        L->alias_a[n] = (int)t[2 * n];
+        L->alias_b[n] = (int)t[2 * n + 1];
+    }
+    if (read_table(program, 2, MAX_PROGRAM, t, &L->nprogram) < 0)
+        return -1;
+    int depth = 0, ends = 0;
+    for (n = 0; n < L->nprogram; n++) {
+        int op = (int)t[2 * n];
+        if (!in_range(op, OP_END, OP_MAX, "opcode"))
+            return -1;
+        if (op == OP_SYM && !in_range(t[2 * n + 1], 0, L->nbinds - 1, "program symbol"))
+            return -1;
+        depth += (op == OP_INT || op == OP_SYM) ? 1 : -1;
+        if (op == OP_END) {
+            if (depth != 0) {
+                PyErr_SetString(PyExc_ValueError, "plan program leaves the stack unbalanced");
+                return -1;
+            }
+            ends++;
+        } else if (depth < 1 || depth > MAX_STACK) {
+            PyErr_SetString(PyExc_ValueError, "plan program stack out of range");
+            return -1;
+        }
+        L->program_op[n] = op;
+        L->program_arg[n] = t[2 * n + 1];
+    }
+    if (ends != 7) {
+        PyErr_SetString(PyExc_ValueError, "plan needs 7 programs: grid, block, shared");
+        return -1;
+    }
+    if (read_table(slots, 2, MAX_SLOTS, t, &L->nslots) < 0)
+        return -1;
+    for (n = 0; n < L->nslots; n++) {
+        int kind = (int)t[2 * n];
+        long long limit = kind == SLOT_PTR ? L->narrays - 1 : (kind == SLOT_SYM32 || kind == SLOT_SYM64) ? L->nbinds - 1 : L->nargs - 1;
+        if (!in_range(kind, SLOT_PTR, SLOT_KINDS - 1, "slot kind") || !in_range(t[2 * n + 1], 0, limit, "slot index"))
+            return -1;
+        if (kind > SLOT_SYM64 && L->is_array[t[2 * n + 1]]) {
+            PyErr_SetString(PyExc_ValueError, "plan packs an array argument as a scalar");
+            return -1;
+        }
+        L->slot_kind[n] = kind;
+        L->slot_index[n] = (int)t[2 * n + 1];
+    }
+    return 0;
+}
+
+static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"plan", "session", "guards", "launch", "function", "stream", NULL};
+    PyObject *plan, *session, *guards;
+    unsigned long long launch, function, stream;
+    if (array_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK:Launch", names, &PyTuple_Type, &plan, &session,
+                                     &PyTuple_Type, &guards, &launch, &function, &stream))
+        return NULL;
+    if (launch == 0) {
+        PyErr_SetString(PyExc_ValueError, "no cuLaunchKernel entry point");
+        return NULL;
+    }
+    Launch *L = (Launch *)type->tp_alloc(type, 0);
+    if (L == NULL)
+        return NULL;
+    memset(L->is_array, 0, sizeof L->is_array);
+    if (load_plan(L, plan) < 0)
+        goto fail;
+    if (PyTuple_GET_SIZE(guards) != L->nargs) {
+        PyErr_SetString(PyExc_ValueError, "one guard per argument");
+        goto fail;
+    }
+    L->deferred = PyObject_GetAttrString(session, "_deferred");
+    L->captures = L->deferred ? PyObject_GetAttrString(session, "_captures") : NULL;
+    if (L->captures == NULL)
+        goto fail;
+    if (!PyList_CheckExact(L->captures)) {
+        PyErr_SetString(PyExc_TypeError, "session._captures must be a list");
+        goto fail;
+    }
+    Py_INCREF(session);
+    L->session = session;
+    Py_INCREF(guards);
+    L->guards = guards;
+    L->launch = (launch_fn)(uintptr_t)launch;
+    L->function = (void *)(uintptr_t)function;
+    L->stream = (void *)(uintptr_t)stream;
+    return (PyObject *)L;
+fail:
+    Py_DECREF(L);
+    return NULL;
+}
+
+static int launch_traverse(Launch *L, visitproc visit, void *arg)
+{
+    Py_VISIT(L->session);
+    Py_VISIT(L->deferred);
+    Py_VISIT(L->captures);
+    Py_VISIT(L->guards);
+    return 0;
+}
+
+static int launch_clear(Launch *L)
+{
+    Py_CLEAR(L->session);
+    Py_CLEAR(L->deferred);
+    Py_CLEAR(L->captures);
+    Py_CLEAR(L->guards);
+    return 0;
+}
+
+static void launch_dealloc(Launch *L)
+{
+    PyObject_GC_UnTrack(L);
+    launch_clear(L);
+    Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+/* --- one call ----------------------------------------------------------------------------------- */
+
+/* Python's floor division; 0 on a zero divisor or overflow (the Python path then decides). */
+static int floordiv(long long a, long long b, long long *out)
+{
+    if (b == 0 || (a == LLONG_MIN && b == -1))
+        return 0;
+    long long q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0)))
+        q -= 1;
+    *out = q;
+    return 1;
+}
+
+/* Evaluate the 7 launch-dimension programs; 0 if any step leaves what the fast path handles. */
+static int eval_dims(const Launch *L, const long long *syms, unsigned dims[7])
+{
+    long long stack[MAX_STACK];
+    int sp = 0, which = 0;
+    for (int i = 0; i < L->nprogram; i++) {
+        long long a, b, r;
+        switch (L->program_op[i]) {
+        case OP_END:
+            r = stack[--sp];
+            if (r < 0 || r > 0xFFFFFFFFLL)
+                return 0;
+            dims[which++] = (unsigned)r;
+            continue;
+        case OP_INT:
+            stack[sp++] = L->program_arg[i];
+            continue;
+        case OP_SYM:
+            stack[sp++] = syms[L->program_arg[i]];
+            continue;
+        }
+        b = stack[--sp];
+        a = stack[--sp];
+        switch (L->program_op[i]) {
+        case OP_ADD:
+            if (__builtin_add_overflow(a, b, &r))
+                return 0;
+            break;
+        case OP_SUB:
+            if (__builtin_sub_overflow(a, b, &r))
+                return 0;
+            break;
+        case OP_MUL:
+            if (__builtin_mul_overflow(a, b, &r))
+                return 0;
+            break;
+        case OP_FLOORDIV:
+            if (!floordiv(a, b, &r))
+                return 0;
+            break;
+        case OP_CDIV: /* -(-a // b) */
+            if (a == LLONG_MIN || !floordiv(-a, b, &r) || r == LLONG_MIN)
+                return 0;
+            r = -r;
+            break;
+        case OP_MIN:
+            r = a < b ? a : b;
+            break;
+        default: /* OP_MAX */
+            r = a > b ? a : b;
+            break;
+        }
+        stack[sp++] = r;
+    }
+    return 1;
+}
+
+/* Pack one scalar exactly as struct.pack_into would; 0 (error cleared) where struct would raise. */
+static int pack_scalar(int kind, PyObject *v, unsigned char *slot)
+{
+    long long s;
+    unsigned long long u;
+    double x;
+    PyObject *index;
+    switch (kind) {
+    case SLOT_BOOL: {
+        int truth = PyObject_IsTrue(v);
+        if (truth < 0)
+            goto fail;
+        slot[0] = (unsigned char)truth;
+        return 1;
+    }
+    case SLOT_I8: case SLOT_I16: case SLOT_I32: case SLOT_I64:
+        index = PyNumber_Index(v);
+        if (index == NULL)
+            goto fail;
+        s = PyLong_AsLongLong(index);
+        Py_DECREF(index);
+        if (s == -1 && PyErr_Occurred())
+            goto fail;
+        if (kind == SLOT_I8 && (s < INT8_MIN || s > INT8_MAX))
+            return 0;
+        if (kind == SLOT_I16 && (s < INT16_MIN || s > INT16_MAX))
+            return 0;
+        if (kind == SLOT_I32 && (s < INT32_MIN || s > INT32_MAX))
+            return 0;
+        memcpy(slot, &s, 8); /* little-endian: the low bytes are the narrow value */
+        return 1;
+    case SLOT_U8: case SLOT_U16: case SLOT_U32: case SLOT_U64:
+        index = PyNumber_Index(v);
+        if (index == NULL)
+            goto fail;
+        u = PyLong_AsUnsignedLongLong(index);
+        Py_DECREF(index);
+        if (u == (unsigned long long)-1 && PyErr_Occurred())
+            goto fail;
+        if ((kind == SLOT_U8 && u > UINT8_MAX) || (kind == SLOT_U16 && u > UINT16_MAX) ||
+            (kind == SLOT_U32 && u > UINT32_MAX))
+            return 0;
+        memcpy(slot, &u, 8);
+        return 1;
+    default: /* floats */
+        x = PyFloat_AsDouble(v);
+        if (x == -1.0 && PyErr_Occurred())
+            goto fail;
+        if ((kind == SLOT_F16 ? PyFloat_Pack2(x, (char *)slot, 1)
+             : kind == SLOT_F32 ? PyFloat_Pack4(x, (char *)slot, 1)
+                                : PyFloat_Pack8(x, (char *)slot, 1)) < 0)
+            goto fail;
+        return 1;
+    }
+fail:
+    PyErr_Clear();
+    return 0;
+}
+
+/* 1: launched; 0: not for the fast path (nothing done); -1: the launch failed, exception set. */
+static int try_launch(Launch *L, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != L->nargs)
+        return 0;
+    PyObject *const *guards = &PyTuple_GET_ITEM(L->guards, 0);
+    for (int i = 0; i < L->nargs; i++) {
+        PyObject *a = args[i];
+        if (L->is_array[i]) {
+            if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != guards[i])
+                return 0;
+        } else if ((PyObject *)Py_TYPE(a) != guards[i]) {
+            return 0;
+        }
+    }
+    PyObject *ok = PyObject_GetAttr(L->session, str_ok);
+    if (ok == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(ok);
+    if (ok != Py_True || PyList_GET_SIZE(L->captures) != 0)
+        return 0;
+    Py_ssize_t queued = PyObject_Length(L->deferred);
+    if (queued != 0) {
+        if (queued < 0)
+            PyErr_Clear();
+        return 0;
+    }
+
+    long long extents[MAX_ARRAYS][MAX_NDIM], nbytes[MAX_ARRAYS], syms[MAX_SYMS];
+    unsigned long long ptrs[MAX_ARRAYS];
+    for (int j = 0; j < L->narrays; j++) {
+        PyObject *a = args[L->array_arg[j]];
+        PyObject *shape = SLOT(a, off_shape), *ptr = SLOT(a, off_ptr), *size = SLOT(a, off_nbytes);
+        if (SLOT(a, off_session) != L->session || SLOT(a, off_closed) != Py_False || shape == NULL ||
+            ptr == NULL || size == NULL || !PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != L->array_ndim[j])
+            return 0;
+        for (int axis = 0; axis < L->array_ndim[j]; axis++) {
+            extents[j][axis] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, axis));
+            if (extents[j][axis] == -1 && PyErr_Occurred())
+                goto not_fast;
+        }
+        ptrs[j] = PyLong_AsUnsignedLongLong(ptr);
+        nbytes[j] = PyLong_AsLongLong(size);
+        if (PyErr_Occurred())
+            goto not_fast;
+    }
+    for (int b = 0; b < L->nbinds; b++)
+        syms[L->bind_sym[b]] = extents[L->bind_array[b]][L->bind_axis[b]];
+    for (int c = 0; c < L->nchecks; c++) {
+        long long expected = L->check_sym[c] >= 0 ? syms[L->check_sym[c]] : L->check_value[c];
+        if (extents[L->check_array[c]][L->check_axis[c]] != expected)
+            return 0;
+    }
+    for (int k = 0; k < L->naliases; k++) {
+        int a = L->alias_a[k], b = L->alias_b[k];
+        if (ptrs[a] < ptrs[b] + (unsigned long long)nbytes[b] && ptrs[b] < ptrs[a] + (unsigned long long)nbytes[a])
+            return 0;
+    }
+    unsigned dims[7];
+    if (!eval_dims(L, syms, dims))
+        return 0;
+
+    unsigned char buffer[MAX_SLOTS * 8];
+    void *params[MAX_SLOTS];
+    memset(buffer, 0, (size_t)L->nslots * 8);
+    for (int s = 0; s < L->nslots; s++) {
+        unsigned char *slot = buffer + 8 * s;
+        long long v;
+        params[s] = slot;
+        switch (L->slot_kind[s]) {
+        case SLOT_PTR:
+            memcpy(slot, &ptrs[L->slot_index[s]], 8);
+            break;
+        case SLOT_SYM32:
+            v = syms[L->slot_index[s]];
+            if (v < INT32_MIN || v > INT32_MAX)
+                return 0;
+            memcpy(slot, &v, 4);
+            break;
+        case SLOT_SYM64:
+            memcpy(slot, &syms[L->slot_index[s]], 8);
+            break;
+        default:
+            if (!pack_scalar(L->slot_kind[s], args[L->slot_index[s]], slot))
+                return 0;
+        }
+    }
+    int err = L->launch(L->function, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6],
+                        L->stream, params, NULL);
+    if (err == 0)
+        return 1;
+    if (err == INVALID_CONTEXT) /* the Python path retries with the context made current */
+        return 0;
+    PyObject *code = PyLong_FromLong(err);
+    if (code != NULL) { /* _launch_failed raises the typed error (and poisons on a sticky one) */
+        Py_XDECREF(PyObject_CallMethodObjArgs(L->session, str_launch_failed, code, NULL));
+        Py_DECREF(code);
+    }
+    if (!PyErr_Occurred())
+        PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed with CUresult %d", err);
+    return -1;
+not_fast:
+    PyErr_Clear();
+    return 0;
+}
+
+static PyTypeObject LaunchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kerneldsl._fastlaunch.Launch",
+    .tp_doc = "One specialization's launch plan bound to a session's function and stream.",
+    .tp_basicsize = sizeof(Launch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = launch_new,
+    .tp_dealloc = (destructor)launch_dealloc,
+    .tp_traverse = (traverseproc)launch_traverse,
+    .tp_clear = (inquiry)launch_clear,
+};
+
+/* --- Front: the callable base class of Kernel ------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    int count;
+    Launch *entries[MAX_ENTRIES];
+} Front;
+
+static PyObject *front_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Front *f = (Front *)self;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) {
+        for (int i = 0; i < f->count; i++) {
+            int done = try_launch(f->entries[i], args, nargs);
+            if (done > 0)
+                Py_RETURN_NONE;
+            if (done < 0)
+                return NULL;
+        }
+    }
+    PyObject *slow = PyObject_GetAttr(self, str_call);
+    if (slow == NULL)
+        return NULL;
+    PyObject *result = PyObject_Vectorcall(slow, args, nargs, kwnames);
+    Py_DECREF(slow);
+    return result;
+}
+
+static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    Front *f = (Front *)type->tp_alloc(type, 0);
+    if (f != NULL)
+        f->vectorcall = front_vectorcall;
+    return (PyObject *)f;
+}
+
+static PyObject *front_remember(Front *f, PyObject *launch)
+{
+    if (!PyObject_TypeCheck(launch, &LaunchType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a Launch");
+        return NULL;
+    }
+    for (int i = 0; i < f->count; i++) {
+        if ((PyObject *)f->entries[i] == launch) { /* already known: move it to the front */
+            memmove(&f->entries[1], &f->entries[0], sizeof(Launch *) * (size_t)i);
+            f->entries[0] = (Launch *)launch;
+            Py_RETURN_NONE;
+        }
+    }
+    if (f->count == MAX_ENTRIES) /* the oldest goes */
+        Py_DECREF(f->entries[--f->count]);
+    memmove(&f->entries[1], &f->entries[0], sizeof(Launch *) * (size_t)f->count);
+    Py_INCREF(launch);
+    f->entries[0] = (Launch *)launch;
+    f->count++;
+    Py_RETURN_NONE;
+}
+
+static int front_clear(Front *f)
+{
+    while (f->count > 0) {
+        f->count--;
+        Py_CLEAR(f->entries[f->count]);
+    }
+    return 0;
+}
+
+static PyObject *front_forget(Front *f, PyObject *unused)
+{
+    front_clear(f);
+    Py_RETURN_NONE;
+}
+
+static PyObject *front_remembered(Front *f, void *unused)
+{
+    return PyLong_FromLong(f->count);
+}
+
+static int front_traverse(Front *f, visitproc visit, void *arg)
+{
+    for (int i = 0; i < f->count; i++)
+        Py_VISIT(f->entries[i]);
+    return 0;
+}
+
+static void front_dealloc(Front *f)
+{
+    PyObject_GC_UnTrack(f);
+    front_clear(f);
+    Py_TYPE(f)->tp_free((PyObject *)f); /* a heap subclass's dealloc drops its type reference */
+}
+
+static PyMethodDef front_methods[] = {
+    {"_remember_launch", (PyCFunction)front_remember, METH_O, "Add a Launch to try first on later calls."},
+    {"_forget_launches", (PyCFunction)front_forget, METH_NOARGS, "Drop every remembered Launch."},
+    {NULL},
+};
+
+static PyGetSetDef front_getset[] = {
+    {"_remembered_launches", (getter)front_remembered, NULL, "How many Launches the fast path tries.", NULL},
+    {NULL},
+};
+
+static PyTypeObject FrontType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kerneldsl._fastlaunch.Front",
+    .tp_doc = "Callable base of Kernel: remembered Launches first, then self._call(*args, **kwargs).",
+    .tp_basicsize = sizeof(Front),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Front, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = front_new,
+    .tp_dealloc = (destructor)front_dealloc,
+    .tp_traverse = (traverseproc)front_traverse,
+    .tp_clear = (inquiry)front_clear,
+    .tp_methods = front_methods,
+    .tp_getset = front_getset,
+};
+
+/* --- module --------------------------------------------------------------------------------------- */
+
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
+{
+    PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
+    if (descr == NULL)
+        return -1;
+    int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+             ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+    if (ok)
+        *offset = ((PyMemberDescrObject *)descr)->d_member->offset;
+    Py_DECREF(descr);
+    if (!ok)
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ member", type->tp_name, name);
+    return ok ? 0 : -1;
+}
+
+static PyObject *configure(PyObject *module, PyObject *type)
+{
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "configure() takes the DeviceArray class");
+        return NULL;
+    }
+    PyTypeObject *t = (PyTypeObject *)type;
+    if (slot_offset(t, "session", &off_session) < 0 || slot_offset(t, "_closed", &off_closed) < 0 ||
+        slot_offset(t, "shape", &off_shape) < 0 || slot_offset(t, "ptr", &off_ptr) < 0 ||
+        slot_offset(t, "nbytes", &off_nbytes) < 0 || slot_offset(t, "dispatch_tag", &off_tag) < 0)
+        return NULL;
+    Py_INCREF(type);
+    Py_XSETREF(array_type, t);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"configure", configure, METH_O, "Tell the launch path where DeviceArray keeps its fields."},
+    {NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "kerneldsl._fastlaunch", "The warm launch path of @kd.kernel, in C.", -1, module_methods,
+};
+
+PyMODINIT_FUNC PyInit__fastlaunch(void)
+{
+    str_ok = PyUnicode_InternFromString("_ok");
+    str_call = PyUnicode_InternFromString("_call");
+    str_launch_failed = PyUnicode_InternFromString("_launch_failed");
+    if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL)
+        return NULL;
+    if (PyType_Ready(&LaunchType) < 0 || PyType_Ready(&FrontType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (m == NULL)
+        return NULL;
+    Py_INCREF(&LaunchType);
+    Py_INCREF(&FrontType);
+    if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
+        PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
