@@ -358,6 +358,20 @@ static int eval_dims(const Launch *L, const long long *syms, unsigned dims[7])
     return 1;
 }
 
+static size_t int_width(int kind)
+{
+    switch (kind) {
+    case SLOT_I8: case SLOT_U8:
+        return 1;
+    case SLOT_I16: case SLOT_U16:
+        return 2;
+    case SLOT_I32: case SLOT_U32:
+        return 4;
+    default:
+        return 8;
+    }
+}
+
 /* Pack one scalar exactly as struct.pack_into would; 0 (error cleared) where struct would raise. */
 static int pack_scalar(int kind, PyObject *v, unsigned char *slot)
 {
@@ -387,7 +401,7 @@ static int pack_scalar(int kind, PyObject *v, unsigned char *slot)
             return 0;
         if (kind == SLOT_I32 && (s < INT32_MIN || s > INT32_MAX))
             return 0;
-        memcpy(slot, &s, 8); /* little-endian: the low bytes are the narrow value */
+        memcpy(slot, &s, int_width(kind)); /* little-endian: the low bytes are the narrow value */
         return 1;
     case SLOT_U8: case SLOT_U16: case SLOT_U32: case SLOT_U64:
         index = PyNumber_Index(v);
@@ -400,7 +414,7 @@ static int pack_scalar(int kind, PyObject *v, unsigned char *slot)
         if ((kind == SLOT_U8 && u > UINT8_MAX) || (kind == SLOT_U16 && u > UINT16_MAX) ||
             (kind == SLOT_U32 && u > UINT32_MAX))
             return 0;
-        memcpy(slot, &u, 8);
+        memcpy(slot, &u, int_width(kind));
         return 1;
     default: /* floats */
         x = PyFloat_AsDouble(v);

@@ -73,6 +73,17 @@ def held_enqueue_cost(hold: Callable[[], None], enqueue: Callable[[], None], syn
     return _median(samples)
 
 
+def interleaved_enqueue_costs(contenders: dict[str, tuple[Callable[[], None], Callable[[], None], Callable[[], None]]],
+                              launches: int, reps: int) -> dict[str, float]:
+    """``held_enqueue_cost`` of each (hold, enqueue, sync) contender, taking turns every repetition
+    so drift in clocks or load affects them all alike; median seconds per enqueue."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(reps):
+        for name, (hold, enqueue, sync) in contenders.items():
+            samples[name].append(held_enqueue_cost(hold, enqueue, sync, launches, 1))
+    return {name: _median(values) for name, values in samples.items()}
+
+
 def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     import cupy as cp
     from cuda.bindings import driver as cu
@@ -85,13 +96,9 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     spin_cycles = 4_000_000 + 40_000 * args.launches  # about 20 µs of GPU time per launch enqueued
     saxpy(dy, dx, alpha)
     s.synchronize()
-    results: dict[str, float] = {}
 
     def hold_kd() -> None:
         spin(spin_cycles)
-
-    results["kerneldsl"] = held_enqueue_cost(hold_kd, lambda: saxpy(dy, dx, alpha), s.synchronize,
-                                              args.launches, args.reps)
 
     build = saxpy.inspect(dy, dx, alpha)
     bound = next(b for b in saxpy._bound.values() if b.build is build)
@@ -105,13 +112,6 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     def raw() -> None:
         cu.cuLaunchKernel(fn, grid, 1, 1, 256, 1, 1, 0, stream_cu, params, 0)
 
-    results["Session.launch, pre-packed"] = held_enqueue_cost(
-        hold_kd, lambda: s.launch(fn, (grid, 1, 1), (256, 1, 1), 0, None, params), s.synchronize,
-        args.launches, args.reps)
-    with s.activated():
-        results["raw cuLaunchKernel"] = held_enqueue_cost(hold_kd, raw, s.synchronize, args.launches, args.reps)
-    s.synchronize()
-
     dev = Device(s.device)
     dev.set_current()
     arch = build.arch.replace("sm_", "")
@@ -121,20 +121,34 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     core_stream = dev.create_stream()
     config, one = LaunchConfig(grid=grid, block=256), LaunchConfig(grid=1, block=1)
     y_arg, x_arg, n_arg = dy.ptr, dx.ptr, np.int32(n)
-    results["cuda.core launch"] = held_enqueue_cost(
-        lambda: launch(core_stream, one, core_spin, np.int64(spin_cycles)),
-        lambda: launch(core_stream, config, core_saxpy, y_arg, x_arg, alpha, n_arg),
-        core_stream.sync, args.launches, args.reps)
 
     cp_stream = cp.cuda.Stream(non_blocking=True)
     raw_module = cp.RawModule(code=build.cuda_source + SPIN_SOURCE, options=("-std=c++17",))
     cp_saxpy, cp_spin = raw_module.get_function(build.generated.entry), raw_module.get_function("kd_bench_spin")
     cy, cx = cp.ones(n, cp.float32), cp.ones(n, cp.float32)
-    with cp_stream:
-        results["CuPy RawKernel"] = held_enqueue_cost(
-            lambda: cp_spin((1,), (1,), (np.int64(spin_cycles),)),
-            lambda: cp_saxpy((grid,), (256,), (cy, cx, alpha, np.int32(n))),
-            cp_stream.synchronize, args.launches, args.reps)
+
+    def cp_hold() -> None:
+        cp_spin((1,), (1,), (np.int64(spin_cycles),))
+
+    def cp_enqueue() -> None:
+        cp_saxpy((grid,), (256,), (cy, cx, alpha, np.int32(n)))
+
+    contenders = {
+        "kerneldsl": (hold_kd, lambda: saxpy(dy, dx, alpha), s.synchronize),
+        "kerneldsl, new scalar each call": (hold_kd, lambda: saxpy(dy, dx, np.float32(1e-3)), s.synchronize),
+        "kerneldsl, Python path": (hold_kd, lambda: saxpy._call(dy, dx, alpha), s.synchronize),
+        "Session.launch, pre-packed": (
+            hold_kd, lambda: s.launch(fn, (grid, 1, 1), (256, 1, 1), 0, None, params), s.synchronize),
+        "raw cuLaunchKernel": (hold_kd, raw, s.synchronize),
+        "cuda.core launch": (
+            lambda: launch(core_stream, one, core_spin, np.int64(spin_cycles)),
+            lambda: launch(core_stream, config, core_saxpy, y_arg, x_arg, alpha, n_arg),
+            core_stream.sync),
+        "CuPy RawKernel": (cp_hold, cp_enqueue, cp_stream.synchronize),
+    }
+    with s.activated(), cp_stream:  # CuPy launches on its current stream
+        results = interleaved_enqueue_costs(contenders, args.launches, args.reps)
+    s.synchronize()
     return {k: v * 1e6 for k, v in results.items()}  # µs per launch
 
 

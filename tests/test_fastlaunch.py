@@ -1,0 +1,323 @@
+"""The C launch path (``kerneldsl._fastlaunch``) against the Python path, on the driver double.
+
+The double hands out a C function pointer for cuLaunchKernel (a ctypes callback), so the C
+path runs exactly as on a GPU: these tests compare what it launches with what the generated
+adapter launches, and check that everything unusual goes back to the Python path, which
+raises the same typed errors it always did.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kerneldsl as kd
+from kerneldsl import fastpath
+from kerneldsl.codegen import launch_plan
+from kerneldsl.errors import (
+    AliasingError,
+    BindingError,
+    ClosedError,
+    LaunchError,
+    SessionPoisonedError,
+    ShapeMismatchError,
+    StickyCudaError,
+    WrongSessionError,
+)
+from kerneldsl.runtime import open_sessions, use_driver
+
+from driver_double import FakeDriver
+
+pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
+
+SCALAR_TYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+    return f"index_t i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];"
+
+
+@kd.kernel(
+    grid=(kd.cdiv("n", 32), kd.dmin("m", 4) + 1, kd.dmax(kd.sym("m") // 3, 2)),
+    block=(32, kd.sym("TILE") - 6),
+    shared=kd.sym("m") * 16,
+)
+def everything(
+    out: kd.Out[kd.float32, ("m", "n")],
+    a: kd.In[kd.float32, ("m", "n")],
+    b: kd.In[kd.int16, "n"],
+    c: kd.In[kd.float64, (3, "m")],
+    f16: kd.Scalar[kd.float16],
+    f32: kd.Scalar[kd.float32],
+    f64: kd.Scalar[kd.float64],
+    i8: kd.Scalar[kd.int8],
+    i64: kd.Scalar[kd.int64],
+    u16: kd.Scalar[kd.uint16],
+    u64: kd.Scalar[kd.uint64],
+    flag: kd.Scalar[kd.bool_],
+    TILE: kd.Const[int] = 8,
+):
+    return "/* the driver double does not run kernels */"
+
+
+@pytest.fixture
+def drv(isolated_cache: None) -> Iterator[FakeDriver]:
+    fake = FakeDriver()
+    fake.snapshot_slots = 3
+    with use_driver(fake):
+        try:
+            yield fake
+        finally:
+            for s in open_sessions():
+                s.close()
+            for k in (saxpy, everything):
+                k._bound.clear()
+                k._forget_launches()
+
+
+@pytest.fixture
+def s(drv: FakeDriver) -> Iterator[kd.Session]:
+    with kd.Session(0) as session:
+        yield session
+
+
+def _pair(s: kd.Session, n: int = 300) -> tuple[kd.DeviceArray, kd.DeviceArray]:
+    return s.zeros(n, np.float32), s.zeros(n, np.float32)
+
+
+def test_a_plain_device_call_is_remembered_and_the_next_one_launches_from_c(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(2))
+    assert (saxpy._remembered_launches, drv.c_launches) == (1, 0)
+    saxpy(dy, dx, np.float32(3))
+    assert drv.c_launches == 1 and len(drv.launches) == 2
+
+
+def test_the_c_path_launches_what_the_python_path_launches(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s, 1000)
+    saxpy._call(dy, dx, np.float32(2.5))  # the Python path, which also remembers the launch
+    saxpy(dy, dx, np.float32(2.5))
+    assert drv.c_launches == 1
+    python, c = drv.launches[-2:]
+    assert python[:5] == c[:5]
+    assert drv.param_bytes[-1] == drv.param_bytes[-2]
+
+
+def _everything_args(s: kd.Session, m: int, n: int, scalars: dict[str, object]) -> tuple[object, ...]:
+    out, a = s.zeros((m, n), np.float32), s.zeros((m, n), np.float32)
+    b, c = s.zeros(n, np.int16), s.zeros((3, m), np.float64)
+    return (out, a, b, c, *scalars.values())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    m=st.integers(0, 70),
+    n=st.integers(0, 200),
+    f16=st.floats(width=16),
+    f32=st.floats(width=32),
+    f64=st.floats(),
+    i8=st.integers(-128, 127),
+    i64=st.integers(-(2**63), 2**63 - 1),
+    u16=st.integers(0, 2**16 - 1),
+    u64=st.integers(0, 2**64 - 1),
+    flag=st.booleans(),
+)
+def test_every_scalar_type_and_launch_dimension_matches_the_adapter(
+    s: kd.Session, drv: FakeDriver, m: int, n: int, **scalars: object
+) -> None:
+    drv.snapshot_slots = len(everything.inspect(*_everything_args(s, 1, 1, scalars)).generated.abi)
+    args = _everything_args(s, m, n, scalars)
+    everything._call(*args)
+    before = drv.c_launches
+    everything(*args)
+    assert drv.c_launches == before + 1
+    python, c = drv.launches[-2:]
+    assert python[1:4] == c[1:4]
+    assert drv.param_bytes[-1] == drv.param_bytes[-2]
+
+
+def test_numpy_scalar_types_are_guarded_separately(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    saxpy(dy, dx, 1.0)
+    saxpy(dy, dx, 1.0)
+    saxpy(dy, dx, np.float32(1))
+    assert saxpy._remembered_launches == 2 and drv.c_launches == 2
+
+
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1])
+def test_a_scalar_out_of_range_goes_back_to_the_python_error(s: kd.Session, drv: FakeDriver, value: int) -> None:
+    @kd.kernel(grid=1, block=1)
+    def offset(y: kd.InOut[kd.int32, "n"], k: kd.Scalar[kd.int32]):
+        return f"{y}[0] += {k};"
+
+    dy = s.zeros(4, np.int32)
+    offset(dy, 1)
+    launches = len(drv.launches)
+    with pytest.raises(BindingError, match="does not fit"):
+        offset(dy, value)
+    assert len(drv.launches) == launches
+
+
+def test_a_closed_array_goes_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    dx.close()
+    with pytest.raises(ClosedError):
+        saxpy(dy, dx, np.float32(1))
+    assert drv.c_launches == 0
+
+
+def test_a_shape_mismatch_goes_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    with pytest.raises(ShapeMismatchError):
+        saxpy(dy, s.zeros(299, np.float32), np.float32(1))
+    assert drv.c_launches == 0
+
+
+def test_aliased_arrays_go_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    with pytest.raises(AliasingError):
+        saxpy(dy, dy, np.float32(1))
+    assert drv.c_launches == 0
+
+
+def test_arrays_of_another_session_go_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    with kd.Session(0) as other, pytest.raises(WrongSessionError):
+        saxpy(dy, other.zeros(300, np.float32), np.float32(1))
+    assert drv.c_launches == 0
+
+
+def test_a_closed_session_goes_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    s.close()
+    with pytest.raises(ClosedError):
+        saxpy(dy, dx, np.float32(1))
+    assert drv.c_launches == 0
+
+
+def test_keyword_arguments_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    stream = s.create_stream()
+    saxpy(dy, dx, np.float32(1), stream=stream)
+    saxpy(dy, dx, np.float32(1), grid=5)
+    assert drv.c_launches == 0
+    assert drv.launches[-2][4] == stream._cu and drv.launches[-1][1] == (5, 1, 1)
+
+
+def test_queued_frees_are_released_by_the_python_path_first(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    doomed = s.zeros(8, np.float32)
+    del doomed
+    assert s._deferred
+    saxpy(dy, dx, np.float32(1))
+    assert not s._deferred and drv.c_launches == 0
+    saxpy(dy, dx, np.float32(1))
+    assert drv.c_launches == 1
+
+
+def test_launches_during_capture_take_the_python_path_that_keeps_arguments_alive(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    with s.capture() as graph:
+        saxpy(dy, dx, np.float32(1))
+    assert drv.c_launches == 0
+    assert any(isinstance(kept, tuple) and dy in kept for kept in graph._keep)
+
+
+def test_a_launch_error_from_the_c_path_is_typed_and_leaves_the_session_usable(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    drv.fail["cuLaunchKernel"] = [1]  # CUDA_ERROR_INVALID_VALUE
+    with pytest.raises(LaunchError):
+        saxpy(dy, dx, np.float32(1))
+    assert drv.c_launches == 1
+    saxpy(dy, dx, np.float32(1))
+    assert drv.c_launches == 2
+
+
+def test_a_sticky_error_from_the_c_path_poisons_the_session(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    drv.fail["cuLaunchKernel"] = [700]  # CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(StickyCudaError):
+        saxpy(dy, dx, np.float32(1))
+    with pytest.raises(SessionPoisonedError):
+        saxpy(dy, dx, np.float32(1))
+
+
+def test_invalid_context_from_the_c_path_is_retried_by_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    drv.fail["cuLaunchKernel"] = [201]  # CUDA_ERROR_INVALID_CONTEXT
+    saxpy(dy, dx, np.float32(1))
+    assert len(drv.launches) == 2
+
+
+def test_at_most_eight_launches_are_remembered_newest_first(s: kd.Session, drv: FakeDriver) -> None:
+    arrays = [_pair(s, n) for n in range(1, 11)]
+    dtypes = [np.float32, np.float64]
+    for dtype in dtypes:
+        for dy, dx in arrays:
+            if dy.dtype == dtype:
+                saxpy(dy, dx, dtype(1))
+    for n in range(3):
+        for t in (np.int32, np.int64, np.int16, np.uint8, np.float16, np.float64, np.int8, np.uint16, np.uint32):
+            a = s.zeros(4, t)
+            saxpy(a, s.zeros(4, t), t(1))
+    assert saxpy._remembered_launches == 8
+
+
+def test_a_repeated_call_does_not_remember_its_launch_twice(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    for _ in range(3):
+        saxpy._call(dy, dx, np.float32(1))
+    assert saxpy._remembered_launches == 1
+
+
+def test_bfloat16_scalars_have_no_plan_and_stay_on_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
+    spec = saxpy.specialize(s.zeros(4, bfloat16), s.zeros(4, bfloat16), bfloat16(1), arch="sm_90")
+    assert launch_plan(spec) is None
+
+
+def test_a_float_constant_in_a_launch_dimension_has_no_plan(s: kd.Session) -> None:
+    @kd.kernel(grid=kd.sym("G"), block=32)
+    def fill(y: kd.Out[kd.float32, "n"], G: kd.Const[float] = 2.0):
+        return f"{y}[0] = 0;"
+
+    assert launch_plan(fill.specialize(s.zeros(4, np.float32), arch="sm_90")) is None
+
+
+def test_a_malformed_plan_is_refused_when_the_launch_is_made(s: kd.Session) -> None:
+    from kerneldsl import _fastlaunch
+
+    with pytest.raises(ValueError, match="opcode"):
+        _fastlaunch.Launch(
+            plan=(1, ((0, 1),), (), (), (), ((99, 0),), ((0, 0),)),
+            session=s, guards=(0,), launch=1, function=1, stream=1,
+        )
+
+
+def test_with_kerneldsl_c_launch_0_every_call_takes_the_python_path() -> None:
+    code = "import kerneldsl as kd, kerneldsl.fastpath as f; print(f.ENABLED, kd.Kernel.__mro__[1].__name__)"
+    env = {**os.environ, "KERNELDSL_C_LAUNCH": "0"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).parent.parent)
+    assert out.stdout.split() == ["False", "PyFront"]

@@ -1,0 +1,101 @@
+"""The C launch path on a real GPU: the driver's entry point, results, refusals, threads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl import fastpath
+from kerneldsl.errors import LaunchError
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")]
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def axpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"]):
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {y}[i] += {a} * {x}[i];
+    """
+
+
+@kd.kernel(grid=1, block=kd.sym("threads"), shared=kd.sym("n") * 4)
+def staged_sum(out: kd.Out[kd.float32, 1], x: kd.In[kd.float32, "n"], threads: kd.Const[int] = 32):
+    return f"""
+    extern __shared__ float stage[];
+    for (index_t i = threadIdx.x; i < n; i += blockDim.x) stage[i] = {x}[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {{ float s = 0; for (index_t i = 0; i < n; ++i) s += stage[i]; {out}[0] = s; }}
+    """
+
+
+def test_the_driver_offers_a_launch_entry_point() -> None:
+    assert kd.default_session().launch_entry_point != 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.float16])
+def test_warm_calls_launch_from_c_and_give_numpy_results(dtype: type) -> None:
+    s = kd.default_session()
+    rng = np.random.default_rng()
+    y0, x = (rng.integers(-8, 8, 5000).astype(dtype) for _ in range(2))
+    dy, dx = s.to_device(y0), s.to_device(x)
+    for _ in range(10):
+        axpy(dy, dx, dtype(2))
+    assert any(b.c_launch for b in axpy._bound.values() if b.session is s)
+    assert axpy._remembered_launches >= 1
+    np.testing.assert_array_equal(dy.to_host(), (y0 + 20 * x).astype(dtype))
+
+
+def test_a_launch_the_driver_refuses_from_the_c_path_raises_and_the_session_stays_usable() -> None:
+    s = kd.default_session()
+    out = s.zeros(1, np.float32)
+    small = s.to_device(np.ones(256, np.float32))
+    staged_sum(out, small)
+    staged_sum(out, small)  # remembered: from now on the C path takes this specialization
+    huge = s.to_device(np.ones(1 << 20, np.float32))  # 4 MiB of shared memory: refused
+    with pytest.raises(LaunchError):
+        staged_sum(out, huge)
+    staged_sum(out, small)
+    assert out.to_host()[0] == 256
+
+
+def test_a_thread_with_no_current_context_launches_from_c() -> None:
+    from cuda.bindings import driver as cu
+
+    s = kd.default_session()
+    dy, dx = s.zeros(1000, np.float32), s.to_device(np.ones(1000, np.float32))
+    axpy(dy, dx, np.float32(1))
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            assert int(cu.cuCtxGetCurrent()[1]) == 0
+            axpy(dy, dx, np.float32(1))
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert not errors
+    np.testing.assert_array_equal(dy.to_host(), np.full(1000, 2, np.float32))
+
+
+def test_four_threads_launching_from_c_lose_no_launch() -> None:
+    s = kd.default_session()
+    dy, dx = s.zeros(4096, np.float32), s.to_device(np.ones(4096, np.float32))
+    axpy(dy, dx, np.float32(1))
+
+    def worker() -> None:
+        for _ in range(250):
+            axpy(dy, dx, np.float32(1))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    np.testing.assert_array_equal(dy.to_host(), np.full(4096, 1001, np.float32))
