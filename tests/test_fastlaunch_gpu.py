@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not fastpath.ENABLED, reason="
 def axpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"]):
     return f"""
     index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
-    if (i < n) {y}[i] += {a} * {x}[i];
+    if (i < n) {y}[i] = (T)((float){y}[i] + (float){a} * (float){x}[i]);
     """
 
 
