@@ -56,12 +56,23 @@ enum {
 /* Where DeviceArray keeps what a launch reads: __slots__ offsets, set once by configure(). */
 static PyTypeObject *array_type = NULL;
 static Py_ssize_t off_session, off_closed, off_shape, off_ptr, off_nbytes, off_tag;
-static PyObject *str_ok, *str_call, *str_launch_failed;
+static PyObject *str_ok, *str_call, *str_launch_failed, *str_alpha, *str_beta;
 
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
+/* What every remembered entry starts with: its attempt at a call. 1: done, *result set (new
+ * reference); 0: not this entry's call, nothing done; -1: failed, exception set. */
+typedef int (*attempt_fn)(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                          PyObject **result);
+
+#define ENTRY_HEAD PyObject_HEAD attempt_fn attempt;
+
 typedef struct {
-    PyObject_HEAD
+    ENTRY_HEAD
+} Entry;
+
+typedef struct {
+    ENTRY_HEAD
     PyObject *session;
     PyObject *deferred; /* session._deferred: frees queued by finalizers */
     PyObject *captures; /* session._captures: graphs being captured */
@@ -80,6 +91,40 @@ typedef struct {
     long long program_arg[MAX_PROGRAM];
     int slot_kind[MAX_SLOTS], slot_index[MAX_SLOTS];
 } Launch;
+
+/* The session is open, has no frees queued by finalizers and is not capturing a graph. */
+static int session_ready(PyObject *session, PyObject *deferred, PyObject *captures)
+{
+    PyObject *ok = PyObject_GetAttr(session, str_ok);
+    if (ok == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(ok);
+    if (ok != Py_True || PyList_GET_SIZE(captures) != 0)
+        return 0;
+    Py_ssize_t queued = PyObject_Length(deferred);
+    if (queued < 0)
+        PyErr_Clear();
+    return queued == 0;
+}
+
+/* Take session._deferred and session._captures for session_ready; -1 with an exception if odd. */
+static int take_session_queues(PyObject *session, PyObject **deferred, PyObject **captures)
+{
+    *deferred = PyObject_GetAttrString(session, "_deferred");
+    *captures = *deferred ? PyObject_GetAttrString(session, "_captures") : NULL;
+    if (*captures == NULL)
+        return -1;
+    if (!PyList_CheckExact(*captures)) {
+        PyErr_SetString(PyExc_TypeError, "session._captures must be a list");
+        return -1;
+    }
+    return 0;
+}
+
+static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                          PyObject **result);
 
 /* --- building a Launch from its plan ---------------------------------------------------------- */
 
@@ -234,6 +279,7 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Launch *L = (Launch *)type->tp_alloc(type, 0);
     if (L == NULL)
         return NULL;
+    L->attempt = launch_attempt;
     memset(L->is_array, 0, sizeof L->is_array);
     if (load_plan(L, plan) < 0)
         goto fail;
@@ -241,14 +287,8 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "one guard per argument");
         goto fail;
     }
-    L->deferred = PyObject_GetAttrString(session, "_deferred");
-    L->captures = L->deferred ? PyObject_GetAttrString(session, "_captures") : NULL;
-    if (L->captures == NULL)
+    if (take_session_queues(session, &L->deferred, &L->captures) < 0)
         goto fail;
-    if (!PyList_CheckExact(L->captures)) {
-        PyErr_SetString(PyExc_TypeError, "session._captures must be a list");
-        goto fail;
-    }
     Py_INCREF(session);
     L->session = session;
     Py_INCREF(guards);
@@ -431,10 +471,12 @@ fail:
     return 0;
 }
 
-/* 1: launched; 0: not for the fast path (nothing done); -1: the launch failed, exception set. */
-static int try_launch(Launch *L, PyObject *const *args, Py_ssize_t nargs)
+/* A kernel launch: positional arguments only, the result is None. */
+static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                          PyObject **result)
 {
-    if (nargs != L->nargs)
+    Launch *L = (Launch *)entry;
+    if (nargs != L->nargs || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0))
         return 0;
     PyObject *const *guards = &PyTuple_GET_ITEM(L->guards, 0);
     for (int i = 0; i < L->nargs; i++) {
@@ -446,20 +488,8 @@ static int try_launch(Launch *L, PyObject *const *args, Py_ssize_t nargs)
             return 0;
         }
     }
-    PyObject *ok = PyObject_GetAttr(L->session, str_ok);
-    if (ok == NULL) {
-        PyErr_Clear();
+    if (!session_ready(L->session, L->deferred, L->captures))
         return 0;
-    }
-    Py_DECREF(ok);
-    if (ok != Py_True || PyList_GET_SIZE(L->captures) != 0)
-        return 0;
-    Py_ssize_t queued = PyObject_Length(L->deferred);
-    if (queued != 0) {
-        if (queued < 0)
-            PyErr_Clear();
-        return 0;
-    }
 
     long long extents[MAX_ARRAYS][MAX_NDIM], nbytes[MAX_ARRAYS], syms[MAX_SYMS];
     unsigned long long ptrs[MAX_ARRAYS];
@@ -522,8 +552,11 @@ static int try_launch(Launch *L, PyObject *const *args, Py_ssize_t nargs)
     }
     int err = L->launch(L->function, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6],
                         L->stream, params, NULL);
-    if (err == 0)
+    if (err == 0) {
+        Py_INCREF(Py_None);
+        *result = Py_None;
         return 1;
+    }
     if (err == INVALID_CONTEXT) /* the Python path retries with the context made current */
         return 0;
     PyObject *code = PyLong_FromLong(err);
@@ -551,27 +584,233 @@ static PyTypeObject LaunchType = {
     .tp_clear = (inquiry)launch_clear,
 };
 
+/* --- GemmLaunch: a remembered kd.blas.gemm(a, b, out) through cublasLtMatmul ------------------- */
+
+typedef int (*lt_matmul_fn)(void *handle, void *desc, const void *alpha, const void *a, void *a_layout,
+                            const void *b, void *b_layout, const void *beta, const void *c, void *c_layout,
+                            void *d, void *d_layout, const void *algo, void *workspace, size_t workspace_bytes,
+                            void *stream);
+typedef int (*current_context_fn)(void **context);
+
+/* Operands in the order of the Python call: a, b, out (all 2-D). */
+typedef struct {
+    ENTRY_HEAD
+    PyObject *session;
+    PyObject *deferred;
+    PyObject *captures;
+    PyObject *tags[3];
+    long long shapes[3][2];
+    unsigned long long alignment[3]; /* what the plan's algorithm was chosen for */
+    lt_matmul_fn matmul;
+    current_context_fn current_context;
+    void *context, *handle, *desc, *layouts[3], *algo, *workspace, *stream;
+    size_t workspace_bytes;
+    int double_scale; /* alpha and beta as double (float64 compute) or float */
+} GemmLaunch;
+
+static int gemm_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                        PyObject **result)
+{
+    GemmLaunch *G = (GemmLaunch *)entry;
+    if (nargs != 3)
+        return 0;
+    double alpha = 1.0, beta = 0.0;
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        double *target = PyUnicode_Compare(name, str_alpha) == 0 ? &alpha
+                         : PyUnicode_Compare(name, str_beta) == 0 ? &beta : NULL;
+        if (target == NULL)
+            return 0;
+        *target = PyFloat_AsDouble(args[nargs + i]);
+        if (*target == -1.0 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    unsigned long long ptrs[3], sizes[3];
+    for (int j = 0; j < 3; j++) {
+        PyObject *a = args[j];
+        if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != G->tags[j] || SLOT(a, off_session) != G->session ||
+            SLOT(a, off_closed) != Py_False)
+            return 0;
+        PyObject *shape = SLOT(a, off_shape), *ptr = SLOT(a, off_ptr), *size = SLOT(a, off_nbytes);
+        if (shape == NULL || ptr == NULL || size == NULL || !PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != 2)
+            return 0;
+        for (int axis = 0; axis < 2; axis++) {
+            if (PyLong_AsLongLong(PyTuple_GET_ITEM(shape, axis)) != G->shapes[j][axis])
+                goto not_fast;
+        }
+        ptrs[j] = PyLong_AsUnsignedLongLong(ptr);
+        sizes[j] = PyLong_AsUnsignedLongLong(size);
+        if (PyErr_Occurred() || (ptrs[j] & (G->alignment[j] - 1)) != 0)
+            goto not_fast;
+    }
+    for (int j = 0; j < 2; j++) { /* out may not overlap an input */
+        if (ptrs[2] < ptrs[j] + sizes[j] && ptrs[j] < ptrs[2] + sizes[2])
+            return 0;
+    }
+    if (!session_ready(G->session, G->deferred, G->captures))
+        return 0;
+    void *current = NULL;
+    if (G->current_context(&current) != 0 || current != G->context) /* cuBLAS launches into the current one */
+        return 0;
+    double scales64[2] = {alpha, beta};
+    float scales32[2] = {(float)alpha, (float)beta};
+    const char *scales = G->double_scale ? (const char *)scales64 : (const char *)scales32;
+    size_t width = G->double_scale ? sizeof(double) : sizeof(float);
+    int status = G->matmul(G->handle, G->desc, scales, (void *)(uintptr_t)ptrs[1], G->layouts[1],
+                           (void *)(uintptr_t)ptrs[0], G->layouts[0], scales + width, (void *)(uintptr_t)ptrs[2],
+                           G->layouts[2], (void *)(uintptr_t)ptrs[2], G->layouts[2], G->algo, G->workspace,
+                           G->workspace_bytes, G->stream);
+    if (status != 0) /* the Python path makes the same call and raises the typed error */
+        return 0;
+    Py_INCREF(args[2]);
+    *result = args[2];
+    return 1;
+not_fast:
+    PyErr_Clear();
+    return 0;
+}
+
+static int read_addresses(PyObject *tuple, int n, void **out)
+{
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != n) {
+        PyErr_Format(PyExc_ValueError, "expected a tuple of %d addresses", n);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        out[i] = (void *)(uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tuple, i));
+        if (PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"session", "tags", "shapes", "alignment", "matmul", "current_context", "context",
+                            "handle", "desc", "layouts", "algo", "workspace", "workspace_bytes", "stream",
+                            "double_scale", NULL};
+    PyObject *session, *tags, *shapes, *alignment, *layouts;
+    unsigned long long matmul, current_context, context, handle, desc, algo, workspace, workspace_bytes, stream;
+    int double_scale;
+    if (array_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!KKKKKO!KKKKp:GemmLaunch", names, &session, &PyTuple_Type,
+                                     &tags, &PyTuple_Type, &shapes, &PyTuple_Type, &alignment, &matmul,
+                                     &current_context, &context, &handle, &desc, &PyTuple_Type, &layouts, &algo,
+                                     &workspace, &workspace_bytes, &stream, &double_scale))
+        return NULL;
+    if (matmul == 0 || current_context == 0) {
+        PyErr_SetString(PyExc_ValueError, "no cublasLtMatmul or cuCtxGetCurrent entry point");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(tags) != 3 || PyTuple_GET_SIZE(shapes) != 3) {
+        PyErr_SetString(PyExc_ValueError, "a GemmLaunch has three operands");
+        return NULL;
+    }
+    GemmLaunch *G = (GemmLaunch *)type->tp_alloc(type, 0);
+    if (G == NULL)
+        return NULL;
+    G->attempt = gemm_attempt;
+    long long table[6];
+    int rows;
+    void *aligns[3];
+    if (read_table(shapes, 2, 3, table, &rows) < 0 || read_addresses(alignment, 3, aligns) < 0 ||
+        read_addresses(layouts, 3, G->layouts) < 0 || take_session_queues(session, &G->deferred, &G->captures) < 0)
+        goto fail;
+    for (int j = 0; j < 3; j++) {
+        unsigned long long align = (unsigned long long)(uintptr_t)aligns[j];
+        if (align == 0 || (align & (align - 1)) != 0) {
+            PyErr_SetString(PyExc_ValueError, "alignments are powers of two");
+            goto fail;
+        }
+        G->alignment[j] = align;
+        G->shapes[j][0] = table[2 * j];
+        G->shapes[j][1] = table[2 * j + 1];
+        G->tags[j] = PyTuple_GET_ITEM(tags, j);
+        Py_INCREF(G->tags[j]);
+    }
+    Py_INCREF(session);
+    G->session = session;
+    G->matmul = (lt_matmul_fn)(uintptr_t)matmul;
+    G->current_context = (current_context_fn)(uintptr_t)current_context;
+    G->context = (void *)(uintptr_t)context;
+    G->handle = (void *)(uintptr_t)handle;
+    G->desc = (void *)(uintptr_t)desc;
+    G->algo = (void *)(uintptr_t)algo;
+    G->workspace = (void *)(uintptr_t)workspace;
+    G->workspace_bytes = (size_t)workspace_bytes;
+    G->stream = (void *)(uintptr_t)stream;
+    G->double_scale = double_scale;
+    return (PyObject *)G;
+fail:
+    Py_DECREF(G);
+    return NULL;
+}
+
+static int gemm_traverse(GemmLaunch *G, visitproc visit, void *arg)
+{
+    Py_VISIT(G->session);
+    Py_VISIT(G->deferred);
+    Py_VISIT(G->captures);
+    for (int j = 0; j < 3; j++)
+        Py_VISIT(G->tags[j]);
+    return 0;
+}
+
+static int gemm_clear(GemmLaunch *G)
+{
+    Py_CLEAR(G->session);
+    Py_CLEAR(G->deferred);
+    Py_CLEAR(G->captures);
+    for (int j = 0; j < 3; j++)
+        Py_CLEAR(G->tags[j]);
+    return 0;
+}
+
+static void gemm_dealloc(GemmLaunch *G)
+{
+    PyObject_GC_UnTrack(G);
+    gemm_clear(G);
+    Py_TYPE(G)->tp_free((PyObject *)G);
+}
+
+static PyTypeObject GemmLaunchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kerneldsl._fastlaunch.GemmLaunch",
+    .tp_doc = "A gemm plan (cuBLASLt descriptors and algorithm) bound to a session, its stream and workspace.",
+    .tp_basicsize = sizeof(GemmLaunch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = gemm_new,
+    .tp_dealloc = (destructor)gemm_dealloc,
+    .tp_traverse = (traverseproc)gemm_traverse,
+    .tp_clear = (inquiry)gemm_clear,
+};
+
 /* --- Front: the callable base class of Kernel ------------------------------------------------- */
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     int count;
-    Launch *entries[MAX_ENTRIES];
+    Entry *entries[MAX_ENTRIES];
 } Front;
 
 static PyObject *front_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Front *f = (Front *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0) {
-        for (int i = 0; i < f->count; i++) {
-            int done = try_launch(f->entries[i], args, nargs);
-            if (done > 0)
-                Py_RETURN_NONE;
-            if (done < 0)
-                return NULL;
-        }
+    for (int i = 0; i < f->count; i++) {
+        PyObject *result = NULL;
+        int done = f->entries[i]->attempt((PyObject *)f->entries[i], args, nargs, kwnames, &result);
+        if (done > 0)
+            return result;
+        if (done < 0)
+            return NULL;
     }
     PyObject *slow = PyObject_GetAttr(self, str_call);
     if (slow == NULL)
@@ -591,22 +830,22 @@ static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static PyObject *front_remember(Front *f, PyObject *launch)
 {
-    if (!PyObject_TypeCheck(launch, &LaunchType)) {
-        PyErr_SetString(PyExc_TypeError, "expected a Launch");
+    if (!PyObject_TypeCheck(launch, &LaunchType) && !PyObject_TypeCheck(launch, &GemmLaunchType)) {
+        PyErr_SetString(PyExc_TypeError, "expected a Launch or a GemmLaunch");
         return NULL;
     }
     for (int i = 0; i < f->count; i++) {
         if ((PyObject *)f->entries[i] == launch) { /* already known: move it to the front */
-            memmove(&f->entries[1], &f->entries[0], sizeof(Launch *) * (size_t)i);
-            f->entries[0] = (Launch *)launch;
+            memmove(&f->entries[1], &f->entries[0], sizeof(Entry *) * (size_t)i);
+            f->entries[0] = (Entry *)launch;
             Py_RETURN_NONE;
         }
     }
     if (f->count == MAX_ENTRIES) /* the oldest goes */
         Py_DECREF(f->entries[--f->count]);
-    memmove(&f->entries[1], &f->entries[0], sizeof(Launch *) * (size_t)f->count);
+    memmove(&f->entries[1], &f->entries[0], sizeof(Entry *) * (size_t)f->count);
     Py_INCREF(launch);
-    f->entries[0] = (Launch *)launch;
+    f->entries[0] = (Entry *)launch;
     f->count++;
     Py_RETURN_NONE;
 }
@@ -659,7 +898,7 @@ static PyGetSetDef front_getset[] = {
 static PyTypeObject FrontType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kerneldsl._fastlaunch.Front",
-    .tp_doc = "Callable base of Kernel: remembered Launches first, then self._call(*args, **kwargs).",
+    .tp_doc = "Callable base of Kernel and kd.blas.gemm: remembered entries first, then self._call(*args, **kwargs).",
     .tp_basicsize = sizeof(Front),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_vectorcall_offset = offsetof(Front, vectorcall),
@@ -719,16 +958,20 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     str_ok = PyUnicode_InternFromString("_ok");
     str_call = PyUnicode_InternFromString("_call");
     str_launch_failed = PyUnicode_InternFromString("_launch_failed");
-    if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL)
+    str_alpha = PyUnicode_InternFromString("alpha");
+    str_beta = PyUnicode_InternFromString("beta");
+    if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL || str_alpha == NULL || str_beta == NULL)
         return NULL;
-    if (PyType_Ready(&LaunchType) < 0 || PyType_Ready(&FrontType) < 0)
+    if (PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FrontType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
     Py_INCREF(&LaunchType);
+    Py_INCREF(&GemmLaunchType);
     Py_INCREF(&FrontType);
     if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
+        PyModule_AddObject(m, "GemmLaunch", (PyObject *)&GemmLaunchType) < 0 ||
         PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0) {
         Py_DECREF(m);

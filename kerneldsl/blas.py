@@ -24,11 +24,13 @@ stream or the context.
 from __future__ import annotations
 
 import ctypes
+import functools
 import weakref
 from typing import Any
 
 import numpy as np
 
+from . import blas_lt, fastpath
 from .dtypes import ELEMENT_TYPES
 from .errors import (
     AliasingError,
@@ -158,7 +160,7 @@ class BlasHandle:
 
     __slots__ = (
         "session", "raw", "_lib", "_default", "_stream", "_workspaces", "_pointer_mode", "_closed",
-        "_f32", "_f64", "_p32", "_p64", "_s32", "_s64",
+        "_f32", "_f64", "_p32", "_p64", "_s32", "_s64", "_plans",
     )
 
     def __init__(self, session: Session) -> None:
@@ -190,6 +192,7 @@ class BlasHandle:
         self._p32, self._p64 = (base32, base32 + 4), (base64, base64 + 8)
         self._s32: tuple[Any, Any] = (0.0, 0.0)
         self._s64: tuple[Any, Any] = (0.0, 0.0)
+        self._plans: blas_lt.Plans | None = None  # the cuBLASLt handle and gemm plans, made on first use
 
     @property
     def closed(self) -> bool:
@@ -205,18 +208,24 @@ class BlasHandle:
         """cublasDestroy (Session.close, context current); the workspaces are freed after it."""
         if self._closed:
             return
+        plans = self._plans
         self.abandon()
         raw, self.raw = self.raw, 0
         self._workspaces = weakref.WeakKeyDictionary()
         try:
+            if plans is not None:
+                plans.release()
             self._lib.destroy(raw)
         except self._lib.cuBLASError as exc:
             raise _blas_error(exc, "cublasDestroy") from exc
+        except blas_lt.library().cuBLASLtError as exc:
+            raise _blas_error(exc, "cublasLtDestroy") from exc
 
     def abandon(self) -> None:
         """Forget the handle without calling cuBLAS (forked child, poisoned context)."""
         self._closed = True
         self._stream = None
+        self._plans = None
 
     # -- configuration (session activated) ------------------------------------------------------------
 
@@ -228,15 +237,29 @@ class BlasHandle:
             self._configure(stream, pointer_mode)
         return self.raw
 
+    def workspace(self, stream: Stream) -> DeviceArray:
+        """The workspace of ``stream``, allocated on its first use."""
+        workspace = self._workspaces.get(stream)
+        if workspace is None:
+            _refuse_during_capture(self.session, "allocate the cuBLAS workspace of a new stream")
+            workspace = self._workspaces[stream] = DeviceArray(self.session, WORKSPACE_BYTES, np.uint8)
+        return workspace
+
+    def plans(self) -> blas_lt.Plans:
+        """The session's cuBLASLt handle and gemm plans (session activated)."""
+        if self._closed:
+            raise ClosedError(f"the cuBLAS handle of session {self.session.session_id} was closed")
+        if self._plans is None:
+            _refuse_during_capture(self.session, "create the cuBLASLt handle")
+            self._plans = blas_lt.Plans(WORKSPACE_BYTES)
+        return self._plans
+
     def _configure(self, stream: Stream, pointer_mode: int) -> None:
         if self._closed:
             raise ClosedError(f"the cuBLAS handle of session {self.session.session_id} was closed")
         lib = self._lib
         if stream is not self._stream:
-            workspace = self._workspaces.get(stream)
-            if workspace is None:
-                _refuse_during_capture(self.session, "allocate the cuBLAS workspace of a new stream")
-                workspace = self._workspaces[stream] = DeviceArray(self.session, WORKSPACE_BYTES, np.uint8)
+            workspace = self.workspace(stream)
             self._stream = None  # until both calls succeed
             self._call("cublasSetStream", lib.set_stream, stream.handle)
             # cublasSetStream resets the workspace to cuBLAS's own pool: set ours again, after it
@@ -407,7 +430,7 @@ def _matmul(
     return session, out, m, n, k
 
 
-def gemm(
+def _gemm(
     a: DeviceArray,
     b: DeviceArray,
     out: DeviceArray | None = None,
@@ -423,6 +446,8 @@ def gemm(
 
     2-D row-major arrays of one dtype (float16, bfloat16, float32, float64). Without ``out`` a
     new array is allocated (``beta`` must then be 0). ``tf32=True`` lets float32 use TF32.
+    Runs ``cublasLtMatmul`` with a plan made once per problem (``blas_lt``); a warm
+    ``gemm(a, b, out, alpha=, beta=)`` on the session stream is then enqueued from C.
     """
     session, out, m, n, k = _matmul("kd.blas.gemm", a, b, out, stream, 2, trans_a, trans_b, beta)
     if not (m and n):
@@ -433,20 +458,65 @@ def gemm(
     if tf32 and ctype == R_32F:
         compute = COMPUTE_32F_FAST_TF32
     h = session.vendor_handle(_KEY, BlasHandle)
-    lib = h._lib
     with session.activated():
-        raw = h._bind(stream, POINTER_MODE_HOST)
+        plans = h.plans()
+        plan = plans.plan(ctype, compute, a, b, out, trans_a, trans_b)
         pa, pb = h._scalars(compute, alpha, beta)
-        fn = lib.gemm_ex if m <= _INT32_MAX and n <= _INT32_MAX and k <= _INT32_MAX else lib.gemm_ex_64
-        try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
-            fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
-               pa, b.ptr, ctype, b.shape[1] or 1, a.ptr, ctype, a.shape[1] or 1,
-               pb, out.ptr, ctype, n, compute, GEMM_DEFAULT)
-        except lib.cuBLASError as exc:
-            raise _blas_error(exc, "cublasGemmEx") from exc
+        if plan is None:
+            _gemm_ex(h, stream, ctype, compute, a, b, out, m, n, k, trans_a, trans_b, pa, pb)
+        else:
+            on = h._default if stream is None else stream
+            workspace = h.workspace(on)
+            lt = blas_lt.library()
+            try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
+                lt.matmul(plans.raw, plan.desc, pa, b.ptr, plan.layouts[1], a.ptr, plan.layouts[0], pb,
+                          out.ptr, plan.layouts[2], out.ptr, plan.layouts[2], plan.algo, workspace.ptr,
+                          workspace.nbytes, on.handle)
+            except lt.cuBLASLtError as exc:
+                raise _blas_error(exc, "cublasLtMatmul") from exc
         if session._captures:
             session.keep_alive((a, b, out))
+        elif plan is not None and stream is None and not (trans_a or trans_b or tf32):
+            _remember_gemm(session, plans, plan, compute, (a, b, out), workspace)
     return out
+
+
+def _gemm_ex(
+    h: BlasHandle, stream: Stream | None, ctype: int, compute: int, a: DeviceArray, b: DeviceArray, out: DeviceArray,
+    m: int, n: int, k: int, trans_a: bool, trans_b: bool, pa: int, pb: int,
+) -> None:
+    """cublasGemmEx, for the problems cuBLASLt has no plan for (session activated)."""
+    lib = h._lib
+    raw = h._bind(stream, POINTER_MODE_HOST)
+    fn = lib.gemm_ex if m <= _INT32_MAX and n <= _INT32_MAX and k <= _INT32_MAX else lib.gemm_ex_64
+    try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
+        fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
+           pa, b.ptr, ctype, b.shape[1] or 1, a.ptr, ctype, a.shape[1] or 1,
+           pb, out.ptr, ctype, n, compute, GEMM_DEFAULT)
+    except lib.cuBLASError as exc:
+        raise _blas_error(exc, "cublasGemmEx") from exc
+
+
+def _remember_gemm(
+    session: Session, plans: blas_lt.Plans, plan: blas_lt.Plan, compute: int, operands: tuple[DeviceArray, ...],
+    workspace: DeviceArray,
+) -> None:
+    """Let the C path take later ``gemm(a, b, out)`` calls of this plan on the session stream."""
+    if plan.c_launch is None:
+        plan.c_launch = fastpath.gemm_launch(session, plans, plan, compute == COMPUTE_64F, operands, workspace) or False
+    if plan.c_launch:
+        gemm._remember_launch(plan.c_launch)
+
+
+class _Gemm(fastpath.Front):
+    """``kd.blas.gemm``: remembered warm calls run from C, every other call in ``_gemm``."""
+
+    def _call(self, *args: Any, **kwargs: Any) -> DeviceArray:
+        return _gemm(*args, **kwargs)
+
+
+gemm = _Gemm()
+functools.update_wrapper(gemm, _gemm)
 
 
 def gemm_batched(

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Sequence
 
-from . import __version__
+from . import __version__, fastpath
 from .bench import BENCHMARKS
 from .build import fingerprint
 from .cache import default_cache_dir, get_default_cache
@@ -45,6 +45,7 @@ def collect_info() -> dict[str, Any]:
         "nvrtc": ".".join(map(str, nvrtc_version())),
         "packages": {name: _package_version(name) for name in _PACKAGES},
         "supported_archs": [f"sm_{a}" for a in supported_archs()],
+        "c_launch_path": fastpath.status(),
         "driver": _driver_info(),
         "cache": _cache_info(),
     }
@@ -108,6 +109,7 @@ def format_info(info: dict[str, Any]) -> str:
         ("NVRTC", info["nvrtc"]),
         *((name, version or "not installed") for name, version in info["packages"].items()),
         ("archs", " ".join(info["supported_archs"])),
+        ("C launch path", info["c_launch_path"]),
         *_driver_rows(info["driver"]),
         ("cache", _cache_line(info["cache"])),
     ]

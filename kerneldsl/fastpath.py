@@ -22,6 +22,15 @@ except ImportError:  # built without a C compiler: the Python path does everythi
 ENABLED = _fastlaunch is not None and os.environ.get("KERNELDSL_C_LAUNCH", "1") != "0"
 
 
+def status() -> str:
+    """One line for ``kerneldsl info``: whether warm calls take the C path, and if not, why."""
+    if ENABLED:
+        return "on"
+    if _fastlaunch is None:
+        return "off: kerneldsl._fastlaunch was not built (no C compiler at install time); calls take the Python path"
+    return "off: KERNELDSL_C_LAUNCH=0; calls take the Python path"
+
+
 class PyFront:
     """Kernel's base when the C path is off: every call goes straight to ``_call``."""
 
@@ -52,7 +61,7 @@ def c_launch(bound: Any, args: tuple[Any, ...]) -> Any | None:
     if not ENABLED or plan is None:
         return None
     session = bound.session
-    entry = session.launch_entry_point
+    entry = session.entry_point("cuLaunchKernel")
     if not entry:
         return None
     guards = tuple(a.dispatch_tag if type(a) is DeviceArray else type(a) for a in args)
@@ -63,4 +72,35 @@ def c_launch(bound: Any, args: tuple[Any, ...]) -> Any | None:
         launch=entry,
         function=int(bound.function),
         stream=int(session._stream_cu),
+    )
+
+
+def gemm_launch(
+    session: Any, plans: Any, plan: Any, double_scale: bool, operands: tuple[DeviceArray, ...], workspace: DeviceArray
+) -> Any | None:
+    """A C GemmLaunch of ``plan`` for ``gemm(a, b, out)`` on the session stream; None when the
+    C path cannot take it (disabled, or a driver or cuBLASLt without the entry points)."""
+    if not ENABLED:
+        return None
+    from . import blas_lt
+
+    matmul, current_context = blas_lt.matmul_address(), session.entry_point("cuCtxGetCurrent")
+    if not (matmul and current_context):
+        return None
+    return _fastlaunch.GemmLaunch(
+        session=session,
+        tags=tuple(a.dispatch_tag for a in operands),
+        shapes=tuple(a.shape for a in operands),
+        alignment=plan.alignments,
+        matmul=matmul,
+        current_context=current_context,
+        context=session._ctx_address,
+        handle=plans.raw,
+        desc=plan.desc,
+        layouts=plan.layouts,
+        algo=plan.algo,
+        workspace=workspace.ptr,
+        workspace_bytes=workspace.nbytes,
+        stream=session.stream.handle,
+        double_scale=double_scale,
     )

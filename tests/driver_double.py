@@ -49,6 +49,9 @@ _C_LAUNCH = ctypes.CFUNCTYPE(
 )
 
 
+_C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
 class FakeDriver:
     def __init__(self, devices: int = 1, total_memory: int = 1 << 30) -> None:
         self.devices = devices
@@ -75,7 +78,7 @@ class FakeDriver:
         self.snapshot_slots = 0  # when set, each launch records that many parameter slots
         self.param_bytes: list[bytes] = []
         self.c_launches = 0  # launches that came through the C launch path
-        self._c_launch: Any = None
+        self._c_entries: dict[bytes, Any] = {}
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -363,13 +366,19 @@ class FakeDriver:
             self.param_bytes.append(b"".join(ctypes.string_at(p, 8) for p in pointers))
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple:
-        """Only cuLaunchKernel, as a C function pointer: the C launch path calls it like the real one."""
+        """cuLaunchKernel and cuCtxGetCurrent as C function pointers: the C launch path calls them like the real ones."""
         code = self._enter("cuGetProcAddress")
-        if code or symbol != b"cuLaunchKernel":
+        if code or symbol not in (b"cuLaunchKernel", b"cuCtxGetCurrent"):
             return self._r(code, 0, 0)
-        if self._c_launch is None:
-            self._c_launch = _C_LAUNCH(self._launch_from_c)
-        return self._r(0, ctypes.cast(self._c_launch, ctypes.c_void_p).value, 0)
+        if not self._c_entries:
+            self._c_entries[b"cuLaunchKernel"] = _C_LAUNCH(self._launch_from_c)
+            self._c_entries[b"cuCtxGetCurrent"] = _C_CURRENT(self._current_from_c)
+        return self._r(0, ctypes.cast(self._c_entries[symbol], ctypes.c_void_p).value, 0)
+
+    def _current_from_c(self, out: int) -> int:
+        stack = self._stack()
+        ctypes.c_void_p.from_address(out).value = int(stack[-1]) if stack else None
+        return 0
 
     def _launch_from_c(self, f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: int, params: int, extra: int) -> int:
         self.c_launches += 1

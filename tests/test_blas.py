@@ -13,6 +13,7 @@ import builtins
 import ctypes
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +22,7 @@ import pytest
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import blas
+from kerneldsl import blas, blas_lt, fastpath
 from kerneldsl.dtypes import ELEMENT_TYPES
 from kerneldsl.errors import (
     AliasingError,
@@ -223,20 +224,156 @@ class FakeCublas:
         self._nrm2(np.dtype(np.float64), *args)
 
 
+class FakeCuBLASLtError(FakeCuBLASError):
+    pass
+
+
+_LT_MATMUL = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_void_p] * 14, ctypes.c_size_t, ctypes.c_void_p)
+
+
+class FakeCublasLt:
+    """Column-major cuBLASLt matmul over FakeDriver memory, computed by FakeCublas's reference gemm.
+
+    ``matmul_address`` hands out a C function pointer to the same matmul, so the C launch path
+    can run kd.blas.gemm on CPU exactly as it would call cublasLtMatmul.
+    """
+
+    cuBLASLtError = FakeCuBLASLtError
+    matmul_heuristic_result_dtype = np.dtype([("algo", "<u8", (8,)), ("workspace_size", "<u8"), ("state", "<i4"),
+                                              ("waves_count", "<f4"), ("reserved", "<i4", (4,))])
+
+    def __init__(self, blas_double: FakeCublas) -> None:
+        self.blas = blas_double
+        self.descs: dict[int, dict[str, int]] = {}
+        self.layouts: dict[int, tuple[int, int, int, int]] = {}
+        self.prefs: dict[int, dict[int, int]] = {}
+        self.handles: set[int] = set()
+        self.heuristics: list[dict[int, int]] = []
+        self.matmuls: list[dict[str, Any]] = []
+        self.c_matmuls = 0
+        self.no_algorithm = False
+        self.broken = 0  # a status every matmul fails with, like a persistent cuBLASLt refusal
+        self._c_matmul = _LT_MATMUL(self._matmul_from_c)
+        self._next = 0x17000
+
+    def _new(self) -> int:
+        self._next += 0x10
+        return self._next
+
+    def _enter(self, name: str, *args: Any) -> None:
+        try:
+            self.blas._enter("lt." + name, None, *args)
+        except FakeCuBLASError as exc:
+            raise FakeCuBLASLtError(exc.status) from None
+
+    def create(self) -> int:
+        self._enter("create")
+        h = self._new()
+        self.handles.add(h)
+        return h
+
+    def destroy(self, h: int) -> None:
+        self._enter("destroy", h)
+        self.handles.remove(h)
+
+    def matmul_desc_create(self, compute: int, scale: int) -> int:
+        h = self._new()
+        self.descs[h] = {"compute": compute, "scale": scale, 3: 0, 4: 0}
+        return h
+
+    def matmul_desc_set_attribute(self, desc: int, attr: int, buf: int, size: int) -> None:
+        self.descs[desc][attr] = ctypes.c_int32.from_address(buf).value
+
+    def matmul_desc_destroy(self, desc: int) -> None:
+        del self.descs[desc]
+
+    def matrix_layout_create(self, ctype: int, rows: int, cols: int, ld: int) -> int:
+        h = self._new()
+        self.layouts[h] = (ctype, rows, cols, ld)
+        return h
+
+    def matrix_layout_destroy(self, layout: int) -> None:
+        del self.layouts[layout]
+
+    def matmul_preference_create(self) -> int:
+        h = self._new()
+        self.prefs[h] = {}
+        return h
+
+    def matmul_preference_set_attribute(self, pref: int, attr: int, buf: int, size: int) -> None:
+        self.prefs[pref][attr] = (ctypes.c_uint64 if size == 8 else ctypes.c_uint32).from_address(buf).value
+
+    def matmul_preference_destroy(self, pref: int) -> None:
+        del self.prefs[pref]
+
+    def matmul_algo_get_heuristic(self, h: int, desc: int, a: int, b: int, c: int, d: int, pref: int, requested: int,
+                                  results: int, count: int) -> None:
+        self._enter("matmul_algo_get_heuristic", h)
+        self.heuristics.append(dict(self.prefs[pref]))
+        ctypes.c_int32.from_address(count).value = 0 if self.no_algorithm else 1
+
+    def matmul(self, h: int, desc: int, alpha: int, a: int, a_layout: int, b: int, b_layout: int, beta: int, c: int,
+               c_layout: int, d: int, d_layout: int, algo: int, workspace: int, workspace_bytes: int, stream: int) -> None:
+        self._enter("matmul", h, stream, workspace)
+        if self.broken:
+            raise FakeCuBLASLtError(self.broken)
+        assert h in self.handles and c == d and c_layout == d_layout
+        self.blas._view(workspace, workspace_bytes, np.dtype(np.uint8))  # must be device memory of that size
+        spec = self.descs[desc]
+        ta, tb = spec[3], spec[4]
+        at, a_rows, a_cols, lda = self.layouts[a_layout]
+        bt, b_rows, b_cols, ldb = self.layouts[b_layout]
+        ct, m, n, ldc = self.layouts[c_layout]
+        k = a_rows if ta else a_cols
+        self.matmuls.append({"ta": ta, "tb": tb, "a": self.layouts[a_layout][1:], "b": self.layouts[b_layout][1:],
+                             "c": self.layouts[c_layout][1:], "compute": spec["compute"], "stream": stream,
+                             "workspace": (workspace, workspace_bytes)})
+        double = spec["scale"] == 1
+        self.blas._gemm(ta, tb, m, n, k, FakeCublas._scalar(alpha, double), a, _CUDA_TYPES[at], lda, b,
+                        _CUDA_TYPES[bt], ldb, FakeCublas._scalar(beta, double), c, _CUDA_TYPES[ct], ldc)
+
+    def _matmul_from_c(self, h: int, desc: int, alpha: int, a: int, a_layout: int, b: int, b_layout: int, beta: int,
+                       c: int, c_layout: int, d: int, d_layout: int, algo: int, workspace: int,
+                       workspace_bytes: int, stream: int) -> int:
+        self.c_matmuls += 1
+        try:
+            self.matmul(h, desc, alpha, a, a_layout, b, b_layout, beta, c, c_layout, d, d_layout, algo, workspace,
+                        workspace_bytes, stream or 0)
+        except FakeCuBLASError as exc:
+            return exc.status
+        return 0
+
+    def matmul_address(self) -> int:
+        return int(ctypes.cast(self._c_matmul, ctypes.c_void_p).value or 0)
+
+
 # -- fixtures ----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def lib(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> FakeCublas:
+def lib(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCublas]:
     fake = FakeCublas(drv)
+    lt = FakeCublasLt(fake)
     monkeypatch.setattr(blas, "_lib", fake)
-    return fake
+    monkeypatch.setattr(blas_lt, "_lib", lt)
+    monkeypatch.setattr(blas_lt, "matmul_address", lt.matmul_address)
+    fake.lt = lt  # type: ignore[attr-defined]
+    yield fake
+    blas.gemm._forget_launches()
 
 
 @pytest.fixture
 def s(drv: FakeDriver) -> Iterator[Session]:
     with Session(0) as session:
         yield session
+
+
+def blas_lt_view(base: DeviceArray, offset_bytes: int, shape: tuple[int, ...]) -> Any:
+    """A float32 device view ``offset_bytes`` into ``base``, for alignment tests."""
+    from kerneldsl.runtime.interop import DeviceView
+
+    return DeviceView(ptr=base.ptr + offset_bytes, shape=shape, strides=(4 * shape[1], 4), dtype=np.dtype(np.float32),
+                      device=0, readonly=False, owner=base)
 
 
 def rand(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> np.ndarray:
@@ -270,6 +407,15 @@ def test_abi_constants_match_nvmath() -> None:
     for status in cublas.Status:
         if status:
             assert blas.status_name(status) == f"CUBLAS_STATUS_{status.name}"
+
+
+def test_cublaslt_attribute_ids_match_nvmath() -> None:
+    lt = pytest.importorskip("nvmath.bindings.cublasLt")
+    desc, pref = lt.MatmulDescAttribute, lt.MatmulPreferenceAttribute
+    assert (blas_lt.DESC_TRANSA, blas_lt.DESC_TRANSB) == (desc.TRANSA, desc.TRANSB)
+    assert blas_lt.PREF_MAX_WORKSPACE_BYTES == pref.MAX_WORKSPACE_BYTES
+    assert blas_lt.PREF_MIN_ALIGNMENT == (pref.MIN_ALIGNMENT_A_BYTES, pref.MIN_ALIGNMENT_B_BYTES,
+                                          pref.MIN_ALIGNMENT_C_BYTES, pref.MIN_ALIGNMENT_D_BYTES)
 
 
 def test_import_kerneldsl_does_not_import_nvmath() -> None:
@@ -489,16 +635,42 @@ def test_gemm_matches_numpy(s: Session, lib: FakeCublas, dtype: Any, trans_a: bo
     np.testing.assert_allclose(out.to_host().astype(np.float64), expected, rtol=tolerance(dtype), atol=tolerance(dtype))
 
 
-def test_gemm_cublas_arguments_are_the_swapped_product(s: Session, lib: FakeCublas) -> None:
+def test_gemm_cublaslt_operands_are_the_swapped_product(s: Session, lib: FakeCublas) -> None:
     blas.gemm(s.zeros((2, 3)), s.zeros((3, 4)))
+    (call,) = lib.lt.matmuls  # type: ignore[attr-defined]
+    # C^T (4x2, ld 4) = B^T (4x3, ld 4) @ A^T (3x2, ld 3): layouts are (rows, cols, ld)
+    assert (call["ta"], call["tb"], call["a"], call["b"], call["c"]) == (0, 0, (4, 3, 4), (3, 2, 3), (4, 2, 4))
+    assert call["compute"] == blas.COMPUTE_32F
+    blas.gemm(s.zeros((3, 2)), s.zeros((4, 3)), trans_a=True, trans_b=True, tf32=True)
+    call = lib.lt.matmuls[-1]  # type: ignore[attr-defined]
+    assert (call["ta"], call["tb"], call["a"], call["b"], call["c"]) == (1, 1, (3, 4, 3), (2, 3, 2), (4, 2, 4))
+    assert call["compute"] == blas.COMPUTE_32F_FAST_TF32
+
+
+def test_gemm_without_a_cublaslt_algorithm_uses_gemm_ex(s: Session, lib: FakeCublas) -> None:
+    lib.lt.no_algorithm = True  # type: ignore[attr-defined]
+    a, b = rand((2, 3), np.float32), rand((3, 4), np.float32)
+    out = blas.gemm(s.to_device(a), s.to_device(b))
     ((name, args),) = [c for c in lib.calls if c[0] == "gemm_ex"]
     ta, tb, m, n, k, _, lda, _, ldb, _, ldc, compute = args
     assert (ta, tb, m, n, k, lda, ldb, ldc, compute) == (blas.OP_N, blas.OP_N, 4, 2, 3, 4, 3, 4, blas.COMPUTE_32F)
-    lib.calls.clear()
-    blas.gemm(s.zeros((3, 2)), s.zeros((4, 3)), trans_a=True, trans_b=True, tf32=True)
-    ((name, args),) = [c for c in lib.calls if c[0] == "gemm_ex"]
-    ta, tb, m, n, k, _, lda, _, ldb, _, ldc, compute = args
-    assert (ta, tb, m, n, k, lda, ldb, ldc, compute) == (blas.OP_T, blas.OP_T, 4, 2, 3, 3, 2, 4, blas.COMPUTE_32F_FAST_TF32)
+    np.testing.assert_allclose(out.to_host(), a @ b, rtol=1e-5)
+
+
+def test_a_gemm_plan_is_made_once_per_problem(s: Session, lib: FakeCublas) -> None:
+    a, b = s.zeros((8, 8)), s.zeros((8, 8))
+    for _ in range(3):
+        blas.gemm(a, b)
+    blas.gemm(s.zeros((8, 4)), s.zeros((4, 8)))
+    assert len(lib.lt.heuristics) == 2  # type: ignore[attr-defined]
+
+
+def test_a_gemm_plan_assumes_only_the_alignment_the_operands_have(s: Session, lib: FakeCublas) -> None:
+    whole = s.zeros(64 + 4, np.float32)
+    offset = DeviceArray.borrow(s, blas_lt_view(whole, 4, (8, 8)))
+    blas.gemm(offset, s.zeros((8, 8)), s.zeros((8, 8)))
+    (prefs,) = lib.lt.heuristics  # type: ignore[attr-defined]
+    assert [prefs[a] for a in blas_lt.PREF_MIN_ALIGNMENT] == [256, 4, 256, 256]  # A is b, B is a
 
 
 def test_compute_types(s: Session, lib: FakeCublas) -> None:
@@ -506,9 +678,8 @@ def test_compute_types(s: Session, lib: FakeCublas) -> None:
              (np.float64, False, blas.COMPUTE_64F), (np.float16, True, blas.COMPUTE_32F),
              (np.float32, True, blas.COMPUTE_32F_FAST_TF32), (np.float64, True, blas.COMPUTE_64F)]
     for dtype, tf32, compute in cases:  # tf32 only changes float32
-        lib.calls.clear()
         blas.gemm(s.zeros((2, 2), dtype), s.zeros((2, 2), dtype), tf32=tf32)
-        assert [c[1][-1] for c in lib.calls if c[0] == "gemm_ex"] == [compute]
+        assert lib.lt.matmuls[-1]["compute"] == compute  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("dtype", GEMM_DTYPES, ids=lambda d: np.dtype(d).name)
@@ -585,25 +756,34 @@ def test_one_lazy_handle_per_session(s: Session, lib: FakeCublas) -> None:
 
 
 def test_stream_and_workspace_set_only_when_the_stream_changes(s: Session, lib: FakeCublas, drv: FakeDriver) -> None:
-    a = s.zeros((2, 2))
+    a = s.zeros((1, 2, 2))
     for _ in range(3):
-        blas.gemm(a, a)
-    assert lib.names() == ["create", "set_stream", "set_workspace", "gemm_ex", "gemm_ex", "gemm_ex"]
+        blas.gemm_batched(a, a)
+    assert lib.names() == ["create", "set_stream", "set_workspace", "gemm_strided_batched_ex", "gemm_strided_batched_ex", "gemm_strided_batched_ex"]
     assert lib.calls[1][1] == (s.stream.handle,)
     ws_default = lib.calls[2][1]
     assert ws_default[1] == blas.WORKSPACE_BYTES
     other = s.create_stream()
     lib.calls.clear()
-    blas.gemm(a, a, stream=other)
-    blas.gemm(a, a, stream=other)
-    blas.gemm(a, a)
-    assert lib.names() == ["set_stream", "set_workspace", "gemm_ex", "gemm_ex", "set_stream", "set_workspace", "gemm_ex"]
+    blas.gemm_batched(a, a, stream=other)
+    blas.gemm_batched(a, a, stream=other)
+    blas.gemm_batched(a, a)
+    assert lib.names() == ["set_stream", "set_workspace", "gemm_strided_batched_ex", "gemm_strided_batched_ex", "set_stream", "set_workspace", "gemm_strided_batched_ex"]
     assert lib.calls[0][1] == (other.handle,)
     assert lib.calls[1][1][0] != ws_default[0]  # one workspace per stream
     assert lib.calls[5][1] == ws_default  # and the default stream's is reused, not reallocated
     other.close()
     with pytest.raises(ClosedError):
-        blas.gemm(a, a, stream=other)
+        blas.gemm_batched(a, a, stream=other)
+
+
+def test_gemm_runs_on_the_stream_it_is_given_with_that_streams_workspace(s: Session, lib: FakeCublas) -> None:
+    a, other = s.zeros((2, 2)), s.create_stream()
+    blas.gemm(a, a)
+    blas.gemm(a, a, stream=other)
+    first, second = lib.lt.matmuls  # type: ignore[attr-defined]
+    assert (first["stream"], second["stream"]) == (s.stream.handle, other.handle)
+    assert first["workspace"][0] != second["workspace"][0] and first["workspace"][1] == blas.WORKSPACE_BYTES
 
 
 def test_pointer_mode_switches_only_when_needed(s: Session, lib: FakeCublas) -> None:
@@ -668,10 +848,10 @@ def test_poisoned_session_abandons_the_handle(drv: FakeDriver, lib: FakeCublas) 
 
 def test_cublas_failure_becomes_blas_error(s: Session, lib: FakeCublas) -> None:
     a = s.zeros((2, 2))
-    lib.fail["gemm_ex"] = 7
-    with pytest.raises(BlasError, match=r"cublasGemmEx failed with CUBLAS_STATUS_INVALID_VALUE \(7\)") as info:
+    lib.fail["lt.matmul"] = 7
+    with pytest.raises(BlasError, match=r"cublasLtMatmul failed with CUBLAS_STATUS_INVALID_VALUE \(7\)") as info:
         blas.gemm(a, a)
-    assert (info.value.status, info.value.name, info.value.api) == (7, "CUBLAS_STATUS_INVALID_VALUE", "cublasGemmEx")
+    assert (info.value.status, info.value.name, info.value.api) == (7, "CUBLAS_STATUS_INVALID_VALUE", "cublasLtMatmul")
     lib.fail["dot"] = 13
     with pytest.raises(BlasError, match="cublasSdot failed with CUBLAS_STATUS_EXECUTION_FAILED"):
         blas.dot(s.zeros(2), s.zeros(2))
@@ -743,3 +923,95 @@ def test_vendor_handle_failures_are_collected_and_poison_abandons(drv: FakeDrive
     p._poison_with(StickyCudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "cuLaunchKernel"))
     p.close()
     assert log[-1] == "abandon"
+
+
+# -- the C path of gemm (kerneldsl._fastlaunch) -------------------------------------------------------------
+
+needs_c_path = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
+
+
+def _warm_gemm(s: Session) -> tuple[np.ndarray, np.ndarray, DeviceArray, DeviceArray, DeviceArray]:
+    a, b = rand((5, 3), np.float32, 1), rand((3, 4), np.float32, 2)
+    da, db, out = s.to_device(a), s.to_device(b), s.zeros((5, 4))
+    blas.gemm(da, db, out)  # the Python path, which remembers the call for the C path
+    return a, b, da, db, out
+
+
+@needs_c_path
+def test_a_warm_gemm_with_out_runs_from_c(s: Session, lib: FakeCublas) -> None:
+    a, b, da, db, out = _warm_gemm(s)
+    c = rand((5, 4), np.float32, 3)
+    out.copy_from_host(c)
+    with s.activated():  # frees the copy's queued event, which would send the next call to the Python path
+        pass
+    assert blas.gemm(da, db, out, alpha=2.0, beta=-0.5) is out
+    assert lib.lt.c_matmuls == 1  # type: ignore[attr-defined]
+    np.testing.assert_allclose(out.to_host(), 2 * a.astype(np.float64) @ b - 0.5 * c, rtol=1e-5, atol=1e-6)
+
+
+@needs_c_path
+def test_a_float64_gemm_from_c_scales_in_double(s: Session, lib: FakeCublas) -> None:
+    a, b = rand((4, 4), np.float64, 1), rand((4, 4), np.float64, 2)
+    da, db, out = s.to_device(a), s.to_device(b), s.zeros((4, 4), np.float64)
+    blas.gemm(da, db, out)
+    blas.gemm(da, db, out, alpha=1 / 3)
+    assert lib.lt.c_matmuls == 1  # type: ignore[attr-defined]
+    np.testing.assert_allclose(out.to_host(), (a @ b) / 3, rtol=1e-12)
+
+
+@needs_c_path
+@pytest.mark.parametrize("extra", [{"trans_a": False}, {"stream": None}, {"tf32": False}])
+def test_other_keywords_take_the_python_path(s: Session, lib: FakeCublas, extra: dict[str, Any]) -> None:
+    _, _, da, db, out = _warm_gemm(s)
+    blas.gemm(da, db, out, **extra)
+    assert lib.lt.c_matmuls == 0 and len(lib.lt.matmuls) == 2  # type: ignore[attr-defined]
+
+
+@needs_c_path
+def test_a_gemm_the_c_path_cannot_take_raises_from_the_python_path(s: Session, lib: FakeCublas) -> None:
+    _, _, da, db, out = _warm_gemm(s)
+    with pytest.raises(ShapeMismatchError):
+        blas.gemm(da, db, s.zeros((5, 5)))
+    with pytest.raises(AliasingError):
+        blas.gemm(da, db, DeviceArray.borrow(s, blas_lt_view(da, 0, (5, 4))))
+    out.close()
+    with pytest.raises(ClosedError):
+        blas.gemm(da, db, out)
+    assert lib.lt.c_matmuls == 0  # type: ignore[attr-defined]
+
+
+@needs_c_path
+def test_a_cublaslt_failure_in_the_c_path_raises_the_typed_error(s: Session, lib: FakeCublas) -> None:
+    _, _, da, db, out = _warm_gemm(s)
+    lib.lt.broken = 7  # type: ignore[attr-defined]
+    with pytest.raises(BlasError, match="cublasLtMatmul failed with CUBLAS_STATUS_INVALID_VALUE"):
+        blas.gemm(da, db, out)  # the C path declines on the status, the Python path raises it
+    assert lib.lt.c_matmuls == 1  # type: ignore[attr-defined]
+
+
+@needs_c_path
+def test_a_thread_without_the_sessions_context_takes_the_python_path(s: Session, lib: FakeCublas) -> None:
+    _, _, da, db, out = _warm_gemm(s)
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            blas.gemm(da, db, out)
+        except BaseException as exc:  # reported in the test's thread
+            errors.append(exc)
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert not errors and lib.lt.c_matmuls == 0 and len(lib.lt.matmuls) == 2  # type: ignore[attr-defined]
+
+
+@needs_c_path
+def test_closing_the_session_destroys_the_plans_and_the_c_path_declines(drv: FakeDriver, lib: FakeCublas) -> None:
+    s = Session(0)
+    _, _, da, db, out = _warm_gemm(s)
+    s.close()
+    assert lib.lt.descs == {} and lib.lt.layouts == {} and lib.lt.handles == set()  # type: ignore[attr-defined]
+    with pytest.raises(ClosedError):
+        blas.gemm(da, db, out)
+    assert lib.lt.c_matmuls == 0  # type: ignore[attr-defined]

@@ -33,7 +33,7 @@ def staged_sum(out: kd.Out[kd.float32, 1], x: kd.In[kd.float32, "n"], threads: k
 
 
 def test_the_driver_offers_a_launch_entry_point() -> None:
-    assert kd.default_session().launch_entry_point != 0
+    assert kd.default_session().entry_point("cuLaunchKernel") != 0
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.float16])

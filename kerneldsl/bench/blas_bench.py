@@ -4,8 +4,9 @@
   ``cupy.matmul`` on the same device arrays and the same stream; event-timed median of
   interleaved repetitions; TFLOP/s and the time ratio (target: within 3%).
 - host cost: a 64^3 float32 gemm enqueued while the stream is held by a spinning kernel (so
-  the queue never drains), median per call, vs the nvmath binding called directly with
-  pre-computed arguments, ``cupy.matmul`` and ``torch.mm`` (targets: <= 1.2x the binding,
+  the queue never drains), median per call of interleaved repetitions, vs the nvmath binding
+  kd.blas calls (cublasLtMatmul, same plan) called directly with pre-computed arguments, the
+  cublasGemmEx binding, ``cupy.matmul`` and ``torch.mm`` (targets: <= 1.2x the binding,
   <= 0.5x CuPy).
 
 Every result is checked against numpy (sampled rows for the large products).
@@ -14,16 +15,17 @@ Every result is checked against numpy (sampled rows for the large products).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import statistics
 from typing import Any, Callable
 
 import numpy as np
 
-from .. import blas
-from ..runtime import DeviceArray, Session, default_session
+from .. import blas, blas_lt
+from ..runtime import Session, default_session
 from .report import print_report
-from .runtime_bench import held_enqueue_cost, spin
+from .runtime_bench import interleaved_enqueue_costs, spin
 
 CHECK_TOL = {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-4}  # per unit of |A| @ |B|
 TARGETS = {
@@ -115,45 +117,54 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
     rng = np.random.default_rng()
     a = rng.standard_normal((n, n), dtype=np.float32)
     b = rng.standard_normal((n, n), dtype=np.float32)
-    da, db = s.to_device(a), s.to_device(b)
+    da, db, out = s.to_device(a), s.to_device(b), s.empty((n, n), np.float32)
     spin_cycles = 4_000_000 + 40_000 * calls  # outlasts the enqueue loop
 
     def hold() -> None:
         spin(spin_cycles)
 
-    all_rows = np.arange(n)
-    results: dict[str, float] = {}
-
-    def measure(name: str, enqueue: Callable[[], None], out: DeviceArray) -> None:
-        out.copy_from_host(np.full((n, n), np.nan, np.float32))
-        enqueue()
-        s.synchronize()
-        results[name] = held_enqueue_cost(hold, enqueue, s.synchronize, calls, reps) * 1e6
-        _check(out.to_host(), a, b, all_rows, name)
-
-    out = s.empty((n, n), np.float32)
-    measure("kerneldsl", lambda: blas.gemm(da, db, out), out)
-
+    contenders: dict[str, Callable[[], Any]] = {
+        "kerneldsl": lambda: blas.gemm(da, db, out),
+        "kerneldsl, Python path": lambda: blas._gemm(da, db, out),
+    }
+    blas.gemm(da, db, out)  # makes the handle, the plan and the C path's entry
     h = blas.handle(s)
-    lib, raw = h._lib, h.raw
+    plans = h.plans()
+    plan = plans.plan(blas.R_32F, blas.COMPUTE_32F, da, db, out, False, False)
     scalars = (ctypes.c_float * 2)(1.0, 0.0)
     pa, pb = ctypes.addressof(scalars), ctypes.addressof(scalars) + 4
-    direct_args = (raw, blas.OP_N, blas.OP_N, n, n, n, pa, db.ptr, blas.R_32F, n, da.ptr, blas.R_32F, n,
-                   pb, out.ptr, blas.R_32F, n, blas.COMPUTE_32F, blas.GEMM_DEFAULT)
-    gemm_ex = lib.gemm_ex
-    with s.activated():  # the binding alone: context current, handle already on the session stream
-        measure("nvmath binding direct", lambda: gemm_ex(*direct_args), out)
-
+    if plan is not None:  # the binding kd.blas.gemm calls, with the same plan, workspace and stream
+        lt, workspace = blas_lt.library(), h.workspace(s.stream)
+        lt_args = (plans.raw, plan.desc, pa, db.ptr, plan.layouts[1], da.ptr, plan.layouts[0], pb, out.ptr,
+                   plan.layouts[2], out.ptr, plan.layouts[2], plan.algo, workspace.ptr, workspace.nbytes, s.stream.handle)
+        contenders["nvmath cublasLt binding direct"] = lambda: lt.matmul(*lt_args)
+    gemm_ex_args = (h.raw, blas.OP_N, blas.OP_N, n, n, n, pa, db.ptr, blas.R_32F, n, da.ptr, blas.R_32F, n,
+                    pb, out.ptr, blas.R_32F, n, blas.COMPUTE_32F, blas.GEMM_DEFAULT)
+    gemm_ex = h._lib.gemm_ex
+    with s.activated():
+        h._bind(None, blas.POINTER_MODE_HOST)  # the classic handle on the session stream, as the binding needs
+    contenders["nvmath cublas gemm_ex binding direct"] = lambda: gemm_ex(*gemm_ex_args)
+    scopes: list[Any] = []
     if cp is not None:
-        stream = cp.cuda.ExternalStream(s.stream.handle)
         ca, cb, cc = cp.asarray(da), cp.asarray(db), cp.asarray(out)
-        with stream:
-            measure("CuPy matmul", lambda: cp.matmul(ca, cb, out=cc), out)
+        contenders["CuPy matmul"] = lambda: cp.matmul(ca, cb, out=cc)
+        scopes.append(cp.cuda.ExternalStream(s.stream.handle))
     if torch is not None:
         ta, tb, tc = (torch.as_tensor(x, device="cuda") for x in (da, db, out))
-        with torch.cuda.stream(torch.cuda.ExternalStream(s.stream.handle)):
-            measure("torch.mm", lambda: torch.mm(ta, tb, out=tc), out)
-    return results
+        contenders["torch.mm"] = lambda: torch.mm(ta, tb, out=tc)
+        scopes.append(torch.cuda.stream(torch.cuda.ExternalStream(s.stream.handle)))
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(s.activated())  # the direct bindings need the context current
+        for scope in scopes:
+            stack.enter_context(scope)
+        for name, enqueue in contenders.items():  # each one is checked before it is timed
+            out.copy_from_host(np.full((n, n), np.nan, np.float32))
+            enqueue()
+            s.synchronize()
+            _check(out.to_host(), a, b, np.arange(n), name)
+        timed = {name: (hold, enqueue, s.synchronize) for name, enqueue in contenders.items()}
+        results = interleaved_enqueue_costs(timed, calls, reps)
+    return {name: seconds * 1e6 for name, seconds in results.items()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,7 +176,9 @@ def run(args: argparse.Namespace) -> int:
         f"{args.small}^3 float32 gemm host cost (µs per call, stream held)": bench_host_cost(args, cp, torch),
     }
     host = report[f"{args.small}^3 float32 gemm host cost (µs per call, stream held)"]
-    ratios = {"host kerneldsl / direct binding": host["kerneldsl"] / host["nvmath binding direct"]}
+    ratios = {"host kerneldsl / gemm_ex binding": host["kerneldsl"] / host["nvmath cublas gemm_ex binding direct"]}
+    if "nvmath cublasLt binding direct" in host:
+        ratios["host kerneldsl / direct binding"] = host["kerneldsl"] / host["nvmath cublasLt binding direct"]
     if cp is not None:
         ratios["float32 kerneldsl / CuPy time"] = report[f"gemm {n}^3 float32"]["kerneldsl / CuPy time"]
         ratios["float16 kerneldsl / CuPy time"] = report[f"gemm {n}^3 float16"]["kerneldsl / CuPy time"]

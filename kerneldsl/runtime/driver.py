@@ -222,12 +222,13 @@ def compute_capability(ordinal: int) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def launch_entry_point() -> int:
-    """The address of the driver's ``cuLaunchKernel``, for the C launch path (0: none offered)."""
+def entry_point(name: str) -> int:
+    """The address of driver function ``name`` (e.g. ``cuLaunchKernel``), for the C launch path;
+    0 when the driver offers none."""
     d = api()
     version = int(check("cuDriverGetVersion", d.cuDriverGetVersion()))
     flags = d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
-    result = d.cuGetProcAddress(b"cuLaunchKernel", version, flags)
+    result = d.cuGetProcAddress(name.encode(), version, flags)
     if result[0] or not result[1]:
         return 0
     return int(result[1])

@@ -152,7 +152,7 @@ class Session:
         self._ctx_address = int(self._ctx)
         self._pushed: list[bool] = []
         self._ok = True  # the one flag the hot path reads: open, not forked, not poisoned
-        self._launch_entry: int | None = None
+        self._entry_points: dict[str, int] = {}
         try:
             self.stream = Stream(self)
         except BaseException:
@@ -276,13 +276,13 @@ class Session:
             if err:
                 self._launch_failed(err)
 
-    @property
-    def launch_entry_point(self) -> int:
-        """Address of the driver's cuLaunchKernel for the C launch path; 0 when there is none."""
-        if self._launch_entry is None:
+    def entry_point(self, name: str) -> int:
+        """Address of driver function ``name`` for the C launch path; 0 when there is none."""
+        address = self._entry_points.get(name)
+        if address is None:
             with self._activation:
-                self._launch_entry = driver.launch_entry_point()
-        return self._launch_entry
+                address = self._entry_points[name] = driver.entry_point(name)
+        return address
 
     def _bad_stream(self, stream: Stream) -> None:
         stream._check()
