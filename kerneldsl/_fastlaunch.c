@@ -56,7 +56,7 @@ enum {
 /* Where DeviceArray keeps what a launch reads: __slots__ offsets, set once by configure(). */
 static PyTypeObject *array_type = NULL;
 static Py_ssize_t off_session, off_closed, off_shape, off_ptr, off_nbytes, off_tag;
-static PyObject *str_ok, *str_call, *str_launch_failed, *str_alpha, *str_beta;
+static PyObject *str_ok, *str_call, *str_launch_failed, *str_alpha, *str_beta, *str_out;
 
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
@@ -80,6 +80,7 @@ typedef struct {
     launch_fn launch;
     void *function;
     void *stream;
+    int out_keyword; /* the last parameter comes as out=..., and is what the call returns */
     int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
     char is_array[MAX_ARGS];
     int array_arg[MAX_ARRAYS], array_ndim[MAX_ARRAYS];
@@ -262,15 +263,16 @@ static int load_plan(Launch *L, PyObject *plan)
 
 static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"plan", "session", "guards", "launch", "function", "stream", NULL};
+    static char *names[] = {"plan", "session", "guards", "launch", "function", "stream", "out_keyword", NULL};
     PyObject *plan, *session, *guards;
     unsigned long long launch, function, stream;
+    int out_keyword = 0;
     if (array_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK:Launch", names, &PyTuple_Type, &plan, &session,
-                                     &PyTuple_Type, &guards, &launch, &function, &stream))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|p:Launch", names, &PyTuple_Type, &plan, &session,
+                                     &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword))
         return NULL;
     if (launch == 0) {
         PyErr_SetString(PyExc_ValueError, "no cuLaunchKernel entry point");
@@ -296,6 +298,7 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     L->launch = (launch_fn)(uintptr_t)launch;
     L->function = (void *)(uintptr_t)function;
     L->stream = (void *)(uintptr_t)stream;
+    L->out_keyword = out_keyword;
     return (PyObject *)L;
 fail:
     Py_DECREF(L);
@@ -476,7 +479,9 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
                           PyObject **result)
 {
     Launch *L = (Launch *)entry;
-    if (nargs != L->nargs || (kwnames != NULL && PyTuple_GET_SIZE(kwnames) != 0))
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    if (L->out_keyword ? nkw != 1 || nargs + 1 != L->nargs || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_out) != 0
+                       : nkw != 0 || nargs != L->nargs)
         return 0;
     PyObject *const *guards = &PyTuple_GET_ITEM(L->guards, 0);
     for (int i = 0; i < L->nargs; i++) {
@@ -522,7 +527,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
             return 0;
     }
     unsigned dims[7];
-    if (!eval_dims(L, syms, dims))
+    if (!eval_dims(L, syms, dims) || dims[0] == 0 || dims[1] == 0 || dims[2] == 0) /* an empty grid: Python decides */
         return 0;
 
     unsigned char buffer[MAX_SLOTS * 8];
@@ -553,8 +558,8 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
     int err = L->launch(L->function, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6],
                         L->stream, params, NULL);
     if (err == 0) {
-        Py_INCREF(Py_None);
-        *result = Py_None;
+        *result = L->out_keyword ? args[L->nargs - 1] : Py_None;
+        Py_INCREF(*result);
         return 1;
     }
     if (err == INVALID_CONTEXT) /* the Python path retries with the context made current */
@@ -960,7 +965,9 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     str_launch_failed = PyUnicode_InternFromString("_launch_failed");
     str_alpha = PyUnicode_InternFromString("alpha");
     str_beta = PyUnicode_InternFromString("beta");
-    if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL || str_alpha == NULL || str_beta == NULL)
+    str_out = PyUnicode_InternFromString("out");
+    if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL || str_alpha == NULL || str_beta == NULL ||
+        str_out == NULL)
         return NULL;
     if (PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FrontType) < 0)
         return NULL;

@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import dtypes, promotion
+from . import dtypes, fastpath, promotion
 from .codegen import render
 from .errors import DeclarationError, FusionError
 from .kernel import Kernel
@@ -505,6 +505,19 @@ class ElementwisePlan:
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
     bound: dict[int, BoundLaunch] = field(default_factory=dict)  # per thread: the kernel's dispatch result
+    c_launch: Any = None  # the C path's Launch for ``op(*args, out=out)`` once made (False: it cannot)
+
+    def remember(self, function: Any, values: Sequence[Any], out: Any, session: Any) -> None:
+        """Let the C path take later ``function(*values, out=out)`` calls like this one: device
+        operands in kernel order, the same shape everywhere (no broadcasting to check) and no
+        ml_dtypes scalars to convert."""
+        if out is None or session is None or not self.direct or self.broadcast or self.plain or session._captures:
+            return
+        if self.c_launch is None:
+            bound = self.bound.get(get_ident())
+            self.c_launch = bound is not None and fastpath.c_launch(bound, (*values, out), out_keyword=True) or False
+        if self.c_launch:
+            function._remember_launch(self.c_launch)
 
     def run(self, args: Sequence[Any], out: Any, session: Any) -> Any:
         if self.plain:
@@ -585,7 +598,7 @@ def plan_program(graph: Graph, root: Traced, args: Sequence[Any], out: Any) -> E
 # --- elementwise functions: ops and user expressions ----------------------------------------------------
 
 
-class ElementwiseFunction:
+class ElementwiseFunction(fastpath.Front):
     """Something that maps operands to one result element by element (an op or a user expression).
 
     Subclasses give ``params`` (the names the expression uses), ``resolve`` (result and loop
@@ -604,12 +617,15 @@ class ElementwiseFunction:
     def __init__(self) -> None:
         self._plans: dict[tuple[Any, ...], ElementwisePlan] = {}
 
-    def __call__(self, *operands: Any, out: Any = None) -> Any:
+    def _call(self, *operands: Any, out: Any = None) -> Any:
+        """The Python path of a call (``fastpath.Front`` first tries what the C path remembered)."""
         key = tuple(map(arg_key, operands)) + (arg_key(out),)
         plan = self._plans.get(key)  # never holds traced operands: their key is only their type
         if plan is not None:
             values, session = _fast_place(operands)
-            return plan.run(values, out, session)
+            result = plan.run(values, out, session)
+            plan.remember(self, values, out, session)
+            return result
         if len(operands) != len(self.params):
             raise TypeError(f"{self.name}() takes {len(self.params)} operand(s) ({', '.join(self.params)}), got {len(operands)}")
         for o in operands:
@@ -621,7 +637,9 @@ class ElementwiseFunction:
             self._plans.clear()
         values, session = place(operands)
         plan = self._plans[key] = self._plan(values, out)
-        return plan.run(values, out, session)
+        result = plan.run(values, out, session)
+        plan.remember(self, values, out, session)
+        return result
 
     def inspect(self, *operands: Any, out: Any = None, arch: str | None = None) -> Any:
         """The Build (CUDA source, adapter, cubin) a call with these operands runs; no GPU needed.

@@ -54,9 +54,10 @@ else:
     Front = PyFront
 
 
-def c_launch(bound: Any, args: tuple[Any, ...]) -> Any | None:
+def c_launch(bound: Any, args: tuple[Any, ...], out_keyword: bool = False) -> Any | None:
     """A C Launch of ``bound`` for calls dispatched like ``args``; None when the C path cannot
-    take it (disabled, a specialization it does not cover, a driver without an entry point)."""
+    take it (disabled, a specialization it does not cover, a driver without an entry point).
+    With ``out_keyword`` the last argument comes as ``out=`` and the call returns it (kd.ops)."""
     plan = bound.build.generated.launch_plan
     if not ENABLED or plan is None:
         return None
@@ -72,6 +73,7 @@ def c_launch(bound: Any, args: tuple[Any, ...]) -> Any | None:
         launch=entry,
         function=int(bound.function),
         stream=int(session._stream_cu),
+        out_keyword=out_keyword,
     )
 
 

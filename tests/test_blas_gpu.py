@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl import blas, fastpath
+from kerneldsl import blas, blas_lt, fastpath
 from kerneldsl.dtypes import ELEMENT_TYPES
 from kerneldsl.errors import BlasError, ClosedError
 from kerneldsl.runtime import Session, default_session
@@ -355,7 +355,7 @@ def test_exit_with_a_live_handle_is_clean() -> None:
     script = textwrap.dedent(
         """
         import numpy as np
-        from kerneldsl import blas, fastpath
+        from kerneldsl import blas, blas_lt, fastpath
         from kerneldsl.runtime import Session
         s = Session(0)
         a = s.to_device(np.ones((8, 8), np.float32))
@@ -379,18 +379,34 @@ class _BadLeadingDimension:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._lib, name)
 
-    def gemm_ex(self, *args: Any) -> None:
+    def gemm_strided_batched_ex(self, *args: Any) -> None:
         args = list(args)
         args[9] = 0  # lda
-        self._lib.gemm_ex(*args)
+        self._lib.gemm_strided_batched_ex(*args)
+
+    def matmul(self, *args: Any) -> None:
+        args = list(args)
+        args[1] = 0  # no matmul descriptor
+        self._lib.matmul(*args)
 
 
 def test_cublas_failure_becomes_blas_error(s: Session, monkeypatch: pytest.MonkeyPatch) -> None:
-    a = s.to_device(np.ones((8, 8), np.float32))
+    a = s.to_device(np.ones((1, 8, 8), np.float32))
     h = blas.handle(s)
     monkeypatch.setattr(h, "_lib", _BadLeadingDimension(h._lib))
     with pytest.raises(BlasError) as info:
-        blas.gemm(a, a)
-    assert info.value.name == "CUBLAS_STATUS_INVALID_VALUE" and info.value.api == "cublasGemmEx"
+        blas.gemm_batched(a, a)
+    assert info.value.name == "CUBLAS_STATUS_INVALID_VALUE" and info.value.api == "cublasGemmStridedBatchedEx"
+    monkeypatch.undo()
+    assert (blas.gemm_batched(a, a).to_host() == 8).all()  # the session and handle stay usable
+
+
+def test_cublaslt_failure_becomes_blas_error(s: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    a = s.to_device(np.ones((8, 8), np.float32))
+    out = blas.gemm(a, a)
+    monkeypatch.setattr(blas_lt, "_lib", _BadLeadingDimension(blas_lt.library()))
+    with pytest.raises(BlasError) as info:
+        blas.gemm(a, a, out, stream=None)  # a keyword the C path leaves to the Python path
+    assert info.value.api == "cublasLtMatmul"
     monkeypatch.undo()
     assert (blas.gemm(a, a).to_host() == 8).all()  # the session and handle stay usable

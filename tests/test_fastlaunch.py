@@ -121,7 +121,7 @@ def _everything_args(s: kd.Session, m: int, n: int, scalars: dict[str, object]) 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     m=st.integers(0, 70),
-    n=st.integers(0, 200),
+    n=st.integers(1, 200),
     f16=st.floats(width=16),
     f32=st.floats(width=32),
     f64=st.floats(),
@@ -143,6 +143,13 @@ def test_every_scalar_type_and_launch_dimension_matches_the_adapter(
     python, c = drv.launches[-2:]
     assert python[1:4] == c[1:4]
     assert drv.param_bytes[-1] == drv.param_bytes[-2]
+
+
+def test_an_empty_grid_is_left_to_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s, 0)
+    saxpy(dy, dx, np.float32(1))
+    saxpy(dy, dx, np.float32(1))
+    assert drv.c_launches == 0 and drv.launches[-1][1] == (0, 1, 1)
 
 
 def test_numpy_scalar_types_are_guarded_separately(s: kd.Session, drv: FakeDriver) -> None:
@@ -321,3 +328,24 @@ def test_with_kerneldsl_c_launch_0_every_call_takes_the_python_path() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
                          cwd=Path(__file__).parent.parent)
     assert out.stdout.split() == ["False", "PyFront"]
+
+
+def test_an_op_with_out_runs_from_c_after_its_first_call_and_returns_out(s: kd.Session, drv: FakeDriver) -> None:
+    a, b, out = (s.zeros((4, 8), np.float32) for _ in range(3))
+    assert kd.ops.add(a, b, out=out) is out
+    assert kd.ops.add(a, b, out=out) is out
+    assert drv.c_launches == 1
+    python, c = drv.launches[-2:]
+    assert python[:5] == c[:5] and drv.param_bytes[-1] == drv.param_bytes[-2]
+
+
+def test_ops_the_c_path_cannot_check_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    a, row, out = s.zeros((4, 8), np.float32), s.zeros(8, np.float32), s.zeros((4, 8), np.float32)
+    for _ in range(2):
+        kd.ops.add(a, row, out=out)  # broadcasting
+        kd.ops.multiply(a, a)  # no out=: the result is allocated
+    assert drv.c_launches == 0
+    kd.ops.subtract(a, a, out=out)
+    with pytest.raises(ValueError, match="shape"):
+        kd.ops.subtract(a, s.zeros((4, 7), np.float32), out=out)
+    assert drv.c_launches == 0
