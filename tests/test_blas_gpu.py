@@ -386,7 +386,7 @@ class _BadLeadingDimension:
 
     def matmul(self, *args: Any) -> None:
         args = list(args)
-        args[1] = 0  # no matmul descriptor
+        args[4], args[6] = args[6], args[4]  # operand layouts swapped: inconsistent extents, same buffer sizes
         self._lib.matmul(*args)
 
 
@@ -402,11 +402,12 @@ def test_cublas_failure_becomes_blas_error(s: Session, monkeypatch: pytest.Monke
 
 
 def test_cublaslt_failure_becomes_blas_error(s: Session, monkeypatch: pytest.MonkeyPatch) -> None:
-    a = s.to_device(np.ones((8, 8), np.float32))
-    out = blas.gemm(a, a)
+    a, b = s.to_device(np.ones((8, 4), np.float32)), s.to_device(np.ones((4, 8), np.float32))
+    out = blas.gemm(a, b)
     monkeypatch.setattr(blas_lt, "_lib", _BadLeadingDimension(blas_lt.library()))
     with pytest.raises(BlasError) as info:
-        blas.gemm(a, a, out, stream=None)  # a keyword the C path leaves to the Python path
+        blas.gemm(a, b, out, stream=None)  # a keyword the C path leaves to the Python path
     assert info.value.api == "cublasLtMatmul"
     monkeypatch.undo()
+    assert (blas.gemm(a, b, out).to_host() == 4).all()  # the session and handle stay usable
     assert (blas.gemm(a, a).to_host() == 8).all()  # the session and handle stay usable
