@@ -410,4 +410,3 @@ def test_cublaslt_failure_becomes_blas_error(s: Session, monkeypatch: pytest.Mon
     assert info.value.api == "cublasLtMatmul"
     monkeypatch.undo()
     assert (blas.gemm(a, b, out).to_host() == 4).all()  # the session and handle stay usable
-    assert (blas.gemm(a, a).to_host() == 8).all()  # the session and handle stay usable
