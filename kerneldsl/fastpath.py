@@ -9,15 +9,22 @@ package was built) or with ``KERNELDSL_C_LAUNCH=0``, every call takes the Python
 
 from __future__ import annotations
 
+import importlib
 import os
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .runtime.memory import DeviceArray
 
-try:
-    from . import _fastlaunch
-except ImportError:  # built without a C compiler: the Python path does everything
-    _fastlaunch = None  # type: ignore[assignment]
+
+def _compiled() -> ModuleType | None:
+    try:
+        return importlib.import_module("kerneldsl._fastlaunch")
+    except ImportError:  # built without a C compiler: the Python path does everything
+        return None
+
+
+_fastlaunch = _compiled()
 
 ENABLED = _fastlaunch is not None and os.environ.get("KERNELDSL_C_LAUNCH", "1") != "0"
 
@@ -47,7 +54,7 @@ class PyFront:
         pass
 
 
-if ENABLED and not TYPE_CHECKING:
+if _fastlaunch is not None and ENABLED and not TYPE_CHECKING:
     _fastlaunch.configure(DeviceArray)
     Front = _fastlaunch.Front
 else:
@@ -59,7 +66,7 @@ def c_launch(bound: Any, args: tuple[Any, ...], out_keyword: bool = False) -> An
     take it (disabled, a specialization it does not cover, a driver without an entry point).
     With ``out_keyword`` the last argument comes as ``out=`` and the call returns it (kd.ops)."""
     plan = bound.build.generated.launch_plan
-    if not ENABLED or plan is None:
+    if _fastlaunch is None or not ENABLED or plan is None:
         return None
     session = bound.session
     entry = session.entry_point("cuLaunchKernel")
@@ -82,7 +89,7 @@ def gemm_launch(
 ) -> Any | None:
     """A C GemmLaunch of ``plan`` for ``gemm(a, b, out)`` on the session stream; None when the
     C path cannot take it (disabled, or a driver or cuBLASLt without the entry points)."""
-    if not ENABLED:
+    if _fastlaunch is None or not ENABLED:
         return None
     from . import blas_lt
 

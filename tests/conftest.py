@@ -25,6 +25,13 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="kerneldsl-test-cache-")
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say which launch path the run exercises: without the compiled module its tests skip."""
+    from kerneldsl import fastpath
+
+    return f"kerneldsl C launch path: {fastpath.status()}"
+
+
 @pytest.fixture
 def isolated_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Point the process-wide disk cache at a fresh temporary directory for one test."""

@@ -1,0 +1,26 @@
+"""Types of the C launch path (kerneldsl/_fastlaunch.c)."""
+
+from typing import Any
+
+MAX_SLOTS: int
+
+def configure(device_array_type: type) -> None: ...
+
+class Launch:
+    def __init__(
+        self, *, plan: tuple[Any, ...], session: Any, guards: tuple[Any, ...], launch: int, function: int,
+        stream: int, out_keyword: bool = ...,
+    ) -> None: ...
+
+class GemmLaunch:
+    def __init__(
+        self, *, session: Any, tags: tuple[Any, ...], shapes: tuple[tuple[int, ...], ...], alignment: tuple[int, ...],
+        matmul: int, current_context: int, context: int, handle: int, desc: int, layouts: tuple[int, ...], algo: int,
+        workspace: int, workspace_bytes: int, stream: int, double_scale: bool,
+    ) -> None: ...
+
+class Front:
+    _remembered_launches: int
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+    def _remember_launch(self, launch: Launch | GemmLaunch) -> None: ...
+    def _forget_launches(self) -> None: ...
