@@ -10,10 +10,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -94,13 +96,12 @@ def _import_interop_libraries() -> None:
             pass
 
 
-@pytest.fixture
-def drv() -> Iterator[object]:
-    from driver_double import FakeDriver
-
+@contextlib.contextmanager
+def installed_driver(fake: Any, *kernels: Any) -> Iterator[Any]:
+    """Route driver calls to ``fake``; afterwards close the sessions still open and make
+    ``kernels`` forget what they bound to them (both launch paths)."""
     from kerneldsl.runtime import open_sessions, use_driver
 
-    fake = FakeDriver()
     with use_driver(fake):
         try:
             yield fake
@@ -110,3 +111,14 @@ def drv() -> Iterator[object]:
                     s.close()
                 except Exception:
                     pass
+            for k in kernels:
+                k._bound.clear()
+                k._forget_launches()
+
+
+@pytest.fixture
+def drv() -> Iterator[object]:
+    from driver_double import FakeDriver
+
+    with installed_driver(FakeDriver()) as fake:
+        yield fake

@@ -32,8 +32,7 @@ from kerneldsl.errors import (
     StickyCudaError,
     WrongSessionError,
 )
-from kerneldsl.runtime import open_sessions, use_driver
-
+from conftest import installed_driver
 from driver_double import FakeDriver
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
@@ -73,15 +72,8 @@ def everything(
 def drv(isolated_cache: None) -> Iterator[FakeDriver]:
     fake = FakeDriver()
     fake.snapshot_slots = 3
-    with use_driver(fake):
-        try:
-            yield fake
-        finally:
-            for s in open_sessions():
-                s.close()
-            for k in (saxpy, everything):
-                k._bound.clear()
-                k._forget_launches()
+    with installed_driver(fake, saxpy, everything):
+        yield fake
 
 
 @pytest.fixture
@@ -175,45 +167,33 @@ def test_a_scalar_out_of_range_goes_back_to_the_python_error(s: kd.Session, drv:
     assert len(drv.launches) == launches
 
 
-def test_a_closed_array_goes_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
-    dy, dx = _pair(s)
-    saxpy(dy, dx, np.float32(1))
+def _closed_array(s: kd.Session, dy: kd.DeviceArray, dx: kd.DeviceArray) -> tuple[object, ...]:
     dx.close()
-    with pytest.raises(ClosedError):
-        saxpy(dy, dx, np.float32(1))
-    assert drv.c_launches == 0
+    return dy, dx
 
 
-def test_a_shape_mismatch_goes_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
-    dy, dx = _pair(s)
-    saxpy(dy, dx, np.float32(1))
-    with pytest.raises(ShapeMismatchError):
-        saxpy(dy, s.zeros(299, np.float32), np.float32(1))
-    assert drv.c_launches == 0
-
-
-def test_aliased_arrays_go_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
-    dy, dx = _pair(s)
-    saxpy(dy, dx, np.float32(1))
-    with pytest.raises(AliasingError):
-        saxpy(dy, dy, np.float32(1))
-    assert drv.c_launches == 0
-
-
-def test_arrays_of_another_session_go_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
-    dy, dx = _pair(s)
-    saxpy(dy, dx, np.float32(1))
-    with kd.Session(0) as other, pytest.raises(WrongSessionError):
-        saxpy(dy, other.zeros(300, np.float32), np.float32(1))
-    assert drv.c_launches == 0
-
-
-def test_a_closed_session_goes_back_to_the_python_error(s: kd.Session, drv: FakeDriver) -> None:
-    dy, dx = _pair(s)
-    saxpy(dy, dx, np.float32(1))
+def _closed_session(s: kd.Session, dy: kd.DeviceArray, dx: kd.DeviceArray) -> tuple[object, ...]:
     s.close()
-    with pytest.raises(ClosedError):
-        saxpy(dy, dx, np.float32(1))
+    return dy, dx
+
+
+REFUSED = {  # what a warm call can go wrong with -> the Python path's error
+    "closed array": (_closed_array, ClosedError),
+    "closed session": (_closed_session, ClosedError),
+    "shape mismatch": (lambda s, dy, dx: (dy, s.zeros(299, np.float32)), ShapeMismatchError),
+    "aliased arrays": (lambda s, dy, dx: (dy, dy), AliasingError),
+    "another session": (lambda s, dy, dx: (dy, kd.Session(0).zeros(300, np.float32)), WrongSessionError),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_call_the_c_path_cannot_take_gets_the_python_paths_error(s: kd.Session, drv: FakeDriver, case: str) -> None:
+    make_args, error = REFUSED[case]
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    args = make_args(s, dy, dx)
+    with pytest.raises(error):
+        saxpy(*args, np.float32(1))
     assert drv.c_launches == 0
 
 

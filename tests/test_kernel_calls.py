@@ -16,8 +16,8 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.errors import AliasingError, BindingError, ClosedError, ReadOnlyArrayError, ShapeMismatchError, WrongSessionError
-from kerneldsl.runtime import open_sessions, use_driver
 
+from conftest import installed_driver
 from driver_double import FakeDriver
 
 
@@ -51,14 +51,8 @@ def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
 
 @pytest.fixture
 def drv(isolated_cache: None) -> Iterator[SaxpyDriver]:
-    fake = SaxpyDriver()
-    with use_driver(fake):
-        try:
-            yield fake
-        finally:
-            for s in open_sessions():
-                s.close()
-            saxpy._bound.clear()
+    with installed_driver(SaxpyDriver(), saxpy) as fake:
+        yield fake
 
 
 @pytest.fixture
