@@ -13,7 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,26 @@ def _import_interop_libraries() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+
+
+def in_threads(work: Callable[[int], None], count: int = 4) -> None:
+    """Run ``work(k)`` for ``k`` in ``range(count)``, each on its own thread, all at once; an
+    exception in any of them is raised here, in the test's thread."""
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            work(k)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
 
 
 @contextlib.contextmanager

@@ -13,12 +13,12 @@ import builtins
 import ctypes
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from conftest import in_threads
 from driver_double import FakeDriver
 
 import kerneldsl as kd
@@ -992,18 +992,8 @@ def test_a_cublaslt_failure_in_the_c_path_raises_the_typed_error(s: Session, lib
 @needs_c_path
 def test_a_thread_without_the_sessions_context_takes_the_python_path(s: Session, lib: FakeCublas) -> None:
     _, _, da, db, out = _warm_gemm(s)
-    errors: list[BaseException] = []
-
-    def worker() -> None:
-        try:
-            blas.gemm(da, db, out)
-        except BaseException as exc:  # reported in the test's thread
-            errors.append(exc)
-
-    t = threading.Thread(target=worker)
-    t.start()
-    t.join()
-    assert not errors and lib.lt.c_matmuls == 0 and len(lib.lt.matmuls) == 2  # type: ignore[attr-defined]
+    in_threads(lambda _: blas.gemm(da, db, out), count=1)
+    assert lib.lt.c_matmuls == 0 and len(lib.lt.matmuls) == 2  # type: ignore[attr-defined]
 
 
 @needs_c_path

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
@@ -10,6 +9,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl import fastpath
 from kerneldsl.errors import LaunchError
+from conftest import in_threads
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")]
 
@@ -68,19 +68,12 @@ def test_a_thread_with_no_current_context_launches_from_c() -> None:
     s = kd.default_session()
     dy, dx = s.zeros(1000, np.float32), s.to_device(np.ones(1000, np.float32))
     axpy(dy, dx, np.float32(1))
-    errors: list[BaseException] = []
 
-    def worker() -> None:
-        try:
-            assert int(cu.cuCtxGetCurrent()[1]) == 0
-            axpy(dy, dx, np.float32(1))
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
+    def worker(_: int) -> None:
+        assert int(cu.cuCtxGetCurrent()[1]) == 0
+        axpy(dy, dx, np.float32(1))
 
-    t = threading.Thread(target=worker)
-    t.start()
-    t.join()
-    assert not errors
+    in_threads(worker, count=1)
     np.testing.assert_array_equal(dy.to_host(), np.full(1000, 2, np.float32))
 
 
@@ -89,13 +82,9 @@ def test_four_threads_launching_from_c_lose_no_launch() -> None:
     dy, dx = s.zeros(4096, np.float32), s.to_device(np.ones(4096, np.float32))
     axpy(dy, dx, np.float32(1))
 
-    def worker() -> None:
+    def worker(_: int) -> None:
         for _ in range(250):
             axpy(dy, dx, np.float32(1))
 
-    threads = [threading.Thread(target=worker) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(worker)
     np.testing.assert_array_equal(dy.to_host(), np.full(4096, 1001, np.float32))

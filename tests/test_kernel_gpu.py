@@ -5,7 +5,6 @@ Outputs are poisoned before each launch so a kernel that writes nothing cannot p
 
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl import dtypes
 from kerneldsl.errors import ShapeMismatchError, WrongSessionError
+from conftest import in_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -169,24 +169,14 @@ def test_graph_of_kernel_launches_replays() -> None:
 
 def test_four_threads_share_one_kernel_and_session() -> None:
     s = kd.default_session()
-    errors: list[BaseException] = []
-
     def work(seed: int) -> None:
-        try:
-            x = np.full(5000, seed, np.float32)
-            dx, dout = s.to_device(x), s.empty(5000, np.float32)
-            for _ in range(200):
-                copy_exact(dout, dx)
-            np.testing.assert_array_equal(dout.to_host(), x)
-        except BaseException as exc:
-            errors.append(exc)
+        x = np.full(5000, seed, np.float32)
+        dx, dout = s.to_device(x), s.empty(5000, np.float32)
+        for _ in range(200):
+            copy_exact(dout, dx)
+        np.testing.assert_array_equal(dout.to_host(), x)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    in_threads(work)
 
 
 def test_cupy_arrays_are_kernel_arguments_without_copies() -> None:

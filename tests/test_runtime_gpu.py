@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ import pytest
 
 from kerneldsl.errors import ForkedProcessError, LaunchError, OutOfMemoryError
 from kerneldsl.runtime import Module, Session, as_device_view, driver
+from conftest import in_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -321,27 +321,17 @@ def test_forked_child_gets_forked_process_error(s: Session) -> None:
 
 
 def test_four_threads_launch_and_copy(s: Session, mod: Module) -> None:
-    errors: list[BaseException] = []
-
     def work(k: int) -> None:
-        try:
-            st = s.create_stream() if k % 2 else None
-            for i in range(50):
-                host = np.full(10_000, float(k + i), np.float32)
-                dev = s.to_device(host)
-                launch_scale(s, mod, dev, 2.0, st)
-                if st is not None:
-                    st.synchronize()
-                np.testing.assert_array_equal(dev.to_host(), host * 2)
-        except BaseException as exc:
-            errors.append(exc)
+        st = s.create_stream() if k % 2 else None
+        for i in range(50):
+            host = np.full(10_000, float(k + i), np.float32)
+            dev = s.to_device(host)
+            launch_scale(s, mod, dev, 2.0, st)
+            if st is not None:
+                st.synchronize()
+            np.testing.assert_array_equal(dev.to_host(), host * 2)
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    in_threads(work)
 
 
 # -- interop ------------------------------------------------------------------------------------------

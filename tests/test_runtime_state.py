@@ -8,12 +8,12 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import in_threads
 from driver_double import FakeDriver
 
 from kerneldsl.errors import (
@@ -461,26 +461,16 @@ def test_forked_child_gets_forked_process_error_without_touching_the_driver(s: S
 
 
 def test_four_threads_share_one_session(s: Session, drv: FakeDriver) -> None:
-    errors: list[BaseException] = []
-
     def work(k: int) -> None:
-        try:
-            for i in range(30):
-                a = s.to_device(np.full(16, k * 100 + i, np.int64))
-                s.launch(k, (1, 1, 1), (32, 1, 1), 0, None, 0)
-                b = s.copy(a)
-                assert b.to_host().tolist() == [k * 100 + i] * 16
-                if i % 10 == 0:
-                    s.synchronize()
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
+        for i in range(30):
+            a = s.to_device(np.full(16, k * 100 + i, np.int64))
+            s.launch(k, (1, 1, 1), (32, 1, 1), 0, None, 0)
+            b = s.copy(a)
+            assert b.to_host().tolist() == [k * 100 + i] * 16
+            if i % 10 == 0:
+                s.synchronize()
 
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    in_threads(work)
     assert drv.pushes == drv.pops
     assert len(drv.launches) == 120
 
