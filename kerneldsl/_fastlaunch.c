@@ -678,14 +678,15 @@ not_fast:
     return 0;
 }
 
-static int read_addresses(PyObject *tuple, int n, void **out)
+/* A tuple of n unsigned ints (addresses, alignments); -1 with an exception if it is not one. */
+static int read_unsigned(PyObject *tuple, int n, unsigned long long *out)
 {
     if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != n) {
-        PyErr_Format(PyExc_ValueError, "expected a tuple of %d addresses", n);
+        PyErr_Format(PyExc_ValueError, "expected a tuple of %d unsigned ints", n);
         return -1;
     }
     for (int i = 0; i < n; i++) {
-        out[i] = (void *)(uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tuple, i));
+        out[i] = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(tuple, i));
         if (PyErr_Occurred())
             return -1;
     }
@@ -723,17 +724,17 @@ static PyObject *gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     G->attempt = gemm_attempt;
     long long table[6];
     int rows;
-    void *aligns[3];
-    if (read_table(shapes, 2, 3, table, &rows) < 0 || read_addresses(alignment, 3, aligns) < 0 ||
-        read_addresses(layouts, 3, G->layouts) < 0 || take_session_queues(session, &G->deferred, &G->captures) < 0)
+    unsigned long long layout_addresses[3];
+    if (read_table(shapes, 2, 3, table, &rows) < 0 || read_unsigned(alignment, 3, G->alignment) < 0 ||
+        read_unsigned(layouts, 3, layout_addresses) < 0 || take_session_queues(session, &G->deferred, &G->captures) < 0)
         goto fail;
     for (int j = 0; j < 3; j++) {
-        unsigned long long align = (unsigned long long)(uintptr_t)aligns[j];
+        unsigned long long align = G->alignment[j];
         if (align == 0 || (align & (align - 1)) != 0) {
             PyErr_SetString(PyExc_ValueError, "alignments are powers of two");
             goto fail;
         }
-        G->alignment[j] = align;
+        G->layouts[j] = (void *)(uintptr_t)layout_addresses[j];
         G->shapes[j][0] = table[2 * j];
         G->shapes[j][1] = table[2 * j + 1];
         G->tags[j] = PyTuple_GET_ITEM(tags, j);

@@ -477,7 +477,8 @@ def _gemm(
         if session._captures:
             session.keep_alive((a, b, out))
         elif plan is not None and stream is None and not (trans_a or trans_b or tf32):
-            _remember_gemm(session, plans, plan, compute, (a, b, out), workspace)
+            double = compute == COMPUTE_64F
+            fastpath.remember(gemm, plan, lambda: fastpath.gemm_launch(session, plans, plan, double, (a, b, out), workspace))
     return out
 
 
@@ -495,17 +496,6 @@ def _gemm_ex(
            pb, out.ptr, ctype, n, compute, GEMM_DEFAULT)
     except lib.cuBLASError as exc:
         raise _blas_error(exc, "cublasGemmEx") from exc
-
-
-def _remember_gemm(
-    session: Session, plans: blas_lt.Plans, plan: blas_lt.Plan, compute: int, operands: tuple[DeviceArray, ...],
-    workspace: DeviceArray,
-) -> None:
-    """Let the C path take later ``gemm(a, b, out)`` calls of this plan on the session stream."""
-    if plan.c_launch is None:
-        plan.c_launch = fastpath.gemm_launch(session, plans, plan, compute == COMPUTE_64F, operands, workspace) or False
-    if plan.c_launch:
-        gemm._remember_launch(plan.c_launch)
 
 
 class _Gemm(fastpath.Front):

@@ -11,6 +11,7 @@ it by ``Session.close`` (context current). The layout convention is blas.py's: a
 from __future__ import annotations
 
 import ctypes
+import functools
 from typing import Any
 
 import numpy as np
@@ -37,6 +38,7 @@ def library() -> Any:
     return _lib
 
 
+@functools.cache
 def matmul_address() -> int:
     """Address of ``cublasLtMatmul`` in the library nvmath loaded (both load it through
     cuda.pathfinder, which loads a library once), for the C launch path; 0 if it cannot be found."""

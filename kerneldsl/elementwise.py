@@ -513,11 +513,9 @@ class ElementwisePlan:
         ml_dtypes scalars to convert."""
         if out is None or session is None or not self.direct or self.broadcast or self.plain or session._captures:
             return
-        if self.c_launch is None:
-            bound = self.bound.get(get_ident())
-            self.c_launch = bound is not None and fastpath.c_launch(bound, (*values, out), out_keyword=True) or False
-        if self.c_launch:
-            function._remember_launch(self.c_launch)
+        bound = self.bound.get(get_ident())
+        if bound is not None:
+            fastpath.remember(function, self, lambda: fastpath.c_launch(bound, (*values, out), out_keyword=True))
 
     def run(self, args: Sequence[Any], out: Any, session: Any) -> Any:
         if self.plain:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from .runtime.memory import DeviceArray
 
@@ -59,6 +59,15 @@ if _fastlaunch is not None and ENABLED and not TYPE_CHECKING:
     Front = _fastlaunch.Front
 else:
     Front = PyFront
+
+
+def remember(front: Any, holder: Any, make: Callable[[], Any]) -> None:
+    """Have ``front`` try the C entry that ``holder.c_launch`` caches first from now on; ``make()``
+    builds it on the first call (a falsy result is kept as False: the C path cannot take it)."""
+    if holder.c_launch is None:
+        holder.c_launch = make() or False
+    if holder.c_launch:
+        front._remember_launch(holder.c_launch)
 
 
 def c_launch(bound: Any, args: tuple[Any, ...], out_keyword: bool = False) -> Any | None:

@@ -132,13 +132,7 @@ class Kernel(fastpath.Front):
         if bound.session._captures:
             bound.session.keep_alive(args)
         elif grid is None and block is None and shared is None and stream is None and not consts:
-            self._remember(bound, args)
-
-    def _remember(self, bound: BoundLaunch, args: tuple[Any, ...]) -> None:
-        if bound.c_launch is None:
-            bound.c_launch = fastpath.c_launch(bound, args) or False
-        if bound.c_launch:
-            self._remember_launch(bound.c_launch)
+            fastpath.remember(self, bound, lambda: fastpath.c_launch(bound, args))
 
     def lookup(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[BoundLaunch, bool] | None:
         """The bound specialization these arguments select (binding and building it on a miss),
