@@ -1,7 +1,9 @@
 """kerneldsl: declarative, specialized, cached CUDA kernels with a persistent GPU runtime.
 
-The pipeline, one module per stage: signature -> specialize -> codegen -> compile -> cache
--> build -> launch, with ``runtime/`` owning everything that talks to the CUDA driver.
+The pipeline, one module per stage: signature -> specialize -> codegen -> compiler -> cache
+-> build -> launch -> dispatch (``@kd.kernel``), with ``runtime/`` owning everything that talks
+to the CUDA driver, ``fastpath`` the C launch path, and ``array/`` the core that ``kd.ops``,
+``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share.
 """
 
 import logging
@@ -22,15 +24,14 @@ from .dtypes import (
     uint32,
     uint64,
 )
-from .kernel import Kernel, kernel
+from .dispatch import Kernel, kernel
 from . import ops
-from .elementwise import elementwise
-from .fuse import fuse
-from .reduction import reduction
+from .array.elementwise import elementwise
+from .array.fusion import fuse
+from .array.reduction import reduction
 from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_session
 from .target import resolve_arch
 from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
-
 
 
 def __getattr__(name: str) -> object:

@@ -2,7 +2,7 @@
  *
  * A kernel call first runs the Python reference path (kernel.py, the generated adapter,
  * Session.launch). Once a call with DeviceArrays and scalars has launched, fastpath.py
- * registers that specialization's launch plan here as a Launch, guarded by what selected it:
+ * registers that specialization's launch table here as a Launch, guarded by what selected it:
  * the arrays' dispatch tags and the scalars' types. A later call that passes the guards is
  * validated, packed and launched here without a Python frame.
  *
@@ -74,8 +74,8 @@ typedef struct {
 typedef struct {
     ENTRY_HEAD
     PyObject *session;
-    PyObject *deferred; /* session._deferred: frees queued by finalizers */
-    PyObject *captures; /* session._captures: graphs being captured */
+    PyObject *deferred; /* session.fast_path_watch()[0]: frees queued by finalizers */
+    PyObject *captures; /* session.fast_path_watch()[1]: graphs being captured */
     PyObject *guards;   /* per argument: the dispatch tag (arrays) or the type (scalars) */
     launch_fn launch;
     void *function;
@@ -110,41 +110,46 @@ static int session_ready(PyObject *session, PyObject *deferred, PyObject *captur
     return queued == 0;
 }
 
-/* Take session._deferred and session._captures for session_ready; -1 with an exception if odd. */
+/* Take the release queue and the capture list session.fast_path_watch() names, for
+ * session_ready; -1 with an exception if odd. */
 static int take_session_queues(PyObject *session, PyObject **deferred, PyObject **captures)
 {
-    *deferred = PyObject_GetAttrString(session, "_deferred");
-    *captures = *deferred ? PyObject_GetAttrString(session, "_captures") : NULL;
-    if (*captures == NULL)
+    *deferred = *captures = NULL;
+    PyObject *watch = PyObject_CallMethod(session, "fast_path_watch", NULL);
+    if (watch == NULL)
         return -1;
-    if (!PyList_CheckExact(*captures)) {
-        PyErr_SetString(PyExc_TypeError, "session._captures must be a list");
+    if (!PyTuple_Check(watch) || PyTuple_GET_SIZE(watch) != 2 || !PyList_CheckExact(PyTuple_GET_ITEM(watch, 1))) {
+        Py_DECREF(watch);
+        PyErr_SetString(PyExc_TypeError, "session.fast_path_watch() must return (queue, list)");
         return -1;
     }
+    *deferred = Py_NewRef(PyTuple_GET_ITEM(watch, 0));
+    *captures = Py_NewRef(PyTuple_GET_ITEM(watch, 1));
+    Py_DECREF(watch);
     return 0;
 }
 
 static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                           PyObject **result);
 
-/* --- building a Launch from its plan ---------------------------------------------------------- */
+/* --- building a Launch from its table ---------------------------------------------------------- */
 
 /* Read a tuple of equal-length int tuples into column arrays; -1 with ValueError if malformed. */
 static int read_table(PyObject *table, int columns, int max_rows, long long *out, int *rows)
 {
     if (!PyTuple_Check(table)) {
-        PyErr_SetString(PyExc_TypeError, "plan tables are tuples of int tuples");
+        PyErr_SetString(PyExc_TypeError, "launch tables are tuples of int tuples");
         return -1;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(table);
     if (n > max_rows) {
-        PyErr_SetString(PyExc_ValueError, "plan table too large for the C launch path");
+        PyErr_SetString(PyExc_ValueError, "launch table too large for the C launch path");
         return -1;
     }
     for (Py_ssize_t r = 0; r < n; r++) {
         PyObject *row = PyTuple_GET_ITEM(table, r);
         if (!PyTuple_Check(row) || PyTuple_GET_SIZE(row) != columns) {
-            PyErr_SetString(PyExc_ValueError, "plan row of the wrong width");
+            PyErr_SetString(PyExc_ValueError, "launch table row of the wrong width");
             return -1;
         }
         for (int c = 0; c < columns; c++) {
@@ -161,16 +166,16 @@ static int read_table(PyObject *table, int columns, int max_rows, long long *out
 static int in_range(long long v, long long lo, long long hi, const char *what)
 {
     if (v < lo || v > hi) {
-        PyErr_Format(PyExc_ValueError, "plan %s %lld out of range", what, v);
+        PyErr_Format(PyExc_ValueError, "launch table %s %lld out of range", what, v);
         return 0;
     }
     return 1;
 }
 
-static int load_plan(Launch *L, PyObject *plan)
+static int load_table(Launch *L, PyObject *table)
 {
     PyObject *arrays, *binds, *checks, *aliases, *program, *slots;
-    if (!PyArg_ParseTuple(plan, "iO!O!O!O!O!O!:plan", &L->nargs, &PyTuple_Type, &arrays,
+    if (!PyArg_ParseTuple(table, "iO!O!O!O!O!O!:table", &L->nargs, &PyTuple_Type, &arrays,
                           &PyTuple_Type, &binds, &PyTuple_Type, &checks, &PyTuple_Type, &aliases,
                           &PyTuple_Type, &program, &PyTuple_Type, &slots))
         return -1;
@@ -229,19 +234,19 @@ static int load_plan(Launch *L, PyObject *plan)
         depth += (op == OP_INT || op == OP_SYM) ? 1 : -1;
         if (op == OP_END) {
             if (depth != 0) {
-                PyErr_SetString(PyExc_ValueError, "plan program leaves the stack unbalanced");
+                PyErr_SetString(PyExc_ValueError, "launch table program leaves the stack unbalanced");
                 return -1;
             }
             ends++;
         } else if (depth < 1 || depth > MAX_STACK) {
-            PyErr_SetString(PyExc_ValueError, "plan program stack out of range");
+            PyErr_SetString(PyExc_ValueError, "launch table program stack out of range");
             return -1;
         }
         L->program_op[n] = op;
         L->program_arg[n] = t[2 * n + 1];
     }
     if (ends != 7) {
-        PyErr_SetString(PyExc_ValueError, "plan needs 7 programs: grid, block, shared");
+        PyErr_SetString(PyExc_ValueError, "launch table needs 7 programs: grid, block, shared");
         return -1;
     }
     if (read_table(slots, 2, MAX_SLOTS, t, &L->nslots) < 0)
@@ -252,7 +257,7 @@ static int load_plan(Launch *L, PyObject *plan)
         if (!in_range(kind, SLOT_PTR, SLOT_KINDS - 1, "slot kind") || !in_range(t[2 * n + 1], 0, limit, "slot index"))
             return -1;
         if (kind > SLOT_SYM64 && L->is_array[t[2 * n + 1]]) {
-            PyErr_SetString(PyExc_ValueError, "plan packs an array argument as a scalar");
+            PyErr_SetString(PyExc_ValueError, "launch table packs an array argument as a scalar");
             return -1;
         }
         L->slot_kind[n] = kind;
@@ -263,15 +268,15 @@ static int load_plan(Launch *L, PyObject *plan)
 
 static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"plan", "session", "guards", "launch", "function", "stream", "out_keyword", NULL};
-    PyObject *plan, *session, *guards;
+    static char *names[] = {"table", "session", "guards", "launch", "function", "stream", "out_keyword", NULL};
+    PyObject *table, *session, *guards;
     unsigned long long launch, function, stream;
     int out_keyword = 0;
     if (array_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|p:Launch", names, &PyTuple_Type, &plan, &session,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|p:Launch", names, &PyTuple_Type, &table, &session,
                                      &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword))
         return NULL;
     if (launch == 0) {
@@ -283,7 +288,7 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     L->attempt = launch_attempt;
     memset(L->is_array, 0, sizeof L->is_array);
-    if (load_plan(L, plan) < 0)
+    if (load_table(L, table) < 0)
         goto fail;
     if (PyTuple_GET_SIZE(guards) != L->nargs) {
         PyErr_SetString(PyExc_ValueError, "one guard per argument");
@@ -580,7 +585,7 @@ not_fast:
 static PyTypeObject LaunchType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "kerneldsl._fastlaunch.Launch",
-    .tp_doc = "One specialization's launch plan bound to a session's function and stream.",
+    .tp_doc = "One specialization's launch table bound to a session's function and stream.",
     .tp_basicsize = sizeof(Launch),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
     .tp_new = launch_new,
@@ -959,9 +964,43 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "kerneldsl._fastlaunch", "The warm launch path of @kd.kernel, in C.", -1, module_methods,
 };
 
+/* The opcode and slot-kind numbers, as dicts fastpath.py's tables are checked against. */
+static int add_enum(PyObject *m, const char *attr, const char *const *names, int count)
+{
+    PyObject *d = PyDict_New();
+    if (d == NULL)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        PyObject *v = PyLong_FromLong(i);
+        if (v == NULL || PyDict_SetItemString(d, names[i], v) < 0) {
+            Py_XDECREF(v);
+            Py_DECREF(d);
+            return -1;
+        }
+        Py_DECREF(v);
+    }
+    if (PyModule_AddObject(m, attr, d) < 0) {
+        Py_DECREF(d);
+        return -1;
+    }
+    return 0;
+}
+
+static int add_enums(PyObject *m)
+{
+    static const char *const opcodes[] = {"end", "int", "sym", "add", "sub", "mul", "floordiv", "cdiv", "min", "max"};
+    static const char *const slot_kinds[] = {"ptr", "sym32", "sym64", "bool", "int8", "int16", "int32", "int64",
+                                             "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"};
+    _Static_assert(sizeof opcodes / sizeof *opcodes == OP_MAX + 1, "one name per opcode");
+    _Static_assert(sizeof slot_kinds / sizeof *slot_kinds == SLOT_KINDS, "one name per slot kind");
+    if (add_enum(m, "OPCODES", opcodes, OP_MAX + 1) < 0)
+        return -1;
+    return add_enum(m, "SLOT_KINDS", slot_kinds, SLOT_KINDS);
+}
+
 PyMODINIT_FUNC PyInit__fastlaunch(void)
 {
-    str_ok = PyUnicode_InternFromString("_ok");
+    str_ok = PyUnicode_InternFromString("usable");
     str_call = PyUnicode_InternFromString("_call");
     str_launch_failed = PyUnicode_InternFromString("_launch_failed");
     str_alpha = PyUnicode_InternFromString("alpha");
@@ -981,7 +1020,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
         PyModule_AddObject(m, "GemmLaunch", (PyObject *)&GemmLaunchType) < 0 ||
         PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0) {
+        PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0 || add_enums(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -3,12 +3,14 @@
 from typing import Any
 
 MAX_SLOTS: int
+OPCODES: dict[str, int]
+SLOT_KINDS: dict[str, int]
 
 def configure(device_array_type: type) -> None: ...
 
 class Launch:
     def __init__(
-        self, *, plan: tuple[Any, ...], session: Any, guards: tuple[Any, ...], launch: int, function: int,
+        self, *, table: tuple[Any, ...], session: Any, guards: tuple[Any, ...], launch: int, function: int,
         stream: int, out_keyword: bool = ...,
     ) -> None: ...
 

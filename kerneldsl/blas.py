@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import blas_lt, fastpath
-from .dtypes import ELEMENT_TYPES
+from .dtypes import ELEMENT_TYPES, INT32_MAX
 from .errors import (
     AliasingError,
     BindingError,
@@ -40,7 +40,6 @@ from .errors import (
     ClosedError,
     ShapeMismatchError,
 )
-from .runtime.driver import check
 from .runtime.handle import check_same_session
 from .runtime.memory import DeviceArray
 from .runtime.session import Session, default_session
@@ -72,7 +71,6 @@ GEMM_DEFAULT = -1
 R_16F, R_32F, R_64F, R_16BF = 2, 0, 1, 14
 COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 
-_INT32_MAX = 2**31 - 1
 _KEY = "cublas"
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -160,7 +158,7 @@ class BlasHandle:
 
     __slots__ = (
         "session", "raw", "_lib", "_default", "_stream", "_workspaces", "_pointer_mode", "_closed",
-        "_f32", "_f64", "_p32", "_p64", "_s32", "_s64", "_plans",
+        "_f32", "_f64", "_p32", "_p64", "_s32", "_s64", "_lt",
     )
 
     def __init__(self, session: Session) -> None:
@@ -192,7 +190,7 @@ class BlasHandle:
         self._p32, self._p64 = (base32, base32 + 4), (base64, base64 + 8)
         self._s32: tuple[Any, Any] = (0.0, 0.0)
         self._s64: tuple[Any, Any] = (0.0, 0.0)
-        self._plans: blas_lt.Plans | None = None  # the cuBLASLt handle and gemm plans, made on first use
+        self._lt: blas_lt.LtHandle | None = None  # the cuBLASLt handle and matmul configurations, made on first use
 
     @property
     def closed(self) -> bool:
@@ -208,13 +206,13 @@ class BlasHandle:
         """cublasDestroy (Session.close, context current); the workspaces are freed after it."""
         if self._closed:
             return
-        plans = self._plans
+        lt = self._lt
         self.abandon()
         raw, self.raw = self.raw, 0
         self._workspaces = weakref.WeakKeyDictionary()
         try:
-            if plans is not None:
-                plans.release()
+            if lt is not None:
+                lt.release()
             self._lib.destroy(raw)
         except self._lib.cuBLASError as exc:
             raise _blas_error(exc, "cublasDestroy") from exc
@@ -225,7 +223,7 @@ class BlasHandle:
         """Forget the handle without calling cuBLAS (forked child, poisoned context)."""
         self._closed = True
         self._stream = None
-        self._plans = None
+        self._lt = None
 
     # -- configuration (session activated) ------------------------------------------------------------
 
@@ -245,14 +243,14 @@ class BlasHandle:
             workspace = self._workspaces[stream] = DeviceArray(self.session, WORKSPACE_BYTES, np.uint8)
         return workspace
 
-    def plans(self) -> blas_lt.Plans:
-        """The session's cuBLASLt handle and gemm plans (session activated)."""
+    def lt(self) -> blas_lt.LtHandle:
+        """The session's cuBLASLt handle and matmul configurations (session activated)."""
         if self._closed:
             raise ClosedError(f"the cuBLAS handle of session {self.session.session_id} was closed")
-        if self._plans is None:
+        if self._lt is None:
             _refuse_during_capture(self.session, "create the cuBLASLt handle")
-            self._plans = blas_lt.Plans(WORKSPACE_BYTES)
-        return self._plans
+            self._lt = blas_lt.LtHandle(WORKSPACE_BYTES)
+        return self._lt
 
     def _configure(self, stream: Stream, pointer_mode: int) -> None:
         if self._closed:
@@ -295,7 +293,7 @@ def handle(session: Session | None = None) -> BlasHandle:
 
 
 def _refuse_during_capture(session: Session, what: str) -> None:
-    if session._captures:
+    if session.capturing:
         raise RuntimeError(
             f"cannot {what} while a CUDA graph is being captured in session {session.session_id}: "
             "make one BLAS call on the same stream before `with session.capture():` (or call kd.blas.handle(session))"
@@ -348,31 +346,21 @@ def _output(op: str, session: Session, out: DeviceArray | None, shape: tuple[int
     return out
 
 
-def _overlaps(x: DeviceArray, y: DeviceArray) -> bool:
-    """Whether two byte ranges intersect (an empty range intersects nothing)."""
-    return x.ptr < y.ptr + y.nbytes and y.ptr < x.ptr + x.nbytes
-
-
 def _no_alias(op: str, out: DeviceArray, **inputs: DeviceArray) -> None:
     for name, a in inputs.items():
-        if _overlaps(out, a):
+        if out.overlaps(a):
             raise AliasingError(op, "out", f"overlaps input {name!r}: cuBLAS cannot write its result in place")
 
 
-def _fill_zero(session: Session, out: DeviceArray, stream: Stream | None) -> DeviceArray:
+def _fill_zero(out: DeviceArray, stream: Stream | None) -> DeviceArray:
     """Enqueue ``out[...] = 0``: an empty sum, which cuBLAS's quick returns would leave unwritten."""
-    stream = session.stream if stream is None else stream
-    if out.nbytes:
-        with session.activated():
-            check("cuMemsetD8Async", session._d.cuMemsetD8Async(out.ptr, 0, out.nbytes, stream._cu))
-            if session._captures:
-                session.keep_alive(out)
+    out.fill_zero(stream)
     return out
 
 
 def _dim(*extents: int) -> bool:
     """True when the 64-bit (``_64``) entry points are needed."""
-    return max(extents) > _INT32_MAX
+    return max(extents) > INT32_MAX
 
 
 # -- level 3 ---------------------------------------------------------------------------------------------
@@ -383,15 +371,15 @@ def _fast_ok(a: Any, b: Any, out: Any, stream: Any, ndim: int) -> bool:
     if type(a) is not DeviceArray or type(b) is not DeviceArray or a.ndim != ndim or b.ndim != ndim:
         return False
     session, dt = a.session, a.dtype
-    if b.session is not session or not session._ok or a._closed or b._closed or dt not in _GEMM_TYPES:
+    if b.session is not session or not session.usable or a.closed or b.closed or dt not in _GEMM_TYPES:
         return False
     if b.dtype is not dt and b.dtype != dt:
         return False
     if out is not None and (
-        type(out) is not DeviceArray or out.session is not session or out._closed or (out.dtype is not dt and out.dtype != dt)
+        type(out) is not DeviceArray or out.session is not session or out.closed or (out.dtype is not dt and out.dtype != dt)
     ):
         return False
-    return stream is None or (type(stream) is Stream and stream.session is session and not stream._closed)
+    return stream is None or (type(stream) is Stream and stream.session is session and not stream.closed)
 
 
 def _matmul(
@@ -424,9 +412,7 @@ def _matmul(
         shape = (sa[0], m, n)
     if out is None or out.shape != shape:
         return session, _output(op, session, out, shape, a.dtype, beta), m, n, k
-    start, end = out.ptr, out.ptr + out.nbytes  # inline _overlaps: this is the warm path
-    if (a.ptr < end and start < a.ptr + a.nbytes) or (b.ptr < end and start < b.ptr + b.nbytes):
-        _no_alias(op, out, a=a, b=b)
+    _no_alias(op, out, a=a, b=b)
     return session, out, m, n, k
 
 
@@ -446,39 +432,40 @@ def _gemm(
 
     2-D row-major arrays of one dtype (float16, bfloat16, float32, float64). Without ``out`` a
     new array is allocated (``beta`` must then be 0). ``tf32=True`` lets float32 use TF32.
-    Runs ``cublasLtMatmul`` with a plan made once per problem (``blas_lt``); a warm
+    Runs ``cublasLtMatmul`` with a configuration made once per problem (``blas_lt``); a warm
     ``gemm(a, b, out, alpha=, beta=)`` on the session stream is then enqueued from C.
     """
     session, out, m, n, k = _matmul("kd.blas.gemm", a, b, out, stream, 2, trans_a, trans_b, beta)
     if not (m and n):
         return out
     if not k and beta == 0:
-        return _fill_zero(session, out, stream)
+        return _fill_zero(out, stream)
     ctype, compute = _GEMM_TYPES[a.dtype]
     if tf32 and ctype == R_32F:
         compute = COMPUTE_32F_FAST_TF32
     h = session.vendor_handle(_KEY, BlasHandle)
     with session.activated():
-        plans = h.plans()
-        plan = plans.plan(ctype, compute, a, b, out, trans_a, trans_b)
+        lt_handle = h.lt()
+        config = lt_handle.config(ctype, compute, a, b, out, trans_a, trans_b)
         pa, pb = h._scalars(compute, alpha, beta)
-        if plan is None:
+        if config is None:
             _gemm_ex(h, stream, ctype, compute, a, b, out, m, n, k, trans_a, trans_b, pa, pb)
         else:
             on = h._default if stream is None else stream
             workspace = h.workspace(on)
             lt = blas_lt.library()
             try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
-                lt.matmul(plans.raw, plan.desc, pa, b.ptr, plan.layouts[1], a.ptr, plan.layouts[0], pb,
-                          out.ptr, plan.layouts[2], out.ptr, plan.layouts[2], plan.algo, workspace.ptr,
+                lt.matmul(lt_handle.raw, config.desc, pa, b.ptr, config.layouts[1], a.ptr, config.layouts[0], pb,
+                          out.ptr, config.layouts[2], out.ptr, config.layouts[2], config.algo, workspace.ptr,
                           workspace.nbytes, on.handle)
             except lt.cuBLASLtError as exc:
                 raise _blas_error(exc, "cublasLtMatmul") from exc
-        if session._captures:
+        if session.capturing:
             session.keep_alive((a, b, out))
-        elif plan is not None and stream is None and not (trans_a or trans_b or tf32):
+        elif config is not None and stream is None and not (trans_a or trans_b or tf32):
             double = compute == COMPUTE_64F
-            fastpath.remember(gemm, plan, lambda: fastpath.gemm_launch(session, plans, plan, double, (a, b, out), workspace))
+            operands = (a, b, out)
+            fastpath.remember(gemm, config.c_slot, lambda: _gemm_launch(session, lt_handle, config, double, operands, workspace))
     return out
 
 
@@ -486,16 +473,45 @@ def _gemm_ex(
     h: BlasHandle, stream: Stream | None, ctype: int, compute: int, a: DeviceArray, b: DeviceArray, out: DeviceArray,
     m: int, n: int, k: int, trans_a: bool, trans_b: bool, pa: int, pb: int,
 ) -> None:
-    """cublasGemmEx, for the problems cuBLASLt has no plan for (session activated)."""
+    """cublasGemmEx, for the problems cuBLASLt has no configuration for (session activated)."""
     lib = h._lib
     raw = h._bind(stream, POINTER_MODE_HOST)
-    fn = lib.gemm_ex if m <= _INT32_MAX and n <= _INT32_MAX and k <= _INT32_MAX else lib.gemm_ex_64
+    fn = lib.gemm_ex if m <= INT32_MAX and n <= INT32_MAX and k <= INT32_MAX else lib.gemm_ex_64
     try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
         fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
            pa, b.ptr, ctype, b.shape[1] or 1, a.ptr, ctype, a.shape[1] or 1,
            pb, out.ptr, ctype, n, compute, GEMM_DEFAULT)
     except lib.cuBLASError as exc:
         raise _blas_error(exc, "cublasGemmEx") from exc
+
+
+def _gemm_launch(
+    session: Session, lt_handle: blas_lt.LtHandle, config: blas_lt.MatmulConfig, double_scale: bool,
+    operands: tuple[DeviceArray, ...], workspace: DeviceArray,
+) -> Any | None:
+    """A C GemmLaunch of ``config`` for ``gemm(a, b, out)`` on the session stream; None when the
+    C path cannot take it (disabled, or a driver or cuBLASLt without the entry points)."""
+    module = fastpath.native()
+    matmul, current_context = blas_lt.matmul_address(), session.entry_point("cuCtxGetCurrent")
+    if module is None or not (matmul and current_context):
+        return None
+    return module.GemmLaunch(
+        session=session,
+        tags=tuple(a.dispatch_tag for a in operands),
+        shapes=tuple(a.shape for a in operands),
+        alignment=config.alignments,
+        matmul=matmul,
+        current_context=current_context,
+        context=session.context_address,
+        handle=lt_handle.raw,
+        desc=config.desc,
+        layouts=config.layouts,
+        algo=config.algo,
+        workspace=workspace.ptr,
+        workspace_bytes=workspace.nbytes,
+        stream=session.stream.handle,
+        double_scale=double_scale,
+    )
 
 
 class _Gemm(fastpath.Front):
@@ -530,7 +546,7 @@ def gemm_batched(
     if not (batch and m and n):
         return out
     if not k and beta == 0:
-        return _fill_zero(session, out, stream)
+        return _fill_zero(out, stream)
     ctype, compute = _GEMM_TYPES[a.dtype]
     if tf32 and ctype == R_32F:
         compute = COMPUTE_32F_FAST_TF32
@@ -548,7 +564,7 @@ def gemm_batched(
                pb, out.ptr, ctype, n, m * n, batch, compute, GEMM_DEFAULT)
         except lib.cuBLASError as exc:
             raise _blas_error(exc, "cublasGemmStridedBatchedEx") from exc
-        if session._captures:
+        if session.capturing:
             session.keep_alive((a, b, out))
     return out
 
@@ -583,7 +599,7 @@ def gemv(
     if not n_out:
         return out
     if not n_in and beta == 0:
-        return _fill_zero(session, out, stream)
+        return _fill_zero(out, stream)
     compute = COMPUTE_64F if dt == _F64 else COMPUTE_32F
     prefix, suffix = _VECTOR_PREFIX[dt], "_64" if _dim(rows, cols) else ""
     h = handle(session)
@@ -600,7 +616,7 @@ def gemv(
                 getattr(lib, api)(raw, n_out, pb, out.ptr, 1)
         except lib.cuBLASError as exc:
             raise _blas_error(exc, _api(api)) from exc
-        if session._captures:
+        if session.capturing:
             session.keep_alive((a, x, out))
     return out
 
@@ -627,7 +643,7 @@ def axpy(alpha: float, x: DeviceArray, y: DeviceArray, *, stream: Stream | None 
             getattr(h._lib, name)(raw, n, pa, x.ptr, 1, y.ptr, 1)
         except h._lib.cuBLASError as exc:
             raise _blas_error(exc, _api(name)) from exc
-        if session._captures:
+        if session.capturing:
             session.keep_alive((x, y))
     return y
 
@@ -646,7 +662,7 @@ def dot(x: DeviceArray, y: DeviceArray, out: DeviceArray | None = None, *, strea
         raise ShapeMismatchError(op, "y", f"{y.shape[0]} elements, x has {x.shape[0]}")
     out = _scalar_output(op, session, out, dt)
     if not x.size:
-        return _fill_zero(session, out, stream)
+        return _fill_zero(out, stream)
     name = _VECTOR_PREFIX[dt] + "dot" + ("_64" if _dim(x.size) else "")
     return _reduce(session, name, (x.size, x.ptr, 1, y.ptr, 1), out, stream, (x, y, out))
 
@@ -658,7 +674,7 @@ def nrm2(x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | Non
     dt = _dtype(op, _VECTOR_PREFIX, ("x", "out"), (x, out))
     out = _scalar_output(op, session, out, dt)
     if not x.size:
-        return _fill_zero(session, out, stream)
+        return _fill_zero(out, stream)
     name = _VECTOR_PREFIX[dt] + "nrm2" + ("_64" if _dim(x.size) else "")
     return _reduce(session, name, (x.size, x.ptr, 1), out, stream, (x, out))
 
@@ -680,6 +696,6 @@ def _reduce(session: Session, name: str, args: tuple[Any, ...], out: DeviceArray
             getattr(h._lib, name)(raw, *args, out.ptr)
         except h._lib.cuBLASError as exc:
             raise _blas_error(exc, _api(name)) from exc
-        if session._captures:
+        if session.capturing:
             session.keep_alive(keep)
     return out

@@ -1,9 +1,9 @@
-"""cuBLASLt plans for kd.blas.gemm: descriptors and an algorithm, chosen once per problem.
+"""cuBLASLt matmul configurations for kd.blas.gemm: descriptors and an algorithm, chosen once per problem.
 
-``cublasGemmEx`` runs cuBLAS's algorithm heuristic on every call. A plan builds the matmul
-descriptor and the three matrix layouts and asks the heuristic once per (dtype, compute type,
-transposes, shapes, operand alignment); a warm gemm then only enqueues ``cublasLtMatmul``.
-Plans belong to one session's cuBLAS handle, live as long as it does, and are destroyed with
+``cublasGemmEx`` runs cuBLAS's algorithm heuristic on every call. A ``MatmulConfig`` holds the
+matmul descriptor, the three matrix layouts and the algorithm the heuristic picked once per
+(dtype, compute type, transposes, shapes, operand alignment); a warm gemm then only enqueues
+``cublasLtMatmul``. Configurations belong to one session's cuBLAS handle (``LtHandle``), live as long as it does, and are destroyed with
 it by ``Session.close`` (context current). The layout convention is blas.py's: a row-major
 ``(r, c)`` buffer is the column-major ``(c, r)`` matrix with leading dimension ``c``.
 """
@@ -15,6 +15,8 @@ import functools
 from typing import Any
 
 import numpy as np
+
+from .fastpath import CLaunchSlot
 
 MAX_ALIGNMENT = 256  # cuBLASLt's default assumption about operand pointers
 
@@ -56,10 +58,10 @@ def alignment(ptr: int) -> int:
     return MAX_ALIGNMENT if ptr % MAX_ALIGNMENT == 0 else ptr & -ptr
 
 
-class Plan:
+class MatmulConfig:
     """One problem's descriptor, layouts (of a, b and out) and chosen algorithm."""
 
-    __slots__ = ("desc", "layouts", "algo", "alignments", "c_launch", "_result")
+    __slots__ = ("desc", "layouts", "algo", "alignments", "c_slot", "_result")
 
     def __init__(self, desc: int, layouts: tuple[int, int, int], result: np.ndarray, alignments: tuple[int, int, int]) -> None:
         self.desc = desc
@@ -67,35 +69,35 @@ class Plan:
         self._result = result  # owns the cublasLtMatmulAlgo_t that ``algo`` points at
         self.algo = int(result.ctypes.data)
         self.alignments = alignments
-        self.c_launch: Any = None  # the C path's GemmLaunch, made on the first eligible call
+        self.c_slot = CLaunchSlot()  # the C path's GemmLaunch, made on the first eligible call
 
 
-class Plans:
-    """The cuBLASLt handle of one session and every plan made on it (created with the session activated)."""
+class LtHandle:
+    """The cuBLASLt handle of one session and every configuration made on it (created with the session activated)."""
 
     def __init__(self, workspace_bytes: int) -> None:
         self._lt = library()
         self.raw = int(self._lt.create())
         self._workspace_bytes = workspace_bytes
-        self._plans: dict[tuple[Any, ...], Plan | None] = {}
+        self._configs: dict[tuple[Any, ...], MatmulConfig | None] = {}
         self._descs: list[int] = []
         self._layouts: list[int] = []
 
-    def plan(
+    def config(
         self, ctype: int, compute: int, a: Any, b: Any, out: Any, trans_a: bool, trans_b: bool
-    ) -> Plan | None:
-        """The plan of ``out = op(a) @ op(b)``; None when cuBLASLt has no algorithm for it."""
+    ) -> MatmulConfig | None:
+        """The configuration of ``out = op(a) @ op(b)``; None when cuBLASLt has no algorithm for it."""
         alignments = (alignment(a.ptr), alignment(b.ptr), alignment(out.ptr))
         key = (ctype, compute, trans_a, trans_b, a.shape, b.shape, alignments)
-        if key in self._plans:
-            return self._plans[key]
-        found = self._plans[key] = self._make(ctype, compute, a.shape, b.shape, out.shape, trans_a, trans_b, alignments)
+        if key in self._configs:
+            return self._configs[key]
+        found = self._configs[key] = self._make(ctype, compute, a.shape, b.shape, out.shape, trans_a, trans_b, alignments)
         return found
 
     def _make(
         self, ctype: int, compute: int, a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...],
         trans_a: bool, trans_b: bool, alignments: tuple[int, int, int],
-    ) -> Plan | None:
+    ) -> MatmulConfig | None:
         lt = self._lt
         desc = lt.matmul_desc_create(compute, SCALE_TYPE.get(compute, 0))
         self._descs.append(desc)
@@ -122,7 +124,7 @@ class Plans:
             lt.matmul_preference_destroy(pref)
         if count[0] < 1:
             return None
-        return Plan(desc, layouts, result, alignments)  # type: ignore[arg-type]
+        return MatmulConfig(desc, (layouts[0], layouts[1], layouts[2]), result, alignments)
 
     def _layout(self, ctype: int, shape: tuple[int, ...]) -> int:
         rows, cols = shape[-1], shape[-2]
@@ -133,10 +135,10 @@ class Plans:
     def release(self) -> None:
         """Destroy every layout and descriptor, then the handle (session activated)."""
         lt = self._lt
-        plans, self._plans = self._plans, {}
-        for plan in plans.values():
-            if plan is not None:
-                plan.c_launch = None
+        configs, self._configs = self._configs, {}
+        for config in configs.values():
+            if config is not None:
+                config.c_slot.entry = None
         for layout in self._layouts:
             lt.matrix_layout_destroy(layout)
         for desc in self._descs:

@@ -16,8 +16,8 @@ from typing import Any, Callable, Sequence
 
 from . import cache as disk_cache
 from ._version import __version__
-from .codegen import Generated, generate, template_digest
-from .compile import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_version
+from .codegen import Decisions, Generated, generate, template_digest
+from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_version
 from .diagnostics import BodyOrigin, map_log
 from .errors import KernelCompileError
 from .specialize import Specialization
@@ -25,7 +25,7 @@ from .specialize import Specialization
 log = logging.getLogger("kerneldsl.build")
 
 # Modules whose code decides what gets generated: changing them must change every key.
-_CODEGEN_MODULES = ("signature.py", "specialize.py", "codegen.py", "compile.py", "dtypes.py")
+_CODEGEN_MODULES = ("signature.py", "specialize.py", "codegen.py", "compiler.py", "dtypes.py")
 
 
 @lru_cache(maxsize=1)
@@ -98,6 +98,16 @@ class Build:
     @property
     def arch(self) -> str:
         return self.specialization.arch
+
+    @property
+    def index_bits(self) -> int:
+        """32 or 64: the width of ``index_t`` this specialization was built with."""
+        return self.specialization.index_bits
+
+    @property
+    def decisions(self) -> Decisions:
+        """What a generated array kernel chose (layout, vector width, stage, accumulation)."""
+        return self.generated.decisions
 
     def launch_factory(self) -> Callable[..., Any]:
         """``make_launch`` from the generated adapter, executed once per build."""

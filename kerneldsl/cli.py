@@ -24,9 +24,9 @@ from . import __version__, fastpath
 from .bench import BENCHMARKS
 from .build import fingerprint
 from .cache import default_cache_dir, get_default_cache
-from .compile import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
+from .compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
 from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
-from .kernel import Kernel
+from .dispatch import Kernel
 from .runtime import driver
 from .target import ARCH_ENV, device_arch, resolve_arch
 

@@ -21,7 +21,7 @@ import numpy as np
 from ._version import __version__
 from .dtypes import ELEMENT_TYPES, ElementType
 from .errors import DeclarationError
-from .signature import ArrayParam, Expr, ScalarParam
+from .signature import ArrayParam, Expr, ScalarParam, Signature
 from .specialize import Specialization
 
 SLOT_BYTES = 8  # every kernel parameter gets one 8-byte slot in the packed buffer
@@ -109,11 +109,32 @@ def body_arguments(spec: Specialization) -> dict[str, Any]:
     return args
 
 
-def call_body(spec: Specialization, body: Callable[..., Any]) -> str:
-    text = body(**body_arguments(spec))
+@dataclass(frozen=True)
+class Decisions:
+    """What a generated array kernel chose for one specialization, kept on its Build so that
+    tests and users read the choice instead of the generated text."""
+
+    layout: str | None = None  # "flat" (every array has the result's shape) or "broadcast"
+    vector_width: int = 1  # elements per 16-byte access; 1: the scalar path
+    stage: str | None = None  # a reduction's kernel: "direct", "partial", "rows" or "columns"
+    accumulation: np.dtype | None = None  # the dtype a reduction accumulates in
+    group: int | None = None  # threads that fold one output together (a reduction's rows stage)
+
+
+@dataclass(frozen=True)
+class GeneratedBody:
+    """A body function's result when it also reports decisions (kerneldsl's own kernels)."""
+
+    text: str
+    decisions: Decisions
+
+
+def call_body(spec: Specialization, body: Callable[..., Any]) -> tuple[str, Decisions]:
+    result = body(**body_arguments(spec))
+    text, decisions = (result.text, result.decisions) if isinstance(result, GeneratedBody) else (result, Decisions())
     if not isinstance(text, str):
         raise DeclarationError(spec.signature.name, None, f"the body function must return the CUDA body as str, got {type(text).__name__}")
-    return textwrap.dedent(text).strip("\n")
+    return textwrap.dedent(text).strip("\n"), decisions
 
 
 # --- the generated pair ----------------------------------------------------------------------------
@@ -130,7 +151,7 @@ class Generated:
     body_file: str
     abi: tuple[tuple[str, str], ...]  # (parameter, C type) in launch order
     struct_format: str
-    launch_plan: tuple[Any, ...] | None  # the adapter as tables for the C launch path
+    decisions: Decisions
 
     @property
     def param_bytes(self) -> int:
@@ -139,7 +160,7 @@ class Generated:
 
 def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
     sig = spec.signature
-    body_text = call_body(spec, body)
+    body_text, decisions = call_body(spec, body)
     entry = f"kd_{sig.name}"
     body_file = f"{sig.name}.body"
     slots = _slots(spec)
@@ -170,9 +191,9 @@ def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
         converters=sorted({s["converter"] for s in slots if s["converter"]}),
         runtime_names=[p.name for p in sig.runtime_params],
         arrays=[_adapter_array(a) for a in sig.arrays],
-        alias_checks=[] if sig.allow_alias else _alias_pairs(sig),
-        symbol_binds=_symbol_binds(spec),
-        shape_checks=_shape_checks(spec),
+        alias_checks=[] if sig.allow_alias else alias_pairs(sig),
+        symbol_binds=symbol_binds(spec),
+        shape_checks=shape_checks(spec),
         dim_values=_dim_values(spec),
         grid=_pad3(sig.grid),
         block=_pad3(sig.block),
@@ -187,7 +208,7 @@ def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
         body_file=body_file,
         abi=tuple((s["name"], s["ctype"]) for s in slots),
         struct_format=struct_format,
-        launch_plan=launch_plan(spec),
+        decisions=decisions,
     )
 
 
@@ -247,7 +268,7 @@ def _adapter_array(a: ArrayParam) -> dict[str, Any]:
     return {"name": a.name, "ndim": len(a.shape), "shape_text": str(a.shape).replace("'", ""), "writes": a.writes}
 
 
-def _alias_pairs(sig: Any) -> list[tuple[str, str]]:
+def alias_pairs(sig: Signature) -> list[tuple[str, str]]:
     arrays = sig.arrays
     return [
         (a.name, b.name)
@@ -257,7 +278,7 @@ def _alias_pairs(sig: Any) -> list[tuple[str, str]]:
     ]
 
 
-def _symbol_binds(spec: Specialization) -> list[dict[str, Any]]:
+def symbol_binds(spec: Specialization) -> list[dict[str, Any]]:
     fixed = dict(spec.fixed_symbols)
     return [
         {"symbol": s, "array": param, "axis": axis}
@@ -266,7 +287,7 @@ def _symbol_binds(spec: Specialization) -> list[dict[str, Any]]:
     ]
 
 
-def _shape_checks(spec: Specialization) -> list[dict[str, Any]]:
+def shape_checks(spec: Specialization) -> list[dict[str, Any]]:
     fixed = dict(spec.fixed_symbols)
     checks = []
     for a in spec.signature.arrays:
@@ -292,97 +313,6 @@ def _pad3(dims: tuple[Expr, ...]) -> tuple[Expr, ...]:
     return dims + (Expr("int", (1,)),) * (3 - len(dims))
 
 
-# --- the same adapter as tables, for the C launch path (kerneldsl/_fastlaunch.c) ----------------------
-
-_OPCODES = {"int": 1, "sym": 2, "add": 3, "sub": 4, "mul": 5, "floordiv": 6, "cdiv": 7, "min": 8, "max": 9}
-_SLOT_KINDS = {
-    "ptr": 0, "sym32": 1, "sym64": 2, "bool": 3, "int8": 4, "int16": 5, "int32": 6, "int64": 7,
-    "uint8": 8, "uint16": 9, "uint32": 10, "uint64": 11, "float16": 12, "float32": 13, "float64": 14,
-}
-
-
-class _Unplannable(Exception):
-    """Something only the Python adapter handles (e.g. a bfloat16 scalar)."""
-
-
-def launch_plan(spec: Specialization) -> tuple[Any, ...] | None:
-    """What the generated adapter checks, computes and packs, as integer tables the C launch
-    path runs: ``(nargs, arrays, binds, checks, aliases, programs, slots)``. None when the
-    specialization needs something only the adapter does; such calls stay on the Python path.
-    """
-    sig = spec.signature
-    if not sig.arrays:
-        return None
-    arg_index = {p.name: i for i, p in enumerate(sig.runtime_params)}
-    array_index = {a.name: j for j, a in enumerate(sig.arrays)}
-    binds = _symbol_binds(spec)
-    symbol_index = {b["symbol"]: k for k, b in enumerate(binds)}
-    try:
-        programs = _programs(spec, symbol_index)
-        slots = _plan_slots(spec, array_index, symbol_index, arg_index)
-    except _Unplannable:
-        return None
-    return (
-        len(sig.runtime_params),
-        tuple((arg_index[a.name], len(a.shape)) for a in sig.arrays),
-        tuple((symbol_index[b["symbol"]], array_index[b["array"]], b["axis"]) for b in binds),
-        tuple(_plan_check(c, array_index, symbol_index) for c in _shape_checks(spec)),
-        tuple((array_index[a], array_index[b]) for a, b in ([] if sig.allow_alias else _alias_pairs(sig))),
-        programs,
-        slots,
-    )
-
-
-def _plan_check(check: dict[str, Any], array_index: dict[str, int], symbol_index: dict[str, int]) -> tuple[int, ...]:
-    expected = check["expected"]
-    if isinstance(expected, str):  # "s_<symbol>": equal to where the symbol was bound
-        return (array_index[check["array"]], check["axis"], symbol_index[expected[2:]], 0)
-    return (array_index[check["array"]], check["axis"], -1, int(expected))
-
-
-def _programs(spec: Specialization, symbol_index: dict[str, int]) -> tuple[tuple[int, int], ...]:
-    """Grid, block and shared as postfix programs, each ended by (0, 0)."""
-    values: dict[str, tuple[int, int]] = {s: (_OPCODES["sym"], i) for s, i in symbol_index.items()}
-    values.update({s: (_OPCODES["int"], int(v)) for s, v in spec.fixed_symbols})
-    for name, value in spec.consts:
-        if not isinstance(value, int):  # a float constant in a launch dimension: adapter only
-            values[name] = (-1, 0)
-        else:
-            values[name] = (_OPCODES["int"], int(value))
-    sig = spec.signature
-    code: list[tuple[int, int]] = []
-    for expr in (*_pad3(sig.grid), *_pad3(sig.block), sig.shared):
-        _emit(expr, values, code)
-        code.append((0, 0))
-    return tuple(code)
-
-
-def _emit(expr: Expr, values: dict[str, tuple[int, int]], code: list[tuple[int, int]]) -> None:
-    if expr.op == "int":
-        code.append((_OPCODES["int"], int(expr.args[0])))
-    elif expr.op == "sym":
-        op = values[expr.args[0]]
-        if op[0] < 0:
-            raise _Unplannable(expr.args[0])
-        code.append(op)
-    else:
-        for arg in expr.args:
-            _emit(arg, values, code)
-        code.append((_OPCODES[expr.op], 0))
-
-
-def _plan_slots(
-    spec: Specialization, array_index: dict[str, int], symbol_index: dict[str, int], arg_index: dict[str, int]
-) -> tuple[tuple[int, int], ...]:
-    slots = []
-    for p in spec.signature.runtime_params:
-        if isinstance(p, ArrayParam):
-            slots.append((_SLOT_KINDS["ptr"], array_index[p.name]))
-            continue
-        kind = _SLOT_KINDS.get(spec.element_type(p.name).name)
-        if kind is None:
-            raise _Unplannable(p.name)
-        slots.append((kind, arg_index[p.name]))
-    width = "sym32" if spec.index_bits == 32 else "sym64"
-    slots.extend((_SLOT_KINDS[width], i) for i in symbol_index.values())
-    return tuple(slots)
+def launch_dims(sig: Signature) -> tuple[Expr, ...]:
+    """The seven launch values in order: grid x, y, z, block x, y, z, shared bytes."""
+    return (*_pad3(sig.grid), *_pad3(sig.block), sig.shared)

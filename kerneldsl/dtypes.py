@@ -17,6 +17,8 @@ try:  # bfloat16 exists in numpy only through ml_dtypes
 except ImportError:  # pragma: no cover - depends on the environment
     _ml_dtypes = None
 
+INT32_MAX = 2**31 - 1  # past this, element counts and offsets need 64-bit indexing
+
 
 @dataclass(frozen=True)
 class ElementType:

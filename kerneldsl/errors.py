@@ -44,6 +44,10 @@ class ReadOnlyArrayError(BindingError):
     """A read-only array was passed where the kernel writes (Out / InOut)."""
 
 
+class StridedArrayError(BindingError, ValueError):
+    """A strided (non C-contiguous) array where contiguous memory is needed."""
+
+
 class AliasingError(BindingError, ValueError):
     """The same memory was passed to two parameters and at least one of them is written."""
 

@@ -1,10 +1,14 @@
-"""The C launch path: the base class Kernel calls go through, and Launches made from bound kernels.
+"""The C launch path: its one home in Python.
 
-``_fastlaunch.c`` runs the warm path of ``@kd.kernel`` calls without a Python frame, following
-``codegen.launch_plan`` (the generated adapter restated as tables). It only recognises calls
-the Python path has already accepted once, and hands everything else back to ``Kernel._call``,
-so both paths raise the same errors. Without the compiled module (no C compiler when the
-package was built) or with ``KERNELDSL_C_LAUNCH=0``, every call takes the Python path.
+``_fastlaunch.c`` runs the warm path of kernel, op and gemm calls without a Python frame. It
+only recognises calls the Python path has already accepted once, and hands everything else
+back to the caller's ``_call``, so both paths raise the same errors. This module owns its
+contract: the launch tables (the generated adapter restated as integers), the opcode and
+slot-kind numbers they use (checked against the C module's in a test), the ``Front`` base
+class calls enter through, and ``CLaunchSlot``, where whatever made a C entry keeps it.
+
+Without the compiled module (no C compiler when the package was built) or with
+``KERNELDSL_C_LAUNCH=0``, every call takes the Python path.
 """
 
 from __future__ import annotations
@@ -14,7 +18,13 @@ import os
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable
 
+from .codegen import alias_pairs, launch_dims, shape_checks, symbol_binds
 from .runtime.memory import DeviceArray
+from .signature import ArrayParam, Expr
+from .specialize import Specialization
+
+if TYPE_CHECKING:
+    from .launch import BoundLaunch
 
 
 def _compiled() -> ModuleType | None:
@@ -28,6 +38,12 @@ _fastlaunch = _compiled()
 
 ENABLED = _fastlaunch is not None and os.environ.get("KERNELDSL_C_LAUNCH", "1") != "0"
 
+OPCODES = {"end": 0, "int": 1, "sym": 2, "add": 3, "sub": 4, "mul": 5, "floordiv": 6, "cdiv": 7, "min": 8, "max": 9}
+SLOT_KINDS = {
+    "ptr": 0, "sym32": 1, "sym64": 2, "bool": 3, "int8": 4, "int16": 5, "int32": 6, "int64": 7,
+    "uint8": 8, "uint16": 9, "uint32": 10, "uint64": 11, "float16": 12, "float32": 13, "float64": 14,
+}
+
 
 def status() -> str:
     """One line for ``kerneldsl info``: whether warm calls take the C path, and if not, why."""
@@ -38,8 +54,13 @@ def status() -> str:
     return "off: KERNELDSL_C_LAUNCH=0; calls take the Python path"
 
 
+def native() -> ModuleType | None:
+    """The compiled module when the C path is on, else None."""
+    return _fastlaunch if ENABLED else None
+
+
 class PyFront:
-    """Kernel's base when the C path is off: every call goes straight to ``_call``."""
+    """The callables' base when the C path is off: every call goes straight to ``_call``."""
 
     __slots__ = ()
     _remembered_launches = 0
@@ -61,64 +82,130 @@ else:
     Front = PyFront
 
 
-def remember(front: Any, holder: Any, make: Callable[[], Any]) -> None:
-    """Have ``front`` try the C entry that ``holder.c_launch`` caches first from now on; ``make()``
-    builds it on the first call (a falsy result is kept as False: the C path cannot take it)."""
-    if holder.c_launch is None:
-        holder.c_launch = make() or False
-    if holder.c_launch:
-        front._remember_launch(holder.c_launch)
+class CLaunchSlot:
+    """Where a bound kernel, an array plan or a gemm configuration keeps its C entry: None until
+    a call made one, False once it turned out the C path cannot take it."""
+
+    __slots__ = ("entry",)
+
+    def __init__(self) -> None:
+        self.entry: Any = None
 
 
-def c_launch(bound: Any, args: tuple[Any, ...], out_keyword: bool = False) -> Any | None:
+def remember(front: Any, slot: CLaunchSlot, make: Callable[[], Any]) -> None:
+    """Have ``front`` try ``slot``'s C entry first from now on; ``make()`` builds it on the first
+    call (a falsy result is kept as False: the C path cannot take it)."""
+    if slot.entry is None:
+        slot.entry = make() or False
+    if slot.entry:
+        front._remember_launch(slot.entry)
+
+
+def kernel_launch(bound: BoundLaunch, args: tuple[Any, ...], out_keyword: bool = False) -> Any | None:
     """A C Launch of ``bound`` for calls dispatched like ``args``; None when the C path cannot
     take it (disabled, a specialization it does not cover, a driver without an entry point).
     With ``out_keyword`` the last argument comes as ``out=`` and the call returns it (kd.ops)."""
-    plan = bound.build.generated.launch_plan
-    if _fastlaunch is None or not ENABLED or plan is None:
+    module = native()
+    table = launch_table(bound.build.specialization) if module is not None else None
+    if module is None or table is None:
         return None
     session = bound.session
     entry = session.entry_point("cuLaunchKernel")
     if not entry:
         return None
     guards = tuple(a.dispatch_tag if type(a) is DeviceArray else type(a) for a in args)
-    return _fastlaunch.Launch(
-        plan=plan,
+    return module.Launch(
+        table=table,
         session=session,
         guards=guards,
         launch=entry,
         function=int(bound.function),
-        stream=int(session._stream_cu),
+        stream=int(session.stream.handle),
         out_keyword=out_keyword,
     )
 
 
-def gemm_launch(
-    session: Any, plans: Any, plan: Any, double_scale: bool, operands: tuple[DeviceArray, ...], workspace: DeviceArray
-) -> Any | None:
-    """A C GemmLaunch of ``plan`` for ``gemm(a, b, out)`` on the session stream; None when the
-    C path cannot take it (disabled, or a driver or cuBLASLt without the entry points)."""
-    if _fastlaunch is None or not ENABLED:
-        return None
-    from . import blas_lt
+# --- the adapter as tables -----------------------------------------------------------------------
 
-    matmul, current_context = blas_lt.matmul_address(), session.entry_point("cuCtxGetCurrent")
-    if not (matmul and current_context):
+
+class _Untabled(Exception):
+    """Something only the Python adapter handles (e.g. a bfloat16 scalar)."""
+
+
+def launch_table(spec: Specialization) -> tuple[Any, ...] | None:
+    """What the generated adapter checks, computes and packs, as integer tables the C launch
+    path runs: ``(nargs, arrays, binds, checks, aliases, programs, slots)``. None when the
+    specialization needs something only the adapter does; such calls stay on the Python path.
+    """
+    sig = spec.signature
+    if not sig.arrays:
         return None
-    return _fastlaunch.GemmLaunch(
-        session=session,
-        tags=tuple(a.dispatch_tag for a in operands),
-        shapes=tuple(a.shape for a in operands),
-        alignment=plan.alignments,
-        matmul=matmul,
-        current_context=current_context,
-        context=session._ctx_address,
-        handle=plans.raw,
-        desc=plan.desc,
-        layouts=plan.layouts,
-        algo=plan.algo,
-        workspace=workspace.ptr,
-        workspace_bytes=workspace.nbytes,
-        stream=session.stream.handle,
-        double_scale=double_scale,
+    arg_index = {p.name: i for i, p in enumerate(sig.runtime_params)}
+    array_index = {a.name: j for j, a in enumerate(sig.arrays)}
+    binds = symbol_binds(spec)
+    symbol_index = {b["symbol"]: k for k, b in enumerate(binds)}
+    try:
+        programs = _programs(spec, symbol_index)
+        slots = _slots(spec, array_index, symbol_index, arg_index)
+    except _Untabled:
+        return None
+    return (
+        len(sig.runtime_params),
+        tuple((arg_index[a.name], len(a.shape)) for a in sig.arrays),
+        tuple((symbol_index[b["symbol"]], array_index[b["array"]], b["axis"]) for b in binds),
+        tuple(_check(c, array_index, symbol_index) for c in shape_checks(spec)),
+        tuple((array_index[a], array_index[b]) for a, b in ([] if sig.allow_alias else alias_pairs(sig))),
+        programs,
+        slots,
     )
+
+
+def _check(check: dict[str, Any], array_index: dict[str, int], symbol_index: dict[str, int]) -> tuple[int, ...]:
+    expected = check["expected"]
+    if isinstance(expected, str):  # "s_<symbol>": equal to where the symbol was bound
+        return (array_index[check["array"]], check["axis"], symbol_index[expected[2:]], 0)
+    return (array_index[check["array"]], check["axis"], -1, int(expected))
+
+
+def _programs(spec: Specialization, symbol_index: dict[str, int]) -> tuple[tuple[int, int], ...]:
+    """Grid, block and shared as postfix programs, each ended by ``end``."""
+    values: dict[str, tuple[int, int]] = {s: (OPCODES["sym"], i) for s, i in symbol_index.items()}
+    values.update({s: (OPCODES["int"], int(v)) for s, v in spec.fixed_symbols})
+    for name, value in spec.consts:
+        values[name] = (OPCODES["int"], int(value)) if isinstance(value, int) else (-1, 0)
+    code: list[tuple[int, int]] = []
+    for expr in launch_dims(spec.signature):
+        _emit(expr, values, code)
+        code.append((OPCODES["end"], 0))
+    return tuple(code)
+
+
+def _emit(expr: Expr, values: dict[str, tuple[int, int]], code: list[tuple[int, int]]) -> None:
+    if expr.op == "int":
+        code.append((OPCODES["int"], int(expr.args[0])))
+    elif expr.op == "sym":
+        op = values[expr.args[0]]
+        if op[0] < 0:  # a float constant in a launch dimension: adapter only
+            raise _Untabled(expr.args[0])
+        code.append(op)
+    else:
+        for arg in expr.args:
+            _emit(arg, values, code)
+        code.append((OPCODES[expr.op], 0))
+
+
+def _slots(
+    spec: Specialization, array_index: dict[str, int], symbol_index: dict[str, int], arg_index: dict[str, int]
+) -> tuple[tuple[int, int], ...]:
+    slots = []
+    for p in spec.signature.runtime_params:
+        if isinstance(p, ArrayParam):
+            slots.append((SLOT_KINDS["ptr"], array_index[p.name]))
+            continue
+        kind = SLOT_KINDS.get(spec.element_type(p.name).name)
+        if kind is None:
+            raise _Untabled(p.name)
+        slots.append((kind, arg_index[p.name]))
+    width = "sym32" if spec.index_bits == 32 else "sym64"
+    slots.extend((SLOT_KINDS[width], i) for i in symbol_index.values())
+    return tuple(slots)

@@ -2,7 +2,7 @@
 
 ``BoundLaunch`` is created once per (specialization, session, thread) and then called on the
 warm path: everything that can be done once (module load, function lookup, buffer and pointer
-array allocation, adapter construction) happens in its constructor. ``call_borrowing`` is the
+array allocation, adapter construction) happens in its constructor. ``stage_host_call`` is the
 numpy path: copy in, launch, copy back, free, all within the call.
 """
 
@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .build import Build
+from .fastpath import CLaunchSlot
 from .dtypes import to_bfloat16_bits
 from .errors import (
     AliasingError,
@@ -46,13 +47,13 @@ ADAPTER_RUNTIME = types.SimpleNamespace(
 class BoundLaunch:
     """A build loaded into one session, ready to launch with device arguments."""
 
-    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_launch")
+    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_slot")
 
     def __init__(self, build: Build, session: Any) -> None:
         self.build = build
         self.session = session
         module = session.load_module(build.cubin)
-        self.function = session._d.CUfunction(module.function(build.generated.entry))
+        self.function = module.function(build.generated.entry)
         slots = max(len(build.generated.abi), 1)
         self._buffer = (ctypes.c_char * (8 * slots))()
         base = ctypes.addressof(self._buffer)
@@ -60,7 +61,7 @@ class BoundLaunch:
         self.call: Callable[..., None] = build.launch_factory()(
             ADAPTER_RUNTIME, session, self.function, self._buffer, ctypes.addressof(self._pointers)
         )
-        self.c_launch: Any = None  # the C path's Launch once a call made one (False: it cannot)
+        self.c_slot = CLaunchSlot()
 
 
 def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:
@@ -87,7 +88,7 @@ def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:
                     raise AliasingError(sig.name, q.name, f"shares memory with {p.name!r} and one of them is written")
 
 
-def call_borrowing(
+def stage_host_call(
     bound: BoundLaunch, sig: Signature, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
 ) -> None:
     """Copy host inputs in, launch, copy host outputs back; nothing device-side outlives the call."""

@@ -23,8 +23,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from . import promotion
-from .elementwise import ElementwiseFunction, kind
-from .reduction import REDUCERS, Reduction
+from .array.elementwise import ElementwiseFunction
+from .array.program import kind
+from .array.reduction import REDUCERS, Reduction
 
 _IPOW = (
     "[&]() -> kdT { if (b < 0) return (kdT)(a == 1 ? 1 : (a == (kdT)-1 ? ((b & 1) ? -1 : 1) : 0)); "

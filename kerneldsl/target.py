@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from .compile import normalize_arch, supported_archs
+from .compiler import normalize_arch, supported_archs
 from .errors import InvalidArchError, NoDeviceError
 from .runtime import driver
 

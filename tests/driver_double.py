@@ -338,7 +338,7 @@ class FakeDriver:
         code = self._enter("cuModuleGetFunction")
         if not code and name == b"missing":
             code = NOT_FOUND
-        return self._r(code, 0 if code else self._handle())
+        return self._r(code, None if code else _real.CUfunction(self._handle()))  # like cuda.bindings
 
     def cuModuleUnload(self, module: int) -> tuple:
         code = self._enter("cuModuleUnload")

@@ -127,8 +127,8 @@ def test_warm_gemm_with_out_runs_from_c_and_matches_numpy(s: Session, rng: np.ra
     a, b, c = uniform(rng, (m, k), dtype), uniform(rng, (k, n), dtype), uniform(rng, (m, n), dtype)
     da, db, out = s.to_device(a), s.to_device(b), s.to_device(c)
     blas.gemm(da, db, out, alpha=0.0, beta=1.0)  # the Python path: out stays c, the call is remembered
-    plan = blas.handle(s).plans().plan(*blas._GEMM_TYPES[dtype], da, db, out, False, False)
-    assert plan is not None and plan.c_launch
+    config = blas.handle(s).lt().config(*blas._GEMM_TYPES[dtype], da, db, out, False, False)
+    assert config is not None and config.c_slot.entry
     for _ in range(3):  # from C: out = 2 a @ b - out / 2, three times
         blas.gemm(da, db, out, alpha=2.0, beta=-0.5)
     ab, expected = op(a, False) @ op(b, False), f64(c)

@@ -19,7 +19,7 @@ import kerneldsl.codegen
 from kerneldsl.build import fingerprint, key_material
 from kerneldsl.cache import cache_key
 from kerneldsl.codegen import generate
-from kerneldsl.compile import build_options
+from kerneldsl.compiler import build_options
 from kerneldsl.specialize import Specialization, bind_declared
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,12 +42,12 @@ if __name__ == "__main__":
     import hashlib, sys
     mode = sys.argv[1]
     if mode == "forbid-nvrtc":
-        import kerneldsl.build, kerneldsl.compile
+        import kerneldsl.build, kerneldsl.compiler
 
         def refuse(*args, **kwargs):
             raise RuntimeError("NVRTC called")
 
-        kerneldsl.compile.compile_source = refuse
+        kerneldsl.compiler.compile_source = refuse
         kerneldsl.build.compile_source = refuse
     b = axpb.compile(T=np.float32, arch="sm_90")
     print("key", b.cache_key)

@@ -10,7 +10,7 @@ import pytest
 import kerneldsl as kd
 import kerneldsl.build
 from kerneldsl.codegen import generate
-from kerneldsl.compile import CompiledCode, build_options, check_options, normalize_arch
+from kerneldsl.compiler import CompiledCode, build_options, check_options, normalize_arch
 from kerneldsl.errors import InvalidArchError, InvalidOptionError, KernelCompileError, NoDeviceError
 from kerneldsl.runtime import driver
 from kerneldsl.target import ARCH_ENV, arch_for_capability, resolve_arch

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import kerneldsl as kd
 from kerneldsl import fastpath
-from kerneldsl.codegen import launch_plan
+from kerneldsl.fastpath import launch_table
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -278,26 +278,26 @@ def test_a_repeated_call_does_not_remember_its_launch_twice(s: kd.Session, drv: 
     assert saxpy._remembered_launches == 1
 
 
-def test_bfloat16_scalars_have_no_plan_and_stay_on_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+def test_bfloat16_scalars_have_no_table_and_stay_on_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
     bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
     spec = saxpy.specialize(s.zeros(4, bfloat16), s.zeros(4, bfloat16), bfloat16(1), arch="sm_90")
-    assert launch_plan(spec) is None
+    assert launch_table(spec) is None
 
 
-def test_a_float_constant_in_a_launch_dimension_has_no_plan(s: kd.Session) -> None:
+def test_a_float_constant_in_a_launch_dimension_has_no_table(s: kd.Session) -> None:
     @kd.kernel(grid=kd.sym("G"), block=32)
     def fill(y: kd.Out[kd.float32, "n"], G: kd.Const[float] = 2.0):
         return f"{y}[0] = 0;"
 
-    assert launch_plan(fill.specialize(s.zeros(4, np.float32), arch="sm_90")) is None
+    assert launch_table(fill.specialize(s.zeros(4, np.float32), arch="sm_90")) is None
 
 
-def test_a_malformed_plan_is_refused_when_the_launch_is_made(s: kd.Session) -> None:
+def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> None:
     from kerneldsl import _fastlaunch
 
     with pytest.raises(ValueError, match="opcode"):
         _fastlaunch.Launch(
-            plan=(1, ((0, 1),), (), (), (), ((99, 0),), ((0, 0),)),
+            table=(1, ((0, 1),), (), (), (), ((99, 0),), ((0, 0),)),
             session=s, guards=(0,), launch=1, function=1, stream=1,
         )
 
@@ -321,10 +321,12 @@ def test_an_op_with_out_runs_from_c_after_its_first_call_and_returns_out(s: kd.S
 
 def test_ops_the_c_path_cannot_check_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
     a, row, out = s.zeros((4, 8), np.float32), s.zeros(8, np.float32), s.zeros((4, 8), np.float32)
+    before = kd.ops.add._remembered_launches, kd.ops.multiply._remembered_launches
     for _ in range(2):
-        kd.ops.add(a, row, out=out)  # broadcasting
-        kd.ops.multiply(a, a)  # no out=: the result is allocated
-    assert drv.c_launches == 0
+        kd.ops.add(a, row, out=out)  # broadcasting: the op's Python path checks shapes and aliasing
+        kd.ops.multiply(a, a)  # no out=: the result is allocated first
+    assert (kd.ops.add._remembered_launches, kd.ops.multiply._remembered_launches) == before
+    drv.c_launches = 0
     kd.ops.subtract(a, a, out=out)
     with pytest.raises(ValueError, match="shape"):
         kd.ops.subtract(a, s.zeros((4, 7), np.float32), out=out)

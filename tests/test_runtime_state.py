@@ -560,14 +560,14 @@ def test_stream_and_event_api(s: Session, drv: FakeDriver) -> None:
 def test_module_functions_are_cached_and_kept_alive(s: Session, drv: FakeDriver) -> None:
     mod = s.load_module(b"cubin")
     f = mod.function("k")
-    assert isinstance(f, int) and mod.function("k") == f
+    assert int(f) and mod.function("k") is f
     assert drv.count("cuModuleGetFunction") == 1
     attrs = mod.function_attributes("k")
     assert (attrs.registers, attrs.max_threads, attrs.shared_bytes) == (32, 1024, 0)
     del mod
     gc.collect()
     s.synchronize()
-    assert drv.count("cuModuleUnload") == 0  # handed-out CUfunction ints stay valid
+    assert drv.count("cuModuleUnload") == 0  # handed-out CUfunction handles stay valid
 
 
 def test_graph_capture_and_replay(s: Session, drv: FakeDriver) -> None:
@@ -683,9 +683,9 @@ def test_borrow_wraps_foreign_memory_without_owning_it(s: Session, drv: FakeDriv
     assert (b.ptr, b.shape, b._owner) == (a.ptr, (4,), f)
     assert drv.count("cuStreamWaitEvent") == 1  # the session stream waits for the producer's
     assert b.to_host().tolist() == [0, 1, 2, 3]
-    b.free()
+    b.close()
     assert drv.count("cuMemFree") == 0 and b.closed
-    a.free()
+    a.close()
     assert drv.count("cuMemFree") == 1
     with pytest.raises(ValueError, match="C-contiguous"):
         DeviceArray.borrow(s, interop.DeviceView(a.ptr, (2, 2), (4, 16), np.dtype("f4"), 0, False, f))

@@ -5,7 +5,7 @@
   interleaved repetitions; TFLOP/s and the time ratio (target: within 3%).
 - host cost: a 64^3 float32 gemm enqueued while the stream is held by a spinning kernel (so
   the queue never drains), median per call of interleaved repetitions, vs the nvmath binding
-  kd.blas calls (cublasLtMatmul, same plan) called directly with pre-computed arguments, the
+  kd.blas calls (cublasLtMatmul, same configuration) called directly with pre-computed arguments, the
   cublasGemmEx binding, ``cupy.matmul`` and ``torch.mm`` (targets: <= 1.2x the binding,
   <= 0.5x CuPy).
 
@@ -127,16 +127,16 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
         "kerneldsl": lambda: blas.gemm(da, db, out),
         "kerneldsl, Python path": lambda: blas._gemm(da, db, out),
     }
-    blas.gemm(da, db, out)  # makes the handle, the plan and the C path's entry
+    blas.gemm(da, db, out)  # makes the handle, the matmul configuration and the C path's entry
     h = blas.handle(s)
-    plans = h.plans()
-    plan = plans.plan(blas.R_32F, blas.COMPUTE_32F, da, db, out, False, False)
+    lt_handle = h.lt()
+    config = lt_handle.config(blas.R_32F, blas.COMPUTE_32F, da, db, out, False, False)
     scalars = (ctypes.c_float * 2)(1.0, 0.0)
     pa, pb = ctypes.addressof(scalars), ctypes.addressof(scalars) + 4
-    if plan is not None:  # the binding kd.blas.gemm calls, with the same plan, workspace and stream
+    if config is not None:  # the binding kd.blas.gemm calls, with the same configuration, workspace and stream
         lt, workspace = blas_lt.library(), h.workspace(s.stream)
-        lt_args = (plans.raw, plan.desc, pa, db.ptr, plan.layouts[1], da.ptr, plan.layouts[0], pb, out.ptr,
-                   plan.layouts[2], out.ptr, plan.layouts[2], plan.algo, workspace.ptr, workspace.nbytes, s.stream.handle)
+        lt_args = (lt_handle.raw, config.desc, pa, db.ptr, config.layouts[1], da.ptr, config.layouts[0], pb, out.ptr,
+                   config.layouts[2], out.ptr, config.layouts[2], config.algo, workspace.ptr, workspace.nbytes, s.stream.handle)
         contenders["nvmath cublasLt binding direct"] = lambda: lt.matmul(*lt_args)
     gemm_ex_args = (h.raw, blas.OP_N, blas.OP_N, n, n, n, pa, db.ptr, blas.R_32F, n, da.ptr, blas.R_32F, n,
                     pb, out.ptr, blas.R_32F, n, blas.COMPUTE_32F, blas.GEMM_DEFAULT)

@@ -24,7 +24,7 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl import cache
-from kerneldsl.compile import normalize_arch, nvrtc_version
+from kerneldsl.compiler import normalize_arch, nvrtc_version
 from kerneldsl.errors import KernelDSLError
 
 # Run in a fresh interpreter against a warm cache directory; times only the builds.

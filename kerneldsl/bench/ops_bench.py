@@ -1,8 +1,7 @@
 """kd.ops measured side by side with PyTorch and CuPy in one process (GPU required).
 
-- saxpy: ``y = a*x + y`` on 2^28 float32, 12 bytes moved per element, event-timed median, for
-  both grid policies (grid-stride over ~8 blocks per SM, and one 16-byte vector per thread),
-  against PyTorch ``y.add_(x, alpha=a)``, a CuPy ElementwiseKernel and a device-to-device copy.
+- saxpy: ``y = a*x + y`` on 2^28 float32, 12 bytes moved per element, event-timed median
+  (one 16-byte vector per thread), against PyTorch ``y.add_(x, alpha=a)``, a CuPy ElementwiseKernel and a device-to-device copy.
 - sum: full sum of 2^28 float32 against ``cupy.sum`` and ``torch.sum``.
 - chain: ``square(sin(((x*2 + y)*x - 3)*0.5) + y)`` on 2^26 float32, fused, against
   ``torch.compile``, ``cupy.fuse`` and unfused CuPy; plus the fused kernel's cold compile time
@@ -16,7 +15,6 @@ Outputs are poisoned before the checked run and every result is compared with Nu
 from __future__ import annotations
 
 import argparse
-import importlib
 import math
 import os
 import statistics
@@ -27,6 +25,7 @@ from typing import Any, Callable
 import numpy as np
 
 import kerneldsl as kd
+from kerneldsl.array.kernels import KERNELS
 from kerneldsl.bench import runtime_bench
 from kerneldsl.bench.report import print_report
 
@@ -41,10 +40,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", choices=["saxpy", "sum", "chain", "launch"], action="append",
                         help="run only these sections (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
-
-
-def _ew_module() -> Any:
-    return importlib.import_module("kerneldsl.elementwise")  # kd.elementwise is the decorator
 
 
 BATCH = 10  # calls between two events: the host's launch latency is paid once per batch, not per call
@@ -116,19 +111,10 @@ def bench_saxpy(args: argparse.Namespace) -> dict[str, float]:
     dx, dy = s.to_device(x), s.to_device(y)
     timed = _kd_timer(s)
     results: dict[str, float] = {}
-    ew = _ew_module()
-    policy = ew.GRID_POLICY
-    try:
-        for name in ("stride", "one"):
-            ew.GRID_POLICY = name
-            kd.ops.axpy._plans.clear()  # plans fold the grid limit into their launcher
-            dy.copy_from_host(y)
-            kd.ops.axpy(a, dx, dy, out=dy)
-            _check(f"kd saxpy ({name})", dy.to_host(), want)
-            results[f"kerneldsl ops.axpy, grid {name} (GB/s)"] = _gbps(nbytes, timed(lambda: kd.ops.axpy(a, dx, dy, out=dy), args.reps))
-    finally:
-        ew.GRID_POLICY = policy
-        kd.ops.axpy._plans.clear()
+    dy.copy_from_host(y)
+    kd.ops.axpy(a, dx, dy, out=dy)
+    _check("kd saxpy", dy.to_host(), want)
+    results["kerneldsl ops.axpy (GB/s)"] = _gbps(nbytes, timed(lambda: kd.ops.axpy(a, dx, dy, out=dy), args.reps))
     dz = s.empty(SAXPY_N, np.float32)
     results["kerneldsl D2D copy (GB/s, 8 B/elem)"] = _gbps(8 * SAXPY_N, timed(lambda: dx.copy_to(dz), args.reps))
     _check("kd copy", dz.to_host(), x)
@@ -203,7 +189,6 @@ def unfused_chain(x: Any, y: Any) -> Any:
 def _compile_times(x: Any, y: Any) -> dict[str, float]:
     """Cold (fresh cache dir, nothing in process) and disk-hit first-call times of the fused chain."""
     s = kd.default_session()
-    ew = _ew_module()
     previous = os.environ.get("KERNELDSL_CACHE_DIR")
     times: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as directory:
@@ -211,7 +196,7 @@ def _compile_times(x: Any, y: Any) -> dict[str, float]:
         kd.cache.set_default_cache(None)
         try:
             for label in ("cold compile, fresh cache dir (ms)", "disk-cache hit, fresh in-process state (ms)"):
-                ew._kernels.clear()
+                KERNELS.clear()
                 fused = kd.fuse(chain_function(kd.ops))
                 start = time.perf_counter()
                 fused(x, y)
@@ -223,7 +208,7 @@ def _compile_times(x: Any, y: Any) -> dict[str, float]:
             else:
                 os.environ["KERNELDSL_CACHE_DIR"] = previous
             kd.cache.set_default_cache(None)
-            ew._kernels.clear()
+            KERNELS.clear()
     return times
 
 

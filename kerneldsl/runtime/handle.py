@@ -55,7 +55,7 @@ class Handle:
     def _check(self) -> None:
         """Raise the specific reason this handle cannot be used now (closed, forked, poisoned)."""
         session = self.session
-        if not session._ok:
+        if not session.usable:
             session._raise_unusable()
         if self._closed:
             raise ClosedError(f"{type(self).__name__} was closed (session {session.session_id}, device {self.device})")

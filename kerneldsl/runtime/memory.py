@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import interop
+from ..dtypes import INT32_MAX
 from ..errors import WrongSessionError
 from .driver import check
 from .handle import Handle, check_same_session
@@ -74,13 +75,6 @@ class _Layout:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
 
-    def free(self) -> None:
-        """Release the memory now (``close()``); a no-op once closed."""
-        self.close()  # type: ignore[attr-defined]
-
-
-_INT32_MAX = 2**31 - 1
-
 
 _dispatch_tags: dict[tuple[Any, ...], int] = {}
 
@@ -89,7 +83,7 @@ def _dispatch_tag(a: DeviceArray) -> int:
     """What selecting a kernel specialization needs of an array, computed once (the layout never
     changes): session, dtype, 16-byte alignment, whether 32-bit indexing can address it. An int
     stands for that tuple, so the dispatch key hashes cheaply on every launch."""
-    layout = (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > _INT32_MAX)
+    layout = (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > INT32_MAX)
     return _dispatch_tags.setdefault(layout, len(_dispatch_tags))
 
 
@@ -180,6 +174,23 @@ class DeviceArray(_Layout, Handle):
         if self.nbytes:
             with session.activated():
                 check("cuMemcpyDtoDAsync", session._d.cuMemcpyDtoDAsync(other.ptr, self.ptr, self.nbytes, stream._cu))
+
+    def overlaps(self, other: DeviceArray) -> bool:
+        """Whether the two byte ranges intersect (an empty range intersects nothing)."""
+        if not (self.nbytes and other.nbytes):
+            return False
+        return self.ptr < other.ptr + other.nbytes and other.ptr < self.ptr + self.nbytes
+
+    def fill_zero(self, stream: Stream | None = None) -> None:
+        """Enqueue setting every byte to zero on ``stream`` (default: the session stream)."""
+        self._check()
+        session = self.session
+        stream = _stream(session, stream)
+        if self.nbytes:
+            with session.activated():
+                check("cuMemsetD8Async", session._d.cuMemsetD8Async(self.ptr, 0, self.nbytes, stream._cu))
+                if session.capturing:
+                    session.keep_alive(self)
 
     def copy_from_host_async(self, pinned: PinnedArray, stream: Stream | None = None) -> None:
         """Enqueue a copy from ``pinned``; it stays alive until a sync of ``stream`` or the session."""
@@ -315,9 +326,7 @@ def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceArray:
 def zeros(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceArray:
     """Device memory set to zero bytes (enqueued on the session stream)."""
     arr = DeviceArray(session, shape, dtype)
-    if arr.nbytes:
-        with session.activated():
-            check("cuMemsetD8Async", session._d.cuMemsetD8Async(arr.ptr, 0, arr.nbytes, session.stream._cu))
+    arr.fill_zero()
     return arr
 
 

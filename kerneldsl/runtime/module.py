@@ -7,7 +7,7 @@ module loaded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .driver import check
 from .handle import Handle
@@ -35,24 +35,25 @@ class Module(Handle):
     def __init__(self, session: Session, cubin: bytes) -> None:
         """Load ``cubin``; a CudaError means the image is unusable here (callers evict it)."""
         super().__init__(session)
-        self._functions: dict[str, int] = {}
+        self._functions: dict[str, Any] = {}
         with session.activated():
             raw = check("cuModuleLoadData", session._d.cuModuleLoadData(bytes(cubin)))
             self._own(raw)
         session._modules.append(self)
 
-    def function(self, name: str) -> int:
-        """The CUfunction handle (as an int) of the ``extern "C"`` kernel ``name``; cached."""
+    def function(self, name: str) -> Any:
+        """The CUfunction handle of the ``extern "C"`` kernel ``name`` (``int()`` gives its
+        address); cached, so launches never look it up again."""
         self._check()
         fn = self._functions.get(name)
         if fn is None:
             session = self.session
             with session.activated():
-                fn = int(check("cuModuleGetFunction", session._d.cuModuleGetFunction(self._raw, name.encode())))
+                fn = check("cuModuleGetFunction", session._d.cuModuleGetFunction(self._raw, name.encode()))
             self._functions[name] = fn
         return fn
 
-    def function_attributes(self, fn: int | str) -> FunctionAttributes:
+    def function_attributes(self, fn: Any) -> FunctionAttributes:
         """Registers, static shared bytes, max threads per block, local and constant bytes of ``fn``."""
         handle = self.function(fn) if isinstance(fn, str) else fn
         session = self.session

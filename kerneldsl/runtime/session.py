@@ -95,7 +95,7 @@ class _Activation:
         s = self._session
         s._lock.acquire()
         try:
-            if self._checked and not s._ok:
+            if self._checked and not s.usable:
                 s._raise_unusable()
             s._pushed.append(s._make_current())
         except BaseException:
@@ -149,14 +149,14 @@ class Session:
         self._raw_activation = _Activation(self, checked=False)
         self._dev = driver.device(device)
         self._ctx = check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(self._dev))
-        self._ctx_address = int(self._ctx)
+        self.context_address = int(self._ctx)
         self._pushed: list[bool] = []
-        self._ok = True  # the one flag the hot path reads: open, not forked, not poisoned
+        self.usable = True  # open, not forked, not poisoned: the one flag the launch paths read
         self._entry_points: dict[str, int] = {}
         try:
             self.stream = Stream(self)
         except BaseException:
-            self._ok, self._state = False, CLOSED
+            self.usable, self._state = False, CLOSED
             d.cuDevicePrimaryCtxRelease(self._dev)
             raise
         self._stream_cu = self.stream._cu
@@ -174,6 +174,16 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._state == CLOSED
+
+    @property
+    def capturing(self) -> bool:
+        """Whether a CUDA graph is being captured: work enqueued now is recorded, not run."""
+        return bool(self._captures)
+
+    def fast_path_watch(self) -> tuple[collections.deque[tuple[str, Any]], list[graph.Graph]]:
+        """The two containers the C launch path watches (the release queue of finalizers and the
+        active captures): while either is non-empty, calls take the Python path."""
+        return self._deferred, self._captures
 
     @property
     def poisoned(self) -> bool:
@@ -200,7 +210,7 @@ class Session:
     def _poison_with(self, exc: StickyCudaError) -> None:
         if self._poison is None:
             self._poison = exc
-            self._ok = False
+            self.usable = False
             log.debug("session %d poisoned by %s", self.session_id, exc)
 
     def _make_current(self) -> bool:
@@ -210,7 +220,7 @@ class Session:
         if err:
             raise driver.error("cuCtxGetCurrent", err)
         address = int(current) if current is not None else 0
-        if address == self._ctx_address:
+        if address == self.context_address:
             return False
         if address == 0:
             err = d.cuCtxSetCurrent(self._ctx)[0]
@@ -254,7 +264,7 @@ class Session:
         asks for a current context anyway (CUDA_ERROR_INVALID_CONTEXT) gets one, pushed and popped.
         """
         with self._lock:
-            if not self._ok:
+            if not self.usable:
                 self._raise_unusable()
             if stream is None:
                 h = self._stream_cu
@@ -452,7 +462,7 @@ class Session:
         with self._lock:
             if self._state == CLOSED:
                 return
-            self._state, self._ok = CLOSING, False
+            self._state, self.usable = CLOSING, False
             if self._forked:
                 self._abandon()
                 release_ctx = False
@@ -551,7 +561,7 @@ def _after_fork_in_child() -> None:
     _defaults_lock = threading.Lock()
     for s in _open.values():
         s._forked = True
-        s._ok = False
+        s.usable = False
         s._lock = threading.RLock()
     _open.clear()
     _defaults.clear()

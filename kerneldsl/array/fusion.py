@@ -24,20 +24,14 @@ from typing import Any, Callable, NoReturn
 
 import numpy as np
 
-from . import ops
-from .elementwise import (
-    SCALAR_TYPES,
-    ElementwisePlan,
-    Graph,
-    Traced,
-    _fast_place,
-    arg_key,
-    is_array,
-    place,
-    plan_program,
-)
-from .errors import FusionError
-from .reduction import ReductionPlan, plan_reduction
+from .. import ops
+from ..build import Build
+from ..errors import FusionError
+from .elementwise import plan_elementwise
+from .placement import is_array
+from .plan import Plan, PlanCache
+from .program import SCALAR_TYPES, ProgramBuilder, Traced
+from .reduction import plan_reduction
 
 
 def _refuse(what: str) -> NoReturn:
@@ -136,62 +130,46 @@ class Fused:
         functools.update_wrapper(self, func)
         self.func = func
         self.name = func.__name__
-        self._plans: dict[tuple[Any, ...], ElementwisePlan | ReductionPlan] = {}
+        self._plans = PlanCache()
 
     def __repr__(self) -> str:
         return f"<kd.fuse {self.name}>"
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        key = tuple(map(arg_key, args)) + (arg_key(out),)
-        plan = self._plans.get(key)
-        if plan is None:
-            if len(self._plans) > 4096:
-                self._plans.clear()
-            values, session = place(args)
-            plan = self._plans[key] = self.plan(values, out)
-        else:
-            values, session = _fast_place(args)
-        return plan.run(values, out, session)
+        return self._plans.call(self.name, args, out, None, self.plan)
 
-    def trace(self, *args: Any) -> tuple[Graph, Tracer]:
-        """Run the function on tracers; returns the graph and the traced result."""
-        graph = Graph(self.name, make=Tracer)
+    def trace(self, *args: Any) -> tuple[ProgramBuilder, Tracer]:
+        """Run the function on tracers; returns the builder and the traced result."""
+        builder = ProgramBuilder(self.name, make=Tracer)
         traced: list[Any] = []
         for i, a in enumerate(args):
             if isinstance(a, SCALAR_TYPES):
-                t = Tracer(graph, None, np.asarray(a).dtype, ())  # type: ignore[arg-type]
+                t = Tracer(builder, -1, np.asarray(a).dtype, ())  # no leaf yet: each use decides its dtype
                 t.argument = (i, a)
             elif hasattr(a, "shape") and hasattr(a, "dtype") and (is_array(a) or hasattr(a, "ptr")):
-                leaf = graph.leaf("array", np.dtype(a.dtype), ("arg", i), tuple(a.shape))
-                t = Tracer(graph, leaf, np.dtype(a.dtype), tuple(a.shape))
+                t = builder.array(i, a)
             else:
                 raise FusionError(f"{self.name}: argument {i} of type {type(a).__name__} is neither an array nor a scalar")
             traced.append(t)
         result = self.func(*traced)
-        if not isinstance(result, Tracer) or result.graph is not graph or result.argument is not None:
+        if not isinstance(result, Tracer) or result.builder is not builder or result.argument is not None:
             raise FusionError(
                 f"{self.name} must return one array computed from its array arguments by kd.ops / @kd.elementwise "
                 f"calls, not {type(result).__name__}"
             )
-        return graph, result
+        return builder, result
 
-    def plan(self, values: Any, out: Any) -> ElementwisePlan | ReductionPlan:
-        graph, result = self.trace(*values)
+    def plan(self, values: Any, out: Any) -> Plan:
+        builder, result = self.trace(*values)
         if result.reduction is not None:
             reduction, axis, root = result.reduction
-            return plan_reduction(graph, root, reduction.reducer, axis, values, out)
-        return plan_program(graph, result, values, out)
+            return plan_reduction(builder, root, reduction.reducer, axis, out)
+        return plan_elementwise(builder, result, values, out)
 
-    def inspect(self, *args: Any, out: Any = None, arch: str | None = None) -> Any:
+    def inspect(self, *args: Any, out: Any = None, arch: str | None = None) -> Build:
         """The Build a call with these arguments runs: ``.cuda_source``, ``.host_adapter_source``,
-        ``.cubin``. No GPU needed."""
-        plan = self.plan(args, out)
-        if isinstance(plan, ReductionPlan):
-            (build,) = plan.inspect(args, arch)
-            return build
-        values = [args[s] if kind == "arg" else s for kind, s in plan.sources]
-        target = out if out is not None else np.empty(plan.shape, plan.dtype)
-        return plan.kernel.inspect(*values, target, arch=arch)
+        ``.cubin``, ``.decisions``. No GPU needed."""
+        return self.plan(args, out).inspect(args, out, arch)
 
 
 def fuse(func: Callable[..., Any]) -> Fused:

@@ -1,7 +1,9 @@
 """Reductions: a program's values folded to one value, over everything or over one axis.
 
 ``kd.reduction(map=, reduce=, identity=, post=)`` declares one; ``kd.ops.sum`` and friends are
-reductions too. The kernels come from ``templates/reduction.cu.j2`` as ``Kernel`` objects.
+reductions too. The kernels come from ``templates/reduction.cu.j2`` as ``Kernel`` objects; a
+full reduction is one launch (one kernel), an axis reduction one launch of a "rows" (reduced
+axis innermost) or "columns" kernel.
 
 Results are deterministic for every dtype, floats included: each thread folds a fixed
 grid-stride subset, blocks combine with warp shuffles and one shared-memory step, and a full
@@ -30,34 +32,30 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from . import dtypes, promotion
-from .codegen import render
-from .elementwise import (
+from .. import dtypes, promotion
+from ..build import Build
+from ..codegen import Decisions, GeneratedBody, render
+from ..dispatch import Kernel
+from ..errors import FusionError
+from ..runtime import driver
+from ..runtime.memory import DeviceArray
+from ..runtime.session import default_session
+from .elementwise import ElementwiseFunction
+from .kernels import (
     BLOCK,
-    SCALAR_TYPES,
-    ElementwiseFunction,
-    Graph,
-    Program,
-    Traced,
+    KERNELS,
+    all_aligned,
     array_leaves,
-    arg_key,
-    check_out,
-    check_placement,
-    compute_ctype,
+    array_param,
+    leaf_params,
     loads,
     make_kernel,
-    place,
-    program_context,
-    sm_count,
-    storage_ctype,
-    unsigned_ctype,
+    scalar_param,
     vector_width,
 )
-from .errors import FusionError
-from .kernel import Kernel
-from .runtime.memory import DeviceArray
-from .runtime.session import default_session
-from .signature import In, InOut, Out, Scalar
+from .placement import check_out
+from .plan import Plan, PlanCache
+from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype, unsigned_ctype
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
 PARTIAL_BLOCKS_PER_SM = 8  # blocks of the first pass of a full reduction, per SM
@@ -165,8 +163,8 @@ REDUCERS: dict[str, Reducer] = {
 
 
 @dataclass(frozen=True)
-class Shape:
-    """The reduction geometry: value shape, reduced axis (None: all), and whether leaves broadcast."""
+class Geometry:
+    """The reduction geometry: value rank, reduced axis (None: all), and whether leaves broadcast."""
 
     ndim: int
     axis: int | None
@@ -174,59 +172,39 @@ class Shape:
     ranks: tuple[int | None, ...]
 
 
-_kernels: dict[tuple[Any, ...], Kernel] = {}
-_lock = threading.Lock()
-
-
-def reduction_kernel(program: Program, reducer: Reducer, geometry: Shape, stage: str, acc: np.dtype,
+def reduction_kernel(program: Program, reducer: Reducer, geometry: Geometry, stage: str, acc: np.dtype,
                      result: np.dtype, group: int = 32) -> Kernel:
-    key = (program, reducer, geometry, stage, acc, result, group)
-    found = _kernels.get(key)
-    if found is None:
-        with _lock:
-            found = _kernels.get(key)
-            if found is None:
-                found = _kernels[key] = _build(program, reducer, geometry, stage, acc, result, group)
-    return found
+    key = ("reduction", program, reducer, geometry, stage, acc, result, group)
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(program, reducer, geometry, stage, acc, result, group))
+    return kernel
 
 
-def _leaf_params(program: Program, geometry: Shape) -> list[tuple[str, Any]]:
-    params: list[tuple[str, Any]] = []
-    for i, leaf in enumerate(program.leaves):
-        name = dtypes.element_type(leaf.dtype).name
-        if leaf.kind == "array":
-            params.append((f"kdp{i}", In[name, tuple(f"kds{i}x{m}" for m in range(geometry.ranks[i] or 0))]))
-        else:
-            params.append((f"kdp{i}", Scalar[name]))
-    return params
+_INT64 = np.dtype(np.int64)
 
 
-def _build(program: Program, reducer: Reducer, geometry: Shape, stage: str, acc: np.dtype,
+def _build(program: Program, reducer: Reducer, geometry: Geometry, stage: str, acc: np.dtype,
            result: np.dtype, group: int) -> Kernel:
-    acc_name = dtypes.element_type(acc).name
-    result_name = dtypes.element_type(result).name
-    params = _leaf_params(program, geometry)
-    if stage == "partial":
-        params.append(("kdpart", Out[acc_name, "kdm"]))
-        if reducer.indexed:
-            params.append(("kdpidx", Out["int64", "kdm"]))
-        params.append(("kdticket", InOut["uint32", 1]))
-    out_rank = 0 if geometry.axis is None else geometry.ndim - 1
-    params.append(("kdout", Out[result_name, tuple(f"kdq{j}" for j in range(out_rank))]))
-    params.append(("kdcount", Scalar["int64"]))
-    if stage in ("rows", "columns"):
-        params += [("kdouter", Scalar["int64"]), ("kdinner", Scalar["int64"])]
-    params += [(f"kdd{j}", Scalar["int64"]) for j in range(geometry.ndim)]
     layout = ("broadcast", geometry.ndim, geometry.ranks)
+    params = leaf_params(program, layout)
+    if stage == "partial":
+        params.append(("kdpart", array_param("out", acc, "kdm")))
+        if reducer.indexed:
+            params.append(("kdpidx", array_param("out", _INT64, "kdm")))
+        params.append(("kdticket", array_param("inout", np.dtype(np.uint32), (1,))))
+    out_rank = 0 if geometry.axis is None else geometry.ndim - 1
+    params.append(("kdout", array_param("out", result, tuple(f"kdq{j}" for j in range(out_rank)))))
+    params.append(("kdcount", scalar_param(_INT64)))
+    if stage in ("rows", "columns"):
+        params += [("kdouter", scalar_param(_INT64)), ("kdinner", scalar_param(_INT64))]
+    params += [(f"kdd{j}", scalar_param(_INT64)) for j in range(geometry.ndim)]
     arrays = array_leaves(program, layout)
-    for a in arrays:
-        a["dims"] = tuple(f"kds{a['id']}x{m}" for m in range(geometry.ranks[a["id"]] or 0))
     vec = vector_width(program)
+    acc_name = dtypes.element_type(acc).name
 
-    def body(proxies: dict[str, Any]) -> str:
-        aligned = all(proxies[a["param"]].aligned16 for a in arrays)
+    def body(proxies: dict[str, Any]) -> GeneratedBody:
+        aligned = all_aligned(proxies, [a["param"] for a in arrays])
         vector = stage in ("partial", "direct") and not geometry.broadcast and aligned and vec > 1
-        return render(
+        text = render(
             "reduction.cu.j2",
             name=reducer.name,
             stage=stage,
@@ -251,6 +229,10 @@ def _build(program: Program, reducer: Reducer, geometry: Shape, stage: str, acc:
             pre_param=reducer.pre_param,
             post=reducer.post,
         )
+        layout_name = "broadcast" if geometry.broadcast else "flat"
+        decisions = Decisions(layout=layout_name, vector_width=vec if vector else 1, stage=stage, accumulation=acc,
+                              group=group if stage == "rows" else None)
+        return GeneratedBody(text, decisions)
 
     name = f"{program.name}_{reducer.name}_{stage}"
     return make_kernel(name, params, body)
@@ -285,6 +267,17 @@ def ticket(session: Any) -> DeviceArray:
     return found
 
 
+_sm_counts: dict[int, int] = {}
+
+
+def blocks_per_device(device: int) -> int:
+    """How many blocks fill device ``device``: ``PARTIAL_BLOCKS_PER_SM`` per SM."""
+    found = _sm_counts.get(device)
+    if found is None:
+        found = _sm_counts[device] = driver.multiprocessor_count(device)
+    return found * PARTIAL_BLOCKS_PER_SM
+
+
 def normalize_axis(axis: Any, ndim: int, what: str) -> int | None:
     if axis is None:
         return None
@@ -299,36 +292,35 @@ def normalize_axis(axis: Any, ndim: int, what: str) -> int | None:
     return int(axis) % ndim
 
 
-@dataclass
-class ReductionPlan:
+@dataclass(frozen=True)
+class Step:
+    """The one launch a reduction call makes: which kernel (stage) and how many blocks."""
+
+    stage: str
+    kernel: Kernel
+    blocks: int
+
+
+@dataclass(eq=False)
+class ReductionPlan(Plan):
     """A compiled reduction for one combination of argument dtypes and shapes."""
 
+    name: str
     reducer: Reducer
     sources: tuple[tuple[str, Any], ...]
     program: Program
-    geometry: Shape
+    geometry: Geometry
     value_shape: tuple[int, ...]
     shape: tuple[int, ...]
     acc: np.dtype
     dtype: np.dtype  # of the output
 
-    def run(self, args: Sequence[Any], out: Any, session: Any) -> Any:
-        values = [args[s] if kind == "arg" else s for kind, s in self.sources]
-        if out is not None:
-            check_placement(out, session, self.reducer.name)
-        if session is None:
-            return self._run_host(values, out)
-        if out is None:
-            out = session.empty(self.shape, self.dtype)
-        self._launch(values, out, session)
-        return out
-
-    def _run_host(self, values: list[Any], out: Any) -> Any:
+    def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()
         device = [session.to_device(v) if isinstance(v, np.ndarray) else v for v in values]
         result = session.empty(self.shape, self.dtype)
         try:
-            self._launch(device, result, session)
+            self.launch(device, result, session)
             host = result.to_host()
         finally:
             result.close()
@@ -340,72 +332,70 @@ class ReductionPlan:
             return out
         return host[()] if host.ndim == 0 else host
 
-    def _launch(self, values: list[Any], out: Any, session: Any) -> None:
-        r = self.reducer
-        size = int(np.prod(self.value_shape, dtype=np.int64))
-        dims = [int(d) for d in self.value_shape]
-        g = self.geometry
-        if g.axis is None:
-            if size == 0 and r.needs_values:
-                raise ValueError(f"zero-size array to reduction operation {r.name} which has no identity")
-            self._full(values, out, session, size, dims)
+    def launch(self, values: list[Any], out: Any, session: Any) -> None:
+        self._check_not_empty(out.size)
+        if self.geometry.axis is not None and out.size == 0:
             return
-        count = self.value_shape[g.axis]
-        if out.size == 0:
-            return
-        if count == 0 and r.needs_values:
+        step = self._step(blocks_per_device(session.device))
+        partials: tuple[Any, ...] = ()
+        if step.stage == "partial":
+            partials = (scratch(session, "values", self.acc, step.blocks),)
+            if self.reducer.indexed:
+                partials += (scratch(session, "indices", _INT64, step.blocks),)
+            partials += (ticket(session),)
+        step.kernel(*values, *self._output_arguments(partials, out), grid=(step.blocks, 1, 1))
+
+    def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
+        """The Build of the kernel a call with these operands runs (``decisions.stage`` names it)."""
+        step = self._step(1)
+        partials: tuple[Any, ...] = ()
+        if step.stage == "partial":
+            partials = (np.empty(1, self.acc), *([np.empty(1, np.int64)] if self.reducer.indexed else []), np.zeros(1, np.uint32))
+        target = out if out is not None else np.empty(self.shape, self.dtype)
+        return step.kernel.inspect(*self.values(args), *self._output_arguments(partials, target), arch=arch)
+
+    def _check_not_empty(self, outputs: int) -> None:
+        g, r = self.geometry, self.reducer
+        count = int(np.prod(self.value_shape, dtype=np.int64)) if g.axis is None else self.value_shape[g.axis]
+        if count == 0 and r.needs_values and (g.axis is None or outputs):
             raise ValueError(f"zero-size array to reduction operation {r.name} which has no identity")
+
+    def _output_arguments(self, before: tuple[Any, ...], out: Any) -> tuple[Any, ...]:
+        """The arguments from the partials on: ``before``, the output, counts and extents."""
+        g = self.geometry
+        dims = tuple(int(d) for d in self.value_shape)
+        size = int(np.prod(self.value_shape, dtype=np.int64))
+        if g.axis is None:
+            return (*before, out, size, *dims)
+        count = self.value_shape[g.axis]
         outer = int(np.prod(self.value_shape[: g.axis], dtype=np.int64))
         inner = int(np.prod(self.value_shape[g.axis + 1 :], dtype=np.int64))
-        blocks = sm_count(session.device) * 8
+        return (*before, out, count, outer, inner, *dims)
+
+    def _kernel(self, stage: str, group: int = 32) -> Kernel:
+        return reduction_kernel(self.program, self.reducer, self.geometry, stage, self.acc, self.dtype, group)
+
+    def _step(self, max_blocks: int) -> Step:
+        """The strategy for this shape, on a device where ``max_blocks`` blocks fill the GPU."""
+        g = self.geometry
+        size = int(np.prod(self.value_shape, dtype=np.int64))
+        if g.axis is None:
+            if size <= DIRECT_MAX:
+                return Step("direct", self._kernel("direct"), 1)
+            blocks = min(max_blocks, -(-size // (BLOCK * vector_width(self.program))))
+            return Step("partial", self._kernel("partial"), blocks)
+        count = self.value_shape[g.axis]
+        outer = int(np.prod(self.value_shape[: g.axis], dtype=np.int64))
+        inner = int(np.prod(self.value_shape[g.axis + 1 :], dtype=np.int64))
         if inner == 1:
             group = BLOCK if count >= ROWS_BLOCK_MIN else 32
-            grid = min(blocks, -(-outer // (BLOCK // group)))
-            k = reduction_kernel(self.program, r, g, "rows", self.acc, self.dtype, group)
-            k(*values, out, count, outer, inner, *dims, grid=(grid, 1, 1))
-        else:
-            grid = min(blocks, -(-(outer * inner) // BLOCK))
-            k = reduction_kernel(self.program, r, g, "columns", self.acc, self.dtype)
-            k(*values, out, count, outer, inner, *dims, grid=(grid, 1, 1))
-
-    def inspect(self, args: Sequence[Any], arch: str | None) -> list[Any]:
-        values = [args[s] if kind == "arg" else s for kind, s in self.sources]
-        r, g = self.reducer, self.geometry
-        size = int(np.prod(self.value_shape, dtype=np.int64))
-        dims = [int(d) for d in self.value_shape]
-        out = np.empty(self.shape, self.dtype)
-        if g.axis is not None:
-            count = self.value_shape[g.axis]
-            inner = int(np.prod(self.value_shape[g.axis + 1 :], dtype=np.int64))
-            stage = "rows" if inner == 1 else "columns"
-            group = BLOCK if stage == "rows" and count >= ROWS_BLOCK_MIN else 32
-            k = reduction_kernel(self.program, r, g, stage, self.acc, self.dtype, group)
-            return [k.inspect(*values, out, count, size // max(count, 1) // inner, inner, *dims, arch=arch)]
-        if size <= DIRECT_MAX:
-            k = reduction_kernel(self.program, r, g, "direct", self.acc, self.dtype)
-            return [k.inspect(*values, out, size, *dims, arch=arch)]
-        partials = [np.empty(1, self.acc)] + ([np.empty(1, np.int64)] if r.indexed else [])
-        k = reduction_kernel(self.program, r, g, "partial", self.acc, self.dtype)
-        return [k.inspect(*values, *partials, np.zeros(1, np.uint32), out, size, *dims, arch=arch)]
-
-    def _full(self, values: list[Any], out: Any, session: Any, size: int, dims: list[int]) -> None:
-        r, g = self.reducer, self.geometry
-        if size <= DIRECT_MAX:
-            k = reduction_kernel(self.program, r, g, "direct", self.acc, self.dtype)
-            k(*values, out, size, *dims, grid=(1, 1, 1))
-            return
-        vec = vector_width(self.program)
-        blocks = min(sm_count(session.device) * PARTIAL_BLOCKS_PER_SM, -(-size // (BLOCK * vec)))
-        partials = [scratch(session, "values", self.acc, blocks)]
-        if r.indexed:
-            partials.append(scratch(session, "indices", np.dtype(np.int64), blocks))
-        k = reduction_kernel(self.program, r, g, "partial", self.acc, self.dtype)
-        k(*values, *partials, ticket(session), out, size, *dims, grid=(blocks, 1, 1))
+            return Step("rows", self._kernel("rows", group), min(max_blocks, -(-outer // (BLOCK // group))))
+        return Step("columns", self._kernel("columns"), min(max_blocks, -(-(outer * inner) // BLOCK)))
 
 
-def plan_reduction(graph: Graph, root: Traced, reducer: Reducer, axis: Any, args: Sequence[Any], out: Any) -> ReductionPlan:
-    """Compile ``reducer`` over the values of ``graph``'s ``root`` for these arguments."""
-    program = graph.program(root)
+def plan_reduction(builder: ProgramBuilder, root: Traced, reducer: Reducer, axis: Any, out: Any) -> ReductionPlan:
+    """Compile ``reducer`` over the values of ``builder``'s ``root`` for these arguments."""
+    program = builder.program(root)
     value_shape = tuple(root.shape)
     ax = normalize_axis(axis, len(value_shape), reducer.name)
     if ax is not None and len(value_shape) == 1:
@@ -417,11 +407,11 @@ def plan_reduction(graph: Graph, root: Traced, reducer: Reducer, axis: Any, args
     if out is not None:
         check_out(out, shape, result, reducer.name)
         result = np.dtype(out.dtype)
-    shapes = graph.shapes
+    shapes = builder.shapes
     broadcast = any(s is not None and s != value_shape for s in shapes)
     ranks = tuple(None if s is None else len(s) for s in shapes)
-    geometry = Shape(len(value_shape), ax, broadcast, ranks)
-    return ReductionPlan(reducer, tuple(graph.sources), program, geometry, value_shape, shape, acc, result)
+    geometry = Geometry(len(value_shape), ax, broadcast, ranks)
+    return ReductionPlan(reducer.name, reducer, tuple(builder.sources), program, geometry, value_shape, shape, acc, result)
 
 
 class Reduction:
@@ -433,7 +423,7 @@ class Reduction:
         self.__name__ = reducer.name
         self.map = map
         self.operands = operands
-        self._plans: dict[tuple[Any, ...], ReductionPlan] = {}
+        self._plans = PlanCache()
 
     def __repr__(self) -> str:
         return f"<kd reduction {self.name}>"
@@ -443,27 +433,17 @@ class Reduction:
             raise TypeError(f"{self.name}() takes {self.operands} operand(s), got {len(operands)}")
         if any(isinstance(o, Traced) for o in operands):
             return self._trace(operands, axis, out)
-        key = tuple(map(arg_key, operands)) + (axis, arg_key(out))
-        plan = self._plans.get(key)
-        values, session = place(operands)
-        if plan is None:
-            if len(self._plans) > 4096:
-                self._plans.clear()
-            plan = self._plans[key] = self._plan(values, axis, out)
-        return plan.run(values, out, session)
+        return self._plans.call(self.name, operands, out, axis, lambda values, o: self._plan(values, axis, o))
 
-    def inspect(self, *operands: Any, axis: Any = None, arch: str | None = None) -> list[Any]:
-        """The Builds (sources, cubins) of the kernels a call with these operands runs, no GPU needed.
+    def inspect(self, *operands: Any, axis: Any = None, out: Any = None, arch: str | None = None) -> Build:
+        """The Build (source, cubin, ``decisions``) of the kernel a call with these operands runs;
+        no GPU needed. Operands may be numpy arrays or anything with ``shape`` and ``dtype``
+        (and ``ptr`` to control alignment)."""
+        return self._plan(operands, axis, out).inspect(operands, out, arch)
 
-        Operands may be numpy arrays or anything with ``shape`` and ``dtype`` (and ``ptr`` to
-        control alignment); a full reduction above ``DIRECT_MAX`` elements has two kernels.
-        """
-        plan = self._plan(operands, axis, None)
-        return plan.inspect(operands, arch)
-
-    def _root(self, graph: Graph, traced: Sequence[Any]) -> Traced:
+    def _root(self, builder: ProgramBuilder, traced: Sequence[Any]) -> Traced:
         if self.map is not None:
-            return graph.apply(self.map, traced)
+            return builder.apply(self.map, traced)
         (root,) = traced
         if not isinstance(root, Traced):
             raise TypeError(f"{self.name}: expected an array, got {type(root).__name__}")
@@ -477,31 +457,20 @@ class Reduction:
             if isinstance(o, Traced) and o.reduction is not None:
                 raise FusionError(f"{self.name} is applied to the result of reduction {o.reduction[0].name!r}: "
                                   "a reduction can only end a fused chain")
-        root = self._root(t.graph, operands)
+        root = self._root(t.builder, operands)
         if root.argument is not None:
             raise FusionError(f"{self.name}: a scalar argument cannot be reduced")
         ax = normalize_axis(axis, root.ndim, self.name)
         shape = () if ax is None else root.shape[:ax] + root.shape[ax + 1 :]
-        result = t.graph.value(root.id, self.reducer.result(root.dtype), shape)
+        result = t.builder.value(root.id, self.reducer.result(root.dtype), shape)
         result.reduction = (self, axis, root)
         return result
 
     def _plan(self, values: Sequence[Any], axis: Any, out: Any) -> ReductionPlan:
-        graph = Graph(self.name)
-        traced: list[Any] = []
-        for i, v in enumerate(values):
-            if isinstance(v, SCALAR_TYPES):
-                traced.append(v)
-                continue
-            if not (hasattr(v, "shape") and hasattr(v, "dtype")):
-                raise TypeError(f"{self.name}: operand {i} of type {type(v).__name__} is not an array")
-            promotion.supported(v.dtype)
-            leaf = graph.leaf("array", v.dtype, ("arg", i), tuple(v.shape))
-            traced.append(graph.value(leaf, np.dtype(v.dtype), tuple(v.shape)))
-        root = self._root(graph, traced)
-        scalars = iter(i for i, v in enumerate(values) if isinstance(v, SCALAR_TYPES))
-        graph.sources = [("arg", next(scalars)) if kind == "const" else (kind, s) for kind, s in graph.sources]
-        return plan_reduction(graph, root, self.reducer, axis, values, out)
+        builder = ProgramBuilder(self.name)
+        root = self._root(builder, builder.operands(values, self.name))
+        builder.scalars_from_arguments(values)
+        return plan_reduction(builder, root, self.reducer, axis, out)
 
 
 def reduction(map: str = "x", reduce: str = "a + b", identity: str = "0", post: str = "r",

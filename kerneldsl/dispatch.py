@@ -1,4 +1,4 @@
-"""``@kd.kernel``: the decorator, and the Kernel object that ties the pipeline together.
+"""Dispatch: ``@kd.kernel``, and the Kernel object that ties the pipeline together.
 
 A call computes a small dispatch tuple from its arguments and looks it up; on a hit the
 generated adapter validates, packs and launches. On a miss the arguments are bound to a
@@ -18,15 +18,16 @@ from . import fastpath
 from .build import Build, build, key_material
 from .cache import get_default_cache
 from .codegen import generate
-from .compile import build_options, check_options
+from .compiler import build_options, check_options
 from .diagnostics import BodyOrigin
+from .dtypes import INT32_MAX
 from .errors import BindingError, CudaError, WrongSessionError
-from .launch import BoundLaunch, call_borrowing, check_host_arguments
-from .runtime.interop import as_device_view
+from .launch import BoundLaunch, check_host_arguments, stage_host_call
+from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import DeviceArray
 from .runtime.session import default_session
 from .signature import ArrayParam, Dim, Signature, parse_signature
-from .specialize import INT32_MAX, Specialization, bind, bind_declared
+from .specialize import Specialization, bind, bind_declared
 from .target import device_arch, resolve_arch
 
 _SCALAR_TYPES = (int, float, bool, np.generic)
@@ -119,31 +120,32 @@ class Kernel(fastpath.Front):
         found = self.lookup(args, consts)
         if found is None:  # foreign arrays: adopt them as DeviceArrays, then dispatch again
             return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
-        bound, borrowed = found
+        bound, staged = found
         if grid is not None:
             grid = _dim3(self.signature.name, "grid", grid)
         if block is not None:
             block = _dim3(self.signature.name, "block", block)
-        if borrowed:
+        if staged:
             check_host_arguments(self.signature, args)
-            call_borrowing(bound, self.signature, args, grid, block, shared, stream)
+            stage_host_call(bound, self.signature, args, grid, block, shared, stream)
             return
         bound.call(*args, grid, block, shared, stream)
-        if bound.session._captures:
+        if bound.session.capturing:
             bound.session.keep_alive(args)
         elif grid is None and block is None and shared is None and stream is None and not consts:
-            fastpath.remember(self, bound, lambda: fastpath.c_launch(bound, args))
+            fastpath.remember(self, bound.c_slot, lambda: fastpath.kernel_launch(bound, args))
 
     def lookup(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[BoundLaunch, bool] | None:
         """The bound specialization these arguments select (binding and building it on a miss),
-        and whether host arrays make it a borrowing call; None when foreign arrays need adopting.
+        and whether numpy arrays make it a staged call (copied in and back by ``stage_host_call``);
+        None when foreign arrays need adopting.
 
         The dispatch tuple is cheap enough for every call: DeviceArrays contribute their
         precomputed ``dispatch_tag`` (session, dtype, alignment, index width), scalars their type,
         numpy arrays their dtype; the thread id keeps parameter buffers per thread.
         """
         session = None
-        borrowed = False
+        staged = False
         key: list[Any] = [get_ident()]
         add = key.append
         for a in args:
@@ -155,9 +157,9 @@ class Kernel(fastpath.Front):
             elif t in _scalar_types:
                 add(t)
             elif isinstance(a, np.ndarray):
-                borrowed = True
+                staged = True
                 add((t, a.dtype, a.size > INT32_MAX))
-            elif isinstance(a, _SCALAR_TYPES) or not _is_foreign(a):
+            elif isinstance(a, _SCALAR_TYPES) or not is_foreign(a):
                 _scalar_types.add(t)
                 add(t)
             else:
@@ -171,7 +173,7 @@ class Kernel(fastpath.Front):
         bound = self._bound.get(frozen)
         if bound is None:
             bound = self._bind_call(frozen, session, args, consts)
-        return bound, borrowed
+        return bound, staged
 
     def _bind_call(self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]) -> BoundLaunch:
         spec = bind(self.signature, args, consts, _session_arch(session))
@@ -198,19 +200,13 @@ class Kernel(fastpath.Front):
         session = next(iter(sessions), None)
         adopted = []
         for p, a in zip(self._runtime_params, args):
-            if isinstance(a, _SCALAR_TYPES) or type(a) in (DeviceArray, np.ndarray) or not _is_foreign(a):
+            if isinstance(a, _SCALAR_TYPES) or type(a) in (DeviceArray, np.ndarray) or not is_foreign(a):
                 adopted.append(a)
                 continue
-            view = as_device_view(a, session=session)
-            if view is None:
-                raise BindingError(self.signature.name, p.name, f"{type(a).__name__} is not CUDA device memory")
-            if session is None:
-                session = default_session(view.device or 0)
-            if view.device is not None and view.device != session.device:
-                raise WrongSessionError(f"argument {p.name!r} of kernel {self.signature.name} is on device {view.device}, the call runs on device {session.device}")
-            if isinstance(p, ArrayParam) and p.writes and view.readonly:
-                raise BindingError(self.signature.name, p.name, "is a read-only foreign array but the kernel writes it")
-            adopted.append(DeviceArray.borrow(session, view))
+            writes = isinstance(p, ArrayParam) and p.writes
+            array = adopt(a, session, f"kernel {self.signature.name}", p.name, writes=writes)
+            session = array.session
+            adopted.append(array)
         return tuple(adopted)
 
 
@@ -222,10 +218,6 @@ def _session_arch(session: Any) -> str:
     if arch is None:
         arch = _arch_by_device[session.device] = device_arch(session.device)
     return arch
-
-
-def _is_foreign(value: Any) -> bool:
-    return hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__")
 
 
 def _dim3(kernel: str, what: str, value: Any) -> tuple[int, int, int]:

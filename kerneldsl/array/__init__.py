@@ -1,0 +1,11 @@
+"""The array core: what ``kd.ops``, ``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share.
+
+- ``program``: the per-element IR (leaves and operator nodes) and the builder that traces it;
+- ``placement``: where a call runs (host or which session), adopting foreign arrays, ``out=`` rules;
+- ``plan``: one compiled program for one argument specialization, and the bounded plan cache;
+- ``kernels``: programs turned into ``kerneldsl.dispatch.Kernel`` objects (parameters, cache);
+- ``elementwise``, ``reduction``, ``fusion``: the three kinds of callables built on them.
+
+Every kernel made here is an ordinary ``Kernel``: same binding, NVRTC, disk cache, adapter and
+C launch path as ``@kd.kernel``.
+"""

@@ -1,0 +1,310 @@
+"""Elementwise functions (``kd.ops`` math, ``@kd.elementwise``) and the kernels that run programs
+element by element.
+
+A program (``array.program``) plus a layout becomes a ``Kernel`` whose body is rendered from
+``templates/elementwise.cu.j2``, so it gets the same binding, NVRTC, disk cache, adapter and
+warm dispatch as ``@kd.kernel``.
+
+Semantics (documented, tested against NumPy):
+
+- Dtypes follow NumPy 2 (``kerneldsl.promotion``); each node converts its operands to its loop
+  dtype, computes, and float16/bfloat16 values are computed in float32 and rounded back to
+  their dtype after every node, exactly like NumPy's loops. Kernels are compiled with
+  ``--fmad=false`` so ``a * x + y`` rounds twice, as in NumPy: fused and unfused results agree
+  bit for bit for + - * / and differ only where CUDA's math functions (sin, exp, ...) differ from
+  NumPy's (a few ulp).
+- Broadcasting follows NumPy. Layout ``flat``: every array has the result's shape (one flat
+  grid-stride loop; 16-byte vector loads/stores when every pointer is 16-byte aligned, scalar
+  tail). Layout ``broadcast``: offsets are decomposed per element from the result index.
+- Indexing is 32-bit whenever every size fits in int32 (the specializer decides), else 64-bit.
+- Results: DeviceArray in -> DeviceArray out (async on the session stream); numpy in -> numpy
+  out (copied in and back within the call); ``out=`` follows NumPy's ``same_kind`` casting.
+  Foreign CUDA arrays (CAI / DLPack) are adopted zero-copy; a strided one is refused; strided
+  numpy inputs are materialized.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import dtypes, fastpath, promotion
+from ..build import Build
+from ..codegen import Decisions, GeneratedBody, render
+from ..dispatch import Kernel
+from ..errors import DeclarationError, FusionError
+from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, sym
+from .kernels import (
+    BLOCK,
+    KERNELS,
+    Layout,
+    all_aligned,
+    array_leaves,
+    array_param,
+    leaf_params,
+    loads,
+    make_kernel,
+    out_dims,
+    vector_width,
+)
+from .placement import check_out, unalias
+from .plan import Plan, PlanCache, host_target
+from .program import SCALAR_TYPES, Program, ProgramBuilder, Traced, compute_ctype, kind, program_context, storage_ctype
+
+MAX_BLOCKS = 2**31 - 1  # grid.x's limit: one 16-byte vector per thread up to it, then a grid-stride loop
+
+
+# --- kernels ------------------------------------------------------------------------------------------
+
+
+def layout_of(shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ...]) -> Layout:
+    """``("flat", ndim)`` when every array has the result's shape, else ``("broadcast", ndim, ranks)``."""
+    if all(s is None or s == out_shape for s in shapes):
+        return ("flat", len(out_shape))
+    return ("broadcast", len(out_shape), tuple(None if s is None else len(s) for s in shapes))
+
+
+def elementwise_kernel(program: Program, layout: Layout, out_dtype: np.dtype) -> Kernel:
+    """The (cached) Kernel that evaluates ``program`` into an output of ``out_dtype``; its
+    launcher computes the grid itself: one 16-byte vector per thread."""
+    key = ("elementwise", program, layout, out_dtype)
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build_elementwise(program, layout, out_dtype))
+    return kernel
+
+
+def _build_elementwise(program: Program, layout: Layout, out_dtype: np.dtype) -> Kernel:
+    params = leaf_params(program, layout)
+    params.append(("kdout", array_param("out", out_dtype, out_dims(layout))))
+    arrays = array_leaves(program, layout)
+    vec = vector_width(program, out_dtype)
+    flat = layout[0] == "flat"
+
+    def body(proxies: dict[str, Any]) -> GeneratedBody:
+        vector = flat and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
+        text = render(
+            "elementwise.cu.j2",
+            name=program.name,
+            layout=layout[0],
+            vector=vector,
+            vec=vec,
+            size_expr=" * ".join(f"(index_t){d}" for d in out_dims(layout)) or "1",
+            arrays=arrays,
+            out={"storage": storage_ctype(out_dtype), "cctype": compute_ctype(out_dtype), "itemsize": out_dtype.itemsize},
+            out_dims=out_dims(layout),
+            program=program_context(program),
+            vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
+            scalar_loads=loads(program, lambda i: f"kdp{i}[kdi]" if flat else f"kdp{i}[kdoff{i}]"),
+        )
+        return GeneratedBody(text, Decisions(layout=layout[0], vector_width=vec if vector else 1))
+
+    total: Expr = as_expr(1)
+    for d in out_dims(layout):
+        total = total * sym(d)
+    return make_kernel(program.name, params, body, grid=dmin(cdiv(total, BLOCK * vec), MAX_BLOCKS))
+
+
+# --- plans --------------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class ElementwisePlan(Plan):
+    """One compiled program for one combination of argument dtypes and shapes: the warm path."""
+
+    name: str
+    kernel: Kernel
+    sources: tuple[tuple[str, Any], ...]
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    size: int
+    broadcast: bool
+    direct: bool = False  # every argument is a leaf, in order: no reordering needed
+    plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
+    c_slot: fastpath.CLaunchSlot = field(default_factory=fastpath.CLaunchSlot)  # for ``op(*args, out=out)``
+
+    def values(self, args: Sequence[Any]) -> list[Any]:
+        if self.plain:
+            args = [float(a) if i in self.plain else a for i, a in enumerate(args)]
+        return list(args) if self.direct else super().values(args)
+
+    def remember(self, front: Any, values: Sequence[Any], out: Any, session: Any) -> None:
+        """Let the C path take later ``front(*values, out=out)`` calls like this one: device
+        operands in kernel order, the same shape everywhere (no broadcasting to check) and no
+        ml_dtypes scalars to convert."""
+        if out is None or session is None or not self.direct or self.broadcast or self.plain or session.capturing:
+            return
+        fastpath.remember(front, self.c_slot, lambda: self._c_launch(values, out))
+
+    def _c_launch(self, values: Sequence[Any], out: Any) -> Any:
+        found = self.kernel.lookup((*values, out), {})
+        if found is None or found[1]:  # foreign or host operands: the Python path
+            return None
+        return fastpath.kernel_launch(found[0], (*values, out), out_keyword=True)
+
+    def launch(self, values: list[Any], out: Any, session: Any) -> None:
+        if self.size:
+            if self.broadcast:
+                values = [unalias(v, out, session) for v in values]
+            self.kernel(*values, out)
+
+    def run_host(self, values: list[Any], out: Any) -> Any:
+        target = host_target(self.shape, self.dtype, out, values)
+        if self.size:
+            self.kernel(*values, target)
+        if out is not None and target is not out:
+            out[...] = target
+            return out
+        return target
+
+    def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
+        target = out if out is not None else np.empty(self.shape, self.dtype)
+        return self.kernel.inspect(*Plan.values(self, args), target, arch=arch)
+
+
+def plan_elementwise(builder: ProgramBuilder, root: Traced, args: Sequence[Any], out: Any) -> ElementwisePlan:
+    """Compile ``builder``'s program (result ``root``) for these call arguments."""
+    program = builder.program(root)
+    shape = root.shape
+    out_dtype = program.dtype
+    if out is not None:
+        check_out(out, shape, out_dtype, program.name)
+        out_dtype = np.dtype(out.dtype)
+    layout = layout_of(builder.shapes, shape)
+    sources = tuple(builder.sources)
+    return ElementwisePlan(
+        name=program.name,
+        kernel=elementwise_kernel(program, layout, out_dtype),
+        sources=sources,
+        shape=shape,
+        dtype=out_dtype,
+        size=int(np.prod(shape, dtype=np.int64)),
+        broadcast=layout[0] == "broadcast",
+        direct=sources == tuple(("arg", i) for i in range(len(args))),
+        plain=tuple(i for i, a in enumerate(args) if isinstance(a, np.generic) and not isinstance(a, (np.number, np.bool_))),
+    )
+
+
+# --- elementwise functions: ops and user expressions ----------------------------------------------------
+
+
+class ElementwiseFunction(fastpath.Front):
+    """Something that maps operands to one result element by element (an op or a user expression).
+
+    Subclasses give ``params`` (the names the expression uses), ``resolve`` (result and loop
+    dtypes from the operand dtypes / scalars) and ``expression`` (C text for a loop dtype).
+    """
+
+    name: str
+    params: tuple[str, ...]
+
+    def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
+        raise NotImplementedError
+
+    def expression(self, dtype: np.dtype) -> str:
+        raise NotImplementedError
+
+    def __init__(self) -> None:
+        self._plans = PlanCache()
+
+    def _call(self, *operands: Any, out: Any = None) -> Any:
+        """The Python path of a call (``fastpath.Front`` first tries what the C path remembered)."""
+        if len(operands) != len(self.params):
+            raise TypeError(f"{self.name}() takes {len(self.params)} operand(s) ({', '.join(self.params)}), got {len(operands)}")
+        for o in operands:
+            if isinstance(o, Traced):
+                if out is not None:
+                    raise FusionError(f"{self.name}: out= cannot be used inside a fused function")
+                return o.builder.apply(self, operands)
+        return self._plans.call(self.name, operands, out, None, self._plan, front=self)
+
+    def inspect(self, *operands: Any, out: Any = None, arch: str | None = None) -> Build:
+        """The Build (CUDA source, adapter, cubin) a call with these operands runs; no GPU needed.
+
+        Operands may be numpy arrays, scalars, or anything with ``shape`` and ``dtype`` (and
+        ``ptr``: a pointer that is not 16-byte aligned selects the scalar path).
+        """
+        return self._plan(operands, out).inspect(operands, out, arch)
+
+    def _plan(self, values: Sequence[Any], out: Any) -> ElementwisePlan:
+        builder = ProgramBuilder(self.name)
+        root = builder.apply(self, builder.operands(values, self.name))
+        builder.scalars_from_arguments(values)
+        return plan_elementwise(builder, root, values, out)
+
+
+# --- @kd.elementwise ------------------------------------------------------------------------------------
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Elementwise(ElementwiseFunction):
+    """A user elementwise function: ``@kd.elementwise def f(a: kd.Scalar["T"], x: kd.In["T"]) -> kd.Out["T"]``.
+
+    The function returns a C expression in which each parameter name is that operand's value at
+    the current element (already converted to the parameter's dtype; float16/bfloat16 values are
+    float). A dtype variable binds to the NumPy promotion of every operand declared with it
+    (Python scalars are weak); a concrete dtype converts its operand. The result has the return
+    annotation's dtype. Names starting with ``kd`` are reserved for generated code; ``kdT`` is
+    the C type the expression computes in. Statements fit in an immediately invoked lambda:
+    ``"[&] { float t = x * x; return t > a ? t : a; }()"``.
+    """
+
+    def __init__(self, func: Callable[..., str]) -> None:
+        super().__init__()
+        self.__wrapped__ = func
+        self.__doc__ = func.__doc__
+        self.name = func.__name__
+        sig = inspect.signature(func, eval_str=True)
+        decls = []
+        for p in sig.parameters.values():
+            ann = p.annotation
+            ok = isinstance(ann, ScalarAnnotation) or (isinstance(ann, ArrayAnnotation) and ann.direction == "in")
+            if not ok:
+                raise DeclarationError(self.name, p.name, "annotate each operand with kd.In[dtype] or kd.Scalar[dtype]")
+            if not _NAME.fullmatch(p.name) or p.name in RESERVED_NAMES or p.name.startswith("kd"):
+                raise DeclarationError(self.name, p.name, "name clashes with a C++ keyword or the reserved kd prefix")
+            decls.append((p.name, self._dtype_spec(p.name, ann.dtype)))
+        ret = sig.return_annotation
+        if not (isinstance(ret, ArrayAnnotation) and ret.direction == "out"):
+            raise DeclarationError(self.name, None, "the return annotation must be kd.Out[dtype]")
+        self.params = tuple(n for n, _ in decls)
+        self._decls = tuple(d for _, d in decls)
+        self._out = self._dtype_spec("return", ret.dtype)
+        if not dtypes.is_dtype_name(self._out) and self._out not in self._decls:
+            raise DeclarationError(self.name, None, f"the result's dtype variable {self._out!r} is bound by no operand")
+        expr = func(*self.params)
+        if not isinstance(expr, str) or not expr.strip():
+            raise DeclarationError(self.name, None, "the function must return the element expression as a str")
+        self._expr = expr.strip()
+
+    def _dtype_spec(self, param: str, spec: Any) -> str:
+        if isinstance(spec, str) and not dtypes.is_dtype_name(spec):
+            return spec
+        try:
+            return dtypes.element_type(spec).name
+        except KeyError as exc:
+            raise DeclarationError(self.name, param, exc.args[0]) from None
+
+    def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
+        bound: dict[str, np.dtype] = {}
+        for var in dict.fromkeys(d for d in self._decls if not dtypes.is_dtype_name(d)):
+            members = [promotion._probe(o) for o, d in zip(operands, self._decls) if d == var]
+            bound[var] = promotion.supported(np.result_type(*members))
+        def concrete(spec: str) -> np.dtype:
+            return bound[spec] if spec in bound else dtypes.ELEMENT_TYPES[spec].numpy
+        return concrete(self._out), tuple(concrete(d) for d in self._decls)
+
+    def expression(self, dtype: np.dtype) -> str:
+        return self._expr
+
+    def __repr__(self) -> str:
+        return f"<kd.elementwise {self.name}: {self._expr}>"
+
+
+def elementwise(func: Callable[..., str]) -> Elementwise:
+    """Declare an elementwise function from a C expression over its operands (see ``Elementwise``)."""
+    return Elementwise(func)

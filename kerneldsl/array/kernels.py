@@ -1,0 +1,141 @@
+"""Programs as Kernels: generated parameters, what the body templates share, and the kernel cache.
+
+A kernel made here is an ordinary ``Kernel`` over generated parameters (``kdp<i>`` per leaf,
+``kdout``, shape symbols ``kdn<j>`` / ``kds<i>x<m>`` / ``kdo<j>``) whose body function renders a
+template and reports its ``Decisions``. Kernels are cached per (what, program, layout, ...):
+a new shape re-binds an existing kernel, it does not rebuild one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import threading
+from typing import Any, Callable, Hashable
+
+import numpy as np
+
+from .. import dtypes
+from ..codegen import GeneratedBody
+from ..dispatch import Kernel
+from ..signature import ArrayAnnotation, Expr, ScalarAnnotation, parse_signature
+from .program import Program, storage_ctype
+
+BLOCK = 256
+OPTIONS = ("--fmad=false",)  # NumPy rounds a*b+c twice; so do we
+MAX_ENTRIES = 4096  # kernel and plan caches start over past this many entries
+
+Layout = tuple[Any, ...]  # ("flat", ndim) or ("broadcast", ndim, per-leaf ranks)
+
+
+class BoundedCache:
+    """A dict that starts over when it grows past ``MAX_ENTRIES`` (keys built from user shapes
+    and dtypes must not grow without bound); ``get_or_make`` makes each value once."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Hashable, Any] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Any:
+        return self._entries.get(key)
+
+    def put(self, key: Hashable, value: Any) -> Any:
+        if len(self._entries) >= MAX_ENTRIES:
+            self._entries.clear()
+        self._entries[key] = value
+        return value
+
+    def get_or_make(self, key: Hashable, make: Callable[[], Any]) -> Any:
+        found = self._entries.get(key)
+        if found is None:
+            with self._lock:
+                found = self._entries.get(key)
+                if found is None:
+                    found = self.put(key, make())
+        return found
+
+    def values(self) -> list[Any]:
+        return list(self._entries.values())
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+KERNELS = BoundedCache()
+
+
+def _c_name(name: str) -> str:
+    cleaned = re.sub(r"\W", "_", name).strip("_") or "program"
+    return cleaned if cleaned[0].isalpha() else f"k{cleaned}"
+
+
+def make_kernel(name: str, params: list[tuple[str, Any]], body: Callable[[dict[str, Any]], GeneratedBody],
+                grid: Expr | int = 1) -> Kernel:
+    """A ``Kernel`` over generated parameters whose body comes from ``body(proxies)``."""
+
+    def kernel_body(**proxies: Any) -> GeneratedBody:
+        return body(proxies)
+
+    kernel_body.__name__ = kernel_body.__qualname__ = _c_name(name)
+    kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params]
+    )
+    sig = parse_signature(kernel_body, grid=grid, block=BLOCK, allow_alias=True)
+    return Kernel(kernel_body, sig, OPTIONS)
+
+
+def leaf_dims(layout: Layout, i: int) -> tuple[str, ...]:
+    if layout[0] == "flat":
+        return tuple(f"kdn{j}" for j in range(layout[1]))
+    return tuple(f"kds{i}x{m}" for m in range(layout[2][i] or 0))
+
+
+def out_dims(layout: Layout) -> tuple[str, ...]:
+    prefix = "kdn" if layout[0] == "flat" else "kdo"
+    return tuple(f"{prefix}{j}" for j in range(layout[1]))
+
+
+def array_param(direction: str, dtype: np.dtype, dims: tuple[str | int, ...] | str) -> ArrayAnnotation:
+    return ArrayAnnotation(direction, dtypes.element_type(dtype).name, dims)
+
+
+def scalar_param(dtype: np.dtype) -> ScalarAnnotation:
+    return ScalarAnnotation(dtypes.element_type(dtype).name)
+
+
+def leaf_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
+    """One parameter per leaf: an input array over the layout's dims, or a scalar."""
+    return [
+        (f"kdp{i}", array_param("in", leaf.dtype, leaf_dims(layout, i)) if leaf.kind == "array" else scalar_param(leaf.dtype))
+        for i, leaf in enumerate(program.leaves)
+    ]
+
+
+def array_leaves(program: Program, layout: Layout) -> list[dict[str, Any]]:
+    return [
+        {"id": i, "param": f"kdp{i}", "dims": leaf_dims(layout, i), "itemsize": leaf.dtype.itemsize,
+         "storage": storage_ctype(leaf.dtype)}
+        for i, leaf in enumerate(program.leaves)
+        if leaf.kind == "array"
+    ]
+
+
+def loads(program: Program, array_load: Callable[[int], str]) -> dict[int, str]:
+    """Per leaf, the C expression of its stored value at the current element."""
+    return {i: array_load(i) if leaf.kind == "array" else f"kdp{i}" for i, leaf in enumerate(program.leaves)}
+
+
+def vector_width(program: Program, out_dtype: np.dtype | None = None) -> int:
+    """Elements per 16-byte access of the widest array (the output too, for elementwise kernels)."""
+    sizes = [leaf.dtype.itemsize for leaf in program.leaves if leaf.kind == "array"]
+    if out_dtype is not None:
+        sizes.append(out_dtype.itemsize)
+    return max(1, 16 // max(sizes, default=1))
+
+
+def all_aligned(proxies: dict[str, Any], names: list[str]) -> bool:
+    """Whether every named array parameter is 16-byte aligned in this specialization."""
+    return all(proxies[n].aligned16 for n in names)

@@ -1,0 +1,99 @@
+"""Where an array call runs, and what its arguments become there.
+
+Any device array (ours, or foreign and adopted zero-copy) sends the call to the device of its
+session; numpy operands are then uploaded (kept alive until the stream passes them). With no
+device array at all, the call runs on the host's numpy arrays (copied in and back within the
+call). ``out=`` follows NumPy: the exact result shape, a ``same_kind`` cast, and it lives where
+the operands do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import promotion
+from ..runtime.foreign import adopt, is_foreign
+from ..runtime.memory import DeviceArray
+from .program import SCALAR_TYPES
+
+
+def is_array(value: Any) -> bool:
+    return isinstance(value, (DeviceArray, np.ndarray)) or is_foreign(value)
+
+
+def place(values: Sequence[Any], what: str) -> tuple[list[Any], Any]:
+    """``(values, session)``: the operands as the call uses them; session None for the numpy path."""
+    session = next((v.session for v in values if type(v) is DeviceArray), None)
+    if session is None:
+        foreign = next((v for v in values if not isinstance(v, (np.ndarray, *SCALAR_TYPES)) and is_array(v)), None)
+        if foreign is None:
+            return list(values), None
+        session = adopt(foreign, None, what, None).session
+    out: list[Any] = []
+    for v in values:
+        if isinstance(v, np.ndarray):
+            d = session.to_device(v)
+            session.keep_alive(d, session.stream)
+            out.append(d)
+        elif type(v) is DeviceArray or isinstance(v, SCALAR_TYPES):
+            out.append(v)
+        else:
+            out.append(adopt(v, session, what, None))
+    return out, session
+
+
+def fast_place(values: Sequence[Any], what: str) -> tuple[Sequence[Any], Any]:
+    """``place`` for the warm path: DeviceArrays and scalars only need their session found."""
+    session = None
+    for v in values:
+        t = type(v)
+        if t is DeviceArray:
+            session = v.session
+        elif t is not float and t is not int and t is not bool and not isinstance(v, np.generic):
+            return place(values, what)
+    return values, session
+
+
+def check_out(out: Any, shape: tuple[int, ...], result: np.dtype, what: str) -> None:
+    """NumPy's rules for ``out=``: the exact result shape, a ``same_kind`` cast from the result dtype."""
+    if tuple(out.shape) != shape:
+        raise ValueError(f"{what}: out= has shape {tuple(out.shape)}, the result has shape {shape}")
+    if not np.can_cast(result, out.dtype, "same_kind"):
+        raise TypeError(f"{what}: cannot cast the {result} result to out= dtype {out.dtype} (casting rule 'same_kind')")
+    promotion.supported(out.dtype)
+
+
+def check_placement(out: Any, session: Any, what: str) -> None:
+    """Host operands write host results, device operands device results."""
+    if session is None and not isinstance(out, np.ndarray):
+        raise TypeError(f"{what}: the operands are on the host, so out= must be a numpy array")
+    if session is not None and type(out) is not DeviceArray:
+        raise TypeError(f"{what}: the operands are on the device, so out= must be a kerneldsl DeviceArray")
+
+
+def unalias(value: Any, out: DeviceArray, session: Any) -> Any:
+    """A broadcast input that overlaps the output would be overwritten while still read: copy it."""
+    if type(value) is DeviceArray and value.shape != out.shape and value.overlaps(out):
+        return session.copy(value)
+    return value
+
+
+def arg_key(value: Any) -> Any:
+    """The part of a plan-cache key one call argument contributes.
+
+    A DeviceArray contributes its ``dispatch_tag`` (session, dtype, alignment, index width), so a
+    plan's key decides everything the kernel's own dispatch would.
+    """
+    t = type(value)
+    if t is DeviceArray:
+        return (value.dispatch_tag, value.shape)
+    if t is np.ndarray:
+        return (t, value.dtype, value.shape)
+    if isinstance(value, np.generic):
+        return value.dtype
+    shape = getattr(value, "shape", None)  # foreign arrays (CuPy, PyTorch): adopted per call
+    if shape is not None:
+        return (t, getattr(value, "dtype", None), tuple(shape))
+    return t

@@ -1,0 +1,84 @@
+"""Plans: one compiled program for one argument specialization (dtypes and shapes), the warm path
+of every array callable, and the plan cache they share.
+
+A callable keys its plans on ``placement.arg_key`` of each argument. On a hit the operands are
+placed and the plan runs: it checks ``out=``, allocates the result when none is given, and
+launches its kernel(s) through ``Kernel.__call__`` (so the C launch path takes warm device calls).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..build import Build
+from .kernels import BoundedCache
+from .placement import arg_key, check_placement, fast_place, place
+
+
+class Plan:
+    """What every plan has: where each kernel argument comes from, and the result's shape and dtype."""
+
+    name: str
+    sources: tuple[tuple[str, Any], ...]  # per leaf: ("arg", position) or ("const", value)
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def values(self, args: Sequence[Any]) -> list[Any]:
+        """The kernel's leaf arguments, in leaf order, from the call's arguments."""
+        return [args[s] if kind == "arg" else s for kind, s in self.sources]
+
+    def run(self, args: Sequence[Any], out: Any, session: Any) -> Any:
+        """The result of a call whose operands ``args`` were placed on ``session`` (None: host)."""
+        values = self.values(args)
+        if out is not None:
+            check_placement(out, session, self.name)
+        if session is None:
+            return self.run_host(values, out)
+        if out is None:
+            out = session.empty(self.shape, self.dtype)
+        self.launch(values, out, session)
+        return out
+
+    def run_host(self, values: list[Any], out: Any) -> Any:
+        raise NotImplementedError
+
+    def launch(self, values: list[Any], out: Any, session: Any) -> None:
+        raise NotImplementedError
+
+    def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
+        """The Build a call with these arguments runs (no GPU needed when ``arch`` is known)."""
+        raise NotImplementedError
+
+    def remember(self, front: Any, values: Sequence[Any], out: Any, session: Any) -> None:
+        """Hand later calls like this one to the C launch path, where the plan allows it."""
+
+
+class PlanCache(BoundedCache):
+    """Plans by call key; ``call`` is the warm path every array callable shares."""
+
+    def call(self, what: str, args: Sequence[Any], out: Any, extra: Any, make: Any, front: Any = None) -> Any:
+        """Run the plan for ``args`` (and ``extra``, e.g. the axis), made by ``make(values, out)``
+        on a miss; ``front`` (the callable) may then let the C path take later calls."""
+        key = (*map(arg_key, args), extra, arg_key(out))
+        plan = self.get(key)
+        if plan is None:
+            values, session = place(args, what)
+            plan = self.put(key, make(values, out))
+        else:
+            values, session = fast_place(args, what)
+        result = plan.run(values, out, session)
+        if front is not None:
+            plan.remember(front, values, out, session)
+        return result
+
+
+def host_target(shape: tuple[int, ...], dtype: np.dtype, out: np.ndarray | None, inputs: Sequence[Any]) -> np.ndarray:
+    """Where a host call writes: ``out`` itself when a kernel can write it directly (C-contiguous,
+    writeable, sharing no memory with an input), else a fresh array copied into ``out`` after."""
+    if out is not None and out.flags.c_contiguous and out.flags.writeable and not any(
+        isinstance(v, np.ndarray) and np.shares_memory(v, out) for v in inputs
+    ):
+        return out
+    return np.empty(shape, dtype if out is None else out.dtype)
