@@ -17,13 +17,27 @@ Design, and why:
   rows stored in pickle mode; a tampered directory must not turn a cache lookup into code
   execution, so such rows are refused before any deserialization and evicted.
 * The directory is private (0o700); one owned by someone else or writable by group/others
-  raises ``UnsafeCacheDirError``. A location that merely does not work (read-only, under
-  a file, corrupt database) degrades to a per-process in-memory cache with one warning.
-* Size is bounded (2 GiB by default) with least-recently-used eviction.
+  raises ``UnsafeCacheDirError``, and so does a ``cache.db`` (or its ``-wal``/``-shm``) that
+  is a symlink, not ours or writable by group/others. A location that merely does not work
+  (read-only, under a file, corrupt database) degrades to a per-process in-memory cache with
+  one warning.
+* The path is resolved once (``~`` expanded, absolute, symlinks resolved) and must not
+  contain ``$``: diskcache runs ``os.path.expandvars`` on it and would open wherever the
+  variable points, a directory nobody checked. Such a path, an unknown ``~user`` or a
+  relative ``KERNELDSL_CACHE_DIR`` raises ``CacheError``; a relative path passed to
+  ``DiskCache`` is taken from the current directory at construction. After opening, the
+  directory and database diskcache uses must be the ones checked.
+* Files are created 0o600 and value subdirectories 0o700 whatever the umask (diskcache
+  alone would use 0o666/0o777). A value file or subdirectory that is a symlink, not ours or
+  writable by group/others is untrusted: the entry is evicted like a corrupt one.
+* Size is bounded (2 GiB by default) with least-recently-used eviction. Limits above
+  SQLite's largest integer (2**63 - 1) mean "unbounded" and are clamped to it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -39,10 +53,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 import diskcache
-from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
+from diskcache.core import DBNAME, MODE_BINARY, MODE_RAW, UNKNOWN
 
 from .errors import CacheError, UnsafeCacheDirError
 
@@ -62,13 +76,27 @@ logger = logging.getLogger("kerneldsl.cache")
 
 _MAGIC = b"KDSLCACHE"
 _PREFIX = struct.Struct(">9sHI")  # magic, format version, header length
-_HEADER_FIELDS = frozenset({"key", "material", "payload_sha256", "payload_size"})
+_HEADER_TYPES: dict[str, type] = {
+    "key": str,
+    "material": dict,
+    "payload_sha256": str,
+    "payload_size": int,
+}
 _DEFAULT_SIZE_LIMIT = 2 * 1024**3
+_MAX_SIZE_LIMIT = 2**63 - 1  # SQLite's largest INTEGER: diskcache stores the limit in its table
 _MIN_FILE_SIZE = 2**15  # values at least this large live in their own file
 _VALUE_FILENAME = re.compile(r"[0-9a-f]{2}[/\\][0-9a-f]{2}[/\\][0-9a-f]{28}\.val")
 _NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs"})
 _STORE_ERRORS = (OSError, sqlite3.Error)
 _SHORT_VALUE = 40  # longest repr that explain() quotes
+_VARIABLE_MARKERS = ("$", "%") if os.name == "nt" else ("$",)  # what os.path.expandvars expands
+_OPEN_FLAGS = (
+    getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+)
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS
+_SYMLINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK})  # O_NOFOLLOW met a link (Linux, BSD)
+_WRITE_ATTEMPTS = 10  # as diskcache: a concurrent remove() may prune a fresh subdirectory
+_KINDS: dict[str, Callable[[int], bool]] = {"directory": stat.S_ISDIR, "file": stat.S_ISREG}
 
 _T = TypeVar("_T")
 
@@ -89,10 +117,18 @@ def cache_key(material: Mapping[str, object]) -> str:
 
 
 def default_cache_dir() -> Path:
-    """$KERNELDSL_CACHE_DIR if set, else $XDG_CACHE_HOME/kerneldsl, else ~/.cache/kerneldsl."""
+    """$KERNELDSL_CACHE_DIR if set, else $XDG_CACHE_HOME/kerneldsl, else ~/.cache/kerneldsl.
+
+    A relative $KERNELDSL_CACHE_DIR raises ``CacheError``: it would name a different cache
+    in every working directory."""
     explicit = os.environ.get("KERNELDSL_CACHE_DIR")
     if explicit:
-        return Path(explicit).expanduser()
+        path = _expand_user(Path(explicit))
+        if not path.is_absolute():
+            raise CacheError(
+                f"KERNELDSL_CACHE_DIR must be an absolute path (or start with ~), got {explicit!r}"
+            )
+        return path
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg and os.path.isabs(xdg):  # the XDG spec says to ignore relative paths
         return Path(xdg) / "kerneldsl"
@@ -114,8 +150,18 @@ def _pack(key: str, payload: bytes, material: Mapping[str, object]) -> bytes:
     return _PREFIX.pack(_MAGIC, CACHE_FORMAT_VERSION, len(header)) + header + payload
 
 
-def _unpack(blob: bytes) -> tuple[dict[str, object], bytes]:
-    """Header and payload of a stored value; ``CacheError`` saying what is wrong otherwise."""
+@dataclass(frozen=True)
+class _Value:
+    """A decoded value; ``material_json`` is canonical, encoded once while decoding."""
+
+    key: str
+    material: dict[str, object]
+    material_json: bytes
+    payload: bytes
+
+
+def _unpack(blob: bytes) -> _Value:
+    """The decoded value; ``CacheError`` saying what is wrong otherwise."""
     if len(blob) < _PREFIX.size:
         raise CacheError(f"value truncated to {len(blob)} bytes")
     magic, version, header_size = _PREFIX.unpack_from(blob)
@@ -126,35 +172,72 @@ def _unpack(blob: bytes) -> tuple[dict[str, object], bytes]:
     header_end = _PREFIX.size + header_size
     if header_end > len(blob):
         raise CacheError("header truncated")
-    try:
-        header = json.loads(blob[_PREFIX.size : header_end])
-    except (ValueError, RecursionError):
-        raise CacheError("header is not valid JSON") from None
-    if (
-        not isinstance(header, dict)
-        or header.keys() != _HEADER_FIELDS
-        or not isinstance(header["material"], dict)
-    ):
-        raise CacheError("header has the wrong fields")
+    header = _parse_header(blob[_PREFIX.size : header_end])
     payload = blob[header_end:]
     if header["payload_size"] != len(payload):
         raise CacheError(f"payload is {len(payload)} bytes, header says {header['payload_size']}")
     if header["payload_sha256"] != hashlib.sha256(payload).hexdigest():
         raise CacheError("payload digest mismatch")
-    return header, payload
+    try:
+        material_json = _canonical(header["material"])
+    except RecursionError:
+        raise CacheError("material is nested too deeply") from None
+    return _Value(header["key"], header["material"], material_json, payload)
 
 
-def _check_identity(header: Mapping[str, object], key: str, material_json: bytes) -> None:
-    if header["key"] != key:
+def _parse_header(text: bytes) -> dict[str, Any]:
+    """The JSON header, refused unless it has exactly the expected fields and types: a wrong
+    type (``payload_size: 5.0``, ``true``, a list...) must read as corrupt here, not fail or
+    pass later."""
+    try:
+        header = json.loads(text)
+    except (ValueError, RecursionError):
+        raise CacheError("header is not valid JSON") from None
+    if not isinstance(header, dict) or header.keys() != _HEADER_TYPES.keys():
+        raise CacheError("header has the wrong fields")
+    wrong = [name for name, kind in _HEADER_TYPES.items() if type(header[name]) is not kind]
+    if wrong:
+        raise CacheError(f"header fields of the wrong type: {', '.join(wrong)}")
+    return header
+
+
+def _check_identity(value: _Value, key: str, material_json: bytes) -> None:
+    if value.key != key:
         raise CacheError("header names another key")
-    if _canonical(header["material"]) != material_json:
+    if value.material_json != material_json:
         raise CacheError("stored material differs from the requested one")
 
 
 # --- the directory -----------------------------------------------------------------------
 
 
-def _make_private_dir(path: Path) -> None:
+def _expand_user(path: Path) -> Path:
+    """``path`` with ``~`` or ``~user`` expanded; ``CacheError`` for an unknown user (left
+    as is, diskcache would expand nothing either and open a relative ``~user`` directory)."""
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        raise CacheError(
+            f"cannot expand {path.parts[0]!r} in cache directory {str(path)!r}: "
+            "no such user or no home directory"
+        ) from None
+
+
+def _resolve_directory(directory: str | os.PathLike[str]) -> Path:
+    """The cache path fixed once: ``~`` expanded, absolute (a relative path is taken from the
+    current directory now), symlinks resolved, and free of ``$``, which diskcache would
+    expand (``os.path.expandvars``) into a directory nobody checked."""
+    path = Path(os.path.realpath(_expand_user(Path(directory))))
+    for marker in _VARIABLE_MARKERS:
+        if marker in str(path):
+            raise CacheError(
+                f"cache directory {str(path)!r} contains {marker!r}, which diskcache would "
+                "expand as an environment variable; use a path without it"
+            )
+    return path
+
+
+def _make_private_dir(path: Path) -> os.stat_result:
     """Create ``path`` and the parents it lacks with mode 0o700 (``os.makedirs`` would give
     the parents the umask default), then refuse it unless it is ours alone."""
     missing: list[Path] = []
@@ -167,26 +250,87 @@ def _make_private_dir(path: Path) -> None:
             directory.mkdir(mode=0o700)
         except FileExistsError:  # another process won the race
             pass
-    _check_private(path)
+    return _check_private(path)
 
 
-def _check_private(path: Path) -> None:
+def _check_private(path: Path) -> os.stat_result:
     info = os.stat(path)
     if not stat.S_ISDIR(info.st_mode):
         raise NotADirectoryError(f"{path} is not a directory")
+    reason = _distrust(info)
+    if reason:
+        raise UnsafeCacheDirError(
+            f"cache directory {path} {reason}; run: chmod go-w {path}, or set "
+            "KERNELDSL_CACHE_DIR to a directory of your own"
+        )
+    return info
+
+
+def _distrust(info: os.stat_result) -> str | None:
+    """Why someone else could have written this file or directory, or None if nobody could."""
     if os.name != "posix":  # no uid, and mode bits do not describe Windows ACLs
-        return
+        return None
     uid = os.getuid()
     if info.st_uid != uid:
-        raise UnsafeCacheDirError(
-            f"cache directory {path} is owned by uid {info.st_uid}, not by the current "
-            f"user (uid {uid}); use a directory of your own (KERNELDSL_CACHE_DIR)"
-        )
+        return f"is owned by uid {info.st_uid}, not by the current user (uid {uid})"
     if info.st_mode & 0o022:
+        return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):#o})"
+    return None
+
+
+def _vet(info: os.stat_result, path: str, kind: str, error: type[CacheError]) -> None:
+    """Raise ``error`` unless ``info`` (from lstat or fstat, so a symlink is not of any
+    kind) is of ``kind``, ours and writable by nobody else."""
+    reason = None if _KINDS[kind](info.st_mode) else f"is not a {kind}"
+    reason = reason or _distrust(info)
+    if reason:
+        raise error(f"{path} {reason}")
+
+
+def _open_no_symlink(path: str, flags: int, error: type[CacheError]) -> int:
+    """``os.open`` refusing, with ``error``, a symlink as the last component."""
+    try:
+        return os.open(path, flags | _OPEN_FLAGS)
+    except OSError as exc:
+        if exc.errno in _SYMLINK_ERRNOS:
+            raise error(f"{path} is a symlink") from None
+        raise
+
+
+def _prepare_database(directory: Path) -> os.stat_result:
+    """Create ``cache.db`` 0o600 before SQLite does (it would follow the umask; its -wal and
+    -shm files take the database's mode), or refuse an existing one, or its -wal or -shm,
+    that is a symlink, not ours or writable by others: its rows could be forged."""
+    path = str(directory / DBNAME)
+    try:
+        fd = os.open(path, _CREATE_FLAGS, 0o600)
+    except FileExistsError:
+        fd = _open_no_symlink(path, os.O_RDONLY, UnsafeCacheDirError)
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    _vet(info, path, "file", UnsafeCacheDirError)
+    for companion in (path + "-wal", path + "-shm"):
+        try:
+            _vet(os.lstat(companion), companion, "file", UnsafeCacheDirError)
+        except FileNotFoundError:
+            pass
+    return info
+
+
+def _check_opened(
+    cache: diskcache.Cache, directory: Path, checked: os.stat_result, database: os.stat_result
+) -> None:
+    """diskcache rewrites the path it is given: make sure it opened the directory and the
+    database that were checked, not others."""
+    opened = cache.directory
+    if opened != str(directory) or not os.path.samestat(os.stat(opened), checked):
         raise UnsafeCacheDirError(
-            f"cache directory {path} is writable by group or others "
-            f"(mode {stat.S_IMODE(info.st_mode):#o}); run: chmod go-w {path}"
+            f"diskcache opened {opened!r}, not the checked cache directory {str(directory)!r}"
         )
+    if not os.path.samestat(os.lstat(os.path.join(opened, DBNAME)), database):
+        raise UnsafeCacheDirError(f"{opened}/{DBNAME} was replaced while opening it")
 
 
 def _mount_fstype(path: str, mounts: str) -> str | None:
@@ -243,6 +387,7 @@ class _BytesOnlyDisk(diskcache.Disk):
 
     def __init__(self, directory: str, **_settings: object) -> None:
         super().__init__(directory, min_file_size=_MIN_FILE_SIZE)
+        self._root = directory
 
     def put(self, key: object) -> tuple[object, bool]:
         if type(key) is not str:
@@ -257,13 +402,17 @@ class _BytesOnlyDisk(diskcache.Disk):
     def store(self, value: object, read: bool, key: object = UNKNOWN) -> tuple[object, ...]:
         if read or type(value) is not bytes:
             raise TypeError(f"cache values must be bytes, not {type(value).__name__}")
-        return super().store(value, read, key=key)
+        if len(value) < self.min_file_size:
+            return super().store(value, read, key=key)
+        filename, _ = self.filename(key, value)
+        _write_value_file(self._root, filename, value)
+        return len(value), MODE_BINARY, filename, None
 
     def fetch(self, mode: int, filename: str | None, value: object, read: bool) -> bytes:
         if mode == MODE_RAW and type(value) is bytes:
             return value
         if mode == MODE_BINARY and not read and _is_value_filename(filename):
-            return super().fetch(mode, filename, value, read)
+            return _read_value_file(self._root, filename)
         raise CacheError(f"refusing a row stored in diskcache mode {mode}")
 
     def remove(self, file_path: str) -> None:
@@ -271,8 +420,50 @@ class _BytesOnlyDisk(diskcache.Disk):
             super().remove(file_path)
 
 
-def _is_value_filename(filename: object) -> bool:
+def _is_value_filename(filename: object) -> TypeGuard[str]:
     return isinstance(filename, str) and _VALUE_FILENAME.fullmatch(filename) is not None
+
+
+def _value_subdirs(directory: str, filename: str) -> tuple[str, str]:
+    return os.path.join(directory, filename[:2]), os.path.join(directory, filename[:5])
+
+
+def _write_value_file(directory: str, filename: str, data: bytes) -> None:
+    """Write a new value file 0o600 in 0o700 subdirectories (diskcache would use 0o666 and
+    0o777 less the umask); an existing subdirectory we cannot trust raises
+    ``UnsafeCacheDirError``, which degrades the cache to memory."""
+    for _ in range(_WRITE_ATTEMPTS - 1):
+        with contextlib.suppress(FileNotFoundError):  # a concurrent remove() pruned a subdir
+            fd = _create_value_file(directory, filename)
+            break
+    else:
+        fd = _create_value_file(directory, filename)
+    with os.fdopen(fd, "wb") as writer:
+        writer.write(data)
+
+
+def _create_value_file(directory: str, filename: str) -> int:
+    for subdir in _value_subdirs(directory, filename):
+        _make_value_subdir(subdir)
+    return os.open(os.path.join(directory, filename), _CREATE_FLAGS, 0o600)
+
+
+def _make_value_subdir(path: str) -> None:
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        _vet(os.lstat(path), path, "directory", UnsafeCacheDirError)
+
+
+def _read_value_file(directory: str, filename: str) -> bytes:
+    """The bytes of a value file; ``CacheError`` (so the entry is evicted) unless it and its
+    subdirectories are ours and writable by nobody else, who could swap in their own cubin."""
+    for subdir in _value_subdirs(directory, filename):
+        _vet(os.lstat(subdir), subdir, "directory", CacheError)
+    path = os.path.join(directory, filename)
+    with os.fdopen(_open_no_symlink(path, os.O_RDONLY, CacheError), "rb") as reader:
+        _vet(os.fstat(reader.fileno()), path, "file", CacheError)
+        return reader.read()
 
 
 class _Store(Protocol):
@@ -289,7 +480,8 @@ class _DiskStore:
     """diskcache-backed rows; ``get`` raises ``CacheError`` for a row it refuses to read."""
 
     def __init__(self, path: Path, size_limit: int) -> None:
-        _make_private_dir(path)
+        checked = _make_private_dir(path)
+        database = _prepare_database(path)
         _warn_if_network_fs(path)
         self._cache = diskcache.Cache(
             str(path),
@@ -300,6 +492,11 @@ class _DiskStore:
             statistics=False,
             tag_index=False,
         )
+        try:
+            _check_opened(self._cache, path, checked, database)
+        except BaseException:
+            self._cache.close()
+            raise
 
     def get(self, key: str) -> bytes | None:
         return self._cache.get(key, default=None, retry=True)
@@ -426,15 +623,16 @@ class DiskCache:
         directory: str | os.PathLike[str] | None = None,
         size_limit: int = _DEFAULT_SIZE_LIMIT,
     ) -> None:
+        """``directory`` is resolved once, here (see ``_resolve_directory``); ``size_limit``
+        in bytes, clamped to SQLite's largest integer."""
         if isinstance(size_limit, bool) or not isinstance(size_limit, int) or size_limit < 0:
             raise ValueError(f"size_limit must be a non-negative int, got {size_limit!r}")
-        self.size_limit = size_limit
+        self.size_limit = min(size_limit, _MAX_SIZE_LIMIT)
         self._lock = threading.Lock()
-        path = Path(directory if directory is not None else default_cache_dir())
-        path = path.expanduser().absolute()
+        path = _resolve_directory(directory if directory is not None else default_cache_dir())
         self.directory, self.in_memory = path, False
         try:
-            self._store: _Store = _DiskStore(path, size_limit)
+            self._store: _Store = _DiskStore(path, self.size_limit)
         except UnsafeCacheDirError:
             raise  # insecure is not broken: never silently work around it
         except _STORE_ERRORS as exc:
@@ -448,13 +646,13 @@ class DiskCache:
             if blob is None:
                 logger.debug("miss %s", key)
                 return None
-            header, payload = _unpack(blob)
-            _check_identity(header, key, material_json)
+            value = _unpack(blob)
+            _check_identity(value, key, material_json)
         except CacheError as exc:
             self._evict(key, str(exc))
             return None
         logger.debug("hit %s", key)
-        return payload
+        return value.payload
 
     def put(self, key: str, payload: bytes, material: Mapping[str, object]) -> None:
         """Store ``payload`` under ``key``, which must be ``cache_key(material)``."""
@@ -473,14 +671,15 @@ class DiskCache:
             try:
                 if blob is None:
                     raise CacheError("row is not plain bytes")
-                header, payload = _unpack(blob)
-                material = cast("dict[str, object]", header["material"])
-                if header["key"] != key or cache_key(material) != key:
+                if type(stored_at) not in (int, float):  # would break sorting and explain()
+                    raise CacheError(f"store time {stored_at!r} is not a number")
+                value = _unpack(blob)
+                if value.key != key or hashlib.sha256(value.material_json).hexdigest() != key:
                     raise CacheError("header does not match the row's key")
             except CacheError as exc:
                 self._evict(key, str(exc))
                 continue
-            found.append(CacheEntryInfo(key, material, len(payload), stored_at))
+            found.append(CacheEntryInfo(key, value.material, len(value.payload), stored_at))
         return found
 
     def volume(self) -> int:

@@ -263,6 +263,37 @@ def test_forged_header_is_rejected(tmp_path: Path, forgery: str) -> None:
             assert cache.get(key, mat) == (b"cubin" if forgery == "valid" else None)
 
 
+@pytest.mark.parametrize("size", [1.0, True], ids=["float", "bool"])
+def test_header_field_of_wrong_type_is_evicted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, size: object
+) -> None:
+    path = tmp_path / "cache"
+    mat = material()
+    key = cache_key(mat)
+    with DiskCache(path) as cache:
+        with diskcache.Cache(str(path)) as raw:
+            raw.set(key, forge(key, mat, b"c", payload_size=size))  # 1.0 == True == len(b"c")
+        caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+        assert cache.get(key, mat) is None
+        assert len(cache_warnings(caplog)) == 1
+        with diskcache.Cache(str(path)) as raw:
+            assert key not in raw
+
+
+def test_entry_with_non_numeric_store_time_is_evicted(
+    cache: DiskCache, caplog: pytest.LogCaptureFixture
+) -> None:
+    key, mat = put(cache, b"cubin")
+    con = sqlite3.connect(str(Path(str(cache.directory)) / "cache.db"))
+    with con:
+        con.execute("UPDATE Cache SET store_time = 'yesterday' WHERE key = ?", (key,))
+    con.close()
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    assert cache.explain(mat) == "miss: no entries for kernel 'saxpy'"  # was a TypeError
+    assert len(cache_warnings(caplog)) == 1
+    assert cache.entries() == []
+
+
 @pytest.mark.parametrize("value", [42, "text", 2.5], ids=["int", "str", "float"])
 def test_non_bytes_row_is_evicted(tmp_path: Path, value: object) -> None:
     path = tmp_path / "cache"
@@ -353,6 +384,118 @@ def test_disk_layer_refuses_pickled_keys_when_iterating(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+# --- the path ----------------------------------------------------------------------------
+
+
+def plant_cache(directory: Path, payload: bytes) -> tuple[str, dict[str, object]]:
+    """An attacker's world-writable cache holding a self-valid entry for the victim's key."""
+    directory.mkdir(parents=True)
+    directory.chmod(0o777)
+    mat = material()
+    key = cache_key(mat)
+    with diskcache.Cache(str(directory)) as raw:
+        raw.set(key, forge(key, mat, payload))
+    return key, mat
+
+
+@pytest.mark.parametrize("spelling", ["$KD_ATTACKER", "${KD_ATTACKER}"])
+def test_dollar_in_cache_path_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
+) -> None:
+    plant_cache(tmp_path / "attacker", b"evil cubin")
+    monkeypatch.setenv("KD_ATTACKER", str(tmp_path / "attacker"))
+    with pytest.raises(CacheError, match=r"contains '\$'"):
+        DiskCache(tmp_path / spelling)
+    assert not (tmp_path / spelling).exists()
+
+
+def test_dollar_in_xdg_cache_home_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_default_cache: None
+) -> None:
+    key, mat = plant_cache(tmp_path / "attacker" / "kerneldsl", b"evil cubin")
+    monkeypatch.setenv("KD_ATTACKER", str(tmp_path / "attacker"))
+    monkeypatch.delenv("KERNELDSL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "$KD_ATTACKER"))
+    with pytest.raises(CacheError, match=r"contains '\$'"):
+        get_default_cache().get(key, mat)
+
+
+def test_directory_opened_elsewhere_than_checked_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setattr(os.path, "expandvars", lambda path: str(elsewhere))
+    with pytest.raises(UnsafeCacheDirError, match="not the checked cache directory"):
+        DiskCache(tmp_path / "cache")
+
+
+def test_symlinked_database_is_refused(tmp_path: Path) -> None:
+    DiskCache(tmp_path / "theirs").close()
+    path = tmp_path / "cache"
+    path.mkdir(mode=0o700)
+    (path / "cache.db").symlink_to(tmp_path / "theirs" / "cache.db")
+    with pytest.raises(UnsafeCacheDirError, match="symlink"):
+        DiskCache(path)
+
+
+@pytest.mark.parametrize("name", ["cache.db", "cache.db-wal", "cache.db-shm"])
+def test_database_writable_by_others_is_refused(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "cache"
+    DiskCache(path).close()
+    (path / name).touch()
+    (path / name).chmod(0o666)
+    with pytest.raises(UnsafeCacheDirError, match=f"{name} is writable by group or others"):
+        DiskCache(path)
+
+
+def test_database_owned_by_another_user_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "cache"
+    DiskCache(path).close()
+    real_fstat = os.fstat
+
+    def foreign(fd: int) -> os.stat_result:
+        fields = list(real_fstat(fd))
+        fields[4] += 1  # st_uid
+        return os.stat_result(fields)
+
+    monkeypatch.setattr(os, "fstat", foreign)
+    with pytest.raises(UnsafeCacheDirError, match="cache.db is owned by uid"):
+        DiskCache(path)
+
+
+def test_unknown_user_in_cache_dir_is_an_error(
+    monkeypatch: pytest.MonkeyPatch, no_default_cache: None
+) -> None:
+    monkeypatch.setenv("KERNELDSL_CACHE_DIR", "~kerneldsl-no-such-user/kd")
+    with pytest.raises(CacheError, match="~kerneldsl-no-such-user"):
+        get_default_cache()
+
+
+def test_relative_cache_dir_in_environment_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_default_cache: None
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KERNELDSL_CACHE_DIR", "relative/kd")
+    with pytest.raises(CacheError, match="absolute"):
+        get_default_cache()
+    assert not (tmp_path / "relative").exists()
+
+
+def test_relative_directory_argument_is_fixed_at_construction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with DiskCache("relative") as cache:
+        monkeypatch.chdir(tmp_path / "elsewhere")
+        put(cache, b"\x01" * 100_000)
+        assert cache.directory == tmp_path / "relative"
+    assert len(list((tmp_path / "relative").rglob("*.val"))) == 1
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
 # --- permissions -------------------------------------------------------------------------
 
 
@@ -388,6 +531,82 @@ def test_directory_owned_by_another_user_is_refused(
     with pytest.raises(UnsafeCacheDirError, match="owned by uid") as raised:
         DiskCache(path)
     assert str(path) in str(raised.value)
+
+
+def test_files_and_directories_are_private_under_permissive_umask(tmp_path: Path) -> None:
+    path = tmp_path / "cache"
+    old_umask = os.umask(0)
+    try:
+        with DiskCache(path) as cache:
+            put(cache, b"\x01" * 100_000)
+            put(cache, b"inline", arch="sm_90")
+            modes = {
+                str(p.relative_to(path)): stat.S_IMODE(p.lstat().st_mode) for p in path.rglob("*")
+            }
+    finally:
+        os.umask(old_umask)
+    assert {"cache.db", "cache.db-wal", "cache.db-shm"} <= modes.keys()
+    assert any(name.endswith(".val") for name in modes)
+    expected = {name: 0o700 if (path / name).is_dir() else 0o600 for name in modes}
+    assert modes == expected
+
+
+@pytest.mark.parametrize("loosened", ["file", "subdirectory"])
+def test_value_writable_by_others_is_evicted(
+    cache: DiskCache, caplog: pytest.LogCaptureFixture, loosened: str
+) -> None:
+    key, mat = put(cache, b"\xab" * 100_000)
+    (value_file,) = Path(str(cache.directory)).rglob("*.val")
+    (value_file if loosened == "file" else value_file.parent).chmod(0o777)
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    assert cache.get(key, mat) is None
+    assert len(cache_warnings(caplog)) == 1
+    assert not value_file.exists()
+
+
+def test_value_file_owned_by_another_user_is_evicted(
+    cache: DiskCache, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key, mat = put(cache, b"\xab" * 100_000)
+    (value_file,) = Path(str(cache.directory)).rglob("*.val")
+    monkeypatch.setattr(os, "getuid", lambda: value_file.stat().st_uid + 1)
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    assert cache.get(key, mat) is None
+    assert len(cache_warnings(caplog)) == 1
+    assert not value_file.exists()
+
+
+def test_symlinked_value_file_is_evicted_and_its_target_kept(
+    cache: DiskCache, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    key, mat = put(cache, b"\xab" * 100_000)
+    (value_file,) = Path(str(cache.directory)).rglob("*.val")
+    planted = tmp_path / "planted"
+    value_file.rename(planted)
+    value_file.symlink_to(planted)
+    caplog.set_level(logging.WARNING, logger="kerneldsl.cache")
+    assert cache.get(key, mat) is None
+    assert len(cache_warnings(caplog)) == 1
+    assert not value_file.is_symlink()
+    assert planted.exists()
+
+
+def test_write_into_subdirectory_writable_by_others_degrades_to_memory(
+    cache: DiskCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    put(cache, b"\xab" * 100_000)
+    (value_file,) = Path(str(cache.directory)).rglob("*.val")
+    value_file.parent.chmod(0o777)
+    subdir = str(value_file.parent.relative_to(Path(str(cache.directory))))
+    forced = f"{subdir}/{'0' * 28}.val"
+    monkeypatch.setattr(
+        cache_module._BytesOnlyDisk, "filename", lambda self, key, value: (forced, None)
+    )
+    with pytest.warns(RuntimeWarning, match="writable by group or others"):
+        key, mat = put(cache, b"\xcd" * 100_000, arch="sm_90")
+    assert cache.in_memory
+    assert cache.get(key, mat) == b"\xcd" * 100_000
+    assert [p.name for p in value_file.parent.iterdir()] == [value_file.name]
 
 
 # --- degrading ---------------------------------------------------------------------------
@@ -597,6 +816,18 @@ def test_default_cache_follows_environment(
     set_default_cache(replacement)
     assert get_default_cache() is replacement
     replacement.close()
+
+
+def test_huge_size_in_environment_is_clamped(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_default_cache: None
+) -> None:
+    monkeypatch.setenv("KERNELDSL_CACHE_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("KERNELDSL_CACHE_SIZE", str(10**30))
+    default = get_default_cache()
+    key, mat = put(default, b"cubin")  # was an OverflowError from SQLite
+    assert default.get(key, mat) == b"cubin"
+    assert (default.size_limit, default.in_memory) == (2**63 - 1, False)
+    default.close()
 
 
 def test_bad_size_in_environment_is_an_error(
