@@ -65,10 +65,3 @@ def _result(func: Callable[..., Any], operands: tuple[Operand, ...]) -> np.dtype
         value = func(*(_probe(o) for o in operands))
     return supported(np.asarray(value).dtype)
 
-
-def operand_dtype(value: Any) -> Operand:
-    """What promotion sees of a value: its dtype for arrays, the value itself for scalars."""
-    dt = getattr(value, "dtype", None)
-    if dt is not None and not isinstance(value, np.generic):
-        return np.dtype(dt)
-    return value

@@ -1,6 +1,6 @@
 """The Session: one device's retained primary context and everything allocated in it.
 
-Failure model (see DESIGN.md, "Runtime ownership and failure model"):
+Failure model:
 
 - every public operation runs inside ``session.activated()``: it takes the session lock,
   refuses closed / forked / poisoned sessions, pushes the context and pops it afterwards, so
