@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import kerneldsl as kd
 from kerneldsl.build import build
 from kerneldsl.codegen import SLOT_BYTES, generate
+from kerneldsl.dtypes import to_bfloat16_bits
 from kerneldsl.dtypes import ELEMENT_TYPES
 from kerneldsl.errors import DeclarationError
 from kerneldsl.launch import ADAPTER_RUNTIME
@@ -165,6 +166,15 @@ class _DeviceArray:
         self._closed = False
 
 
+def _packed(arg: Any) -> Any:
+    """What the adapter writes for one argument: a pointer, bfloat16 bits, or the scalar's value."""
+    if isinstance(arg, _DeviceArray):
+        return arg.ptr
+    if isinstance(arg, np.generic) and arg.dtype.name == "bfloat16":
+        return to_bfloat16_bits(arg)
+    return arg.item() if isinstance(arg, np.generic) else arg
+
+
 @FAST
 @given(cases())
 def test_adapter_packs_pointers_scalars_and_extents_in_abi_order(case: Case) -> None:
@@ -180,9 +190,8 @@ def test_adapter_packs_pointers_scalars_and_extents_in_abi_order(case: Case) -> 
     buffer = bytearray(generated.param_bytes)
     namespace["make_launch"](ADAPTER_RUNTIME, session, "f", buffer, "p")(*device_args, None, None, None, None)
     packed = struct.unpack(generated.struct_format, buffer)
-    expected = [a.ptr if isinstance(a, _DeviceArray) else a for a in device_args]
-    expected += [case.extents[s] for s in sig.symbols if s not in case.specialize]
-    assert list(packed) == [e.item() if isinstance(e, np.generic) else e for e in expected]
+    expected = [_packed(a) for a in device_args] + [case.extents[s] for s in sig.symbols if s not in case.specialize]
+    assert list(packed) == expected
     assert session.launched[1][1:] == (1, 1) and session.launched[2] == (128, 1, 1)
 
 

@@ -99,8 +99,13 @@ def test_two_dimensional_kernel_with_strides() -> None:
 
 
 def test_empty_arrays_launch_nothing_and_succeed() -> None:
-    out, x = np.empty(0, np.float32), np.empty(0, np.float32)
-    copy_exact(out, x, grid=1)
+    copy_exact(np.empty(0, np.float32), np.empty(0, np.float32))  # numpy: staged, grid cdiv(0, 256) = 0
+    s = kd.default_session()
+    out = s.to_device(np.full(4, 7.0, np.float32))
+    copy_exact(s.empty(0, np.float32), s.empty(0, np.float32))
+    copy_exact(out, s.to_device(np.ones(4, np.float32)), grid=0)
+    s.synchronize()
+    np.testing.assert_array_equal(out.to_host(), np.full(4, 7.0, np.float32))
 
 
 def test_shape_conflict_leaves_the_output_untouched() -> None:
@@ -195,21 +200,3 @@ def test_torch_tensors_are_kernel_arguments_without_copies() -> None:
     copy_exact(out, x)
     kd.default_session().synchronize()
     assert torch.equal(out.cpu(), x.cpu())
-
-
-def test_warm_launch_overhead_against_raw(capsys: pytest.CaptureFixture[str]) -> None:
-    """Not a speed gate (the benchmark holds the targets): a smoke check that the warm path is sane."""
-    import time
-
-    s = kd.default_session()
-    dx, dout = s.to_device(np.ones(1024, np.float32)), s.empty(1024, np.float32)
-    copy_exact(dout, dx)
-    s.synchronize()
-    start = time.perf_counter()
-    for _ in range(2000):
-        copy_exact(dout, dx)
-    per_launch = (time.perf_counter() - start) / 2000
-    s.synchronize()
-    with capsys.disabled():
-        print(f"\nwarm kd launch (queue draining concurrently): {per_launch * 1e6:.2f} us")
-    assert per_launch < 100e-6

@@ -262,10 +262,13 @@ class Session:
 
         A CUfunction carries its context, so the launch needs no context switch; a driver that
         asks for a current context anyway (CUDA_ERROR_INVALID_CONTEXT) gets one, pushed and popped.
+        An empty grid (zero-size arrays) is nothing to do: the call succeeds without a launch.
         """
         with self._lock:
             if not self.usable:
                 self._raise_unusable()
+            if not (grid[0] and grid[1] and grid[2]):
+                return
             if stream is None:
                 h = self._stream_cu
             elif stream.session is self and not stream._closed:
