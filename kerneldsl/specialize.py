@@ -14,11 +14,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import dtypes
-from .dtypes import ElementType
+from .dtypes import INT32_MAX, ElementType
 from .errors import BindingError, ShapeMismatchError
 from .signature import ArrayParam, ConstParam, ScalarParam, Signature
-
-INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)

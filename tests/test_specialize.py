@@ -7,7 +7,8 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.errors import BindingError, ShapeMismatchError
-from kerneldsl.specialize import INT32_MAX, bind, bind_declared, describe_array
+from kerneldsl.dtypes import INT32_MAX
+from kerneldsl.specialize import bind, bind_declared, describe_array
 
 ARCH = "sm_90"
 
