@@ -93,8 +93,7 @@ def test_every_op_compiles_for_every_dtype_it_accepts(name: str) -> None:
             operands[0] = np.ones(8, bool)
         if not _accepts(op, operands):
             continue
-        build = op.inspect(*operands, arch=ARCH)
-        assert build.cubin and f"// {name}" in build.cuda_source
+        assert op.inspect(*operands, arch=ARCH).cubin
         compiled += 1
     assert compiled >= (1 if name in ("exp", "log", "sqrt", "sin", "cos", "tanh", "divide") else 3)
 
