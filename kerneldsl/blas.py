@@ -320,7 +320,7 @@ def _session_of(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], stream
 
 def _dtype(op: str, table: dict[np.dtype, Any], names: tuple[str, ...], arrays: tuple[Any, ...]) -> np.dtype:
     """The common dtype of ``arrays``, which ``table`` must support."""
-    dt = arrays[0].dtype
+    dt: np.dtype[Any] = arrays[0].dtype
     if dt not in table:
         supported = ", ".join(str(d) for d in table)
         raise BindingError(op, names[0], f"dtype {dt} is not supported (supported: {supported})")

@@ -153,7 +153,7 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
 def cmd_cache_list(args: argparse.Namespace) -> int:
     store = get_default_cache()
     entries = sorted(store.entries(), key=lambda e: e.stored_at)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "kernel": e.material.get("kernel"),
             "arch": e.material.get("arch"),
@@ -359,15 +359,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _command(
     group: Any, name: str, handler: Callable[[argparse.Namespace], int], help: str, **kwargs: Any
 ) -> argparse.ArgumentParser:
-    sub = group.add_parser(name, help=help, description=help, **kwargs)
+    sub: argparse.ArgumentParser = group.add_parser(name, help=help, description=help, **kwargs)
     sub.set_defaults(handler=handler)
     return sub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return args.handler(args)
+        return handler(args)
     except KernelDSLError as exc:
         print(f"kerneldsl: error: {exc}", file=sys.stderr)
         return 1

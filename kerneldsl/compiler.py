@@ -162,7 +162,7 @@ def compile_source(source: str, program_name: str, options: Sequence[str], outpu
 
 def _program_log(nvrtc: Any, prog: Any) -> str:
     (size,) = _call("nvrtcGetProgramLogSize", nvrtc.nvrtcGetProgramLogSize(prog))
-    buf = b" " * size
+    buf: bytes = b" " * size
     _call("nvrtcGetProgramLog", nvrtc.nvrtcGetProgramLog(prog, buf))
     return buf.rstrip(b"\x00").decode(errors="replace")
 
@@ -170,7 +170,7 @@ def _program_log(nvrtc: Any, prog: Any) -> str:
 def _image(nvrtc: Any, prog: Any, output: str) -> bytes:
     if output == "ptx":
         (size,) = _call("nvrtcGetPTXSize", nvrtc.nvrtcGetPTXSize(prog))
-        buf = b" " * size
+        buf: bytes = b" " * size
         _call("nvrtcGetPTX", nvrtc.nvrtcGetPTX(prog, buf))
         return buf
     (size,) = _call("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog))

@@ -64,9 +64,10 @@ class PyFront:
 
     __slots__ = ()
     _remembered_launches = 0
+    _call: Callable[..., Any]  # the subclass's Python path
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(*args, **kwargs)  # type: ignore[attr-defined]
+        return self._call(*args, **kwargs)
 
     def _remember_launch(self, launch: Any) -> None:
         pass

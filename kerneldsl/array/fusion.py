@@ -142,6 +142,7 @@ class Fused:
         """Run the function on tracers; returns the builder and the traced result."""
         builder = ProgramBuilder(self.name, make=Tracer)
         traced: list[Any] = []
+        t: Traced
         for i, a in enumerate(args):
             if isinstance(a, SCALAR_TYPES):
                 t = Tracer(builder, -1, np.asarray(a).dtype, ())  # no leaf yet: each use decides its dtype

@@ -80,7 +80,7 @@ def make_kernel(name: str, params: list[tuple[str, Any]], body: Callable[[dict[s
         return body(proxies)
 
     kernel_body.__name__ = kernel_body.__qualname__ = _c_name(name)
-    kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typeshed: functions lack it
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params]
     )
     sig = parse_signature(kernel_body, grid=grid, block=BLOCK, allow_alias=True)

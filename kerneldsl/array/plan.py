@@ -63,6 +63,7 @@ class PlanCache(BoundedCache):
         on a miss; ``front`` (the callable) may then let the C path take later calls."""
         key = (*map(arg_key, args), extra, arg_key(out))
         plan = self.get(key)
+        values: Sequence[Any]
         if plan is None:
             values, session = place(args, what)
             plan = self.put(key, make(values, out))

@@ -46,7 +46,7 @@ def make_saxpy() -> kd.Kernel:
     """A new kernel object each call, so no in-process build is shared between measurements."""
 
     @kd.kernel(grid=kd.cdiv("n", 256), block=256)
-    def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+    def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]) -> str:
         return f"""
         index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
         if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];

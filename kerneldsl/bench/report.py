@@ -8,7 +8,7 @@ import time
 from typing import Any, Callable
 
 
-def wall_median(run: Callable[[], None], reps: int) -> float:
+def wall_median(run: Callable[[], object], reps: int) -> float:
     """Median wall-clock seconds of ``run`` over ``reps`` calls, after one warm-up call."""
     run()
     samples = []

@@ -124,15 +124,18 @@ _capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_c
 _exports: dict[int, tuple[Any, ...]] = {}
 
 
-@DLDeleter
-def _export_deleter(managed: Any) -> None:
-    _exports.pop(ctypes.cast(managed, ctypes.c_void_p).value, None)
+def _delete_export(managed: Any) -> None:
+    _exports.pop(ctypes.cast(managed, ctypes.c_void_p).value or 0, None)  # a NULL pointer owns nothing
 
 
-@_CapsuleDestructor
-def _capsule_destructor(capsule: int) -> None:
+def _destroy_capsule(capsule: int) -> None:
     if _capsule_is_valid(capsule, _CAPSULE_NAME):  # never consumed: we still own the tensor
         _exports.pop(_capsule_pointer_raw(capsule, _CAPSULE_NAME), None)
+
+
+# Wrapped by call, not as decorators: mypy cannot type a ctypes function type used as a decorator.
+_export_deleter = DLDeleter(_delete_export)
+_capsule_destructor = _CapsuleDestructor(_destroy_capsule)
 
 
 def to_dlpack(ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, owner: Any) -> Any:
@@ -237,7 +240,8 @@ def as_device_view(obj: Any, stream: int | None = None, session: Session | None 
     pointer query.
     """
     if isinstance(obj, Handle) and hasattr(obj, "device_view"):
-        return obj.device_view()
+        view: DeviceView = obj.device_view()
+        return view
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         return from_cuda_array_interface(obj, cai, session)

@@ -10,7 +10,7 @@ the session until a synchronization proves the copy finished.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -36,8 +36,8 @@ def _shape(shape: int | tuple[int, ...] | list[int]) -> Shape:
     return out
 
 
-def _dtype(dtype: Any) -> np.dtype:
-    dt = np.dtype(dtype)
+def _dtype(dtype: Any) -> np.dtype[Any]:
+    dt: np.dtype[Any] = np.dtype(dtype)
     if dt.hasobject:
         raise TypeError(f"dtype {dt} holds Python objects and cannot live in device memory")
     return dt
@@ -56,12 +56,22 @@ def _host_buffer(arr: Any, shape: Shape, dtype: np.dtype, *, writable: bool) -> 
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
+_L = TypeVar("_L", bound="_Layout")
+
+
 class _Layout:
     """Shape, dtype and derived sizes shared by device and pinned arrays."""
 
-    __slots__ = ()
+    __slots__ = ()  # the subclasses declare the slots; these annotations only type them
+    shape: Shape
+    dtype: np.dtype[Any]
+    ndim: int
+    size: int
+    nbytes: int
+    strides: tuple[int, ...]
 
-    def _init_layout(self, shape: Any, dtype: Any) -> int:
+    def _init_layout(self: _L, shape: Any, dtype: Any) -> int:
+        """Fill the layout slots; ``self`` is typed as the subclass, which is what declares them."""
         self.shape = _shape(shape)
         self.dtype = _dtype(dtype)
         self.ndim = len(self.shape)
