@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import InvalidArchError, InvalidOptionError, NvrtcNotFoundError
 
@@ -81,7 +82,9 @@ def normalize_arch(arch: str) -> str:
     number = int(m.group(2))
     if number not in supported_archs():
         known = ", ".join(f"sm_{a}" for a in supported_archs())
-        raise InvalidArchError(f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known}")
+        raise InvalidArchError(
+            f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known}"
+        )
     return spelled
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from threading import get_ident
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -179,7 +180,9 @@ class Kernel(fastpath.Front):
             bound = self._bind_call(frozen, session, args, consts)
         return bound, staged
 
-    def _bind_call(self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]) -> BoundLaunch:
+    def _bind_call(
+        self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]
+    ) -> BoundLaunch:
         spec = bind(self.signature, args, consts, _session_arch(session))
         b = self.get_build(spec)
         try:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .codegen import alias_pairs, launch_dims, shape_checks, symbol_binds
 from .runtime.memory import DeviceArray

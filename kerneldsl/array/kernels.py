@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import re
 import threading
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -109,7 +110,10 @@ def scalar_param(dtype: np.dtype) -> ScalarAnnotation:
 def leaf_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
     """One parameter per leaf: an input array over the layout's dims, or a scalar."""
     return [
-        (f"kdp{i}", array_param("in", leaf.dtype, leaf_dims(layout, i)) if leaf.kind == "array" else scalar_param(leaf.dtype))
+        (
+            f"kdp{i}",
+            array_param("in", leaf.dtype, leaf_dims(layout, i)) if leaf.kind == "array" else scalar_param(leaf.dtype),
+        )
         for i, leaf in enumerate(program.leaves)
     ]
 

@@ -8,7 +8,8 @@ launches its kernel(s) through ``Kernel.__call__`` (so the C launch path takes w
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -16,7 +16,8 @@ import ctypes
 import statistics
 import struct
 import time
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -73,8 +74,11 @@ def held_enqueue_cost(hold: Callable[[], object], enqueue: Callable[[], object],
     return _median(samples)
 
 
-def interleaved_enqueue_costs(contenders: Mapping[str, tuple[Callable[[], object], Callable[[], object], Callable[[], object]]],
-                              launches: int, reps: int) -> dict[str, float]:
+def interleaved_enqueue_costs(
+    contenders: Mapping[str, tuple[Callable[[], object], Callable[[], object], Callable[[], object]]],
+    launches: int,
+    reps: int,
+) -> dict[str, float]:
     """``held_enqueue_cost`` of each (hold, enqueue, sync) contender, taking turns every repetition
     so drift in clocks or load affects them all alike; median seconds per enqueue."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from . import interop
 from ..dtypes import INT32_MAX
 from ..errors import WrongSessionError
+from . import interop
 from .driver import check
 from .handle import Handle, check_same_session
 from .interop import c_strides
@@ -127,7 +127,9 @@ class DeviceArray(_Layout, Handle):
         later queued on the session stream waits for what the producer queued so far.
         """
         if view.device is not None and view.device != session.device:
-            raise WrongSessionError(f"memory on device {view.device} cannot be used by a session on device {session.device}")
+            raise WrongSessionError(
+                f"memory on device {view.device} cannot be used by a session on device {session.device}"
+            )
         if not view.c_contiguous:
             raise ValueError(f"strides {view.strides} of shape {view.shape} are not C-contiguous")
         arr = cls.__new__(cls)

@@ -22,7 +22,8 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -298,7 +299,9 @@ class Session:
 
     def _bad_stream(self, stream: Stream) -> None:
         stream._check()
-        raise WrongSessionError(f"stream of session {stream.session.session_id} used to launch in session {self.session_id}")
+        raise WrongSessionError(
+            f"stream of session {stream.session.session_id} used to launch in session {self.session_id}"
+        )
 
     def _launch_failed(self, err: int) -> None:
         exc = driver.error("cuLaunchKernel", err, launch=True)
