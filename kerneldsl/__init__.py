@@ -8,8 +8,12 @@ to the CUDA driver, ``fastpath`` the C launch path, and ``array/`` the core that
 
 import logging
 
-from . import cache, errors
+from . import cache, errors, ops
 from ._version import __version__
+from .array.elementwise import elementwise
+from .array.fusion import fuse
+from .array.reduction import reduction
+from .dispatch import Kernel, kernel
 from .dtypes import (
     bool_,
     float16,
@@ -24,14 +28,9 @@ from .dtypes import (
     uint32,
     uint64,
 )
-from .dispatch import Kernel, kernel
-from . import ops
-from .array.elementwise import elementwise
-from .array.fusion import fuse
-from .array.reduction import reduction
 from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_session
-from .target import resolve_arch
 from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
+from .target import resolve_arch
 
 
 def __getattr__(name: str) -> object:

@@ -320,7 +320,7 @@ def _session_of(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], stream
 
 def _dtype(op: str, table: dict[np.dtype, Any], names: tuple[str, ...], arrays: tuple[Any, ...]) -> np.dtype:
     """The common dtype of ``arrays``, which ``table`` must support."""
-    dt = arrays[0].dtype
+    dt: np.dtype[Any] = arrays[0].dtype
     if dt not in table:
         supported = ", ".join(str(d) for d in table)
         raise BindingError(op, names[0], f"dtype {dt} is not supported (supported: {supported})")
@@ -335,7 +335,9 @@ def _ndim(op: str, name: str, a: DeviceArray, ndim: int) -> None:
         raise ShapeMismatchError(op, name, f"expected a {ndim}-D array, got shape {a.shape}")
 
 
-def _output(op: str, session: Session, out: DeviceArray | None, shape: tuple[int, ...], dtype: np.dtype, beta: Any) -> DeviceArray:
+def _output(
+    op: str, session: Session, out: DeviceArray | None, shape: tuple[int, ...], dtype: np.dtype, beta: Any
+) -> DeviceArray:
     """``out`` checked against the result's shape, or a new array (which needs ``beta == 0``)."""
     if out is None:
         if beta != 0:
@@ -376,7 +378,10 @@ def _fast_ok(a: Any, b: Any, out: Any, stream: Any, ndim: int) -> bool:
     if b.dtype is not dt and b.dtype != dt:
         return False
     if out is not None and (
-        type(out) is not DeviceArray or out.session is not session or out.closed or (out.dtype is not dt and out.dtype != dt)
+        type(out) is not DeviceArray
+        or out.session is not session
+        or out.closed
+        or (out.dtype is not dt and out.dtype != dt)
     ):
         return False
     return stream is None or (type(stream) is Stream and stream.session is session and not stream.closed)
@@ -465,7 +470,9 @@ def _gemm(
         elif config is not None and stream is None and not (trans_a or trans_b or tf32):
             double = compute == COMPUTE_64F
             operands = (a, b, out)
-            fastpath.remember(gemm, config.c_slot, lambda: _gemm_launch(session, lt_handle, config, double, operands, workspace))
+            fastpath.remember(
+                gemm, config.c_slot, lambda: _gemm_launch(session, lt_handle, config, double, operands, workspace)
+            )
     return out
 
 
@@ -687,7 +694,9 @@ def _scalar_output(op: str, session: Session, out: DeviceArray | None, dtype: np
     return out
 
 
-def _reduce(session: Session, name: str, args: tuple[Any, ...], out: DeviceArray, stream: Stream | None, keep: tuple[Any, ...]) -> DeviceArray:
+def _reduce(
+    session: Session, name: str, args: tuple[Any, ...], out: DeviceArray, stream: Stream | None, keep: tuple[Any, ...]
+) -> DeviceArray:
     """A level-1 reduction in device pointer mode: the result is written by the GPU, no host wait."""
     h = handle(session)
     with session.activated():

@@ -3,9 +3,10 @@
 ``cublasGemmEx`` runs cuBLAS's algorithm heuristic on every call. A ``MatmulConfig`` holds the
 matmul descriptor, the three matrix layouts and the algorithm the heuristic picked once per
 (dtype, compute type, transposes, shapes, operand alignment); a warm gemm then only enqueues
-``cublasLtMatmul``. Configurations belong to one session's cuBLAS handle (``LtHandle``), live as long as it does, and are destroyed with
-it by ``Session.close`` (context current). The layout convention is blas.py's: a row-major
-``(r, c)`` buffer is the column-major ``(c, r)`` matrix with leading dimension ``c``.
+``cublasLtMatmul``. Configurations belong to one session's cuBLAS handle (``LtHandle``), live as
+long as it does, and are destroyed with it by ``Session.close`` (context current). The layout
+convention is blas.py's: a row-major ``(r, c)`` buffer is the column-major ``(c, r)`` matrix with
+leading dimension ``c``.
 """
 
 from __future__ import annotations
@@ -63,7 +64,9 @@ class MatmulConfig:
 
     __slots__ = ("desc", "layouts", "algo", "alignments", "c_slot", "_result")
 
-    def __init__(self, desc: int, layouts: tuple[int, int, int], result: np.ndarray, alignments: tuple[int, int, int]) -> None:
+    def __init__(
+        self, desc: int, layouts: tuple[int, int, int], result: np.ndarray, alignments: tuple[int, int, int]
+    ) -> None:
         self.desc = desc
         self.layouts = layouts
         self._result = result  # owns the cublasLtMatmulAlgo_t that ``algo`` points at
@@ -91,7 +94,9 @@ class LtHandle:
         key = (ctype, compute, trans_a, trans_b, a.shape, b.shape, alignments)
         if key in self._configs:
             return self._configs[key]
-        found = self._configs[key] = self._make(ctype, compute, a.shape, b.shape, out.shape, trans_a, trans_b, alignments)
+        found = self._configs[key] = self._make(
+            ctype, compute, a.shape, b.shape, out.shape, trans_a, trans_b, alignments
+        )
         return found
 
     def _make(

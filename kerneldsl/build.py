@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import cache as disk_cache
 from ._version import __version__

@@ -392,7 +392,8 @@ class _BytesOnlyDisk(diskcache.Disk):
     def put(self, key: object) -> tuple[object, bool]:
         if type(key) is not str:
             raise TypeError(f"cache keys must be str, not {type(key).__name__}")
-        return super().put(key)
+        stored: tuple[object, bool] = super().put(key)
+        return stored
 
     def get(self, key: object, raw: bool) -> str:
         if not raw or type(key) is not str:
@@ -403,7 +404,8 @@ class _BytesOnlyDisk(diskcache.Disk):
         if read or type(value) is not bytes:
             raise TypeError(f"cache values must be bytes, not {type(value).__name__}")
         if len(value) < self.min_file_size:
-            return super().store(value, read, key=key)
+            row: tuple[object, ...] = super().store(value, read, key=key)
+            return row
         filename, _ = self.filename(key, value)
         _write_value_file(self._root, filename, value)
         return len(value), MODE_BINARY, filename, None
@@ -499,7 +501,8 @@ class _DiskStore:
             raise
 
     def get(self, key: str) -> bytes | None:
-        return self._cache.get(key, default=None, retry=True)
+        blob: bytes | None = self._cache.get(key, default=None, retry=True)
+        return blob
 
     def set(self, key: str, blob: bytes) -> None:
         self._cache.set(key, blob, retry=True)
@@ -523,10 +526,12 @@ class _DiskStore:
                 continue
 
     def volume(self) -> int:
-        return self._cache.volume()
+        size: int = self._cache.volume()
+        return size
 
     def clear(self) -> int:
-        return self._cache.clear(retry=True)
+        removed: int = self._cache.clear(retry=True)
+        return removed
 
     def close(self) -> None:
         self._cache.close()

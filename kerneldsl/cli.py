@@ -15,18 +15,19 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import __version__, fastpath
 from .bench import BENCHMARKS
 from .build import fingerprint
 from .cache import default_cache_dir, get_default_cache
 from .compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
-from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
 from .dispatch import Kernel
+from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
 from .runtime import driver
 from .target import ARCH_ENV, device_arch, resolve_arch
 
@@ -84,7 +85,9 @@ def _device_info(ordinal: int) -> dict[str, Any]:
         arch: str | None = device_arch(ordinal)
     except KernelDSLError:  # an NVRTC too old or too new for this device
         arch = None
-    return {"ordinal": ordinal, "name": driver.device_name(ordinal), "compute_capability": f"{major}.{minor}", "arch": arch}
+    return {
+        "ordinal": ordinal, "name": driver.device_name(ordinal), "compute_capability": f"{major}.{minor}", "arch": arch
+    }
 
 
 def _cache_info() -> dict[str, Any]:
@@ -122,7 +125,8 @@ def _driver_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [("driver", f"CUDA {d['version']}, {len(d['devices'])} device(s)")]
     for dev in d["devices"]:
         target = f"compiles for {dev['arch']}" if dev["arch"] else "no NVRTC arch can target it"
-        rows.append((f"device {dev['ordinal']}", f"{dev['name']}, compute capability {dev['compute_capability']}, {target}"))
+        summary = f"{dev['name']}, compute capability {dev['compute_capability']}, {target}"
+        rows.append((f"device {dev['ordinal']}", summary))
     return rows
 
 
@@ -153,7 +157,7 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
 def cmd_cache_list(args: argparse.Namespace) -> int:
     store = get_default_cache()
     entries = sorted(store.entries(), key=lambda e: e.stored_at)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "kernel": e.material.get("kernel"),
             "arch": e.material.get("arch"),
@@ -172,8 +176,11 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
     else:
         print(_table(
             ("KERNEL", "ARCH", "OUTPUT", "SIZE", "KEY", "STORED", "PARAMETERS"),
-            [(r["kernel"], r["arch"], r["output"], _size(r["size"]), r["key"][:12], _stamp(r["stored_at"]), r["parameters"])
-             for r in rows],
+            [
+                (r["kernel"], r["arch"], r["output"], _size(r["size"]), r["key"][:12], _stamp(r["stored_at"]),
+                 r["parameters"])
+                for r in rows
+            ],
         ))
     return 0
 
@@ -234,7 +241,9 @@ def _archs(spelled: str | None) -> list[str]:
         try:
             return [resolve_arch()]
         except NoDeviceError:
-            raise NoDeviceError(f"no CUDA device to take the target arch from: pass --arch sm_90 (or another) or set {ARCH_ENV}") from None
+            raise NoDeviceError(
+                f"no CUDA device to take the target arch from: pass --arch sm_90 (or another) or set {ARCH_ENV}"
+            ) from None
     return list(dict.fromkeys(normalize_arch(a) for a in spelled.split(",")))
 
 
@@ -346,7 +355,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     compile_ = _command(commands, "compile", cmd_compile, "compile the declared precompile bindings into the cache")
     compile_.add_argument("target", metavar="MODULE_OR_FILE", help="dotted module name or path to a .py file")
-    compile_.add_argument("--arch", help=f"comma-separated targets, e.g. sm_80,sm_90 (default: the device's, else ${ARCH_ENV})")
+    compile_.add_argument(
+        "--arch", help=f"comma-separated targets, e.g. sm_80,sm_90 (default: the device's, else ${ARCH_ENV})"
+    )
     compile_.add_argument("--output", choices=OUTPUTS, default="cubin", help="image kind (default: cubin)")
 
     bench = commands.add_parser("bench", help="measure kerneldsl's own costs on this machine")
@@ -359,15 +370,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _command(
     group: Any, name: str, handler: Callable[[argparse.Namespace], int], help: str, **kwargs: Any
 ) -> argparse.ArgumentParser:
-    sub = group.add_parser(name, help=help, description=help, **kwargs)
+    sub: argparse.ArgumentParser = group.add_parser(name, help=help, description=help, **kwargs)
     sub.set_defaults(handler=handler)
     return sub
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return args.handler(args)
+        return handler(args)
     except KernelDSLError as exc:
         print(f"kerneldsl: error: {exc}", file=sys.stderr)
         return 1

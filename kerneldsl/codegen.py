@@ -10,10 +10,11 @@ import hashlib
 import math
 import struct
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import jinja2
 import numpy as np
@@ -133,7 +134,9 @@ def call_body(spec: Specialization, body: Callable[..., Any]) -> tuple[str, Deci
     result = body(**body_arguments(spec))
     text, decisions = (result.text, result.decisions) if isinstance(result, GeneratedBody) else (result, Decisions())
     if not isinstance(text, str):
-        raise DeclarationError(spec.signature.name, None, f"the body function must return the CUDA body as str, got {type(text).__name__}")
+        raise DeclarationError(
+            spec.signature.name, None, f"the body function must return the CUDA body as str, got {type(text).__name__}"
+        )
     return textwrap.dedent(text).strip("\n"), decisions
 
 
@@ -244,7 +247,9 @@ def _slots(spec: Specialization) -> list[dict[str, Any]]:
 
 
 def _slot(name: str, ctype: str, decl: str, code: str, value: str, converter: str | None) -> dict[str, Any]:
-    return {"name": name, "ctype": ctype, "decl": decl, "code": _slot_code(code), "value": value, "converter": converter}
+    return {
+        "name": name, "ctype": ctype, "decl": decl, "code": _slot_code(code), "value": value, "converter": converter
+    }
 
 
 def _const_decl(name: str, value: Any) -> dict[str, str]:

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 from .errors import InvalidArchError, InvalidOptionError, NvrtcNotFoundError
 
@@ -81,7 +82,9 @@ def normalize_arch(arch: str) -> str:
     number = int(m.group(2))
     if number not in supported_archs():
         known = ", ".join(f"sm_{a}" for a in supported_archs())
-        raise InvalidArchError(f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known}")
+        raise InvalidArchError(
+            f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known}"
+        )
     return spelled
 
 
@@ -162,7 +165,7 @@ def compile_source(source: str, program_name: str, options: Sequence[str], outpu
 
 def _program_log(nvrtc: Any, prog: Any) -> str:
     (size,) = _call("nvrtcGetProgramLogSize", nvrtc.nvrtcGetProgramLogSize(prog))
-    buf = b" " * size
+    buf: bytes = b" " * size
     _call("nvrtcGetProgramLog", nvrtc.nvrtcGetProgramLog(prog, buf))
     return buf.rstrip(b"\x00").decode(errors="replace")
 
@@ -170,7 +173,7 @@ def _program_log(nvrtc: Any, prog: Any) -> str:
 def _image(nvrtc: Any, prog: Any, output: str) -> bytes:
     if output == "ptx":
         (size,) = _call("nvrtcGetPTXSize", nvrtc.nvrtcGetPTXSize(prog))
-        buf = b" " * size
+        buf: bytes = b" " * size
         _call("nvrtcGetPTX", nvrtc.nvrtcGetPTX(prog, buf))
         return buf
     (size,) = _call("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog))

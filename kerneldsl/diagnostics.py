@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
-_DIAGNOSTIC = re.compile(r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$")
+_DIAGNOSTIC = re.compile(
+    r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$"
+)
 _PLACEHOLDER = re.compile(r"\\\{[^}]*\\\}")
 
 

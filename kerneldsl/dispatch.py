@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from threading import get_ident
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from . import fastpath
 from .build import Build, build, key_material
 from .cache import get_default_cache
-from .codegen import generate
+from .codegen import GeneratedBody, generate
 from .compiler import build_options, check_options
 from .diagnostics import BodyOrigin
 from .dtypes import INT32_MAX
@@ -41,9 +42,13 @@ class Kernel(fastpath.Front):
     and passes every other call to ``_call``, the Python path described here.
     """
 
+    if TYPE_CHECKING:  # a launch returns nothing; at run time __call__ stays the C (or Py) Front's
+
+        def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+
     def __init__(
         self,
-        func: Callable[..., str],
+        func: Callable[..., str | GeneratedBody],
         signature: Signature,
         options: Sequence[str] = (),
         precompile: Sequence[Mapping[str, Any]] = (),
@@ -175,7 +180,9 @@ class Kernel(fastpath.Front):
             bound = self._bind_call(frozen, session, args, consts)
         return bound, staged
 
-    def _bind_call(self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]) -> BoundLaunch:
+    def _bind_call(
+        self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]
+    ) -> BoundLaunch:
         spec = bind(self.signature, args, consts, _session_arch(session))
         b = self.get_build(spec)
         try:
@@ -220,11 +227,12 @@ def _session_arch(session: Any) -> str:
     return arch
 
 
-def _dim3(kernel: str, what: str, value: Any) -> tuple[int, int, int]:
+def _dim3(kernel: str, what: str, value: Any) -> tuple[int, ...]:
+    """``value`` as three ints (x, y, z), the missing ones 1."""
     dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
         raise BindingError(kernel, None, f"{what} override must be 1 to 3 non-negative ints, got {value!r}")
-    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))  # type: ignore[return-value]
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
 
 
 def kernel(

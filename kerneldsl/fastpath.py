@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from .codegen import alias_pairs, launch_dims, shape_checks, symbol_binds
 from .runtime.memory import DeviceArray
@@ -64,9 +65,10 @@ class PyFront:
 
     __slots__ = ()
     _remembered_launches = 0
+    _call: Callable[..., Any]  # the subclass's Python path
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call(*args, **kwargs)  # type: ignore[attr-defined]
+        return self._call(*args, **kwargs)
 
     def _remember_launch(self, launch: Any) -> None:
         pass

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import ctypes
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .build import Build
-from .fastpath import CLaunchSlot
 from .dtypes import to_bfloat16_bits
 from .errors import (
     AliasingError,
@@ -24,7 +24,9 @@ from .errors import (
     ShapeMismatchError,
     WrongSessionError,
 )
+from .fastpath import CLaunchSlot
 from .signature import ArrayParam, Signature
+
 
 def unusable_array(kernel: str, param: str, array: Any, session: Any) -> None:
     """The adapter's slow path for an array it cannot launch with: say exactly why."""

@@ -18,7 +18,8 @@ power) are CUDA's, within a few ulp of NumPy's; ``fma`` / ``axpy`` round twice (
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -59,7 +60,8 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable[..., Any], dict[str, str]]] = {
     "tanh": (("a",), np.tanh, {"f": "tanh(a)"}),
     "clip": (("a", "lo", "hi"), np.clip, {"fiub": _CLIP}),
     "where": (("c", "a", "b"), np.where, {"fiub": "c ? a : b"}),
-    "axpy": (("alpha", "x", "y"), _axpy_dtype, {"f": "alpha * x + y", "iu": "(kdT)(0u + 1u * (kdU)alpha * (kdU)x + (kdU)y)",
+    "axpy": (("alpha", "x", "y"), _axpy_dtype, {"f": "alpha * x + y",
+                                                "iu": "(kdT)(0u + 1u * (kdU)alpha * (kdU)x + (kdU)y)",
                                                 "b": "(alpha && x) || y"}),
     "fma": (("a", "b", "c"), _axpy_dtype, {"f": "a * b + c", "iu": "(kdT)(0u + 1u * (kdU)a * (kdU)b + (kdU)c)",
                                            "b": "(a && b) || c"}),

@@ -10,7 +10,8 @@ store (complex, object, ...) raises TypeError.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import inspect
 import keyword
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -231,7 +232,7 @@ class ConstParam:
         return self.default is not _NO_DEFAULT
 
 
-Param = Union[ArrayParam, ScalarParam, ConstParam]
+Param = ArrayParam | ScalarParam | ConstParam
 
 
 @dataclass(frozen=True, eq=False)
@@ -336,7 +337,9 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
         raise DeclarationError(kernel, p.name, "*args and **kwargs cannot be kernel parameters")
     ann = p.annotation
     if isinstance(ann, ArrayAnnotation):
-        return ArrayParam(p.name, ann.direction, _dtype_spelling(kernel, p.name, ann.dtype), _shape(kernel, p.name, ann.shape))
+        return ArrayParam(
+            p.name, ann.direction, _dtype_spelling(kernel, p.name, ann.dtype), _shape(kernel, p.name, ann.shape)
+        )
     if isinstance(ann, ScalarAnnotation):
         return ScalarParam(p.name, _dtype_spelling(kernel, p.name, ann.dtype))
     if isinstance(ann, ConstAnnotation):
@@ -418,7 +421,9 @@ def _collect_symbols(kernel: str, params: tuple[Param, ...]) -> dict[str, tuple[
 
 def _check_names(kernel: str, params: tuple[Param, ...], symbols: dict[str, tuple[str, int]]) -> None:
     seen: set[str] = set()
-    dtype_vars = {p.dtype for p in params if isinstance(p, (ArrayParam, ScalarParam)) and not dtypes.is_dtype_name(p.dtype)}
+    dtype_vars = {
+        p.dtype for p in params if isinstance(p, (ArrayParam, ScalarParam)) and not dtypes.is_dtype_name(p.dtype)
+    }
     for p in params:
         _check_identifier(kernel, p.name, p.name)
         if p.name in seen:

@@ -8,8 +8,9 @@ foreign arrays all bind the same way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -82,7 +83,8 @@ def bind(
     for p, value in zip(runtime, args):
         if isinstance(p, ArrayParam):
             info = _array_info(sig, p, value)
-            param_types[p.name] = _unify_dtype(sig, p.name, p.dtype, _element_type_of(sig, p.name, info.dtype), type_vars)
+            element = _element_type_of(sig, p.name, info.dtype)
+            param_types[p.name] = _unify_dtype(sig, p.name, p.dtype, element, type_vars)
             aligned[p.name] = info.aligned16
             _unify_shape(sig, p, info.shape, extents)
     for p, value in zip(runtime, args):
@@ -110,7 +112,9 @@ def bind_declared(
     """A specialization from explicit dtype-variable bindings, for ahead-of-time compilation."""
     missing = [v for v in sig.dtype_vars if v not in type_bindings]
     if missing:
-        raise BindingError(sig.name, None, f"ahead-of-time compile needs dtype variable(s) {missing} (e.g. T=np.float32)")
+        raise BindingError(
+            sig.name, None, f"ahead-of-time compile needs dtype variable(s) {missing} (e.g. T=np.float32)"
+        )
     if sig.specialize:
         raise BindingError(sig.name, None, f"specialized symbols {list(sig.specialize)} need real arguments to compile")
     if index_width not in (32, 64):
@@ -183,7 +187,9 @@ def _array_info(sig: Signature, p: ArrayParam, value: Any) -> ArgInfo:
     if info is None:
         raise BindingError(sig.name, p.name, f"expected an array ({p.direction}), got {type(value).__name__}")
     if len(info.shape) != len(p.shape):
-        raise ShapeMismatchError(sig.name, p.name, f"expected {len(p.shape)} dimension(s) {p.shape}, got shape {info.shape}")
+        raise ShapeMismatchError(
+            sig.name, p.name, f"expected {len(p.shape)} dimension(s) {p.shape}, got shape {info.shape}"
+        )
     return info
 
 
@@ -196,7 +202,9 @@ def _unify_dtype(
         return actual
     bound = type_vars.setdefault(declared, actual)
     if bound is not actual:
-        raise BindingError(sig.name, param, f"dtype variable {declared} is {bound.name} from an earlier argument, got {actual.name}")
+        raise BindingError(
+            sig.name, param, f"dtype variable {declared} is {bound.name} from an earlier argument, got {actual.name}"
+        )
     return actual
 
 

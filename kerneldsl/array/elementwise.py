@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,7 @@ from .kernels import (
 )
 from .placement import check_out, unalias
 from .plan import Plan, PlanCache, host_target
-from .program import SCALAR_TYPES, Program, ProgramBuilder, Traced, compute_ctype, kind, program_context, storage_ctype
+from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype
 
 MAX_BLOCKS = 2**31 - 1  # grid.x's limit: one 16-byte vector per thread up to it, then a grid-stride loop
 
@@ -93,7 +94,9 @@ def _build_elementwise(program: Program, layout: Layout, out_dtype: np.dtype) ->
             vec=vec,
             size_expr=" * ".join(f"(index_t){d}" for d in out_dims(layout)) or "1",
             arrays=arrays,
-            out={"storage": storage_ctype(out_dtype), "cctype": compute_ctype(out_dtype), "itemsize": out_dtype.itemsize},
+            out={
+                "storage": storage_ctype(out_dtype), "cctype": compute_ctype(out_dtype), "itemsize": out_dtype.itemsize
+            },
             out_dims=out_dims(layout),
             program=program_context(program),
             vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
@@ -183,7 +186,9 @@ def plan_elementwise(builder: ProgramBuilder, root: Traced, args: Sequence[Any],
         size=int(np.prod(shape, dtype=np.int64)),
         broadcast=layout[0] == "broadcast",
         direct=sources == tuple(("arg", i) for i in range(len(args))),
-        plain=tuple(i for i, a in enumerate(args) if isinstance(a, np.generic) and not isinstance(a, (np.number, np.bool_))),
+        plain=tuple(
+            i for i, a in enumerate(args) if isinstance(a, np.generic) and not isinstance(a, (np.number, np.bool_))
+        ),
     )
 
 
@@ -212,7 +217,9 @@ class ElementwiseFunction(fastpath.Front):
     def _call(self, *operands: Any, out: Any = None) -> Any:
         """The Python path of a call (``fastpath.Front`` first tries what the C path remembered)."""
         if len(operands) != len(self.params):
-            raise TypeError(f"{self.name}() takes {len(self.params)} operand(s) ({', '.join(self.params)}), got {len(operands)}")
+            raise TypeError(
+                f"{self.name}() takes {len(self.params)} operand(s) ({', '.join(self.params)}), got {len(operands)}"
+            )
         for o in operands:
             if isinstance(o, Traced):
                 if out is not None:

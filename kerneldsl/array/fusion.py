@@ -20,7 +20,8 @@ differ from NumPy's by a few ulp, fused or not.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -35,7 +36,9 @@ from .reduction import plan_reduction
 
 
 def _refuse(what: str) -> NoReturn:
-    raise FusionError(f"{what} cannot be fused: inside @kd.fuse use kd.ops functions and @kd.elementwise functions only")
+    raise FusionError(
+        f"{what} cannot be fused: inside @kd.fuse use kd.ops functions and @kd.elementwise functions only"
+    )
 
 
 class Tracer(Traced):
@@ -142,6 +145,7 @@ class Fused:
         """Run the function on tracers; returns the builder and the traced result."""
         builder = ProgramBuilder(self.name, make=Tracer)
         traced: list[Any] = []
+        t: Traced
         for i, a in enumerate(args):
             if isinstance(a, SCALAR_TYPES):
                 t = Tracer(builder, -1, np.asarray(a).dtype, ())  # no leaf yet: each use decides its dtype
@@ -149,7 +153,9 @@ class Fused:
             elif hasattr(a, "shape") and hasattr(a, "dtype") and (is_array(a) or hasattr(a, "ptr")):
                 t = builder.array(i, a)
             else:
-                raise FusionError(f"{self.name}: argument {i} of type {type(a).__name__} is neither an array nor a scalar")
+                raise FusionError(
+                    f"{self.name}: argument {i} of type {type(a).__name__} is neither an array nor a scalar"
+                )
             traced.append(t)
         result = self.func(*traced)
         if not isinstance(result, Tracer) or result.builder is not builder or result.argument is not None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import inspect
 import re
 import threading
-from typing import Any, Callable, Hashable
+from collections.abc import Callable, Hashable
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def make_kernel(name: str, params: list[tuple[str, Any]], body: Callable[[dict[s
         return body(proxies)
 
     kernel_body.__name__ = kernel_body.__qualname__ = _c_name(name)
-    kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typeshed: functions lack it
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params]
     )
     sig = parse_signature(kernel_body, grid=grid, block=BLOCK, allow_alias=True)
@@ -109,7 +110,10 @@ def scalar_param(dtype: np.dtype) -> ScalarAnnotation:
 def leaf_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
     """One parameter per leaf: an input array over the layout's dims, or a scalar."""
     return [
-        (f"kdp{i}", array_param("in", leaf.dtype, leaf_dims(layout, i)) if leaf.kind == "array" else scalar_param(leaf.dtype))
+        (
+            f"kdp{i}",
+            array_param("in", leaf.dtype, leaf_dims(layout, i)) if leaf.kind == "array" else scalar_param(leaf.dtype),
+        )
         for i, leaf in enumerate(program.leaves)
     ]
 

@@ -8,7 +8,8 @@ launches its kernel(s) through ``Kernel.__call__`` (so the C launch path takes w
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +64,7 @@ class PlanCache(BoundedCache):
         on a miss; ``front`` (the callable) may then let the C path take later calls."""
         key = (*map(arg_key, args), extra, arg_key(out))
         plan = self.get(key)
+        values: Sequence[Any]
         if plan is None:
             values, session = place(args, what)
             plan = self.put(key, make(values, out))

@@ -11,8 +11,9 @@ bfloat16 values are computed in float32 and rounded back after every node, like 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -188,8 +189,8 @@ class ProgramBuilder:
                     raise FusionError(f"{fn.name}: a value traced by another kd.fuse function was used here")
                 if o.reduction is not None:
                     raise FusionError(
-                        f"{fn.name} is applied to the result of reduction {o.reduction[0].name!r}: a reduction can only "
-                        "end a fused chain (split the function, or reduce last)"
+                        f"{fn.name} is applied to the result of reduction {o.reduction[0].name!r}: "
+                        "a reduction can only end a fused chain (split the function, or reduce last)"
                     )
             elif not isinstance(o, SCALAR_TYPES):
                 raise FusionError(
@@ -234,4 +235,6 @@ def broadcast_shape(shapes: Sequence[tuple[int, ...]], what: str) -> tuple[int, 
     try:
         return tuple(np.broadcast_shapes(*shapes)) if shapes else ()
     except ValueError:
-        raise ValueError(f"{what}: operands could not be broadcast together with shapes {' '.join(map(str, shapes))}") from None
+        raise ValueError(
+            f"{what}: operands could not be broadcast together with shapes {' '.join(map(str, shapes))}"
+        ) from None

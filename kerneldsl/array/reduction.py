@@ -9,8 +9,9 @@ Results are deterministic for every dtype, floats included: each thread folds a 
 grid-stride subset, blocks combine with warp shuffles and one shared-memory step, and a full
 reduction of more than ``DIRECT_MAX`` elements writes per-block partials that the last block to
 finish (elected by an integer ticket, the only atomic) folds in index order, in the same launch.
-No value is ever added atomically; the tree depends only on the size and the device's SM count. Axis reductions give each output to a warp or block (reduced axis innermost) or to one
-thread (reduced axis outer), so they are deterministic too.
+No value is ever added atomically; the tree depends only on the size and the device's SM count.
+Axis reductions give each output to a warp or block (reduced axis innermost) or to one thread
+(reduced axis outer), so they are deterministic too.
 
 Accumulation dtype: NumPy's result dtype (``sum`` of int8 accumulates in int64, of uint8 in
 uint64, ``mean`` of ints in float64), except that float16 and bfloat16 always accumulate in
@@ -27,8 +28,9 @@ full path) or transpose first when that matters.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -129,7 +131,9 @@ class Reducer:
         raise TypeError(f"reduction {self.name} does not support accumulation dtype {acc}")
 
     def identity_text(self, acc: np.dtype) -> str:
-        return identity_literal(self.identity, acc) if self.identity in ("0", "1", "max", "min") else f"(kdA)({self.identity})"
+        if self.identity in ("0", "1", "max", "min"):
+            return identity_literal(self.identity, acc)
+        return f"(kdA)({self.identity})"
 
 
 _ADD = {"f": "a + b", "iu": "(kdA)(0u + (kdU)a + (kdU)b)", "b": "a || b"}
@@ -220,7 +224,11 @@ def _build(program: Program, reducer: Reducer, geometry: Geometry, stage: str, a
             vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
             flat_loads=loads(program, lambda i: f"kdp{i}[kdflat]"),
             offset_loads=loads(program, lambda i: f"kdp{i}[kdoff{i}]"),
-            acc={"cctype": compute_ctype(acc), "kdU": unsigned_ctype(acc), "shfl": _SHUFFLE.get(acc_name, compute_ctype(acc))},
+            acc={
+                "cctype": compute_ctype(acc),
+                "kdU": unsigned_ctype(acc),
+                "shfl": _SHUFFLE.get(acc_name, compute_ctype(acc)),
+            },
             result={"storage": storage_ctype(result), "cctype": compute_ctype(result)},
             combine=reducer.expression(acc),
             better=reducer.expression(acc),
@@ -283,7 +291,9 @@ def normalize_axis(axis: Any, ndim: int, what: str) -> int | None:
         return None
     if isinstance(axis, tuple):
         if len(axis) != 1:
-            raise NotImplementedError(f"{what}: reducing over several axes at once is not supported; reduce one at a time")
+            raise NotImplementedError(
+                f"{what}: reducing over several axes at once is not supported; reduce one at a time"
+            )
         (axis,) = axis
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
         raise TypeError(f"{what}: axis must be an int or None, not {axis!r}")
@@ -350,7 +360,8 @@ class ReductionPlan(Plan):
         step = self._step(1)
         partials: tuple[Any, ...] = ()
         if step.stage == "partial":
-            partials = (np.empty(1, self.acc), *([np.empty(1, np.int64)] if self.reducer.indexed else []), np.zeros(1, np.uint32))
+            index = [np.empty(1, np.int64)] if self.reducer.indexed else []
+            partials = (np.empty(1, self.acc), *index, np.zeros(1, np.uint32))
         target = out if out is not None else np.empty(self.shape, self.dtype)
         return step.kernel.inspect(*self.values(args), *self._output_arguments(partials, target), arch=arch)
 
@@ -411,7 +422,9 @@ def plan_reduction(builder: ProgramBuilder, root: Traced, reducer: Reducer, axis
     broadcast = any(s is not None and s != value_shape for s in shapes)
     ranks = tuple(None if s is None else len(s) for s in shapes)
     geometry = Geometry(len(value_shape), ax, broadcast, ranks)
-    return ReductionPlan(reducer.name, reducer, tuple(builder.sources), program, geometry, value_shape, shape, acc, result)
+    return ReductionPlan(
+        reducer.name, reducer, tuple(builder.sources), program, geometry, value_shape, shape, acc, result
+    )
 
 
 class Reduction:

@@ -7,8 +7,8 @@ is one entry here, with its options and an entry point taking the parsed argumen
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from . import blas_bench, compile_bench, ops_bench, runtime_bench
 

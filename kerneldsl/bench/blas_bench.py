@@ -18,7 +18,8 @@ import argparse
 import contextlib
 import ctypes
 import statistics
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -136,7 +137,8 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
     if config is not None:  # the binding kd.blas.gemm calls, with the same configuration, workspace and stream
         lt, workspace = blas_lt.library(), h.workspace(s.stream)
         lt_args = (lt_handle.raw, config.desc, pa, db.ptr, config.layouts[1], da.ptr, config.layouts[0], pb, out.ptr,
-                   config.layouts[2], out.ptr, config.layouts[2], config.algo, workspace.ptr, workspace.nbytes, s.stream.handle)
+                   config.layouts[2], out.ptr, config.layouts[2], config.algo, workspace.ptr, workspace.nbytes,
+                   s.stream.handle)
         contenders["nvmath cublasLt binding direct"] = lambda: lt.matmul(*lt_args)
     gemm_ex_args = (h.raw, blas.OP_N, blas.OP_N, n, n, n, pa, db.ptr, blas.R_32F, n, da.ptr, blas.R_32F, n,
                     pb, out.ptr, blas.R_32F, n, blas.COMPUTE_32F, blas.GEMM_DEFAULT)

@@ -16,9 +16,10 @@ import sys
 import tempfile
 import time
 import timeit
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,7 @@ def make_saxpy() -> kd.Kernel:
     """A new kernel object each call, so no in-process build is shared between measurements."""
 
     @kd.kernel(grid=kd.cdiv("n", 256), block=256)
-    def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+    def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]) -> str:
         return f"""
         index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
         if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];
@@ -111,7 +112,9 @@ def fresh_process_hits(arch: str, directory: str, runs: int) -> tuple[list[float
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (package_root, env.get("PYTHONPATH"))))
     first, later = [], []
     for _ in range(runs):
-        done = subprocess.run([sys.executable, "-c", _CHILD, arch], env=env, capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-c", _CHILD, arch], env=env, capture_output=True, text=True, timeout=300
+        )
         if done.returncode != 0:
             raise KernelDSLError(f"the benchmark subprocess failed:\n{done.stderr.strip()}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -177,8 +180,12 @@ def _duration(seconds: float) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arch", default="sm_90", help="target arch; no GPU needed (default: sm_90)")
     parser.add_argument("--runs", type=_positive, default=5, help="cold compiles, each into a fresh cache (default: 5)")
-    parser.add_argument("--disk-runs", type=_positive, default=5, help="fresh processes hitting the disk cache (default: 5)")
-    parser.add_argument("--iterations", type=_positive, default=100_000, help="in-process lookups timed (default: 100000)")
+    parser.add_argument(
+        "--disk-runs", type=_positive, default=5, help="fresh processes hitting the disk cache (default: 5)"
+    )
+    parser.add_argument(
+        "--iterations", type=_positive, default=100_000, help="in-process lookups timed (default: 100000)"
+    )
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 

@@ -1,7 +1,8 @@
 """kd.ops measured side by side with PyTorch and CuPy in one process (GPU required).
 
 - saxpy: ``y = a*x + y`` on 2^28 float32, 12 bytes moved per element, event-timed median
-  (one 16-byte vector per thread), against PyTorch ``y.add_(x, alpha=a)``, a CuPy ElementwiseKernel and a device-to-device copy.
+  (one 16-byte vector per thread), against PyTorch ``y.add_(x, alpha=a)``, a CuPy ElementwiseKernel
+  and a device-to-device copy.
 - sum: full sum of 2^28 float32 against ``cupy.sum`` and ``torch.sum``.
 - chain: ``square(sin(((x*2 + y)*x - 3)*0.5) + y)`` on 2^26 float32, fused, against
   ``torch.compile``, ``cupy.fuse`` and unfused CuPy; plus the fused kernel's cold compile time
@@ -20,7 +21,8 @@ import os
 import statistics
 import tempfile
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -122,8 +124,9 @@ def bench_saxpy(args: argparse.Namespace) -> dict[str, float]:
     tx, ty = torch.from_numpy(x).cuda(), torch.from_numpy(y).cuda()
     ty.add_(tx, alpha=float(a))
     _check("torch saxpy", ty.cpu().numpy(), want, rtol=1e-6)
-    results["torch y.add_(x, alpha) (GB/s)"] = _gbps(nbytes, _torch_timer(torch)(lambda: ty.add_(tx, alpha=float(a)), args.reps))
-    del tx, ty
+    torch_ms = _torch_timer(torch)(lambda: ty.add_(tx, alpha=float(a)), args.reps)
+    results["torch y.add_(x, alpha) (GB/s)"] = _gbps(nbytes, torch_ms)
+    tx = ty = None  # frees the device memory before the next contender
     torch.cuda.empty_cache()
 
     cx, cy = cp.asarray(x), cp.asarray(y)
@@ -131,7 +134,7 @@ def bench_saxpy(args: argparse.Namespace) -> dict[str, float]:
     kernel(a, cx, cy, cy)
     _check("cupy saxpy", cp.asnumpy(cy), want, rtol=1e-6)
     results["CuPy ElementwiseKernel (GB/s)"] = _gbps(nbytes, _cupy_timer(cp)(lambda: kernel(a, cx, cy, cy), args.reps))
-    del cx, cy
+    cx = cy = None  # frees the device memory before the next contender
     cp.get_default_memory_pool().free_all_blocks()
     dz.close()
     dx.close()
@@ -157,12 +160,12 @@ def bench_sum(args: argparse.Namespace) -> dict[str, float]:
     cx = cp.asarray(x)
     _check("cupy sum", cp.asnumpy(cp.sum(cx)), np.float32(exact), atol=tol)
     results["cupy.sum (ms)"] = _cupy_timer(cp)(lambda: cp.sum(cx), args.reps)
-    del cx
+    cx = None  # frees the device memory before the next contender
     cp.get_default_memory_pool().free_all_blocks()
     tx = torch.from_numpy(x).cuda()
     _check("torch sum", torch.sum(tx).cpu().numpy(), np.float32(exact), atol=tol)
     results["torch.sum (ms)"] = _torch_timer(torch)(lambda: torch.sum(tx), args.reps)
-    del tx
+    tx = None  # frees the device memory before the next contender
     torch.cuda.empty_cache()
     dx.close()
     results["kerneldsl (GB/s)"] = _gbps(4 * SUM_N, results["kerneldsl ops.sum (ms)"])
@@ -244,7 +247,7 @@ def bench_chain(args: argparse.Namespace) -> dict[str, float]:
     except Exception as exc:  # no triton / inductor on this machine: report, do not fail the run
         results["torch.compile (ms)"] = math.nan
         print(f"torch.compile unavailable: {type(exc).__name__}: {exc}")
-    del tx, ty
+    tx = ty = None  # frees the device memory before the next contender
     torch.cuda.empty_cache()
 
     cx, cy = cp.asarray(x), cp.asarray(y)
@@ -253,7 +256,7 @@ def bench_chain(args: argparse.Namespace) -> dict[str, float]:
     results["cupy.fuse (ms)"] = _cupy_timer(cp)(lambda: cfused(cx, cy), args.reps)
     cunfused = chain_function(cp)
     results["CuPy unfused (ms)"] = _cupy_timer(cp)(lambda: cunfused(cx, cy), args.reps)
-    del cx, cy
+    cx = cy = None  # frees the device memory before the next contender
     cp.get_default_memory_pool().free_all_blocks()
     results["kerneldsl fused (GB/s, 12 B/elem)"] = _gbps(12 * CHAIN_N, results["kerneldsl fused (ms)"])
     return results
@@ -292,7 +295,9 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     results["kd.ops.add allocating its output (µs)"] = runtime_bench.held_enqueue_cost(
         hold, allocating, sync, args.launches, args.reps)
     results = {k: v * 1e6 for k, v in results.items()}
-    results["ops.add(out=) / @kd.kernel"] = results["kd.ops.add with out= (µs)"] / results["@kd.kernel warm launch (µs)"]
+    results["ops.add(out=) / @kd.kernel"] = (
+        results["kd.ops.add with out= (µs)"] / results["@kd.kernel warm launch (µs)"]
+    )
     return results
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
-def wall_median(run: Callable[[], None], reps: int) -> float:
+def wall_median(run: Callable[[], object], reps: int) -> float:
     """Median wall-clock seconds of ``run`` over ``reps`` calls, after one warm-up call."""
     run()
     samples = []

@@ -16,7 +16,8 @@ import ctypes
 import statistics
 import struct
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ extern "C" __global__ void kd_bench_spin(long long cycles) {
 
 
 @kd.kernel(grid=kd.cdiv("n", 256), block=256)
-def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]) -> str:
     return f"""
     index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
     if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];
@@ -41,7 +42,7 @@ def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
 
 
 @kd.kernel(grid=1, block=1)
-def spin(cycles: kd.Scalar[kd.int64]):
+def spin(cycles: kd.Scalar[kd.int64]) -> str:
     return """
     long long start = clock64();
     while (clock64() - start < cycles) { }
@@ -59,7 +60,7 @@ def _median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-def held_enqueue_cost(hold: Callable[[], None], enqueue: Callable[[], None], sync: Callable[[], None],
+def held_enqueue_cost(hold: Callable[[], object], enqueue: Callable[[], object], sync: Callable[[], object],
                        launches: int, reps: int) -> float:
     """Median seconds per enqueue while the stream is busy with a spin kernel."""
     samples = []
@@ -73,8 +74,11 @@ def held_enqueue_cost(hold: Callable[[], None], enqueue: Callable[[], None], syn
     return _median(samples)
 
 
-def interleaved_enqueue_costs(contenders: dict[str, tuple[Callable[[], None], Callable[[], None], Callable[[], None]]],
-                              launches: int, reps: int) -> dict[str, float]:
+def interleaved_enqueue_costs(
+    contenders: Mapping[str, tuple[Callable[[], object], Callable[[], object], Callable[[], object]]],
+    launches: int,
+    reps: int,
+) -> dict[str, float]:
     """``held_enqueue_cost`` of each (hold, enqueue, sync) contender, taking turns every repetition
     so drift in clocks or load affects them all alike; median seconds per enqueue."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
@@ -215,13 +219,14 @@ def bench_graph(args: argparse.Namespace) -> dict[str, float]:
         def cp_end() -> float:
             cend.record(cp_stream)
             cend.synchronize()
-            return cp.cuda.get_elapsed_time(cstart, cend)
+            elapsed_ms: float = cp.cuda.get_elapsed_time(cstart, cend)
+            return elapsed_ms
 
         results["CuPy graph replay"] = timed(lambda: cp_graph.launch(cp_stream), cp_start, cp_end)
     return results
 
 
-def _bandwidth(nbytes: int, run: Callable[[], None], reps: int) -> float:
+def _bandwidth(nbytes: int, run: Callable[[], object], reps: int) -> float:
     return nbytes / wall_median(run, reps) / 1e9
 
 

@@ -124,10 +124,11 @@ def ensure_init() -> Any:
     return _driver
 
 
-def _call_missing_aware(fn: Any, *args: Any) -> tuple:
+def _call_missing_aware(fn: Any, *args: Any) -> tuple[Any, ...]:
     """Call ``fn``; a driver library that cannot be loaded becomes DriverNotFoundError."""
     try:
-        return fn(*args)
+        result: tuple[Any, ...] = fn(*args)
+        return result
     except (OSError, RuntimeError) as exc:
         if isinstance(exc, RuntimeError) and "LibNotFound" not in type(exc).__name__:
             raise
@@ -144,7 +145,8 @@ def error_name(code: int) -> str:
     except Exception:  # naming an error must never hide the error itself
         pass
     try:
-        return d.CUresult(code).name
+        enum_name: str = d.CUresult(code).name
+        return enum_name
     except Exception:
         return f"CUDA_ERROR_{code}"
 
@@ -162,7 +164,7 @@ def error(api_name: str, code: int, *, requested: int | None = None, launch: boo
     return CudaError(code, name, api_name)
 
 
-def check(api_name: str, result: tuple, *, requested: int | None = None) -> Any:
+def check(api_name: str, result: tuple[Any, ...], *, requested: int | None = None) -> Any:
     """Raise for a non-success ``(CUresult, *values)`` tuple; else return the value(s).
 
     ``requested`` is the allocation size when ``api_name`` allocates, so an out-of-memory
@@ -217,8 +219,12 @@ def compute_capability(ordinal: int) -> tuple[int, int]:
     d = api()
     dev = device(ordinal)
     attr = d.CUdevice_attribute
-    major = check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev))
-    minor = check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev))
+    major = check(
+        "cuDeviceGetAttribute", d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
+    )
+    minor = check(
+        "cuDeviceGetAttribute", d.cuDeviceGetAttribute(attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
+    )
     return int(major), int(minor)
 
 

@@ -32,7 +32,7 @@ class Handle:
         self.pid = session.pid
         self.generation = session.generation
         self._raw: Any = None
-        self._finalizer: weakref.finalize | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._closed = False
 
     def _own(self, raw: Any) -> None:

@@ -108,7 +108,9 @@ _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor)(
     ("PyCapsule_New", ctypes.pythonapi)
 )
-_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", ctypes.pythonapi))
+_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(
+    ("PyCapsule_IsValid", ctypes.pythonapi)
+)
 _capsule_pointer_raw = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(
     ("PyCapsule_GetPointer", ctypes.pythonapi)
 )
@@ -124,15 +126,18 @@ _capsule_set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_c
 _exports: dict[int, tuple[Any, ...]] = {}
 
 
-@DLDeleter
-def _export_deleter(managed: Any) -> None:
-    _exports.pop(ctypes.cast(managed, ctypes.c_void_p).value, None)
+def _delete_export(managed: Any) -> None:
+    _exports.pop(ctypes.cast(managed, ctypes.c_void_p).value or 0, None)  # a NULL pointer owns nothing
 
 
-@_CapsuleDestructor
-def _capsule_destructor(capsule: int) -> None:
+def _destroy_capsule(capsule: int) -> None:
     if _capsule_is_valid(capsule, _CAPSULE_NAME):  # never consumed: we still own the tensor
         _exports.pop(_capsule_pointer_raw(capsule, _CAPSULE_NAME), None)
+
+
+# Wrapped by call, not as decorators: mypy cannot type a ctypes function type used as a decorator.
+_export_deleter = DLDeleter(_delete_export)
+_capsule_destructor = _CapsuleDestructor(_destroy_capsule)
 
 
 def to_dlpack(ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, owner: Any) -> Any:
@@ -237,7 +242,8 @@ def as_device_view(obj: Any, stream: int | None = None, session: Session | None 
     pointer query.
     """
     if isinstance(obj, Handle) and hasattr(obj, "device_view"):
-        return obj.device_view()
+        view: DeviceView = obj.device_view()
+        return view
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
         return from_cuda_array_interface(obj, cai, session)

@@ -10,13 +10,13 @@ the session until a synchronization proves the copy finished.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from . import interop
 from ..dtypes import INT32_MAX
 from ..errors import WrongSessionError
+from . import interop
 from .driver import check
 from .handle import Handle, check_same_session
 from .interop import c_strides
@@ -36,8 +36,8 @@ def _shape(shape: int | tuple[int, ...] | list[int]) -> Shape:
     return out
 
 
-def _dtype(dtype: Any) -> np.dtype:
-    dt = np.dtype(dtype)
+def _dtype(dtype: Any) -> np.dtype[Any]:
+    dt: np.dtype[Any] = np.dtype(dtype)
     if dt.hasobject:
         raise TypeError(f"dtype {dt} holds Python objects and cannot live in device memory")
     return dt
@@ -56,12 +56,22 @@ def _host_buffer(arr: Any, shape: Shape, dtype: np.dtype, *, writable: bool) -> 
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
+_L = TypeVar("_L", bound="_Layout")
+
+
 class _Layout:
     """Shape, dtype and derived sizes shared by device and pinned arrays."""
 
-    __slots__ = ()
+    __slots__ = ()  # the subclasses declare the slots; these annotations only type them
+    shape: Shape
+    dtype: np.dtype[Any]
+    ndim: int
+    size: int
+    nbytes: int
+    strides: tuple[int, ...]
 
-    def _init_layout(self, shape: Any, dtype: Any) -> int:
+    def _init_layout(self: _L, shape: Any, dtype: Any) -> int:
+        """Fill the layout slots; ``self`` is typed as the subclass, which is what declares them."""
         self.shape = _shape(shape)
         self.dtype = _dtype(dtype)
         self.ndim = len(self.shape)
@@ -117,7 +127,9 @@ class DeviceArray(_Layout, Handle):
         later queued on the session stream waits for what the producer queued so far.
         """
         if view.device is not None and view.device != session.device:
-            raise WrongSessionError(f"memory on device {view.device} cannot be used by a session on device {session.device}")
+            raise WrongSessionError(
+                f"memory on device {view.device} cannot be used by a session on device {session.device}"
+            )
         if not view.c_contiguous:
             raise ValueError(f"strides {view.strides} of shape {view.shape} are not C-contiguous")
         arr = cls.__new__(cls)

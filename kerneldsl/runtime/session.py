@@ -22,7 +22,8 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -51,6 +52,8 @@ RELEASE_ORDER = ("event", "graph", "mem", "host", "module", "stream")
 
 _EXIT_CLOSE_TIMEOUT_S = 5.0
 
+_Vendor = TypeVar("_Vendor")  # a library handle type (see Session.vendor_handle)
+
 _ids = itertools.count(1)
 _generation = 0  # bumped in a forked child: handles from before the fork are from generation - 1
 _open: dict[int, Session] = {}  # strong: an open session lives until close() or exit
@@ -59,8 +62,8 @@ _registry_lock = threading.Lock()
 _defaults_lock = threading.Lock()
 
 
-def _release_graph(d: Any, raw: tuple[Any, Any]) -> tuple:
-    result = d.cuGraphExecDestroy(raw[0])
+def _release_graph(d: Any, raw: tuple[Any, Any]) -> tuple[Any, ...]:
+    result: tuple[Any, ...] = d.cuGraphExecDestroy(raw[0])
     return result if result[0] else d.cuGraphDestroy(raw[1])
 
 
@@ -299,7 +302,9 @@ class Session:
 
     def _bad_stream(self, stream: Stream) -> None:
         stream._check()
-        raise WrongSessionError(f"stream of session {stream.session.session_id} used to launch in session {self.session_id}")
+        raise WrongSessionError(
+            f"stream of session {stream.session.session_id} used to launch in session {self.session_id}"
+        )
 
     def _launch_failed(self, err: int) -> None:
         exc = driver.error("cuLaunchKernel", err, launch=True)
@@ -435,7 +440,7 @@ class Session:
         """
         return graph.capture(self, stream)
 
-    def vendor_handle(self, key: str, create: Callable[[Session], Any]) -> Any:
+    def vendor_handle(self, key: str, create: Callable[[Session], _Vendor]) -> _Vendor:
         """The library handle registered as ``key`` (e.g. ``"cublas"``), made by ``create(self)`` on first use.
 
         ``create`` runs with the session activated. The object it returns must have
@@ -443,7 +448,7 @@ class Session:
         before any other handle is freed, collecting what it raises) and ``abandon()`` (forget
         it without calling the library: forked child, poisoned context).
         """
-        handle = self._vendor.get(key)
+        handle: _Vendor | None = self._vendor.get(key)
         if handle is None:
             with self._activation:
                 handle = self._vendor.get(key)
