@@ -28,8 +28,10 @@ def compile_specializations(arch: str) -> None:
         start = time.perf_counter()
         build = saxpy.compile(T=dtype, arch=arch)
         ms = (time.perf_counter() - start) * 1e3
-        print(f"compiled saxpy[T={np.dtype(dtype).name}] for {arch}: {build.origin}, {ms:.1f} ms, "
-              f"{build.registers} registers, cubin {len(build.cubin)} bytes, key {build.cache_key[:12]}")
+        print(
+            f"compiled saxpy[T={np.dtype(dtype).name}] for {arch}: {build.origin}, {ms:.1f} ms, "
+            f"{build.registers} registers, cubin {len(build.cubin)} bytes, key {build.cache_key[:12]}"
+        )
     print(f"disk cache: {kd.cache.get_default_cache().directory}")
 
 

@@ -10,15 +10,36 @@ def configure(device_array_type: type) -> None: ...
 
 class Launch:
     def __init__(
-        self, *, table: tuple[Any, ...], session: Any, guards: tuple[Any, ...], launch: int, function: int,
-        stream: int, out_keyword: bool = ...,
+        self,
+        *,
+        table: tuple[Any, ...],
+        session: Any,
+        guards: tuple[Any, ...],
+        launch: int,
+        function: int,
+        stream: int,
+        out_keyword: bool = ...,
     ) -> None: ...
 
 class GemmLaunch:
     def __init__(
-        self, *, session: Any, tags: tuple[Any, ...], shapes: tuple[tuple[int, ...], ...], alignment: tuple[int, ...],
-        matmul: int, current_context: int, context: int, handle: int, desc: int, layouts: tuple[int, ...], algo: int,
-        workspace: int, workspace_bytes: int, stream: int, double_scale: bool,
+        self,
+        *,
+        session: Any,
+        tags: tuple[Any, ...],
+        shapes: tuple[tuple[int, ...], ...],
+        alignment: tuple[int, ...],
+        matmul: int,
+        current_context: int,
+        context: int,
+        handle: int,
+        desc: int,
+        layouts: tuple[int, ...],
+        algo: int,
+        workspace: int,
+        workspace_bytes: int,
+        stream: int,
+        double_scale: bool,
     ) -> None: ...
 
 class Front:

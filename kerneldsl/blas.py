@@ -157,8 +157,21 @@ class BlasHandle:
     """
 
     __slots__ = (
-        "session", "raw", "_lib", "_default", "_stream", "_workspaces", "_pointer_mode", "_closed",
-        "_f32", "_f64", "_p32", "_p64", "_s32", "_s64", "_lt",
+        "session",
+        "raw",
+        "_lib",
+        "_default",
+        "_stream",
+        "_workspaces",
+        "_pointer_mode",
+        "_closed",
+        "_f32",
+        "_f64",
+        "_p32",
+        "_p64",
+        "_s32",
+        "_s64",
+        "_lt",
     )
 
     def __init__(self, session: Session) -> None:
@@ -388,8 +401,15 @@ def _fast_ok(a: Any, b: Any, out: Any, stream: Any, ndim: int) -> bool:
 
 
 def _matmul(
-    op: str, a: DeviceArray, b: DeviceArray, out: DeviceArray | None, stream: Stream | None, ndim: int,
-    trans_a: bool, trans_b: bool, beta: Any,
+    op: str,
+    a: DeviceArray,
+    b: DeviceArray,
+    out: DeviceArray | None,
+    stream: Stream | None,
+    ndim: int,
+    trans_a: bool,
+    trans_b: bool,
+    beta: Any,
 ) -> tuple[Session, DeviceArray, int, int, int]:
     """Validate a (batched) matmul: ``(session, out, m, n, k)``; allocates ``out`` when None.
 
@@ -460,9 +480,24 @@ def _gemm(
             workspace = h.workspace(on)
             lt = blas_lt.library()
             try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
-                lt.matmul(lt_handle.raw, config.desc, pa, b.ptr, config.layouts[1], a.ptr, config.layouts[0], pb,
-                          out.ptr, config.layouts[2], out.ptr, config.layouts[2], config.algo, workspace.ptr,
-                          workspace.nbytes, on.handle)
+                lt.matmul(
+                    lt_handle.raw,
+                    config.desc,
+                    pa,
+                    b.ptr,
+                    config.layouts[1],
+                    a.ptr,
+                    config.layouts[0],
+                    pb,
+                    out.ptr,
+                    config.layouts[2],
+                    out.ptr,
+                    config.layouts[2],
+                    config.algo,
+                    workspace.ptr,
+                    workspace.nbytes,
+                    on.handle,
+                )
             except lt.cuBLASLtError as exc:
                 raise _blas_error(exc, "cublasLtMatmul") from exc
         if session.capturing:
@@ -477,24 +512,58 @@ def _gemm(
 
 
 def _gemm_ex(
-    h: BlasHandle, stream: Stream | None, ctype: int, compute: int, a: DeviceArray, b: DeviceArray, out: DeviceArray,
-    m: int, n: int, k: int, trans_a: bool, trans_b: bool, pa: int, pb: int,
+    h: BlasHandle,
+    stream: Stream | None,
+    ctype: int,
+    compute: int,
+    a: DeviceArray,
+    b: DeviceArray,
+    out: DeviceArray,
+    m: int,
+    n: int,
+    k: int,
+    trans_a: bool,
+    trans_b: bool,
+    pa: int,
+    pb: int,
 ) -> None:
     """cublasGemmEx, for the problems cuBLASLt has no configuration for (session activated)."""
     lib = h._lib
     raw = h._bind(stream, POINTER_MODE_HOST)
     fn = lib.gemm_ex if m <= INT32_MAX and n <= INT32_MAX and k <= INT32_MAX else lib.gemm_ex_64
     try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the module docstring
-        fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
-           pa, b.ptr, ctype, b.shape[1] or 1, a.ptr, ctype, a.shape[1] or 1,
-           pb, out.ptr, ctype, n, compute, GEMM_DEFAULT)
+        fn(
+            raw,
+            OP_T if trans_b else OP_N,
+            OP_T if trans_a else OP_N,
+            n,
+            m,
+            k,
+            pa,
+            b.ptr,
+            ctype,
+            b.shape[1] or 1,
+            a.ptr,
+            ctype,
+            a.shape[1] or 1,
+            pb,
+            out.ptr,
+            ctype,
+            n,
+            compute,
+            GEMM_DEFAULT,
+        )
     except lib.cuBLASError as exc:
         raise _blas_error(exc, "cublasGemmEx") from exc
 
 
 def _gemm_launch(
-    session: Session, lt_handle: blas_lt.LtHandle, config: blas_lt.MatmulConfig, double_scale: bool,
-    operands: tuple[DeviceArray, ...], workspace: DeviceArray,
+    session: Session,
+    lt_handle: blas_lt.LtHandle,
+    config: blas_lt.MatmulConfig,
+    double_scale: bool,
+    operands: tuple[DeviceArray, ...],
+    workspace: DeviceArray,
 ) -> Any | None:
     """A C GemmLaunch of ``config`` for ``gemm(a, b, out)`` on the session stream; None when the
     C path cannot take it (disabled, or a driver or cuBLASLt without the entry points)."""
@@ -566,9 +635,31 @@ def gemm_batched(
         big = _dim(m, n, k, batch)
         fn = lib.gemm_strided_batched_ex_64 if big else lib.gemm_strided_batched_ex
         try:  # strides are in elements: one matrix each
-            fn(raw, OP_T if trans_b else OP_N, OP_T if trans_a else OP_N, n, m, k,
-               pa, b.ptr, ctype, ldb or 1, rb * ldb, a.ptr, ctype, lda or 1, ra * lda,
-               pb, out.ptr, ctype, n, m * n, batch, compute, GEMM_DEFAULT)
+            fn(
+                raw,
+                OP_T if trans_b else OP_N,
+                OP_T if trans_a else OP_N,
+                n,
+                m,
+                k,
+                pa,
+                b.ptr,
+                ctype,
+                ldb or 1,
+                rb * ldb,
+                a.ptr,
+                ctype,
+                lda or 1,
+                ra * lda,
+                pb,
+                out.ptr,
+                ctype,
+                n,
+                m * n,
+                batch,
+                compute,
+                GEMM_DEFAULT,
+            )
         except lib.cuBLASError as exc:
             raise _blas_error(exc, "cublasGemmStridedBatchedEx") from exc
         if session.capturing:

@@ -100,8 +100,15 @@ class LtHandle:
         return found
 
     def _make(
-        self, ctype: int, compute: int, a_shape: tuple[int, ...], b_shape: tuple[int, ...], out_shape: tuple[int, ...],
-        trans_a: bool, trans_b: bool, alignments: tuple[int, int, int],
+        self,
+        ctype: int,
+        compute: int,
+        a_shape: tuple[int, ...],
+        b_shape: tuple[int, ...],
+        out_shape: tuple[int, ...],
+        trans_a: bool,
+        trans_b: bool,
+        alignments: tuple[int, int, int],
     ) -> MatmulConfig | None:
         lt = self._lt
         desc = lt.matmul_desc_create(compute, SCALE_TYPE.get(compute, 0))
@@ -121,8 +128,18 @@ class LtHandle:
             result = np.zeros(1, lt.matmul_heuristic_result_dtype)
             count = np.zeros(1, np.int32)
             try:
-                lt.matmul_algo_get_heuristic(self.raw, desc, layouts[1], layouts[0], layouts[2], layouts[2], pref, 1,
-                                             result.ctypes.data, count.ctypes.data)
+                lt.matmul_algo_get_heuristic(
+                    self.raw,
+                    desc,
+                    layouts[1],
+                    layouts[0],
+                    layouts[2],
+                    layouts[2],
+                    pref,
+                    1,
+                    result.ctypes.data,
+                    count.ctypes.data,
+                )
             except lt.cuBLASLtError:
                 return None  # e.g. NOT_SUPPORTED for this combination: blas.py uses cublasGemmEx
         finally:

@@ -90,9 +90,7 @@ _NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs"})
 _STORE_ERRORS = (OSError, sqlite3.Error)
 _SHORT_VALUE = 40  # longest repr that explain() quotes
 _VARIABLE_MARKERS = ("$", "%") if os.name == "nt" else ("$",)  # what os.path.expandvars expands
-_OPEN_FLAGS = (
-    getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-)
+_OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS
 _SYMLINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK})  # O_NOFOLLOW met a link (Linux, BSD)
 _WRITE_ATTEMPTS = 10  # as diskcache: a concurrent remove() may prune a fresh subdirectory
@@ -105,9 +103,7 @@ _T = TypeVar("_T")
 
 
 def _canonical(obj: object) -> bytes:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode(
-        "ascii"
-    )
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
 
 def cache_key(material: Mapping[str, object]) -> str:
@@ -125,9 +121,7 @@ def default_cache_dir() -> Path:
     if explicit:
         path = _expand_user(Path(explicit))
         if not path.is_absolute():
-            raise CacheError(
-                f"KERNELDSL_CACHE_DIR must be an absolute path (or start with ~), got {explicit!r}"
-            )
+            raise CacheError(f"KERNELDSL_CACHE_DIR must be an absolute path (or start with ~), got {explicit!r}")
         return path
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg and os.path.isabs(xdg):  # the XDG spec says to ignore relative paths
@@ -218,8 +212,7 @@ def _expand_user(path: Path) -> Path:
         return path.expanduser()
     except RuntimeError:
         raise CacheError(
-            f"cannot expand {path.parts[0]!r} in cache directory {str(path)!r}: "
-            "no such user or no home directory"
+            f"cannot expand {path.parts[0]!r} in cache directory {str(path)!r}: no such user or no home directory"
         ) from None
 
 
@@ -319,16 +312,12 @@ def _prepare_database(directory: Path) -> os.stat_result:
     return info
 
 
-def _check_opened(
-    cache: diskcache.Cache, directory: Path, checked: os.stat_result, database: os.stat_result
-) -> None:
+def _check_opened(cache: diskcache.Cache, directory: Path, checked: os.stat_result, database: os.stat_result) -> None:
     """diskcache rewrites the path it is given: make sure it opened the directory and the
     database that were checked, not others."""
     opened = cache.directory
     if opened != str(directory) or not os.path.samestat(os.stat(opened), checked):
-        raise UnsafeCacheDirError(
-            f"diskcache opened {opened!r}, not the checked cache directory {str(directory)!r}"
-        )
+        raise UnsafeCacheDirError(f"diskcache opened {opened!r}, not the checked cache directory {str(directory)!r}")
     if not os.path.samestat(os.lstat(os.path.join(opened, DBNAME)), database):
         raise UnsafeCacheDirError(f"{opened}/{DBNAME} was replaced while opening it")
 
@@ -513,10 +502,7 @@ class _DiskStore:
 
     def rows(self) -> Iterator[tuple[str, float, bytes | None]]:
         """Every text-keyed row without touching its access time; ``None`` for refused rows."""
-        query = (
-            "SELECT key, store_time, mode, filename, value FROM Cache"
-            " WHERE raw = 1 AND typeof(key) = 'text'"
-        )
+        query = "SELECT key, store_time, mode, filename, value FROM Cache WHERE raw = 1 AND typeof(key) = 'text'"
         for key, stored_at, mode, filename, value in self._cache._sql(query).fetchall():
             try:
                 yield key, stored_at, self._cache.disk.fetch(mode, filename, value, False)
@@ -541,9 +527,7 @@ class _DiskStore:
         cache = self._cache
         while cache.volume() > cache.size_limit:
             with cache.transact(retry=True):
-                row = cache._sql(
-                    "SELECT rowid, filename FROM Cache ORDER BY access_time LIMIT 1"
-                ).fetchone()
+                row = cache._sql("SELECT rowid, filename FROM Cache ORDER BY access_time LIMIT 1").fetchone()
                 if row is None:
                     return
                 cache._sql("DELETE FROM Cache WHERE rowid = ?", (row[0],))
@@ -703,15 +687,12 @@ class DiskCache:
         candidates = [e for e in self.entries() if e.material.get("kernel") == kernel]
         if not candidates:
             return f"miss: no entries for kernel {kernel!r}"
-        nearest = min(
-            candidates, key=lambda e: (len(_differing(e.material, material)), -e.stored_at)
-        )
+        nearest = min(candidates, key=lambda e: (len(_differing(e.material, material)), -e.stored_at))
         differing = _differing(nearest.material, material)
         if not differing:
             return "hit"
         details = ", ".join(
-            _describe(name, nearest.material.get(name, _ABSENT), material.get(name, _ABSENT))
-            for name in differing
+            _describe(name, nearest.material.get(name, _ABSENT), material.get(name, _ABSENT)) for name in differing
         )
         return f"miss: nearest entry for kernel {kernel!r} differs in: {details}"
 
@@ -773,9 +754,7 @@ def _differing(stored: Mapping[str, object], wanted: Mapping[str, object]) -> li
     return [
         name
         for name in names
-        if name not in stored
-        or name not in wanted
-        or _canonical(stored[name]) != _canonical(wanted[name])
+        if name not in stored or name not in wanted or _canonical(stored[name]) != _canonical(wanted[name])
     ]
 
 

@@ -32,9 +32,7 @@ from .runtime import driver
 from .target import ARCH_ENV, device_arch, resolve_arch
 
 _PACKAGES = ("cuda-bindings", "cuda-core", "numpy")
-_NO_DRIVER = (
-    f"no CUDA driver found: kernels can be compiled (set {ARCH_ENV} or pass --arch) but not launched"
-)
+_NO_DRIVER = f"no CUDA driver found: kernels can be compiled (set {ARCH_ENV} or pass --arch) but not launched"
 
 # --- info ------------------------------------------------------------------------------------
 
@@ -86,7 +84,10 @@ def _device_info(ordinal: int) -> dict[str, Any]:
     except KernelDSLError:  # an NVRTC too old or too new for this device
         arch = None
     return {
-        "ordinal": ordinal, "name": driver.device_name(ordinal), "compute_capability": f"{major}.{minor}", "arch": arch
+        "ordinal": ordinal,
+        "name": driver.device_name(ordinal),
+        "compute_capability": f"{major}.{minor}",
+        "arch": arch,
     }
 
 
@@ -174,14 +175,23 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
     elif not rows:
         print(f"the cache is empty ({store.directory or 'in memory'})")
     else:
-        print(_table(
-            ("KERNEL", "ARCH", "OUTPUT", "SIZE", "KEY", "STORED", "PARAMETERS"),
-            [
-                (r["kernel"], r["arch"], r["output"], _size(r["size"]), r["key"][:12], _stamp(r["stored_at"]),
-                 r["parameters"])
-                for r in rows
-            ],
-        ))
+        print(
+            _table(
+                ("KERNEL", "ARCH", "OUTPUT", "SIZE", "KEY", "STORED", "PARAMETERS"),
+                [
+                    (
+                        r["kernel"],
+                        r["arch"],
+                        r["output"],
+                        _size(r["size"]),
+                        r["key"][:12],
+                        _stamp(r["stored_at"]),
+                        r["parameters"],
+                    )
+                    for r in rows
+                ],
+            )
+        )
     return 0
 
 

@@ -248,7 +248,12 @@ def _slots(spec: Specialization) -> list[dict[str, Any]]:
 
 def _slot(name: str, ctype: str, decl: str, code: str, value: str, converter: str | None) -> dict[str, Any]:
     return {
-        "name": name, "ctype": ctype, "decl": decl, "code": _slot_code(code), "value": value, "converter": converter
+        "name": name,
+        "ctype": ctype,
+        "decl": decl,
+        "code": _slot_code(code),
+        "value": value,
+        "converter": converter,
     }
 
 
@@ -275,12 +280,7 @@ def _adapter_array(a: ArrayParam) -> dict[str, Any]:
 
 def alias_pairs(sig: Signature) -> list[tuple[str, str]]:
     arrays = sig.arrays
-    return [
-        (a.name, b.name)
-        for i, a in enumerate(arrays)
-        for b in arrays[i + 1 :]
-        if a.writes or b.writes
-    ]
+    return [(a.name, b.name) for i, a in enumerate(arrays) for b in arrays[i + 1 :] if a.writes or b.writes]
 
 
 def symbol_binds(spec: Specialization) -> list[dict[str, Any]]:

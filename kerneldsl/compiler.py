@@ -126,8 +126,13 @@ class CompiledCode:
 
     def to_bytes(self) -> bytes:
         meta = json.dumps(
-            {"output": self.output, "log": self.log, "registers": self.registers,
-             "shared_bytes": self.shared_bytes, "spill_bytes": self.spill_bytes},
+            {
+                "output": self.output,
+                "log": self.log,
+                "registers": self.registers,
+                "shared_bytes": self.shared_bytes,
+                "spill_bytes": self.spill_bytes,
+            },
             sort_keys=True,
         ).encode()
         return struct.pack("<I", len(meta)) + meta + self.image

@@ -79,8 +79,10 @@ def map_log(log: str, body_file: str, body: str, origin: BodyOrigin | None, sour
         if m.group("file") == body_file and 1 <= line <= len(body_lines):
             where = f"{origin.filename}:{located[line]}" if origin and line in located else f"{body_file}:{line}"
             generated = body_start + line if body_start is not None else None
-            mapped.append(f"{where}: {message}\n    body line {line}: {body_lines[line - 1].strip()}"
-                          + (f"\n    generated line {generated}" if generated else ""))
+            mapped.append(
+                f"{where}: {message}\n    body line {line}: {body_lines[line - 1].strip()}"
+                + (f"\n    generated line {generated}" if generated else "")
+            )
         elif 1 <= line <= len(source_lines):
             mapped.append(f"generated line {line}: {message}\n    {source_lines[line - 1].strip()}")
         else:

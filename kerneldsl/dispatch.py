@@ -92,9 +92,7 @@ class Kernel(fastpath.Front):
         """Build (or fetch) the specialization these arguments select; needs no GPU when arch is known."""
         return self.get_build(self.specialize(*args, arch=arch, **consts), output)
 
-    def compile(
-        self, arch: str | None = None, output: str = "cubin", index_width: int = 32, **bindings: Any
-    ) -> Build:
+    def compile(self, arch: str | None = None, output: str = "cubin", index_width: int = 32, **bindings: Any) -> Build:
         """Ahead-of-time compile into the disk cache: ``saxpy.compile(T=np.float32, arch="sm_90")``."""
         dtype_vars = set(self.signature.dtype_vars)
         types = {k: v for k, v in bindings.items() if k in dtype_vars}

@@ -8,10 +8,12 @@ code that enters specialization keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+_ml_dtypes: ModuleType | None
 try:  # bfloat16 exists in numpy only through ml_dtypes
     import ml_dtypes as _ml_dtypes
 except ImportError:  # pragma: no cover - depends on the environment

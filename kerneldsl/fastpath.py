@@ -41,8 +41,21 @@ ENABLED = _fastlaunch is not None and os.environ.get("KERNELDSL_C_LAUNCH", "1") 
 
 OPCODES = {"end": 0, "int": 1, "sym": 2, "add": 3, "sub": 4, "mul": 5, "floordiv": 6, "cdiv": 7, "min": 8, "max": 9}
 SLOT_KINDS = {
-    "ptr": 0, "sym32": 1, "sym64": 2, "bool": 3, "int8": 4, "int16": 5, "int32": 6, "int64": 7,
-    "uint8": 8, "uint16": 9, "uint32": 10, "uint64": 11, "float16": 12, "float32": 13, "float64": 14,
+    "ptr": 0,
+    "sym32": 1,
+    "sym64": 2,
+    "bool": 3,
+    "int8": 4,
+    "int16": 5,
+    "int32": 6,
+    "int64": 7,
+    "uint8": 8,
+    "uint16": 9,
+    "uint32": 10,
+    "uint64": 11,
+    "float16": 12,
+    "float32": 13,
+    "float64": 14,
 }
 
 

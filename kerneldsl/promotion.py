@@ -65,4 +65,3 @@ def _result(func: Callable[..., Any], operands: tuple[Operand, ...]) -> np.dtype
     with np.errstate(all="ignore"):
         value = func(*(_probe(o) for o in operands))
     return supported(np.asarray(value).dtype)
-

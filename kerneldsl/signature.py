@@ -350,8 +350,10 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
         raise DeclarationError(kernel, p.name, "has no annotation; use kd.In/Out/InOut/Scalar/Const")
     if isinstance(ann, str):
         raise DeclarationError(
-            kernel, p.name, f"annotation {ann!r} is a string that cannot be evaluated in the function's module "
-            "(with 'from __future__ import annotations', declare kernels with module-level names only)"
+            kernel,
+            p.name,
+            f"annotation {ann!r} is a string that cannot be evaluated in the function's module "
+            "(with 'from __future__ import annotations', declare kernels with module-level names only)",
         )
     raise DeclarationError(kernel, p.name, f"annotation {ann!r} is not kd.In/Out/InOut/Scalar/Const")
 

@@ -351,7 +351,20 @@ class FakeDriver:
         values = {a.CU_FUNC_ATTRIBUTE_NUM_REGS: 32, a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024}
         return self._r(self._enter("cuFuncGetAttribute"), values.get(attr, 0))
 
-    def cuLaunchKernel(self, f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: int, params: int, extra: int) -> tuple:
+    def cuLaunchKernel(
+        self,
+        f: int,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        shared: int,
+        stream: int,
+        params: int,
+        extra: int,
+    ) -> tuple:
         code = self._enter("cuLaunchKernel")
         if not code:
             with self._lock:
@@ -366,7 +379,7 @@ class FakeDriver:
             self.param_bytes.append(b"".join(ctypes.string_at(p, 8) for p in pointers))
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple:
-        """cuLaunchKernel and cuCtxGetCurrent as C function pointers: the C launch path calls them like the real ones."""
+        """cuLaunchKernel and cuCtxGetCurrent as C function pointers, called like the real ones by the C path."""
         code = self._enter("cuGetProcAddress")
         if code or symbol not in (b"cuLaunchKernel", b"cuCtxGetCurrent"):
             return self._r(code, 0, 0)
@@ -380,7 +393,20 @@ class FakeDriver:
         ctypes.c_void_p.from_address(out).value = int(stack[-1]) if stack else None
         return 0
 
-    def _launch_from_c(self, f: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int, shared: int, stream: int, params: int, extra: int) -> int:
+    def _launch_from_c(
+        self,
+        f: int,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        shared: int,
+        stream: int,
+        params: int,
+        extra: int,
+    ) -> int:
         self.c_launches += 1
         return int(self.cuLaunchKernel(_real.CUfunction(f), gx, gy, gz, bx, by, bz, shared, stream, params, extra)[0])
 

@@ -104,8 +104,25 @@ class FakeCublas:
     def _scalar(ptr: int, double: bool) -> float:
         return (ctypes.c_double if double else ctypes.c_float).from_address(ptr).value
 
-    def _gemm(self, ta: int, tb: int, m: int, n: int, k: int, alpha: float, a: int, dta: np.dtype, lda: int,
-              b: int, dtb: np.dtype, ldb: int, beta: float, c: int, dtc: np.dtype, ldc: int) -> None:
+    def _gemm(
+        self,
+        ta: int,
+        tb: int,
+        m: int,
+        n: int,
+        k: int,
+        alpha: float,
+        a: int,
+        dta: np.dtype,
+        lda: int,
+        b: int,
+        dtb: np.dtype,
+        ldb: int,
+        beta: float,
+        c: int,
+        dtc: np.dtype,
+        ldc: int,
+    ) -> None:
         A = self._matrix(a, k if ta else m, m if ta else k, lda, dta).astype(np.float64)
         B = self._matrix(b, n if tb else k, k if tb else n, ldb, dtb).astype(np.float64)
         C = self._matrix(c, m, n, ldc, dtc)
@@ -140,28 +157,116 @@ class FakeCublas:
 
     # -- level 3 ----------------------------------------------------------------------------------
 
-    def gemm_ex(self, h: int, ta: int, tb: int, m: int, n: int, k: int, alpha: int, a: int, at: int, lda: int,
-                b: int, bt: int, ldb: int, beta: int, c: int, ct: int, ldc: int, compute: int, algo: int) -> None:
+    def gemm_ex(
+        self,
+        h: int,
+        ta: int,
+        tb: int,
+        m: int,
+        n: int,
+        k: int,
+        alpha: int,
+        a: int,
+        at: int,
+        lda: int,
+        b: int,
+        bt: int,
+        ldb: int,
+        beta: int,
+        c: int,
+        ct: int,
+        ldc: int,
+        compute: int,
+        algo: int,
+    ) -> None:
         self._ready(self._enter("gemm_ex", h, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, compute), 0)
         double = compute == blas.COMPUTE_64F
-        self._gemm(ta, tb, m, n, k, self._scalar(alpha, double), a, _CUDA_TYPES[at], lda, b, _CUDA_TYPES[bt], ldb,
-                   self._scalar(beta, double), c, _CUDA_TYPES[ct], ldc)
+        self._gemm(
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            self._scalar(alpha, double),
+            a,
+            _CUDA_TYPES[at],
+            lda,
+            b,
+            _CUDA_TYPES[bt],
+            ldb,
+            self._scalar(beta, double),
+            c,
+            _CUDA_TYPES[ct],
+            ldc,
+        )
 
-    def gemm_strided_batched_ex(self, h: int, ta: int, tb: int, m: int, n: int, k: int, alpha: int, a: int, at: int,
-                                lda: int, sa: int, b: int, bt: int, ldb: int, sb: int, beta: int, c: int, ct: int,
-                                ldc: int, sc: int, batch: int, compute: int, algo: int) -> None:
+    def gemm_strided_batched_ex(
+        self,
+        h: int,
+        ta: int,
+        tb: int,
+        m: int,
+        n: int,
+        k: int,
+        alpha: int,
+        a: int,
+        at: int,
+        lda: int,
+        sa: int,
+        b: int,
+        bt: int,
+        ldb: int,
+        sb: int,
+        beta: int,
+        c: int,
+        ct: int,
+        ldc: int,
+        sc: int,
+        batch: int,
+        compute: int,
+        algo: int,
+    ) -> None:
         self._ready(self._enter("gemm_strided_batched_ex", h, ta, tb, m, n, k, lda, sa, ldb, sb, ldc, sc, batch), 0)
         double = compute == blas.COMPUTE_64F
         dta, dtb, dtc = _CUDA_TYPES[at], _CUDA_TYPES[bt], _CUDA_TYPES[ct]
         for i in range(batch):
-            self._gemm(ta, tb, m, n, k, self._scalar(alpha, double), a + i * sa * dta.itemsize, dta, lda,
-                       b + i * sb * dtb.itemsize, dtb, ldb, self._scalar(beta, double),
-                       c + i * sc * dtc.itemsize, dtc, ldc)
+            self._gemm(
+                ta,
+                tb,
+                m,
+                n,
+                k,
+                self._scalar(alpha, double),
+                a + i * sa * dta.itemsize,
+                dta,
+                lda,
+                b + i * sb * dtb.itemsize,
+                dtb,
+                ldb,
+                self._scalar(beta, double),
+                c + i * sc * dtc.itemsize,
+                dtc,
+                ldc,
+            )
 
     # -- levels 1 and 2 -----------------------------------------------------------------------------
 
-    def _gemv(self, dt: np.dtype, h: int, trans: int, m: int, n: int, alpha: int, a: int, lda: int, x: int,
-              incx: int, beta: int, y: int, incy: int) -> None:
+    def _gemv(
+        self,
+        dt: np.dtype,
+        h: int,
+        trans: int,
+        m: int,
+        n: int,
+        alpha: int,
+        a: int,
+        lda: int,
+        x: int,
+        incx: int,
+        beta: int,
+        y: int,
+        incy: int,
+    ) -> None:
         self._ready(self._enter("gemv", h, trans, m, n, lda, incx, incy), 0)
         double = dt == np.float64
         A = self._matrix(a, m, n, lda, dt).astype(np.float64)
@@ -239,8 +344,15 @@ class FakeCublasLt:
     """
 
     cuBLASLtError = FakeCuBLASLtError
-    matmul_heuristic_result_dtype = np.dtype([("algo", "<u8", (8,)), ("workspace_size", "<u8"), ("state", "<i4"),
-                                              ("waves_count", "<f4"), ("reserved", "<i4", (4,))])
+    matmul_heuristic_result_dtype = np.dtype(
+        [
+            ("algo", "<u8", (8,)),
+            ("workspace_size", "<u8"),
+            ("state", "<i4"),
+            ("waves_count", "<f4"),
+            ("reserved", "<i4", (4,)),
+        ]
+    )
 
     def __init__(self, blas_double: FakeCublas) -> None:
         self.blas = blas_double
@@ -306,14 +418,32 @@ class FakeCublasLt:
     def matmul_preference_destroy(self, pref: int) -> None:
         del self.prefs[pref]
 
-    def matmul_algo_get_heuristic(self, h: int, desc: int, a: int, b: int, c: int, d: int, pref: int, requested: int,
-                                  results: int, count: int) -> None:
+    def matmul_algo_get_heuristic(
+        self, h: int, desc: int, a: int, b: int, c: int, d: int, pref: int, requested: int, results: int, count: int
+    ) -> None:
         self._enter("matmul_algo_get_heuristic", h)
         self.heuristics.append(dict(self.prefs[pref]))
         ctypes.c_int32.from_address(count).value = 0 if self.no_algorithm else 1
 
-    def matmul(self, h: int, desc: int, alpha: int, a: int, a_layout: int, b: int, b_layout: int, beta: int, c: int,
-               c_layout: int, d: int, d_layout: int, algo: int, workspace: int, workspace_bytes: int, stream: int) -> None:
+    def matmul(
+        self,
+        h: int,
+        desc: int,
+        alpha: int,
+        a: int,
+        a_layout: int,
+        b: int,
+        b_layout: int,
+        beta: int,
+        c: int,
+        c_layout: int,
+        d: int,
+        d_layout: int,
+        algo: int,
+        workspace: int,
+        workspace_bytes: int,
+        stream: int,
+    ) -> None:
         self._enter("matmul", h, stream, workspace)
         if self.broken:
             raise FakeCuBLASLtError(self.broken)
@@ -325,20 +455,77 @@ class FakeCublasLt:
         bt, b_rows, b_cols, ldb = self.layouts[b_layout]
         ct, m, n, ldc = self.layouts[c_layout]
         k = a_rows if ta else a_cols
-        self.matmuls.append({"ta": ta, "tb": tb, "a": self.layouts[a_layout][1:], "b": self.layouts[b_layout][1:],
-                             "c": self.layouts[c_layout][1:], "compute": spec["compute"], "stream": stream,
-                             "workspace": (workspace, workspace_bytes)})
+        self.matmuls.append(
+            {
+                "ta": ta,
+                "tb": tb,
+                "a": self.layouts[a_layout][1:],
+                "b": self.layouts[b_layout][1:],
+                "c": self.layouts[c_layout][1:],
+                "compute": spec["compute"],
+                "stream": stream,
+                "workspace": (workspace, workspace_bytes),
+            }
+        )
         double = spec["scale"] == 1
-        self.blas._gemm(ta, tb, m, n, k, FakeCublas._scalar(alpha, double), a, _CUDA_TYPES[at], lda, b,
-                        _CUDA_TYPES[bt], ldb, FakeCublas._scalar(beta, double), c, _CUDA_TYPES[ct], ldc)
+        self.blas._gemm(
+            ta,
+            tb,
+            m,
+            n,
+            k,
+            FakeCublas._scalar(alpha, double),
+            a,
+            _CUDA_TYPES[at],
+            lda,
+            b,
+            _CUDA_TYPES[bt],
+            ldb,
+            FakeCublas._scalar(beta, double),
+            c,
+            _CUDA_TYPES[ct],
+            ldc,
+        )
 
-    def _matmul_from_c(self, h: int, desc: int, alpha: int, a: int, a_layout: int, b: int, b_layout: int, beta: int,
-                       c: int, c_layout: int, d: int, d_layout: int, algo: int, workspace: int,
-                       workspace_bytes: int, stream: int) -> int:
+    def _matmul_from_c(
+        self,
+        h: int,
+        desc: int,
+        alpha: int,
+        a: int,
+        a_layout: int,
+        b: int,
+        b_layout: int,
+        beta: int,
+        c: int,
+        c_layout: int,
+        d: int,
+        d_layout: int,
+        algo: int,
+        workspace: int,
+        workspace_bytes: int,
+        stream: int,
+    ) -> int:
         self.c_matmuls += 1
         try:
-            self.matmul(h, desc, alpha, a, a_layout, b, b_layout, beta, c, c_layout, d, d_layout, algo, workspace,
-                        workspace_bytes, stream or 0)
+            self.matmul(
+                h,
+                desc,
+                alpha,
+                a,
+                a_layout,
+                b,
+                b_layout,
+                beta,
+                c,
+                c_layout,
+                d,
+                d_layout,
+                algo,
+                workspace,
+                workspace_bytes,
+                stream or 0,
+            )
         except FakeCuBLASError as exc:
             return exc.status
         return 0
@@ -372,8 +559,15 @@ def blas_lt_view(base: DeviceArray, offset_bytes: int, shape: tuple[int, ...]) -
     """A float32 device view ``offset_bytes`` into ``base``, for alignment tests."""
     from kerneldsl.runtime.interop import DeviceView
 
-    return DeviceView(ptr=base.ptr + offset_bytes, shape=shape, strides=(4 * shape[1], 4), dtype=np.dtype(np.float32),
-                      device=0, readonly=False, owner=base)
+    return DeviceView(
+        ptr=base.ptr + offset_bytes,
+        shape=shape,
+        strides=(4 * shape[1], 4),
+        dtype=np.dtype(np.float32),
+        device=0,
+        readonly=False,
+        owner=base,
+    )
 
 
 def rand(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> np.ndarray:
@@ -381,7 +575,9 @@ def rand(shape: tuple[int, ...], dtype: Any, seed: int = 0) -> np.ndarray:
 
 
 def tolerance(dtype: Any) -> float:
-    return {np.dtype(np.float16): 2e-2, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}.get(np.dtype(dtype), 5e-2)
+    return {np.dtype(np.float16): 2e-2, np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}.get(
+        np.dtype(dtype), 5e-2
+    )
 
 
 def reference(a: np.ndarray, b: np.ndarray, trans_a: bool, trans_b: bool) -> np.ndarray:
@@ -403,7 +599,12 @@ def test_abi_constants_match_nvmath() -> None:
     assert blas.COMPUTE_32F_FAST_TF32 == cublas.ComputeType.COMPUTE_32F_FAST_TF32
     assert blas.COMPUTE_64F == cublas.ComputeType.COMPUTE_64F
     t = nvmath.CudaDataType
-    assert (blas.R_16F, blas.R_32F, blas.R_64F, blas.R_16BF) == (t.CUDA_R_16F, t.CUDA_R_32F, t.CUDA_R_64F, t.CUDA_R_16BF)
+    assert (blas.R_16F, blas.R_32F, blas.R_64F, blas.R_16BF) == (
+        t.CUDA_R_16F,
+        t.CUDA_R_32F,
+        t.CUDA_R_64F,
+        t.CUDA_R_16BF,
+    )
     for status in cublas.Status:
         if status:
             assert blas.status_name(status) == f"CUBLAS_STATUS_{status.name}"
@@ -414,8 +615,12 @@ def test_cublaslt_attribute_ids_match_nvmath() -> None:
     desc, pref = lt.MatmulDescAttribute, lt.MatmulPreferenceAttribute
     assert (blas_lt.DESC_TRANSA, blas_lt.DESC_TRANSB) == (desc.TRANSA, desc.TRANSB)
     assert blas_lt.PREF_MAX_WORKSPACE_BYTES == pref.MAX_WORKSPACE_BYTES
-    assert blas_lt.PREF_MIN_ALIGNMENT == (pref.MIN_ALIGNMENT_A_BYTES, pref.MIN_ALIGNMENT_B_BYTES,
-                                          pref.MIN_ALIGNMENT_C_BYTES, pref.MIN_ALIGNMENT_D_BYTES)
+    assert blas_lt.PREF_MIN_ALIGNMENT == (
+        pref.MIN_ALIGNMENT_A_BYTES,
+        pref.MIN_ALIGNMENT_B_BYTES,
+        pref.MIN_ALIGNMENT_C_BYTES,
+        pref.MIN_ALIGNMENT_D_BYTES,
+    )
 
 
 def test_import_kerneldsl_does_not_import_nvmath() -> None:
@@ -457,7 +662,9 @@ def test_missing_extra_says_what_to_install(s: Session, drv: FakeDriver) -> None
     assert np.array_equal(s.copy(a).to_host(), a.to_host())
 
 
-def test_library_that_cannot_load_is_not_available(s: Session, lib: FakeCublas, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_library_that_cannot_load_is_not_available(
+    s: Session, lib: FakeCublas, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class DynamicLibNotFoundError(RuntimeError):
         pass
 
@@ -605,8 +812,15 @@ class TestValidation:
         ((3, 2), (4, 3), True, True, (2, 4)),
     ],
 )
-def test_transposes_fix_the_output_shape(s: Session, lib: FakeCublas, a: tuple[int, int], b: tuple[int, int],
-                                         trans_a: bool, trans_b: bool, out: tuple[int, int]) -> None:
+def test_transposes_fix_the_output_shape(
+    s: Session,
+    lib: FakeCublas,
+    a: tuple[int, int],
+    b: tuple[int, int],
+    trans_a: bool,
+    trans_b: bool,
+    out: tuple[int, int],
+) -> None:
     result = blas.gemm(s.zeros(a), s.zeros(b), trans_a=trans_a, trans_b=trans_b)
     assert result.shape == out
     batched = blas.gemm_batched(s.zeros((5, *a)), s.zeros((5, *b)), trans_a=trans_a, trans_b=trans_b)
@@ -622,14 +836,17 @@ def test_transposes_fix_the_output_shape(s: Session, lib: FakeCublas, a: tuple[i
 @pytest.mark.parametrize("trans_a", [False, True])
 @pytest.mark.parametrize("trans_b", [False, True])
 @pytest.mark.parametrize(("alpha", "beta"), [(1.0, 0.0), (-0.5, 0.0), (2.0, 0.75)])
-def test_gemm_matches_numpy(s: Session, lib: FakeCublas, dtype: Any, trans_a: bool, trans_b: bool,
-                            alpha: float, beta: float) -> None:
+def test_gemm_matches_numpy(
+    s: Session, lib: FakeCublas, dtype: Any, trans_a: bool, trans_b: bool, alpha: float, beta: float
+) -> None:
     m, n, k = 5, 3, 7
     a = rand((k, m) if trans_a else (m, k), dtype, 1)
     b = rand((n, k) if trans_b else (k, n), dtype, 2)
     c = rand((m, n), dtype, 3)
     out = s.to_device(c)
-    result = blas.gemm(s.to_device(a), s.to_device(b), out=out, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b)
+    result = blas.gemm(
+        s.to_device(a), s.to_device(b), out=out, alpha=alpha, beta=beta, trans_a=trans_a, trans_b=trans_b
+    )
     assert result is out
     expected = alpha * reference(a, b, trans_a, trans_b) + beta * c.astype(np.float64)
     np.testing.assert_allclose(out.to_host().astype(np.float64), expected, rtol=tolerance(dtype), atol=tolerance(dtype))
@@ -674,9 +891,14 @@ def test_a_gemm_plan_assumes_only_the_alignment_the_operands_have(s: Session, li
 
 
 def test_compute_types(s: Session, lib: FakeCublas) -> None:
-    cases = [(np.float16, False, blas.COMPUTE_32F), (np.float32, False, blas.COMPUTE_32F),
-             (np.float64, False, blas.COMPUTE_64F), (np.float16, True, blas.COMPUTE_32F),
-             (np.float32, True, blas.COMPUTE_32F_FAST_TF32), (np.float64, True, blas.COMPUTE_64F)]
+    cases = [
+        (np.float16, False, blas.COMPUTE_32F),
+        (np.float32, False, blas.COMPUTE_32F),
+        (np.float64, False, blas.COMPUTE_64F),
+        (np.float16, True, blas.COMPUTE_32F),
+        (np.float32, True, blas.COMPUTE_32F_FAST_TF32),
+        (np.float64, True, blas.COMPUTE_64F),
+    ]
     for dtype, tf32, compute in cases:  # tf32 only changes float32
         blas.gemm(s.zeros((2, 2), dtype), s.zeros((2, 2), dtype), tf32=tf32)
         assert lib.lt.matmuls[-1]["compute"] == compute  # type: ignore[attr-defined]
@@ -759,7 +981,14 @@ def test_stream_and_workspace_set_only_when_the_stream_changes(s: Session, lib: 
     a = s.zeros((1, 2, 2))
     for _ in range(3):
         blas.gemm_batched(a, a)
-    assert lib.names() == ["create", "set_stream", "set_workspace", "gemm_strided_batched_ex", "gemm_strided_batched_ex", "gemm_strided_batched_ex"]
+    assert lib.names() == [
+        "create",
+        "set_stream",
+        "set_workspace",
+        "gemm_strided_batched_ex",
+        "gemm_strided_batched_ex",
+        "gemm_strided_batched_ex",
+    ]
     assert lib.calls[1][1] == (s.stream.handle,)
     ws_default = lib.calls[2][1]
     assert ws_default[1] == blas.WORKSPACE_BYTES
@@ -768,7 +997,15 @@ def test_stream_and_workspace_set_only_when_the_stream_changes(s: Session, lib: 
     blas.gemm_batched(a, a, stream=other)
     blas.gemm_batched(a, a, stream=other)
     blas.gemm_batched(a, a)
-    assert lib.names() == ["set_stream", "set_workspace", "gemm_strided_batched_ex", "gemm_strided_batched_ex", "set_stream", "set_workspace", "gemm_strided_batched_ex"]
+    assert lib.names() == [
+        "set_stream",
+        "set_workspace",
+        "gemm_strided_batched_ex",
+        "gemm_strided_batched_ex",
+        "set_stream",
+        "set_workspace",
+        "gemm_strided_batched_ex",
+    ]
     assert lib.calls[0][1] == (other.handle,)
     assert lib.calls[1][1][0] != ws_default[0]  # one workspace per stream
     assert lib.calls[5][1] == ws_default  # and the default stream's is reused, not reallocated

@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import in_threads
 
 import kerneldsl as kd
 from kerneldsl import blas, blas_lt, fastpath
 from kerneldsl.dtypes import ELEMENT_TYPES
 from kerneldsl.errors import BlasError, ClosedError
 from kerneldsl.runtime import Session, default_session
-from conftest import in_threads
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not blas.available(), reason="kerneldsl[blas] is not installed")]
 
@@ -101,11 +101,27 @@ def assert_close(got: np.ndarray, ref: np.ndarray, bound: np.ndarray, tol: float
 @pytest.mark.parametrize("dtype", GEMM_DTYPES, ids=str)
 @pytest.mark.parametrize("trans_a", [False, True], ids=["N", "T"])
 @pytest.mark.parametrize("trans_b", [False, True], ids=["N", "T"])
-@pytest.mark.parametrize(("alpha", "beta", "with_out"), [
-    (1.0, 0.0, True), (-1.5, 0.0, True), (0.75, 1.0, True), (2.0, -0.5, True), (1.0, 0.0, False), (-1.5, 0.0, False),
-])  # beta != 0 needs out=
-def test_gemm_matches_numpy(s: Session, rng: np.random.Generator, dtype: np.dtype, trans_a: bool, trans_b: bool,
-                            alpha: float, beta: float, with_out: bool) -> None:
+@pytest.mark.parametrize(
+    ("alpha", "beta", "with_out"),
+    [
+        (1.0, 0.0, True),
+        (-1.5, 0.0, True),
+        (0.75, 1.0, True),
+        (2.0, -0.5, True),
+        (1.0, 0.0, False),
+        (-1.5, 0.0, False),
+    ],
+)  # beta != 0 needs out=
+def test_gemm_matches_numpy(
+    s: Session,
+    rng: np.random.Generator,
+    dtype: np.dtype,
+    trans_a: bool,
+    trans_b: bool,
+    alpha: float,
+    beta: float,
+    with_out: bool,
+) -> None:
     m, n, k = 67, 45, 129  # non-square, not multiples of any tile
     a = uniform(rng, (k, m) if trans_a else (m, k), dtype)
     b = uniform(rng, (n, k) if trans_b else (k, n), dtype)
@@ -122,7 +138,9 @@ def test_gemm_matches_numpy(s: Session, rng: np.random.Generator, dtype: np.dtyp
 
 @pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 @pytest.mark.parametrize("dtype", GEMM_DTYPES, ids=str)
-def test_warm_gemm_with_out_runs_from_c_and_matches_numpy(s: Session, rng: np.random.Generator, dtype: np.dtype) -> None:
+def test_warm_gemm_with_out_runs_from_c_and_matches_numpy(
+    s: Session, rng: np.random.Generator, dtype: np.dtype
+) -> None:
     m, n, k = 67, 45, 129
     a, b, c = uniform(rng, (m, k), dtype), uniform(rng, (k, n), dtype), uniform(rng, (m, n), dtype)
     da, db, out = s.to_device(a), s.to_device(b), s.to_device(c)
@@ -166,7 +184,9 @@ def test_gemm_with_an_empty_inner_dimension_is_zero(s: Session) -> None:
 
 @pytest.mark.parametrize("dtype", GEMM_DTYPES, ids=str)
 @pytest.mark.parametrize(("trans_a", "trans_b"), [(False, False), (True, False), (False, True), (True, True)])
-def test_gemm_batched_matches_numpy(s: Session, rng: np.random.Generator, dtype: np.dtype, trans_a: bool, trans_b: bool) -> None:
+def test_gemm_batched_matches_numpy(
+    s: Session, rng: np.random.Generator, dtype: np.dtype, trans_a: bool, trans_b: bool
+) -> None:
     batch, m, n, k = 7, 33, 20, 47
     a = uniform(rng, (batch, k, m) if trans_a else (batch, m, k), dtype)
     b = uniform(rng, (batch, n, k) if trans_b else (batch, k, n), dtype)
@@ -184,7 +204,9 @@ def test_gemm_batched_matches_numpy(s: Session, rng: np.random.Generator, dtype:
 @pytest.mark.parametrize("dtype", VECTOR_DTYPES, ids=str)
 @pytest.mark.parametrize("trans_a", [False, True], ids=["N", "T"])
 @pytest.mark.parametrize(("alpha", "beta"), [(1.0, 0.0), (-2.0, 0.5)])
-def test_gemv_matches_numpy(s: Session, rng: np.random.Generator, dtype: np.dtype, trans_a: bool, alpha: float, beta: float) -> None:
+def test_gemv_matches_numpy(
+    s: Session, rng: np.random.Generator, dtype: np.dtype, trans_a: bool, alpha: float, beta: float
+) -> None:
     a = uniform(rng, (301, 173), dtype)
     x = uniform(rng, 301 if trans_a else 173, dtype)
     y = uniform(rng, 173 if trans_a else 301, dtype) if beta else nan_like((173 if trans_a else 301,), dtype)
@@ -298,6 +320,7 @@ def test_four_threads_share_the_handle(s: Session, rng: np.random.Generator) -> 
     a = [uniform(rng, (64, 64), dt) for _ in range(4)]
     da = [s.to_device(x) for x in a]
     outs = [s.empty((64, 64), dt) for _ in range(4)]
+
     def work(i: int) -> None:
         for _ in range(200):
             blas.gemm(da[i], da[i], outs[i])
@@ -318,7 +341,9 @@ def test_gemm_restores_the_callers_context(rng: np.random.Generator) -> None:
         try:
             out = blas.gemm(da, da)
             assert int(cu.cuCtxGetCurrent()[1]) == int(other)
-            assert_close(out.to_host(), f64(a) @ f64(a), np.abs(f64(a)) @ np.abs(f64(a)), TOL[np.dtype(np.float32)], rng)
+            assert_close(
+                out.to_host(), f64(a) @ f64(a), np.abs(f64(a)) @ np.abs(f64(a)), TOL[np.dtype(np.float32)], rng
+            )
         finally:
             cu.cuCtxDestroy(other)
 

@@ -7,8 +7,9 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ def axpb(y: kd.Out["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"], B: kd.Const
     """
 '''
 
-MAIN = '''
+MAIN = """
 if __name__ == "__main__":
     import hashlib, sys
     mode = sys.argv[1]
@@ -58,7 +59,7 @@ if __name__ == "__main__":
             axpb.compile(T=np.float32, arch="sm_80")
         except RuntimeError as exc:
             print("miss", exc)
-'''
+"""
 
 
 def write_script(directory: Path, leading_blank_lines: int = 0) -> Path:
@@ -244,7 +245,7 @@ def test_material_contains_no_paths_or_line_numbers() -> None:
     text = json.dumps(material_of())
     for forbidden in (THIS_FILE, str(Path(THIS_FILE).parent), str(REPO), Path(THIS_FILE).name, os.getcwd()):
         assert forbidden not in text
-    assert "#line 1 \\\"scaled.body\\\"" in text  # the body marker names no file on disk
+    assert '#line 1 \\"scaled.body\\"' in text  # the body marker names no file on disk
 
 
 def test_key_is_stable_across_processes_paths_and_line_numbers(tmp_path: Path) -> None:
@@ -276,7 +277,9 @@ def test_new_process_hits_the_disk_cache_without_nvrtc(isolated_cache: Path, tmp
     assert other["miss"] == "NVRTC called"  # another arch is a miss and reaches the compiler
 
 
-def test_redeclared_kernel_hits_the_disk_cache_in_process(isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_redeclared_kernel_hits_the_disk_cache_in_process(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = write_script(tmp_path / "kernels")
     first = load_script(script).axpb.compile(T=np.float64, arch="sm_80")
 

@@ -60,9 +60,7 @@ def put(cache: DiskCache, payload: bytes, **changes: object) -> tuple[str, dict[
 
 
 def cache_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
-    return [
-        r for r in caplog.records if r.name == "kerneldsl.cache" and r.levelno == logging.WARNING
-    ]
+    return [r for r in caplog.records if r.name == "kerneldsl.cache" and r.levelno == logging.WARNING]
 
 
 @pytest.fixture
@@ -202,9 +200,7 @@ def test_corrupt_value_file_is_evicted(cache: DiskCache, caplog: pytest.LogCaptu
     assert not value_file.exists()
 
 
-def test_entry_under_another_key_is_evicted(
-    cache: DiskCache, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_entry_under_another_key_is_evicted(cache: DiskCache, caplog: pytest.LogCaptureFixture) -> None:
     key_a, mat_a = put(cache, b"a")
     key_b, _ = put(cache, b"b", arch="sm_90")
     with diskcache.Cache(str(cache.directory)) as raw:
@@ -264,9 +260,7 @@ def test_forged_header_is_rejected(tmp_path: Path, forgery: str) -> None:
 
 
 @pytest.mark.parametrize("size", [1.0, True], ids=["float", "bool"])
-def test_header_field_of_wrong_type_is_evicted(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, size: object
-) -> None:
+def test_header_field_of_wrong_type_is_evicted(tmp_path: Path, caplog: pytest.LogCaptureFixture, size: object) -> None:
     path = tmp_path / "cache"
     mat = material()
     key = cache_key(mat)
@@ -280,9 +274,7 @@ def test_header_field_of_wrong_type_is_evicted(
             assert key not in raw
 
 
-def test_entry_with_non_numeric_store_time_is_evicted(
-    cache: DiskCache, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_entry_with_non_numeric_store_time_is_evicted(cache: DiskCache, caplog: pytest.LogCaptureFixture) -> None:
     key, mat = put(cache, b"cubin")
     con = sqlite3.connect(str(Path(str(cache.directory)) / "cache.db"))
     with con:
@@ -399,9 +391,7 @@ def plant_cache(directory: Path, payload: bytes) -> tuple[str, dict[str, object]
 
 
 @pytest.mark.parametrize("spelling", ["$KD_ATTACKER", "${KD_ATTACKER}"])
-def test_dollar_in_cache_path_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str
-) -> None:
+def test_dollar_in_cache_path_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str) -> None:
     plant_cache(tmp_path / "attacker", b"evil cubin")
     monkeypatch.setenv("KD_ATTACKER", str(tmp_path / "attacker"))
     with pytest.raises(CacheError, match=r"contains '\$'"):
@@ -420,9 +410,7 @@ def test_dollar_in_xdg_cache_home_is_refused(
         get_default_cache().get(key, mat)
 
 
-def test_directory_opened_elsewhere_than_checked_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_directory_opened_elsewhere_than_checked_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     elsewhere = tmp_path / "elsewhere"
     monkeypatch.setattr(os.path, "expandvars", lambda path: str(elsewhere))
     with pytest.raises(UnsafeCacheDirError, match="not the checked cache directory"):
@@ -448,9 +436,7 @@ def test_database_writable_by_others_is_refused(tmp_path: Path, name: str) -> No
         DiskCache(path)
 
 
-def test_database_owned_by_another_user_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_database_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "cache"
     DiskCache(path).close()
     real_fstat = os.fstat
@@ -465,9 +451,7 @@ def test_database_owned_by_another_user_is_refused(
         DiskCache(path)
 
 
-def test_unknown_user_in_cache_dir_is_an_error(
-    monkeypatch: pytest.MonkeyPatch, no_default_cache: None
-) -> None:
+def test_unknown_user_in_cache_dir_is_an_error(monkeypatch: pytest.MonkeyPatch, no_default_cache: None) -> None:
     monkeypatch.setenv("KERNELDSL_CACHE_DIR", "~kerneldsl-no-such-user/kd")
     with pytest.raises(CacheError, match="~kerneldsl-no-such-user"):
         get_default_cache()
@@ -483,9 +467,7 @@ def test_relative_cache_dir_in_environment_is_an_error(
     assert not (tmp_path / "relative").exists()
 
 
-def test_relative_directory_argument_is_fixed_at_construction(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_relative_directory_argument_is_fixed_at_construction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path)
     with DiskCache("relative") as cache:
@@ -522,9 +504,7 @@ def test_directory_writable_by_others_is_refused(tmp_path: Path, mode: int) -> N
     assert not (path / "cache.db").exists()
 
 
-def test_directory_owned_by_another_user_is_refused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_directory_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "theirs"
     path.mkdir(mode=0o700)
     monkeypatch.setattr(os, "getuid", lambda: path.stat().st_uid + 1)
@@ -540,9 +520,7 @@ def test_files_and_directories_are_private_under_permissive_umask(tmp_path: Path
         with DiskCache(path) as cache:
             put(cache, b"\x01" * 100_000)
             put(cache, b"inline", arch="sm_90")
-            modes = {
-                str(p.relative_to(path)): stat.S_IMODE(p.lstat().st_mode) for p in path.rglob("*")
-            }
+            modes = {str(p.relative_to(path)): stat.S_IMODE(p.lstat().st_mode) for p in path.rglob("*")}
     finally:
         os.umask(old_umask)
     assert {"cache.db", "cache.db-wal", "cache.db-shm"} <= modes.keys()
@@ -552,9 +530,7 @@ def test_files_and_directories_are_private_under_permissive_umask(tmp_path: Path
 
 
 @pytest.mark.parametrize("loosened", ["file", "subdirectory"])
-def test_value_writable_by_others_is_evicted(
-    cache: DiskCache, caplog: pytest.LogCaptureFixture, loosened: str
-) -> None:
+def test_value_writable_by_others_is_evicted(cache: DiskCache, caplog: pytest.LogCaptureFixture, loosened: str) -> None:
     key, mat = put(cache, b"\xab" * 100_000)
     (value_file,) = Path(str(cache.directory)).rglob("*.val")
     (value_file if loosened == "file" else value_file.parent).chmod(0o777)
@@ -599,9 +575,7 @@ def test_write_into_subdirectory_writable_by_others_degrades_to_memory(
     value_file.parent.chmod(0o777)
     subdir = str(value_file.parent.relative_to(Path(str(cache.directory))))
     forced = f"{subdir}/{'0' * 28}.val"
-    monkeypatch.setattr(
-        cache_module._BytesOnlyDisk, "filename", lambda self, key, value: (forced, None)
-    )
+    monkeypatch.setattr(cache_module._BytesOnlyDisk, "filename", lambda self, key, value: (forced, None))
     with pytest.warns(RuntimeWarning, match="writable by group or others"):
         key, mat = put(cache, b"\xcd" * 100_000, arch="sm_90")
     assert cache.in_memory
@@ -623,9 +597,7 @@ def _degrades_once(make: object, caplog: pytest.LogCaptureFixture) -> DiskCache:
     return opened
 
 
-def test_path_beneath_a_file_degrades_to_memory(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_path_beneath_a_file_degrades_to_memory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "file"
     blocker.write_bytes(b"")
     memory = _degrades_once(lambda: DiskCache(blocker / "cache"), caplog)
@@ -637,9 +609,7 @@ def test_path_beneath_a_file_degrades_to_memory(
     assert memory.get(key, mat) is None
 
 
-def test_corrupt_database_degrades_to_memory(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_corrupt_database_degrades_to_memory(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "cache"
     path.mkdir(mode=0o700)
     (path / "cache.db").write_bytes(b"this is not a database" * 100)
@@ -713,7 +683,11 @@ def test_concurrent_processes_share_one_entry_per_key(tmp_path: Path) -> None:
     workers = [
         subprocess.Popen(
             [sys.executable, "-c", WORKER, str(path), str(go)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
         )  # fmt: skip
         for _ in range(4)
     ]
@@ -770,19 +744,13 @@ def test_explain(any_cache: DiskCache) -> None:
 
 
 def test_mount_type_uses_longest_mount_point() -> None:
-    mounts = (
-        "/dev/sda1 / ext4 rw 0 0\n"
-        "server:/export /home nfs4 rw 0 0\n"
-        "tmpfs /home/me/fast\\040dir tmpfs rw 0 0\n"
-    )
+    mounts = "/dev/sda1 / ext4 rw 0 0\nserver:/export /home nfs4 rw 0 0\ntmpfs /home/me/fast\\040dir tmpfs rw 0 0\n"
     assert cache_module._mount_fstype("/home/me/.cache/kerneldsl", mounts) == "nfs4"
     assert cache_module._mount_fstype("/home/me/fast dir/kerneldsl", mounts) == "tmpfs"
     assert cache_module._mount_fstype("/homestead", mounts) == "ext4"
 
 
-def test_network_filesystem_is_warned_about_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_network_filesystem_is_warned_about_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cache_module, "_filesystem_type", lambda path: "nfs4")
     with pytest.warns(RuntimeWarning, match="nfs4"):
         first = DiskCache(tmp_path / "cache")

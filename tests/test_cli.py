@@ -95,7 +95,11 @@ def test_info_says_when_the_cache_fell_back_to_memory(capsys, tmp_path, monkeypa
     code, out, _ = run(capsys, "info", "--json")
     assert code == 0
     assert json.loads(out)["cache"] == {
-        "configured": str(tmp_path / "a-file" / "cache"), "directory": None, "in_memory": True, "entries": 0, "bytes": 0,
+        "configured": str(tmp_path / "a-file" / "cache"),
+        "directory": None,
+        "in_memory": True,
+        "entries": 0,
+        "bytes": 0,
     }
 
 

@@ -257,7 +257,9 @@ class FakeArray:
 def make_launch(g: Generated) -> Any:
     namespace: dict[str, Any] = {}
     exec(compile(g.adapter_source, "<adapter>", "exec"), namespace)
-    return lambda session, fn, buffer, params, *rest: namespace["make_launch"](ADAPTER_RUNTIME, session, fn, buffer, params)(*rest)
+    return lambda session, fn, buffer, params, *rest: namespace["make_launch"](
+        ADAPTER_RUNTIME, session, fn, buffer, params
+    )(*rest)
 
 
 def run_adapter(g: Generated, *args: Any, grid: Any = None) -> tuple[FakeSession, tuple[Any, ...], bytearray]:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_codegen import mask_half, saxpy, scale_rows
 
 import kerneldsl as kd
 import kerneldsl.build
@@ -14,8 +15,6 @@ from kerneldsl.compiler import CompiledCode, build_options, check_options, norma
 from kerneldsl.errors import InvalidArchError, InvalidOptionError, KernelCompileError, NoDeviceError
 from kerneldsl.runtime import driver
 from kerneldsl.target import ARCH_ENV, arch_for_capability, resolve_arch
-
-from test_codegen import mask_half, saxpy, scale_rows
 
 THIS_FILE = str(Path(__file__).resolve())
 ELF_MAGIC = b"\x7fELF"
@@ -81,12 +80,12 @@ def test_ptx_output_on_request(builds: dict[str, Any]) -> None:
     assert ".target sm_90" in b.ptx
     assert ".entry kd_saxpy" in b.ptx
     with pytest.raises(ValueError):
-        b.cubin
+        _ = b.cubin
 
 
 def test_cubin_build_has_no_ptx(builds: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        builds["saxpy_sm90"].ptx
+        _ = builds["saxpy_sm90"].ptx
 
 
 def test_ptx_and_cubin_have_different_cache_keys(builds: dict[str, Any]) -> None:
@@ -150,7 +149,9 @@ def test_non_string_arch_is_rejected() -> None:
         normalize_arch(90)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(("spelled", "canonical"), [("sm_90", "sm_90"), ("SM_80", "sm_80"), ("90", "sm_90"), (" sm_86 ", "sm_86")])
+@pytest.mark.parametrize(
+    ("spelled", "canonical"), [("sm_90", "sm_90"), ("SM_80", "sm_80"), ("90", "sm_90"), (" sm_86 ", "sm_86")]
+)
 def test_arch_spellings_are_normalized(spelled: str, canonical: str) -> None:
     assert normalize_arch(spelled) == canonical
 
@@ -211,7 +212,9 @@ def test_invalid_option_is_rejected_at_declaration(option: Any) -> None:
             return ""
 
 
-@pytest.mark.parametrize("option", ["-DX=1", "-UX", "--use_fast_math", "-lineinfo", "--ftz=true", "--maxrregcount=32", "-std=c++20"])
+@pytest.mark.parametrize(
+    "option", ["-DX=1", "-UX", "--use_fast_math", "-lineinfo", "--ftz=true", "--maxrregcount=32", "-std=c++20"]
+)
 def test_valid_option_is_accepted(option: str) -> None:
     assert check_options([option]) == (option,)
 

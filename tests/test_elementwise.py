@@ -46,7 +46,11 @@ def test_vector_width_follows_the_widest_array() -> None:
 
 def test_vector_ptx_uses_16_byte_accesses() -> None:
     x = np.ones(64, np.float32)
-    b = kd.ops.multiply.inspect(x, x, arch=ARCH, )
+    b = kd.ops.multiply.inspect(
+        x,
+        x,
+        arch=ARCH,
+    )
     from kerneldsl.compiler import build_options, compile_source
 
     ptx = compile_source(b.cuda_source, "v.cu", build_options(ARCH, "ptx", ("--fmad=false",)), "ptx").image.decode()

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import installed_driver
+from driver_double import FakeDriver
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kerneldsl as kd
 from kerneldsl import fastpath
-from kerneldsl.fastpath import launch_table
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -32,12 +33,24 @@ from kerneldsl.errors import (
     StickyCudaError,
     WrongSessionError,
 )
-from conftest import installed_driver
-from driver_double import FakeDriver
+from kerneldsl.fastpath import launch_table
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 
-SCALAR_TYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+SCALAR_TYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+]
 
 
 @kd.kernel(grid=kd.cdiv("n", 128), block=128)
@@ -219,7 +232,9 @@ def test_queued_frees_are_released_by_the_python_path_first(s: kd.Session, drv: 
     assert drv.c_launches == 1
 
 
-def test_launches_during_capture_take_the_python_path_that_keeps_arguments_alive(s: kd.Session, drv: FakeDriver) -> None:
+def test_launches_during_capture_take_the_python_path_that_keeps_arguments_alive(
+    s: kd.Session, drv: FakeDriver
+) -> None:
     dy, dx = _pair(s)
     saxpy(dy, dx, np.float32(1))
     with s.capture() as graph:
@@ -264,7 +279,7 @@ def test_at_most_eight_launches_are_remembered_newest_first(s: kd.Session, drv: 
         for dy, dx in arrays:
             if dy.dtype == dtype:
                 saxpy(dy, dx, dtype(1))
-    for n in range(3):
+    for _ in range(3):
         for t in (np.int32, np.int64, np.int16, np.uint8, np.float16, np.float64, np.int8, np.uint16, np.uint32):
             a = s.zeros(4, t)
             saxpy(a, s.zeros(4, t), t(1))
@@ -298,15 +313,25 @@ def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> 
     with pytest.raises(ValueError, match="opcode"):
         _fastlaunch.Launch(
             table=(1, ((0, 1),), (), (), (), ((99, 0),), ((0, 0),)),
-            session=s, guards=(0,), launch=1, function=1, stream=1,
+            session=s,
+            guards=(0,),
+            launch=1,
+            function=1,
+            stream=1,
         )
 
 
 def test_with_kerneldsl_c_launch_0_every_call_takes_the_python_path() -> None:
     code = "import kerneldsl as kd, kerneldsl.fastpath as f; print(f.ENABLED, kd.Kernel.__mro__[1].__name__)"
     env = {**os.environ, "KERNELDSL_C_LAUNCH": "0"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parent.parent,
+    )
     assert out.stdout.split() == ["False", "PyFront"]
 
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+from conftest import in_threads
 
 import kerneldsl as kd
 from kerneldsl import fastpath
 from kerneldsl.errors import LaunchError
-from conftest import in_threads
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")]
 

@@ -31,7 +31,16 @@ def test_a_chain_is_one_kernel_without_temporaries() -> None:
     assert build.decisions.vector_width == 4
     builder, result = chain.trace(x, x)
     program = builder.program(result)
-    assert [n.op for n in program.nodes] == ["multiply", "add", "multiply", "subtract", "multiply", "sin", "add", "square"]
+    assert [n.op for n in program.nodes] == [
+        "multiply",
+        "add",
+        "multiply",
+        "subtract",
+        "multiply",
+        "sin",
+        "add",
+        "square",
+    ]
     assert [leaf.kind for leaf in program.leaves].count("array") == 2
 
 

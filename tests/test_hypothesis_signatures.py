@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 import kerneldsl as kd
 from kerneldsl.build import build
 from kerneldsl.codegen import SLOT_BYTES, generate
-from kerneldsl.dtypes import to_bfloat16_bits
-from kerneldsl.dtypes import ELEMENT_TYPES
+from kerneldsl.dtypes import ELEMENT_TYPES, to_bfloat16_bits
 from kerneldsl.errors import DeclarationError
 from kerneldsl.launch import ADAPTER_RUNTIME
 from kerneldsl.signature import RESERVED_NAMES, Signature, parse_signature
@@ -26,7 +25,11 @@ SYMBOLS = ("n", "m", "k", "rows")
 TYPE_VARS = ("T", "U")
 DTYPES = tuple(sorted(ELEMENT_TYPES))
 DIRECTIONS = {"in": kd.In, "out": kd.Out, "inout": kd.InOut}
-CONST_VALUES = {int: st.integers(-(2**40), 2**40), float: st.floats(allow_nan=False, allow_infinity=False), bool: st.booleans()}
+CONST_VALUES = {
+    int: st.integers(-(2**40), 2**40),
+    float: st.floats(allow_nan=False, allow_infinity=False),
+    bool: st.booleans(),
+}
 
 FAST = settings(max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -70,7 +73,9 @@ def cases(draw: st.DrawFn) -> Case:
             parameters.append(inspect.Parameter(f"C{i}", plain, annotation=kd.Const[kind]))
             consts[f"C{i}"] = value
     parameters += with_default
-    used = [d for p in parameters if hasattr(p.annotation, "shape") for d in _dims(p.annotation.shape) if isinstance(d, str)]
+    used = [
+        d for p in parameters if hasattr(p.annotation, "shape") for d in _dims(p.annotation.shape) if isinstance(d, str)
+    ]
     used = list(dict.fromkeys(used))
     grid = kd.cdiv(used[0], 128) if used else 1
     specialize = tuple(draw(st.lists(st.sampled_from(used), unique=True, max_size=2))) if used else ()

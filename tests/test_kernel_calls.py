@@ -13,12 +13,18 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-
-import kerneldsl as kd
-from kerneldsl.errors import AliasingError, BindingError, ClosedError, ReadOnlyArrayError, ShapeMismatchError, WrongSessionError
-
 from conftest import installed_driver
 from driver_double import FakeDriver
+
+import kerneldsl as kd
+from kerneldsl.errors import (
+    AliasingError,
+    BindingError,
+    ClosedError,
+    ReadOnlyArrayError,
+    ShapeMismatchError,
+    WrongSessionError,
+)
 
 
 class SaxpyDriver(FakeDriver):

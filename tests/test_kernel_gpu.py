@@ -5,14 +5,13 @@ Outputs are poisoned before each launch so a kernel that writes nothing cannot p
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+from conftest import in_threads
 
 import kerneldsl as kd
 from kerneldsl import dtypes
 from kerneldsl.errors import ShapeMismatchError, WrongSessionError
-from conftest import in_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -174,6 +173,7 @@ def test_graph_of_kernel_launches_replays() -> None:
 
 def test_four_threads_share_one_kernel_and_session() -> None:
     s = kd.default_session()
+
     def work(seed: int) -> None:
         x = np.full(5000, seed, np.float32)
         dx, dout = s.to_device(x), s.empty(5000, np.float32)

@@ -109,8 +109,14 @@ def test_astype_compiles_to_and_from_every_dtype(dt: np.dtype) -> None:
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
 def test_reduction_result_dtypes_follow_numpy(dt: np.dtype) -> None:
     x = np.ones(3, dt)
-    for name, ref in (("sum", np.sum), ("prod", np.prod), ("mean", np.mean), ("max", np.max),
-                      ("argmax", np.argmax), ("norm", np.linalg.norm)):
+    for name, ref in (
+        ("sum", np.sum),
+        ("prod", np.prod),
+        ("mean", np.mean),
+        ("max", np.max),
+        ("argmax", np.argmax),
+        ("norm", np.linalg.norm),
+    ):
         plan = getattr(ops, name)._plan((x,), None, None)
         with np.errstate(all="ignore"):
             assert plan.dtype == np.asarray(ref(x)).dtype, name

@@ -242,8 +242,10 @@ def test_integer_wraparound(session) -> None:
     i64 = np.array([2**62, -(2**63)], np.int64)
     with np.errstate(all="ignore"):
         assert_same(run_device(session, ops.multiply, i64, np.int64(4)), i64 * np.int64(4))
-        assert_same(run_device(session, ops.power, np.array([3, 7], np.int8), np.array([5, 9], np.int8)),
-                    np.power(np.array([3, 7], np.int8), np.array([5, 9], np.int8)))
+        assert_same(
+            run_device(session, ops.power, np.array([3, 7], np.int8), np.array([5, 9], np.int8)),
+            np.power(np.array([3, 7], np.int8), np.array([5, 9], np.int8)),
+        )
 
 
 def test_python_scalars_are_weak_and_numpy_scalars_strong(session, rng) -> None:
@@ -277,7 +279,14 @@ def test_empty_and_size_one(session) -> None:
 
 
 def test_broadcasting(session, rng) -> None:
-    cases = [((3, 1, 5), (4, 1)), ((4, 5), (5,)), ((4, 1), (1, 6)), ((2, 3, 4), ()), ((1,), (7,)), ((5, 1, 1), (1, 1, 6))]
+    cases = [
+        ((3, 1, 5), (4, 1)),
+        ((4, 5), (5,)),
+        ((4, 1), (1, 6)),
+        ((2, 3, 4), ()),
+        ((1,), (7,)),
+        ((5, 1, 1), (1, 1, 6)),
+    ]
     for sa, sb in cases:
         a, b = rand(rng, np.float32, sa), rand(rng, np.int16, sb)
         assert_same(run_device(session, ops.add, a, b), a + b)
@@ -351,13 +360,19 @@ def test_hypothesis_broadcast_shapes(session) -> None:
     from hypothesis.extra import numpy as hnp
 
     @settings(max_examples=25, deadline=None)
-    @given(shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=6),
-           seed=st.integers(0, 2**32 - 1))
+    @given(
+        shapes=hnp.mutually_broadcastable_shapes(num_shapes=2, min_dims=0, max_dims=4, max_side=6),
+        seed=st.integers(0, 2**32 - 1),
+    )
     def check(shapes, seed):
         rng = np.random.default_rng(seed)
         a, b = rand(rng, np.float32, shapes.input_shapes[0]), rand(rng, np.int32, shapes.input_shapes[1])
-        assert_same(ops.subtract(session.to_device(a), session.to_device(b)).to_host()
-                    if a.size and b.size else ops.subtract(a, b), a - b)
+        assert_same(
+            ops.subtract(session.to_device(a), session.to_device(b)).to_host()
+            if a.size and b.size
+            else ops.subtract(a, b),
+            a - b,
+        )
 
     check()
 
@@ -366,7 +381,12 @@ def test_hypothesis_broadcast_shapes(session) -> None:
 
 
 NUMPY_REDUCTIONS = {
-    "sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin,
+    "sum": np.sum,
+    "mean": np.mean,
+    "max": np.max,
+    "min": np.min,
+    "argmax": np.argmax,
+    "argmin": np.argmin,
     "norm": lambda v, axis: np.linalg.norm(v, axis=axis),
 }
 
@@ -385,9 +405,20 @@ def _reduce(session, name: str, x: np.ndarray, axis=None):
 
 
 @pytest.mark.parametrize("dt", DTYPES, ids=ids)
-@pytest.mark.parametrize("shape, axis", [
-    ((1000,), None), (((1 << 20) + 3,), None), ((37, 1000), 1), ((37, 1000), 0), ((3, 5000), 1), ((5000, 3), 0),
-    ((4, 6, 5), 1), ((37, 1000), None), ((37, 1000), -1)])
+@pytest.mark.parametrize(
+    "shape, axis",
+    [
+        ((1000,), None),
+        (((1 << 20) + 3,), None),
+        ((37, 1000), 1),
+        ((37, 1000), 0),
+        ((3, 5000), 1),
+        ((5000, 3), 0),
+        ((4, 6, 5), 1),
+        ((37, 1000), None),
+        ((37, 1000), -1),
+    ],
+)
 def test_reductions_match_numpy(session, rng, dt: np.dtype, shape, axis) -> None:
     x = rand(rng, dt, shape)
     n = x.size if axis is None else shape[axis]
@@ -406,7 +437,9 @@ def test_reductions_match_numpy(session, rng, dt: np.dtype, shape, axis) -> None
             exact = np.mean(x64, axis=axis)
         else:
             exact = np.sqrt(np.sum(x64 * x64, axis=axis))
-        tol = _reduction_tolerance(x if name != "norm" else x64 * x64, plan.acc, plan.dtype, n) / (n if name == "mean" else 1)
+        tol = _reduction_tolerance(x if name != "norm" else x64 * x64, plan.acc, plan.dtype, n) / (
+            n if name == "mean" else 1
+        )
         if name == "norm":
             tol = math.sqrt(tol) + eps(plan.dtype) * float(np.max(np.abs(exact)))
         assert got.dtype == plan.dtype
@@ -525,5 +558,9 @@ def test_fused_reduction_and_broadcast(session, rng) -> None:
     x, y = rand(rng, np.float32, (1 << 20) + 9), rand(rng, np.float32, (1 << 20) + 9)
     for a in (0.5, 2.0):  # a is a runtime parameter: same kernel, new value
         got = total(session.to_device(x), session.to_device(y), a).to_host()
-        np.testing.assert_allclose(got, (x.astype(np.float64) * a + y).sum(), atol=_reduction_tolerance(x, np.dtype(np.float32), np.dtype(np.float32), x.size) * 3)
+        np.testing.assert_allclose(
+            got,
+            (x.astype(np.float64) * a + y).sum(),
+            atol=_reduction_tolerance(x, np.dtype(np.float32), np.dtype(np.float32), x.size) * 3,
+        )
     assert len({p.program for p in total._plans.values()}) == 1

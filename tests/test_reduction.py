@@ -47,14 +47,17 @@ def test_other_dtypes_compile(dt: type) -> None:
         assert r.inspect(np.ones((5, ROWS_BLOCK_MIN), dt), axis=-1, arch=ARCH).cubin
 
 
-@pytest.mark.parametrize(("name", "dt", "acc"), [
-    ("sum", np.float16, np.float32),
-    ("sum", np.int8, np.int64),
-    ("sum", np.uint8, np.uint64),
-    ("mean", np.int16, np.float64),
-    ("sum", np.float32, np.float32),
-    ("max", np.float64, np.float64),
-])
+@pytest.mark.parametrize(
+    ("name", "dt", "acc"),
+    [
+        ("sum", np.float16, np.float32),
+        ("sum", np.int8, np.int64),
+        ("sum", np.uint8, np.uint64),
+        ("mean", np.int16, np.float64),
+        ("sum", np.float32, np.float32),
+        ("max", np.float64, np.float64),
+    ],
+)
 def test_accumulation_types_are_documented_ones(name: str, dt: type, acc: type) -> None:
     assert getattr(ops, name).inspect(np.ones(10, dt), arch=ARCH).decisions.accumulation == np.dtype(acc)
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import in_threads
 
 from kerneldsl.errors import ForkedProcessError, LaunchError, OutOfMemoryError
 from kerneldsl.runtime import Module, Session, as_device_view, driver
-from conftest import in_threads
 
 pytestmark = pytest.mark.gpu
 
@@ -36,6 +36,7 @@ extern "C" __global__ void spin(long long cycles) {
 extern "C" __global__ void poke(int* p) { *p = 1; }
 extern "C" __global__ void noop() {}
 """
+
 
 def compile_cubin(source: str, arch: str) -> bytes:
     """NVRTC source -> cubin for ``arch`` (e.g. 'sm_90')."""
@@ -127,7 +128,20 @@ def test_device_queries() -> None:
     assert driver.compute_capability(0) >= (7, 0)
 
 
-DTYPES = ["bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+DTYPES = [
+    "bool",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "float16",
+    "float32",
+    "float64",
+]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

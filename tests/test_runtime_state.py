@@ -29,10 +29,18 @@ from kerneldsl.errors import (
     StickyCudaError,
     WrongSessionError,
 )
-from kerneldsl.runtime import DeviceArray, Session, as_device_view, default_session, driver, interop, open_sessions, use_driver
+from kerneldsl.runtime import (
+    DeviceArray,
+    Session,
+    as_device_view,
+    default_session,
+    driver,
+    interop,
+    open_sessions,
+    use_driver,
+)
 from kerneldsl.runtime import session as session_mod
 from kerneldsl.runtime.interop import DLManagedTensor
-
 
 ILLEGAL_ADDRESS = 700
 OUT_OF_RESOURCES = 701
@@ -346,7 +354,14 @@ def test_close_order(drv: FakeDriver) -> None:
     tail = log[sync_end + 1 :]
     # deferred: the dropped buffer, then the sync events; then events, buffers, modules, streams, ctx
     assert tail[0] == "cuMemFree"
-    expected_order = ["cuEventDestroy", "cuMemFree", "cuMemFreeHost", "cuModuleUnload", "cuStreamDestroy", "cuDevicePrimaryCtxRelease"]
+    expected_order = [
+        "cuEventDestroy",
+        "cuMemFree",
+        "cuMemFreeHost",
+        "cuModuleUnload",
+        "cuStreamDestroy",
+        "cuDevicePrimaryCtxRelease",
+    ]
     firsts = [tail.index(c, 1) for c in expected_order]
     assert firsts == sorted(firsts)
     assert tail[-1] == "cuDevicePrimaryCtxRelease"
@@ -438,7 +453,12 @@ def test_forked_child_gets_forked_process_error_without_touching_the_driver(s: S
         try:
             n = len(drv.calls)
             failures = 0
-            for op in (a.to_host, s.synchronize, lambda: s.empty(1), lambda: s.launch(1, (1, 1, 1), (1, 1, 1), 0, None, 0)):
+            for op in (
+                a.to_host,
+                s.synchronize,
+                lambda: s.empty(1),
+                lambda: s.launch(1, (1, 1, 1), (1, 1, 1), 0, None, 0),
+            ):
                 try:
                     op()
                 except ForkedProcessError:
@@ -506,7 +526,9 @@ def test_atexit_hook_runs_at_interpreter_exit(tmp_path: Path) -> None:
 # -- transfers on the double --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int32", "uint64", "float16", "float32", "float64", "complex64"])
+@pytest.mark.parametrize(
+    "dtype", ["bool", "int8", "uint16", "int32", "uint64", "float16", "float32", "float64", "complex64"]
+)
 def test_round_trip(s: Session, dtype: str) -> None:
     rng = np.random.default_rng(0)
     host = (rng.random((3, 5)) * 100).astype(dtype)
@@ -654,7 +676,13 @@ def test_as_device_view(s: Session, drv: FakeDriver) -> None:
     assert as_device_view(object()) is None
 
     class Foreign:
-        __cuda_array_interface__ = {"shape": (4, 2), "typestr": "<i8", "data": (0xABC000, True), "strides": (8, 32), "version": 2}
+        __cuda_array_interface__ = {
+            "shape": (4, 2),
+            "typestr": "<i8",
+            "data": (0xABC000, True),
+            "strides": (8, 32),
+            "version": 2,
+        }
 
     f = Foreign()
     v = as_device_view(f)
@@ -674,7 +702,13 @@ def test_borrow_wraps_foreign_memory_without_owning_it(s: Session, drv: FakeDriv
     a = s.to_device(np.arange(4, dtype=np.float32))
 
     class Foreign:
-        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (a.ptr, False), "version": 3, "stream": 0x777}
+        __cuda_array_interface__ = {
+            "shape": (4,),
+            "typestr": "<f4",
+            "data": (a.ptr, False),
+            "version": 3,
+            "stream": 0x777,
+        }
 
     f = Foreign()
     view = as_device_view(f)

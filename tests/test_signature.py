@@ -1,6 +1,7 @@
 """Declarations: every invalid signature fails at decoration time, naming what is wrong."""
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.errors import BindingError, ShapeMismatchError
 from kerneldsl.dtypes import INT32_MAX
+from kerneldsl.errors import BindingError, ShapeMismatchError
 from kerneldsl.specialize import bind, bind_declared, describe_array
 
 ARCH = "sm_90"

@@ -41,7 +41,8 @@ def _session_private_names() -> set[str]:
 def _library_files() -> list[Path]:
     """Library modules outside runtime/; bench/ measures raw driver calls as baselines on purpose."""
     return [
-        p for p in PACKAGE.rglob("*.py")
+        p
+        for p in PACKAGE.rglob("*.py")
         if p.parent.name not in ("runtime", "bench") and p.parent.parent.name != "runtime"
     ]
 
@@ -68,7 +69,9 @@ def test_only_the_runtime_touches_the_driver_or_private_session_state() -> None:
     private = _session_private_names()
     assert {"_captures", "_deferred", "_stream_cu", "_lock"} <= private  # the scan sees what it must
     touches = [
-        t for path in _library_files() for t in _driver_touches(path.read_text(), str(path.relative_to(PACKAGE)), private)
+        t
+        for path in _library_files()
+        for t in _driver_touches(path.read_text(), str(path.relative_to(PACKAGE)), private)
     ]
     assert touches == []
 

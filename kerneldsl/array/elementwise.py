@@ -95,7 +95,9 @@ def _build_elementwise(program: Program, layout: Layout, out_dtype: np.dtype) ->
             size_expr=" * ".join(f"(index_t){d}" for d in out_dims(layout)) or "1",
             arrays=arrays,
             out={
-                "storage": storage_ctype(out_dtype), "cctype": compute_ctype(out_dtype), "itemsize": out_dtype.itemsize
+                "storage": storage_ctype(out_dtype),
+                "cctype": compute_ctype(out_dtype),
+                "itemsize": out_dtype.itemsize,
             },
             out_dims=out_dims(layout),
             program=program_context(program),
@@ -301,8 +303,10 @@ class Elementwise(ElementwiseFunction):
         for var in dict.fromkeys(d for d in self._decls if not dtypes.is_dtype_name(d)):
             members = [promotion._probe(o) for o, d in zip(operands, self._decls) if d == var]
             bound[var] = promotion.supported(np.result_type(*members))
+
         def concrete(spec: str) -> np.dtype:
             return bound[spec] if spec in bound else dtypes.ELEMENT_TYPES[spec].numpy
+
         return concrete(self._out), tuple(concrete(d) for d in self._decls)
 
     def expression(self, dtype: np.dtype) -> str:

@@ -73,8 +73,9 @@ def _c_name(name: str) -> str:
     return cleaned if cleaned[0].isalpha() else f"k{cleaned}"
 
 
-def make_kernel(name: str, params: list[tuple[str, Any]], body: Callable[[dict[str, Any]], GeneratedBody],
-                grid: Expr | int = 1) -> Kernel:
+def make_kernel(
+    name: str, params: list[tuple[str, Any]], body: Callable[[dict[str, Any]], GeneratedBody], grid: Expr | int = 1
+) -> Kernel:
     """A ``Kernel`` over generated parameters whose body comes from ``body(proxies)``."""
 
     def kernel_body(**proxies: Any) -> GeneratedBody:
@@ -120,8 +121,13 @@ def leaf_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
 
 def array_leaves(program: Program, layout: Layout) -> list[dict[str, Any]]:
     return [
-        {"id": i, "param": f"kdp{i}", "dims": leaf_dims(layout, i), "itemsize": leaf.dtype.itemsize,
-         "storage": storage_ctype(leaf.dtype)}
+        {
+            "id": i,
+            "param": f"kdp{i}",
+            "dims": leaf_dims(layout, i),
+            "itemsize": leaf.dtype.itemsize,
+            "storage": storage_ctype(leaf.dtype),
+        }
         for i, leaf in enumerate(program.leaves)
         if leaf.kind == "array"
     ]

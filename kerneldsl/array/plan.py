@@ -79,8 +79,11 @@ class PlanCache(BoundedCache):
 def host_target(shape: tuple[int, ...], dtype: np.dtype, out: np.ndarray | None, inputs: Sequence[Any]) -> np.ndarray:
     """Where a host call writes: ``out`` itself when a kernel can write it directly (C-contiguous,
     writeable, sharing no memory with an input), else a fresh array copied into ``out`` after."""
-    if out is not None and out.flags.c_contiguous and out.flags.writeable and not any(
-        isinstance(v, np.ndarray) and np.shares_memory(v, out) for v in inputs
+    if (
+        out is not None
+        and out.flags.c_contiguous
+        and out.flags.writeable
+        and not any(isinstance(v, np.ndarray) and np.shares_memory(v, out) for v in inputs)
     ):
         return out
     return np.empty(shape, dtype if out is None else out.dtype)

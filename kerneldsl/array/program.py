@@ -99,18 +99,20 @@ def program_context(p: Program) -> dict[str, Any]:
     nodes = []
     for k, n in enumerate(p.nodes):
         name = dtypes.element_type(n.dtype).name
-        nodes.append({
-            "id": len(p.leaves) + k,
-            "op": n.op,
-            "cctype": compute_ctype(n.dtype),
-            "kdT": compute_ctype(n.dtype),
-            "kdU": unsigned_ctype(n.dtype),
-            "operands": [
-                {"name": pn, "cctype": compute_ctype(dt), "src": a} for pn, a, dt in zip(n.params, n.args, n.loop)
-            ],
-            "expr": n.expr,
-            "round": storage_ctype(n.dtype) if name in _HALF else None,
-        })
+        nodes.append(
+            {
+                "id": len(p.leaves) + k,
+                "op": n.op,
+                "cctype": compute_ctype(n.dtype),
+                "kdT": compute_ctype(n.dtype),
+                "kdU": unsigned_ctype(n.dtype),
+                "operands": [
+                    {"name": pn, "cctype": compute_ctype(dt), "src": a} for pn, a, dt in zip(n.params, n.args, n.loop)
+                ],
+                "expr": n.expr,
+                "round": storage_ctype(n.dtype) if name in _HALF else None,
+            }
+        )
     return {"leaves": leaves, "nodes": nodes, "root": p.root}
 
 

@@ -76,6 +76,7 @@ def _numpy_dtype(func: Callable[..., Any]) -> Callable[[np.dtype], np.dtype]:
     def rule(dt: np.dtype) -> np.dtype:
         with np.errstate(all="ignore"):
             return promotion.supported(np.asarray(func(np.ones(1, dt))).dtype)
+
     return rule
 
 
@@ -153,12 +154,20 @@ REDUCERS: dict[str, Reducer] = {
     "prod": Reducer("prod", _MUL, "1", _numpy_dtype(np.prod), lambda dt: _acc(_numpy_dtype(np.prod)(dt))),
     "min": Reducer("min", _MIN, "max", _same, _acc, needs_values=True),
     "max": Reducer("max", _MAX, "min", _same, _acc, needs_values=True),
-    "mean": Reducer("mean", _ADD, "0", _numpy_dtype(np.mean), lambda dt: _acc(_numpy_dtype(np.mean)(dt)),
-                    post="r / (kdA)n"),
+    "mean": Reducer(
+        "mean", _ADD, "0", _numpy_dtype(np.mean), lambda dt: _acc(_numpy_dtype(np.mean)(dt)), post="r / (kdA)n"
+    ),
     "argmax": Reducer("argmax", {"fiub": _ARGMAX}, "min", _int64, _acc, post="i", indexed=True, needs_values=True),
     "argmin": Reducer("argmin", {"fiub": _ARGMIN}, "max", _int64, _acc, post="i", indexed=True, needs_values=True),
-    "norm": Reducer("norm", _ADD, "0", _numpy_dtype(np.linalg.norm), lambda dt: _acc(_numpy_dtype(np.linalg.norm)(dt)),
-                    pre="v * v", post="sqrt(r)"),
+    "norm": Reducer(
+        "norm",
+        _ADD,
+        "0",
+        _numpy_dtype(np.linalg.norm),
+        lambda dt: _acc(_numpy_dtype(np.linalg.norm)(dt)),
+        pre="v * v",
+        post="sqrt(r)",
+    ),
     "dot": Reducer("dot", _ADD, "0", _same, _acc),
 }
 
@@ -176,8 +185,9 @@ class Geometry:
     ranks: tuple[int | None, ...]
 
 
-def reduction_kernel(program: Program, reducer: Reducer, geometry: Geometry, stage: str, acc: np.dtype,
-                     result: np.dtype, group: int = 32) -> Kernel:
+def reduction_kernel(
+    program: Program, reducer: Reducer, geometry: Geometry, stage: str, acc: np.dtype, result: np.dtype, group: int = 32
+) -> Kernel:
     key = ("reduction", program, reducer, geometry, stage, acc, result, group)
     kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(program, reducer, geometry, stage, acc, result, group))
     return kernel
@@ -186,8 +196,9 @@ def reduction_kernel(program: Program, reducer: Reducer, geometry: Geometry, sta
 _INT64 = np.dtype(np.int64)
 
 
-def _build(program: Program, reducer: Reducer, geometry: Geometry, stage: str, acc: np.dtype,
-           result: np.dtype, group: int) -> Kernel:
+def _build(
+    program: Program, reducer: Reducer, geometry: Geometry, stage: str, acc: np.dtype, result: np.dtype, group: int
+) -> Kernel:
     layout = ("broadcast", geometry.ndim, geometry.ranks)
     params = leaf_params(program, layout)
     if stage == "partial":
@@ -238,8 +249,13 @@ def _build(program: Program, reducer: Reducer, geometry: Geometry, stage: str, a
             post=reducer.post,
         )
         layout_name = "broadcast" if geometry.broadcast else "flat"
-        decisions = Decisions(layout=layout_name, vector_width=vec if vector else 1, stage=stage, accumulation=acc,
-                              group=group if stage == "rows" else None)
+        decisions = Decisions(
+            layout=layout_name,
+            vector_width=vec if vector else 1,
+            stage=stage,
+            accumulation=acc,
+            group=group if stage == "rows" else None,
+        )
         return GeneratedBody(text, decisions)
 
     name = f"{program.name}_{reducer.name}_{stage}"
@@ -468,8 +484,10 @@ class Reduction:
         t = next(o for o in operands if isinstance(o, Traced))
         for o in operands:
             if isinstance(o, Traced) and o.reduction is not None:
-                raise FusionError(f"{self.name} is applied to the result of reduction {o.reduction[0].name!r}: "
-                                  "a reduction can only end a fused chain")
+                raise FusionError(
+                    f"{self.name} is applied to the result of reduction {o.reduction[0].name!r}: "
+                    "a reduction can only end a fused chain"
+                )
         root = self._root(t.builder, operands)
         if root.argument is not None:
             raise FusionError(f"{self.name}: a scalar argument cannot be reduced")
@@ -486,8 +504,14 @@ class Reduction:
         return plan_reduction(builder, root, self.reducer, axis, out)
 
 
-def reduction(map: str = "x", reduce: str = "a + b", identity: str = "0", post: str = "r",
-              dtype: Any = None, name: str = "reduction") -> Reduction:
+def reduction(
+    map: str = "x",
+    reduce: str = "a + b",
+    identity: str = "0",
+    post: str = "r",
+    dtype: Any = None,
+    name: str = "reduction",
+) -> Reduction:
     """Declare a reduction from C expressions.
 
     ``map``: the contribution of element ``x`` (in the accumulation type); ``reduce``: combines two

@@ -136,12 +136,46 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
     pa, pb = ctypes.addressof(scalars), ctypes.addressof(scalars) + 4
     if config is not None:  # the binding kd.blas.gemm calls, with the same configuration, workspace and stream
         lt, workspace = blas_lt.library(), h.workspace(s.stream)
-        lt_args = (lt_handle.raw, config.desc, pa, db.ptr, config.layouts[1], da.ptr, config.layouts[0], pb, out.ptr,
-                   config.layouts[2], out.ptr, config.layouts[2], config.algo, workspace.ptr, workspace.nbytes,
-                   s.stream.handle)
+        lt_args = (
+            lt_handle.raw,
+            config.desc,
+            pa,
+            db.ptr,
+            config.layouts[1],
+            da.ptr,
+            config.layouts[0],
+            pb,
+            out.ptr,
+            config.layouts[2],
+            out.ptr,
+            config.layouts[2],
+            config.algo,
+            workspace.ptr,
+            workspace.nbytes,
+            s.stream.handle,
+        )
         contenders["nvmath cublasLt binding direct"] = lambda: lt.matmul(*lt_args)
-    gemm_ex_args = (h.raw, blas.OP_N, blas.OP_N, n, n, n, pa, db.ptr, blas.R_32F, n, da.ptr, blas.R_32F, n,
-                    pb, out.ptr, blas.R_32F, n, blas.COMPUTE_32F, blas.GEMM_DEFAULT)
+    gemm_ex_args = (
+        h.raw,
+        blas.OP_N,
+        blas.OP_N,
+        n,
+        n,
+        n,
+        pa,
+        db.ptr,
+        blas.R_32F,
+        n,
+        da.ptr,
+        blas.R_32F,
+        n,
+        pb,
+        out.ptr,
+        blas.R_32F,
+        n,
+        blas.COMPUTE_32F,
+        blas.GEMM_DEFAULT,
+    )
     gemm_ex = h._lib.gemm_ex
     with s.activated():
         h._bind(None, blas.POINTER_MODE_HOST)  # the classic handle on the session stream, as the binding needs

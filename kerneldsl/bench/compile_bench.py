@@ -155,10 +155,16 @@ def measure(arch: str, runs: int, disk_runs: int, iterations: int) -> dict[str, 
 def format_results(r: dict[str, Any]) -> str:
     runs = r["runs"]
     rows = [
-        ("cold compile, empty cache (codegen + NVRTC + store)", r["cold_compile_s"],
-         f"median of {runs['cold']}; NVRTC alone {_duration(r['cold_nvrtc_s'])}"),
-        ("disk-cache hit, fresh process, first build", r["disk_hit_first_s"],
-         f"median of {runs['fresh_processes']} processes; includes loading NVRTC and templates"),
+        (
+            "cold compile, empty cache (codegen + NVRTC + store)",
+            r["cold_compile_s"],
+            f"median of {runs['cold']}; NVRTC alone {_duration(r['cold_nvrtc_s'])}",
+        ),
+        (
+            "disk-cache hit, fresh process, first build",
+            r["disk_hit_first_s"],
+            f"median of {runs['fresh_processes']} processes; includes loading NVRTC and templates",
+        ),
         ("disk-cache hit, fresh process, later build", r["disk_hit_later_s"], "codegen + key + disk read"),
         ("in-process hit: get_build(spec)", r["get_build_ns"] * 1e-9, f"median, {runs['lookups']} lookups"),
         ("in-process hit: specialize(...) + get_build", r["dispatch_ns"] * 1e-9, f"median, {runs['lookups']} lookups"),

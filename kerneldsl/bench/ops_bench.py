@@ -39,16 +39,21 @@ CHAIN_N = 1 << 26
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=30, help="timed repetitions per measurement (median reported)")
     parser.add_argument("--launches", type=int, default=500, help="launches enqueued per launch-cost repetition")
-    parser.add_argument("--only", choices=["saxpy", "sum", "chain", "launch"], action="append",
-                        help="run only these sections (repeatable)")
+    parser.add_argument(
+        "--only",
+        choices=["saxpy", "sum", "chain", "launch"],
+        action="append",
+        help="run only these sections (repeatable)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
 BATCH = 10  # calls between two events: the host's launch latency is paid once per batch, not per call
 
 
-def _event_timer(record: Callable[[], Any], elapsed_ms: Callable[[Any, Any], float], sync: Callable[[], None]
-                 ) -> Callable[[Callable[[], Any], int], float]:
+def _event_timer(
+    record: Callable[[], Any], elapsed_ms: Callable[[Any, Any], float], sync: Callable[[], None]
+) -> Callable[[Callable[[], Any], int], float]:
     """Median GPU milliseconds per call over ``reps`` batches of back-to-back calls."""
 
     def timed(run: Callable[[], Any], reps: int) -> float:
@@ -169,8 +174,9 @@ def bench_sum(args: argparse.Namespace) -> dict[str, float]:
     torch.cuda.empty_cache()
     dx.close()
     results["kerneldsl (GB/s)"] = _gbps(4 * SUM_N, results["kerneldsl ops.sum (ms)"])
-    results["faster of cupy/torch / kerneldsl"] = min(results["cupy.sum (ms)"], results["torch.sum (ms)"]) / results[
-        "kerneldsl ops.sum (ms)"]
+    results["faster of cupy/torch / kerneldsl"] = (
+        min(results["cupy.sum (ms)"], results["torch.sum (ms)"]) / results["kerneldsl ops.sum (ms)"]
+    )
     return results
 
 
@@ -279,9 +285,11 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     s.synchronize()
     results = {
         "@kd.kernel warm launch (µs)": runtime_bench.held_enqueue_cost(
-            hold, lambda: runtime_bench.saxpy(dy, dx, alpha), s.synchronize, args.launches, args.reps),
+            hold, lambda: runtime_bench.saxpy(dy, dx, alpha), s.synchronize, args.launches, args.reps
+        ),
         "kd.ops.add with out= (µs)": runtime_bench.held_enqueue_cost(
-            hold, lambda: kd.ops.add(dx, dy, out=out), s.synchronize, args.launches, args.reps),
+            hold, lambda: kd.ops.add(dx, dy, out=out), s.synchronize, args.launches, args.reps
+        ),
     }
     kept: list[Any] = []  # outputs stay alive until the stream drains: frees never wait on the spin kernel
 
@@ -293,7 +301,8 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
         kept.clear()
 
     results["kd.ops.add allocating its output (µs)"] = runtime_bench.held_enqueue_cost(
-        hold, allocating, sync, args.launches, args.reps)
+        hold, allocating, sync, args.launches, args.reps
+    )
     results = {k: v * 1e6 for k, v in results.items()}
     results["ops.add(out=) / @kd.kernel"] = (
         results["kd.ops.add with out= (µs)"] / results["@kd.kernel warm launch (µs)"]

@@ -60,8 +60,9 @@ def _median(samples: list[float]) -> float:
     return statistics.median(samples)
 
 
-def held_enqueue_cost(hold: Callable[[], object], enqueue: Callable[[], object], sync: Callable[[], object],
-                       launches: int, reps: int) -> float:
+def held_enqueue_cost(
+    hold: Callable[[], object], enqueue: Callable[[], object], sync: Callable[[], object], launches: int, reps: int
+) -> float:
     """Median seconds per enqueue while the stream is busy with a spin kernel."""
     samples = []
     for _ in range(reps):
@@ -142,12 +143,16 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
         "kerneldsl, new scalar each call": (hold_kd, lambda: saxpy(dy, dx, np.float32(1e-3)), s.synchronize),
         "kerneldsl, Python path": (hold_kd, lambda: saxpy._call(dy, dx, alpha), s.synchronize),
         "Session.launch, pre-packed": (
-            hold_kd, lambda: s.launch(fn, (grid, 1, 1), (256, 1, 1), 0, None, params), s.synchronize),
+            hold_kd,
+            lambda: s.launch(fn, (grid, 1, 1), (256, 1, 1), 0, None, params),
+            s.synchronize,
+        ),
         "raw cuLaunchKernel": (hold_kd, raw, s.synchronize),
         "cuda.core launch": (
             lambda: launch(core_stream, one, core_spin, np.int64(spin_cycles)),
             lambda: launch(core_stream, config, core_saxpy, y_arg, x_arg, alpha, n_arg),
-            core_stream.sync),
+            core_stream.sync,
+        ),
         "CuPy RawKernel": (cp_hold, cp_enqueue, cp_stream.synchronize),
     }
     with s.activated(), cp_stream:  # CuPy launches on its current stream

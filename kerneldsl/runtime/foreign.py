@@ -33,8 +33,10 @@ def adopt(value: Any, session: Session | None, what: str, param: str | None, *, 
         raise WrongSessionError(f"{where} is on device {view.device}, the call runs on device {session.device}")
     if not view.c_contiguous:
         raise StridedArrayError(
-            what, param, f"a strided (non C-contiguous) {type(value).__name__} of shape {view.shape} cannot be used: "
-            "make it contiguous first"
+            what,
+            param,
+            f"a strided (non C-contiguous) {type(value).__name__} of shape {view.shape} cannot be used: "
+            "make it contiguous first",
         )
     if writes and view.readonly:
         raise ReadOnlyArrayError(what, param, "is a read-only foreign array but the kernel writes it")

@@ -362,4 +362,3 @@ def copy(session: Session, src: DeviceArray) -> DeviceArray:
 def pinned_empty(session: Session, shape: Any, dtype: Any = np.float32) -> PinnedArray:
     """Uninitialized page-locked host memory."""
     return PinnedArray(session, shape, dtype)
-

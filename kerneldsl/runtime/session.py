@@ -373,9 +373,7 @@ class Session:
 
     def _release_inflight(self, seq: int, only: Stream | None) -> None:
         with self._lock:
-            self._inflight = [
-                e for e in self._inflight if e[0] >= seq or (only is not None and e[1] is not only)
-            ]
+            self._inflight = [e for e in self._inflight if e[0] >= seq or (only is not None and e[1] is not only)]
 
     def synchronize(self, timeout: float | None = None) -> bool:
         """Wait (interruptibly, Ctrl-C works) for all streams of the session; False on timeout."""
