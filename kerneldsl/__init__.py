@@ -28,7 +28,7 @@ from .dtypes import (
     uint32,
     uint64,
 )
-from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_session
+from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_session, reset_device
 from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
 from .target import resolve_arch
 
@@ -53,6 +53,7 @@ __all__ = [
     "Session",
     "Stream",
     "default_session",
+    "reset_device",
     "resolve_arch",
     "In",
     "InOut",

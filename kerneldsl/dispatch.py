@@ -7,6 +7,7 @@ Specialization, built (disk cache or NVRTC), loaded into the session and remembe
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -23,7 +24,7 @@ from .compiler import build_options, check_options
 from .diagnostics import BodyOrigin
 from .dtypes import INT32_MAX
 from .errors import BindingError, CudaError, WrongSessionError
-from .launch import BoundLaunch, check_host_arguments, stage_host_call
+from .launch import BoundLaunch, WideIndexNeeded, check_host_arguments, stage_host_call
 from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import DeviceArray
 from .runtime.session import default_session
@@ -130,9 +131,16 @@ class Kernel(fastpath.Front):
             block = _dim3(self.signature.name, "block", block)
         if staged:
             check_host_arguments(self.signature, args)
-            stage_host_call(bound, self.signature, args, grid, block, shared, stream)
+            try:
+                stage_host_call(bound, self.signature, args, grid, block, shared, stream)
+            except WideIndexNeeded:
+                stage_host_call(self._wide(bound), self.signature, args, grid, block, shared, stream)
             return
-        bound.call(*args, grid, block, shared, stream)
+        try:
+            bound.call(*args, grid, block, shared, stream)
+        except WideIndexNeeded:
+            bound = self._wide(bound)
+            bound.call(*args, grid, block, shared, stream)
         if bound.session.capturing:
             bound.session.keep_alive(args)
         elif grid is None and block is None and shared is None and stream is None and not consts:
@@ -189,6 +197,14 @@ class Kernel(fastpath.Front):
             bound = self._reload(spec, session)
         self._bound[key] = bound
         return bound
+
+    def _wide(self, narrow: BoundLaunch) -> BoundLaunch:
+        """The 64-bit-index build of ``narrow``'s specialization, for launches with more threads
+        along an axis than a 32-bit ``index_t`` can number (the README's index idiom stays exact)."""
+        if narrow.wide is None:
+            spec = dataclasses.replace(narrow.build.specialization, index_bits=64)
+            narrow.wide = BoundLaunch(self.get_build(spec), narrow.session)
+        return narrow.wide
 
     def _reload(self, spec: Specialization, session: Any) -> BoundLaunch:
         """A cached image the driver refused: compile afresh once and replace the cache entry."""

@@ -110,6 +110,16 @@ class OutOfMemoryError(CudaError, MemoryError):
         self.requested = requested
 
 
+class LaunchConfigError(KernelDSLError, ValueError):
+    """A launch configuration the device cannot run, refused before the launch: a grid, block or
+    shared-memory value past its limit, negative, or not an integer. The message names the
+    dimension and the limit."""
+
+
+class DeviceInUseError(KernelDSLError, RuntimeError):
+    """``reset_device`` was asked to reset a device that healthy open sessions still use."""
+
+
 class LaunchError(CudaError):
     """A launch was refused (bad configuration, too many resources); the session stays usable."""
 

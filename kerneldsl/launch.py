@@ -37,7 +37,13 @@ def unusable_array(kernel: str, param: str, array: Any, session: Any) -> None:
     )
 
 
+class WideIndexNeeded(Exception):
+    """Raised by a 32-bit-index adapter, before anything is packed or launched, for a launch with
+    more threads along an axis than int32 can number; dispatch then takes the 64-bit build."""
+
+
 ADAPTER_RUNTIME = types.SimpleNamespace(
+    WideIndexNeeded=WideIndexNeeded,
     ShapeMismatchError=ShapeMismatchError,
     BindingError=BindingError,
     AliasingError=AliasingError,
@@ -49,7 +55,7 @@ ADAPTER_RUNTIME = types.SimpleNamespace(
 class BoundLaunch:
     """A build loaded into one session, ready to launch with device arguments."""
 
-    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_slot")
+    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_slot", "wide")
 
     def __init__(self, build: Build, session: Any) -> None:
         self.build = build
@@ -64,6 +70,7 @@ class BoundLaunch:
             ADAPTER_RUNTIME, session, self.function, self._buffer, ctypes.addressof(self._pointers)
         )
         self.c_slot = CLaunchSlot()
+        self.wide: BoundLaunch | None = None  # the 64-bit-index build, once a launch needed it
 
 
 def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:

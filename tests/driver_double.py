@@ -33,6 +33,7 @@ _CONTEXT_FREE = {
     "cuDeviceGetAttribute",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease",
+    "cuDevicePrimaryCtxReset",
     "cuCtxPushCurrent",
     "cuCtxPopCurrent",
     "cuCtxGetCurrent",
@@ -78,6 +79,7 @@ class FakeDriver:
         self.snapshot_slots = 0  # when set, each launch records that many parameter slots
         self.param_bytes: list[bytes] = []
         self.c_launches = 0  # launches that came through the C launch path
+        self.function_attributes: dict[tuple[int, int], int] = {}  # set by cuFuncSetAttribute
         self._c_entries: dict[bytes, Any] = {}
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -146,8 +148,12 @@ class FakeDriver:
         return self._r(self._enter("cuDeviceGetName"), b"Fake GPU")
 
     def cuDeviceGetAttribute(self, attr: Any, dev: int) -> tuple:
-        major = _real.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR
-        return self._r(self._enter("cuDeviceGetAttribute"), 9 if attr == major else 0)
+        a = _real.CUdevice_attribute
+        values = {
+            a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
+            a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448,
+        }
+        return self._r(self._enter("cuDeviceGetAttribute"), values.get(attr, 0))
 
     def cuGetErrorName(self, code: Any) -> tuple:
         self._enter("cuGetErrorName")
@@ -161,6 +167,13 @@ class FakeDriver:
             with self._lock:
                 self.primary_refs[dev] = self.primary_refs.get(dev, 0) + 1
         return self._r(code, 0xC000 + int(dev))
+
+    def cuDevicePrimaryCtxReset(self, dev: int) -> tuple:
+        """Like the driver's: the context and everything in it are destroyed; a sticky error is gone."""
+        code = self._enter("cuDevicePrimaryCtxReset")
+        if not code:
+            self.sticky = None
+        return self._r(code)
 
     def cuDevicePrimaryCtxRelease(self, dev: int) -> tuple:
         code = self._enter("cuDevicePrimaryCtxRelease")
@@ -350,6 +363,12 @@ class FakeDriver:
         a = _real.CUfunction_attribute
         values = {a.CU_FUNC_ATTRIBUTE_NUM_REGS: 32, a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024}
         return self._r(self._enter("cuFuncGetAttribute"), values.get(attr, 0))
+
+    def cuFuncSetAttribute(self, fn: Any, attr: Any, value: int) -> tuple:
+        code = self._enter("cuFuncSetAttribute")
+        if not code:
+            self.function_attributes[(int(fn), int(attr))] = value
+        return self._r(code)
 
     def cuLaunchKernel(
         self,

@@ -11,7 +11,7 @@ from conftest import in_threads
 
 import kerneldsl as kd
 from kerneldsl import dtypes
-from kerneldsl.errors import ShapeMismatchError, WrongSessionError
+from kerneldsl.errors import LaunchConfigError, ShapeMismatchError, WrongSessionError
 
 pytestmark = pytest.mark.gpu
 
@@ -200,3 +200,35 @@ def test_torch_tensors_are_kernel_arguments_without_copies() -> None:
     copy_exact(out, x)
     kd.default_session().synchronize()
     assert torch.equal(out.cpu(), x.cpu())
+
+
+@kd.kernel(grid=kd.cdiv("n", 384), block=384)
+def fill_bytes(out: kd.Out[kd.uint8, "n"]):
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {out}[i] = 7;
+    """
+
+
+def test_the_index_idiom_is_exact_when_the_launch_overshoots_int32() -> None:
+    """n = 2**31 - 1 fits int32, but cdiv(n, 384) * 384 threads do not: the README's idiom must not
+    wrap (it once ended in CUDA_ERROR_ILLEGAL_ADDRESS here)."""
+    s = kd.default_session()
+    n = 2**31 - 1
+    out = s.empty(n, np.uint8)
+    fill_bytes(out)
+    s.synchronize()
+    host = out.to_host()
+    out.close()
+    assert not s.poisoned and (host[:4096] == 7).all() and (host[-4096:] == 7).all()
+
+
+def test_launch_limits_are_checked_on_the_device() -> None:
+    s = kd.default_session()
+    dx = s.to_device(np.arange(64, dtype=np.float32))
+    dout = s.empty(64, np.float32)
+    with pytest.raises(LaunchConfigError, match="grid.y = 70000"):
+        copy_exact(dout, dx, grid=(1, 70000))
+    copy_exact(dout, dx, shared=100 * 1024)  # opted into above 48 KiB
+    s.synchronize()
+    np.testing.assert_array_equal(dout.to_host(), np.arange(64, dtype=np.float32))

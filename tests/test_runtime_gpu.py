@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import in_threads
 
-from kerneldsl.errors import ForkedProcessError, LaunchError, OutOfMemoryError
+from kerneldsl.errors import ForkedProcessError, LaunchConfigError, OutOfMemoryError
 from kerneldsl.runtime import Module, Session, as_device_view, driver
 
 pytestmark = pytest.mark.gpu
@@ -244,10 +244,10 @@ def test_out_of_memory_keeps_session_usable(s: Session) -> None:
     assert s.to_device(np.arange(5)).to_host().tolist() == [0, 1, 2, 3, 4]
 
 
-def test_too_many_threads_is_a_launch_error(s: Session, mod: Module) -> None:
+def test_too_many_threads_is_refused_before_the_launch(s: Session, mod: Module) -> None:
     dev = s.to_device(np.ones(16, np.float32))
     p = Params(ctypes.c_void_p(dev.ptr), ctypes.c_float(2.0), ctypes.c_uint64(16))
-    with pytest.raises(LaunchError):
+    with pytest.raises(LaunchConfigError, match="block.x = 2048"):
         s.launch(mod.function("scale"), (1, 1, 1), (2048, 1, 1), 0, None, p.address)
     assert not s.poisoned
     launch_scale(s, mod, dev, 2.0)
@@ -282,6 +282,51 @@ def test_illegal_address_poisons_only_its_process(s: Session, mod: Module) -> No
     dev = s.to_device(np.ones(8, np.float32))  # this process is unaffected
     launch_scale(s, mod, dev, 4.0)
     assert (dev.to_host() == 4.0).all()
+
+
+def test_after_an_illegal_address_a_new_session_works_in_the_same_process() -> None:
+    proc = run_script(
+        """
+        import ctypes
+        import numpy as np
+        import kerneldsl as kd
+        from kerneldsl.errors import DeviceInUseError, SessionCloseError, StickyCudaError
+        from kerneldsl.runtime import Session, driver
+        major, minor = driver.compute_capability(0)
+        cubin = compile_cubin(KERNELS, f"sm_{major}{minor}")
+        bystander, s = Session(0), Session(0)
+        m = s.load_module(cubin)
+        p = Params(ctypes.c_void_p(0x8))
+        s.launch(m.function("poke"), (1, 1, 1), (1, 1, 1), 0, None, p.address)
+        try:
+            s.synchronize()
+        except StickyCudaError as first:
+            print("POISONED", first.name)
+        try:
+            kd.reset_device(0)
+        except DeviceInUseError:
+            print("REFUSED while a healthy session is open")
+        s.close()
+        try:
+            bystander.close()  # its first driver call meets the sticky error: it leaks, then the device resets
+        except SessionCloseError:
+            print("BYSTANDER found the error while closing")
+        with Session(0) as fresh:
+            m = fresh.load_module(cubin)
+            x = fresh.to_device(np.ones(1000, np.float32))
+            q = Params(ctypes.c_void_p(x.ptr), ctypes.c_float(3.0), ctypes.c_uint64(1000))
+            fresh.launch(m.function("scale"), (4, 1, 1), (256, 1, 1), 0, None, q.address)
+            print("RECOVERED", float(x.to_host().sum()))
+        """
+    )
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.splitlines() == [
+        "POISONED CUDA_ERROR_ILLEGAL_ADDRESS",
+        "REFUSED while a healthy session is open",
+        "BYSTANDER found the error while closing",
+        "RECOVERED 3000.0",
+    ], (out, err)
 
 
 def test_ctrl_c_interrupts_a_long_synchronize() -> None:

@@ -421,7 +421,7 @@ def test_sticky_error_found_by_a_sync(s: Session, drv: FakeDriver) -> None:
 def test_launch_error_keeps_the_session_usable(s: Session, drv: FakeDriver) -> None:
     drv.fail_next("cuLaunchKernel", OUT_OF_RESOURCES)
     with pytest.raises(LaunchError, match="LAUNCH_OUT_OF_RESOURCES"):
-        s.launch(7, (1, 1, 1), (2048, 1, 1), 0, None, 0)
+        s.launch(7, (1, 1, 1), (1024, 1, 1), 0, None, 0)
     s.launch(7, (2, 1, 1), (128, 1, 1), 16, None, 1234)
     assert drv.launches[-1] == (7, (2, 1, 1), (128, 1, 1), 16, s.stream.handle, 1234)
     assert not s.poisoned

@@ -17,7 +17,7 @@ from .handle import Handle, check_same_session
 from .interop import DeviceView, as_device_view
 from .memory import DeviceArray, PinnedArray
 from .module import FunctionAttributes, Module
-from .session import Session, default_session, open_sessions
+from .session import Session, default_session, open_sessions, reset_device
 from .stream import Event, Stream
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "driver_available",
     "driver_version",
     "open_sessions",
+    "reset_device",
     "set_driver",
     "use_driver",
 ]

@@ -30,7 +30,9 @@ import numpy as np
 from ..errors import (
     ClosedError,
     CudaError,
+    DeviceInUseError,
     ForkedProcessError,
+    LaunchConfigError,
     SessionCloseError,
     SessionPoisonedError,
     StickyCudaError,
@@ -50,6 +52,12 @@ OPEN, CLOSING, CLOSED = "open", "closing", "closed"
 # Close releases live handles kind by kind in this order (after draining the deferred queue).
 RELEASE_ORDER = ("event", "graph", "mem", "host", "module", "stream")
 
+# Launch limits of every CUDA device kerneldsl supports (compute capability 7.0 and newer).
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_BLOCK_THREADS = 1024
+DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory above this needs a per-function opt-in
+
 _EXIT_CLOSE_TIMEOUT_S = 5.0
 
 _Vendor = TypeVar("_Vendor")  # a library handle type (see Session.vendor_handle)
@@ -59,6 +67,7 @@ _generation = 0  # bumped in a forked child: handles from before the fork are fr
 _open: dict[int, Session] = {}  # strong: an open session lives until close() or exit
 _defaults: dict[int, Session] = {}
 _registry_lock = threading.Lock()
+_poisoned_devices: set[int] = set()  # devices whose primary context a sticky error corrupted
 _defaults_lock = threading.Lock()
 
 
@@ -156,6 +165,7 @@ class Session:
         self._pushed: list[bool] = []
         self.usable = True  # open, not forked, not poisoned: the one flag the launch paths read
         self._entry_points: dict[str, int] = {}
+        self._shared_granted: dict[int, int] = {}  # function address -> dynamic shared bytes allowed
         try:
             self.stream = Stream(self)
         except BaseException:
@@ -206,7 +216,8 @@ class Session:
         if self._poison is not None:
             raise SessionPoisonedError(
                 f"session {self.session_id} (device {self.device}) is unusable after {self._poison.name} in "
-                f"{self._poison.api}; the CUDA context is corrupted: restart the process"
+                f"{self._poison.api}; the CUDA context is corrupted: close every session on device {self.device} "
+                "(its primary context is then reset) or call kd.reset_device, then open a new Session"
             ) from self._poison
         raise ClosedError(f"session {self.session_id} (device {self.device}) is {self._state}")
 
@@ -214,6 +225,8 @@ class Session:
         if self._poison is None:
             self._poison = exc
             self.usable = False
+            with _registry_lock:
+                _poisoned_devices.add(self.device)
             log.debug("session %d poisoned by %s", self.session_id, exc)
 
     def _make_current(self) -> bool:
@@ -270,7 +283,21 @@ class Session:
         with self._lock:
             if not self.usable:
                 self._raise_unusable()
-            if not (grid[0] and grid[1] and grid[2]):
+            gx, gy, gz = grid
+            bx, by, bz = block
+            plain = type(gx) is int and type(gy) is int and type(gz) is int and type(shared) is int
+            plain = plain and type(bx) is int and type(by) is int and type(bz) is int
+            if not (
+                plain
+                and 0 < gx <= MAX_GRID[0]
+                and 0 < gy <= MAX_GRID[1]
+                and 0 < gz <= MAX_GRID[2]
+                and 0 < bx * by * bz <= MAX_BLOCK_THREADS
+                and bx <= MAX_BLOCK[0]
+                and by <= MAX_BLOCK[1]
+                and bz <= MAX_BLOCK[2]
+                and 0 <= shared <= DEFAULT_SHARED_LIMIT
+            ) and not self._unusual_launch(function, grid, block, shared):
                 return
             if stream is None:
                 h = self._stream_cu
@@ -291,6 +318,56 @@ class Session:
                     )[0]
             if err:
                 self._launch_failed(err)
+
+    def _unusual_launch(self, function: Any, grid: Any, block: Any, shared: Any) -> bool:
+        """The slow path of a launch outside the plain limits: False for an empty grid (nothing to
+        launch), True once dynamic shared memory above 48 KiB is allowed for ``function``;
+        LaunchConfigError for anything the device cannot run."""
+        dims = [(f"grid.{a}", v, limit) for a, v, limit in zip("xyz", grid, MAX_GRID)]
+        dims += [(f"block.{a}", v, limit) for a, v, limit in zip("xyz", block, MAX_BLOCK)]
+        for name, value, limit in dims:
+            if type(value) is not int or not 0 <= value <= limit:
+                raise LaunchConfigError(f"{name} = {value!r} is outside 0..{limit}")
+        if type(shared) is not int or shared < 0:
+            raise LaunchConfigError(f"shared = {shared!r} must be a non-negative int (bytes of dynamic shared memory)")
+        if 0 in grid:
+            return False
+        threads = block[0] * block[1] * block[2]
+        if not 0 < threads <= MAX_BLOCK_THREADS:
+            raise LaunchConfigError(f"block {tuple(block)} has {threads} threads; a block holds 1..{MAX_BLOCK_THREADS}")
+        if shared > DEFAULT_SHARED_LIMIT:
+            self._allow_dynamic_shared(function, shared)
+        return True
+
+    def _allow_dynamic_shared(self, function: Any, nbytes: int) -> None:
+        """Opt ``function`` in to ``nbytes`` of dynamic shared memory (above 48 KiB CUDA asks for it)."""
+        key = int(function)
+        if self._shared_granted.get(key, 0) >= nbytes:
+            return
+        d = self._d
+        with self._raw_activation:
+            optin = int(
+                check(
+                    "cuDeviceGetAttribute",
+                    d.cuDeviceGetAttribute(
+                        d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, self._dev
+                    ),
+                )
+            )
+            static = int(
+                check(
+                    "cuFuncGetAttribute",
+                    d.cuFuncGetAttribute(d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
+                )
+            )
+            if static + nbytes > optin:
+                raise LaunchConfigError(
+                    f"shared = {nbytes} bytes of dynamic shared memory (plus {static} static) exceeds the "
+                    f"{optin} bytes a block may use on device {self.device}"
+                )
+            attribute = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+            check("cuFuncSetAttribute", d.cuFuncSetAttribute(function, attribute, nbytes))
+        self._shared_granted[key] = nbytes
 
     def entry_point(self, name: str) -> int:
         """Address of driver function ``name`` for the C launch path; 0 when there is none."""
@@ -491,6 +568,9 @@ class Session:
             self._modules.clear()
         with _registry_lock:
             _open.pop(self.session_id, None)
+            last_after_poison = self.device in _poisoned_devices and not _sessions_on(self.device)
+        if last_after_poison and not self._forked:
+            _reset_primary_context(self.device, errors)
         log.debug("closed session %d (%d error(s))", self.session_id, len(errors))
         if errors:
             raise SessionCloseError(errors) from errors[0]
@@ -551,6 +631,48 @@ def default_session(device: int = 0) -> Session:
             if s is None or s._state != OPEN:
                 s = _defaults[device] = Session(device)
     return s
+
+
+def _sessions_on(device: int) -> list[Session]:
+    """Open sessions of ``device`` (registry lock held)."""
+    return [s for s in _open.values() if s.device == device]
+
+
+def _reset_primary_context(device: int, errors: list[BaseException]) -> None:
+    """Destroy ``device``'s primary context so the next Session retains a fresh one: the way back
+    after a sticky error, taken only once no session of this process uses the device."""
+    with _registry_lock:
+        _poisoned_devices.discard(device)
+    try:
+        d = driver.ensure_init()
+        check("cuDevicePrimaryCtxReset", d.cuDevicePrimaryCtxReset(driver.device(device)))
+        log.info("reset the primary context of device %d after a sticky error", device)
+    except CudaError as exc:
+        errors.append(exc)
+
+
+def reset_device(device: int = 0) -> None:
+    """Reset ``device``'s primary context after a sticky error so that a new Session works in this
+    process. Closes the poisoned sessions on it first; refuses (DeviceInUseError) while a session
+    that has seen no error is open there: a healthy session is never reset behind its owner's
+    back. Other libraries sharing the primary context (CuPy, PyTorch) lose their state on the
+    device too, which the sticky error had already corrupted."""
+    with _registry_lock:
+        sessions = _sessions_on(device)
+    healthy = [s.session_id for s in sessions if not s.poisoned]
+    if healthy:
+        raise DeviceInUseError(
+            f"cannot reset device {device}: session(s) {healthy} are open and healthy; close them first"
+        )
+    errors: list[BaseException] = []
+    for s in sessions:
+        try:
+            s.close()
+        except SessionCloseError as exc:
+            errors.extend(exc.errors)
+    _reset_primary_context(device, errors)
+    if errors:
+        raise SessionCloseError(errors) from errors[0]
 
 
 def open_sessions() -> list[Session]:

@@ -1,0 +1,106 @@
+"""Launch configurations are checked before the launch: a LaunchConfigError names the dimension and
+the limit; dynamic shared memory above 48 KiB is opted into; an index width always covers the
+launch's threads (the driver double counts what reaches the driver)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import installed_driver
+from driver_double import FakeDriver
+
+import kerneldsl as kd
+from kerneldsl.errors import LaunchConfigError
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+    return f"index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];"
+
+
+@kd.kernel(grid=kd.sym("n") * 4096, block=1024)
+def many_threads(y: kd.Out[kd.float32, "n"]):
+    return f"index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] = 1.0f;"
+
+
+@kd.kernel(grid=kd.sym("n") - 100, block=32)
+def shrinking(y: kd.Out[kd.float32, "n"]):
+    return f"{y}[0] = 0.0f;"
+
+
+@pytest.fixture
+def drv() -> Any:
+    with installed_driver(FakeDriver(), saxpy, many_threads, shrinking) as fake:
+        yield fake
+
+
+@pytest.fixture
+def s(drv: FakeDriver) -> Any:
+    with kd.Session(0) as session:
+        yield session
+
+
+def _pair(s: kd.Session, n: int = 256) -> tuple[Any, Any]:
+    return s.zeros(n, np.float32), s.zeros(n, np.float32)
+
+
+@pytest.mark.parametrize(
+    ("override", "names"),
+    [
+        ({"block": 2048}, "block.x = 2048 is outside 0..1024"),
+        ({"block": (32, 32, 2)}, "has 2048 threads"),
+        ({"block": (1, 1, 65)}, "block.z = 65 is outside 0..64"),
+        ({"grid": (1, 70000)}, "grid.y = 70000 is outside 0..65535"),
+        ({"grid": 2**31}, "grid.x = 2147483648 is outside 0..2147483647"),
+        ({"shared": 1.5}, "shared = 1.5 must be a non-negative int"),
+        ({"shared": -4}, "shared = -4 must be a non-negative int"),
+    ],
+)
+def test_a_launch_past_a_limit_is_refused_before_the_driver_sees_it(
+    s: kd.Session, drv: FakeDriver, override: dict[str, Any], names: str
+) -> None:
+    dy, dx = _pair(s)
+    with pytest.raises(LaunchConfigError, match=names):
+        saxpy(dy, dx, np.float32(1), **override)
+    assert not drv.launches and not s.poisoned
+
+
+def test_a_computed_negative_grid_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+    with pytest.raises(LaunchConfigError, match="grid.x = -90"):
+        shrinking(s.zeros(10, np.float32))
+    assert not drv.launches
+
+
+def test_shared_memory_above_48_kib_is_opted_into_once(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    for _ in range(2):
+        saxpy(dy, dx, np.float32(1), shared=64 * 1024)
+    assert drv.count("cuFuncSetAttribute") == 1 and list(drv.function_attributes.values()) == [64 * 1024]
+    assert [launch[3] for launch in drv.launches] == [64 * 1024, 64 * 1024]
+
+
+def test_shared_memory_past_the_device_limit_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    with pytest.raises(LaunchConfigError, match="exceeds the 232448 bytes a block may use"):
+        saxpy(dy, dx, np.float32(1), shared=240 * 1024)
+    assert not drv.launches
+
+
+def test_a_launch_with_more_threads_than_int32_numbers_takes_the_64_bit_build(s: kd.Session, drv: FakeDriver) -> None:
+    y = s.zeros(1024, np.float32)  # 32-bit extents, but 1024 * 4096 blocks of 1024 threads
+    many_threads(y)
+    many_threads(y)
+    assert len(drv.launches) == 2
+    (narrow,) = [b for b in many_threads._bound.values() if b.session is s]
+    assert narrow.build.index_bits == 32 and narrow.wide is not None and narrow.wide.build.index_bits == 64
+    assert drv.launches[0][0] == drv.launches[1][0] == narrow.wide.function
+
+
+def test_a_launch_that_fits_keeps_the_32_bit_build(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1), grid=2**23, block=256)  # exactly 2**31 threads: one too many
+    saxpy(dy, dx, np.float32(1), grid=2**23 - 1, block=256)
+    (bound,) = [b for b in saxpy._bound.values() if b.session is s]
+    assert [launch[0] for launch in drv.launches] == [bound.wide.function, bound.function]
