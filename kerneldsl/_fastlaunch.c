@@ -43,6 +43,15 @@ typedef int (*launch_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, 
 #define MAX_ENTRIES 8
 #define INVALID_CONTEXT 201
 
+/* What cuLaunchKernel takes without an opt-in; anything else is the Python path's to judge. */
+#define MAX_BLOCK_XY 1024
+#define MAX_BLOCK_Z 64
+#define MAX_BLOCK_THREADS 1024
+#define MAX_GRID_X 2147483647ULL
+#define MAX_GRID_YZ 65535
+#define MAX_STATIC_SHARED (48 * 1024)
+#define MAX_INDEX32 2147483647ULL
+
 /* Launch-dimension programs: postfix over int64, one program per grid/block axis and shared. */
 enum { OP_END, OP_INT, OP_SYM, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_CDIV, OP_MIN, OP_MAX };
 
@@ -81,6 +90,7 @@ typedef struct {
     void *function;
     void *stream;
     int out_keyword; /* the last parameter comes as out=..., and is what the call returns */
+    int index_bits;  /* the specialization's indexing: 32-bit builds cannot address more threads */
     int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
     char is_array[MAX_ARGS];
     int array_arg[MAX_ARRAYS], array_ndim[MAX_ARRAYS];
@@ -175,12 +185,16 @@ static int in_range(long long v, long long lo, long long hi, const char *what)
 static int load_table(Launch *L, PyObject *table)
 {
     PyObject *arrays, *binds, *checks, *aliases, *program, *slots;
-    if (!PyArg_ParseTuple(table, "iO!O!O!O!O!O!:table", &L->nargs, &PyTuple_Type, &arrays,
+    if (!PyArg_ParseTuple(table, "iO!O!O!O!O!O!i:table", &L->nargs, &PyTuple_Type, &arrays,
                           &PyTuple_Type, &binds, &PyTuple_Type, &checks, &PyTuple_Type, &aliases,
-                          &PyTuple_Type, &program, &PyTuple_Type, &slots))
+                          &PyTuple_Type, &program, &PyTuple_Type, &slots, &L->index_bits))
         return -1;
     if (!in_range(L->nargs, 0, MAX_ARGS, "argument count"))
         return -1;
+    if (L->index_bits != 32 && L->index_bits != 64) {
+        PyErr_SetString(PyExc_ValueError, "launch table index width is 32 or 64");
+        return -1;
+    }
     long long t[MAX_PROGRAM * 4];
     int n;
     if (read_table(arrays, 2, MAX_ARRAYS, t, &L->narrays) < 0)
@@ -479,6 +493,57 @@ fail:
     return 0;
 }
 
+/* Launch dimensions cuLaunchKernel takes without an opt-in and, for a 32-bit build, that its
+ * indexing can address; anything else (an empty grid, a block too large, shared memory past
+ * 48 KiB, too many threads for 32-bit indices) is left to the Python path, which raises, opts
+ * in or re-dispatches to a 64-bit build. */
+static int dims_launchable(const Launch *L, const unsigned dims[7])
+{
+    unsigned long long gx = dims[0], gy = dims[1], gz = dims[2], bx = dims[3], by = dims[4], bz = dims[5];
+    if (gx == 0 || gy == 0 || gz == 0 || gx > MAX_GRID_X || gy > MAX_GRID_YZ || gz > MAX_GRID_YZ)
+        return 0;
+    if (bx == 0 || by == 0 || bz == 0 || bx > MAX_BLOCK_XY || by > MAX_BLOCK_XY || bz > MAX_BLOCK_Z ||
+        bx * by * bz > MAX_BLOCK_THREADS)
+        return 0;
+    if (dims[6] > MAX_STATIC_SHARED)
+        return 0;
+    return L->index_bits == 64 || (gx * bx <= MAX_INDEX32 && gy * by <= MAX_INDEX32 && gz * bz <= MAX_INDEX32);
+}
+
+/* An exact int as a long long; 0 for anything else (whose conversion could run Python code). */
+static int exact_int(PyObject *v, long long *out)
+{
+    if (!PyLong_CheckExact(v))
+        return 0;
+    *out = PyLong_AsLongLong(v);
+    if (*out == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
+
+/* Read one DeviceArray's extents, address and size, if it is an open array of the session
+ * with the expected rank and plain int fields; 0 otherwise. */
+static int read_array(PyObject *a, PyObject *session, int ndim, long long *extents, unsigned long long *ptr,
+                      long long *nbytes)
+{
+    PyObject *shape = SLOT(a, off_shape), *address = SLOT(a, off_ptr), *size = SLOT(a, off_nbytes);
+    if (SLOT(a, off_session) != session || SLOT(a, off_closed) != Py_False || shape == NULL || address == NULL ||
+        size == NULL || !PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != ndim || !PyLong_CheckExact(address))
+        return 0;
+    for (int axis = 0; axis < ndim; axis++) {
+        if (!exact_int(PyTuple_GET_ITEM(shape, axis), &extents[axis]))
+            return 0;
+    }
+    *ptr = PyLong_AsUnsignedLongLong(address);
+    if (*ptr == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return exact_int(size, nbytes);
+}
+
 /* A kernel launch: positional arguments only, the result is None. */
 static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                           PyObject **result)
@@ -489,7 +554,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
                        : nkw != 0 || nargs != L->nargs)
         return 0;
     PyObject *const *guards = &PyTuple_GET_ITEM(L->guards, 0);
-    for (int i = 0; i < L->nargs; i++) {
+    for (int i = 0; i < L->nargs; i++) { /* the arrays' guards again below, after the conversions */
         PyObject *a = args[i];
         if (L->is_array[i]) {
             if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != guards[i])
@@ -498,6 +563,17 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
             return 0;
         }
     }
+
+    /* Scalars first: converting one may run Python code (a subclass's __index__ or __float__) that
+     * closes the session or an array, so everything else is read after the last conversion. */
+    unsigned char buffer[MAX_SLOTS * 8];
+    void *params[MAX_SLOTS];
+    memset(buffer, 0, (size_t)L->nslots * 8);
+    for (int s = 0; s < L->nslots; s++) {
+        params[s] = buffer + 8 * s;
+        if (L->slot_kind[s] > SLOT_SYM64 && !pack_scalar(L->slot_kind[s], args[L->slot_index[s]], buffer + 8 * s))
+            return 0;
+    }
     if (!session_ready(L->session, L->deferred, L->captures))
         return 0;
 
@@ -505,19 +581,9 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
     unsigned long long ptrs[MAX_ARRAYS];
     for (int j = 0; j < L->narrays; j++) {
         PyObject *a = args[L->array_arg[j]];
-        PyObject *shape = SLOT(a, off_shape), *ptr = SLOT(a, off_ptr), *size = SLOT(a, off_nbytes);
-        if (SLOT(a, off_session) != L->session || SLOT(a, off_closed) != Py_False || shape == NULL ||
-            ptr == NULL || size == NULL || !PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != L->array_ndim[j])
+        if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != guards[L->array_arg[j]] ||
+            !read_array(a, L->session, L->array_ndim[j], extents[j], &ptrs[j], &nbytes[j]))
             return 0;
-        for (int axis = 0; axis < L->array_ndim[j]; axis++) {
-            extents[j][axis] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, axis));
-            if (extents[j][axis] == -1 && PyErr_Occurred())
-                goto not_fast;
-        }
-        ptrs[j] = PyLong_AsUnsignedLongLong(ptr);
-        nbytes[j] = PyLong_AsLongLong(size);
-        if (PyErr_Occurred())
-            goto not_fast;
     }
     for (int b = 0; b < L->nbinds; b++)
         syms[L->bind_sym[b]] = extents[L->bind_array[b]][L->bind_axis[b]];
@@ -532,16 +598,12 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
             return 0;
     }
     unsigned dims[7];
-    if (!eval_dims(L, syms, dims) || dims[0] == 0 || dims[1] == 0 || dims[2] == 0) /* an empty grid: Python decides */
+    if (!eval_dims(L, syms, dims) || !dims_launchable(L, dims))
         return 0;
 
-    unsigned char buffer[MAX_SLOTS * 8];
-    void *params[MAX_SLOTS];
-    memset(buffer, 0, (size_t)L->nslots * 8);
     for (int s = 0; s < L->nslots; s++) {
         unsigned char *slot = buffer + 8 * s;
         long long v;
-        params[s] = slot;
         switch (L->slot_kind[s]) {
         case SLOT_PTR:
             memcpy(slot, &ptrs[L->slot_index[s]], 8);
@@ -555,9 +617,6 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
         case SLOT_SYM64:
             memcpy(slot, &syms[L->slot_index[s]], 8);
             break;
-        default:
-            if (!pack_scalar(L->slot_kind[s], args[L->slot_index[s]], slot))
-                return 0;
         }
     }
     int err = L->launch(L->function, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6],
@@ -577,9 +636,6 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
     if (!PyErr_Occurred())
         PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed with CUresult %d", err);
     return -1;
-not_fast:
-    PyErr_Clear();
-    return 0;
 }
 
 static PyTypeObject LaunchType = {
@@ -638,26 +694,19 @@ static int gemm_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs
             return 0;
         }
     }
-    unsigned long long ptrs[3], sizes[3];
+    /* alpha and beta are converted above, before anything else is read: their __float__ may run
+     * Python code that closes the session or an operand. */
+    unsigned long long ptrs[3];
+    long long sizes[3], extents[2];
     for (int j = 0; j < 3; j++) {
         PyObject *a = args[j];
-        if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != G->tags[j] || SLOT(a, off_session) != G->session ||
-            SLOT(a, off_closed) != Py_False)
+        if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != G->tags[j] ||
+            !read_array(a, G->session, 2, extents, &ptrs[j], &sizes[j]) || extents[0] != G->shapes[j][0] ||
+            extents[1] != G->shapes[j][1] || (ptrs[j] & (G->alignment[j] - 1)) != 0)
             return 0;
-        PyObject *shape = SLOT(a, off_shape), *ptr = SLOT(a, off_ptr), *size = SLOT(a, off_nbytes);
-        if (shape == NULL || ptr == NULL || size == NULL || !PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != 2)
-            return 0;
-        for (int axis = 0; axis < 2; axis++) {
-            if (PyLong_AsLongLong(PyTuple_GET_ITEM(shape, axis)) != G->shapes[j][axis])
-                goto not_fast;
-        }
-        ptrs[j] = PyLong_AsUnsignedLongLong(ptr);
-        sizes[j] = PyLong_AsUnsignedLongLong(size);
-        if (PyErr_Occurred() || (ptrs[j] & (G->alignment[j] - 1)) != 0)
-            goto not_fast;
     }
     for (int j = 0; j < 2; j++) { /* out may not overlap an input */
-        if (ptrs[2] < ptrs[j] + sizes[j] && ptrs[j] < ptrs[2] + sizes[2])
+        if (ptrs[2] < ptrs[j] + (unsigned long long)sizes[j] && ptrs[j] < ptrs[2] + (unsigned long long)sizes[2])
             return 0;
     }
     if (!session_ready(G->session, G->deferred, G->captures))
@@ -678,9 +727,6 @@ static int gemm_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs
     Py_INCREF(args[2]);
     *result = args[2];
     return 1;
-not_fast:
-    PyErr_Clear();
-    return 0;
 }
 
 /* A tuple of n unsigned ints (addresses, alignments); -1 with an exception if it is not one. */
@@ -817,7 +863,10 @@ static PyObject *front_vectorcall(PyObject *self, PyObject *const *args, size_t 
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     for (int i = 0; i < f->count; i++) {
         PyObject *result = NULL;
-        int done = f->entries[i]->attempt((PyObject *)f->entries[i], args, nargs, kwnames, &result);
+        Entry *entry = f->entries[i];
+        Py_INCREF(entry); /* an argument's __index__ may forget the launches: keep this one alive meanwhile */
+        int done = entry->attempt((PyObject *)entry, args, nargs, kwnames, &result);
+        Py_DECREF(entry);
         if (done > 0)
             return result;
         if (done < 0)
@@ -924,13 +973,16 @@ static PyTypeObject FrontType = {
 
 /* --- module --------------------------------------------------------------------------------------- */
 
+/* The offset of a __slots__ member of type (declared by it or a base); -1 with TypeError if
+ * name is something else, e.g. a member descriptor of an unrelated class. */
 static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
 {
     PyObject *descr = PyObject_GetAttrString((PyObject *)type, name);
     if (descr == NULL)
         return -1;
     int ok = Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
-             ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX;
+             ((PyMemberDescrObject *)descr)->d_member->type == T_OBJECT_EX &&
+             PyType_IsSubtype(type, ((PyMemberDescrObject *)descr)->d_common.d_type);
     if (ok)
         *offset = ((PyMemberDescrObject *)descr)->d_member->offset;
     Py_DECREF(descr);
@@ -939,19 +991,25 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
     return ok ? 0 : -1;
 }
 
+/* Read every offset first and commit them together: a class missing one member leaves the
+ * previous configuration whole (mixed offsets would read past the end of the arrays). */
 static PyObject *configure(PyObject *module, PyObject *type)
 {
+    static const char *const names[] = {"session", "_closed", "shape", "ptr", "nbytes", "dispatch_tag"};
+    Py_ssize_t *const targets[] = {&off_session, &off_closed, &off_shape, &off_ptr, &off_nbytes, &off_tag};
+    Py_ssize_t offsets[6];
     if (!PyType_Check(type)) {
         PyErr_SetString(PyExc_TypeError, "configure() takes the DeviceArray class");
         return NULL;
     }
-    PyTypeObject *t = (PyTypeObject *)type;
-    if (slot_offset(t, "session", &off_session) < 0 || slot_offset(t, "_closed", &off_closed) < 0 ||
-        slot_offset(t, "shape", &off_shape) < 0 || slot_offset(t, "ptr", &off_ptr) < 0 ||
-        slot_offset(t, "nbytes", &off_nbytes) < 0 || slot_offset(t, "dispatch_tag", &off_tag) < 0)
-        return NULL;
+    for (int i = 0; i < 6; i++) {
+        if (slot_offset((PyTypeObject *)type, names[i], &offsets[i]) < 0)
+            return NULL;
+    }
+    for (int i = 0; i < 6; i++)
+        *targets[i] = offsets[i];
     Py_INCREF(type);
-    Py_XSETREF(array_type, t);
+    Py_XSETREF(array_type, (PyTypeObject *)type);
     Py_RETURN_NONE;
 }
 
@@ -963,6 +1021,22 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "kerneldsl._fastlaunch", "The warm launch path of @kd.kernel, in C.", -1, module_methods,
 };
+
+/* The table limits, which fastpath.launch_table checks so that making a Launch cannot fail. */
+static int add_limits(PyObject *m)
+{
+    return PyModule_AddIntConstant(m, "MAX_ARGS", MAX_ARGS) < 0 ||
+                   PyModule_AddIntConstant(m, "MAX_ARRAYS", MAX_ARRAYS) < 0 ||
+                   PyModule_AddIntConstant(m, "MAX_NDIM", MAX_NDIM) < 0 ||
+                   PyModule_AddIntConstant(m, "MAX_SYMS", MAX_SYMS) < 0 ||
+                   PyModule_AddIntConstant(m, "MAX_CHECKS", MAX_CHECKS) < 0 ||
+                   PyModule_AddIntConstant(m, "MAX_ALIASES", MAX_ALIASES) < 0 ||
+                   PyModule_AddIntConstant(m, "MAX_PROGRAM", MAX_PROGRAM) < 0 ||
+                   PyModule_AddIntConstant(m, "MAX_STACK", MAX_STACK) < 0 ||
+                   PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0
+               ? -1
+               : 0;
+}
 
 /* The opcode and slot-kind numbers, as dicts fastpath.py's tables are checked against. */
 static int add_enum(PyObject *m, const char *attr, const char *const *names, int count)
@@ -1020,7 +1094,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
         PyModule_AddObject(m, "GemmLaunch", (PyObject *)&GemmLaunchType) < 0 ||
         PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0 ||
-        PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0 || add_enums(m) < 0) {
+        add_limits(m) < 0 || add_enums(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

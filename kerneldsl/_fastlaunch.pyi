@@ -2,6 +2,14 @@
 
 from typing import Any
 
+MAX_ARGS: int
+MAX_ARRAYS: int
+MAX_NDIM: int
+MAX_SYMS: int
+MAX_CHECKS: int
+MAX_ALIASES: int
+MAX_PROGRAM: int
+MAX_STACK: int
 MAX_SLOTS: int
 OPCODES: dict[str, int]
 SLOT_KINDS: dict[str, int]

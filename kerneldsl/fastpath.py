@@ -14,6 +14,7 @@ Without the compiled module (no C compiler when the package was built) or with
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from collections.abc import Callable
 from types import ModuleType
@@ -26,6 +27,8 @@ from .specialize import Specialization
 
 if TYPE_CHECKING:
     from .launch import BoundLaunch
+
+log = logging.getLogger(__name__)
 
 
 def _compiled() -> ModuleType | None:
@@ -57,6 +60,21 @@ SLOT_KINDS = {
     "float32": 13,
     "float64": 14,
 }
+
+# The C Launch's fixed table sizes (checked against the C module's in a test): a specialization
+# past any of them stays on the Python path, so making its Launch cannot fail after a launch.
+LIMITS = {
+    "MAX_ARGS": 64,
+    "MAX_ARRAYS": 16,
+    "MAX_NDIM": 8,
+    "MAX_SYMS": 16,
+    "MAX_CHECKS": 64,
+    "MAX_ALIASES": 64,
+    "MAX_PROGRAM": 128,
+    "MAX_STACK": 16,
+    "MAX_SLOTS": 64,
+}
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def status() -> str:
@@ -109,9 +127,17 @@ class CLaunchSlot:
 
 def remember(front: Any, slot: CLaunchSlot, make: Callable[[], Any]) -> None:
     """Have ``front`` try ``slot``'s C entry first from now on; ``make()`` builds it on the first
-    call (a falsy result is kept as False: the C path cannot take it)."""
+    call (a falsy result is kept as False: the C path cannot take it).
+
+    The call has already launched by now, so a failure to make the entry must not fail it (a
+    retry would launch twice): it is logged and the slot stays on the Python path.
+    """
     if slot.entry is None:
-        slot.entry = make() or False
+        try:
+            slot.entry = make() or False
+        except Exception:
+            log.debug("no C launch entry; calls stay on the Python path", exc_info=True)
+            slot.entry = False
     if slot.entry:
         front._remember_launch(slot.entry)
 
@@ -149,8 +175,20 @@ class _Untabled(Exception):
 
 def launch_table(spec: Specialization) -> tuple[Any, ...] | None:
     """What the generated adapter checks, computes and packs, as integer tables the C launch
-    path runs: ``(nargs, arrays, binds, checks, aliases, programs, slots)``. None when the
-    specialization needs something only the adapter does; such calls stay on the Python path.
+    path runs, ``(nargs, arrays, binds, checks, aliases, programs, slots, index_bits)``:
+
+    - ``nargs``: the runtime parameter count;
+    - ``arrays``: per array parameter, ``(argument index, ndim)``;
+    - ``binds``: per shape symbol, ``(symbol, array, axis)`` it is read from;
+    - ``checks``: ``(array, axis, symbol, value)``, the extent equals the symbol (or ``value`` when
+      the symbol is -1);
+    - ``aliases``: ``(array, array)`` pairs that may not overlap;
+    - ``programs``: grid x/y/z, block x/y/z and shared as postfix ``(opcode, operand)`` programs;
+    - ``slots``: per 8-byte parameter slot, ``(SLOT_KINDS kind, array/argument/symbol index)``;
+    - ``index_bits``: 32 or 64; a 32-bit build cannot address more than 2**31-1 threads per axis.
+
+    None when the specialization needs something only the adapter does, or exceeds ``LIMITS``;
+    such calls stay on the Python path.
     """
     sig = spec.signature
     if not sig.arrays:
@@ -164,7 +202,7 @@ def launch_table(spec: Specialization) -> tuple[Any, ...] | None:
         slots = _slots(spec, array_index, symbol_index, arg_index)
     except _Untabled:
         return None
-    return (
+    table = (
         len(sig.runtime_params),
         tuple((arg_index[a.name], len(a.shape)) for a in sig.arrays),
         tuple((symbol_index[b["symbol"]], array_index[b["array"]], b["axis"]) for b in binds),
@@ -172,7 +210,37 @@ def launch_table(spec: Specialization) -> tuple[Any, ...] | None:
         tuple((array_index[a], array_index[b]) for a, b in ([] if sig.allow_alias else alias_pairs(sig))),
         programs,
         slots,
+        spec.index_bits,
     )
+    return table if _within_limits(table) else None
+
+
+def _within_limits(table: tuple[Any, ...]) -> bool:
+    """Whether the C Launch can hold ``table``: its sizes within ``LIMITS``, its ints in int64."""
+    nargs, arrays, binds, checks, aliases, programs, slots, _ = table
+    sizes = {
+        "MAX_ARGS": nargs,
+        "MAX_ARRAYS": len(arrays),
+        "MAX_NDIM": max((ndim for _, ndim in arrays), default=0),
+        "MAX_SYMS": len(binds),
+        "MAX_CHECKS": len(checks),
+        "MAX_ALIASES": len(aliases),
+        "MAX_PROGRAM": len(programs),
+        "MAX_STACK": _stack_depth(programs),
+        "MAX_SLOTS": len(slots),
+    }
+    if any(size > LIMITS[name] for name, size in sizes.items()):
+        return False
+    return all(_INT64[0] <= v <= _INT64[1] for row in (*checks, *programs) for v in row)
+
+
+def _stack_depth(programs: tuple[tuple[int, int], ...]) -> int:
+    """The deepest the C evaluator's stack gets running ``programs``."""
+    depth = deepest = 0
+    for op, _ in programs:
+        depth += 1 if op in (OPCODES["int"], OPCODES["sym"]) else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 def _check(check: dict[str, Any], array_index: dict[str, int], symbol_index: dict[str, int]) -> tuple[int, ...]:

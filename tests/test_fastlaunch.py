@@ -312,7 +312,7 @@ def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> 
 
     with pytest.raises(ValueError, match="opcode"):
         _fastlaunch.Launch(
-            table=(1, ((0, 1),), (), (), (), ((99, 0),), ((0, 0),)),
+            table=(1, ((0, 1),), (), (), (), ((99, 0),), ((0, 0),), 32),
             session=s,
             guards=(0,),
             launch=1,
