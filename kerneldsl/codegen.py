@@ -315,10 +315,11 @@ def shape_checks(spec: Specialization) -> list[dict[str, Any]]:
 
 
 def _dim_values(spec: Specialization) -> dict[str, str]:
-    """How the adapter spells each name a launch dimension may use."""
+    """How the adapter spells each name a launch dimension may use: symbols and int constants."""
     values = {s: f"s_{s}" for s in spec.signature.symbols}
     values.update({s: _int_literal(v) for s, v in spec.fixed_symbols})
-    values.update({n: repr(v) for n, v in spec.consts})
+    ints = {c.name for c in spec.signature.consts if c.type is int}
+    values.update({n: _int_literal(v) for n, v in spec.consts if n in ints})
     return values
 
 

@@ -316,7 +316,7 @@ def parse_signature(
     params = tuple(_parse_param(name, p) for p in _parameters(func))
     symbols = _collect_symbols(name, params)
     _check_names(name, params, symbols)
-    consts = {p.name for p in params if isinstance(p, ConstParam)}
+    consts = {p.name: p for p in params if isinstance(p, ConstParam)}
     launch = {
         "grid": _launch_dims(name, "grid", grid),
         "block": _launch_dims(name, "block", block),
@@ -324,11 +324,12 @@ def parse_signature(
     }
     for what, dims in launch.items():
         for dim in dims:
-            undefined = dim.symbols() - set(symbols) - consts
+            undefined = dim.symbols() - set(symbols) - set(consts)
             if undefined:
                 raise DeclarationError(
                     name, None, f"{what} uses {sorted(undefined)!r}, which no shape or constant defines"
                 )
+            _check_launch_consts(name, what, dim, consts)
     specialized = tuple(_specialized_symbol(name, s, symbols) for s in specialize)
     return Signature(
         name=name,
@@ -349,6 +350,18 @@ def _kernel_name(func: Callable[..., Any]) -> str:
         return plain_identifier(name, "the function's __name__")
     except TypeError as exc:
         raise DeclarationError(repr(name), None, str(exc)) from None
+
+
+def _check_launch_consts(kernel: str, what: str, dim: Expr, consts: dict[str, ConstParam]) -> None:
+    """Launch dimensions are integers: a float (or bool) constant there would reach the launch as is."""
+    for c in sorted(dim.symbols() & set(consts)):
+        if consts[c].type is not int:
+            raise DeclarationError(
+                kernel,
+                c,
+                f"{what} uses constant {c!r} of type {consts[c].type.__name__}; launch dimensions "
+                "take int constants only",
+            )
 
 
 def _specialized_symbol(kernel: str, name: Any, symbols: dict[str, tuple[str, int]]) -> str:

@@ -233,6 +233,26 @@ def test_non_ascii_elementwise_operand_name_is_refused() -> None:
         Elementwise(f)
 
 
+# --- 4. launch dimensions take int constants only ---------------------------------------------------------
+
+
+def test_float_constant_in_a_launch_dimension_is_refused_at_decoration() -> None:
+    def k(x: kd.In["float32", "n"], S: kd.Const[float] = math.nan) -> str:
+        return ""
+
+    with pytest.raises(DeclarationError, match="shared uses constant 'S' of type float") as info:
+        declare(k, shared="S")
+    assert info.value.param == "S"
+
+
+def test_bool_constant_in_a_launch_dimension_is_refused_at_decoration() -> None:
+    def k(x: kd.In["float32", "n"], B: kd.Const[bool] = True) -> str:
+        return ""
+
+    with pytest.raises(DeclarationError, match="grid uses constant 'B' of type bool"):
+        declare(k, grid=kd.cdiv("n", "B"))
+
+
 # --- 5. integers C cannot hold ----------------------------------------------------------------------------
 
 
