@@ -349,7 +349,7 @@ def _kernel_name(func: Callable[..., Any]) -> str:
     try:
         return plain_identifier(name, "the function's __name__")
     except TypeError as exc:
-        raise DeclarationError(repr(name), None, str(exc)) from None
+        raise DeclarationError(str.__str__(name) if isinstance(name, str) else repr(name), None, str(exc)) from None
 
 
 def _check_launch_consts(kernel: str, what: str, dim: Expr, consts: dict[str, ConstParam]) -> None:

@@ -83,8 +83,9 @@ def test_kernel_name_must_be_an_ascii_identifier(name: str) -> None:
         return ""
 
     k.__name__ = name
-    with pytest.raises(DeclarationError):
+    with pytest.raises(DeclarationError) as info:
         declare(k)
+    assert info.value.kernel == name
 
 
 def test_str_subclass_kernel_name_is_stored_as_a_plain_str() -> None:
