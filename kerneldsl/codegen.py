@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import struct
 import textwrap
 from collections.abc import Callable
@@ -177,7 +178,7 @@ def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
         uses_bfloat16=_uses(spec, "bfloat16"),
         type_vars=[(v, ELEMENT_TYPES[t].ctype) for v, t in spec.type_vars],
         consts=[_const_decl(n, v) for n, v in spec.consts],
-        fixed_symbols=[{"name": s, "value": v} for s, v in spec.fixed_symbols],
+        fixed_symbols=[{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
         entry=entry,
         params=[{"decl": s["decl"]} for s in slots],
         arrays=[{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays],
@@ -261,8 +262,13 @@ def _const_decl(name: str, value: Any) -> dict[str, str]:
     if isinstance(value, bool):
         return {"name": name, "ctype": "bool", "literal": "true" if value else "false"}
     if isinstance(value, int):
-        return {"name": name, "ctype": "long long", "literal": f"{value}LL"}
-    return {"name": name, "ctype": "double", "literal": _float_literal(value)}
+        return {"name": name, "ctype": "long long", "literal": f"{_int_literal(value)}LL"}
+    return {"name": name, "ctype": "double", "literal": _float_literal(float(value))}
+
+
+def _int_literal(value: int) -> str:
+    """The exact int's spelling: an int subclass's own ``__str__``/``__repr__`` never reaches the source."""
+    return repr(operator.index(value))
 
 
 def _float_literal(value: float) -> str:
@@ -298,19 +304,22 @@ def shape_checks(spec: Specialization) -> list[dict[str, Any]]:
     for a in spec.signature.arrays:
         for axis, d in enumerate(a.shape):
             if isinstance(d, int):
-                checks.append({"array": a.name, "axis": axis, "expected": d, "what": "its fixed extent"})
+                expected = operator.index(d)
+                checks.append({"array": a.name, "axis": axis, "expected": expected, "what": "its fixed extent"})
             elif d in fixed:
-                checks.append({"array": a.name, "axis": axis, "expected": fixed[d], "what": f"specialized {d}"})
+                expected = operator.index(fixed[d])
+                checks.append({"array": a.name, "axis": axis, "expected": expected, "what": f"specialized {d}"})
             elif spec.signature.symbols[d] != (a.name, axis):
                 checks.append({"array": a.name, "axis": axis, "expected": f"s_{d}", "what": d})
     return checks
 
 
 def _dim_values(spec: Specialization) -> dict[str, str]:
-    """How the adapter spells each name a launch dimension may use."""
+    """How the adapter spells each name a launch dimension may use: symbols and int constants."""
     values = {s: f"s_{s}" for s in spec.signature.symbols}
-    values.update({s: str(v) for s, v in spec.fixed_symbols})
-    values.update({n: repr(v) for n, v in spec.consts})
+    values.update({s: _int_literal(v) for s, v in spec.fixed_symbols})
+    ints = {c.name for c in spec.signature.consts if c.type is int}
+    values.update({n: _int_literal(v) for n, v in spec.consts if n in ints})
     return values
 
 

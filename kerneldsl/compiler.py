@@ -16,23 +16,23 @@ from typing import Any
 
 from .errors import InvalidArchError, InvalidOptionError, NvrtcNotFoundError
 
-_ARCH = re.compile(r"^(sm|compute)_(\d{2,3})([af]?)$")
+_ARCH = re.compile(r"(sm|compute)_([1-9][0-9]{1,2})([af]?)")  # fullmatch: exact, lowercase, ASCII digits
 OUTPUTS = ("cubin", "ptx")
 BASE_OPTIONS = ("-std=c++17", "-Xptxas=-v")  # -v: ptxas reports registers and shared memory
 
 # Options a user may add; anything else (include paths, -arch, output selection) is ours to set.
-_ALLOWED_OPTIONS = re.compile(
-    r"^(-D[A-Za-z_][A-Za-z0-9_]*(=.*)?"
+_ALLOWED_OPTIONS = re.compile(  # fullmatch: nothing after the option, not even a newline
+    r"(-D[A-Za-z_][A-Za-z0-9_]*(=.*)?"
     r"|-U[A-Za-z_][A-Za-z0-9_]*"
     r"|--use_fast_math|-use_fast_math"
     r"|-lineinfo|--generate-line-info"
     r"|--(ftz|prec-div|prec-sqrt|fmad)=(true|false)"
-    r"|--maxrregcount=\d+|-maxrregcount=\d+"
+    r"|--maxrregcount=[0-9]+|-maxrregcount=[0-9]+"
     r"|--extra-device-vectorization|-extra-device-vectorization"
     r"|--restrict|-restrict"
     r"|-G|--device-debug"
     r"|-Xptxas=.+"
-    r"|--std=c\+\+(17|20)|-std=c\+\+(17|20))$"
+    r"|--std=c\+\+(17|20)|-std=c\+\+(17|20))"
 )
 
 
@@ -70,27 +70,29 @@ def supported_archs() -> tuple[int, ...]:
 
 
 def normalize_arch(arch: str) -> str:
-    """Canonical ``sm_XY`` (or ``compute_XY``/``sm_XYa``) spelling; refuse what NVRTC cannot target."""
+    """``arch`` as a plain str, if spelled exactly ``sm_XY``, ``sm_XYa``, ``sm_XYf`` or ``compute_XY``
+    and NVRTC can target it. No other spelling is guessed at: the arch reaches generated sources
+    and cache keys, so one arch has one spelling."""
     if not isinstance(arch, str):
         raise InvalidArchError(f"arch must be a string such as 'sm_90', not {arch!r}")
-    spelled = arch.strip().lower()
-    if spelled.isdigit():
-        spelled = f"sm_{spelled}"
-    m = _ARCH.match(spelled)
+    m = _ARCH.fullmatch(arch)
     if not m:
-        raise InvalidArchError(f"invalid arch {arch!r}: expected sm_XY, sm_XYa or compute_XY (e.g. sm_90)")
+        raise InvalidArchError(
+            f"invalid arch {arch!r}: expected exactly sm_XY, sm_XYa, sm_XYf or compute_XY, lowercase, with ASCII "
+            "digits and no spaces (e.g. 'sm_90')"
+        )
     number = int(m.group(2))
     if number not in supported_archs():
         known = ", ".join(f"sm_{a}" for a in supported_archs())
         raise InvalidArchError(
             f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known}"
         )
-    return spelled
+    return f"{m.group(1)}_{number}{m.group(3)}"
 
 
 def check_options(options: Sequence[str]) -> tuple[str, ...]:
     for opt in options:
-        if not isinstance(opt, str) or not _ALLOWED_OPTIONS.match(opt):
+        if not isinstance(opt, str) or not _ALLOWED_OPTIONS.fullmatch(opt):
             raise InvalidOptionError(
                 f"compiler option {opt!r} is not accepted (allowed: -D/-U macros, --use_fast_math, -lineinfo, "
                 "--ftz/--prec-div/--prec-sqrt/--fmad=true|false, --maxrregcount=N, -Xptxas=..., -G, --std=c++17|20)"

@@ -29,7 +29,7 @@ from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import DeviceArray
 from .runtime.session import default_session
 from .signature import ArrayParam, Dim, Signature, parse_signature
-from .specialize import Specialization, bind, bind_declared
+from .specialize import Specialization, bind, bind_declared, const_key
 from .target import device_arch, resolve_arch
 
 _SCALAR_TYPES = (int, float, bool, np.generic)
@@ -153,7 +153,8 @@ class Kernel(fastpath.Front):
 
         The dispatch tuple is cheap enough for every call: DeviceArrays contribute their
         precomputed ``dispatch_tag`` (session, dtype, alignment, index width), scalars their type,
-        numpy arrays their dtype; the thread id keeps parameter buffers per thread.
+        numpy arrays their dtype, constants their ``const_key``; the thread id keeps parameter
+        buffers per thread.
         """
         session = None
         staged = False
@@ -179,7 +180,7 @@ class Kernel(fastpath.Front):
             session = default_session()
             add(session.session_id)
         if consts:
-            add(tuple(sorted(consts.items())))
+            add(const_key(sorted(consts.items())))
         frozen = tuple(key)
         bound = self._bound.get(frozen)
         if bound is None:

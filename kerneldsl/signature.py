@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import keyword
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +22,8 @@ import numpy as np
 from . import dtypes
 from .errors import DeclarationError
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII; always used with fullmatch
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what C's long long holds
 
 # C++ keywords, CUDA built-ins and names kerneldsl's generated code defines itself.
 RESERVED_NAMES = frozenset(
@@ -52,6 +54,10 @@ class Expr:
 
     op: str  # "int", "sym", "add", "sub", "mul", "floordiv", "cdiv", "min", "max"
     args: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        """Checked here, so that no expression, even one built by hand, carries text into generated code."""
+        object.__setattr__(self, "args", _checked_args(self.op, self.args))
 
     def __add__(self, other: Dim) -> Expr:
         return Expr("add", (self, as_expr(other)))
@@ -99,16 +105,40 @@ _EVALUATORS: dict[str, Callable[[int, int], int]] = {
 }
 
 
+def _checked_args(op: Any, args: Any) -> tuple[Any, ...]:
+    """``args`` with every leaf a plain int or an ASCII identifier; TypeError for anything else."""
+    if type(op) is str and isinstance(args, tuple):
+        if op == "int" and len(args) == 1:
+            return (plain_int(args[0], "launch dimension"),)
+        if op == "sym" and len(args) == 1:
+            return (plain_identifier(args[0], "launch dimension symbol"),)
+        if op in _EVALUATORS and len(args) == 2 and all(isinstance(a, Expr) for a in args):
+            return args
+    raise TypeError(f"not a launch-dimension expression: op {op!r} with arguments {args!r}")
+
+
+def plain_int(value: Any, what: str) -> int:
+    """``value`` as an exact int (``operator.index``): an int subclass's ``__str__`` never renders."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {value!r}") from None
+
+
+def plain_identifier(value: Any, what: str) -> str:
+    """``value`` as an exact str that fully matches ``[A-Za-z_][A-Za-z0-9_]*``."""
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise TypeError(f"{what} {value!r} is not an identifier (ASCII [A-Za-z_][A-Za-z0-9_]*)")
+    return str.__str__(value)
+
+
 def as_expr(value: Dim) -> Expr:
+    """An int, a symbol name or an expression as an expression; TypeError for anything else."""
     if isinstance(value, Expr):
         return value
-    if isinstance(value, bool):
-        raise TypeError(f"launch dimension must be an int, a symbol name or an expression, not {value!r}")
-    if isinstance(value, int):
-        return Expr("int", (value,))
-    if isinstance(value, str):
-        return Expr("sym", (value,))
-    raise TypeError(f"launch dimension must be an int, a symbol name or an expression, not {value!r}")
+    return Expr("sym", (value,)) if isinstance(value, str) else Expr("int", (value,))
 
 
 def sym(name: str) -> Expr:
@@ -282,36 +312,62 @@ def parse_signature(
     specialize: tuple[str, ...] = (),
     allow_alias: bool = False,
 ) -> Signature:
-    name = func.__name__
+    name = _kernel_name(func)
     params = tuple(_parse_param(name, p) for p in _parameters(func))
     symbols = _collect_symbols(name, params)
     _check_names(name, params, symbols)
-    consts = {p.name for p in params if isinstance(p, ConstParam)}
+    consts = {p.name: p for p in params if isinstance(p, ConstParam)}
     launch = {
         "grid": _launch_dims(name, "grid", grid),
         "block": _launch_dims(name, "block", block),
-        "shared": (as_expr(shared),),
+        "shared": (_launch_dim(name, "shared", shared),),
     }
     for what, dims in launch.items():
         for dim in dims:
-            undefined = dim.symbols() - set(symbols) - consts
+            undefined = dim.symbols() - set(symbols) - set(consts)
             if undefined:
                 raise DeclarationError(
                     name, None, f"{what} uses {sorted(undefined)!r}, which no shape or constant defines"
                 )
-    for s in specialize:
-        if s not in symbols:
-            raise DeclarationError(name, None, f"specialize names {s!r}, which is not a shape symbol")
+            _check_launch_consts(name, what, dim, consts)
+    specialized = tuple(_specialized_symbol(name, s, symbols) for s in specialize)
     return Signature(
         name=name,
         params=params,
         grid=launch["grid"],
         block=launch["block"],
         shared=launch["shared"][0],
-        specialize=tuple(specialize),
+        specialize=specialized,
         allow_alias=allow_alias,
         symbols=symbols,
     )
+
+
+def _kernel_name(func: Callable[..., Any]) -> str:
+    """The function's name, which names the CUDA entry point, the adapter and ``#line`` directives."""
+    name = getattr(func, "__name__", None)
+    try:
+        return plain_identifier(name, "the function's __name__")
+    except TypeError as exc:
+        raise DeclarationError(str.__str__(name) if isinstance(name, str) else repr(name), None, str(exc)) from None
+
+
+def _check_launch_consts(kernel: str, what: str, dim: Expr, consts: dict[str, ConstParam]) -> None:
+    """Launch dimensions are integers: a float (or bool) constant there would reach the launch as is."""
+    for c in sorted(dim.symbols() & set(consts)):
+        if consts[c].type is not int:
+            raise DeclarationError(
+                kernel,
+                c,
+                f"{what} uses constant {c!r} of type {consts[c].type.__name__}; launch dimensions "
+                "take int constants only",
+            )
+
+
+def _specialized_symbol(kernel: str, name: Any, symbols: dict[str, tuple[str, int]]) -> str:
+    if not isinstance(name, str) or name not in symbols:
+        raise DeclarationError(kernel, None, f"specialize names {name!r}, which is not a shape symbol")
+    return str.__str__(name)
 
 
 def _parameters(func: Callable[..., Any]) -> list[inspect.Parameter]:
@@ -326,8 +382,12 @@ def _launch_dims(kernel: str, what: str, value: Dim | tuple[Dim, ...]) -> tuple[
     dims = value if isinstance(value, tuple) else (value,)
     if not 1 <= len(dims) <= 3:
         raise DeclarationError(kernel, None, f"{what} needs 1, 2 or 3 dimensions, got {len(dims)}")
+    return tuple(_launch_dim(kernel, what, d) for d in dims)
+
+
+def _launch_dim(kernel: str, what: str, value: Dim) -> Expr:
     try:
-        return tuple(as_expr(d) for d in dims)
+        return as_expr(value)
     except TypeError as exc:
         raise DeclarationError(kernel, None, f"{what}: {exc}") from None
 
@@ -335,15 +395,16 @@ def _launch_dims(kernel: str, what: str, value: Dim | tuple[Dim, ...]) -> tuple[
 def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
     if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY, p.KEYWORD_ONLY):
         raise DeclarationError(kernel, p.name, "*args and **kwargs cannot be kernel parameters")
+    name = _identifier(kernel, p.name, p.name, "parameter name")
     ann = p.annotation
     if isinstance(ann, ArrayAnnotation):
         return ArrayParam(
-            p.name, ann.direction, _dtype_spelling(kernel, p.name, ann.dtype), _shape(kernel, p.name, ann.shape)
+            name, ann.direction, _dtype_spelling(kernel, name, ann.dtype), _shape(kernel, name, ann.shape)
         )
     if isinstance(ann, ScalarAnnotation):
-        return ScalarParam(p.name, _dtype_spelling(kernel, p.name, ann.dtype))
+        return ScalarParam(name, _dtype_spelling(kernel, name, ann.dtype))
     if isinstance(ann, ConstAnnotation):
-        return _const_param(kernel, p, ann)
+        return _const_param(kernel, name, p.default, ann)
     if isinstance(ann, type) and issubclass(ann, (_ArrayDirection, Scalar, Const)):
         raise DeclarationError(kernel, p.name, f"{ann.__name__} needs its type: {ann.__name__}[...]")
     if ann is inspect.Parameter.empty:
@@ -363,52 +424,84 @@ def _dtype_spelling(kernel: str, param: str, spec: Any) -> str:
     if isinstance(spec, ArrayAnnotation):
         raise DeclarationError(kernel, param, "a direction (In/Out/InOut) cannot be used as a dtype")
     if isinstance(spec, str) and not dtypes.is_dtype_name(spec):
-        if not _IDENTIFIER.match(spec):
-            raise DeclarationError(kernel, param, f"dtype variable {spec!r} is not an identifier")
-        if _looks_like_type_name(spec):  # "float128", "complex64", "half": a type, not a variable
-            raise DeclarationError(kernel, param, dtypes._unknown(spec))
-        return spec
+        var = _identifier(kernel, param, spec, "dtype variable")
+        if _looks_like_type_name(var):  # "float128", "complex64", "half": a type, not a variable
+            raise DeclarationError(kernel, param, dtypes._unknown(var))
+        return var
     try:
         return dtypes.element_type(spec).name
     except KeyError as exc:
         raise DeclarationError(kernel, param, str(exc.args[0])) from None
 
 
-_TYPE_LIKE = re.compile(r"^(u?int|float|bfloat|complex)\d+_?$")
+_TYPE_LIKE = re.compile(r"(u?int|float|bfloat|complex)[0-9]+_?")
 
 
 def _looks_like_type_name(name: str) -> bool:
     """A numpy type name (``half``, ``complex64``) or a sized type spelling: never a dtype variable."""
-    return bool(_TYPE_LIKE.match(name)) or (len(name) > 1 and name in np.sctypeDict)
+    return bool(_TYPE_LIKE.fullmatch(name)) or (len(name) > 1 and name in np.sctypeDict)
 
 
 def _shape(kernel: str, param: str, shape: Any) -> tuple[int | str, ...]:
     if shape is None:
         raise DeclarationError(kernel, param, "array needs a shape: kd.In[dtype, 'n'] or kd.In[dtype, ('m', 'n')]")
     dims = shape if isinstance(shape, tuple) else (shape,)
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, (int, str)):
-            raise DeclarationError(kernel, param, f"shape entries are symbols or ints, not {d!r}")
-        if isinstance(d, int) and d < 0:
-            raise DeclarationError(kernel, param, f"fixed extent {d} is negative")
-        if isinstance(d, str) and not _IDENTIFIER.match(d):
-            raise DeclarationError(kernel, param, f"shape symbol {d!r} is not an identifier")
-    return tuple(dims)
+    return tuple(
+        _identifier(kernel, param, d, "shape symbol") if isinstance(d, str) else _fixed_extent(kernel, param, d)
+        for d in dims
+    )
 
 
-def _const_param(kernel: str, p: inspect.Parameter, ann: ConstAnnotation) -> ConstParam:
+def _fixed_extent(kernel: str, param: str, extent: Any) -> int:
+    if isinstance(extent, bool) or not isinstance(extent, int):
+        raise DeclarationError(kernel, param, f"shape entries are symbols or ints, not {extent!r}")
+    value = operator.index(extent)
+    if value < 0:
+        raise DeclarationError(kernel, param, f"fixed extent {value} is negative")
+    if value > INT64_MAX:
+        raise DeclarationError(kernel, param, f"fixed extent {value} is beyond 2**63 - 1, the int64 range")
+    return value
+
+
+def _const_param(kernel: str, name: str, default: Any, ann: ConstAnnotation) -> ConstParam:
     if isinstance(ann.type, (ScalarAnnotation, ArrayAnnotation)):
-        raise DeclarationError(kernel, p.name, "a constant takes a Python type (int, float, bool), not a direction")
+        raise DeclarationError(kernel, name, "a constant takes a Python type (int, float, bool), not a direction")
     if ann.type not in CONST_TYPES:
-        raise DeclarationError(kernel, p.name, f"constant type must be int, float or bool, not {ann.type!r}")
-    default = ann.default if p.default is inspect.Parameter.empty else p.default
-    if default is not _NO_DEFAULT:
-        # the rules binding applies to a passed value (bool is no int, an int is a float)
-        value = default.item() if isinstance(default, np.generic) else default
-        ok = type(value) is ann.type or (ann.type is float and type(value) is int)
-        if not ok:
-            raise DeclarationError(kernel, p.name, f"default {default!r} is not of type {ann.type.__name__}")
-    return ConstParam(p.name, ann.type, default)
+        raise DeclarationError(kernel, name, f"constant type must be int, float or bool, not {ann.type!r}")
+    if default is inspect.Parameter.empty:
+        default = ann.default
+    if default is _NO_DEFAULT:
+        return ConstParam(name, ann.type)
+    try:  # the rules binding applies to a passed value (bool is no int, an int is a float)
+        return ConstParam(name, ann.type, const_value(ann.type, default))
+    except TypeError:
+        raise DeclarationError(kernel, name, f"default {default!r} is not of type {ann.type.__name__}") from None
+    except ValueError as exc:
+        raise DeclarationError(kernel, name, f"default {exc}") from None
+
+
+def const_value(type_: type, value: Any) -> bool | int | float:
+    """``value`` as the exact bool, int or float a constant of ``type_`` holds, so that the C literal
+    and the adapter agree: TypeError for a value of another kind, ValueError for one C cannot hold."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if type_ is bool and isinstance(value, bool):
+        return value
+    if type_ is int and isinstance(value, int) and not isinstance(value, bool):
+        return _int64(value)
+    if type_ is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            raise ValueError(f"{int(value)} is too large for a double") from None
+    raise TypeError(f"must be {type_.__name__}, got {value!r}")
+
+
+def _int64(value: int) -> int:
+    plain = operator.index(value)
+    if not INT64_MIN <= plain <= INT64_MAX:
+        raise ValueError(f"{plain} is outside the range of a long long, [-2**63, 2**63 - 1]")
+    return plain
 
 
 def _collect_symbols(kernel: str, params: tuple[Param, ...]) -> dict[str, tuple[str, int]]:
@@ -442,6 +535,13 @@ def _check_names(kernel: str, params: tuple[Param, ...], symbols: dict[str, tupl
     for p in params:
         if isinstance(p, (ArrayParam, ScalarParam)) and p.dtype in dtype_vars:
             _check_identifier(kernel, p.name, p.dtype)
+
+
+def _identifier(kernel: str, param: str, value: Any, what: str) -> str:
+    try:
+        return plain_identifier(value, what)
+    except TypeError as exc:
+        raise DeclarationError(kernel, param, str(exc)) from None
 
 
 def _check_identifier(kernel: str, param: str, name: str) -> None:

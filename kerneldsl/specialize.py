@@ -8,8 +8,10 @@ foreign arrays all bind the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import operator
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +19,7 @@ import numpy as np
 from . import dtypes
 from .dtypes import INT32_MAX, ElementType
 from .errors import BindingError, ShapeMismatchError
-from .signature import ArrayParam, ConstParam, ScalarParam, Signature
+from .signature import INT64_MAX, ArrayParam, ConstParam, ScalarParam, Signature, const_value
 
 
 @dataclass(frozen=True)
@@ -36,11 +38,15 @@ class Specialization:
     signature: Signature
     param_types: tuple[tuple[str, str], ...]  # (param name, element type name) for arrays and scalars
     type_vars: tuple[tuple[str, str], ...]  # (dtype variable, element type name)
-    consts: tuple[tuple[str, Any], ...]
+    consts: tuple[tuple[str, Any], ...] = field(compare=False)  # compared through const_key
     index_bits: int
     aligned: tuple[tuple[str, bool], ...]  # per array parameter
     fixed_symbols: tuple[tuple[str, int], ...]  # shape symbols specialized to their extent
     arch: str
+    const_key: tuple[tuple[str, Any], ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "const_key", const_key(self.consts))
 
     def element_type(self, param: str) -> ElementType:
         return dtypes.ELEMENT_TYPES[dict(self.param_types)[param]]
@@ -49,6 +55,20 @@ class Specialization:
         types = ", ".join(f"{v}={t}" for v, t in self.type_vars) or "no dtype variables"
         consts = ", ".join(f"{n}={v!r}" for n, v in self.consts)
         return f"{self.signature.name}[{types}{', ' + consts if consts else ''}; {self.index_bits}-bit; {self.arch}]"
+
+
+def const_key(consts: Iterable[tuple[str, Any]]) -> tuple[tuple[str, Any], ...]:
+    """Constants as compared for reuse. By ``==``, -0.0 would reuse 0.0's build and a NaN no
+    build at all, so floats (and numpy scalars) compare by their bits."""
+    return tuple((name, _value_key(value)) for name, value in consts)
+
+
+def _value_key(value: Any) -> Any:
+    if isinstance(value, float):
+        return (float, struct.pack("<d", value))
+    if isinstance(value, np.generic):
+        return (type(value), value.tobytes())
+    return value
 
 
 def describe_array(value: Any) -> ArgInfo | None:
@@ -61,7 +81,7 @@ def describe_array(value: Any) -> ArgInfo | None:
         return ArgInfo(value.dtype, value.shape, True)
     ptr = getattr(value, "ptr", None)
     if ptr is not None and hasattr(value, "shape") and hasattr(value, "dtype"):
-        return ArgInfo(np.dtype(value.dtype), tuple(value.shape), ptr % 16 == 0)
+        return ArgInfo(np.dtype(value.dtype), tuple(operator.index(d) for d in value.shape), ptr % 16 == 0)
     return None
 
 
@@ -97,7 +117,7 @@ def bind(
         consts=bind_consts(sig, consts),
         index_bits=index_bits(args),
         aligned=tuple(aligned.items()),
-        fixed_symbols=tuple((s, extents[s]) for s in sig.specialize),
+        fixed_symbols=tuple((s, _fixed_extent(sig, s, extents[s])) for s in sig.specialize),
         arch=arch,
     )
 
@@ -164,13 +184,18 @@ def _const_value(sig: Signature, c: ConstParam, given: Mapping[str, Any]) -> Any
         value = c.default
     else:
         raise BindingError(sig.name, c.name, f"constant has no value; pass {c.name}=... (a {c.type.__name__})")
-    if isinstance(value, np.generic):
-        value = value.item()
-    if c.type is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if type(value) is not c.type:
-        raise BindingError(sig.name, c.name, f"constant must be {c.type.__name__}, got {value!r}")
-    return value
+    try:
+        return const_value(c.type, value)
+    except (TypeError, ValueError) as exc:
+        raise BindingError(sig.name, c.name, f"constant {exc}") from None
+
+
+def _fixed_extent(sig: Signature, symbol: str, extent: int) -> int:
+    """A specialized extent becomes a C constant: it must fit int64 like any other."""
+    if extent > INT64_MAX:
+        param, axis = sig.symbols[symbol]
+        raise BindingError(sig.name, param, f"axis {axis} ({symbol}) is {extent}, beyond 2**63 - 1, the int64 range")
+    return extent
 
 
 def index_bits(args: tuple[Any, ...]) -> int:

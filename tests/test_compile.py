@@ -149,11 +149,15 @@ def test_non_string_arch_is_rejected() -> None:
         normalize_arch(90)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("spelled", "canonical"), [("sm_90", "sm_90"), ("SM_80", "sm_80"), ("90", "sm_90"), (" sm_86 ", "sm_86")]
-)
-def test_arch_spellings_are_normalized(spelled: str, canonical: str) -> None:
-    assert normalize_arch(spelled) == canonical
+@pytest.mark.parametrize("arch", ["sm_90", "sm_90a", "compute_80"])
+def test_exactly_spelled_arch_is_accepted_as_is(arch: str) -> None:
+    assert normalize_arch(arch) == arch
+
+
+@pytest.mark.parametrize("arch", ["SM_80", "90", " sm_86 ", "sm_90\n", "sm_090", "sm_\u0669\u0660"])
+def test_arch_not_spelled_exactly_is_refused_with_the_accepted_form(arch: str) -> None:
+    with pytest.raises(InvalidArchError, match="expected exactly sm_XY"):
+        normalize_arch(arch)
 
 
 def test_cubin_needs_a_real_arch() -> None:
@@ -175,6 +179,12 @@ def test_explicit_arch_wins_over_the_env_var(no_device: None, monkeypatch: pytes
 def test_invalid_arch_env_var_is_rejected(no_device: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ARCH_ENV, "gfx90a")
     with pytest.raises(InvalidArchError):
+        resolve_arch()
+
+
+def test_invalid_arch_env_var_is_named_in_the_error(no_device: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ARCH_ENV, "sm_90\n")
+    with pytest.raises(InvalidArchError, match=r"^\$KERNELDSL_ARCH: invalid arch 'sm_90\\n'"):
         resolve_arch()
 
 
@@ -217,6 +227,12 @@ def test_invalid_option_is_rejected_at_declaration(option: Any) -> None:
 )
 def test_valid_option_is_accepted(option: str) -> None:
     assert check_options([option]) == (option,)
+
+
+@pytest.mark.parametrize("option", ["-lineinfo\n", "-DX=1\n", "--maxrregcount=\u0663\u0662", "-G\n"])
+def test_option_with_a_trailing_newline_or_non_ascii_digits_is_refused(option: str) -> None:
+    with pytest.raises(InvalidOptionError):
+        check_options([option])
 
 
 def test_user_std_option_replaces_the_default() -> None:

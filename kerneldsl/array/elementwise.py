@@ -274,7 +274,9 @@ class Elementwise(ElementwiseFunction):
             ok = isinstance(ann, ScalarAnnotation) or (isinstance(ann, ArrayAnnotation) and ann.direction == "in")
             if not ok:
                 raise DeclarationError(self.name, p.name, "annotate each operand with kd.In[dtype] or kd.Scalar[dtype]")
-            if not _NAME.fullmatch(p.name) or p.name in RESERVED_NAMES or p.name.startswith("kd"):
+            if not _NAME.fullmatch(p.name):
+                raise DeclarationError(self.name, p.name, "name is not an ASCII identifier ([A-Za-z_][A-Za-z0-9_]*)")
+            if p.name in RESERVED_NAMES or p.name.startswith("kd"):
                 raise DeclarationError(self.name, p.name, "name clashes with a C++ keyword or the reserved kd prefix")
             decls.append((p.name, self._dtype_spec(p.name, ann.dtype)))
         ret = sig.return_annotation
