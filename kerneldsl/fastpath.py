@@ -254,8 +254,7 @@ def _programs(spec: Specialization, symbol_index: dict[str, int]) -> tuple[tuple
     """Grid, block and shared as postfix programs, each ended by ``end``."""
     values: dict[str, tuple[int, int]] = {s: (OPCODES["sym"], i) for s, i in symbol_index.items()}
     values.update({s: (OPCODES["int"], int(v)) for s, v in spec.fixed_symbols})
-    for name, value in spec.consts:
-        values[name] = (OPCODES["int"], int(value)) if isinstance(value, int) else (-1, 0)
+    values.update({n: (OPCODES["int"], v) for n, v in spec.consts if type(v) is int})  # launch dims take ints only
     code: list[tuple[int, int]] = []
     for expr in launch_dims(spec.signature):
         _emit(expr, values, code)
@@ -267,10 +266,7 @@ def _emit(expr: Expr, values: dict[str, tuple[int, int]], code: list[tuple[int, 
     if expr.op == "int":
         code.append((OPCODES["int"], int(expr.args[0])))
     elif expr.op == "sym":
-        op = values[expr.args[0]]
-        if op[0] < 0:  # a float constant in a launch dimension: adapter only
-            raise _Untabled(expr.args[0])
-        code.append(op)
+        code.append(values[expr.args[0]])
     else:
         for arg in expr.args:
             _emit(arg, values, code)

@@ -68,7 +68,7 @@ def _value_key(value: Any) -> Any:
         return (float, struct.pack("<d", value))
     if isinstance(value, np.generic):
         return (type(value), value.tobytes())
-    return value
+    return (type(value), value)  # True == 1, but a bool constant is another specialization than an int
 
 
 def describe_array(value: Any) -> ArgInfo | None:

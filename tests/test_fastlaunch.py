@@ -299,14 +299,6 @@ def test_bfloat16_scalars_have_no_table_and_stay_on_the_python_path(s: kd.Sessio
     assert launch_table(spec) is None
 
 
-def test_a_float_constant_in_a_launch_dimension_has_no_table(s: kd.Session) -> None:
-    @kd.kernel(grid=kd.sym("G"), block=32)
-    def fill(y: kd.Out[kd.float32, "n"], G: kd.Const[float] = 2.0):
-        return f"{y}[0] = 0;"
-
-    assert launch_table(fill.specialize(s.zeros(4, np.float32), arch="sm_90")) is None
-
-
 def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> None:
     from kerneldsl import _fastlaunch
 

@@ -345,3 +345,23 @@ def test_negative_zero_constant_call_does_not_reuse_the_zero_build(drv: FakeDriv
         fill(out, C=0.0)
         fill(out, C=-0.0)
     assert [math.copysign(1.0, dict(spec.consts)["C"]) for spec, _ in fill._builds] == [1.0, -1.0]
+
+
+def test_a_bool_constant_call_does_not_reuse_an_int_binding(drv: FakeDriver) -> None:
+    @kd.kernel(grid=1, block=1)
+    def flagged(y: kd.Out[kd.float32, "n"], C: kd.Const[int] = 0):
+        return f"{y}[0] = C;"
+
+    with kd.Session(0) as s:
+        y = s.zeros(4, np.float32)
+        flagged(y, C=1)
+        with pytest.raises(BindingError, match="C"):
+            flagged(y, C=True)
+
+
+def test_a_fused_function_with_a_non_ascii_name_gets_an_ascii_kernel_name() -> None:
+    def café(x):
+        return x * 2
+
+    build = kd.fuse(café).inspect(np.ones(4, np.float32), arch="sm_90")
+    assert build.generated.entry.isascii() and build.cubin

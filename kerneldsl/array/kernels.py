@@ -69,7 +69,7 @@ KERNELS = BoundedCache()
 
 
 def _c_name(name: str) -> str:
-    cleaned = re.sub(r"\W", "_", name).strip("_") or "program"
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "_", name).strip("_") or "program"  # an ASCII C identifier
     return cleaned if cleaned[0].isalpha() else f"k{cleaned}"
 
 
