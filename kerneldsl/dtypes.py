@@ -60,18 +60,20 @@ def _table() -> dict[str, ElementType]:
 ELEMENT_TYPES: dict[str, ElementType] = _table()
 _BY_NUMPY: dict[np.dtype, ElementType] = {et.numpy: et for et in ELEMENT_TYPES.values()}
 
-bool_ = ELEMENT_TYPES["bool"].numpy
-int8 = ELEMENT_TYPES["int8"].numpy
-int16 = ELEMENT_TYPES["int16"].numpy
-int32 = ELEMENT_TYPES["int32"].numpy
-int64 = ELEMENT_TYPES["int64"].numpy
-uint8 = ELEMENT_TYPES["uint8"].numpy
-uint16 = ELEMENT_TYPES["uint16"].numpy
-uint32 = ELEMENT_TYPES["uint32"].numpy
-uint64 = ELEMENT_TYPES["uint64"].numpy
-float16 = ELEMENT_TYPES["float16"].numpy
-float32 = ELEMENT_TYPES["float32"].numpy
-float64 = ELEMENT_TYPES["float64"].numpy
+# The public dtype names are numpy's scalar types: usable wherever numpy takes a dtype, and valid
+# types for checkers in annotations (kd.In[kd.float32, n]).
+bool_ = np.bool_
+int8 = np.int8
+int16 = np.int16
+int32 = np.int32
+int64 = np.int64
+uint8 = np.uint8
+uint16 = np.uint16
+uint32 = np.uint32
+uint64 = np.uint64
+float16 = np.float16
+float32 = np.float32
+float64 = np.float64
 
 
 def is_dtype_name(name: str) -> bool:
