@@ -117,11 +117,7 @@ def map_log(log: str, body_file: str, body: str, origin: BodyOrigin | None, sour
         if at is not None:
             text = body_lines[at - 1].strip()
             where = f"{origin.filename}:{located[at]}" if origin and at in located else f"{body_file}:{at}"
-            entry = f"{where}: {message}\n    body line {at}: {text}"
-            if at != reported:
-                entry += f"\n    (NVRTC reports it at the next token, body line {reported})"
-            if body_start is not None:
-                entry += f"\n    generated line {body_start + at}"
+            entry = _body_entry(where, message, at, text, reported, body_start)
         elif m.group("file") != body_file and 1 <= reported <= len(source_lines):
             text = source_lines[reported - 1].strip()
             entry = f"generated line {reported}: {message}\n    {text}"
@@ -132,6 +128,15 @@ def map_log(log: str, body_file: str, body: str, origin: BodyOrigin | None, sour
             seen.add((message, text or entry))
             mapped.append(entry)
     return mapped
+
+
+def _body_entry(where: str, message: str, at: int, text: str, reported: int, body_start: int | None) -> str:
+    entry = f"{where}: {message}\n    body line {at}: {text}"
+    if at != reported:
+        entry += f"\n    (NVRTC reports it at the next token, body line {reported})"
+    if body_start is not None:
+        entry += f"\n    generated line {body_start + at}"
+    return entry
 
 
 def _missing_token(message: str, log_lines: list[str], i: int) -> bool:
