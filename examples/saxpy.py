@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 import kerneldsl as kd
+from kerneldsl.build import Build
 from kerneldsl.runtime import driver
 
 
@@ -23,6 +24,11 @@ def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
     """
 
 
+def registers(build: Build) -> str:
+    """The count comes from ptxas's info log, which NVRTC does not always return: None then."""
+    return "registers unknown" if build.registers is None else f"{build.registers} registers"
+
+
 def compile_specializations(arch: str) -> None:
     for dtype in (np.float32, np.float64):
         start = time.perf_counter()
@@ -30,7 +36,7 @@ def compile_specializations(arch: str) -> None:
         ms = (time.perf_counter() - start) * 1e3
         print(
             f"compiled saxpy[T={np.dtype(dtype).name}] for {arch}: {build.origin}, {ms:.1f} ms, "
-            f"{build.registers} registers, cubin {len(build.cubin)} bytes, key {build.cache_key[:12]}"
+            f"{registers(build)}, cubin {len(build.cubin)} bytes, key {build.cache_key[:12]}"
         )
     print(f"disk cache: {kd.cache.get_default_cache().directory}")
 

@@ -46,6 +46,7 @@ import re
 import sqlite3
 import stat
 import struct
+import sys
 import threading
 import time
 import warnings
@@ -53,6 +54,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any, Protocol, TypeGuard, TypeVar
 
 import diskcache
@@ -359,7 +361,20 @@ def _warn_if_network_fs(path: Path) -> None:
 
 def _warn(message: str) -> None:
     logger.warning("%s", message)
-    warnings.warn(message, RuntimeWarning, stacklevel=3)
+    warnings.warn(message, RuntimeWarning, stacklevel=_user_stacklevel())
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _user_stacklevel() -> int:
+    """``stacklevel`` of the first frame outside kerneldsl: the user's line that needed the cache,
+    however deep in kerneldsl the cache was opened (a fixed number would point into cache.py)."""
+    level = 1  # _warn, which calls warnings.warn
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        level, frame = level + 1, frame.f_back
+    return level
 
 
 # --- storage backends --------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 Each subcommand is a function from parsed arguments to an exit code: 0 ok, 1 failure, 2 usage
 (argparse's own). A kerneldsl error is one ``kerneldsl: error: ...`` line, never a traceback:
-it is the user's setup, not a bug, that the message has to explain.
+it is the user's setup, not a bug, that the message has to explain. Looking never creates
+anything: ``info`` and ``cache`` leave a cache directory that does not exist yet alone.
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TextIO
 
 from . import __version__, fastpath
-from .bench import BENCHMARKS
+from .bench import BENCHMARKS, plot
 from .build import fingerprint
-from .cache import default_cache_dir, get_default_cache
+from .cache import DiskCache, default_cache_dir, get_default_cache
 from .compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
 from .dispatch import Kernel
-from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
+from .errors import CacheError, DriverNotFoundError, InvalidArchError, KernelDSLError, NoDeviceError
 from .runtime import driver
 from .target import ARCH_ENV, device_arch, resolve_arch
 
@@ -92,19 +93,34 @@ def _device_info(ordinal: int) -> dict[str, Any]:
 
 
 def _cache_info() -> dict[str, Any]:
-    info: dict[str, Any] = {"configured": str(default_cache_dir())}
+    configured = default_cache_dir()
+    info: dict[str, Any] = {"configured": str(configured), "exists": configured.is_dir()}
     try:
-        store = get_default_cache()
-        entries = store.entries()
+        store = _existing_cache()
+        if store is None:
+            info.update(directory=None, in_memory=False, entries=0, bytes=0)
+            return info
         info.update(
             directory=None if store.in_memory else str(store.directory),
             in_memory=store.in_memory,
-            entries=len(entries),
+            entries=len(store.entries()),
             bytes=store.volume(),
         )
     except CacheError as exc:  # info reports a broken setup instead of failing on it
         info["error"] = str(exc)
     return info
+
+
+def _existing_cache() -> DiskCache | None:
+    """The default cache, or None while its directory does not exist yet but could be made:
+    opening it would create the directory, and looking must not."""
+    path = default_cache_dir()
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if parent != path and parent.is_dir() and os.access(parent, os.W_OK | os.X_OK):
+        return None
+    return get_default_cache()  # present, or unusable: opening says how (degrades to memory)
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -134,6 +150,8 @@ def _driver_rows(d: dict[str, Any]) -> list[tuple[str, str]]:
 def _cache_line(c: dict[str, Any]) -> str:
     if "error" in c:
         return f"{c['configured']}: unusable: {c['error']}"
+    if not c["exists"] and not c["in_memory"]:
+        return f"{c['configured']}: does not exist yet (the first compile creates it)"
     where = f"in memory only ({c['configured']} is unusable)" if c["in_memory"] else c["directory"]
     return f"{where}: {c['entries']} entries, {_size(c['bytes'])}"
 
@@ -156,8 +174,8 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_list(args: argparse.Namespace) -> int:
-    store = get_default_cache()
-    entries = sorted(store.entries(), key=lambda e: e.stored_at)
+    store = _existing_cache()
+    entries = sorted(store.entries(), key=lambda e: e.stored_at) if store else []
     rows: list[dict[str, Any]] = [
         {
             "kernel": e.material.get("kernel"),
@@ -173,7 +191,7 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
-        print(f"the cache is empty ({store.directory or 'in memory'})")
+        print(f"the cache is empty ({_where(store)})")
     else:
         print(
             _table(
@@ -202,10 +220,16 @@ def _parameters(material: dict[str, Any]) -> str:
 
 
 def cmd_cache_clear(args: argparse.Namespace) -> int:
-    store = get_default_cache()
-    removed = store.clear()
-    print(f"removed {removed} entries from {store.directory or 'the in-memory cache'}")
+    store = _existing_cache()
+    removed = store.clear() if store else 0
+    print(f"removed {removed} entries ({_where(store)})")
     return 0
+
+
+def _where(store: DiskCache | None) -> str:
+    if store is None:
+        return f"{default_cache_dir()} does not exist yet"
+    return str(store.directory) if store.directory else "in memory"
 
 
 # --- compile ---------------------------------------------------------------------------------
@@ -221,20 +245,62 @@ def cmd_compile(args: argparse.Namespace) -> int:
     kernels = module_kernels(module)
     if not kernels:
         raise KernelDSLError(f"{args.target} defines no kerneldsl kernels at module level")
-    rows, skipped = [], []
+    jobs, skipped = [], []
     for name, k in kernels:
         reason = skip_reason(k)
         if reason:
             skipped.append(f"{name}: skipped: {reason}")
             continue
-        for arch in archs:
-            for bindings in k.precompile or ({},):
-                rows.append(_compile_one(name, k, arch, args.output, bindings))
+        jobs += [(name, k, arch, bindings) for arch in archs for bindings in k.precompile or ({},)]
+    progress = Progress(len(jobs), sys.stderr)
+    rows = []
+    for name, k, arch, bindings in jobs:
+        progress.show(f"{name} {_spelled(bindings)} {arch}")
+        rows.append(_compile_one(name, k, arch, args.output, bindings))
+    progress.close()
     if rows:
         print(_table(("KERNEL", "BINDINGS", "ARCH", "OUTPUT", "ORIGIN", "TIME", "REGISTERS"), rows))
     for line in skipped:
         print(line)
     return 0
+
+
+class Progress:
+    """``[3/8] kernel bindings arch, 1.2 s`` redrawn in place on stderr while builds run.
+
+    Only for more than a few builds (a few finish before anyone waits) and only on a
+    terminal: a log file or a pipe gets the table alone, without carriage returns.
+    """
+
+    MIN_BUILDS = 4
+
+    def __init__(self, total: int, stream: TextIO) -> None:
+        self.total, self.stream, self.done = total, stream, 0
+        self.enabled = total >= self.MIN_BUILDS and stream.isatty()
+        self.start = time.perf_counter()
+        self.width = 0
+
+    def show(self, current: str) -> None:
+        """Announce the next build: ``current`` is what it compiles."""
+        self.done += 1
+        if self.enabled:
+            elapsed = time.perf_counter() - self.start
+            self._draw(f"[{self.done}/{self.total}] {current}, {elapsed:.1f} s")
+
+    def close(self) -> None:
+        if self.enabled:
+            self._draw("")
+
+    def _draw(self, line: str) -> None:
+        self.stream.write("\r" + line.ljust(self.width))
+        if not line:
+            self.stream.write("\r")
+        self.stream.flush()
+        self.width = len(line)
+
+
+def _spelled(bindings: dict[str, Any]) -> str:
+    return ",".join(f"{k}={getattr(v, '__name__', v)}" for k, v in bindings.items()) or "-"
 
 
 def _compile_one(name: str, k: Kernel, arch: str, output: str, bindings: dict[str, Any]) -> tuple[str, ...]:
@@ -254,6 +320,11 @@ def _archs(spelled: str | None) -> list[str]:
             raise NoDeviceError(
                 f"no CUDA device to take the target arch from: pass --arch sm_90 (or another) or set {ARCH_ENV}"
             ) from None
+        except InvalidArchError as exc:
+            env = os.environ.get(ARCH_ENV)
+            if env and repr(env) in str(exc):  # the arch came from the environment: say so
+                raise InvalidArchError(f"{ARCH_ENV}={env}: {exc}") from None
+            raise
     return list(dict.fromkeys(normalize_arch(a) for a in spelled.split(",")))
 
 
@@ -318,7 +389,17 @@ def _bindings(spec: Any) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    return BENCHMARKS[args.benchmark].run(args)
+    """Run a benchmark once what it needs is known to be here (else one line, exit 2), then plot it."""
+    name = args.benchmark
+    unmet = BENCHMARKS[name].unmet(name) or (plot.unavailable() if args.plot else None)
+    if unmet:
+        print(f"kerneldsl: error: {unmet}", file=sys.stderr)
+        return 2
+    report = BENCHMARKS[name].run(args)
+    if args.plot:
+        plot.save(report, args.plot, f"kerneldsl bench {name}")
+        print(f"plotted to {args.plot}", file=sys.stderr)  # stdout may be --json
+    return 0
 
 
 # --- formatting ------------------------------------------------------------------------------
@@ -373,7 +454,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure kerneldsl's own costs on this machine")
     benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     for name, b in BENCHMARKS.items():
-        b.add_arguments(_command(benchmarks, name, cmd_bench, b.help))
+        sub = _command(benchmarks, name, cmd_bench, b.help)
+        b.add_arguments(sub)
+        sub.add_argument(
+            "--plot", metavar="FILE.svg", help="also draw the figures, one bar chart per section (needs matplotlib)"
+        )
     return parser
 
 
@@ -389,10 +474,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at interpreter exit
+        return code
     except KernelDSLError as exc:
         print(f"kerneldsl: error: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # ``kerneldsl cache list | head``: the reader has all it wanted
+        _silence_stdout()
+        return 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null: the final flush at exit would fail on the closed pipe again
+    (the recipe in the ``signal`` module's documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

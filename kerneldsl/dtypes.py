@@ -101,6 +101,8 @@ def element_type(spec: Any) -> ElementType:
 
 
 def _unknown(spec: Any) -> str:
+    if _ml_dtypes is None and str(spec).startswith("bfloat16"):
+        return f"element type {spec!r} needs the ml_dtypes package (numpy's bfloat16): pip install ml_dtypes"
     return f"unsupported element type {spec!r}; supported: {', '.join(ELEMENT_TYPES)}"
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
+import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from kerneldsl import bench
 from kerneldsl.cli import main
 from kerneldsl.errors import DriverNotFoundError
 from kerneldsl.runtime import driver
@@ -64,7 +70,8 @@ def test_info_without_a_driver_says_so_plainly(capsys, no_driver, isolated_cache
     assert code == 0
     assert "no CUDA driver found: kernels can be compiled (set KERNELDSL_ARCH or pass --arch) but not launched" in out
     assert "NVRTC" in out and "sm_90" in out
-    assert f"{isolated_cache}: 0 entries" in out
+    assert f"{isolated_cache}: does not exist yet" in out
+    assert not isolated_cache.exists()
 
 
 def test_info_lists_each_device_with_its_target_arch(capsys, monkeypatch):
@@ -84,7 +91,8 @@ def test_info_json_parses(capsys, no_driver, isolated_cache):
     info = json.loads(out)
     assert info["driver"]["available"] is False and "no CUDA driver" in info["driver"]["problem"]
     assert "sm_90" in info["supported_archs"]
-    assert info["cache"]["directory"] == str(isolated_cache)
+    assert info["cache"]["configured"] == str(isolated_cache) and info["cache"]["exists"] is False
+    assert info["cache"]["directory"] is None
     assert info["cache"]["in_memory"] is False and info["cache"]["entries"] == 0
 
 
@@ -96,6 +104,7 @@ def test_info_says_when_the_cache_fell_back_to_memory(capsys, tmp_path, monkeypa
     assert code == 0
     assert json.loads(out)["cache"] == {
         "configured": str(tmp_path / "a-file" / "cache"),
+        "exists": False,
         "directory": None,
         "in_memory": True,
         "entries": 0,
@@ -128,6 +137,8 @@ def test_compile_list_and_clear(capsys, kernels_file):
         (k, a) for k in ("scale", "fill") for a in ("sm_80", "sm_90")
     }
 
+    code, out, _ = run(capsys, "cache", "info", "--json")
+    assert code == 0 and json.loads(out)["exists"] is True and json.loads(out)["entries"] == 6
     code, out, _ = run(capsys, "cache", "info")
     assert code == 0 and ": 6 entries," in out
 
@@ -181,3 +192,135 @@ def test_bench_compile_prints_the_three_figures(capsys):
     code, out, _ = run(capsys, "bench", "compile", "--runs", "1", "--disk-runs", "1", "--iterations", "500", "--json")
     result = json.loads(out)
     assert result["cold_compile_s"] > result["disk_hit_later_s"] > result["get_build_ns"] * 1e-9
+
+
+# --- looking creates nothing -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [["cache", "info"], ["cache", "list"], ["cache", "clear"], ["info"]])
+def test_looking_at_the_cache_does_not_create_its_directory(capsys, isolated_cache, argv):
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "does not exist yet" in out
+    assert not isolated_cache.exists()
+
+
+def test_cache_list_into_a_closed_pipe_exits_quietly(isolated_cache):
+    """``kerneldsl cache list | head -2``: the reader goes away, no BrokenPipeError traceback."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kerneldsl.cli", "cache", "list"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, KERNELDSL_CACHE_DIR=str(isolated_cache)),
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # before the child writes: it imports kerneldsl first
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=60) == 1
+    assert err == ""
+
+
+# --- the arch from the environment -------------------------------------------------------------
+
+
+def test_an_invalid_arch_from_the_environment_names_the_variable(capsys, kernels_file, no_driver, monkeypatch):
+    monkeypatch.setenv("KERNELDSL_ARCH", "garbage")
+    code, out, err = run(capsys, "compile", str(kernels_file))
+    assert code == 1 and out == ""
+    assert err.startswith("kerneldsl: error: KERNELDSL_ARCH=garbage: invalid arch 'garbage'")
+
+
+# --- bench requirements and plots --------------------------------------------------------------
+
+
+@pytest.fixture
+def bench_lacks(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Make this machine lack a GPU and/or some modules, whatever is really installed."""
+
+    def lack(*modules: str, gpu: bool = False) -> None:
+        monkeypatch.setattr(bench, "_installed", lambda module: module not in modules)
+        monkeypatch.setattr(driver, "driver_available", lambda: not gpu)
+
+    return lack
+
+
+def test_bench_ops_without_cupy_and_torch_says_what_to_install_and_exits_2(capsys, bench_lacks):
+    bench_lacks("cupy", "torch")
+    code, out, err = run(capsys, "bench", "ops")
+    assert code == 2 and out == ""
+    assert err == (
+        "kerneldsl: error: kerneldsl bench ops needs a GPU, CuPy and PyTorch; this machine lacks CuPy and "
+        "PyTorch: pip install cupy-cuda13x torch\n"
+    )
+
+
+@pytest.mark.parametrize("name", ["runtime", "ops", "blas"])
+def test_gpu_benches_without_a_gpu_say_so_and_exit_2(capsys, bench_lacks, name):
+    bench_lacks(gpu=True)
+    code, _, err = run(capsys, "bench", name)
+    assert code == 2
+    assert err.startswith(f"kerneldsl: error: kerneldsl bench {name} needs a GPU") and "lacks a GPU\n" in err
+    assert "Traceback" not in err
+
+
+def test_bench_runtime_without_anything_lists_all_it_lacks(capsys, bench_lacks):
+    bench_lacks("cupy", gpu=True)
+    _, _, err = run(capsys, "bench", "runtime")
+    assert "this machine lacks a GPU and CuPy: pip install cupy-cuda13x" in err
+
+
+FAST_COMPILE_BENCH = ("bench", "compile", "--runs", "1", "--disk-runs", "1", "--iterations", "500")
+
+
+def test_bench_compile_plot_draws_each_section(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    figure = tmp_path / "compile.svg"
+    code, out, err = run(capsys, *FAST_COMPILE_BENCH, "--plot", str(figure))
+    assert code == 0 and "cold compile" in out and f"plotted to {figure}" in err
+    svg = figure.read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    for text in ("kerneldsl bench compile", "build time (ms)", "in-process hit (ns)", "get_build(spec)"):
+        assert text in svg
+
+
+def test_bench_plot_without_matplotlib_says_how_to_install_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    code, out, err = run(capsys, *FAST_COMPILE_BENCH, "--plot", str(tmp_path / "x.svg"))
+    assert code == 2 and out == ""  # refused before measuring
+    assert err == "kerneldsl: error: --plot needs matplotlib: pip install 'kerneldsl[plot]'\n"
+    assert not (tmp_path / "x.svg").exists()
+
+
+# --- compile progress ---------------------------------------------------------------------------
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+class NotTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return False
+
+
+def test_compile_shows_progress_on_a_terminal(capsys, kernels_file, monkeypatch):
+    stderr = Terminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    code, out, _ = run(capsys, "compile", str(kernels_file), "--arch", "sm_80,sm_90")
+    assert code == 0 and "\r" not in out
+    shown = stderr.getvalue()
+    assert re.search(r"\r\[1/6\] scale T=float32 sm_80, \d+\.\d s", shown)
+    assert re.search(r"\r\[6/6\] fill - sm_90, \d+\.\d s", shown)
+    assert shown.endswith("\r")  # the line is wiped before the table
+
+
+def test_compile_progress_is_quiet_off_a_terminal_and_for_few_builds(capsys, kernels_file, monkeypatch):
+    stderr = NotTerminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    assert run(capsys, "compile", str(kernels_file), "--arch", "sm_80,sm_90")[0] == 0
+    assert stderr.getvalue() == ""
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert run(capsys, "compile", str(kernels_file), "--arch", "sm_90")[0] == 0  # 3 builds
+    assert terminal.getvalue() == ""

@@ -324,6 +324,38 @@ def test_every_error_is_mapped_to_its_own_line(isolated_cache: Path) -> None:
     assert mapped[1].startswith(f"{THIS_FILE}:{line_of('b + ' + 'missing_two')}:")
 
 
+@kd.kernel(grid=1, block=1)
+def no_semicolon_at_the_end(y: kd.Out["float32", "n"]) -> str:
+    return f"""
+    float a = 1.0f;
+    {y}[0] = a + 2.0f
+    """
+
+
+@kd.kernel(grid=1, block=1)
+def no_semicolon_mid_body(y: kd.Out["float32", "n"]) -> str:
+    return f"""
+    float b = 5.0f
+    {y}[0] = b + 3.0f;
+    """
+
+
+def test_missing_semicolon_on_the_last_body_line_points_at_that_line(isolated_cache: Path) -> None:
+    """NVRTC reports it at the generated ``}`` after the body, numbered past the body's end."""
+    with pytest.raises(KernelCompileError) as info:
+        no_semicolon_at_the_end.inspect(f32(2), arch="sm_90")
+    (mapped,) = info.value.mapped
+    assert mapped.startswith(f'{THIS_FILE}:{line_of("a + " + "2.0f")}: error: expected a ";"')
+    assert "body line 2:" in mapped and "prelude" not in mapped
+
+
+def test_missing_semicolon_mid_body_points_at_the_line_that_lacks_it(isolated_cache: Path) -> None:
+    """NVRTC reports a missing token at the next one, the first of the following line."""
+    with pytest.raises(KernelCompileError) as info:
+        no_semicolon_mid_body.inspect(f32(2), arch="sm_90")
+    assert info.value.mapped[0].startswith(f"{THIS_FILE}:{line_of('float b = ' + '5.0f')}: error: expected")
+
+
 @pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
 def test_non_finite_float_constants_compile(value: float, isolated_cache: None) -> None:
     @kd.kernel(grid=1, block=1)

@@ -1,16 +1,20 @@
 """Benchmarks of kerneldsl's own costs, run by ``kerneldsl bench NAME``.
 
 ``BENCHMARKS`` is the registry the CLI builds its ``bench`` subcommands from: a new benchmark
-is one entry here, with its options and an entry point taking the parsed arguments.
+is one entry here, with its options, what it needs to run, and an entry point taking the
+parsed arguments, printing its figures and returning them as a report (``--plot`` draws it).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass
+import importlib.util
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
+from ..runtime import driver
 from . import blas_bench, compile_bench, ops_bench, runtime_bench
+from .report import Report
 
 
 @dataclass(frozen=True)
@@ -19,8 +23,36 @@ class Benchmark:
 
     help: str
     add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]  # returns the exit code
+    run: Callable[[argparse.Namespace], Report]
+    gpu: bool = False
+    modules: Mapping[str, str] = field(default_factory=dict)  # import name -> what to call it
+    install: str = ""  # the command that installs ``modules``
 
+    def unmet(self, name: str) -> str | None:
+        """One line saying what this machine lacks to run the benchmark, or None when it has it all.
+
+        Checked before running: a baseline imported halfway through would end in a traceback.
+        """
+        absent = [label for module, label in self.modules.items() if not _installed(module)]
+        no_gpu = self.gpu and not driver.driver_available()
+        if not absent and not no_gpu:
+            return None
+        needs = _listing((["a GPU"] if self.gpu else []) + list(self.modules.values()))
+        lacks = _listing((["a GPU"] if no_gpu else []) + absent)
+        return f"kerneldsl bench {name} needs {needs}; this machine lacks {lacks}" + (
+            f": {self.install}" if absent else ""
+        )
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def _listing(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+_CUPY = "pip install cupy-cuda13x"
 
 BENCHMARKS: dict[str, Benchmark] = {
     "compile": Benchmark(
@@ -32,15 +64,24 @@ BENCHMARKS: dict[str, Benchmark] = {
         "GPU: launch cost, graph replay, transfers, numpy end to end, side by side with CuPy and cuda.core",
         runtime_bench.add_arguments,
         runtime_bench.run,
+        gpu=True,
+        modules={"cupy": "CuPy"},
+        install=_CUPY,
     ),
     "blas": Benchmark(
         "GPU: kd.blas gemm throughput vs cupy.matmul, per-call host cost vs the nvmath binding, CuPy, torch",
         blas_bench.add_arguments,
         blas_bench.run,
+        gpu=True,
+        modules={"nvmath": "nvmath-python"},
+        install="pip install 'kerneldsl[blas]'",
     ),
     "ops": Benchmark(
         "GPU: kd.ops saxpy / sum / fused chain bandwidth vs torch and CuPy, compile times, ops launch cost",
         ops_bench.add_arguments,
         ops_bench.run,
+        gpu=True,
+        modules={"cupy": "CuPy", "torch": "PyTorch"},
+        install=f"{_CUPY} torch",
     ),
 }

@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import blas, blas_lt
 from ..runtime import Session, default_session
-from .report import print_report
+from .report import Report, print_report
 from .runtime_bench import interleaved_enqueue_costs, spin
 
 CHECK_TOL = {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-4}  # per unit of |A| @ |B|
@@ -203,10 +203,10 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
     return {name: seconds * 1e6 for name, seconds in results.items()}
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> Report:
     cp, torch = _optional("cupy"), _optional("torch")
     n = args.size
-    report: dict[str, Any] = {
+    report: Report = {
         f"gemm {n}^3 float32": bench_throughput(args, np.dtype(np.float32), cp),
         f"gemm {n}^3 float16": bench_throughput(args, np.dtype(np.float16), cp),
         f"{args.small}^3 float32 gemm host cost (µs per call, stream held)": bench_host_cost(args, cp, torch),
@@ -224,4 +224,4 @@ def run(args: argparse.Namespace) -> int:
     report["ratios"] = ratios
     report["targets met"] = {k: float(ratios[k] <= limit) for k, limit in TARGETS.items() if k in ratios}
     print_report(report, args.json)
-    return 0
+    return report

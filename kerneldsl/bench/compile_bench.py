@@ -28,6 +28,8 @@ from kerneldsl import cache
 from kerneldsl.compiler import normalize_arch, nvrtc_version
 from kerneldsl.errors import KernelDSLError
 
+from .report import Report
+
 # Run in a fresh interpreter against a warm cache directory; times only the builds.
 _CHILD = """
 import json, sys, time
@@ -202,7 +204,23 @@ def _positive(text: str) -> int:
     return value
 
 
-def run(args: argparse.Namespace) -> int:
+def sections(r: dict[str, Any]) -> Report:
+    """The figures grouped by unit, as the other benchmarks report them (what ``--plot`` draws)."""
+    return {
+        "build time (ms)": {
+            "cold compile, empty cache": r["cold_compile_s"] * 1e3,
+            "cold compile, NVRTC alone": r["cold_nvrtc_s"] * 1e3,
+            "disk-cache hit, fresh process, first build": r["disk_hit_first_s"] * 1e3,
+            "disk-cache hit, fresh process, later build": r["disk_hit_later_s"] * 1e3,
+        },
+        "in-process hit (ns)": {
+            "get_build(spec)": r["get_build_ns"],
+            "specialize(...) + get_build": r["dispatch_ns"],
+        },
+    }
+
+
+def run(args: argparse.Namespace) -> Report:
     results = measure(args.arch, args.runs, args.disk_runs, args.iterations)
     print(json.dumps(results, indent=2) if args.json else format_results(results))
-    return 0
+    return sections(results)

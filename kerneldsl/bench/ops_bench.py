@@ -29,7 +29,7 @@ import numpy as np
 import kerneldsl as kd
 from kerneldsl.array.kernels import KERNELS
 from kerneldsl.bench import runtime_bench
-from kerneldsl.bench.report import print_report
+from kerneldsl.bench.report import Report, print_report
 
 SAXPY_N = 1 << 28
 SUM_N = 1 << 28
@@ -318,8 +318,8 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace], dict[str, float]]]
 }
 
 
-def run(args: argparse.Namespace) -> int:
-    report: dict[str, dict[str, float]] = {}
+def run(args: argparse.Namespace) -> Report:
+    report: Report = {}
     for key, (title, bench) in SECTIONS.items():
         if args.only and key not in args.only:
             continue
@@ -328,4 +328,4 @@ def run(args: argparse.Namespace) -> int:
             print_report({title: report[title]}, False)
     if args.json:
         print_report(report, True)
-    return 0
+    return report

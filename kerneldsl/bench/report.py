@@ -6,7 +6,8 @@ import json
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+
+Report = dict[str, dict[str, float]]  # section ("launch (µs per launch)") -> figure name -> value
 
 
 def wall_median(run: Callable[[], object], reps: int) -> float:
@@ -20,7 +21,7 @@ def wall_median(run: Callable[[], object], reps: int) -> float:
     return statistics.median(samples)
 
 
-def print_report(report: dict[str, dict[str, Any]], as_json: bool) -> None:
+def print_report(report: Report, as_json: bool) -> None:
     """Sections of named figures, as an aligned table or as JSON."""
     if as_json:
         print(json.dumps(report, indent=2))

@@ -17,13 +17,12 @@ import statistics
 import struct
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import numpy as np
 
 import kerneldsl as kd
 
-from .report import print_report, wall_median
+from .report import Report, print_report, wall_median
 
 SPIN_SOURCE = r"""
 extern "C" __global__ void kd_bench_spin(long long cycles) {
@@ -321,8 +320,8 @@ def bench_e2e(args: argparse.Namespace) -> dict[str, float]:
     return results
 
 
-def run(args: argparse.Namespace) -> int:
-    report: dict[str, Any] = {
+def run(args: argparse.Namespace) -> Report:
+    report: Report = {
         "launch (µs per launch)": bench_launch(args),
         "graph (µs per kernel)": bench_graph(args),
         "transfer (GB/s)": bench_transfer(args),
@@ -339,4 +338,4 @@ def run(args: argparse.Namespace) -> int:
         / report["transfer (GB/s)"]["CuPy D2H pinned"],
     }
     print_report(report, args.json)
-    return 0
+    return report

@@ -1,0 +1,66 @@
+"""Messages that point at the right place and say what to do (no GPU needed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+import kerneldsl.build
+from kerneldsl import cache, dtypes
+from kerneldsl.errors import DeclarationError
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_the_cache_fallback_warning_points_at_the_users_line(tmp_path, monkeypatch):
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv("KERNELDSL_CACHE_DIR", str(tmp_path / "a-file" / "cache"))
+    monkeypatch.setattr(cache, "_default_cache", None)
+
+    @kd.kernel(grid=1, block=1)
+    def one(y: kd.Out["float32", "n"]) -> str:
+        return f"{y}[0] = 1.0f;"
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        one.inspect(np.ones(2, np.float32), arch="sm_90")
+    (warning,) = [w for w in caught if "cached in memory" in str(w.message)]
+    assert warning.filename == __file__
+
+
+def test_bfloat16_without_ml_dtypes_says_to_install_it(monkeypatch):
+    """As on a machine without ml_dtypes: no bfloat16 row in the tables, numpy knows no such name."""
+    monkeypatch.setattr(dtypes, "_ml_dtypes", None)
+    row = dtypes.ELEMENT_TYPES.get("bfloat16")
+    if row is not None:
+        monkeypatch.delitem(dtypes.ELEMENT_TYPES, "bfloat16")
+        monkeypatch.delitem(dtypes._BY_NUMPY, row.numpy)
+    with pytest.raises(KeyError, match="pip install ml_dtypes"):
+        dtypes.element_type("bfloat16")
+    with pytest.raises(DeclarationError, match="pip install ml_dtypes"):
+
+        @kd.kernel(grid=1, block=1)
+        def half(y: kd.Out["bfloat16", "n"]) -> str:
+            return ""
+
+
+def _example(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"_example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_saxpy_example_says_registers_unknown_never_none(capsys, isolated_cache, monkeypatch):
+    """ptxas's info log (and so the register count) is not always there."""
+    monkeypatch.setattr(kerneldsl.build.Build, "registers", property(lambda self: None))
+    _example("saxpy").compile_specializations("sm_90")
+    out = capsys.readouterr().out
+    assert out.count("registers unknown") == 2 and "None" not in out
