@@ -28,7 +28,7 @@ from .build import fingerprint
 from .cache import DiskCache, default_cache_dir, get_default_cache
 from .compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
 from .dispatch import Kernel
-from .errors import CacheError, DriverNotFoundError, InvalidArchError, KernelDSLError, NoDeviceError
+from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
 from .runtime import driver
 from .target import ARCH_ENV, device_arch, resolve_arch
 
@@ -320,11 +320,6 @@ def _archs(spelled: str | None) -> list[str]:
             raise NoDeviceError(
                 f"no CUDA device to take the target arch from: pass --arch sm_90 (or another) or set {ARCH_ENV}"
             ) from None
-        except InvalidArchError as exc:
-            env = os.environ.get(ARCH_ENV)
-            if env and repr(env) in str(exc):  # the arch came from the environment: say so
-                raise InvalidArchError(f"{ARCH_ENV}={env}: {exc}") from None
-            raise
     return list(dict.fromkeys(normalize_arch(a) for a in spelled.split(",")))
 
 

@@ -35,7 +35,7 @@ def resolve_arch(arch: str | None = None, device: int = 0) -> str:
         try:
             return normalize_arch(env)
         except InvalidArchError as exc:
-            raise InvalidArchError(f"${ARCH_ENV}: {exc}") from None
+            raise InvalidArchError(f"{ARCH_ENV}={env!r}: {exc}") from None
     raise NoDeviceError(
         f"no CUDA device to take the target arch from: pass arch='sm_90' (or another) or set {ARCH_ENV}=sm_90"
     )

@@ -226,7 +226,7 @@ def test_an_invalid_arch_from_the_environment_names_the_variable(capsys, kernels
     monkeypatch.setenv("KERNELDSL_ARCH", "garbage")
     code, out, err = run(capsys, "compile", str(kernels_file))
     assert code == 1 and out == ""
-    assert err.startswith("kerneldsl: error: KERNELDSL_ARCH=garbage: invalid arch 'garbage'")
+    assert err.startswith("kerneldsl: error: KERNELDSL_ARCH='garbage': invalid arch 'garbage'")
 
 
 # --- bench requirements and plots --------------------------------------------------------------

@@ -184,7 +184,7 @@ def test_invalid_arch_env_var_is_rejected(no_device: None, monkeypatch: pytest.M
 
 def test_invalid_arch_env_var_is_named_in_the_error(no_device: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(ARCH_ENV, "sm_90\n")
-    with pytest.raises(InvalidArchError, match=r"^\$KERNELDSL_ARCH: invalid arch 'sm_90\\n'"):
+    with pytest.raises(InvalidArchError, match=r"^KERNELDSL_ARCH='sm_90\\n': invalid arch 'sm_90\\n'"):
         resolve_arch()
 
 
