@@ -5,13 +5,15 @@ Every kernel here is compiled with NVRTC for sm_90 (module-scoped isolated cache
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
 import kerneldsl as kd
 from kerneldsl.array.elementwise import Elementwise, layout_of
 from kerneldsl.array.program import ProgramBuilder, broadcast_shape, program_context
-from kerneldsl.errors import DeclarationError
+from kerneldsl.errors import DeclarationError, KernelCompileError
 
 ARCH = "sm_90"
 
@@ -171,3 +173,15 @@ def test_zero_dim_and_empty_shapes_compile() -> None:
     assert b.decisions.layout == "flat" and b.cubin
     empty = kd.ops.add.inspect(np.ones((0, 3), np.float32), np.ones(3, np.float32), arch=ARCH)
     assert empty.decisions.layout == "broadcast" and empty.cubin
+
+
+def test_an_error_in_an_elementwise_expression_points_at_its_line_once() -> None:
+    @kd.elementwise
+    def broken(x: kd.In["T"]) -> kd.Out["T"]:
+        return "x * undefined_name"
+
+    line = inspect.getsourcelines(broken.__wrapped__)[1] + 2
+    with pytest.raises(KernelCompileError) as info:
+        broken.inspect(np.ones(8, np.float32), arch=ARCH)
+    mapped = [m for m in info.value.mapped if "undefined_name" in m]
+    assert len(mapped) == 1 and f"test_elementwise.py:{line}:" in mapped[0]

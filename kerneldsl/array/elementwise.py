@@ -69,15 +69,19 @@ def layout_of(shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ..
     return ("broadcast", len(out_shape), tuple(None if s is None else len(s) for s in shapes))
 
 
-def elementwise_kernel(program: Program, layout: Layout, out_dtype: np.dtype) -> Kernel:
+def elementwise_kernel(
+    program: Program, layout: Layout, out_dtype: np.dtype, source: Callable[..., object] | None = None
+) -> Kernel:
     """The (cached) Kernel that evaluates ``program`` into an output of ``out_dtype``; its
     launcher computes the grid itself: one 16-byte vector per thread."""
     key = ("elementwise", program, layout, out_dtype)
-    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build_elementwise(program, layout, out_dtype))
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build_elementwise(program, layout, out_dtype, source))
     return kernel
 
 
-def _build_elementwise(program: Program, layout: Layout, out_dtype: np.dtype) -> Kernel:
+def _build_elementwise(
+    program: Program, layout: Layout, out_dtype: np.dtype, source: Callable[..., object] | None
+) -> Kernel:
     params = leaf_params(program, layout)
     params.append(("kdout", array_param("out", out_dtype, out_dims(layout))))
     arrays = array_leaves(program, layout)
@@ -109,7 +113,7 @@ def _build_elementwise(program: Program, layout: Layout, out_dtype: np.dtype) ->
     total: Expr = as_expr(1)
     for d in out_dims(layout):
         total = total * sym(d)
-    return make_kernel(program.name, params, body, grid=dmin(cdiv(total, BLOCK * vec), MAX_BLOCKS))
+    return make_kernel(program.name, params, body, grid=dmin(cdiv(total, BLOCK * vec), MAX_BLOCKS), source=source)
 
 
 # --- plans --------------------------------------------------------------------------------------------
@@ -169,8 +173,11 @@ class ElementwisePlan(Plan):
         return self.kernel.inspect(*Plan.values(self, args), target, arch=arch)
 
 
-def plan_elementwise(builder: ProgramBuilder, root: Traced, args: Sequence[Any], out: Any) -> ElementwisePlan:
-    """Compile ``builder``'s program (result ``root``) for these call arguments."""
+def plan_elementwise(
+    builder: ProgramBuilder, root: Traced, args: Sequence[Any], out: Any, source: Callable[..., object] | None = None
+) -> ElementwisePlan:
+    """Compile ``builder``'s program (result ``root``) for these call arguments; ``source`` is the
+    user function whose lines compile errors are reported at."""
     program = builder.program(root)
     shape = root.shape
     out_dtype = program.dtype
@@ -181,7 +188,7 @@ def plan_elementwise(builder: ProgramBuilder, root: Traced, args: Sequence[Any],
     sources = tuple(builder.sources)
     return ElementwisePlan(
         name=program.name,
-        kernel=elementwise_kernel(program, layout, out_dtype),
+        kernel=elementwise_kernel(program, layout, out_dtype, source),
         sources=sources,
         shape=shape,
         dtype=out_dtype,
@@ -241,7 +248,7 @@ class ElementwiseFunction(fastpath.Front):
         builder = ProgramBuilder(self.name)
         root = builder.apply(self, builder.operands(values, self.name))
         builder.scalars_from_arguments(values)
-        return plan_elementwise(builder, root, values, out)
+        return plan_elementwise(builder, root, values, out, getattr(self, "__wrapped__", None))
 
 
 # --- @kd.elementwise ------------------------------------------------------------------------------------

@@ -74,14 +74,21 @@ def _c_name(name: str) -> str:
 
 
 def make_kernel(
-    name: str, params: list[tuple[str, Any]], body: Callable[[dict[str, Any]], GeneratedBody], grid: Expr | int = 1
+    name: str,
+    params: list[tuple[str, Any]],
+    body: Callable[[dict[str, Any]], GeneratedBody],
+    grid: Expr | int = 1,
+    source: Callable[..., object] | None = None,
 ) -> Kernel:
-    """A ``Kernel`` over generated parameters whose body comes from ``body(proxies)``."""
+    """A ``Kernel`` over generated parameters whose body comes from ``body(proxies)``; compile
+    errors are reported at ``source``'s lines (the user function the code came from) when given."""
 
     def kernel_body(**proxies: Any) -> GeneratedBody:
         return body(proxies)
 
     kernel_body.__name__ = kernel_body.__qualname__ = _c_name(name)
+    if source is not None:
+        kernel_body.__wrapped__ = source  # type: ignore[attr-defined]  # read by diagnostics.BodyOrigin
     kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typeshed: functions lack it
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params]
     )
