@@ -1,9 +1,16 @@
 """Declarations: the annotations a kernel signature is written with, and their validation.
 
-``kd.In[dtype, shape]``, ``kd.Out[...]``, ``kd.InOut[...]``, ``kd.Scalar[dtype]`` and
-``kd.Const[type]`` (or ``kd.Const[type, default]``) annotate the parameters of a decorated
-function. ``parse_signature`` turns the function into a frozen ``Signature`` and rejects
-every invalid declaration at decoration time, naming the parameter at fault.
+``kd.In[dtype, *shape]``, ``kd.Out[...]``, ``kd.InOut[...]``, ``kd.Scalar[dtype]`` and
+``kd.Const[type]`` annotate the parameters of a decorated function. ``parse_signature`` turns
+the function into a frozen ``Signature`` and rejects every invalid declaration at decoration
+time, naming the parameter at fault.
+
+Two spellings mean the same declaration. The checked one, which mypy and pyright accept:
+dtype variables are ``typing.TypeVar``s, shape symbols ``typing.NewType(name, int)``s, fixed
+extents ``Literal[k]``, dtypes numpy scalar types (``kd.float32``) and a constant's default a
+Python default (``TILE: kd.Const[int] = 16``); for checkers the annotations are generic classes
+with the attributes the body function sees (``x.strides``, ``x.ctype``). The string one:
+``kd.In["T", ("m", "n")]``, ``kd.Const[int, 16]``.
 """
 
 from __future__ import annotations
@@ -12,10 +19,11 @@ import inspect
 import keyword
 import operator
 import re
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 import numpy as np
 
@@ -42,7 +50,19 @@ RESERVED_NAMES = frozenset(
     """.split()
 )
 
-Dim = Union[int, str, "Expr"]
+# What a launch dimension may be written with; a shape symbol declared ``n = NewType("n", int)``
+# is, to a type checker, a callable from int.
+Dim = Union[int, str, "Expr", TypeVar, Callable[[int], int]]
+
+
+def spelled(value: Any) -> Any:
+    """The plain spelling of a checked-spelling object: a TypeVar or NewType becomes its name,
+    ``Literal[k]`` becomes ``k``; anything else is returned as it is (and checked later)."""
+    if isinstance(value, (TypeVar, typing.NewType)):
+        return value.__name__
+    if typing.get_origin(value) is Literal and len(typing.get_args(value)) == 1:
+        return typing.get_args(value)[0]
+    return value
 
 
 # --- launch-dimension expressions ---------------------------------------------------------------
@@ -135,15 +155,17 @@ def plain_identifier(value: Any, what: str) -> str:
 
 
 def as_expr(value: Dim) -> Expr:
-    """An int, a symbol name or an expression as an expression; TypeError for anything else."""
+    """An int, a symbol (name, NewType or TypeVar) or an expression as an expression; TypeError
+    for anything else."""
     if isinstance(value, Expr):
         return value
+    value = spelled(value)
     return Expr("sym", (value,)) if isinstance(value, str) else Expr("int", (value,))
 
 
-def sym(name: str) -> Expr:
-    """A shape symbol or constant, for arithmetic in launch dimensions: ``kd.sym("n") * 2``."""
-    return Expr("sym", (name,))
+def sym(name: Dim) -> Expr:
+    """A shape symbol or constant, for arithmetic in launch dimensions: ``kd.sym(n) * 2``."""
+    return as_expr(name) if not isinstance(name, str) else Expr("sym", (name,))
 
 
 def cdiv(a: Dim, b: Dim) -> Expr:
@@ -187,44 +209,89 @@ class _ArrayDirection:
     direction = ""
 
     def __class_getitem__(cls, item: Any) -> ArrayAnnotation:
-        dtype, shape = item if isinstance(item, tuple) and len(item) == 2 else (item, None)
+        """``[dtype]``, ``[dtype, shape]`` (a symbol, an extent or a tuple) or ``[dtype, *dims]``."""
+        items = item if isinstance(item, tuple) else (item,)
+        dtype, dims = spelled(items[0]), items[1:]
+        if not dims:
+            shape: Any = None
+        elif len(dims) == 1 and not isinstance(dims[0], tuple):
+            shape = spelled(dims[0])
+        else:
+            shape = tuple(spelled(d) for d in (dims[0] if len(dims) == 1 else dims))
         return ArrayAnnotation(cls.direction, dtype, shape)
 
 
-class In(_ArrayDirection):
-    """An array the kernel reads: ``kd.In["T", "n"]``."""
+if TYPE_CHECKING:
+    from typing import Annotated, Generic
 
-    direction = "in"
+    from typing_extensions import TypeVarTuple, Unpack
 
+    _DT = TypeVar("_DT")
+    _C = TypeVar("_C")
+    _Shape = TypeVarTuple("_Shape")
 
-class Out(_ArrayDirection):
-    """An array the kernel writes: ``kd.Out["T", ("m", "n")]``."""
+    class _ArrayProxy(Generic[_DT, Unpack[_Shape]]):
+        """What the body function sees of an array parameter (``codegen.ArrayProxy``)."""
 
-    direction = "out"
+        name: str
+        direction: str
+        dtype: np.dtype[Any]
+        ctype: str
+        ndim: int
+        shape: tuple[str, ...]
+        strides: tuple[str, ...]
+        aligned16: bool
 
+    class In(_ArrayProxy[_DT, Unpack[_Shape]]): ...
 
-class InOut(_ArrayDirection):
-    """An array the kernel reads and writes."""
+    class Out(_ArrayProxy[_DT, Unpack[_Shape]]): ...
 
-    direction = "inout"
+    class InOut(_ArrayProxy[_DT, Unpack[_Shape]]): ...
 
+    class Scalar(Generic[_DT]):
+        """What the body function sees of a scalar parameter (``codegen.ScalarProxy``)."""
 
-class Scalar:
-    """A scalar passed by value: ``kd.Scalar["T"]`` or ``kd.Scalar[kd.float32]``."""
+        name: str
+        dtype: np.dtype[Any]
+        ctype: str
 
-    def __class_getitem__(cls, item: Any) -> ScalarAnnotation:
-        return ScalarAnnotation(item)
+    Const = Annotated[_C, "kd.Const"]  # the body function gets the constant's value itself
+    _ANNOTATION_CLASSES: tuple[type, ...]
+else:
 
+    class In(_ArrayDirection):
+        """An array the kernel reads: ``kd.In[T, n]`` (``kd.In["T", "n"]``)."""
 
-class Const:
-    """A compile-time constant: ``kd.Const[int]`` or ``kd.Const[int, 256]`` (with default)."""
+        direction = "in"
 
-    def __class_getitem__(cls, item: Any) -> ConstAnnotation:
-        if isinstance(item, tuple):
-            if len(item) != 2:
-                raise TypeError("kd.Const takes [type] or [type, default]")
-            return ConstAnnotation(item[0], item[1])
-        return ConstAnnotation(item)
+    class Out(_ArrayDirection):
+        """An array the kernel writes: ``kd.Out[T, m, n]`` (``kd.Out["T", ("m", "n")]``)."""
+
+        direction = "out"
+
+    class InOut(_ArrayDirection):
+        """An array the kernel reads and writes."""
+
+        direction = "inout"
+
+    class Scalar:
+        """A scalar passed by value: ``kd.Scalar[T]`` or ``kd.Scalar[kd.float32]``."""
+
+        def __class_getitem__(cls, item: Any) -> ScalarAnnotation:
+            return ScalarAnnotation(spelled(item))
+
+    class Const:
+        """A compile-time constant: ``kd.Const[int]`` (a default as the parameter's default), or
+        ``kd.Const[int, 256]``."""
+
+        def __class_getitem__(cls, item: Any) -> ConstAnnotation:
+            if isinstance(item, tuple):
+                if len(item) != 2:
+                    raise TypeError("kd.Const takes [type] or [type, default]")
+                return ConstAnnotation(item[0], item[1])
+            return ConstAnnotation(item)
+
+    _ANNOTATION_CLASSES = (_ArrayDirection, Scalar, Const)
 
 
 CONST_TYPES: dict[type, str] = {bool: "bool", int: "long long", float: "double"}
@@ -405,7 +472,7 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
         return ScalarParam(name, _dtype_spelling(kernel, name, ann.dtype))
     if isinstance(ann, ConstAnnotation):
         return _const_param(kernel, name, p.default, ann)
-    if isinstance(ann, type) and issubclass(ann, (_ArrayDirection, Scalar, Const)):
+    if isinstance(ann, type) and issubclass(ann, _ANNOTATION_CLASSES):
         raise DeclarationError(kernel, p.name, f"{ann.__name__} needs its type: {ann.__name__}[...]")
     if ann is inspect.Parameter.empty:
         raise DeclarationError(kernel, p.name, "has no annotation; use kd.In/Out/InOut/Scalar/Const")

@@ -146,7 +146,7 @@ def test_user_elementwise_concrete_types_and_mixed_output() -> None:
     [
         ("def f(x) -> kd.Out['T']:\n    return 'x'", "annotate each operand"),
         ("def f(kdx: kd.In['T']) -> kd.Out['T']:\n    return 'kdx'", "reserved kd prefix"),
-        ("def f(x: kd.In['T']):\n    return 'x'", "return annotation"),
+        ("def f(x: kd.In['T']):\n    return 'x'", "declare the result dtype"),
         ("def f(x: kd.In['T']) -> kd.Out['U']:\n    return 'x'", "bound by no operand"),
         ("def f(x: kd.In['T']) -> kd.Out['T']:\n    return 3", "expression as a str"),
         ("def f(x: kd.Out['T']) -> kd.Out['T']:\n    return 'x'", "annotate each operand"),

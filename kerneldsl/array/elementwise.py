@@ -29,7 +29,7 @@ import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import DeclarationError, FusionError
-from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, sym
+from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from .kernels import (
     BLOCK,
     KERNELS,
@@ -258,18 +258,19 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Elementwise(ElementwiseFunction):
-    """A user elementwise function: ``@kd.elementwise def f(a: kd.Scalar["T"], x: kd.In["T"]) -> kd.Out["T"]``.
+    """A user elementwise function: ``@kd.elementwise(result=T) def f(a: kd.Scalar[T], x: kd.In[T]) -> str``
+    (or, unchecked, ``@kd.elementwise def f(a: kd.Scalar["T"], x: kd.In["T"]) -> kd.Out["T"]``).
 
     The function returns a C expression in which each parameter name is that operand's value at
     the current element (already converted to the parameter's dtype; float16/bfloat16 values are
     float). A dtype variable binds to the NumPy promotion of every operand declared with it
     (Python scalars are weak); a concrete dtype converts its operand. The result has the return
-    annotation's dtype. Names starting with ``kd`` are reserved for generated code; ``kdT`` is
+    annotation's dtype, or ``result``'s. Names starting with ``kd`` are reserved for generated code; ``kdT`` is
     the C type the expression computes in. Statements fit in an immediately invoked lambda:
     ``"[&] { float t = x * x; return t > a ? t : a; }()"``.
     """
 
-    def __init__(self, func: Callable[..., str]) -> None:
+    def __init__(self, func: Callable[..., str], result: Any = None) -> None:
         super().__init__()
         self.__wrapped__ = func
         self.__doc__ = func.__doc__
@@ -286,18 +287,28 @@ class Elementwise(ElementwiseFunction):
             if p.name in RESERVED_NAMES or p.name.startswith("kd"):
                 raise DeclarationError(self.name, p.name, "name clashes with a C++ keyword or the reserved kd prefix")
             decls.append((p.name, self._dtype_spec(p.name, ann.dtype)))
-        ret = sig.return_annotation
-        if not (isinstance(ret, ArrayAnnotation) and ret.direction == "out"):
-            raise DeclarationError(self.name, None, "the return annotation must be kd.Out[dtype]")
         self.params = tuple(n for n, _ in decls)
         self._decls = tuple(d for _, d in decls)
-        self._out = self._dtype_spec("return", ret.dtype)
+        self._out = self._dtype_spec("return", self._result_spec(sig.return_annotation, result))
         if not dtypes.is_dtype_name(self._out) and self._out not in self._decls:
             raise DeclarationError(self.name, None, f"the result's dtype variable {self._out!r} is bound by no operand")
         expr = func(*self.params)
         if not isinstance(expr, str) or not expr.strip():
             raise DeclarationError(self.name, None, "the function must return the element expression as a str")
         self._expr = expr.strip()
+
+    def _result_spec(self, annotation: Any, result: Any) -> Any:
+        """The result dtype: ``result=`` (the function then returns ``str``) or ``-> kd.Out[dtype]``."""
+        declared = isinstance(annotation, ArrayAnnotation) and annotation.direction == "out"
+        if result is not None:
+            if declared:
+                raise DeclarationError(self.name, None, "give the result dtype once: result= or -> kd.Out[...]")
+            return spelled(result)
+        if not declared:
+            raise DeclarationError(
+                self.name, None, "declare the result dtype: @kd.elementwise(result=T) or -> kd.Out[T]"
+            )
+        return annotation.dtype
 
     def _dtype_spec(self, param: str, spec: Any) -> str:
         if isinstance(spec, str) and not dtypes.is_dtype_name(spec):
@@ -325,6 +336,19 @@ class Elementwise(ElementwiseFunction):
         return f"<kd.elementwise {self.name}: {self._expr}>"
 
 
-def elementwise(func: Callable[..., str]) -> Elementwise:
-    """Declare an elementwise function from a C expression over its operands (see ``Elementwise``)."""
-    return Elementwise(func)
+@overload
+def elementwise(func: Callable[..., str], *, result: Any = None) -> Elementwise: ...
+
+
+@overload
+def elementwise(*, result: Any) -> Callable[[Callable[..., str]], Elementwise]: ...
+
+
+def elementwise(
+    func: Callable[..., str] | None = None, *, result: Any = None
+) -> Elementwise | Callable[[Callable[..., str]], Elementwise]:
+    """Declare an elementwise function from a C expression over its operands (see ``Elementwise``):
+    ``@kd.elementwise(result=T)`` or ``@kd.elementwise``."""
+    if func is None:
+        return lambda f: Elementwise(f, result)
+    return Elementwise(func, result)
