@@ -6,6 +6,7 @@ Without a GPU this prints the CUDA source the fused chain compiles to and skips 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
@@ -14,13 +15,13 @@ from kerneldsl.runtime import driver
 
 
 @kd.fuse
-def chain(x, y):
+def chain(x: Any, y: Any) -> Any:  # traced: x and y are kerneldsl tracers while the kernel is built
     t = ((x * 2 + y) * x - 3) * 0.5
     return kd.ops.square(kd.ops.sin(t) + y)
 
 
 @kd.fuse
-def energy(x, y):
+def energy(x: Any, y: Any) -> Any:
     return kd.ops.sum(kd.ops.square(x - y))
 
 

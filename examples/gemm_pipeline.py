@@ -5,22 +5,28 @@ Needs a GPU and the blas extra (pip install 'kerneldsl[blas]'); says so plainly 
 
 from __future__ import annotations
 
+from typing import NewType, TypeVar
+
 import numpy as np
 
 import kerneldsl as kd
 from kerneldsl.runtime import driver
 
+T = TypeVar("T")
+m = NewType("m", int)
+n = NewType("n", int)
 
-@kd.kernel(grid=kd.cdiv(kd.sym("m") * kd.sym("n"), 256), block=256)
-def scale(x: kd.InOut["T", ("m", "n")], factor: kd.Scalar["T"]):
+
+@kd.kernel(grid=kd.cdiv(kd.sym(m) * kd.sym(n), 256), block=256)
+def scale(x: kd.InOut[T, m, n], factor: kd.Scalar[T]) -> str:
     return f"""
     index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
     if (i < m * n) {x}[i] *= {factor};
     """
 
 
-@kd.kernel(grid=kd.cdiv(kd.sym("m") * kd.sym("n"), 256), block=256)
-def relu(x: kd.InOut["T", ("m", "n")]):
+@kd.kernel(grid=kd.cdiv(kd.sym(m) * kd.sym(n), 256), block=256)
+def relu(x: kd.InOut[T, m, n]) -> str:
     return f"""
     index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
     if (i < m * n && {x}[i] < (T)0) {x}[i] = (T)0;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import NewType, TypeVar
 
 import numpy as np
 
@@ -15,9 +16,12 @@ import kerneldsl as kd
 from kerneldsl.build import Build
 from kerneldsl.runtime import driver
 
+T = TypeVar("T")  # a dtype variable: bound per call, typedef'd in the CUDA source
+n = NewType("n", int)  # a shape symbol: unified across parameters, an index_t in the kernel
 
-@kd.kernel(grid=kd.cdiv("n", 256), block=256, precompile=[{"T": np.float32}, {"T": np.float64}])
-def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]):
+
+@kd.kernel(grid=kd.cdiv(n, 256), block=256, precompile=[{"T": np.float32}, {"T": np.float64}])
+def saxpy(y: kd.InOut[T, n], x: kd.In[T, n], alpha: kd.Scalar[T]) -> str:
     return f"""
     index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
     if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];

@@ -7,6 +7,7 @@ to the CUDA driver, ``fastpath`` the C launch path, and ``array/`` the core that
 """
 
 import logging
+from typing import TYPE_CHECKING
 
 from . import cache, errors, ops
 from ._version import __version__
@@ -31,6 +32,9 @@ from .dtypes import (
 from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_session, reset_device
 from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
 from .target import resolve_arch
+
+if TYPE_CHECKING:  # kd.blas as the module it is, for type checkers
+    from . import blas as blas
 
 
 def __getattr__(name: str) -> object:
