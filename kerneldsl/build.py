@@ -89,6 +89,11 @@ class Build:
         return self.compiled.image.rstrip(b"\x00").decode()
 
     @property
+    def log(self) -> str:
+        """What NVRTC and ptxas said: warnings, and with ``-Xptxas=-v`` register and memory use."""
+        return self.compiled.log
+
+    @property
     def registers(self) -> int | None:
         return self.compiled.registers
 

@@ -364,3 +364,22 @@ def test_non_finite_float_constants_compile(value: float, isolated_cache: None) 
 
     build = fill.inspect(np.zeros(1), C=value, arch="sm_90")
     assert build.cubin.startswith(b"\x7fELF")
+
+
+def test_the_usual_float_and_int_constants_need_no_headers() -> None:
+    @kd.kernel(grid=1, block=1)
+    def limits(y: kd.Out[kd.float32, 4], z: kd.Out[kd.float64, 2]):
+        return f"""
+        {y}[0] = INFINITY; {y}[1] = FLT_MAX; {y}[2] = FLT_EPSILON; {y}[3] = (float)INT_MAX;
+        {z}[0] = DBL_MAX; {z}[1] = NAN;
+        """
+
+    assert limits.inspect(np.zeros(4, np.float32), np.zeros(2), arch="sm_90").cubin
+
+
+def test_a_build_keeps_what_the_compiler_said() -> None:
+    @kd.kernel(grid=1, block=1, options=["-Xptxas=-v"])
+    def noisy(y: kd.Out[kd.float32, 1]):
+        return f"{y}[0] = 1.0f;"
+
+    assert "registers" in noisy.inspect(np.zeros(1, np.float32), arch="sm_90").log

@@ -9,6 +9,19 @@ typedef unsigned char uint8_t;
 typedef unsigned short uint16_t;
 typedef unsigned int uint32_t;
 typedef unsigned long long uint64_t;
+// The constants of <cmath>, <cfloat> and <climits> kernels reach for, without the headers.
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#define NAN __int_as_float(0x7fffffff)
+#define FLT_MAX 3.40282347e+38F
+#define FLT_MIN 1.17549435e-38F
+#define FLT_EPSILON 1.19209290e-07F
+#define DBL_MAX 1.7976931348623157e+308
+#define DBL_MIN 2.2250738585072014e-308
+#define DBL_EPSILON 2.2204460492503131e-16
+#define INT_MAX 2147483647
+#define INT_MIN (-2147483647 - 1)
+#endif
 struct __align__(2) kd_half {
     unsigned short bits;
     kd_half() = default;
