@@ -91,6 +91,8 @@ def normalize_arch(arch: str) -> str:
 
 
 def check_options(options: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(options, str):
+        raise InvalidOptionError(f"options is a list of option strings, e.g. options=[{options!r}], not a str")
     for opt in options:
         if not isinstance(opt, str) or not _ALLOWED_OPTIONS.fullmatch(opt):
             raise InvalidOptionError(

@@ -23,7 +23,7 @@ from .codegen import GeneratedBody, generate
 from .compiler import build_options, check_options
 from .diagnostics import BodyOrigin
 from .dtypes import INT32_MAX
-from .errors import BindingError, CudaError, WrongSessionError
+from .errors import BindingError, CudaError, DeclarationError, WrongSessionError
 from .launch import BoundLaunch, WideIndexNeeded, check_host_arguments, stage_host_call
 from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import DeviceArray
@@ -58,13 +58,14 @@ class Kernel(fastpath.Front):
         self.body = func
         self.signature = signature
         self.options = check_options(options)
-        self.precompile = tuple(dict(p) for p in precompile)
+        self.precompile = tuple(_checked_precompile(signature, p) for p in precompile)
         self._origin = BodyOrigin.of(func)
         self._builds: dict[tuple[Specialization, str], Build] = {}
         self._build_locks: dict[tuple[Specialization, str], threading.Lock] = {}
         self._guard = threading.Lock()
         self._bound: dict[tuple[Any, ...], BoundLaunch] = {}
         self._runtime_params = signature.runtime_params
+        self._arity = len(self._runtime_params)
 
     def __repr__(self) -> str:
         return f"<kd.kernel {self.signature.name}>"
@@ -87,6 +88,7 @@ class Kernel(fastpath.Front):
             return found
 
     def specialize(self, *args: Any, arch: str | None = None, **consts: Any) -> Specialization:
+        args, consts = self.signature.place_arguments(args, consts)
         return bind(self.signature, args, consts, resolve_arch(arch))
 
     def inspect(self, *args: Any, arch: str | None = None, output: str = "cubin", **consts: Any) -> Build:
@@ -121,6 +123,8 @@ class Kernel(fastpath.Front):
     ) -> None:
         """Launch: dispatch to the bound specialization, then its generated adapter; a plain
         DeviceArray call is then remembered by the C launch path for the next ones."""
+        if consts or len(args) != self._arity:
+            args, consts = self.signature.place_arguments(args, consts)
         found = self.lookup(args, consts)
         if found is None:  # foreign arrays: adopt them as DeviceArrays, then dispatch again
             return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
@@ -182,7 +186,11 @@ class Kernel(fastpath.Front):
         if consts:
             add(const_key(sorted(consts.items())))
         frozen = tuple(key)
-        bound = self._bound.get(frozen)
+        try:
+            bound = self._bound.get(frozen)
+        except TypeError:  # an unhashable constant (a list, an array): binding names what is wrong
+            bind(self.signature, args, consts, _session_arch(session))
+            raise
         if bound is None:
             bound = self._bind_call(frozen, session, args, consts)
         return bound, staged
@@ -240,6 +248,17 @@ def _session_arch(session: Any) -> str:
     if arch is None:
         arch = _arch_by_device[session.device] = device_arch(session.device)
     return arch
+
+
+def _checked_precompile(sig: Signature, bindings: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``precompile=`` entry, bound now so that a bad dtype fails at decoration, not at ``compile``."""
+    types = {k: v for k, v in bindings.items() if k in sig.dtype_vars}
+    consts = {k: v for k, v in bindings.items() if k not in sig.dtype_vars}
+    try:
+        bind_declared(sig, types, consts, "sm_90")
+    except BindingError as exc:
+        raise DeclarationError(sig.name, None, f"precompile entry {dict(bindings)!r}: {exc}") from None
+    return dict(bindings)
 
 
 def _dim3(kernel: str, what: str, value: Any) -> tuple[int, ...]:

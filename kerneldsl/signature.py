@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 import numpy as np
 
 from . import dtypes
-from .errors import DeclarationError
+from .errors import BindingError, DeclarationError
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII; always used with fullmatch
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what C's long long holds
@@ -316,6 +316,7 @@ class ArrayParam:
 class ScalarParam:
     name: str
     dtype: str
+    default: Any = _NO_DEFAULT  # taken when a call leaves the scalar out
 
 
 @dataclass(frozen=True)
@@ -361,6 +362,29 @@ class Signature:
     def runtime_params(self) -> tuple[Param, ...]:
         """Parameters passed positionally at call time (arrays and scalars, in order)."""
         return tuple(p for p in self.params if not isinstance(p, ConstParam))
+
+    def place_arguments(
+        self, args: tuple[Any, ...], keywords: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """A call's arrays and scalars in parameter order (from positions, then keywords, then
+        scalar defaults) and the keywords left over, which name constants; BindingError naming
+        the parameter for one given twice or missing."""
+        runtime = self.runtime_params
+        if len(args) > len(runtime):
+            raise BindingError(self.name, None, f"takes {len(runtime)} argument(s), got {len(args)}")
+        placed = list(args)
+        rest = dict(keywords)
+        for p in runtime[len(args) :]:
+            if p.name in rest:
+                placed.append(rest.pop(p.name))
+            elif isinstance(p, ScalarParam) and p.default is not _NO_DEFAULT:
+                placed.append(p.default)
+            else:
+                raise BindingError(self.name, p.name, "is missing (pass it by position or by name)")
+        for p in runtime[: len(args)]:
+            if p.name in rest:
+                raise BindingError(self.name, p.name, "is given by position and by name")
+        return tuple(placed), rest
 
     @cached_property
     def dtype_vars(self) -> tuple[str, ...]:
@@ -465,11 +489,13 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
     name = _identifier(kernel, p.name, p.name, "parameter name")
     ann = p.annotation
     if isinstance(ann, ArrayAnnotation):
+        if p.default is not inspect.Parameter.empty:
+            raise DeclarationError(kernel, p.name, "an array parameter cannot have a default")
         return ArrayParam(
             name, ann.direction, _dtype_spelling(kernel, name, ann.dtype), _shape(kernel, name, ann.shape)
         )
     if isinstance(ann, ScalarAnnotation):
-        return ScalarParam(name, _dtype_spelling(kernel, name, ann.dtype))
+        return ScalarParam(name, _dtype_spelling(kernel, name, ann.dtype), _scalar_default(kernel, name, p.default))
     if isinstance(ann, ConstAnnotation):
         return _const_param(kernel, name, p.default, ann)
     if isinstance(ann, type) and issubclass(ann, _ANNOTATION_CLASSES):
@@ -484,6 +510,15 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
             "(with 'from __future__ import annotations', declare kernels with module-level names only)",
         )
     raise DeclarationError(kernel, p.name, f"annotation {ann!r} is not kd.In/Out/InOut/Scalar/Const")
+
+
+def _scalar_default(kernel: str, param: str, default: Any) -> Any:
+    """A scalar's default, used when a call leaves it out: a plain bool, int or float."""
+    if default is inspect.Parameter.empty:
+        return _NO_DEFAULT
+    if not isinstance(default, (bool, int, float, np.bool_, np.integer, np.floating)):
+        raise DeclarationError(kernel, param, f"a scalar's default must be a number, not {default!r}")
+    return default.item() if isinstance(default, np.generic) else default
 
 
 def _dtype_spelling(kernel: str, param: str, spec: Any) -> str:
@@ -602,6 +637,14 @@ def _check_names(kernel: str, params: tuple[Param, ...], symbols: dict[str, tupl
     for p in params:
         if isinstance(p, (ArrayParam, ScalarParam)) and p.dtype in dtype_vars:
             _check_identifier(kernel, p.name, p.dtype)
+    generated = {
+        f"{a.name}_stride{i}": a.name for a in params if isinstance(a, ArrayParam) for i in range(len(a.shape))
+    }
+    for name in [p.name for p in params] + list(symbols) + list(dtype_vars):
+        if name in generated:
+            raise DeclarationError(
+                kernel, name, f"name is the generated stride of array {generated[name]!r}: rename it"
+            )
 
 
 def _identifier(kernel: str, param: str, value: Any, what: str) -> str:
