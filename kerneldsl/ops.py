@@ -65,12 +65,21 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable[..., Any], dict[str, str]]] = {
         _axpy_dtype,
         {"f": "alpha * x + y", "iu": "(kdT)(0u + 1u * (kdU)alpha * (kdU)x + (kdU)y)", "b": "(alpha && x) || y"},
     ),
+    "less": (("a", "b"), np.less, {"fiub": "a < b"}),
+    "less_equal": (("a", "b"), np.less_equal, {"fiub": "a <= b"}),
+    "greater": (("a", "b"), np.greater, {"fiub": "a > b"}),
+    "greater_equal": (("a", "b"), np.greater_equal, {"fiub": "a >= b"}),
+    "equal": (("a", "b"), np.equal, {"fiub": "a == b"}),
+    "not_equal": (("a", "b"), np.not_equal, {"fiub": "a != b"}),
     "fma": (
         ("a", "b", "c"),
         _axpy_dtype,
         {"f": "a * b + c", "iu": "(kdT)(0u + 1u * (kdU)a * (kdU)b + (kdU)c)", "b": "(a && b) || c"},
     ),
 }
+
+
+COMPARISONS = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
 
 
 class Op(ElementwiseFunction):
@@ -88,6 +97,9 @@ class Op(ElementwiseFunction):
         result = promotion.result_dtype(self.rule, *operands)
         if self.name == "where":
             return result, (np.dtype(np.bool_), result, result)
+        if self.name in COMPARISONS:  # compared in the operands' common dtype, as NumPy's loops do
+            common = promotion.result_dtype(np.maximum, *operands)
+            return result, (common,) * len(operands)
         return result, (result,) * len(operands)
 
     def expression(self, dtype: np.dtype) -> str:
@@ -158,6 +170,12 @@ clip = _op("clip")
 where = _op("where")
 axpy = _op("axpy")
 fma = _op("fma")
+less = _op("less")
+less_equal = _op("less_equal")
+greater = _op("greater")
+greater_equal = _op("greater_equal")
+equal = _op("equal")
+not_equal = _op("not_equal")
 
 sum = Reduction(REDUCERS["sum"])
 prod = Reduction(REDUCERS["prod"])
@@ -195,8 +213,13 @@ __all__ = [
     "cos",
     "divide",
     "dot",
+    "equal",
     "exp",
     "fma",
+    "greater",
+    "greater_equal",
+    "less",
+    "less_equal",
     "log",
     "max",
     "maximum",
@@ -206,6 +229,7 @@ __all__ = [
     "multiply",
     "negative",
     "norm",
+    "not_equal",
     "power",
     "prod",
     "sin",

@@ -148,3 +148,21 @@ def test_captured_arrays_and_bad_results_are_refused() -> None:
     assert "cannot be fused" in _trace_error(lambda x: kd.ops.add(x, [1, 2]), np.ones(2, np.float32))
     assert "must return one array" in _trace_error(lambda x: (x, x), np.ones(2, np.float32))
     assert "must return one array" in _trace_error(lambda x: 3, np.ones(2, np.float32))
+
+
+def test_comparisons_trace_into_the_fused_kernel() -> None:
+    @kd.fuse
+    def relu_or(x, y):
+        return kd.ops.where(x > 0, x, y)
+
+    builder, result = relu_or.trace(np.ones(8, np.float32), np.ones(8, np.float32))
+    assert [n.op for n in builder.program(result).nodes] == ["greater", "where"]
+    assert relu_or.inspect(np.ones(8, np.float32), np.ones(8, np.float32), arch=ARCH).cubin
+
+
+@pytest.mark.parametrize("name", ["less", "greater_equal", "not_equal"])
+def test_comparisons_compare_in_the_common_dtype_and_give_booleans(name: str) -> None:
+    op = getattr(kd.ops, name)
+    result, loops = op.resolve([np.dtype(np.int8), np.dtype(np.float32)])
+    assert result == np.bool_ and loops == (np.dtype(np.float32),) * 2
+    assert op.inspect(np.arange(3, dtype=np.int8), np.ones(3, np.float32), arch=ARCH).cubin

@@ -215,6 +215,18 @@ def test_astype(session, rng, src: np.dtype, dst: np.dtype) -> None:
         assert_same(got, want)
 
 
+@pytest.mark.parametrize("dt", DTYPES, ids=ids)
+@pytest.mark.parametrize("name", sorted(ops.COMPARISONS))
+def test_comparisons_match_numpy_with_mixed_and_nan_operands(session, rng, name: str, dt: np.dtype) -> None:
+    op = ops.ELEMENTWISE[name]
+    a, b = rand(rng, dt, 1027), rand(rng, np.float32, 1027)
+    b[::7] = a[::7]  # equal pairs
+    if is_float(dt):
+        a[::11] = np.nan
+    assert_same(run_device(session, op, a, b), numpy_result(name, a, b))
+    assert_same(run_device(session, op, a, a), numpy_result(name, a, a))
+
+
 def test_nan_and_inf_propagation(session) -> None:
     a = np.array([1, np.nan, 3, np.inf, -np.inf, np.nan, 0], np.float32)
     b = np.array([np.nan, 2, 1, np.nan, np.inf, np.nan, -0.0], np.float32)

@@ -76,6 +76,26 @@ class Tracer(Traced):
     def __rpow__(self, other: Any) -> Any:
         return ops.power(other, self)
 
+    def __lt__(self, other: Any) -> Any:
+        return ops.less(self, other)
+
+    def __le__(self, other: Any) -> Any:
+        return ops.less_equal(self, other)
+
+    def __gt__(self, other: Any) -> Any:
+        return ops.greater(self, other)
+
+    def __ge__(self, other: Any) -> Any:
+        return ops.greater_equal(self, other)
+
+    def __eq__(self, other: Any) -> Any:  # elementwise, like numpy's
+        return ops.equal(self, other)
+
+    def __ne__(self, other: Any) -> Any:
+        return ops.not_equal(self, other)
+
+    __hash__ = Traced.__hash__
+
     def __neg__(self) -> Any:
         return ops.negative(self)
 
