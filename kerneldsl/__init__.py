@@ -4,53 +4,128 @@ The pipeline, one module per stage: signature -> specialize -> codegen -> compil
 -> build -> launch -> dispatch (``@kd.kernel``), with ``runtime/`` owning everything that talks
 to the CUDA driver, ``fastpath`` the C launch path, and ``array/`` the core that ``kd.ops``,
 ``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share.
+
+``import kerneldsl`` imports nothing but this file: each public name is imported on first use
+(PEP 562), so a program pays for the parts it touches (a cold start is mostly imports).
 """
 
-import logging
+from __future__ import annotations
+
+import importlib
 from typing import TYPE_CHECKING
 
-from . import cache, errors, ops
 from ._version import __version__
-from .array.elementwise import elementwise
-from .array.fusion import fuse
-from .array.reduction import reduction
-from .dispatch import Kernel, kernel
-from .dtypes import (
-    bool_,
-    float16,
-    float32,
-    float64,
-    int8,
-    int16,
-    int32,
-    int64,
-    uint8,
-    uint16,
-    uint32,
-    uint64,
-)
-from .runtime import DeviceArray, Event, PinnedArray, Session, Stream, default_session, reset_device
-from .signature import Const, In, InOut, Out, Scalar, cdiv, dmax, dmin, sym
-from .target import resolve_arch
 
-if TYPE_CHECKING:  # kd.blas as the module it is, for type checkers
+if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from . import blas as blas
+    from . import cache as cache
+    from . import errors as errors
+    from . import ops as ops
+    from .array.elementwise import elementwise as elementwise
+    from .array.fusion import fuse as fuse
+    from .array.reduction import reduction as reduction
+    from .dispatch import Kernel as Kernel
+    from .dispatch import kernel as kernel
+    from .dtypes import bool_ as bool_
+    from .dtypes import float16 as float16
+    from .dtypes import float32 as float32
+    from .dtypes import float64 as float64
+    from .dtypes import int8 as int8
+    from .dtypes import int16 as int16
+    from .dtypes import int32 as int32
+    from .dtypes import int64 as int64
+    from .dtypes import uint8 as uint8
+    from .dtypes import uint16 as uint16
+    from .dtypes import uint32 as uint32
+    from .dtypes import uint64 as uint64
+    from .runtime import DeviceArray as DeviceArray
+    from .runtime import Event as Event
+    from .runtime import PinnedArray as PinnedArray
+    from .runtime import Session as Session
+    from .runtime import Stream as Stream
+    from .runtime import default_session as default_session
+    from .runtime import reset_device as reset_device
+    from .signature import Const as Const
+    from .signature import In as In
+    from .signature import InOut as InOut
+    from .signature import Out as Out
+    from .signature import Scalar as Scalar
+    from .signature import cdiv as cdiv
+    from .signature import dmax as dmax
+    from .signature import dmin as dmin
+    from .signature import sym as sym
+    from .target import resolve_arch as resolve_arch
+
+# public name -> the module that defines it (a module named by itself is the attribute)
+_HOMES = {
+    **dict.fromkeys(["blas", "cache", "errors", "ops"], ""),
+    "elementwise": ".array.elementwise",
+    "fuse": ".array.fusion",
+    "reduction": ".array.reduction",
+    **dict.fromkeys(["Kernel", "kernel"], ".dispatch"),
+    **dict.fromkeys(
+        [
+            "bool_",
+            "float16",
+            "float32",
+            "float64",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "uint8",
+            "uint16",
+            "uint32",
+            "uint64",
+        ],
+        ".dtypes",
+    ),
+    **dict.fromkeys(
+        ["DeviceArray", "Event", "PinnedArray", "Session", "Stream", "default_session", "reset_device"], ".runtime"
+    ),
+    **dict.fromkeys(["Const", "In", "InOut", "Out", "Scalar", "cdiv", "dmax", "dmin", "sym"], ".signature"),
+    "resolve_arch": ".target",
+}
 
 
 def __getattr__(name: str) -> object:
-    """``kd.blas`` is imported on first access: it is an optional extra (``kerneldsl[blas]``)."""
-    if name == "blas":
-        import importlib
+    """Import a public name's module on first access (``kd.blas`` needs ``kerneldsl[blas]``)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(home or f".{name}", __name__)
+    value = module if not home else getattr(module, name)
+    globals()[name] = value
+    return value
 
-        return importlib.import_module(".blas", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
 
-# A library logs but never configures logging: without a handler of the application's, stay quiet.
-logging.getLogger("kerneldsl").addHandler(logging.NullHandler())
 
 __all__ = [
-    "Const",
+    "__version__",
+    "blas",
+    "cache",
+    "errors",
+    "ops",
+    "elementwise",
+    "fuse",
+    "reduction",
+    "Kernel",
+    "kernel",
+    "bool_",
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
     "DeviceArray",
     "Event",
     "PinnedArray",
@@ -58,35 +133,14 @@ __all__ = [
     "Stream",
     "default_session",
     "reset_device",
-    "resolve_arch",
+    "Const",
     "In",
     "InOut",
-    "Kernel",
     "Out",
     "Scalar",
-    "__version__",
-    "blas",
-    "bool_",
-    "cache",
     "cdiv",
     "dmax",
     "dmin",
-    "elementwise",
-    "errors",
-    "float16",
-    "float32",
-    "float64",
-    "fuse",
-    "int8",
-    "int16",
-    "int32",
-    "int64",
-    "kernel",
-    "ops",
-    "reduction",
     "sym",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
+    "resolve_arch",
 ]

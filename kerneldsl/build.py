@@ -7,7 +7,6 @@ then take the image from the disk cache or compile it with NVRTC and store it.
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,17 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from . import cache as disk_cache
+from . import logs
 from ._version import __version__
 from .codegen import Decisions, Generated, generate, template_digest
-from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_version
+from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_identity, require_supported
 from .diagnostics import BodyOrigin, map_log
 from .errors import KernelCompileError
 from .specialize import Specialization
 
-log = logging.getLogger("kerneldsl.build")
+log = logs.get("build")
 
 # Modules whose code decides what gets generated: changing them must change every key.
-_CODEGEN_MODULES = ("signature.py", "specialize.py", "codegen.py", "compiler.py", "dtypes.py")
+_CODEGEN_MODULES = ("signature.py", "specialize.py", "codegen.py", "compiler.py", "dtypes.py", "template_options.py")
 
 
 @lru_cache(maxsize=1)
@@ -48,7 +48,7 @@ def key_material(spec: Specialization, generated: Generated, options: Sequence[s
         "source": generated.cuda_source,
         "abi": [list(slot) for slot in generated.abi] + [generated.struct_format],
         "options": list(options),
-        "nvrtc": ".".join(map(str, nvrtc_version())),
+        "nvrtc": nvrtc_identity(),
         "arch": spec.arch,
         "output": output,
     }
@@ -155,6 +155,7 @@ def build(
 def _compile(
     spec: Specialization, generated: Generated, origin: BodyOrigin | None, options: tuple[str, ...], output: str
 ) -> CompiledCode:
+    require_supported(spec.arch)
     try:
         return compile_source(generated.cuda_source, f"{generated.entry}.cu", options, output)
     except NvrtcFailure as failure:

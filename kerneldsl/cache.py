@@ -40,7 +40,6 @@ import contextlib
 import errno
 import hashlib
 import json
-import logging
 import os
 import re
 import sqlite3
@@ -60,6 +59,7 @@ from typing import Any, Protocol, TypeGuard, TypeVar
 import diskcache
 from diskcache.core import DBNAME, MODE_BINARY, MODE_RAW, UNKNOWN
 
+from . import logs
 from .errors import CacheError, UnsafeCacheDirError
 
 __all__ = [
@@ -74,7 +74,7 @@ __all__ = [
 
 CACHE_FORMAT_VERSION: int = 1
 
-logger = logging.getLogger("kerneldsl.cache")
+logger = logs.get("cache")
 
 _MAGIC = b"KDSLCACHE"
 _PREFIX = struct.Struct(">9sHI")  # magic, format version, header length

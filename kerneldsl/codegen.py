@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 import numpy as np
 
 from ._version import __version__
@@ -25,6 +24,10 @@ from .dtypes import ELEMENT_TYPES, ElementType
 from .errors import DeclarationError
 from .signature import ArrayParam, Expr, ScalarParam, Signature
 from .specialize import Specialization
+from .template_options import COMPILED_DIR, make_environment
+
+if TYPE_CHECKING:
+    import jinja2
 
 SLOT_BYTES = 8  # every kernel parameter gets one 8-byte slot in the packed buffer
 
@@ -35,16 +38,22 @@ def templates_dir() -> Path:
     return packaged if packaged.is_dir() else Path(__file__).parent.parent / "templates"
 
 
+def compiled_templates_dir() -> Path:
+    """Where an installed package keeps its templates compiled to Python (``setup.py``)."""
+    return Path(__file__).parent / COMPILED_DIR
+
+
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        autoescape=False,
+    """Jinja, imported on the first render; an installed package's templates come precompiled."""
+    import jinja2
+
+    compiled = compiled_templates_dir()
+    loader: jinja2.BaseLoader = (
+        jinja2.ModuleLoader(str(compiled)) if compiled.is_dir() else jinja2.FileSystemLoader(str(templates_dir()))
     )
+    environment: jinja2.Environment = make_environment(jinja2, loader, undefined=jinja2.StrictUndefined)
+    return environment
 
 
 def render(template: str, **context: Any) -> str:

@@ -7,8 +7,10 @@ Arch names and options are checked here before NVRTC sees them, so a typo gives 
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -62,6 +64,43 @@ def nvrtc_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
+_WHEEL = "nvidia_cuda_nvrtc-"
+
+
+@lru_cache(maxsize=1)
+def nvrtc_identity() -> str:
+    """Which NVRTC compiles here, as cache keys record it, found without loading the library (a
+    disk hit then never does): the nvidia-cuda-nvrtc wheel's version, the NVRTC cuda.pathfinder
+    loads first; without that wheel, the library's own version. ``compile_source`` checks that
+    the library it loads is the one named here."""
+    version = _wheel_version()
+    return f"nvidia-cuda-nvrtc {version}" if version else "nvrtc {}.{}".format(*nvrtc_version())
+
+
+def _wheel_version() -> str | None:
+    """The version in the name of the first nvidia-cuda-nvrtc dist-info on ``sys.path``."""
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith(_WHEEL) and name.endswith(".dist-info"):
+                return name[len(_WHEEL) : -len(".dist-info")]
+    return None
+
+
+def _check_loaded_library() -> None:
+    """The library loaded for a compile must be the NVRTC that cache keys name."""
+    identity = nvrtc_identity()
+    loaded = "{}.{}".format(*nvrtc_version())
+    if identity.startswith("nvidia-cuda-nvrtc ") and not identity.split(" ")[1].startswith(loaded + "."):
+        raise NvrtcNotFoundError(
+            f"the NVRTC library loaded ({loaded}) is not the one installed as {identity}, which cache keys name: "
+            "make the nvidia-cuda-nvrtc wheel's library the one cuda.pathfinder finds"
+        )
+
+
 @lru_cache(maxsize=1)
 def supported_archs() -> tuple[int, ...]:
     nvrtc_version()
@@ -70,9 +109,10 @@ def supported_archs() -> tuple[int, ...]:
 
 
 def normalize_arch(arch: str) -> str:
-    """``arch`` as a plain str, if spelled exactly ``sm_XY``, ``sm_XYa``, ``sm_XYf`` or ``compute_XY``
-    and NVRTC can target it. No other spelling is guessed at: the arch reaches generated sources
-    and cache keys, so one arch has one spelling."""
+    """``arch`` as a plain str, if spelled exactly ``sm_XY``, ``sm_XYa``, ``sm_XYf`` or ``compute_XY``.
+    No other spelling is guessed at: the arch reaches generated sources and cache keys, so one
+    arch has one spelling. Whether NVRTC can target it is checked before a compile
+    (``require_supported``): a cache hit needs no NVRTC at all."""
     if not isinstance(arch, str):
         raise InvalidArchError(f"arch must be a string such as 'sm_90', not {arch!r}")
     m = _ARCH.fullmatch(arch)
@@ -81,13 +121,17 @@ def normalize_arch(arch: str) -> str:
             f"invalid arch {arch!r}: expected exactly sm_XY, sm_XYa, sm_XYf or compute_XY, lowercase, with ASCII "
             "digits and no spaces (e.g. 'sm_90')"
         )
-    number = int(m.group(2))
-    if number not in supported_archs():
+    return f"{m.group(1)}_{int(m.group(2))}{m.group(3)}"
+
+
+def require_supported(arch: str) -> None:
+    """InvalidArchError unless this NVRTC can target ``arch`` (a normalized spelling)."""
+    m = _ARCH.fullmatch(arch)
+    if m is None or int(m.group(2)) not in supported_archs():
         known = ", ".join(f"sm_{a}" for a in supported_archs())
         raise InvalidArchError(
             f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known}"
         )
-    return f"{m.group(1)}_{number}{m.group(3)}"
 
 
 def check_options(options: Sequence[str]) -> tuple[str, ...]:
@@ -158,7 +202,7 @@ class NvrtcFailure(Exception):
 
 def compile_source(source: str, program_name: str, options: Sequence[str], output: str = "cubin") -> CompiledCode:
     nvrtc = _nvrtc()
-    nvrtc_version()
+    _check_loaded_library()
     (prog,) = _call("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), program_name.encode(), 0, [], []))
     try:
         encoded = [o.encode() for o in options]

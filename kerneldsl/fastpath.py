@@ -14,12 +14,12 @@ Without the compiled module (no C compiler when the package was built) or with
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from . import logs
 from .codegen import alias_pairs, launch_dims, shape_checks, symbol_binds
 from .runtime.memory import DeviceArray
 from .signature import ArrayParam, Expr
@@ -28,7 +28,7 @@ from .specialize import Specialization
 if TYPE_CHECKING:
     from .launch import BoundLaunch
 
-log = logging.getLogger(__name__)
+log = logs.get("fastpath")
 
 
 def _compiled() -> ModuleType | None:

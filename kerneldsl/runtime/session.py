@@ -17,7 +17,6 @@ import atexit
 import collections
 import contextlib
 import itertools
-import logging
 import os
 import sys
 import threading
@@ -27,6 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .. import logs
 from ..errors import (
     ClosedError,
     CudaError,
@@ -45,7 +45,7 @@ from .stream import Event, Stream, record_sync_event, wait_event
 
 __all__ = ["Handle", "Session", "check_same_session", "default_session"]
 
-log = logging.getLogger(__name__)
+log = logs.get("runtime.session")
 
 OPEN, CLOSING, CLOSED = "open", "closing", "closed"
 

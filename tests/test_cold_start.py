@@ -1,0 +1,94 @@
+"""What a fresh process pays before its first result: ``import kerneldsl`` imports nothing heavy,
+and a disk-cache hit neither loads NVRTC nor needs it; the compiler's identity in cache keys still
+tells NVRTC releases apart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import kerneldsl as kd
+from kerneldsl import compiler
+
+ROOT = Path(__file__).parent.parent
+HEAVY = ("kerneldsl.", "jinja2", "cuda", "diskcache", "numpy")
+
+DECLARE_AND_INSPECT = """
+import json, sys
+import numpy as np
+import kerneldsl as kd
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"]):
+    return "index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) y[i] += a * x[i];"
+b = saxpy.inspect(np.ones(4, np.float32), np.ones(4, np.float32), np.float32(1), arch="sm_90")
+print(json.dumps({"origin": b.origin, "nvrtc_loaded": "cuda.bindings.nvrtc" in sys.modules}))
+"""
+
+
+def _python(code: str, **env: str) -> str:
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env, check=True)
+    return run.stdout
+
+
+def test_importing_kerneldsl_imports_nothing_heavy() -> None:
+    loaded = _python(f"import sys, kerneldsl; print(sorted(m for m in sys.modules if m.startswith({HEAVY!r})))")
+    assert loaded.strip() == "['kerneldsl._version']"
+
+
+def test_every_public_name_resolves() -> None:
+    assert set(kd.__all__) == {"__version__", *kd._HOMES}
+    assert all(getattr(kd, name) is not None for name in kd.__all__)
+
+
+def test_a_disk_hit_in_a_fresh_process_does_not_load_nvrtc(tmp_path: Path) -> None:
+    import os
+
+    env = {**os.environ, "KERNELDSL_CACHE_DIR": str(tmp_path / "cache")}
+    first = json.loads(_python(DECLARE_AND_INSPECT, **env))
+    second = json.loads(_python(DECLARE_AND_INSPECT, **env))
+    assert (first["origin"], second["origin"]) == ("nvrtc", "disk")
+    assert first["nvrtc_loaded"] and not second["nvrtc_loaded"]
+
+
+def test_another_nvrtc_release_gets_other_cache_keys(monkeypatch: pytest.MonkeyPatch, isolated_cache: Any) -> None:
+    import numpy as np
+
+    from kerneldsl.build import key_material
+    from kerneldsl.codegen import generate
+
+    @kd.kernel(grid=1, block=1)
+    def one(y: kd.Out[kd.float32, 1]) -> str:
+        return "y[0] = 1.0f;"
+
+    spec = one.specialize(np.zeros(1, np.float32), arch="sm_90")
+    keys = []
+    for version in ("13.0.88", "13.5.37"):
+        compiler.nvrtc_identity.cache_clear()
+        monkeypatch.setattr(compiler, "_wheel_version", lambda v=version: v)
+        keys.append(key_material(spec, generate(spec, one.body), (), "cubin")["nvrtc"])
+    compiler.nvrtc_identity.cache_clear()
+    assert keys == ["nvidia-cuda-nvrtc 13.0.88", "nvidia-cuda-nvrtc 13.5.37"]
+
+
+def test_without_the_wheel_the_library_names_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiler.nvrtc_identity.cache_clear()
+    monkeypatch.setattr(compiler, "_wheel_version", lambda: None)
+    try:
+        assert compiler.nvrtc_identity() == "nvrtc {}.{}".format(*compiler.nvrtc_version())
+    finally:
+        compiler.nvrtc_identity.cache_clear()
+
+
+def test_a_loaded_library_other_than_the_wheel_is_refused_before_compiling(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiler.nvrtc_identity.cache_clear()
+    monkeypatch.setattr(compiler, "_wheel_version", lambda: "12.9.1")
+    try:
+        with pytest.raises(kd.errors.NvrtcNotFoundError, match="is not the one installed as nvidia-cuda-nvrtc 12.9.1"):
+            compiler.compile_source('extern "C" __global__ void k() {}', "k.cu", ("-arch=sm_90",))
+    finally:
+        compiler.nvrtc_identity.cache_clear()
