@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..runtime import driver
-from . import blas_bench, compile_bench, ops_bench, runtime_bench
+from . import blas_bench, coldstart_bench, compile_bench, ops_bench, runtime_bench
 from .report import Report
 
 
@@ -59,6 +59,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         "cold NVRTC compile vs disk-cache hit in a fresh process vs in-process lookup",
         compile_bench.add_arguments,
         compile_bench.run,
+    ),
+    "coldstart": Benchmark(
+        "GPU: fresh process to first numpy result vs the cuda.bindings floor and CuPy; import times",
+        coldstart_bench.add_arguments,
+        coldstart_bench.run,
+        gpu=True,
+        modules={"cupy": "CuPy"},
+        install=_CUPY,
     ),
     "runtime": Benchmark(
         "GPU: launch cost, graph replay, transfers, numpy end to end, side by side with CuPy and cuda.core",
