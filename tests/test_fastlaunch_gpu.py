@@ -8,7 +8,7 @@ from conftest import in_threads
 
 import kerneldsl as kd
 from kerneldsl import fastpath
-from kerneldsl.errors import LaunchError
+from kerneldsl.errors import LaunchConfigError
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")]
 
@@ -48,14 +48,14 @@ def test_warm_calls_launch_from_c_and_give_numpy_results(dtype: type) -> None:
     np.testing.assert_array_equal(dy.to_host(), (y0 + 20 * x).astype(dtype))
 
 
-def test_a_launch_the_driver_refuses_from_the_c_path_raises_and_the_session_stays_usable() -> None:
+def test_a_launch_past_a_limit_is_refused_before_the_driver_and_the_session_stays_usable() -> None:
     s = kd.default_session()
     out = s.zeros(1, np.float32)
     small = s.to_device(np.ones(256, np.float32))
     staged_sum(out, small)
     staged_sum(out, small)  # remembered: from now on the C path takes this specialization
     huge = s.to_device(np.ones(1 << 20, np.float32))  # 4 MiB of shared memory: refused
-    with pytest.raises(LaunchError):
+    with pytest.raises(LaunchConfigError, match="shared"):
         staged_sum(out, huge)
     staged_sum(out, small)
     assert out.to_host()[0] == 256

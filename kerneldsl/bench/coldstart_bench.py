@@ -61,21 +61,21 @@ def ok(result):
     if result[0] != cu.CUresult.CUDA_SUCCESS:
         raise RuntimeError(result[0])
     return result[1] if len(result) == 2 else result[1:]
-ok((cu.cuInit(0),))
+ok(cu.cuInit(0))
 dev = ok(cu.cuDeviceGet(0))
 ctx = ok(cu.cuDevicePrimaryCtxRetain(dev))
-ok((cu.cuCtxSetCurrent(ctx)[0],))
+ok(cu.cuCtxSetCurrent(ctx))
 module = ok(cu.cuModuleLoadData(open({cubin!r}, "rb").read()))
 function = ok(cu.cuModuleGetFunction(module, {entry!r}.encode()))
 y, x = np.ones(1024, np.float32), np.arange(1024, dtype=np.float32)
 dy, dx = ok(cu.cuMemAlloc(y.nbytes)), ok(cu.cuMemAlloc(x.nbytes))
-ok((cu.cuMemcpyHtoD(dy, y.ctypes.data, y.nbytes)[0],))
-ok((cu.cuMemcpyHtoD(dx, x.ctypes.data, x.nbytes)[0],))
+ok(cu.cuMemcpyHtoD(dy, y.ctypes.data, y.nbytes))
+ok(cu.cuMemcpyHtoD(dx, x.ctypes.data, x.nbytes))
 import ctypes
 args = [ctypes.c_void_p(int(dy)), ctypes.c_void_p(int(dx)), ctypes.c_float(2.0), ctypes.c_int(1024)]
 pointers = (ctypes.c_void_p * 4)(*[ctypes.addressof(a) for a in args])
-ok((cu.cuLaunchKernel(function, 4, 1, 1, 256, 1, 1, 0, 0, ctypes.addressof(pointers), 0)[0],))
-ok((cu.cuMemcpyDtoH(y.ctypes.data, dy, y.nbytes)[0],))
+ok(cu.cuLaunchKernel(function, 4, 1, 1, 256, 1, 1, 0, 0, ctypes.addressof(pointers), 0))
+ok(cu.cuMemcpyDtoH(y.ctypes.data, dy, y.nbytes))
 assert y[5] == 11.0
 """
 
@@ -101,7 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _seconds(script: str, env: dict[str, str]) -> float:
     code = TIMED.format(body=textwrap.dedent(script))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"a cold-start script failed:\n{out.stderr}")
     return float(out.stdout.strip().splitlines()[-1])
 
 
