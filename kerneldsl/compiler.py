@@ -64,9 +64,6 @@ def nvrtc_version() -> tuple[int, int]:
     return int(major), int(minor)
 
 
-_WHEEL = "nvidia_cuda_nvrtc-"
-
-
 @lru_cache(maxsize=1)
 def nvrtc_identity() -> str:
     """Which NVRTC compiles here, as cache keys record it, found without loading the library (a
@@ -77,6 +74,9 @@ def nvrtc_identity() -> str:
     return f"nvidia-cuda-nvrtc {version}" if version else "nvrtc {}.{}".format(*nvrtc_version())
 
 
+_WHEEL = re.compile(r"nvidia_cuda_nvrtc(?:_cu[0-9]+)?-([0-9][0-9A-Za-z.+]*)\.dist-info")
+
+
 def _wheel_version() -> str | None:
     """The version in the name of the first nvidia-cuda-nvrtc dist-info on ``sys.path``."""
     for entry in sys.path:
@@ -85,8 +85,9 @@ def _wheel_version() -> str | None:
         except OSError:
             continue
         for name in names:
-            if name.startswith(_WHEEL) and name.endswith(".dist-info"):
-                return name[len(_WHEEL) : -len(".dist-info")]
+            found = _WHEEL.fullmatch(name)
+            if found:
+                return found.group(1)
     return None
 
 
@@ -130,7 +131,8 @@ def require_supported(arch: str) -> None:
     if m is None or int(m.group(2)) not in supported_archs():
         known = ", ".join(f"sm_{a}" for a in supported_archs())
         raise InvalidArchError(
-            f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known}"
+            f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known} (pass the "
+            "newest of those your device runs as arch=, or install a newer nvidia-cuda-nvrtc)"
         )
 
 

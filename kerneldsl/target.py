@@ -21,7 +21,10 @@ def arch_for_capability(major: int, minor: int) -> str:
 
 
 def device_arch(ordinal: int) -> str:
-    return arch_for_capability(*driver.compute_capability(ordinal))
+    """The device's own arch, ``sm_XY``: no NVRTC is loaded to choose it, so a cache hit needs none.
+    A compile for an arch this NVRTC cannot target says which one it can (``arch_for_capability``)."""
+    major, minor = driver.compute_capability(ordinal)
+    return f"sm_{major}{minor}"
 
 
 def resolve_arch(arch: str | None = None, device: int = 0) -> str:
