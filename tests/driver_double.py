@@ -162,7 +162,7 @@ class FakeDriver:
     # -- contexts ----------------------------------------------------------------------------
 
     def cuDevicePrimaryCtxRetain(self, dev: int) -> tuple:
-        code = self._enter("cuDevicePrimaryCtxRetain")
+        code = self._enter("cuDevicePrimaryCtxRetain") or (self.sticky or 0)  # a sticky error outlives contexts
         if not code:
             with self._lock:
                 self.primary_refs[dev] = self.primary_refs.get(dev, 0) + 1

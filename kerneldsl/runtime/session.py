@@ -160,7 +160,13 @@ class Session:
         self._activation = _Activation(self, checked=True)
         self._raw_activation = _Activation(self, checked=False)
         self._dev = driver.device(device)
-        self._ctx = check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(self._dev))
+        try:
+            self._ctx = check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(self._dev))
+        except StickyCudaError as exc:
+            raise SessionPoisonedError(
+                f"device {device} cannot be used again in this process after {exc.name}: the driver keeps a sticky "
+                "error past the reset of the primary context (seen on the H200 with driver 580): restart the process"
+            ) from exc
         self.context_address = int(self._ctx)
         self._pushed: list[bool] = []
         self.usable = True  # open, not forked, not poisoned: the one flag the launch paths read
@@ -217,7 +223,8 @@ class Session:
             raise SessionPoisonedError(
                 f"session {self.session_id} (device {self.device}) is unusable after {self._poison.name} in "
                 f"{self._poison.api}; the CUDA context is corrupted: close every session on device {self.device} "
-                "(its primary context is then reset) or call kd.reset_device, then open a new Session"
+                "(its primary context is then reset) or call kd.reset_device, then open a new Session; where the "
+                "driver keeps the error for the whole process, restart the process"
             ) from self._poison
         raise ClosedError(f"session {self.session_id} (device {self.device}) is {self._state}")
 
