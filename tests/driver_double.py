@@ -57,6 +57,9 @@ class FakeDriver:
     def __init__(self, devices: int = 1, total_memory: int = 1 << 30) -> None:
         self.devices = devices
         self.total_memory = total_memory
+        self.pools: dict[int, int] = {}  # memory pool -> its cap in bytes
+        self.pool_cached: dict[int, int] = {}  # pool -> bytes freed into it and not yet trimmed
+        self.pool_of: dict[int, int] = {}  # pointer -> the pool it came from
         self.calls: list[str] = []
         self.launches: list[tuple] = []
         self.fail: dict[str, list[int]] = {}  # api -> codes returned by its next calls
@@ -85,7 +88,7 @@ class FakeDriver:
     # -- plumbing ------------------------------------------------------------------------------
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("cu"):
+        if name.startswith("cu") and name != "cuuint64_t":
             raise AttributeError(f"FakeDriver does not implement {name}")
         return getattr(_real, name)  # enums and handle types
 
@@ -265,24 +268,64 @@ class FakeDriver:
     def _in_use(self) -> int:
         return sum(len(b) for b in self.mem.values())
 
-    def cuMemAlloc(self, n: int) -> tuple:
-        code = self._enter("cuMemAlloc")
-        assert n > 0, "cuMemAlloc of 0 bytes"
+    def cuMemPoolCreate(self, props: Any) -> tuple:
+        code = self._enter("cuMemPoolCreate")
+        h = 0 if code else self._handle()
+        if h:
+            self.pools[h] = int(props.maxSize) or self.total_memory
+            self.pool_cached[h] = 0
+        return self._r(code, h)
+
+    def cuMemPoolDestroy(self, pool: int) -> tuple:
+        code = self._enter("cuMemPoolDestroy")
+        if not code:
+            del self.pools[int(pool)], self.pool_cached[int(pool)]
+        return self._r(code)
+
+    def cuMemPoolSetAttribute(self, pool: int, attr: Any, value: Any) -> tuple:
+        return self._r(self._enter("cuMemPoolSetAttribute"))
+
+    def cuMemPoolGetAttribute(self, pool: int, attr: Any) -> tuple:
+        code = self._enter("cuMemPoolGetAttribute")
+        used = self._in_use()
+        reserved = _real.CUmemPool_attribute.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT
+        return self._r(code, used + self.pool_cached[int(pool)] if attr == reserved else used)
+
+    def cuMemPoolTrimTo(self, pool: int, keep: int) -> tuple:
+        code = self._enter("cuMemPoolTrimTo")
+        if not code:
+            self.pool_cached[int(pool)] = 0
+        return self._r(code)
+
+    def cuMemAllocFromPoolAsync(self, n: int, pool: int, stream: Any) -> tuple:
+        """Like the driver's pool: freed bytes stay reserved (``pool_cached``) until trimmed, and
+        an allocation fails when the device or the pool's cap has no room for it."""
+        code = self._enter("cuMemAllocFromPoolAsync")
+        assert n > 0, "an allocation of 0 bytes"
+        if code:
+            return self._r(code, 0)
+        pool = int(pool)
         with self._lock:
-            if not code and self._in_use() + n > self.total_memory:
+            held = sum(len(self.mem[p]) for p, q in self.pool_of.items() if q == pool) + self.pool_cached[pool]
+            if self.pool_cached[pool] >= n:
+                self.pool_cached[pool] -= n
+            elif not code and (
+                self._in_use() + sum(self.pool_cached.values()) + n > self.total_memory or held + n > self.pools[pool]
+            ):
                 code = 2
             if code:
                 return self._r(code, 0)
             ptr = self._next_ptr
             self._next_ptr += (n + 0xFFF) & ~0xFFF
             self.mem[ptr] = bytearray(n)
+            self.pool_of[ptr] = pool
         return self._r(0, ptr)
 
-    def cuMemFree(self, ptr: int) -> tuple:
-        code = self._enter("cuMemFree")
+    def cuMemFreeAsync(self, ptr: int, stream: Any) -> tuple:
+        code = self._enter("cuMemFreeAsync")
         if not code:
             with self._lock:
-                del self.mem[int(ptr)]
+                self.pool_cached[self.pool_of.pop(int(ptr))] += len(self.mem.pop(int(ptr)))
         return self._r(code)
 
     def cuMemGetInfo(self) -> tuple:

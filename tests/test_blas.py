@@ -1040,21 +1040,21 @@ def test_close_destroys_the_handle_first(drv: FakeDriver, lib: FakeCublas) -> No
     h = blas.handle(s)
     raw = h.raw
     order: list[str] = []
-    destroy, free = lib.destroy, drv.cuMemFree
+    destroy, free = lib.destroy, drv.cuMemFreeAsync
 
     def record_destroy(handle: int) -> None:
         order.append("cublasDestroy")
         destroy(handle)
 
-    def record_free(ptr: int) -> tuple:
-        order.append("cuMemFree")
-        return free(ptr)
+    def record_free(ptr: int, stream: object) -> tuple:
+        order.append("cuMemFreeAsync")
+        return free(ptr, stream)
 
     lib.destroy = record_destroy
-    drv.cuMemFree = record_free
+    drv.cuMemFreeAsync = record_free
     mark = len(drv.calls)
     s.close()
-    assert order[0] == "cublasDestroy" and "cuMemFree" in order
+    assert order[0] == "cublasDestroy" and "cuMemFreeAsync" in order
     assert raw not in lib.live and h.closed
     assert drv.calls[mark:].index("cuDevicePrimaryCtxRelease") == len(drv.calls[mark:]) - 1
     assert not drv.mem and c.closed  # the workspace was freed too
@@ -1140,10 +1140,10 @@ def test_vendor_handles_are_created_once_and_released_before_everything(drv: Fak
     assert s.vendor_handle("lib", lambda session: pytest.fail("created twice")) is first
     buffer = s.zeros(4)
     mark = len(drv.calls)
-    free = drv.cuMemFree
-    drv.cuMemFree = lambda ptr: (log.append("cuMemFree"), free(ptr))[1]
+    free = drv.cuMemFreeAsync
+    drv.cuMemFreeAsync = lambda ptr, stream: (log.append("cuMemFreeAsync"), free(ptr, stream))[1]
     s.close()
-    assert log == ["release 1", "cuMemFree"]  # released with the context current, before buffers
+    assert log == ["release 1", "cuMemFreeAsync"]  # released with the context current, before buffers
     assert buffer.closed
     assert drv.calls[-1] == "cuDevicePrimaryCtxRelease" and mark < len(drv.calls)
 

@@ -98,7 +98,7 @@ def test_device_call_runs_on_the_session_stream_without_copies(s: kd.Session, dr
     saxpy(dy, dx, np.float32(1.0))
     mark = len(drv.calls)
     saxpy(dy, dx, np.float32(1.0))
-    assert "cuMemcpyHtoDAsync" not in drv.calls[mark:] and "cuMemAlloc" not in drv.calls[mark:]
+    assert "cuMemcpyHtoDAsync" not in drv.calls[mark:] and "cuMemAllocFromPoolAsync" not in drv.calls[mark:]
     assert drv.launches[-1][4] == s.stream._cu
 
 
@@ -125,7 +125,7 @@ def test_read_only_output_is_refused_before_any_copy(drv: SaxpyDriver) -> None:
     mark = len(drv.calls)
     with pytest.raises(ReadOnlyArrayError, match="'y'"):
         saxpy(y, x, np.float32(1.0))
-    assert "cuMemAlloc" not in drv.calls[mark:] and "cuLaunchKernel" not in drv.calls[mark:]
+    assert "cuMemAllocFromPoolAsync" not in drv.calls[mark:] and "cuLaunchKernel" not in drv.calls[mark:]
 
 
 def test_aliased_host_arrays_are_refused(drv: SaxpyDriver) -> None:

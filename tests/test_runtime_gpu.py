@@ -237,6 +237,40 @@ def test_graph_capture_and_replay(s: Session, mod: Module) -> None:
 # -- failure paths ----------------------------------------------------------------------------------
 
 
+def test_dropping_an_array_while_a_long_kernel_runs_returns_at_once(s: Session, mod: Module) -> None:
+    p = spin(s, mod, 0.5)
+    a = s.empty(1 << 20, np.float32)
+    start = time.perf_counter()
+    a.close()  # a stream-ordered free: no device synchronization
+    elapsed = time.perf_counter() - start
+    s.synchronize()
+    assert elapsed < 0.05, elapsed
+    del p
+
+
+def test_the_pool_keeps_freed_memory_until_trimmed(s: Session) -> None:
+    a = s.empty(1 << 30, np.uint8)
+    a.close()
+    s.synchronize()
+    assert s.memory_info().pool_reserved >= 1 << 30
+    again = s.empty(1 << 30, np.uint8)  # served from the pool
+    again.close()
+    s.trim()
+    assert s.memory_info().pool_reserved < 1 << 30
+
+
+def test_four_threads_allocate_and_free_at_once(s: Session) -> None:
+    from conftest import in_threads
+
+    def work(k: int) -> None:
+        for n in range(1, 200):
+            a = s.to_device(np.full(n, k, np.int32))
+            assert (a.to_host() == k).all()
+            a.close()
+
+    in_threads(work)
+
+
 def test_out_of_memory_keeps_session_usable(s: Session) -> None:
     with pytest.raises(OutOfMemoryError) as info:
         s.empty(1 << 50, np.uint8)  # 1 PiB

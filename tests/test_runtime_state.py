@@ -86,7 +86,7 @@ def test_check_maps_results_to_exceptions(drv: FakeDriver) -> None:
     assert driver.check("cuX", (CUresult(0), 7)) == 7
     assert driver.check("cuX", (CUresult(0), 7, 8)) == (7, 8)
     with pytest.raises(OutOfMemoryError) as oom:
-        driver.check("cuMemAlloc", (CUresult(2), 0), requested=123)
+        driver.check("cuMemAllocFromPoolAsync", (CUresult(2), 0), requested=123)
     assert oom.value.requested == 123 and oom.value.name == "CUDA_ERROR_OUT_OF_MEMORY"
     assert isinstance(oom.value, MemoryError)
     with pytest.raises(StickyCudaError) as sticky:
@@ -200,11 +200,11 @@ def test_closed_error_for_every_handle_kind(drv: FakeDriver) -> None:
 def test_closing_one_handle_then_using_it(s: Session, drv: FakeDriver) -> None:
     a = s.empty(8)
     a.close()
-    assert drv.count("cuMemFree") == 1
+    assert drv.count("cuMemFreeAsync") == 1
     with pytest.raises(ClosedError, match="DeviceArray was closed"):
         a.to_host()
     a.close()
-    assert drv.count("cuMemFree") == 1
+    assert drv.count("cuMemFreeAsync") == 1
     with pytest.raises(ValueError):
         s.stream.close()
 
@@ -258,7 +258,7 @@ def test_push_pop_balanced_and_caller_context_restored(s: Session, drv: FakeDriv
 
 def test_ops_fail_without_activation_in_the_double(drv: FakeDriver) -> None:
     # the double refuses context-bound calls with no current context: it checks the checker
-    assert drv.cuMemAlloc(8)[0] == 201
+    assert drv.cuMemAllocFromPoolAsync(8, 0, 0)[0] == 201
 
 
 # -- deferred frees and keep-alive -----------------------------------------------------------------
@@ -269,11 +269,11 @@ def test_dropped_buffer_is_freed_at_the_next_call_not_by_the_finalizer(s: Sessio
     ptr = a.ptr
     del a
     gc.collect()
-    assert drv.count("cuMemFree") == 0 and ptr in drv.mem
+    assert drv.count("cuMemFreeAsync") == 0 and ptr in drv.mem
     assert list(s._deferred) == [("mem", ptr)]
     mark = len(drv.calls)
     s.empty(4)
-    assert after(drv.calls, mark).index("cuMemFree") < after(drv.calls, mark).index("cuMemAlloc")
+    assert after(drv.calls, mark).index("cuMemFreeAsync") < after(drv.calls, mark).index("cuMemAllocFromPoolAsync")
     assert ptr not in drv.mem
 
 
@@ -353,10 +353,10 @@ def test_close_order(drv: FakeDriver) -> None:
     assert "cuEventRecord" in log[:sync_end]
     tail = log[sync_end + 1 :]
     # deferred: the dropped buffer, then the sync events; then events, buffers, modules, streams, ctx
-    assert tail[0] == "cuMemFree"
+    assert tail[0] == "cuMemFreeAsync"
     expected_order = [
         "cuEventDestroy",
-        "cuMemFree",
+        "cuMemFreeAsync",
         "cuMemFreeHost",
         "cuModuleUnload",
         "cuStreamDestroy",
@@ -374,7 +374,7 @@ def test_close_collects_errors(drv: FakeDriver) -> None:
     s.empty(4), s.empty(4)
     keep = [s.empty(4), s.empty(4)]
     gc.collect()
-    drv.fail_next("cuMemFree", 1, 1)
+    drv.fail_next("cuMemFreeAsync", 1, 1)
     drv.fail_next("cuStreamDestroy", 400)
     with pytest.raises(SessionCloseError) as info:
         s.close()
@@ -382,7 +382,7 @@ def test_close_collects_errors(drv: FakeDriver) -> None:
     assert all(isinstance(e, CudaError) for e in info.value.errors)
     assert info.value.__cause__ is info.value.errors[0]
     assert s.closed and drv.primary_refs[0] == 0
-    assert drv.count("cuMemFree") == 4
+    assert drv.count("cuMemFreeAsync") == 4
     del keep
 
 
@@ -404,7 +404,7 @@ def test_sticky_error_poisons_the_session(drv: FakeDriver) -> None:
         assert later.value.__cause__ is first.value
     assert len(drv.calls) == n  # refused before reaching the driver
     s.close()  # leaks instead of freeing into a dead context; no error for the old poison
-    assert drv.count("cuMemFree") == 0 and drv.count("cuStreamDestroy") == 0
+    assert drv.count("cuMemFreeAsync") == 0 and drv.count("cuStreamDestroy") == 0
     assert drv.primary_refs[0] == 0
     drv.sticky = None
 
@@ -498,7 +498,7 @@ def test_four_threads_share_one_session(s: Session, drv: FakeDriver) -> None:
 def test_atexit_hook_closes_sessions_silently(drv: FakeDriver, capsys: pytest.CaptureFixture[str]) -> None:
     s1, s2 = Session(0), Session(0)
     s2.empty(4)
-    drv.fail_next("cuMemFree", 1)  # a failing close must not raise or print
+    drv.fail_next("cuMemFreeAsync", 1)  # a failing close must not raise or print
     session_mod._close_all_at_exit()
     assert s1.closed and s2.closed and not open_sessions()
     assert capsys.readouterr() == ("", "")
@@ -542,7 +542,7 @@ def test_zero_size_and_non_contiguous(s: Session, drv: FakeDriver) -> None:
     z = s.to_device(np.empty((0, 4), np.float32))
     assert z.ptr == 0 and z.to_host().shape == (0, 4)
     assert s.zeros(0).nbytes == 0 and s.copy(z).shape == (0, 4)
-    assert drv.count("cuMemAlloc") == 0
+    assert drv.count("cuMemAllocFromPoolAsync") == 0
     base = np.arange(20, dtype=np.int16).reshape(4, 5)
     np.testing.assert_array_equal(s.to_device(base[:, ::2]).to_host(), base[:, ::2])
     np.testing.assert_array_equal(s.to_device(np.float32(2.5)).to_host(), np.float32(2.5))
@@ -601,7 +601,7 @@ def test_graph_capture_and_replay(s: Session, drv: FakeDriver) -> None:
         gc.collect()
         s.keep_alive(buf)
         s.launch(3, (1, 1, 1), (32, 1, 1), 0, None, 0)
-        assert drv.count("cuMemFree") == 0  # no frees inside a capture
+        assert drv.count("cuMemFreeAsync") == 0  # no frees inside a capture
     assert buf in g._keep
     g.replay()
     g.replay()
@@ -718,9 +718,9 @@ def test_borrow_wraps_foreign_memory_without_owning_it(s: Session, drv: FakeDriv
     assert drv.count("cuStreamWaitEvent") == 1  # the session stream waits for the producer's
     assert b.to_host().tolist() == [0, 1, 2, 3]
     b.close()
-    assert drv.count("cuMemFree") == 0 and b.closed
+    assert drv.count("cuMemFreeAsync") == 0 and b.closed
     a.close()
-    assert drv.count("cuMemFree") == 1
+    assert drv.count("cuMemFreeAsync") == 1
     with pytest.raises(ValueError, match="C-contiguous"):
         DeviceArray.borrow(s, interop.DeviceView(a.ptr, (2, 2), (4, 16), np.dtype("f4"), 0, False, f))
     with pytest.raises(WrongSessionError):

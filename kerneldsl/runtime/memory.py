@@ -114,9 +114,9 @@ class DeviceArray(_Layout, Handle):
         self._owner: Any = None
         if nbytes:
             with session.activated():
-                raw = check("cuMemAlloc", session._d.cuMemAlloc(nbytes), requested=nbytes)
+                raw = session.allocate(nbytes)
                 self._own(raw)
-            self.ptr = int(raw)
+            self.ptr = raw
         self.dispatch_tag = _dispatch_tag(self)
 
     @classmethod

@@ -22,7 +22,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -77,7 +77,7 @@ def _release_graph(d: Any, raw: tuple[Any, Any]) -> tuple[Any, ...]:
 
 
 _RELEASERS: dict[str, tuple[str, Any]] = {
-    "mem": ("cuMemFree", lambda d, raw: d.cuMemFree(raw)),
+    "mem": ("cuMemFreeAsync", lambda d, raw: d.cuMemFree(raw)),  # Session._release frees into the pool
     "host": ("cuMemFreeHost", lambda d, raw: d.cuMemFreeHost(raw)),
     "event": ("cuEventDestroy", lambda d, raw: d.cuEventDestroy(raw)),
     "stream": ("cuStreamDestroy", lambda d, raw: d.cuStreamDestroy(raw)),
@@ -138,7 +138,10 @@ class Session:
     Use as a context manager, or call ``close()``; open sessions are closed at exit.
     """
 
-    def __init__(self, device: int = 0) -> None:
+    def __init__(self, device: int = 0, pool_limit: int | None = None) -> None:
+        """``pool_limit``: the most bytes this session's memory pool may hold (default:
+        ``$KERNELDSL_POOL_LIMIT``, else no cap but the device's memory)."""
+        limit = _pool_limit(pool_limit)
         d = driver.ensure_init()
         self._d = d
         self.device = device
@@ -173,6 +176,8 @@ class Session:
         self._entry_points: dict[str, int] = {}
         self._shared_granted: dict[int, int] = {}  # function address -> dynamic shared bytes allowed
         try:
+            with self._raw_activation:
+                self._pool = self._create_pool(limit)
             self.stream = Stream(self)
         except BaseException:
             self.usable, self._state = False, CLOSED
@@ -399,9 +404,57 @@ class Session:
     # -- deferred frees, keep-alive, synchronization -------------------------------------------
 
     def _release(self, kind: str, raw: Any) -> None:
-        """Free one raw handle now (session activated)."""
+        """Free one raw handle now (session activated); device memory goes back to the pool."""
+        if kind == "mem":
+            self._free_device(raw)
+            return
         api, release = _RELEASERS[kind]
         check(api, release(self._d, raw))
+
+    # -- the stream-ordered memory pool ----------------------------------------------------
+
+    def _create_pool(self, limit: int | None) -> Any:
+        """This session's memory pool on its device: allocations cost microseconds, frees never
+        synchronize the device, and memory stays reserved for reuse (release threshold: all)."""
+        d = self._d
+        props = d.CUmemPoolProps()
+        props.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        props.handleTypes = d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
+        props.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        props.location.id = self.device
+        if limit is not None:
+            props.maxSize = limit
+        pool = check("cuMemPoolCreate", d.cuMemPoolCreate(props))
+        threshold = d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+        check("cuMemPoolSetAttribute", d.cuMemPoolSetAttribute(pool, threshold, d.cuuint64_t(2**64 - 1)))
+        return pool
+
+    def allocate(self, nbytes: int) -> int:
+        """``nbytes`` of device memory from the pool, ordered on the session stream (session
+        activated); a request that does not fit trims the pool and tries once more."""
+        d = self._d
+        result = d.cuMemAllocFromPoolAsync(nbytes, self._pool, self._stream_cu)
+        if result[0] == driver.ERROR_OUT_OF_MEMORY:
+            self.synchronize()
+            check("cuMemPoolTrimTo", d.cuMemPoolTrimTo(self._pool, 0))
+            result = d.cuMemAllocFromPoolAsync(nbytes, self._pool, self._stream_cu)
+        return int(check("cuMemAllocFromPoolAsync", result, requested=nbytes))
+
+    def _free_device(self, ptr: Any) -> None:
+        """Return ``ptr`` to the pool on the session stream, after the work queued so far on every
+        stream of the session (session activated): memory used on another stream is never
+        reused while that stream may still touch it. A closing session has synchronized."""
+        if self._state == OPEN:
+            for other in self._live_streams():
+                if other is not self.stream:
+                    self._wait_for(self._stream_cu, other._cu)
+        check("cuMemFreeAsync", self._d.cuMemFreeAsync(ptr, self._stream_cu))
+
+    def trim(self) -> None:
+        """Return the pool's unused memory to the device (after the work queued so far)."""
+        with self._activation:
+            self.synchronize()
+            check("cuMemPoolTrimTo", self._d.cuMemPoolTrimTo(self._pool, 0))
 
     def _drain_deferred(self, errors: list[BaseException] | None = None) -> None:
         """Free what finalizers queued. Non-sticky failures are logged (or collected by close)."""
@@ -469,17 +522,27 @@ class Session:
         """Make stream ``waiter`` wait for the work queued so far on ``producer`` (raw handles;
         either may be foreign: 1 is the legacy default stream, 2 the per-thread one)."""
         with self._activation:
-            ev = record_sync_event(self, producer)
-            try:
-                check("cuStreamWaitEvent", self._d.cuStreamWaitEvent(waiter, ev, 0))
-            finally:
-                self._deferred.append(("event", ev))
+            self._wait_for(waiter, producer)
 
-    def memory_info(self) -> tuple[int, int]:
-        """``(free, total)`` device memory in bytes (cuMemGetInfo)."""
+    def _wait_for(self, waiter: Any, producer: Any) -> None:
+        """``_order_streams`` with the session already activated."""
+        ev = record_sync_event(self, producer)
+        try:
+            check("cuStreamWaitEvent", self._d.cuStreamWaitEvent(waiter, ev, 0))
+        finally:
+            self._deferred.append(("event", ev))
+
+    def memory_info(self) -> MemoryInfo:
+        """Device memory free and total (cuMemGetInfo), and what this session's pool holds:
+        reserved from the device, and in use by live arrays (bytes)."""
+        d = self._d
+        attr = d.CUmemPool_attribute
         with self._activation:
-            free, total = check("cuMemGetInfo", self._d.cuMemGetInfo())
-        return int(free), int(total)
+            free, total = check("cuMemGetInfo", d.cuMemGetInfo())
+            reserved = d.cuMemPoolGetAttribute(self._pool, attr.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+            used = d.cuMemPoolGetAttribute(self._pool, attr.CU_MEMPOOL_ATTR_USED_MEM_CURRENT)
+            reserved, used = check("cuMemPoolGetAttribute", reserved), check("cuMemPoolGetAttribute", used)
+        return MemoryInfo(int(free), int(total), int(reserved), int(used))
 
     # -- factories -------------------------------------------------------------------------------
 
@@ -618,6 +681,10 @@ class Session:
                         self._release(kind, raw)
                     except CudaError as exc:
                         errors.append(exc)
+            try:  # last: the driver orders the frees above before the pool's destruction
+                check("cuMemPoolDestroy", self._d.cuMemPoolDestroy(self._pool))
+            except CudaError as exc:
+                errors.append(exc)
 
     def _abandon(self) -> None:
         """Forget every handle without calling the driver (forked child, poisoned context)."""
@@ -627,6 +694,32 @@ class Session:
         for h in list(self._handles):
             h._take()
         self._deferred.clear()
+
+
+class MemoryInfo(NamedTuple):
+    """``Session.memory_info()``: device-wide free and total, then this session's pool."""
+
+    free: int
+    total: int
+    pool_reserved: int
+    pool_used: int
+
+
+POOL_LIMIT_ENV = "KERNELDSL_POOL_LIMIT"
+
+
+def _pool_limit(explicit: int | None) -> int | None:
+    """The pool's cap in bytes: ``explicit``, else ``$KERNELDSL_POOL_LIMIT``, else none."""
+    value: Any = explicit if explicit is not None else os.environ.get(POOL_LIMIT_ENV)
+    if value is None:
+        return None
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"pool_limit must be a number of bytes, not {value!r} (or ${POOL_LIMIT_ENV})") from None
+    if limit <= 0:
+        raise ValueError(f"pool_limit must be a positive number of bytes, not {limit}")
+    return limit
 
 
 def default_session(device: int = 0) -> Session:
