@@ -225,6 +225,9 @@ class FakeDriver:
             self.streams.add(h)
         return self._r(code, h)
 
+    def cuStreamSynchronize(self, stream: Any) -> tuple:
+        return self._r(self._enter("cuStreamSynchronize"))
+
     def cuStreamDestroy(self, h: int) -> tuple:
         code = self._enter("cuStreamDestroy")
         if not code:

@@ -435,8 +435,7 @@ class Session:
         d = self._d
         result = d.cuMemAllocFromPoolAsync(nbytes, self._pool, self._stream_cu)
         if result[0] == driver.ERROR_OUT_OF_MEMORY:
-            self.synchronize()
-            check("cuMemPoolTrimTo", d.cuMemPoolTrimTo(self._pool, 0))
+            self._trim_pool()
             result = d.cuMemAllocFromPoolAsync(nbytes, self._pool, self._stream_cu)
         return int(check("cuMemAllocFromPoolAsync", result, requested=nbytes))
 
@@ -453,8 +452,15 @@ class Session:
     def trim(self) -> None:
         """Return the pool's unused memory to the device (after the work queued so far)."""
         with self._activation:
-            self.synchronize()
-            check("cuMemPoolTrimTo", self._d.cuMemPoolTrimTo(self._pool, 0))
+            self._trim_pool()
+
+    def _trim_pool(self) -> None:
+        """Synchronize every stream (the driver releases freed memory only once it has seen the
+        frees complete through a synchronizing call), then release all the pool does not use."""
+        d = self._d
+        for stream in self._live_streams():
+            check("cuStreamSynchronize", d.cuStreamSynchronize(stream._cu))
+        check("cuMemPoolTrimTo", d.cuMemPoolTrimTo(self._pool, 0))
 
     def _drain_deferred(self, errors: list[BaseException] | None = None) -> None:
         """Free what finalizers queued. Non-sticky failures are logged (or collected by close)."""
