@@ -21,6 +21,16 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from . import cache as cache
     from . import errors as errors
     from . import ops as ops
+    from .array.creation import arange as arange
+    from .array.creation import asarray as asarray
+    from .array.creation import empty as empty
+    from .array.creation import empty_like as empty_like
+    from .array.creation import full as full
+    from .array.creation import full_like as full_like
+    from .array.creation import ones as ones
+    from .array.creation import ones_like as ones_like
+    from .array.creation import zeros as zeros
+    from .array.creation import zeros_like as zeros_like
     from .array.elementwise import elementwise as elementwise
     from .array.fusion import fuse as fuse
     from .array.reduction import reduction as reduction
@@ -85,6 +95,10 @@ _HOMES = {
     ),
     **dict.fromkeys(["Const", "In", "InOut", "Out", "Scalar", "cdiv", "dmax", "dmin", "sym"], ".signature"),
     "resolve_arch": ".target",
+    **dict.fromkeys(
+        ["arange", "asarray", "empty", "empty_like", "full", "full_like", "ones", "ones_like", "zeros", "zeros_like"],
+        ".array.creation",
+    ),
 }
 
 

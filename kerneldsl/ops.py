@@ -33,6 +33,23 @@ _IPOW = (
     "kdU r = 1, x = (kdU)a; for (kdT e = b; e > 0; e >>= 1) { if (e & 1) r = (kdU)(1u * r * x); "
     "x = (kdU)(1u * x * x); } return (kdT)r; }()"
 )
+# NumPy's floor division and remainder (npy_divmod): the remainder takes the divisor's sign, the
+# quotient is floored; a zero integer divisor gives 0, as NumPy does (with a warning there).
+_FLOORDIV_F = (
+    "[&]() -> kdT { if (b == 0) return a / b; kdT m = fmod(a, b), d = (a - m) / b; "
+    "if (m != 0 && ((b < 0) != (m < 0))) d -= 1; if (d == 0) return copysign((kdT)0, a / b); "
+    "kdT f = floor(d); return d - f > (kdT)0.5 ? f + 1 : f; }()"
+)
+_REMAINDER_F = (
+    "[&]() -> kdT { if (b == 0) return fmod(a, b); kdT m = fmod(a, b); "
+    "if (m != 0 && ((b < 0) != (m < 0))) m += b; return m != 0 ? m : copysign((kdT)0, b); }()"
+)
+_FLOORDIV_I = (
+    "[&]() -> kdT { if (b == 0) return 0; kdT q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }()"
+)
+_REMAINDER_I = (
+    "[&]() -> kdT { if (b == 0) return 0; kdT r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }()"
+)
 _CLIP = "[&]() -> kdT { kdT t = (a > lo || a != a) ? a : lo; return (t < hi || t != t) ? t : hi; }()"
 
 
@@ -46,6 +63,8 @@ TABLE: dict[str, tuple[tuple[str, ...], Callable[..., Any], dict[str, str]]] = {
     "subtract": (("a", "b"), np.subtract, {"f": "a - b", "iu": "(kdT)(0u + (kdU)a - (kdU)b)"}),
     "multiply": (("a", "b"), np.multiply, {"f": "a * b", "iu": "(kdT)(1u * (kdU)a * (kdU)b)", "b": "a && b"}),
     "divide": (("a", "b"), np.true_divide, {"f": "a / b"}),
+    "floor_divide": (("a", "b"), np.floor_divide, {"f": _FLOORDIV_F, "i": _FLOORDIV_I, "u": "b == 0 ? (kdT)0 : a / b"}),
+    "remainder": (("a", "b"), np.remainder, {"f": _REMAINDER_F, "i": _REMAINDER_I, "u": "b == 0 ? (kdT)0 : a % b"}),
     "negative": (("a",), np.negative, {"f": "-a", "iu": "(kdT)(0u - (kdU)a)"}),
     "abs": (("a",), np.absolute, {"f": "fabs(a)", "i": "a < 0 ? (kdT)(0u - (kdU)a) : a", "ub": "a"}),
     "square": (("a",), np.square, {"f": "a * a", "iu": "(kdT)(1u * (kdU)a * (kdU)a)", "b": "a"}),
@@ -152,6 +171,9 @@ add = _op("add")
 subtract = _op("subtract")
 multiply = _op("multiply")
 divide = _op("divide")
+floor_divide = _op("floor_divide")
+remainder = _op("remainder")
+mod = remainder
 true_divide = divide
 negative = _op("negative")
 abs = _op("abs")
@@ -215,6 +237,7 @@ __all__ = [
     "dot",
     "equal",
     "exp",
+    "floor_divide",
     "fma",
     "greater",
     "greater_equal",
@@ -226,12 +249,14 @@ __all__ = [
     "mean",
     "min",
     "minimum",
+    "mod",
     "multiply",
     "negative",
     "norm",
     "not_equal",
     "power",
     "prod",
+    "remainder",
     "sin",
     "sqrt",
     "square",

@@ -227,6 +227,47 @@ def test_comparisons_match_numpy_with_mixed_and_nan_operands(session, rng, name:
     assert_same(run_device(session, op, a, a), numpy_result(name, a, a))
 
 
+@pytest.mark.parametrize("dt", [dt for dt in DTYPES if dt != np.bool_], ids=ids)
+@pytest.mark.parametrize("name", ["floor_divide", "remainder"])
+def test_floor_divide_and_remainder_match_numpy(session, rng, name: str, dt: np.dtype) -> None:
+    op = ops.ELEMENTWISE[name]
+    a, b = rand(rng, dt, 2053, small=dt.kind in "iu"), rand(rng, dt, 2053, small=dt.kind in "iu")
+    b[::17] = 0  # NumPy: 0 for integers, inf / nan for floats
+    a[::5] = -a[::5]
+    if not accepts(op, a, b):
+        pytest.skip(f"numpy has no {name} for {dt}")
+    assert_same(run_device(session, op, a, b), numpy_result(name, a, b))
+
+
+def test_device_array_operators_match_numpy(session, rng) -> None:
+    x, y = rand(rng, np.float32, (33, 7)), rand(rng, np.float32, 7)
+    i, j = rand(rng, np.int32, 500, small=True), rand(rng, np.int32, 500, small=True)
+    j[j == 0] = 3
+    dx, dy, di, dj = (session.to_device(v) for v in (x, y, i, j))
+    with np.errstate(all="ignore"):
+        for got, want in [
+            (dx + dy, x + y),
+            (dx - 2, x - 2),
+            (2 * dx, 2 * x),
+            (dx / dy, x / y),
+            (1 / dx, 1 / x),
+            (dx**2, x**2),
+            (-dx, -x),
+            (abs(dx), abs(x)),
+            (dx < dy, x < y),
+            (dx == dx, x == x),
+            (di // dj, i // j),
+            (di % dj, i % j),
+            (-7 // dj, -7 // j),
+            (di != 0, i != 0),
+        ]:
+            assert_same(got.to_host(), want)
+    dz = session.to_device(x.copy())
+    dz += dy
+    dz *= 0.5
+    assert_same(dz.to_host(), (x + y) * np.float32(0.5))
+
+
 def test_nan_and_inf_propagation(session) -> None:
     a = np.array([1, np.nan, 3, np.inf, -np.inf, np.nan, 0], np.float32)
     b = np.array([np.nan, 2, 1, np.nan, np.inf, np.nan, -0.0], np.float32)

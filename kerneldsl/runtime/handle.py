@@ -41,7 +41,7 @@ class Handle:
         finalizer = weakref.finalize(self, self.session._deferred.append, (self.kind, raw))
         finalizer.atexit = False  # the session's atexit hook frees what is still owned
         self._finalizer = finalizer
-        self.session._handles.add(self)
+        self.session._handles[id(self)] = self
 
     def _take(self) -> Any:
         """Mark closed and hand back the raw handle to free (``None`` when nothing is owned)."""
@@ -49,7 +49,7 @@ class Handle:
         finalizer, self._finalizer = self._finalizer, None
         if finalizer is None or finalizer.detach() is None:
             return None
-        self.session._handles.discard(self)
+        self.session._handles.pop(id(self), None)
         return self._raw
 
     def _check(self) -> None:

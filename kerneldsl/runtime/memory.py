@@ -276,6 +276,117 @@ class DeviceArray(_Layout, Handle):
         state = "closed" if self.closed else f"ptr=0x{self.ptr:x}"
         return f"<DeviceArray {self.shape} {self.dtype} {state} session={self.session.session_id} device={self.device}>"
 
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        """Host conversion is explicit, as in CuPy: a silent device-to-host copy would hide a sync."""
+        raise TypeError("a DeviceArray is device memory: call .to_host() for a numpy array")
+
+    # -- operators: kd.ops (the array layer sits above the runtime, so it is imported on first use)
+
+    def __add__(self, other: Any) -> Any:
+        return _ops().add(self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        return _ops().add(other, self)
+
+    def __iadd__(self, other: Any) -> Any:
+        return _ops().add(self, other, out=self)
+
+    def __sub__(self, other: Any) -> Any:
+        return _ops().subtract(self, other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return _ops().subtract(other, self)
+
+    def __isub__(self, other: Any) -> Any:
+        return _ops().subtract(self, other, out=self)
+
+    def __mul__(self, other: Any) -> Any:
+        return _ops().multiply(self, other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return _ops().multiply(other, self)
+
+    def __imul__(self, other: Any) -> Any:
+        return _ops().multiply(self, other, out=self)
+
+    def __truediv__(self, other: Any) -> Any:
+        return _ops().divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return _ops().divide(other, self)
+
+    def __itruediv__(self, other: Any) -> Any:
+        return _ops().divide(self, other, out=self)
+
+    def __floordiv__(self, other: Any) -> Any:
+        return _ops().floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> Any:
+        return _ops().floor_divide(other, self)
+
+    def __ifloordiv__(self, other: Any) -> Any:
+        return _ops().floor_divide(self, other, out=self)
+
+    def __mod__(self, other: Any) -> Any:
+        return _ops().remainder(self, other)
+
+    def __rmod__(self, other: Any) -> Any:
+        return _ops().remainder(other, self)
+
+    def __imod__(self, other: Any) -> Any:
+        return _ops().remainder(self, other, out=self)
+
+    def __pow__(self, other: Any) -> Any:
+        return _ops().power(self, other)
+
+    def __rpow__(self, other: Any) -> Any:
+        return _ops().power(other, self)
+
+    def __ipow__(self, other: Any) -> Any:
+        return _ops().power(self, other, out=self)
+
+    def __matmul__(self, other: Any) -> Any:
+        from .. import blas  # the kerneldsl[blas] extra
+
+        return blas.gemm(self, other)
+
+    def __neg__(self) -> Any:
+        return _ops().negative(self)
+
+    def __abs__(self) -> Any:
+        return _ops().abs(self)
+
+    def __lt__(self, other: Any) -> Any:
+        return _ops().less(self, other)
+
+    def __le__(self, other: Any) -> Any:
+        return _ops().less_equal(self, other)
+
+    def __gt__(self, other: Any) -> Any:
+        return _ops().greater(self, other)
+
+    def __ge__(self, other: Any) -> Any:
+        return _ops().greater_equal(self, other)
+
+    def __eq__(self, other: Any) -> Any:  # elementwise, like numpy's
+        return _ops().equal(self, other)
+
+    def __ne__(self, other: Any) -> Any:
+        return _ops().not_equal(self, other)
+
+    __hash__ = Handle.__hash__  # by identity: sessions keep their arrays in weak sets
+
+
+def _ops() -> Any:
+    """``kerneldsl.ops``, which DeviceArray's operators are."""
+    from .. import ops
+
+    return ops
+
 
 class _HostView:
     """Exposes pinned memory to numpy while keeping its PinnedArray alive (the view's base)."""

@@ -150,7 +150,8 @@ class Session:
         self.session_id = next(_ids)
         self._lock = threading.RLock()
         self._deferred: collections.deque[tuple[str, Any]] = collections.deque()
-        self._handles: weakref.WeakSet[Handle] = weakref.WeakSet()
+        # by id, not by value: arrays compare elementwise, so a WeakSet could not find them
+        self._handles: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary()
         self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
         self._modules: list[module.Module] = []
         self._inflight: list[tuple[int, Stream | None, Any]] = []
@@ -666,7 +667,7 @@ class Session:
         return False
 
     def _free_all(self, errors: list[BaseException]) -> None:
-        handles = list(self._handles)
+        handles = list(self._handles.values())
         with self._raw_activation:
             self._captures.clear()
             self._drain_deferred(errors)
@@ -697,7 +698,7 @@ class Session:
         vendor, self._vendor = self._vendor, {}
         for handle in vendor.values():
             handle.abandon()
-        for h in list(self._handles):
+        for h in list(self._handles.values()):
             h._take()
         self._deferred.clear()
 
