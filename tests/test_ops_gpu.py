@@ -251,7 +251,6 @@ def test_device_array_operators_match_numpy(session, rng) -> None:
             (2 * dx, 2 * x),
             (dx / dy, x / y),
             (1 / dx, 1 / x),
-            (dx**2, x**2),
             (-dx, -x),
             (abs(dx), abs(x)),
             (dx < dy, x < y),
@@ -262,6 +261,8 @@ def test_device_array_operators_match_numpy(session, rng) -> None:
             (di != 0, i != 0),
         ]:
             assert_same(got.to_host(), want)
+    e = eps(np.dtype(np.float32))
+    assert_close((dx**2).to_host(), x**2, 8 * e, 8 * e)  # CUDA's pow, within a few ulp (see test_power)
     dz = session.to_device(x.copy())
     dz += dy
     dz *= 0.5
