@@ -101,3 +101,14 @@ def test_four_threads_allocate_at_once(drv: FakeDriver) -> None:
         arrays: list[object] = []
         in_threads(lambda k: arrays.extend(s.empty(1000 + k, np.float32) for _ in range(50)))
         assert len({a.ptr for a in arrays}) == 200  # type: ignore[attr-defined]
+
+
+def test_an_array_closed_during_a_capture_is_freed_after_it(drv: FakeDriver) -> None:
+    with Session(0) as s:
+        a = s.empty(16, np.float32)
+        with s.capture():
+            s.launch(3, (1, 1, 1), (32, 1, 1), 0, None, 0)
+            a.close()
+            assert drv.count("cuMemFreeAsync") == 0  # a free node would free it at every replay
+        s.synchronize()
+        assert drv.count("cuMemFreeAsync") == 1

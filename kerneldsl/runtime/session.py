@@ -443,7 +443,11 @@ class Session:
     def _free_device(self, ptr: Any) -> None:
         """Return ``ptr`` to the pool on the session stream, after the work queued so far on every
         stream of the session (session activated): memory used on another stream is never
-        reused while that stream may still touch it. A closing session has synchronized."""
+        reused while that stream may still touch it. A closing session has synchronized; during a
+        capture the free waits for the capture's end (inside it, it would become a graph node)."""
+        if self._captures:
+            self._deferred.append(("mem", ptr))
+            return
         if self._state == OPEN:
             for other in self._live_streams():
                 if other is not self.stream:
