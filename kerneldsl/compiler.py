@@ -126,14 +126,32 @@ def normalize_arch(arch: str) -> str:
 
 
 def require_supported(arch: str) -> None:
-    """InvalidArchError unless this NVRTC can target ``arch`` (a normalized spelling)."""
+    """InvalidArchError unless this NVRTC can target ``arch`` (a normalized spelling); the error
+    names the arch to use instead when there is one."""
     m = _ARCH.fullmatch(arch)
-    if m is None or int(m.group(2)) not in supported_archs():
-        known = ", ".join(f"sm_{a}" for a in supported_archs())
-        raise InvalidArchError(
-            f"NVRTC {'.'.join(map(str, nvrtc_version()))} cannot target {arch!r}; it supports {known} (pass the "
-            "newest of those your device runs as arch=, or install a newer nvidia-cuda-nvrtc)"
-        )
+    if m is not None and int(m.group(2)) in supported_archs():
+        return
+    version = ".".join(map(str, nvrtc_version()))
+    hint = ""
+    if m is not None:
+        number = int(m.group(2))
+        try:
+            hint = (
+                f": pass arch={arch_for_capability(number // 10, number % 10)!r}, or install a newer nvidia-cuda-nvrtc"
+            )
+        except InvalidArchError:  # no arch of that generation: the supported list says it all
+            hint = ""
+    known = ", ".join(f"sm_{a}" for a in supported_archs())
+    raise InvalidArchError(f"NVRTC {version} cannot target {arch!r}; it supports {known}{hint}")
+
+
+def arch_for_capability(major: int, minor: int) -> str:
+    """The newest arch NVRTC supports that a device of this compute capability runs as cubin."""
+    wanted = major * 10 + minor
+    usable = [a for a in supported_archs() if a // 10 == major and a <= wanted]
+    if not usable:
+        raise InvalidArchError(f"this NVRTC cannot build cubins for compute capability {major}.{minor}")
+    return f"sm_{max(usable)}"
 
 
 def check_options(options: Sequence[str]) -> tuple[str, ...]:

@@ -4,25 +4,16 @@ from __future__ import annotations
 
 import os
 
-from .compiler import normalize_arch, supported_archs
+from .compiler import normalize_arch
 from .errors import InvalidArchError, NoDeviceError
 from .runtime import driver
 
 ARCH_ENV = "KERNELDSL_ARCH"
 
 
-def arch_for_capability(major: int, minor: int) -> str:
-    """The newest arch NVRTC supports that a device of this compute capability runs as cubin."""
-    wanted = major * 10 + minor
-    usable = [a for a in supported_archs() if a // 10 == major and a <= wanted]
-    if not usable:
-        raise InvalidArchError(f"this NVRTC cannot build cubins for compute capability {major}.{minor}")
-    return f"sm_{max(usable)}"
-
-
 def device_arch(ordinal: int) -> str:
     """The device's own arch, ``sm_XY``: no NVRTC is loaded to choose it, so a cache hit needs none.
-    A compile for an arch this NVRTC cannot target says which one it can (``arch_for_capability``)."""
+    A compile for an arch this NVRTC cannot target names the one to use (``compiler.require_supported``)."""
     major, minor = driver.compute_capability(ordinal)
     return f"sm_{major}{minor}"
 

@@ -11,10 +11,10 @@ from test_codegen import mask_half, saxpy, scale_rows
 import kerneldsl as kd
 import kerneldsl.build
 from kerneldsl.codegen import generate
-from kerneldsl.compiler import CompiledCode, build_options, check_options, normalize_arch
+from kerneldsl.compiler import CompiledCode, arch_for_capability, build_options, check_options, normalize_arch
 from kerneldsl.errors import InvalidArchError, InvalidOptionError, KernelCompileError, NoDeviceError
 from kerneldsl.runtime import driver
-from kerneldsl.target import ARCH_ENV, arch_for_capability, resolve_arch
+from kerneldsl.target import ARCH_ENV, resolve_arch
 
 THIS_FILE = str(Path(__file__).resolve())
 ELF_MAGIC = b"\x7fELF"
