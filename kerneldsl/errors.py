@@ -52,6 +52,10 @@ class AliasingError(BindingError, ValueError):
     """The same memory was passed to two parameters and at least one of them is written."""
 
 
+class ViewError(KernelDSLError, ValueError):
+    """A view was asked for that the array's memory cannot express (a reshape that needs a copy)."""
+
+
 # --- compilation -------------------------------------------------------------------------
 
 

@@ -189,6 +189,7 @@ class ArrayAnnotation:
     direction: str
     dtype: Any
     shape: Any
+    strided: bool = False  # kerneldsl's own kernels: takes strided views (strides passed separately)
 
 
 @dataclass(frozen=True)
@@ -306,6 +307,7 @@ class ArrayParam:
     direction: str
     dtype: str  # a type name from dtypes.ELEMENT_TYPES, or a dtype variable
     shape: tuple[int | str, ...]
+    strided: bool = False  # accepts strided views; otherwise a strided view is a StridedArrayError
 
     @property
     def writes(self) -> bool:
@@ -492,7 +494,11 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
         if p.default is not inspect.Parameter.empty:
             raise DeclarationError(kernel, p.name, "an array parameter cannot have a default")
         return ArrayParam(
-            name, ann.direction, _dtype_spelling(kernel, name, ann.dtype), _shape(kernel, name, ann.shape)
+            name,
+            ann.direction,
+            _dtype_spelling(kernel, name, ann.dtype),
+            _shape(kernel, name, ann.shape),
+            ann.strided,
         )
     if isinstance(ann, ScalarAnnotation):
         return ScalarParam(name, _dtype_spelling(kernel, name, ann.dtype), _scalar_default(kernel, name, p.default))

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import dtypes
 from .dtypes import INT32_MAX, ElementType
-from .errors import BindingError, ShapeMismatchError
+from .errors import BindingError, ShapeMismatchError, StridedArrayError
 from .signature import INT64_MAX, ArrayParam, ConstParam, ScalarParam, Signature, const_value
 
 
@@ -214,6 +214,13 @@ def _array_info(sig: Signature, p: ArrayParam, value: Any) -> ArgInfo:
     if len(info.shape) != len(p.shape):
         raise ShapeMismatchError(
             sig.name, p.name, f"expected {len(p.shape)} dimension(s) {p.shape}, got shape {info.shape}"
+        )
+    if not p.strided and not getattr(value, "is_contiguous", True):
+        raise StridedArrayError(
+            sig.name,
+            p.name,
+            f"is a strided view (shape {info.shape}, strides {value.strides}) and the kernel indexes it as "
+            "C-contiguous: pass a contiguous copy (x.copy())",
         )
     return info
 

@@ -16,11 +16,14 @@ Semantics (documented, tested against NumPy):
 - Broadcasting follows NumPy. Layout ``flat``: every array has the result's shape (one flat
   grid-stride loop; 16-byte vector loads/stores when every pointer is 16-byte aligned, scalar
   tail). Layout ``broadcast``: offsets are decomposed per element from the result index.
+  Layout ``strided``: some operand or ``out=`` is a strided view (``a[::2]``, ``a.T``); every
+  array then gets its element strides as runtime parameters, so one kernel serves every stride.
+  An input that overlaps ``out=`` without being exactly it is copied first, as NumPy does.
 - Indexing is 32-bit whenever every size fits in int32 (the specializer decides), else 64-bit.
 - Results: DeviceArray in -> DeviceArray out (async on the session stream); numpy in -> numpy
   out (copied in and back within the call); ``out=`` follows NumPy's ``same_kind`` casting.
   Foreign CUDA arrays (CAI / DLPack) are adopted zero-copy; a strided one is refused; strided
-  numpy inputs are materialized.
+  numpy inputs are materialized; strided DeviceArray views are read and written in place.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import DeclarationError, FusionError
+from ..runtime.memory import DeviceArray
 from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from .kernels import (
     BLOCK,
@@ -48,8 +52,10 @@ from .kernels import (
     array_param,
     leaf_params,
     loads,
+    leaf_strides,
     make_kernel,
     out_dims,
+    stride_params,
     vector_width,
 )
 from .placement import check_out, unalias
@@ -62,11 +68,20 @@ MAX_BLOCKS = 2**31 - 1  # grid.x's limit: one 16-byte vector per thread up to it
 # --- kernels ------------------------------------------------------------------------------------------
 
 
-def layout_of(shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ...]) -> Layout:
-    """``("flat", ndim)`` when every array has the result's shape, else ``("broadcast", ndim, ranks)``."""
+def layout_of(shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ...], strided: bool = False) -> Layout:
+    """``("flat", ndim)`` when every array has the result's shape, else ``("broadcast", ndim, ranks)``;
+    ``("strided", ndim, ranks)`` when some array is a strided view."""
+    ranks = tuple(None if s is None else len(s) for s in shapes)
+    if strided:
+        return ("strided", len(out_shape), ranks)
     if all(s is None or s == out_shape for s in shapes):
         return ("flat", len(out_shape))
-    return ("broadcast", len(out_shape), tuple(None if s is None else len(s) for s in shapes))
+    return ("broadcast", len(out_shape), ranks)
+
+
+def element_strides(values: Sequence[Any], out: Any) -> list[int]:
+    """The strided layout's stride arguments: every array operand's element strides, then ``out``'s."""
+    return [s // v.itemsize for v in (*values, out) if type(v) is DeviceArray for s in v.strides]
 
 
 def elementwise_kernel(
@@ -82,8 +97,11 @@ def elementwise_kernel(
 def _build_elementwise(
     program: Program, layout: Layout, out_dtype: np.dtype, source: Callable[..., object] | None
 ) -> Kernel:
+    strided = layout[0] == "strided"
     params = leaf_params(program, layout)
-    params.append(("kdout", array_param("out", out_dtype, out_dims(layout))))
+    params.append(("kdout", array_param("out", out_dtype, out_dims(layout), strided)))
+    if strided:
+        params += stride_params(program, layout)
     arrays = array_leaves(program, layout)
     vec = vector_width(program, out_dtype)
     flat = layout[0] == "flat"
@@ -99,6 +117,10 @@ def _build_elementwise(
             size_expr=" * ".join(f"(index_t){d}" for d in out_dims(layout)) or "1",
             arrays=arrays,
             out={
+                "id": "o",
+                "param": "kdout",
+                "dims": out_dims(layout),
+                "strides": leaf_strides(layout, "o"),
                 "storage": storage_ctype(out_dtype),
                 "cctype": compute_ctype(out_dtype),
                 "itemsize": out_dtype.itemsize,
@@ -129,7 +151,9 @@ class ElementwisePlan(Plan):
     shape: tuple[int, ...]
     dtype: np.dtype
     size: int
-    broadcast: bool
+    broadcast: bool  # a layout other than flat: inputs may overlap out at other elements
+    strided: bool = False  # the strided layout: the kernel also takes every array's strides
+    views: bool = False  # some array is a view, which may partially overlap out
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
     c_slot: fastpath.CLaunchSlot = field(default_factory=fastpath.CLaunchSlot)  # for ``op(*args, out=out)``
@@ -143,7 +167,8 @@ class ElementwisePlan(Plan):
         """Let the C path take later ``front(*values, out=out)`` calls like this one: device
         operands in kernel order, the same shape everywhere (no broadcasting to check) and no
         ml_dtypes scalars to convert."""
-        if out is None or session is None or not self.direct or self.broadcast or self.plain or session.capturing:
+        skip = self.broadcast or self.views or self.plain
+        if out is None or session is None or not self.direct or skip or session.capturing:
             return
         fastpath.remember(front, self.c_slot, lambda: self._c_launch(values, out))
 
@@ -155,9 +180,12 @@ class ElementwisePlan(Plan):
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         if self.size:
-            if self.broadcast:
+            if self.broadcast or self.views:
                 values = [unalias(v, out, session) for v in values]
-            self.kernel(*values, out)
+            if self.strided:
+                self.kernel(*values, out, *element_strides(values, out))
+            else:
+                self.kernel(*values, out)
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         target = host_target(self.shape, self.dtype, out, values)
@@ -170,7 +198,9 @@ class ElementwisePlan(Plan):
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         target = out if out is not None else np.empty(self.shape, self.dtype)
-        return self.kernel.inspect(*Plan.values(self, args), target, arch=arch)
+        values = Plan.values(self, args)
+        strides = [0] * len(self.kernel.signature.runtime_params[len(values) + 1 :]) if self.strided else []
+        return self.kernel.inspect(*values, target, *strides, arch=arch)
 
 
 def plan_elementwise(
@@ -184,8 +214,10 @@ def plan_elementwise(
     if out is not None:
         check_out(out, shape, out_dtype, program.name)
         out_dtype = np.dtype(out.dtype)
-    layout = layout_of(builder.shapes, shape)
     sources = tuple(builder.sources)
+    arrays = [a for a in (*(args[i] for k, i in sources if k == "arg"), out) if type(a) is DeviceArray]
+    strided = any(not a.is_contiguous for a in arrays)
+    layout = layout_of(builder.shapes, shape, strided)
     return ElementwisePlan(
         name=program.name,
         kernel=elementwise_kernel(program, layout, out_dtype, source),
@@ -193,7 +225,9 @@ def plan_elementwise(
         shape=shape,
         dtype=out_dtype,
         size=int(np.prod(shape, dtype=np.int64)),
-        broadcast=layout[0] == "broadcast",
+        broadcast=layout[0] != "flat",
+        strided=strided,
+        views=any(a.base is not None for a in arrays),
         direct=sources == tuple(("arg", i) for i in range(len(args))),
         plain=tuple(
             i for i, a in enumerate(args) if isinstance(a, np.generic) and not isinstance(a, (np.number, np.bool_))

@@ -26,7 +26,8 @@ BLOCK = 256
 OPTIONS = ("--fmad=false",)  # NumPy rounds a*b+c twice; so do we
 MAX_ENTRIES = 4096  # kernel and plan caches start over past this many entries
 
-Layout = tuple[Any, ...]  # ("flat", ndim) or ("broadcast", ndim, per-leaf ranks)
+Layout = tuple[Any, ...]  # ("flat", ndim) or ("broadcast" | "strided", ndim, per-leaf ranks)
+_INT64 = np.dtype(np.int64)
 
 
 class BoundedCache:
@@ -107,8 +108,10 @@ def out_dims(layout: Layout) -> tuple[str, ...]:
     return tuple(f"{prefix}{j}" for j in range(layout[1]))
 
 
-def array_param(direction: str, dtype: np.dtype, dims: tuple[str | int, ...] | str) -> ArrayAnnotation:
-    return ArrayAnnotation(direction, dtypes.element_type(dtype).name, dims)
+def array_param(
+    direction: str, dtype: np.dtype, dims: tuple[str | int, ...] | str, strided: bool = False
+) -> ArrayAnnotation:
+    return ArrayAnnotation(direction, dtypes.element_type(dtype).name, dims, strided=strided)
 
 
 def scalar_param(dtype: np.dtype) -> ScalarAnnotation:
@@ -117,13 +120,32 @@ def scalar_param(dtype: np.dtype) -> ScalarAnnotation:
 
 def leaf_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
     """One parameter per leaf: an input array over the layout's dims, or a scalar."""
+    strided = layout[0] == "strided"
     return [
         (
             f"kdp{i}",
-            array_param("in", leaf.dtype, leaf_dims(layout, i)) if leaf.kind == "array" else scalar_param(leaf.dtype),
+            array_param("in", leaf.dtype, leaf_dims(layout, i), strided)
+            if leaf.kind == "array"
+            else scalar_param(leaf.dtype),
         )
         for i, leaf in enumerate(program.leaves)
     ]
+
+
+def leaf_strides(layout: Layout, i: int | str) -> tuple[str, ...]:
+    """The C names of leaf ``i``'s element strides: runtime parameters in the strided layout
+    (``"o"``: the output's), else the contiguous constants ``kernel.cu.j2`` defines."""
+    rank = len(out_dims(layout)) if i == "o" else len(leaf_dims(layout, int(i)))
+    if layout[0] == "strided":
+        return tuple(f"kdt{i}x{m}" for m in range(rank))
+    param = "kdout" if i == "o" else f"kdp{i}"
+    return tuple(f"{param}_stride{m}" for m in range(rank))
+
+
+def stride_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
+    """The strided layout's extra parameters: each array leaf's element strides, then the output's."""
+    names = [n for i, leaf in enumerate(program.leaves) if leaf.kind == "array" for n in leaf_strides(layout, i)]
+    return [(n, scalar_param(_INT64)) for n in (*names, *leaf_strides(layout, "o"))]
 
 
 def array_leaves(program: Program, layout: Layout) -> list[dict[str, Any]]:
@@ -132,6 +154,7 @@ def array_leaves(program: Program, layout: Layout) -> list[dict[str, Any]]:
             "id": i,
             "param": f"kdp{i}",
             "dims": leaf_dims(layout, i),
+            "strides": leaf_strides(layout, i),
             "itemsize": leaf.dtype.itemsize,
             "storage": storage_ctype(leaf.dtype),
         }

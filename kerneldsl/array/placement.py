@@ -9,7 +9,7 @@ the operands do.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -75,10 +75,18 @@ def check_placement(out: Any, session: Any, what: str) -> None:
 
 
 def unalias(value: Any, out: DeviceArray, session: Any) -> Any:
-    """A broadcast input that overlaps the output would be overwritten while still read: copy it."""
-    if type(value) is DeviceArray and value.shape != out.shape and value.overlaps(out):
+    """An input that overlaps the output at other elements (a broadcast input, a shifted or
+    reversed view) would be overwritten while still read: copy it. The output itself is safe:
+    each element is read and written by the same thread."""
+    if type(value) is DeviceArray and value.overlaps(out) and not value.same_elements(out):
         return session.copy(value)
     return value
+
+
+def contiguous(values: Sequence[Any]) -> list[Any]:
+    """``values`` with every strided DeviceArray view replaced by a contiguous copy, for kernels
+    that index their operands as C-contiguous (reductions, for now)."""
+    return [v.copy() if type(v) is DeviceArray and not v.is_contiguous else v for v in values]
 
 
 def arg_key(value: Any) -> Any:
@@ -98,3 +106,11 @@ def arg_key(value: Any) -> Any:
     if shape is not None:
         return (t, getattr(value, "dtype", None), tuple(shape))
     return t
+
+
+def into_strided(launch: Callable[[list[Any], Any, Any], None], values: list[Any], out: Any, session: Any) -> None:
+    """Run ``launch`` into a contiguous temporary, then copy that into the strided view ``out``."""
+    result = session.empty(out.shape, out.dtype)
+    launch(values, result, session)
+    result.copy_to(out)
+    result.close()  # a stream-ordered free: after the copy

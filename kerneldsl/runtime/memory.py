@@ -10,13 +10,15 @@ the session until a synchronization proves the copy finished.
 from __future__ import annotations
 
 import math
+import operator
+import weakref
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..dtypes import INT32_MAX
-from ..errors import WrongSessionError
-from . import interop
+from ..errors import StridedArrayError, WrongSessionError
+from . import interop, views
 from .driver import check
 from .handle import Handle, check_same_session
 from .interop import c_strides
@@ -91,20 +93,41 @@ _dispatch_tags: dict[tuple[Any, ...], int] = {}
 
 def _dispatch_tag(a: DeviceArray) -> int:
     """What selecting a kernel specialization needs of an array, computed once (the layout never
-    changes): session, dtype, 16-byte alignment, whether 32-bit indexing can address it. An int
-    stands for that tuple, so the dispatch key hashes cheaply on every launch."""
-    layout = (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > INT32_MAX)
+    changes): session, dtype, 16-byte alignment, whether 32-bit indexing can address it, and
+    whether it is an owning array, a contiguous view or a strided view (views may partially
+    overlap other arrays, strided ones need strided indexing). An int stands for that tuple, so
+    the dispatch key hashes cheaply on every launch."""
+    kind = "array" if a.base is None else ("view" if a.is_contiguous else "strided")
+    layout = (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > INT32_MAX, kind)
     return _dispatch_tags.setdefault(layout, len(_dispatch_tags))
 
 
 class DeviceArray(_Layout, Handle):
-    """C-contiguous device memory: ``ptr``, ``shape``, ``dtype``, ``strides`` (bytes), ``nbytes``.
+    """Device memory: ``ptr`` (of the first element), ``shape``, ``dtype``, ``strides`` (bytes,
+    possibly negative), ``nbytes``.
 
-    Zero-size arrays have ``ptr == 0`` and never allocate.
+    An array made by ``session.empty`` and friends owns C-contiguous memory (``base`` None);
+    indexing, ``reshape``, ``transpose`` and the like return views that share it: ``base`` is
+    the owning array, kept alive by the view. Closing a view closes only that handle; closing
+    the owner frees the memory and closes every view of it. Zero-size owners have ``ptr == 0``
+    and never allocate.
     """
 
     kind = "mem"
-    __slots__ = ("ptr", "shape", "dtype", "ndim", "size", "nbytes", "strides", "_owner", "dispatch_tag")
+    __slots__ = (
+        "ptr",
+        "shape",
+        "dtype",
+        "ndim",
+        "size",
+        "nbytes",
+        "strides",
+        "_owner",
+        "dispatch_tag",
+        "base",
+        "is_contiguous",
+        "_views",
+    )
 
     def __init__(self, session: Session, shape: Any, dtype: Any) -> None:
         """Allocate uninitialized memory; prefer ``session.empty`` and friends."""
@@ -112,6 +135,9 @@ class DeviceArray(_Layout, Handle):
         nbytes = self._init_layout(shape, dtype)
         self.ptr = 0
         self._owner: Any = None
+        self.base: DeviceArray | None = None
+        self.is_contiguous = True
+        self._views: weakref.WeakSet[DeviceArray] | None = None
         if nbytes:
             with session.activated():
                 raw = session.allocate(nbytes)
@@ -137,10 +163,94 @@ class DeviceArray(_Layout, Handle):
         arr._init_layout(view.shape, view.dtype)
         arr.ptr = view.ptr
         arr._owner = view.owner
+        arr.base = None
+        arr.is_contiguous = True
+        arr._views = None
         arr.dispatch_tag = _dispatch_tag(arr)
         if view.stream is not None and view.stream != session.stream.handle:
             session._order_streams(session._stream_cu, view.stream)
         return arr
+
+    # -- views: the same memory, another layout (NumPy's rules) -------------------------------
+
+    def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> DeviceArray:
+        """A view of this array's memory with ``shape`` and byte ``strides``, its first element
+        ``offset`` bytes after this array's."""
+        self._check()
+        root = self if self.base is None else self.base
+        view = DeviceArray.__new__(DeviceArray)
+        Handle.__init__(view, self.session)
+        view.shape, view.strides, view.dtype = shape, strides, self.dtype
+        view.ndim = len(shape)
+        view.size = math.prod(shape)
+        view.nbytes = view.size * self.dtype.itemsize
+        view.ptr = self.ptr + offset
+        view._owner = root  # the memory lives as long as any view of it
+        view.base = root
+        view.is_contiguous = views.is_c_contiguous(shape, strides, self.dtype.itemsize)
+        view._views = None
+        view.dispatch_tag = _dispatch_tag(view)
+        if root._views is None:
+            root._views = weakref.WeakSet()
+        root._views.add(view)
+        return view
+
+    def _take(self) -> Any:
+        """Close this handle; closing the owner also closes every view of its memory."""
+        raw = Handle._take(self)
+        for view in list(self._views or ()):
+            view._closed = True
+        return raw
+
+    def __getitem__(self, key: Any) -> DeviceArray:
+        """Basic indexing (ints, slices, ``...``, ``None``) as a view; advanced indexing raises IndexError."""
+        return self._view(*views.index(self.shape, self.strides, key))
+
+    def reshape(self, *shape: Any) -> DeviceArray:
+        """A view with another shape (one extent may be -1); ``ViewError`` where NumPy would copy."""
+        dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
+        return self._view(*views.reshape(self.shape, self.strides, self.itemsize, _shape_spec(dims)))
+
+    def ravel(self) -> DeviceArray:
+        """The elements as a 1-D array: a view when the layout allows one, else a copy (as NumPy)."""
+        if self.is_contiguous:
+            return self.reshape(-1)
+        return self.copy().reshape(-1)
+
+    def transpose(self, *axes: Any) -> DeviceArray:
+        """A view with the axes permuted (reversed when none are given)."""
+        order = axes[0] if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))) else axes
+        return self._view(*views.transpose(self.shape, self.strides, order or None))
+
+    @property
+    def T(self) -> DeviceArray:
+        return self.transpose()
+
+    def squeeze(self, axis: Any = None) -> DeviceArray:
+        """A view without extent-1 axes (those of ``axis`` only, when given)."""
+        return self._view(*views.squeeze(self.shape, self.strides, axis))
+
+    def expand_dims(self, axis: Any) -> DeviceArray:
+        """A view with new extent-1 axes at ``axis`` (an int or a tuple), as ``np.expand_dims``."""
+        return self._view(*views.expand_dims(self.shape, self.strides, axis))
+
+    # -- copies and fills through kernels (kd.ops: imported on first use) -------------------------
+
+    def copy(self) -> DeviceArray:
+        """A new C-contiguous array with the same contents (enqueued on the session stream)."""
+        self._check()
+        return copy(self.session, self)
+
+    def astype(self, dtype: Any) -> DeviceArray:
+        """A new array converted to ``dtype`` with NumPy's ``astype`` semantics."""
+        result: DeviceArray = _ops().astype(self, dtype)
+        return result
+
+    def fill(self, value: Any) -> None:
+        """Enqueue setting every element to ``value``, converted to this dtype as NumPy's ``fill`` does."""
+        self._check()
+        scalar = np.asarray(value, dtype=self.dtype)[()]
+        _ops().where(True, scalar, self, out=self)
 
     # -- host transfers (blocking) ---------------------------------------------------------
 
@@ -156,6 +266,13 @@ class DeviceArray(_Layout, Handle):
         """Overwrite with ``arr`` (same shape and dtype); returns when the copy is done."""
         self._check()
         src = _host_buffer(np.asarray(arr), self.shape, self.dtype, writable=False)
+        if not self.is_contiguous:
+            staged = to_device(self.session, src)
+            try:
+                staged.copy_to(self)
+            finally:
+                staged.close()  # a stream-ordered free: after the copy kernel
+            return
         if self.nbytes:
             d, ptr, n = self.session._d, self.ptr, self.nbytes
             self._blocking_copy("cuMemcpyHtoDAsync", lambda s: d.cuMemcpyHtoDAsync(ptr, src.ctypes.data, n, s), src)
@@ -164,6 +281,13 @@ class DeviceArray(_Layout, Handle):
         """Copy into ``out`` (same shape and dtype, C-contiguous) after queued work; returns ``out``."""
         self._check()
         dst = _host_buffer(out, self.shape, self.dtype, writable=True)
+        if not self.is_contiguous:
+            contiguous = self.copy()
+            try:
+                contiguous.copy_to_host(dst)
+            finally:
+                contiguous.close()
+            return out
         if self.nbytes:
             d, ptr, n = self.session._d, self.ptr, self.nbytes
             self._blocking_copy("cuMemcpyDtoHAsync", lambda s: d.cuMemcpyDtoHAsync(dst.ctypes.data, ptr, n, s), dst)
@@ -183,21 +307,40 @@ class DeviceArray(_Layout, Handle):
         if (other.shape, other.dtype) != (self.shape, self.dtype):
             raise ValueError(f"cannot copy {self.shape} {self.dtype} into {other.shape} {other.dtype}")
         stream = _stream(session, stream)
+        if not (self.is_contiguous and other.is_contiguous):
+            _on_session_stream(session, stream, "DeviceArray.copy_to")
+            _ops().astype(self, self.dtype, out=other)
+            return
         if self.nbytes:
             with session.activated():
                 check("cuMemcpyDtoDAsync", session._d.cuMemcpyDtoDAsync(other.ptr, self.ptr, self.nbytes, stream._cu))
 
     def overlaps(self, other: DeviceArray) -> bool:
-        """Whether the two byte ranges intersect (an empty range intersects nothing)."""
+        """Whether the byte ranges the two arrays' elements span intersect (an empty range
+        intersects nothing; strided views that interleave count as overlapping)."""
         if not (self.nbytes and other.nbytes):
             return False
-        return self.ptr < other.ptr + other.nbytes and other.ptr < self.ptr + self.nbytes
+        a, b = self.byte_span(), other.byte_span()
+        return a[0] < b[1] and b[0] < a[1]
+
+    def byte_span(self) -> tuple[int, int]:
+        """The device addresses ``[low, high)`` of the bytes this array's elements occupy."""
+        low, high = views.byte_span(self.shape, self.strides, self.itemsize)
+        return (self.ptr + low, self.ptr + high)
+
+    def same_elements(self, other: DeviceArray) -> bool:
+        """Whether element ``i`` of both arrays is the same memory for every index ``i``."""
+        return (self.ptr, self.shape, self.strides, self.dtype) == (other.ptr, other.shape, other.strides, other.dtype)
 
     def fill_zero(self, stream: Stream | None = None) -> None:
         """Enqueue setting every byte to zero on ``stream`` (default: the session stream)."""
         self._check()
         session = self.session
         stream = _stream(session, stream)
+        if not self.is_contiguous:
+            _on_session_stream(session, stream, "DeviceArray.fill_zero")
+            self.fill(0)
+            return
         if self.nbytes:
             with session.activated():
                 check("cuMemsetD8Async", session._d.cuMemsetD8Async(self.ptr, 0, self.nbytes, stream._cu))
@@ -216,6 +359,13 @@ class DeviceArray(_Layout, Handle):
         self._check()
         pinned._check()
         session = check_same_session(self, pinned)
+        if not self.is_contiguous:
+            raise StridedArrayError(
+                "DeviceArray.copy_to_host_async" if not to_device else "DeviceArray.copy_from_host_async",
+                None,
+                f"a strided view of shape {self.shape} (strides {self.strides}) cannot take an async pinned copy: "
+                "copy it to a contiguous array first (.copy())",
+            )
         if (pinned.shape, pinned.dtype) != (self.shape, self.dtype):
             raise ValueError(f"pinned {pinned.shape} {pinned.dtype} does not match device {self.shape} {self.dtype}")
         stream = _stream(session, stream)
@@ -239,7 +389,7 @@ class DeviceArray(_Layout, Handle):
             "shape": self.shape,
             "typestr": self.dtype.str,
             "data": (self.ptr, False),
-            "strides": None,
+            "strides": None if self.is_contiguous else self.strides,
             "version": 3,
             "stream": self.session.stream.handle,
         }
@@ -262,7 +412,9 @@ class DeviceArray(_Layout, Handle):
         self._check()
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"cannot export device {self.__dlpack_device__()} memory to {dl_device}")
-        source = self.session.copy(self) if copy else self
+        if copy is False and not self.is_contiguous:
+            raise BufferError(f"a strided view (strides {self.strides}) is exported as a contiguous copy: pass copy=None")
+        source = self.session.copy(self) if copy or not self.is_contiguous else self
         if stream != -1:
             source.session._order_streams(1 if stream is None else stream, source.session._stream_cu)
         return interop.to_dlpack(source.ptr, source.shape, source.dtype, source.device, owner=source)
@@ -274,7 +426,11 @@ class DeviceArray(_Layout, Handle):
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"ptr=0x{self.ptr:x}"
-        return f"<DeviceArray {self.shape} {self.dtype} {state} session={self.session.session_id} device={self.device}>"
+        layout = "" if self.base is None else f" view strides={self.strides}"
+        return (
+            f"<DeviceArray shape={self.shape} dtype={self.dtype}{layout} {state} "
+            f"session={self.session.session_id} device={self.device}>"
+        )
 
     @property
     def itemsize(self) -> int:
@@ -352,7 +508,7 @@ class DeviceArray(_Layout, Handle):
     def __matmul__(self, other: Any) -> Any:
         from .. import blas  # the kerneldsl[blas] extra
 
-        return blas.gemm(self, other)
+        return blas.gemm(_contiguous(self), _contiguous(other))
 
     def __neg__(self) -> Any:
         return _ops().negative(self)
@@ -386,6 +542,25 @@ def _ops() -> Any:
     from .. import ops
 
     return ops
+
+
+def _contiguous(a: Any) -> Any:
+    """``a`` itself, or a contiguous copy of a strided view (for callees that read memory linearly)."""
+    return a.copy() if type(a) is DeviceArray and not a.is_contiguous else a
+
+
+def _shape_spec(dims: Any) -> tuple[int, ...]:
+    """A reshape argument (an int or a sequence of ints, -1 allowed) as a tuple of ints."""
+    items = (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims)
+    return tuple(operator.index(n) for n in items)
+
+
+def _on_session_stream(session: Session, stream: Stream, what: str) -> None:
+    """Strided copies and fills run as kernels on the session stream: refuse another stream."""
+    if stream is not session.stream:
+        raise StridedArrayError(
+            what, None, "strided views are copied and filled by kernels on the session stream; omit stream="
+        )
 
 
 class _HostView:
@@ -464,7 +639,8 @@ def to_device(session: Session, host: Any) -> DeviceArray:
 
 
 def copy(session: Session, src: DeviceArray) -> DeviceArray:
-    """A new device array with the contents of ``src`` (enqueued on the session stream)."""
+    """A new C-contiguous device array with the contents of ``src`` (enqueued on the session
+    stream): a memcpy, or a copy kernel for a strided view."""
     out = DeviceArray(session, src.shape, src.dtype)
     src.copy_to(out)
     return out

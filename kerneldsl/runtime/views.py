@@ -1,0 +1,212 @@
+"""View layouts: what basic indexing, reshape and transpose make of a (shape, byte strides) layout.
+
+Pure arithmetic on NumPy's rules, no driver and no memory: each function returns the new
+shape, strides and the byte offset of the first element, and ``DeviceArray`` turns that into a
+view over the same buffer. Results match NumPy's for the same expression on an array of the same
+layout (the tests compare them), including negative strides and zero-size dimensions.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ViewError
+from .interop import c_strides
+
+Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, byte strides)
+
+
+def is_c_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bool:
+    """NumPy's C_CONTIGUOUS flag: empty arrays are contiguous, extent-1 axes' strides do not matter."""
+    if 0 in shape:
+        return True
+    expected = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1:
+            if s != expected:
+                return False
+            expected *= n
+    return True
+
+
+def byte_span(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple[int, int]:
+    """The byte range ``[low, high)`` the elements occupy, relative to the first element; (0, 0) when empty."""
+    if 0 in shape:
+        return (0, 0)
+    low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    return (low, high + itemsize)
+
+
+def _index(value: Any) -> int | None:
+    """An integer index (int, numpy integer, anything with ``__index__`` but bool), else None."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        return None
+    return operator.index(value)
+
+
+def index(shape: tuple[int, ...], strides: tuple[int, ...], key: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """``(shape, strides, offset)`` of ``a[key]`` for basic indexing: ints, slices, ``...``, ``None``.
+
+    Anything else (lists, arrays, booleans) is advanced indexing, which copies in NumPy; it is
+    refused with an IndexError rather than silently copied.
+    """
+    items = key if isinstance(key, tuple) else (key,)
+    ellipses = sum(1 for k in items if k is Ellipsis)
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consumed = sum(1 for k in items if k is not None and k is not Ellipsis)
+    if consumed > len(shape):
+        raise IndexError(
+            f"too many indices for array: array is {len(shape)}-dimensional, but {consumed} were indexed"
+        )
+    if not ellipses:
+        items = (*items, Ellipsis)
+    new_shape: list[int] = []
+    new_strides: list[int] = []
+    offset = 0
+    axis = 0
+    for k in items:
+        if k is Ellipsis:
+            for _ in range(len(shape) - consumed):
+                new_shape.append(shape[axis])
+                new_strides.append(strides[axis])
+                axis += 1
+        elif k is None:
+            new_shape.append(1)
+            new_strides.append(0)
+        elif isinstance(k, slice):
+            start, stop, step = k.indices(shape[axis])
+            length = len(range(start, stop, step))
+            if length:
+                offset += start * strides[axis]
+            new_shape.append(length)
+            new_strides.append(strides[axis] * step)
+            axis += 1
+        else:
+            i = _index(k)
+            if i is None:
+                raise IndexError(
+                    f"only integers, slices (':'), ellipsis ('...') and None are valid indices of a DeviceArray, "
+                    f"not {type(k).__name__}: advanced (array or boolean) indexing is not supported"
+                )
+            n = shape[axis]
+            if not -n <= i < n:
+                raise IndexError(f"index {i} is out of bounds for axis {axis} with size {n}")
+            offset += (i % n) * strides[axis]
+            axis += 1
+    return tuple(new_shape), tuple(new_strides), offset
+
+
+def _new_shape(size: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` with its one ``-1`` resolved against ``size``, checked like NumPy does."""
+    unknown = [i for i, n in enumerate(shape) if n == -1]
+    if len(unknown) > 1:
+        raise ValueError("can only specify one unknown dimension")
+    if any(n < -1 for n in shape):
+        raise ValueError(f"negative dimensions not allowed in shape {shape}")
+    known = 1
+    for n in shape:
+        if n != -1:
+            known *= n
+    if unknown:
+        if known == 0 or size % known:
+            raise ValueError(f"cannot reshape array of size {size} into shape {shape}")
+        shape = shape[: unknown[0]] + (size // known,) + shape[unknown[0] + 1 :]
+    elif known != size:
+        raise ValueError(f"cannot reshape array of size {size} into shape {shape}")
+    return shape
+
+
+def reshape(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, new: tuple[int, ...]) -> Layout:
+    """``(shape, strides)`` of ``a.reshape(new)`` as a view, or ``ViewError`` where NumPy would copy."""
+    size = 1
+    for n in shape:
+        size *= n
+    new = _new_shape(size, new)
+    if is_c_contiguous(shape, strides, itemsize):
+        return new, c_strides(new, itemsize)
+    found = _nocopy_strides(shape, strides, itemsize, new)
+    if found is None:
+        raise ViewError(
+            f"cannot reshape the strided view of shape {shape} (strides {strides}) into {new} without a copy: "
+            "use .copy().reshape(...) for a reshaped copy"
+        )
+    return new, found
+
+
+def _nocopy_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, new: tuple[int, ...]
+) -> tuple[int, ...] | None:
+    """NumPy's ``_attempt_nocopy_reshape`` (C order): split or merge runs of axes that are
+    contiguous with each other; None when some merged run is not."""
+    old = [(n, s) for n, s in zip(shape, strides) if n != 1]
+    dims, steps = [n for n, _ in old], [s for _, s in old]
+    out = [0] * len(new)
+    oi, oj, ni, nj = 0, 1, 0, 1
+    while ni < len(new) and oi < len(dims):
+        np_, op = new[ni], dims[oi]
+        while np_ != op:
+            if np_ < op:
+                np_ *= new[nj]
+                nj += 1
+            else:
+                op *= dims[oj]
+                oj += 1
+        for ok in range(oi, oj - 1):
+            if steps[ok] != dims[ok + 1] * steps[ok + 1]:
+                return None
+        out[nj - 1] = steps[oj - 1]
+        for nk in range(nj - 1, ni, -1):
+            out[nk - 1] = out[nk] * new[nk]
+        ni, nj = nj, nj + 1
+        oi, oj = oj, oj + 1
+    last = out[ni - 1] if ni >= 1 else itemsize
+    for nk in range(ni, len(new)):
+        out[nk] = last
+    return tuple(out)
+
+
+def normalize_axis(axis: Any, ndim: int) -> int:
+    i = _index(axis)
+    if i is None:
+        raise TypeError(f"an axis must be an integer, not {type(axis).__name__}")
+    if not -ndim <= i < ndim:
+        raise IndexError(f"axis {i} is out of bounds for array of dimension {ndim}")
+    return i % ndim
+
+
+def transpose(shape: tuple[int, ...], strides: tuple[int, ...], axes: Sequence[Any] | None) -> Layout:
+    """``a.transpose(axes)``: ``axes`` a permutation of the axes; None reverses them."""
+    ndim = len(shape)
+    order = list(range(ndim))[::-1] if axes is None else [normalize_axis(a, ndim) for a in axes]
+    if sorted(order) != list(range(ndim)):
+        raise ValueError(f"axes {tuple(axes or ())} don't match array of dimension {ndim}")
+    return tuple(shape[i] for i in order), tuple(strides[i] for i in order)
+
+
+def squeeze(shape: tuple[int, ...], strides: tuple[int, ...], axis: Any) -> Layout:
+    """``a.squeeze(axis)``: drop extent-1 axes (all of them when ``axis`` is None)."""
+    ndim = len(shape)
+    if axis is None:
+        drop = {i for i, n in enumerate(shape) if n == 1}
+    else:
+        drop = {normalize_axis(a, ndim) for a in (axis if isinstance(axis, tuple) else (axis,))}
+        if any(shape[i] != 1 for i in drop):
+            raise ValueError("cannot select an axis to squeeze out which has size not equal to one")
+    keep = [i for i in range(ndim) if i not in drop]
+    return tuple(shape[i] for i in keep), tuple(strides[i] for i in keep)
+
+
+def expand_dims(shape: tuple[int, ...], strides: tuple[int, ...], axis: Any) -> Layout:
+    """``np.expand_dims(a, axis)``: new extent-1 axes at the positions ``axis`` names in the result."""
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    ndim = len(shape) + len(axes)
+    where = [normalize_axis(a, ndim) for a in axes]
+    if len(set(where)) != len(where):
+        raise ValueError("repeated axis")
+    rest = iter(zip(shape, strides))
+    pairs = [(1, 0) if i in where else next(rest) for i in range(ndim)]
+    return tuple(n for n, _ in pairs), tuple(s for _, s in pairs)
