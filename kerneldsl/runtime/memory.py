@@ -206,6 +206,22 @@ class DeviceArray(_Layout, Handle):
         """Basic indexing (ints, slices, ``...``, ``None``) as a view; advanced indexing raises IndexError."""
         return self._view(*views.index(self.shape, self.strides, key))
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``a[key] = value``: ``value`` (a scalar, a host or device array) broadcast into the view
+        ``a[key]`` and cast to its dtype as NumPy does; enqueued on the session stream."""
+        target = self[key]
+        if isinstance(value, (bool, int, float, np.generic)):
+            target.fill(value)
+            return
+        if type(value) is DeviceArray:
+            if value.same_elements(target):  # ``a[k] += 1`` stores the view into itself
+                return
+            if value.dtype != target.dtype:
+                value = value.astype(target.dtype)
+        elif isinstance(value, np.ndarray) or not hasattr(value, "shape"):
+            value = np.asarray(value, dtype=target.dtype)  # host data: cast here, uploaded by the op
+        _ops().where(True, value, target, out=target)
+
     def reshape(self, *shape: Any) -> DeviceArray:
         """A view with another shape (one extent may be -1); ``ViewError`` where NumPy would copy."""
         dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
@@ -232,7 +248,7 @@ class DeviceArray(_Layout, Handle):
 
     def expand_dims(self, axis: Any) -> DeviceArray:
         """A view with new extent-1 axes at ``axis`` (an int or a tuple), as ``np.expand_dims``."""
-        return self._view(*views.expand_dims(self.shape, self.strides, axis))
+        return self._view(*views.expand_dims(self.shape, self.strides, self.itemsize, axis))
 
     # -- copies and fills through kernels (kd.ops: imported on first use) -------------------------
 
@@ -413,7 +429,7 @@ class DeviceArray(_Layout, Handle):
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"cannot export device {self.__dlpack_device__()} memory to {dl_device}")
         if copy is False and not self.is_contiguous:
-            raise BufferError(f"a strided view (strides {self.strides}) is exported as a contiguous copy: pass copy=None")
+            raise BufferError(f"a strided view (strides {self.strides}) exports as a contiguous copy: pass copy=None")
         source = self.session.copy(self) if copy or not self.is_contiguous else self
         if stream != -1:
             source.session._order_streams(1 if stream is None else stream, source.session._stream_cu)

@@ -44,7 +44,10 @@ def _index(value: Any) -> int | None:
     """An integer index (int, numpy integer, anything with ``__index__`` but bool), else None."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         return None
-    return operator.index(value)
+    try:
+        return operator.index(value)
+    except TypeError:  # an array of several integers: advanced indexing
+        return None
 
 
 def index(shape: tuple[int, ...], strides: tuple[int, ...], key: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
@@ -59,9 +62,7 @@ def index(shape: tuple[int, ...], strides: tuple[int, ...], key: Any) -> tuple[t
         raise IndexError("an index can only have a single ellipsis ('...')")
     consumed = sum(1 for k in items if k is not None and k is not Ellipsis)
     if consumed > len(shape):
-        raise IndexError(
-            f"too many indices for array: array is {len(shape)}-dimensional, but {consumed} were indexed"
-        )
+        raise IndexError(f"too many indices for array: array is {len(shape)}-dimensional, but {consumed} were indexed")
     if not ellipses:
         items = (*items, Ellipsis)
     new_shape: list[int] = []
@@ -125,6 +126,8 @@ def reshape(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, new
     size = 1
     for n in shape:
         size *= n
+    if new == shape:  # as NumPy: the same shape spelled out (no -1) keeps the strides
+        return shape, strides
     new = _new_shape(size, new)
     if is_c_contiguous(shape, strides, itemsize):
         return new, c_strides(new, itemsize)
@@ -200,13 +203,13 @@ def squeeze(shape: tuple[int, ...], strides: tuple[int, ...], axis: Any) -> Layo
     return tuple(shape[i] for i in keep), tuple(strides[i] for i in keep)
 
 
-def expand_dims(shape: tuple[int, ...], strides: tuple[int, ...], axis: Any) -> Layout:
-    """``np.expand_dims(a, axis)``: new extent-1 axes at the positions ``axis`` names in the result."""
+def expand_dims(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, axis: Any) -> Layout:
+    """``np.expand_dims(a, axis)``: new extent-1 axes at the positions ``axis`` names in the
+    result; like NumPy, a reshape (which never needs a copy for that)."""
     axes = axis if isinstance(axis, tuple) else (axis,)
     ndim = len(shape) + len(axes)
     where = [normalize_axis(a, ndim) for a in axes]
     if len(set(where)) != len(where):
         raise ValueError("repeated axis")
-    rest = iter(zip(shape, strides))
-    pairs = [(1, 0) if i in where else next(rest) for i in range(ndim)]
-    return tuple(n for n, _ in pairs), tuple(s for _, s in pairs)
+    rest = iter(shape)
+    return reshape(shape, strides, itemsize, tuple(1 if i in where else next(rest) for i in range(ndim)))
