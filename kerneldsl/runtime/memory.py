@@ -137,7 +137,7 @@ class DeviceArray(_Layout, Handle):
         self._owner: Any = None
         self.base: DeviceArray | None = None
         self.is_contiguous = True
-        self._views: weakref.WeakSet[DeviceArray] | None = None
+        self._views: weakref.WeakValueDictionary[int, DeviceArray] | None = None  # by id: == is elementwise
         if nbytes:
             with session.activated():
                 raw = session.allocate(nbytes)
@@ -191,14 +191,14 @@ class DeviceArray(_Layout, Handle):
         view._views = None
         view.dispatch_tag = _dispatch_tag(view)
         if root._views is None:
-            root._views = weakref.WeakSet()
-        root._views.add(view)
+            root._views = weakref.WeakValueDictionary()
+        root._views[id(view)] = view
         return view
 
     def _take(self) -> Any:
         """Close this handle; closing the owner also closes every view of its memory."""
         raw = Handle._take(self)
-        for view in list(self._views or ()):
+        for view in list(self._views.values()) if self._views is not None else ():
             view._closed = True
         return raw
 
