@@ -131,6 +131,15 @@ def test_reductions_of_strided_views(session: Any, data: st.DataObject, dt: np.d
         assert_same(got, want.astype(got.dtype))
 
 
+def test_a_reduction_writes_into_a_strided_out(session: Any) -> None:
+    host = np.arange(48, dtype=np.int32).reshape(6, 8)
+    target = poisoned(session, (8, 2), np.int32)
+    want = target.to_host()
+    ops.sum(session.to_device(host).T, axis=1, out=target[:, 1])
+    want[:, 1] = host.T.sum(axis=1)
+    assert_same(target.to_host(), want)
+
+
 def test_an_input_overlapping_out_is_read_before_it_is_written(session: Any) -> None:
     host = np.arange(1000, dtype=np.float32)
     a = session.to_device(host)

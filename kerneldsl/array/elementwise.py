@@ -157,6 +157,7 @@ class ElementwisePlan(Plan):
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
     c_slot: fastpath.CLaunchSlot = field(default_factory=fastpath.CLaunchSlot)  # for ``op(*args, out=out)``
+    strided_operands = True  # the strided layout reads and writes views in place
 
     def values(self, args: Sequence[Any]) -> list[Any]:
         if self.plain:

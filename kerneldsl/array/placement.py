@@ -83,10 +83,15 @@ def unalias(value: Any, out: DeviceArray, session: Any) -> Any:
     return value
 
 
+def is_strided(value: Any) -> bool:
+    """Whether ``value`` is a DeviceArray view that is not C-contiguous."""
+    return type(value) is DeviceArray and not value.is_contiguous
+
+
 def contiguous(values: Sequence[Any]) -> list[Any]:
     """``values`` with every strided DeviceArray view replaced by a contiguous copy, for kernels
-    that index their operands as C-contiguous (reductions, for now)."""
-    return [v.copy() if type(v) is DeviceArray and not v.is_contiguous else v for v in values]
+    that index their operands as C-contiguous (reductions and scans, for now)."""
+    return [v.copy() if is_strided(v) else v for v in values]
 
 
 def arg_key(value: Any) -> Any:

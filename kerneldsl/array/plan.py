@@ -15,7 +15,7 @@ import numpy as np
 
 from ..build import Build
 from .kernels import BoundedCache
-from .placement import arg_key, check_placement, fast_place, place
+from .placement import arg_key, check_placement, contiguous, fast_place, into_strided, is_strided, place
 
 
 class Plan:
@@ -25,6 +25,8 @@ class Plan:
     sources: tuple[tuple[str, Any], ...]  # per leaf: ("arg", position) or ("const", value)
     shape: tuple[int, ...]
     dtype: np.dtype
+    strided_operands = False  # whether ``launch`` takes strided views as they are (elementwise plans)
+    copies = False  # set per plan by PlanCache: its calls pass strided views that ``launch`` cannot take
 
     def values(self, args: Sequence[Any]) -> list[Any]:
         """The kernel's leaf arguments, in leaf order, from the call's arguments."""
@@ -39,8 +41,21 @@ class Plan:
             return self.run_host(values, out)
         if out is None:
             out = session.empty(self.shape, self.dtype)
-        self.launch(values, out, session)
+        if self.copies:
+            self.launch_contiguous(values, out, session)
+        else:
+            self.launch(values, out, session)
         return out
+
+    def launch_contiguous(self, values: list[Any], out: Any, session: Any) -> None:
+        """``launch`` for a plan that indexes its arrays as C-contiguous (reductions, scans),
+        given strided views: it reads contiguous copies of them, and a strided ``out`` is written
+        through a contiguous temporary. The one hook a strided-aware kernel makes unnecessary."""
+        values = contiguous(values)
+        if out.is_contiguous:
+            self.launch(values, out, session)
+        else:
+            into_strided(self.launch, values, out, session)
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         raise NotImplementedError
@@ -68,6 +83,7 @@ class PlanCache(BoundedCache):
         if plan is None:
             values, session = place(args, what)
             plan = self.put(key, make(values, out))
+            plan.copies = not plan.strided_operands and any(is_strided(v) for v in (*values, out))
         else:
             values, session = fast_place(args, what)
         result = plan.run(values, out, session)

@@ -55,7 +55,7 @@ from .kernels import (
     scalar_param,
     vector_width,
 )
-from .placement import check_out, contiguous, into_strided
+from .placement import check_out
 from .plan import Plan, PlanCache
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype, unsigned_ctype
 
@@ -359,9 +359,6 @@ class ReductionPlan(Plan):
         return host[()] if host.ndim == 0 else host
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
-        values = contiguous(values)  # strided views: reduced from contiguous copies for now
-        if not out.is_contiguous:
-            return into_strided(self.launch, values, out, session)
         self._check_not_empty(out.size)
         if self.geometry.axis is not None and out.size == 0:
             return
