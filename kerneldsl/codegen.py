@@ -190,7 +190,7 @@ def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
         fixed_symbols=[{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
         entry=entry,
         params=[{"decl": s["decl"]} for s in slots],
-        arrays=[{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays],
+        arrays=[{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
         body_file=body_file,
         body=body_text,
     )
@@ -205,6 +205,7 @@ def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
         runtime_names=[p.name for p in sig.runtime_params],
         arrays=[_adapter_array(a) for a in sig.arrays],
         alias_checks=[] if sig.allow_alias else alias_pairs(sig),
+        strided=[a.name for a in sig.arrays if a.strided],
         symbol_binds=symbol_binds(spec),
         shape_checks=shape_checks(spec),
         dim_values=_dim_values(spec),
@@ -244,6 +245,11 @@ def _slots(spec: Specialization) -> list[dict[str, Any]]:
             restrict = "" if spec.signature.allow_alias else " __restrict__"
             decl = f"{qualifier}{et.ctype}*{restrict} {p.name}"
             slots.append(_slot(p.name, f"{qualifier}{et.ctype}*", decl, "Q", f"a_{p.name}.ptr", None))
+            if p.strided:  # element strides of a view, read from its byte strides at launch
+                for axis in range(len(p.shape)):
+                    name = f"{p.name}_stride{axis}"
+                    value = f"a_{p.name}.strides[{axis}] // {et.numpy.itemsize}"
+                    slots.append(_slot(name, "long long", f"long long {name}", "q", value, None))
         else:
             converter = "to_bfloat16_bits" if et.name == "bfloat16" else None
             value = f"{converter}(a_{p.name})" if converter else f"a_{p.name}"

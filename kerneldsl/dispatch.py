@@ -66,6 +66,7 @@ class Kernel(fastpath.Front):
         self._bound: dict[tuple[Any, ...], BoundLaunch] = {}
         self._runtime_params = signature.runtime_params
         self._arity = len(self._runtime_params)
+        self._c_path = not any(a.strided for a in signature.arrays)  # its tables have no stride slots
 
     def __repr__(self) -> str:
         return f"<kd.kernel {self.signature.name}>"
@@ -147,7 +148,7 @@ class Kernel(fastpath.Front):
             bound.call(*args, grid, block, shared, stream)
         if bound.session.capturing:
             bound.session.keep_alive(args)
-        elif grid is None and block is None and shared is None and stream is None and not consts:
+        elif grid is None and block is None and shared is None and stream is None and not consts and self._c_path:
             fastpath.remember(self, bound.c_slot, lambda: fastpath.kernel_launch(bound, args))
 
     def lookup(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[BoundLaunch, bool] | None:
@@ -277,11 +278,16 @@ def kernel(
     specialize: Sequence[str] = (),
     allow_alias: bool = False,
     precompile: Sequence[Mapping[str, Any]] = (),
+    strided: Sequence[str] = (),
 ) -> Callable[[Callable[..., str]], Kernel]:
-    """Declare a kernel. The decorated function returns the CUDA body; its annotations declare the rest."""
+    """Declare a kernel. The decorated function returns the CUDA body; its annotations declare the rest.
+
+    ``strided=("x",)``: array ``x`` may be a strided view (``a.T``, ``a[::2]``); the body indexes
+    it with ``{x.strides[k]}``, its element strides, passed at launch. Other arrays must be
+    C-contiguous (a strided view there is a ``StridedArrayError``)."""
 
     def decorate(func: Callable[..., str]) -> Kernel:
-        sig = parse_signature(func, grid, block, shared, tuple(specialize), allow_alias)
+        sig = parse_signature(func, grid, block, shared, tuple(specialize), allow_alias, tuple(strided))
         return Kernel(func, sig, options, precompile)
 
     return decorate

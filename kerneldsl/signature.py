@@ -15,6 +15,7 @@ with the attributes the body function sees (``x.strides``, ``x.ctype``). The str
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import keyword
 import operator
@@ -404,9 +405,10 @@ def parse_signature(
     shared: Dim = 0,
     specialize: tuple[str, ...] = (),
     allow_alias: bool = False,
+    strided: tuple[str, ...] = (),
 ) -> Signature:
     name = _kernel_name(func)
-    params = tuple(_parse_param(name, p) for p in _parameters(func))
+    params = _mark_strided(name, tuple(_parse_param(name, p) for p in _parameters(func)), strided)
     symbols = _collect_symbols(name, params)
     _check_names(name, params, symbols)
     consts = {p.name: p for p in params if isinstance(p, ConstParam)}
@@ -433,6 +435,18 @@ def parse_signature(
         specialize=specialized,
         allow_alias=allow_alias,
         symbols=symbols,
+    )
+
+
+def _mark_strided(kernel: str, params: tuple[Param, ...], strided: tuple[str, ...]) -> tuple[Param, ...]:
+    """The array parameters named in ``strided=`` take views of any strides: the body indexes
+    them through ``x.strides`` (runtime element strides) instead of the C-contiguous constants."""
+    arrays = {p.name for p in params if isinstance(p, ArrayParam)}
+    for n in strided:
+        if n not in arrays:
+            raise DeclarationError(kernel, str(n), "strided= names array parameters only")
+    return tuple(
+        dataclasses.replace(p, strided=True) if isinstance(p, ArrayParam) and p.name in strided else p for p in params
     )
 
 

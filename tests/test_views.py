@@ -365,3 +365,25 @@ def test_a_kernel_parameter_refuses_a_strided_view_with_the_way_out(s: kd.Sessio
     launches = len(s._d.launches)
     twice(s.empty(8, np.float32), a[3])  # a contiguous view is fine
     assert len(s._d.launches) == launches + 1
+
+
+def test_a_kernel_parameter_declared_strided_takes_views_and_their_element_strides(s: kd.Session) -> None:
+    @kd.kernel(grid=kd.cdiv("n", 128), block=128, strided=("x",))
+    def first_column(y: kd.Out["float32", "n"], x: kd.In["float32", ("n", "m")]) -> str:
+        return f"int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) {y}[i] = {x}[i * {x.strides[0]}];"
+
+    a = s.empty((8, 6), np.float32)
+    assert ("x_stride0", "long long") in first_column.inspect(s.empty(6, np.float32), a.T).generated.abi
+    s._d.snapshot_slots = 4  # y, x, x_stride0, x_stride1
+    first_column(s.empty(6, np.float32), a.T)
+    first_column(s.empty(4, np.float32), a[::2, ::-1])
+    strides = [np.frombuffer(b[16:32], np.int64).tolist() for b in s._d.param_bytes]
+    assert strides == [[1, 6], [12, -1]]
+
+
+def test_only_array_parameters_can_be_declared_strided() -> None:
+    with pytest.raises(kd.errors.DeclarationError, match="strided= names array parameters only"):
+
+        @kd.kernel(strided=("alpha",))
+        def scale(x: kd.InOut["float32", "n"], alpha: kd.Scalar["float32"]) -> str:
+            return ""

@@ -163,3 +163,19 @@ def test_a_view_keeps_its_memory_after_the_owner_is_dropped(session: Any) -> Non
     del a
     session.synchronize()
     np.testing.assert_array_equal(view.to_host(), np.arange(64, dtype=np.int32)[::3])
+
+
+def test_a_kernel_declared_strided_reads_a_transposed_view(session: Any) -> None:
+    @kd.kernel(grid=(kd.cdiv("m", 16), kd.cdiv("n", 16)), block=(16, 16), strided=("x",))
+    def scaled(y: kd.Out["T", ("n", "m")], x: kd.In["T", ("n", "m")], alpha: kd.Scalar["T"]) -> str:
+        return f"""
+        int j = blockIdx.x * blockDim.x + threadIdx.x, i = blockIdx.y * blockDim.y + threadIdx.y;
+        if (i < n && j < m) {y}[i * m + j] = {alpha} * {x}[i * {x.strides[0]} + j * {x.strides[1]}];
+        """
+
+    host = np.arange(35, dtype=np.float32).reshape(5, 7)
+    a = session.to_device(host)
+    for view, want in [(a.T, host.T), (a[::-2, 1:], host[::-2, 1:]), (a, host)]:
+        out = poisoned(session, want.shape, np.float32)
+        scaled(out, view, np.float32(2))
+        assert_same(out.to_host(), 2 * want)

@@ -17,7 +17,8 @@ Semantics (documented, tested against NumPy):
   grid-stride loop; 16-byte vector loads/stores when every pointer is 16-byte aligned, scalar
   tail). Layout ``broadcast``: offsets are decomposed per element from the result index.
   Layout ``strided``: some operand or ``out=`` is a strided view (``a[::2]``, ``a.T``); every
-  array then gets its element strides as runtime parameters, so one kernel serves every stride.
+  array is then a ``strided`` kernel parameter whose element strides the launch passes, so one
+  kernel serves every stride (64-bit offsets; no C launch path).
   An input that overlaps ``out=`` without being exactly it is copied first, as NumPy does.
 - Indexing is 32-bit whenever every size fits in int32 (the specializer decides), else 64-bit.
 - Results: DeviceArray in -> DeviceArray out (async on the session stream); numpy in -> numpy
@@ -55,7 +56,6 @@ from .kernels import (
     loads,
     make_kernel,
     out_dims,
-    stride_params,
     vector_width,
 )
 from .placement import check_out, unalias
@@ -79,11 +79,6 @@ def layout_of(shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ..
     return ("broadcast", len(out_shape), ranks)
 
 
-def element_strides(values: Sequence[Any], out: Any) -> list[int]:
-    """The strided layout's stride arguments: every array operand's element strides, then ``out``'s."""
-    return [s // v.itemsize for v in (*values, out) if type(v) is DeviceArray for s in v.strides]
-
-
 def elementwise_kernel(
     program: Program, layout: Layout, out_dtype: np.dtype, source: Callable[..., object] | None = None
 ) -> Kernel:
@@ -100,8 +95,6 @@ def _build_elementwise(
     strided = layout[0] == "strided"
     params = leaf_params(program, layout)
     params.append(("kdout", array_param("out", out_dtype, out_dims(layout), strided)))
-    if strided:
-        params += stride_params(program, layout)
     arrays = array_leaves(program, layout)
     vec = vector_width(program, out_dtype)
     flat = layout[0] == "flat"
@@ -152,7 +145,6 @@ class ElementwisePlan(Plan):
     dtype: np.dtype
     size: int
     broadcast: bool  # a layout other than flat: inputs may overlap out at other elements
-    strided: bool = False  # the strided layout: the kernel also takes every array's strides
     views: bool = False  # some array is a view, which may partially overlap out
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
@@ -183,10 +175,7 @@ class ElementwisePlan(Plan):
         if self.size:
             if self.broadcast or self.views:
                 values = [unalias(v, out, session) for v in values]
-            if self.strided:
-                self.kernel(*values, out, *element_strides(values, out))
-            else:
-                self.kernel(*values, out)
+            self.kernel(*values, out)
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         target = host_target(self.shape, self.dtype, out, values)
@@ -199,9 +188,7 @@ class ElementwisePlan(Plan):
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         target = out if out is not None else np.empty(self.shape, self.dtype)
-        values = Plan.values(self, args)
-        strides = [0] * len(self.kernel.signature.runtime_params[len(values) + 1 :]) if self.strided else []
-        return self.kernel.inspect(*values, target, *strides, arch=arch)
+        return self.kernel.inspect(*Plan.values(self, args), target, arch=arch)
 
 
 def plan_elementwise(
@@ -227,7 +214,6 @@ def plan_elementwise(
         dtype=out_dtype,
         size=int(np.prod(shape, dtype=np.int64)),
         broadcast=layout[0] != "flat",
-        strided=strided,
         views=any(a.base is not None for a in arrays),
         direct=sources == tuple(("arg", i) for i in range(len(args))),
         plain=tuple(

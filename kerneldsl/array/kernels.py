@@ -27,7 +27,6 @@ OPTIONS = ("--fmad=false",)  # NumPy rounds a*b+c twice; so do we
 MAX_ENTRIES = 4096  # kernel and plan caches start over past this many entries
 
 Layout = tuple[Any, ...]  # ("flat", ndim) or ("broadcast" | "strided", ndim, per-leaf ranks)
-_INT64 = np.dtype(np.int64)
 
 
 class BoundedCache:
@@ -133,19 +132,11 @@ def leaf_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
 
 
 def leaf_strides(layout: Layout, i: int | str) -> tuple[str, ...]:
-    """The C names of leaf ``i``'s element strides: runtime parameters in the strided layout
-    (``"o"``: the output's), else the contiguous constants ``kernel.cu.j2`` defines."""
+    """The C names of leaf ``i``'s element strides (``"o"``: the output's): runtime parameters of
+    the strided layout's arrays (declared ``strided``), the contiguous constants otherwise."""
     rank = len(out_dims(layout)) if i == "o" else len(leaf_dims(layout, int(i)))
-    if layout[0] == "strided":
-        return tuple(f"kdt{i}x{m}" for m in range(rank))
     param = "kdout" if i == "o" else f"kdp{i}"
     return tuple(f"{param}_stride{m}" for m in range(rank))
-
-
-def stride_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
-    """The strided layout's extra parameters: each array leaf's element strides, then the output's."""
-    names = [n for i, leaf in enumerate(program.leaves) if leaf.kind == "array" for n in leaf_strides(layout, i)]
-    return [(n, scalar_param(_INT64)) for n in (*names, *leaf_strides(layout, "o"))]
 
 
 def array_leaves(program: Program, layout: Layout) -> list[dict[str, Any]]:
