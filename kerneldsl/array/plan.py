@@ -82,8 +82,9 @@ class PlanCache(BoundedCache):
         values: Sequence[Any]
         if plan is None:
             values, session = place(args, what)
-            plan = self.put(key, make(values, out))
+            plan = make(values, out)
             plan.copies = not plan.strided_operands and any(is_strided(v) for v in (*values, out))
+            self.put(key, plan)
         else:
             values, session = fast_place(args, what)
         result = plan.run(values, out, session)
