@@ -112,6 +112,9 @@ def test_fused_functions_read_and_write_views(session: Any, data: st.DataObject,
     with np.errstate(all="ignore"):
         want = numpy_result("add", np.where(hv > other.T, hv, other.T), other.T)
     assert_same(mix(dv, session.to_device(other).T).to_host(), want)
+    target = poisoned(session, hv.shape[::-1], want.dtype).T  # a transposed (strided) out=
+    assert mix(dv, session.to_device(other).T, out=target) is target
+    assert_same(target.to_host(), want)
 
 
 @pytest.mark.parametrize("dt", [dt for dt in DTYPES if dt.name != "bfloat16"], ids=ids)
