@@ -123,8 +123,8 @@ def test_fused_functions_read_and_write_views(session: Any, data: st.DataObject,
 @given(data=st.data())
 def test_reductions_of_strided_views(session: Any, data: st.DataObject, dt: np.dtype, name: str) -> None:
     _, _, hv, dv = a_view(data, session, dt)
-    if hv.size == 0 and name != "sum":
-        return  # max and argmin of nothing raise, as in NumPy
+    if hv.ndim == 0 or (hv.size == 0 and name != "sum"):
+        return  # max and argmin of nothing raise, as in NumPy; 0-d reductions are test_reduction's
     got = getattr(ops, name)(dv).to_host()
     want = np.asarray(getattr(np, name)(hv))
     if name == "sum" and dt.kind == "f":  # another summation order: within a few roundings of sum |x|
