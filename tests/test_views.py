@@ -214,8 +214,9 @@ def test_a_view_of_a_view_has_the_owner_as_its_base(s: kd.Session) -> None:
 def test_closing_a_view_leaves_the_memory_to_its_owner(s: kd.Session) -> None:
     a = s.to_device(np.arange(6, dtype=np.int32))
     view = a[::2]
+    frees = s._d.calls.count("cuMemFreeAsync")
     view.close()
-    assert view.closed and not a.closed
+    assert view.closed and not a.closed and s._d.calls.count("cuMemFreeAsync") == frees
     with pytest.raises(ClosedError):
         view.to_host()
     np.testing.assert_array_equal(a.to_host(), np.arange(6))

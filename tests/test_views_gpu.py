@@ -62,6 +62,7 @@ def test_binary_ops_on_strided_views_match_numpy(session: Any, data: st.DataObje
     for name in ("add", "maximum", "equal"):
         assert_same(ops.ELEMENTWISE[name](dv, do).to_host(), numpy_result(name, hv, other.T))
     assert_same(ops.where(dv == do, dv, do).to_host(), np.where(hv == other.T, hv, other.T))
+    assert_same((dv * do).to_host(), numpy_result("multiply", hv, other.T))  # operators are the same ops
 
 
 @pytest.mark.parametrize("dt", DTYPES, ids=ids)
