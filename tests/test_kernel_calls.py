@@ -17,7 +17,6 @@ from conftest import in_threads, installed_driver
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl.runtime.staging import MAX_BUFFERS, STAGE_LIMIT
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -26,6 +25,7 @@ from kerneldsl.errors import (
     ShapeMismatchError,
     WrongSessionError,
 )
+from kerneldsl.runtime.staging import MAX_BUFFERS, STAGE_LIMIT
 
 
 class SaxpyDriver(FakeDriver):

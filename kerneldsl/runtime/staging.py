@@ -99,7 +99,7 @@ def _host_to_pinned(address: int, host: np.ndarray, nbytes: int) -> None:
     if host.flags.c_contiguous:
         ctypes.memmove(address, host.ctypes.data, nbytes)
         return
-    raw = (ctypes.c_char * nbytes).from_address(address)
+    raw = memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
     np.copyto(np.frombuffer(raw, host.dtype).reshape(host.shape), host)
 
 
