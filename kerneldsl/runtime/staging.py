@@ -84,9 +84,7 @@ class StagingBuffer:
         with session.activated():
             for (device, host), offset in zip(pairs, self._offsets):
                 if host is not None and device.nbytes:
-                    check(
-                        "cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(base + offset, device.ptr, device.nbytes, stream)
-                    )
+                    check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(base + offset, device.ptr, device.nbytes, stream))
             check("cuEventRecord", d.cuEventRecord(self.event._cu, stream))
         wait_event(session, self.event._cu)
         for (device, host), offset in zip(pairs, self._offsets):
