@@ -569,7 +569,7 @@ static int read_array(PyObject *a, PyObject *session, int ndim, long long *exten
 }
 
 /* A kernel launch: positional arguments and stream=, the result is None; or an op: positional
- * operands and out=, the result is out. */
+ * operands, out= and stream=, the result is out. */
 static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_t nargs, PyObject *kwnames,
                           PyObject **result)
 {
@@ -580,7 +580,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
         PyObject *name = PyTuple_GET_ITEM(kwnames, i);
         if (L->out_keyword && is_name(name, str_out))
             out = call_args[nargs + i];
-        else if (!L->out_keyword && is_name(name, str_stream)) /* kd.ops take no stream= */
+        else if (is_name(name, str_stream))
             stream = call_args[nargs + i];
         else
             return 0;

@@ -257,11 +257,23 @@ def test_the_c_path_reads_a_streams_closed_flag_where_it_reads_an_arrays() -> No
     assert Stream._closed is DeviceArray._closed  # one Handle member: one offset in _fastlaunch.c
 
 
-def test_ops_take_no_stream_keyword_on_the_c_path(s: kd.Session, drv: FakeDriver) -> None:
+def test_an_op_on_a_stream_is_remembered_for_that_stream(s: kd.Session, drv: FakeDriver) -> None:
     a, out = s.zeros(16, np.float32), s.zeros(16, np.float32)
-    kd.ops.negative(a, out=out)
-    with pytest.raises(TypeError):
-        kd.ops.negative(a, out=out, stream=None)
+    stream = s.create_stream()
+    kd.ops.negative(a, out=out, stream=stream)
+    assert kd.ops.negative(a, out=out, stream=stream) is out
+    assert drv.c_launches == 1 and drv.launches[-1][4] == stream._cu
+
+
+def test_an_op_allocating_on_a_stream_waits_for_the_session_stream_first(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(16, np.float32)
+    stream = s.create_stream()
+    first = kd.ops.negative(a, stream=stream)  # kept: its free would wait for the stream too
+    mark = len(drv.calls)
+    result = kd.ops.negative(a, stream=stream)
+    tail = drv.calls[mark:]
+    assert tail.index("cuMemAllocFromPoolAsync") < tail.index("cuStreamWaitEvent") < tail.index("cuLaunchKernel")
+    assert drv.launches[-1][4] == stream._cu and result.shape == first.shape == (16,)
 
 
 def test_queued_frees_are_released_by_the_python_path_first(s: kd.Session, drv: FakeDriver) -> None:

@@ -10,7 +10,8 @@
 - numpy: a ``@kd.kernel`` saxpy called with numpy arrays (copy in, launch, copy out) on 1k and
   2^24 elements, against torch ``from_numpy().cuda()``, ``add_``, ``.cpu()``.
 - keywords: host cost of ``gemm(a, b, out=c)``, ``alpha=``/``beta=`` and ``stream=`` against
-  ``gemm(a, b, c)``, and of a kernel called with ``stream=``, stream held by a spin kernel.
+  ``gemm(a, b, c)``, of a kernel called with ``stream=`` and of ``kd.ops.add(out=, stream=)``,
+  against their plain spellings, the stream each runs on held by a spin kernel.
 
 Each section ends with its ratios named after the issue's targets. Results are checked against
 NumPy before anything is timed.
@@ -256,11 +257,14 @@ def bench_keywords(args: argparse.Namespace) -> dict[str, float]:
         runtime_bench.spin(spin_cycles, stream=stream)
 
     dx, dy = kd.asarray(np.ones(1024, np.float32)), kd.asarray(np.ones(1024, np.float32))
+    dz = kd.empty(1024, np.float32)
     alpha = np.float32(1e-3)
     contenders: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {
         "kernel positional": (hold, lambda: runtime_bench.saxpy(dy, dx, alpha), s.synchronize),
         "kernel stream=None": (hold, lambda: runtime_bench.saxpy(dy, dx, alpha, stream=None), s.synchronize),
         "kernel stream=s": (hold_stream, lambda: runtime_bench.saxpy(dy, dx, alpha, stream=stream), s.synchronize),
+        "ops.add(out=)": (hold, lambda: kd.ops.add(dx, dy, out=dz), s.synchronize),
+        "ops.add(out=, stream=s)": (hold_stream, lambda: kd.ops.add(dx, dy, out=dz, stream=stream), s.synchronize),
     }
     for _, run, _ in contenders.values():
         run()
@@ -287,6 +291,9 @@ def bench_keywords(args: argparse.Namespace) -> dict[str, float]:
     results = {f"{name} (µs)": t * 1e6 for name, t in times.items()}
     for name in ("kernel stream=None", "kernel stream=s"):
         results[f"{name} / positional (target <= 1.1)"] = times[name] / times["kernel positional"]
+    results["ops.add(out=, stream=s) / ops.add(out=) (target <= 1.1)"] = (
+        times["ops.add(out=, stream=s)"] / times["ops.add(out=)"]
+    )
     for name in ("gemm(a, b, out=c)", "gemm(a, b, c, alpha=, beta=)", "gemm(a, b, out=c, stream=s)"):
         if name in times:
             results[f"{name} / gemm(a, b, c) (target <= 1.1)"] = times[name] / times["gemm(a, b, c)"]
