@@ -195,6 +195,21 @@ def test_a_staging_buffer_whose_wait_was_interrupted_is_not_lent_again(drv: Saxp
     assert drv.count("cuMemHostAlloc") == 2
 
 
+def test_a_session_closed_during_a_staged_call_leaves_the_host_output_alone(drv: SaxpyDriver) -> None:
+    y, x = np.ones(8, np.float32), np.ones(8, np.float32)
+    saxpy(y, x, np.float32(1.0))
+    session = kd.default_session()
+
+    def close() -> None:
+        drv.on_query = None
+        session.close()  # frees the staging buffer the call copied its result into
+
+    drv.on_query = close
+    with pytest.raises(ClosedError):
+        saxpy(y, x, np.float32(1.0))
+    np.testing.assert_array_equal(y, np.full(8, 2, np.float32))
+
+
 def test_read_only_output_is_refused_before_any_copy(drv: SaxpyDriver) -> None:
     y, x = np.ones(8, np.float32), np.ones(8, np.float32)
     y.flags.writeable = False

@@ -87,9 +87,12 @@ class StagingBuffer:
                     check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(base + offset, device.ptr, device.nbytes, stream))
             check("cuEventRecord", d.cuEventRecord(self.event._cu, stream))
         wait_event(session, self.event._cu)
-        for (device, host), offset in zip(pairs, self._offsets):
-            if host is not None and device.nbytes:
-                ctypes.memmove(host.ctypes.data, base + offset, device.nbytes)
+        with session._lock:  # a close() in another thread frees the buffer: never read it after that
+            if not session.usable:
+                session._raise_unusable()
+            for (device, host), offset in zip(pairs, self._offsets):
+                if host is not None and device.nbytes:
+                    ctypes.memmove(host.ctypes.data, base + offset, device.nbytes)
 
 
 def _host_to_pinned(address: int, host: np.ndarray, nbytes: int) -> None:
