@@ -101,11 +101,12 @@ def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:
 def stage_host_call(
     bound: BoundLaunch, sig: Signature, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
 ) -> None:
-    """Copy host inputs in, launch, copy host outputs back; nothing device-side outlives the call.
+    """Copy host inputs in, launch, copy host outputs back; the host arrays are not kept.
 
-    Device buffers come from the session's pool. On the session stream, transfers that fit one
-    of the session's pinned staging buffers go through it (one wait for the whole call); larger
-    ones, calls on another stream and calls while every buffer is lent copy directly.
+    On the session stream, transfers that fit one of the session's staging buffers go through
+    it (pinned host memory and device memory, both reused: one wait for the whole call); larger
+    ones, calls on another stream and calls while every buffer is lent copy directly, with device
+    buffers from the session's pool.
     """
     session = bound.session
     hosts = [a for p, a in zip(sig.runtime_params, args) if isinstance(p, ArrayParam) and isinstance(a, np.ndarray)]
@@ -113,14 +114,15 @@ def stage_host_call(
     if buf is None:
         _direct_host_call(bound, sig, args, grid, block, shared, stream)
         return
-    device_args: list[Any] = []
-    uploads: list[tuple[Any, np.ndarray | None]] = []
-    downloads: list[tuple[Any, np.ndarray | None]] = []
     done = False
     try:
+        borrowed = iter(buf.arrays(hosts))
+        device_args: list[Any] = []
+        uploads: list[tuple[Any, np.ndarray | None]] = []
+        downloads: list[tuple[Any, np.ndarray | None]] = []
         for p, a in zip(sig.runtime_params, args):
             if isinstance(p, ArrayParam) and isinstance(a, np.ndarray):
-                d = session.empty(a.shape, a.dtype)
+                d = next(borrowed)
                 uploads.append((d, None if p.direction == "out" else a))
                 downloads.append((d, a if p.writes else None))
                 device_args.append(d)
@@ -132,8 +134,6 @@ def stage_host_call(
         done = True
     finally:
         session.return_staging(buf, done)
-        for d, _ in uploads:
-            d.close()
 
 
 def _direct_host_call(

@@ -1,10 +1,12 @@
 """Reusable pinned host buffers through which the numpy borrowing path stages its transfers.
 
 A copy from pageable numpy memory makes the driver stage it through pinned memory of its own
-and wait for it; a small ``saxpy(y, x, a)`` with numpy arrays then costs several waits. Instead
-the session lends the call one page-locked buffer: the inputs are copied into it on the host,
-every upload, the launch and every download are enqueued on the session stream, and one event
-wait ends the call. Buffers are bounded in size (``STAGE_LIMIT``; larger transfers take the
+and wait for it; a small ``saxpy(y, x, a)`` with numpy arrays then costs several waits, and its
+device temporaries an allocation and a free each. Instead the session lends the call one
+page-locked buffer and a device buffer of the same size: the inputs are copied into the pinned
+one on the host, every upload, the launch and every download are enqueued on the session stream,
+and one event wait ends the call; what the call costs the driver is its copies, its launch, an
+event record and a query. Buffers are bounded in size (``STAGE_LIMIT``; larger transfers take the
 direct copies) and in number (``MAX_BUFFERS``; a call finding all of them lent takes the direct
 copies too), kept for reuse, and freed with the session's other pinned memory at ``close()``.
 """
@@ -14,16 +16,16 @@ from __future__ import annotations
 import ctypes
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .driver import check
-from .memory import PinnedArray
+from .interop import DeviceView, c_strides
+from .memory import DeviceArray, PinnedArray
 from .stream import Event, wait_event
 
 if TYPE_CHECKING:
-    from .memory import DeviceArray
     from .session import Session
 
 STAGE_LIMIT = 4 << 20  # bytes a call may stage: above this the pageable copies are as fast
@@ -42,16 +44,22 @@ def _aligned(n: int) -> int:
 
 
 class StagingBuffer:
-    """One pinned buffer and the event that says when the transfers through it are done."""
+    """A pinned buffer, a device buffer of the same size, and the event that says when the
+    transfers through them are done."""
 
-    __slots__ = ("pinned", "event", "_offsets")
+    __slots__ = ("pinned", "device", "event", "_offsets")
 
     def __init__(self, session: Session, capacity: int) -> None:
-        self.pinned = PinnedArray(session, capacity, np.uint8)
+        made: list[Any] = []
         try:
+            self.pinned = PinnedArray(session, capacity, np.uint8)
+            made.append(self.pinned)
+            self.device = DeviceArray(session, capacity, np.uint8)
+            made.append(self.device)
             self.event = Event(session, timing=False)
         except BaseException:
-            self.pinned.close()
+            for handle in made:
+                handle.close()
             raise
         self._offsets: list[int] = []
 
@@ -59,9 +67,26 @@ class StagingBuffer:
     def capacity(self) -> int:
         return self.pinned.nbytes
 
+    def close(self) -> None:
+        for handle in (self.pinned, self.device, self.event):
+            handle.close()
+
+    def arrays(self, hosts: Sequence[np.ndarray]) -> list[DeviceArray]:
+        """A device array per host array (same shape and dtype, C order) over this buffer's
+        device memory, in the regions ``upload`` lays out; they need no freeing."""
+        session, base = self.device.session, self.device.ptr
+        arrays, offset = [], 0
+        for h in hosts:
+            shape = h.shape
+            view = DeviceView(base + offset, shape, c_strides(shape, h.dtype.itemsize), h.dtype, None, False, self)
+            arrays.append(DeviceArray.borrow(session, view))
+            offset += _aligned(h.nbytes)
+        return arrays
+
     def upload(self, pairs: Sequence[tuple[DeviceArray, np.ndarray | None]]) -> None:
-        """Lay out one region per pair; copy each host array given into its region and enqueue its
-        upload on the session stream. A pair without a host array (an output) only gets a region."""
+        """One region per pair (the arrays from ``arrays``, in order): copy each host array given
+        into its region and enqueue its upload on the session stream. A pair without a host array
+        (an output) is not uploaded."""
         session = self.pinned.session
         d, stream, base = session._d, session._stream_cu, self.pinned.ptr
         offsets = self._offsets
@@ -129,8 +154,7 @@ class StagingPool:
             else:
                 self._count += 1
         if stale is not None:
-            stale.pinned.close()
-            stale.event.close()
+            stale.close()
         try:
             return StagingBuffer(self._session, max(MIN_BUFFER, 1 << (nbytes - 1).bit_length()))
         except BaseException:
