@@ -155,6 +155,23 @@ static int stream_matches(PyObject *given, PyObject *expected)
     return given == Py_None || SLOT(given, off_closed) == Py_False;
 }
 
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset);
+
+/* What an entry's stream_object may be: None, or an object whose _closed member sits where a
+ * DeviceArray's does (a Stream), so that stream_matches reads a real slot; -1 with TypeError if not. */
+static int check_stream_object(PyObject *obj)
+{
+    Py_ssize_t offset;
+    if (obj == Py_None)
+        return 0;
+    if (slot_offset(Py_TYPE(obj), "_closed", &offset) < 0 || offset != off_closed) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "stream_object must be None or a Stream");
+        return -1;
+    }
+    return 0;
+}
+
 /* A keyword name against an interned one: the pointers agree for every literal spelling. */
 static int is_name(PyObject *name, PyObject *interned)
 {
@@ -312,7 +329,8 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pO:Launch", names, &PyTuple_Type, &table, &session,
                                      &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword,
-                                     &stream_object))
+                                     &stream_object) ||
+        check_stream_object(stream_object) < 0)
         return NULL;
     if (launch == 0) {
         PyErr_SetString(PyExc_ValueError, "no cuLaunchKernel entry point");
@@ -816,7 +834,8 @@ static PyObject *gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!KKKKKO!KKKKp|O:GemmLaunch", names, &session,
                                      &PyTuple_Type, &tags, &PyTuple_Type, &shapes, &PyTuple_Type, &alignment,
                                      &matmul, &current_context, &context, &handle, &desc, &PyTuple_Type, &layouts,
-                                     &algo, &workspace, &workspace_bytes, &stream, &double_scale, &stream_object))
+                                     &algo, &workspace, &workspace_bytes, &stream, &double_scale, &stream_object) ||
+        check_stream_object(stream_object) < 0)
         return NULL;
     if (matmul == 0 || current_context == 0) {
         PyErr_SetString(PyExc_ValueError, "no cublasLtMatmul or cuCtxGetCurrent entry point");

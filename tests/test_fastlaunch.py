@@ -369,6 +369,22 @@ def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> 
         )
 
 
+@pytest.mark.parametrize("stream_object", [object(), 3, "stream"])
+def test_a_launch_for_a_stream_that_is_not_a_stream_is_refused(s: kd.Session, stream_object: object) -> None:
+    from kerneldsl import _fastlaunch
+
+    with pytest.raises(TypeError, match="stream_object"):
+        _fastlaunch.Launch(
+            table=(1, ((0, 1),), (), (), (), ((1, 1), (0, 0)) * 7, ((0, 0),), 32),
+            session=s,
+            guards=(0,),
+            launch=1,
+            function=1,
+            stream=1,
+            stream_object=stream_object,
+        )
+
+
 def test_with_kerneldsl_c_launch_0_every_call_takes_the_python_path() -> None:
     code = "import kerneldsl as kd, kerneldsl.fastpath as f; print(f.ENABLED, kd.Kernel.__mro__[1].__name__)"
     env = {**os.environ, "KERNELDSL_C_LAUNCH": "0"}
