@@ -6,7 +6,8 @@
  * the arrays' dispatch tags and the scalars' types. A later call that passes the guards is
  * validated, packed and launched here without a Python frame.
  *
- * Anything unusual -- keyword arguments, a failed check, a scalar that does not fit, a
+ * Anything unusual -- keyword arguments other than out= / stream= / alpha= / beta= where the
+ * entry takes them, another stream than the entry's, a failed check, a scalar that does not fit, a
  * session that is closing, has queued frees or is capturing -- falls back to the Python path,
  * which raises the precise error. This file never judges user input on its own; it only
  * recognises the common case the Python path has already accepted.
@@ -65,7 +66,7 @@ enum {
 /* Where DeviceArray keeps what a launch reads: __slots__ offsets, set once by configure(). */
 static PyTypeObject *array_type = NULL;
 static Py_ssize_t off_session, off_closed, off_shape, off_ptr, off_nbytes, off_tag;
-static PyObject *str_ok, *str_call, *str_launch_failed, *str_alpha, *str_beta, *str_out;
+static PyObject *str_ok, *str_call, *str_launch_failed, *str_alpha, *str_beta, *str_out, *str_stream;
 
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
@@ -89,6 +90,7 @@ typedef struct {
     launch_fn launch;
     void *function;
     void *stream;
+    PyObject *stream_object; /* what stream= must be: None (the session stream) or the Stream itself */
     int out_keyword; /* the last parameter comes as out=..., and is what the call returns */
     int index_bits;  /* the specialization's indexing: 32-bit builds cannot address more threads */
     int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
@@ -141,6 +143,40 @@ static int take_session_queues(PyObject *session, PyObject **deferred, PyObject 
 
 static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                           PyObject **result);
+
+/* Whether a call's stream= is the entry's: None for the session stream, else the very Stream the
+ * entry was made for, still open. A Stream is a Handle like DeviceArray, so its _closed slot sits
+ * at the offset configure() read (fastpath checks that both classes share the member). Read it
+ * after the last conversion that may run Python code. */
+static int stream_matches(PyObject *given, PyObject *expected)
+{
+    if (given != expected)
+        return 0;
+    return given == Py_None || SLOT(given, off_closed) == Py_False;
+}
+
+static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset);
+
+/* What an entry's stream_object may be: None, or an object whose _closed member sits where a
+ * DeviceArray's does (a Stream), so that stream_matches reads a real slot; -1 with TypeError if not. */
+static int check_stream_object(PyObject *obj)
+{
+    Py_ssize_t offset;
+    if (obj == Py_None)
+        return 0;
+    if (slot_offset(Py_TYPE(obj), "_closed", &offset) < 0 || offset != off_closed) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_TypeError, "stream_object must be None or a Stream");
+        return -1;
+    }
+    return 0;
+}
+
+/* A keyword name against an interned one: the pointers agree for every literal spelling. */
+static int is_name(PyObject *name, PyObject *interned)
+{
+    return name == interned || PyUnicode_Compare(name, interned) == 0;
+}
 
 /* --- building a Launch from its table ---------------------------------------------------------- */
 
@@ -282,16 +318,19 @@ static int load_table(Launch *L, PyObject *table)
 
 static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"table", "session", "guards", "launch", "function", "stream", "out_keyword", NULL};
-    PyObject *table, *session, *guards;
+    static char *names[] = {"table",       "session",       "guards", "launch", "function", "stream",
+                            "out_keyword", "stream_object", NULL};
+    PyObject *table, *session, *guards, *stream_object = Py_None;
     unsigned long long launch, function, stream;
     int out_keyword = 0;
     if (array_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|p:Launch", names, &PyTuple_Type, &table, &session,
-                                     &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pO:Launch", names, &PyTuple_Type, &table, &session,
+                                     &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword,
+                                     &stream_object) ||
+        check_stream_object(stream_object) < 0)
         return NULL;
     if (launch == 0) {
         PyErr_SetString(PyExc_ValueError, "no cuLaunchKernel entry point");
@@ -317,6 +356,7 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     L->launch = (launch_fn)(uintptr_t)launch;
     L->function = (void *)(uintptr_t)function;
     L->stream = (void *)(uintptr_t)stream;
+    L->stream_object = Py_NewRef(stream_object);
     L->out_keyword = out_keyword;
     return (PyObject *)L;
 fail:
@@ -330,6 +370,7 @@ static int launch_traverse(Launch *L, visitproc visit, void *arg)
     Py_VISIT(L->deferred);
     Py_VISIT(L->captures);
     Py_VISIT(L->guards);
+    Py_VISIT(L->stream_object);
     return 0;
 }
 
@@ -339,6 +380,7 @@ static int launch_clear(Launch *L)
     Py_CLEAR(L->deferred);
     Py_CLEAR(L->captures);
     Py_CLEAR(L->guards);
+    Py_CLEAR(L->stream_object);
     return 0;
 }
 
@@ -544,15 +586,30 @@ static int read_array(PyObject *a, PyObject *session, int ndim, long long *exten
     return exact_int(size, nbytes);
 }
 
-/* A kernel launch: positional arguments only, the result is None. */
-static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+/* A kernel launch: positional arguments and stream=, the result is None; or an op: positional
+ * operands, out= and stream=, the result is out. */
+static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_t nargs, PyObject *kwnames,
                           PyObject **result)
 {
     Launch *L = (Launch *)entry;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
-    if (L->out_keyword ? nkw != 1 || nargs + 1 != L->nargs || PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, 0), str_out) != 0
-                       : nkw != 0 || nargs != L->nargs)
+    PyObject *out = NULL, *stream = Py_None; /* borrowed from the caller, like call_args */
+    for (Py_ssize_t i = 0; i < nkw; i++) {
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
+        if (L->out_keyword && is_name(name, str_out))
+            out = call_args[nargs + i];
+        else if (is_name(name, str_stream))
+            stream = call_args[nargs + i];
+        else
+            return 0;
+    }
+    if (L->out_keyword ? out == NULL || nargs + 1 != L->nargs : nargs != L->nargs)
         return 0;
+    PyObject *argv[MAX_ARGS];
+    memcpy(argv, call_args, (size_t)nargs * sizeof(PyObject *));
+    if (out != NULL)
+        argv[nargs] = out;
+    PyObject *const *args = argv;
     PyObject *const *guards = &PyTuple_GET_ITEM(L->guards, 0);
     for (int i = 0; i < L->nargs; i++) { /* the arrays' guards again below, after the conversions */
         PyObject *a = args[i];
@@ -574,7 +631,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
         if (L->slot_kind[s] > SLOT_SYM64 && !pack_scalar(L->slot_kind[s], args[L->slot_index[s]], buffer + 8 * s))
             return 0;
     }
-    if (!session_ready(L->session, L->deferred, L->captures))
+    if (!session_ready(L->session, L->deferred, L->captures) || !stream_matches(stream, L->stream_object))
         return 0;
 
     long long extents[MAX_ARRAYS][MAX_NDIM], nbytes[MAX_ARRAYS], syms[MAX_SYMS];
@@ -670,36 +727,55 @@ typedef struct {
     lt_matmul_fn matmul;
     current_context_fn current_context;
     void *context, *handle, *desc, *layouts[3], *algo, *workspace, *stream;
+    PyObject *stream_object; /* what stream= must be: None (the session stream) or the Stream itself */
     size_t workspace_bytes;
     int double_scale; /* alpha and beta as double (float64 compute) or float */
 } GemmLaunch;
 
+/* gemm(a, b, out) or gemm(a, b, out=out), with alpha=, beta= and stream= as keywords. */
 static int gemm_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                         PyObject **result)
 {
     GemmLaunch *G = (GemmLaunch *)entry;
-    if (nargs != 3)
+    if (nargs != 2 && nargs != 3)
         return 0;
-    double alpha = 1.0, beta = 0.0;
+    PyObject *operands[3] = {args[0], args[1], nargs == 3 ? args[2] : NULL}; /* borrowed from the caller */
+    PyObject *stream = Py_None, *scale[2] = {NULL, NULL};
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     for (Py_ssize_t i = 0; i < nkw; i++) {
-        PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        double *target = PyUnicode_Compare(name, str_alpha) == 0 ? &alpha
-                         : PyUnicode_Compare(name, str_beta) == 0 ? &beta : NULL;
-        if (target == NULL)
+        PyObject *name = PyTuple_GET_ITEM(kwnames, i), *value = args[nargs + i];
+        if (is_name(name, str_alpha))
+            scale[0] = value;
+        else if (is_name(name, str_beta))
+            scale[1] = value;
+        else if (is_name(name, str_stream))
+            stream = value;
+        else if (nargs == 2 && is_name(name, str_out))
+            operands[2] = value;
+        else
             return 0;
-        *target = PyFloat_AsDouble(args[nargs + i]);
-        if (*target == -1.0 && PyErr_Occurred()) {
+    }
+    if (operands[2] == NULL)
+        return 0;
+    double alpha = 1.0, beta = 0.0;
+    double *targets[2] = {&alpha, &beta};
+    for (int i = 0; i < 2; i++) {
+        if (scale[i] == NULL)
+            continue;
+        *targets[i] = PyFloat_AsDouble(scale[i]);
+        if (*targets[i] == -1.0 && PyErr_Occurred()) {
             PyErr_Clear();
             return 0;
         }
     }
     /* alpha and beta are converted above, before anything else is read: their __float__ may run
-     * Python code that closes the session or an operand. */
+     * Python code that closes the session, the stream or an operand. */
+    if (!stream_matches(stream, G->stream_object))
+        return 0;
     unsigned long long ptrs[3];
     long long sizes[3], extents[2];
     for (int j = 0; j < 3; j++) {
-        PyObject *a = args[j];
+        PyObject *a = operands[j];
         if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != G->tags[j] ||
             !read_array(a, G->session, 2, extents, &ptrs[j], &sizes[j]) || extents[0] != G->shapes[j][0] ||
             extents[1] != G->shapes[j][1] || (ptrs[j] & (G->alignment[j] - 1)) != 0)
@@ -724,8 +800,7 @@ static int gemm_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs
                            G->workspace_bytes, G->stream);
     if (status != 0) /* the Python path makes the same call and raises the typed error */
         return 0;
-    Py_INCREF(args[2]);
-    *result = args[2];
+    *result = Py_NewRef(operands[2]);
     return 1;
 }
 
@@ -748,18 +823,19 @@ static PyObject *gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"session", "tags", "shapes", "alignment", "matmul", "current_context", "context",
                             "handle", "desc", "layouts", "algo", "workspace", "workspace_bytes", "stream",
-                            "double_scale", NULL};
-    PyObject *session, *tags, *shapes, *alignment, *layouts;
+                            "double_scale", "stream_object", NULL};
+    PyObject *session, *tags, *shapes, *alignment, *layouts, *stream_object = Py_None;
     unsigned long long matmul, current_context, context, handle, desc, algo, workspace, workspace_bytes, stream;
     int double_scale;
     if (array_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!KKKKKO!KKKKp:GemmLaunch", names, &session, &PyTuple_Type,
-                                     &tags, &PyTuple_Type, &shapes, &PyTuple_Type, &alignment, &matmul,
-                                     &current_context, &context, &handle, &desc, &PyTuple_Type, &layouts, &algo,
-                                     &workspace, &workspace_bytes, &stream, &double_scale))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!KKKKKO!KKKKp|O:GemmLaunch", names, &session,
+                                     &PyTuple_Type, &tags, &PyTuple_Type, &shapes, &PyTuple_Type, &alignment,
+                                     &matmul, &current_context, &context, &handle, &desc, &PyTuple_Type, &layouts,
+                                     &algo, &workspace, &workspace_bytes, &stream, &double_scale, &stream_object) ||
+        check_stream_object(stream_object) < 0)
         return NULL;
     if (matmul == 0 || current_context == 0) {
         PyErr_SetString(PyExc_ValueError, "no cublasLtMatmul or cuCtxGetCurrent entry point");
@@ -802,6 +878,7 @@ static PyObject *gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     G->workspace = (void *)(uintptr_t)workspace;
     G->workspace_bytes = (size_t)workspace_bytes;
     G->stream = (void *)(uintptr_t)stream;
+    G->stream_object = Py_NewRef(stream_object);
     G->double_scale = double_scale;
     return (PyObject *)G;
 fail:
@@ -814,6 +891,7 @@ static int gemm_traverse(GemmLaunch *G, visitproc visit, void *arg)
     Py_VISIT(G->session);
     Py_VISIT(G->deferred);
     Py_VISIT(G->captures);
+    Py_VISIT(G->stream_object);
     for (int j = 0; j < 3; j++)
         Py_VISIT(G->tags[j]);
     return 0;
@@ -824,6 +902,7 @@ static int gemm_clear(GemmLaunch *G)
     Py_CLEAR(G->session);
     Py_CLEAR(G->deferred);
     Py_CLEAR(G->captures);
+    Py_CLEAR(G->stream_object);
     for (int j = 0; j < 3; j++)
         Py_CLEAR(G->tags[j]);
     return 0;
@@ -1080,8 +1159,9 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     str_alpha = PyUnicode_InternFromString("alpha");
     str_beta = PyUnicode_InternFromString("beta");
     str_out = PyUnicode_InternFromString("out");
+    str_stream = PyUnicode_InternFromString("stream");
     if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL || str_alpha == NULL || str_beta == NULL ||
-        str_out == NULL)
+        str_out == NULL || str_stream == NULL)
         return NULL;
     if (PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FrontType) < 0)
         return NULL;

@@ -27,6 +27,7 @@ class Launch:
         function: int,
         stream: int,
         out_keyword: bool = ...,
+        stream_object: Any = ...,
     ) -> None: ...
 
 class GemmLaunch:
@@ -48,6 +49,7 @@ class GemmLaunch:
         workspace_bytes: int,
         stream: int,
         double_scale: bool,
+        stream_object: Any = ...,
     ) -> None: ...
 
 class Front:

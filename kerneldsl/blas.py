@@ -459,7 +459,8 @@ def _gemm(
     2-D row-major arrays of one dtype (float16, bfloat16, float32, float64). Without ``out`` a
     new array is allocated (``beta`` must then be 0). ``tf32=True`` lets float32 use TF32.
     Runs ``cublasLtMatmul`` with a configuration made once per problem (``blas_lt``); a warm
-    ``gemm(a, b, out, alpha=, beta=)`` on the session stream is then enqueued from C.
+    ``gemm(a, b, out)`` or ``gemm(a, b, out=out)``, with ``alpha=``, ``beta=`` and ``stream=`` as
+    keywords, is then enqueued from C (one entry per stream).
     """
     session, out, m, n, k = _matmul("kd.blas.gemm", a, b, out, stream, 2, trans_a, trans_b, beta)
     if not (m and n):
@@ -503,11 +504,13 @@ def _gemm(
                 raise _blas_error(exc, "cublasLtMatmul") from exc
         if session.capturing:
             session.keep_alive((a, b, out))
-        elif config is not None and stream is None and not (trans_a or trans_b or tf32):
+        elif config is not None and not (trans_a or trans_b or tf32):
             double = compute == COMPUTE_64F
             operands = (a, b, out)
             fastpath.remember(
-                gemm, config.c_slot, lambda: _gemm_launch(session, lt_handle, config, double, operands, workspace)
+                gemm,
+                config.c_slot.on_stream(stream),
+                lambda: _gemm_launch(session, lt_handle, config, double, operands, workspace, stream),
             )
     return out
 
@@ -565,9 +568,11 @@ def _gemm_launch(
     double_scale: bool,
     operands: tuple[DeviceArray, ...],
     workspace: DeviceArray,
+    stream: Stream | None,
 ) -> Any | None:
-    """A C GemmLaunch of ``config`` for ``gemm(a, b, out)`` on the session stream; None when the
-    C path cannot take it (disabled, or a driver or cuBLASLt without the entry points)."""
+    """A C GemmLaunch of ``config`` for ``gemm(a, b, out)`` with ``stream=stream`` (``workspace``
+    is that stream's); None when the C path cannot take it (disabled, or a driver or cuBLASLt
+    without the entry points)."""
     module = fastpath.native()
     matmul, current_context = blas_lt.matmul_address(), session.entry_point("cuCtxGetCurrent")
     if module is None or not (matmul and current_context):
@@ -586,8 +591,9 @@ def _gemm_launch(
         algo=config.algo,
         workspace=workspace.ptr,
         workspace_bytes=workspace.nbytes,
-        stream=session.stream.handle,
+        stream=(session.stream if stream is None else stream).handle,
         double_scale=double_scale,
+        stream_object=stream,
     )
 
 

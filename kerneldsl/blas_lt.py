@@ -160,7 +160,7 @@ class LtHandle:
         configs, self._configs = self._configs, {}
         for config in configs.values():
             if config is not None:
-                config.c_slot.entry = None
+                config.c_slot.clear()
         for layout in self._layouts:
             lt.matrix_layout_destroy(layout)
         for desc in self._descs:

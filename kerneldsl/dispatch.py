@@ -148,8 +148,10 @@ class Kernel(fastpath.Front):
             bound.call(*args, grid, block, shared, stream)
         if bound.session.capturing:
             bound.session.keep_alive(args)
-        elif grid is None and block is None and shared is None and stream is None and not consts and self._c_path:
-            fastpath.remember(self, bound.c_slot, lambda: fastpath.kernel_launch(bound, args))
+        elif grid is None and block is None and shared is None and not consts and self._c_path:
+            if fastpath.stream_entry_ok(stream, bound.session):
+                slot = bound.c_slot.on_stream(stream)
+                fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, stream=stream))
 
     def lookup(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[BoundLaunch, bool] | None:
         """The bound specialization these arguments select (binding and building it on a miss),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import logs
 from .codegen import alias_pairs, launch_dims, shape_checks, symbol_binds
 from .runtime.memory import DeviceArray
+from .runtime.stream import Stream
 from .signature import ArrayParam, Expr
 from .specialize import Specialization
 
@@ -117,12 +118,42 @@ else:
 
 class CLaunchSlot:
     """Where a bound kernel, an array plan or a gemm configuration keeps its C entry: None until
-    a call made one, False once it turned out the C path cannot take it."""
+    a call made one, False once it turned out the C path cannot take it. Calls with ``stream=``
+    get an entry per stream, in ``on_stream``."""
 
-    __slots__ = ("entry",)
+    __slots__ = ("entry", "_streams")
 
     def __init__(self) -> None:
         self.entry: Any = None
+        self._streams: dict[Stream, CLaunchSlot] = {}
+
+    def on_stream(self, stream: Stream | None) -> CLaunchSlot:
+        """The slot for calls with ``stream=stream`` (``None``: this one). At most
+        ``STREAM_SLOTS`` streams are kept, closed ones dropped first, then the oldest."""
+        if stream is None:
+            return self
+        slot = self._streams.get(stream)
+        if slot is None:
+            if len(self._streams) >= STREAM_SLOTS:
+                closed = [s for s in self._streams if s.closed]
+                for s in closed or list(self._streams)[:1]:
+                    del self._streams[s]
+            slot = self._streams[stream] = CLaunchSlot()
+        return slot
+
+    def clear(self) -> None:
+        """Forget every entry (what they were made for is gone)."""
+        self.entry = None
+        self._streams.clear()
+
+
+STREAM_SLOTS = 8  # streams per slot with their own C entry (as many as a Front remembers)
+
+
+def stream_entry_ok(stream: Any, session: Any) -> bool:
+    """Whether a call's ``stream=`` can have a C entry: None, or an open Stream of ``session``
+    (the C path reads its ``_closed`` where it reads a DeviceArray's: the member is Handle's)."""
+    return stream is None or (type(stream) is Stream and stream.session is session and not stream.closed)
 
 
 def remember(front: Any, slot: CLaunchSlot, make: Callable[[], Any]) -> None:
@@ -142,10 +173,13 @@ def remember(front: Any, slot: CLaunchSlot, make: Callable[[], Any]) -> None:
         front._remember_launch(slot.entry)
 
 
-def kernel_launch(bound: BoundLaunch, args: tuple[Any, ...], out_keyword: bool = False) -> Any | None:
+def kernel_launch(
+    bound: BoundLaunch, args: tuple[Any, ...], out_keyword: bool = False, stream: Stream | None = None
+) -> Any | None:
     """A C Launch of ``bound`` for calls dispatched like ``args``; None when the C path cannot
     take it (disabled, a specialization it does not cover, a driver without an entry point).
-    With ``out_keyword`` the last argument comes as ``out=`` and the call returns it (kd.ops)."""
+    With ``out_keyword`` the last argument comes as ``out=`` and the call returns it (kd.ops);
+    with ``stream`` the calls pass that very stream as ``stream=`` (kernels)."""
     module = native()
     table = launch_table(bound.build.specialization) if module is not None else None
     if module is None or table is None:
@@ -161,8 +195,9 @@ def kernel_launch(bound: BoundLaunch, args: tuple[Any, ...], out_keyword: bool =
         guards=guards,
         launch=entry,
         function=int(bound.function),
-        stream=int(session.stream.handle),
+        stream=int((session.stream if stream is None else stream).handle),
         out_keyword=out_keyword,
+        stream_object=stream,
     )
 
 

@@ -25,6 +25,7 @@ from .errors import (
     WrongSessionError,
 )
 from .fastpath import CLaunchSlot
+from .runtime.staging import staged_bytes
 from .signature import ArrayParam, Signature
 
 
@@ -100,7 +101,45 @@ def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:
 def stage_host_call(
     bound: BoundLaunch, sig: Signature, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
 ) -> None:
-    """Copy host inputs in, launch, copy host outputs back; nothing device-side outlives the call."""
+    """Copy host inputs in, launch, copy host outputs back; the host arrays are not kept.
+
+    On the session stream, transfers that fit one of the session's staging buffers go through
+    it (pinned host memory and device memory, both reused: one wait for the whole call); larger
+    ones, calls on another stream and calls while every buffer is lent copy directly, with device
+    buffers from the session's pool.
+    """
+    session = bound.session
+    hosts = [a for p, a in zip(sig.runtime_params, args) if isinstance(p, ArrayParam) and isinstance(a, np.ndarray)]
+    buf = session.host_staging(staged_bytes(hosts)) if stream is None else None
+    if buf is None:
+        _direct_host_call(bound, sig, args, grid, block, shared, stream)
+        return
+    done = False
+    try:
+        borrowed = iter(buf.arrays(hosts))
+        device_args: list[Any] = []
+        uploads: list[tuple[Any, np.ndarray | None]] = []
+        downloads: list[tuple[Any, np.ndarray | None]] = []
+        for p, a in zip(sig.runtime_params, args):
+            if isinstance(p, ArrayParam) and isinstance(a, np.ndarray):
+                d = next(borrowed)
+                uploads.append((d, None if p.direction == "out" else a))
+                downloads.append((d, a if p.writes else None))
+                device_args.append(d)
+            else:
+                device_args.append(a)
+        buf.upload(uploads)
+        bound.call(*device_args, grid, block, shared, None)
+        buf.download(downloads)
+        done = True
+    finally:
+        session.return_staging(buf, done)
+
+
+def _direct_host_call(
+    bound: BoundLaunch, sig: Signature, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
+) -> None:
+    """``stage_host_call`` with pageable copies, each waited for."""
     session = bound.session
     device_args: list[Any] = []
     temporaries: list[tuple[Any, np.ndarray | None]] = []

@@ -75,6 +75,7 @@ class FakeDriver:
         self.events: set[int] = set()
         self.modules: set[int] = set()
         self.graphs: set[int] = set()
+        self.instantiate_flags: list[int] = []
         self._lock = threading.RLock()
         self._tls = threading.local()
         self._handles = itertools.count(0x1000, 0x10)
@@ -489,6 +490,7 @@ class FakeDriver:
 
     def cuGraphInstantiate(self, graph: int, flags: int) -> tuple:
         code = self._enter("cuGraphInstantiate")
+        self.instantiate_flags.append(int(flags))
         h = 0 if code else self._handle()
         if h:
             self.graphs.add(h)

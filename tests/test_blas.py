@@ -1197,7 +1197,37 @@ def test_a_float64_gemm_from_c_scales_in_double(s: Session, lib: FakeCublas) -> 
 
 
 @needs_c_path
-@pytest.mark.parametrize("extra", [{"trans_a": False}, {"stream": None}, {"tf32": False}])
+def test_gemm_with_out_as_a_keyword_runs_from_c(s: Session, lib: FakeCublas) -> None:
+    a, b, da, db, out = _warm_gemm(s)
+    assert blas.gemm(da, db, out=out, alpha=1.0, beta=0.0, stream=None) is out
+    assert lib.lt.c_matmuls == 1  # type: ignore[attr-defined]
+    np.testing.assert_allclose(out.to_host(), a @ b, rtol=1e-5)
+
+
+@needs_c_path
+def test_gemm_on_a_stream_runs_from_c_with_that_streams_workspace(s: Session, lib: FakeCublas) -> None:
+    a, b, da, db, out = _warm_gemm(s)
+    stream = s.create_stream()
+    blas.gemm(da, db, out, stream=stream)  # the Python path: the first call on this stream
+    blas.gemm(da, db, out=out, stream=stream)
+    first, second = lib.lt.matmuls[-2:]  # type: ignore[attr-defined]
+    assert lib.lt.c_matmuls == 1  # type: ignore[attr-defined]
+    assert first["stream"] == second["stream"] == stream.handle and first["workspace"] == second["workspace"]
+
+
+@needs_c_path
+def test_gemm_on_a_closed_stream_is_refused_by_the_python_path(s: Session, lib: FakeCublas) -> None:
+    _, _, da, db, out = _warm_gemm(s)
+    stream = s.create_stream()
+    blas.gemm(da, db, out, stream=stream)
+    stream.close()
+    with pytest.raises(ClosedError):
+        blas.gemm(da, db, out, stream=stream)
+    assert lib.lt.c_matmuls == 0  # type: ignore[attr-defined]
+
+
+@needs_c_path
+@pytest.mark.parametrize("extra", [{"trans_a": False}, {"tf32": False}])
 def test_other_keywords_take_the_python_path(s: Session, lib: FakeCublas, extra: dict[str, Any]) -> None:
     _, _, da, db, out = _warm_gemm(s)
     blas.gemm(da, db, out, **extra)

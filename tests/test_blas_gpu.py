@@ -156,6 +156,20 @@ def test_warm_gemm_with_out_runs_from_c_and_matches_numpy(
     assert_close(out.to_host(), expected, bound, 4 * TOL[dtype], rng)
 
 
+def test_gemm_keyword_spellings_run_from_c_and_match_numpy(s: Session, rng: np.random.Generator) -> None:
+    dt = np.dtype(np.float32)
+    a, b = uniform(rng, (64, 64), dt), uniform(rng, (64, 64), dt)
+    da, db, out = s.to_device(a), s.to_device(b), s.to_device(nan_like((64, 64), dt))
+    other = s.create_stream()
+    want, bound = f64(a) @ f64(b), np.abs(f64(a)) @ np.abs(f64(b))
+    for _ in range(3):  # the first of each spelling runs the Python path, the others run from C
+        assert blas.gemm(da, db, out=out) is out
+        assert_close(out.to_host(), want, bound, TOL[dt], rng)
+        blas.gemm(da, db, out=out, alpha=2.0, beta=0.0, stream=other)
+        other.synchronize()
+        assert_close(out.to_host(), 2 * want, 2 * bound, TOL[dt], rng)
+
+
 @pytest.mark.parametrize("shape", [(1, 1, 1), (1, 300, 7), (300, 1, 7), (5, 9, 1), (513, 257, 1031), (64, 2048, 16)])
 def test_gemm_shapes(s: Session, rng: np.random.Generator, shape: tuple[int, int, int]) -> None:
     m, n, k = shape

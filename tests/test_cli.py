@@ -253,7 +253,7 @@ def test_bench_ops_without_cupy_and_torch_says_what_to_install_and_exits_2(capsy
     )
 
 
-@pytest.mark.parametrize("name", ["runtime", "ops", "blas"])
+@pytest.mark.parametrize("name", ["runtime", "ops", "blas", "arrays"])
 def test_gpu_benches_without_a_gpu_say_so_and_exit_2(capsys, bench_lacks, name):
     bench_lacks(gpu=True)
     code, _, err = run(capsys, "bench", name)

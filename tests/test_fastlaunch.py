@@ -34,6 +34,7 @@ from kerneldsl.errors import (
     WrongSessionError,
 )
 from kerneldsl.fastpath import launch_table
+from kerneldsl.runtime import DeviceArray, Stream
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 
@@ -210,14 +211,69 @@ def test_a_call_the_c_path_cannot_take_gets_the_python_paths_error(s: kd.Session
     assert drv.c_launches == 0
 
 
-def test_keyword_arguments_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+def test_launch_overrides_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
     dy, dx = _pair(s)
     saxpy(dy, dx, np.float32(1))
+    saxpy(dy, dx, np.float32(1), grid=5)
+    saxpy(dy, dx, alpha=np.float32(1))
+    assert drv.c_launches == 0 and drv.launches[-2][1] == (5, 1, 1)
+
+
+def test_a_call_on_a_stream_is_remembered_for_that_stream(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
     stream = s.create_stream()
     saxpy(dy, dx, np.float32(1), stream=stream)
-    saxpy(dy, dx, np.float32(1), grid=5)
+    saxpy(dy, dx, np.float32(1), stream=stream)
+    assert drv.c_launches == 1 and drv.launches[-1][4] == stream._cu
+
+
+def test_stream_none_is_the_session_stream_on_the_c_path(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    saxpy(dy, dx, np.float32(1))
+    saxpy(dy, dx, np.float32(1), stream=None)
+    assert drv.c_launches == 1 and drv.launches[-1][4] == s.stream._cu
+
+
+def test_another_stream_is_not_taken_by_an_entry_made_for_one(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    first, second = s.create_stream(), s.create_stream()
+    saxpy(dy, dx, np.float32(1), stream=first)
+    saxpy(dy, dx, np.float32(1), stream=second)
+    saxpy(dy, dx, np.float32(1))
+    assert drv.c_launches == 0 and [launch[4] for launch in drv.launches[-3:]] == [first._cu, second._cu, s.stream._cu]
+
+
+def test_a_closed_stream_is_refused_by_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(s)
+    stream = s.create_stream()
+    saxpy(dy, dx, np.float32(1), stream=stream)
+    stream.close()
+    with pytest.raises(ClosedError):
+        saxpy(dy, dx, np.float32(1), stream=stream)
     assert drv.c_launches == 0
-    assert drv.launches[-2][4] == stream._cu and drv.launches[-1][1] == (5, 1, 1)
+
+
+def test_the_c_path_reads_a_streams_closed_flag_where_it_reads_an_arrays() -> None:
+    assert Stream._closed is DeviceArray._closed  # one Handle member: one offset in _fastlaunch.c
+
+
+def test_an_op_on_a_stream_is_remembered_for_that_stream(s: kd.Session, drv: FakeDriver) -> None:
+    a, out = s.zeros(16, np.float32), s.zeros(16, np.float32)
+    stream = s.create_stream()
+    kd.ops.negative(a, out=out, stream=stream)
+    assert kd.ops.negative(a, out=out, stream=stream) is out
+    assert drv.c_launches == 1 and drv.launches[-1][4] == stream._cu
+
+
+def test_an_op_allocating_on_a_stream_waits_for_the_session_stream_first(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(16, np.float32)
+    stream = s.create_stream()
+    first = kd.ops.negative(a, stream=stream)  # kept: its free would wait for the stream too
+    mark = len(drv.calls)
+    result = kd.ops.negative(a, stream=stream)
+    tail = drv.calls[mark:]
+    assert tail.index("cuMemAllocFromPoolAsync") < tail.index("cuStreamWaitEvent") < tail.index("cuLaunchKernel")
+    assert drv.launches[-1][4] == stream._cu and result.shape == first.shape == (16,)
 
 
 def test_queued_frees_are_released_by_the_python_path_first(s: kd.Session, drv: FakeDriver) -> None:
@@ -310,6 +366,22 @@ def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> 
             launch=1,
             function=1,
             stream=1,
+        )
+
+
+@pytest.mark.parametrize("stream_object", [object(), 3, "stream"])
+def test_a_launch_for_a_stream_that_is_not_a_stream_is_refused(s: kd.Session, stream_object: object) -> None:
+    from kerneldsl import _fastlaunch
+
+    with pytest.raises(TypeError, match="stream_object"):
+        _fastlaunch.Launch(
+            table=(1, ((0, 1),), (), (), (), ((1, 1), (0, 0)) * 7, ((0, 0),), 32),
+            session=s,
+            guards=(0,),
+            launch=1,
+            function=1,
+            stream=1,
+            stream_object=stream_object,
         )
 
 

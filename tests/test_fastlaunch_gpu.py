@@ -87,3 +87,28 @@ def test_four_threads_launching_from_c_lose_no_launch() -> None:
 
     in_threads(worker)
     np.testing.assert_array_equal(dy.to_host(), np.full(4096, 1001, np.float32))
+
+
+def test_warm_calls_with_stream_launch_from_c_on_that_stream() -> None:
+    s = kd.default_session()
+    stream = s.create_stream()
+    y0, x = np.arange(5000, dtype=np.float32), np.ones(5000, np.float32)
+    dy, dx, out = s.to_device(y0), s.to_device(x), s.empty(5000, np.float32)
+    remembered = axpy._remembered_launches
+    for _ in range(10):
+        axpy(dy, dx, np.float32(2), stream=stream)
+        kd.ops.add(dy, dx, out=out, stream=stream)
+    assert axpy._remembered_launches > remembered
+    stream.synchronize()
+    np.testing.assert_array_equal(dy.to_host(), y0 + 20)
+    np.testing.assert_array_equal(out.to_host(), y0 + 21)
+
+
+def test_an_op_allocating_its_result_on_a_stream_orders_it_after_the_session_stream() -> None:
+    s = kd.default_session()
+    stream = s.create_stream()
+    x = s.to_device(np.arange(1 << 20, dtype=np.float32))
+    results = [kd.ops.multiply(x, 2.0, stream=stream) for _ in range(20)]
+    stream.synchronize()
+    for r in results:
+        np.testing.assert_array_equal(r.to_host(), 2 * np.arange(1 << 20, dtype=np.float32))

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from conftest import installed_driver
+from conftest import in_threads, installed_driver
 from driver_double import FakeDriver
 
 import kerneldsl as kd
@@ -25,6 +25,7 @@ from kerneldsl.errors import (
     ShapeMismatchError,
     WrongSessionError,
 )
+from kerneldsl.runtime.staging import MAX_BUFFERS, STAGE_LIMIT
 
 
 class SaxpyDriver(FakeDriver):
@@ -116,6 +117,93 @@ def test_numpy_call_frees_its_temporaries(drv: SaxpyDriver) -> None:
     saxpy(y, x, np.float32(1.0))
     kd.default_session().synchronize()
     assert len(drv.mem) == before
+
+
+def test_a_small_numpy_call_is_its_copies_launch_and_one_wait_through_reused_buffers(drv: SaxpyDriver) -> None:
+    y, x = np.ones(1024, np.float32), np.arange(1024, dtype=np.float32)
+    saxpy(y, x, np.float32(1.0))  # binds, and makes the session's first staging buffers
+    mark = len(drv.calls)
+    saxpy(y, x, np.float32(1.0))
+    calls = [c for c in drv.calls[mark:] if not c.startswith("cuCtx")]
+    assert calls == [
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyHtoDAsync",
+        "cuLaunchKernel",
+        "cuMemcpyDtoHAsync",
+        "cuEventRecord",
+        "cuEventQuery",
+    ]
+    np.testing.assert_array_equal(y, 1 + 2 * np.arange(1024, dtype=np.float32))
+
+
+def test_a_large_numpy_call_copies_directly_without_staging(drv: SaxpyDriver) -> None:
+    n = STAGE_LIMIT // 4
+    y, x = np.ones(n, np.float32), np.ones(n, np.float32)
+    saxpy(y, x, np.float32(1.0))
+    assert drv.count("cuMemHostAlloc") == 0 and (y == 2).all()
+
+
+def test_a_numpy_call_on_a_stream_copies_directly(drv: SaxpyDriver) -> None:
+    y, x = np.ones(8, np.float32), np.ones(8, np.float32)
+    saxpy(y, x, np.float32(1.0), stream=kd.default_session().create_stream())
+    assert drv.count("cuMemHostAlloc") == 0 and (y == 2).all()
+
+
+def test_the_staging_buffers_are_freed_at_close(drv: SaxpyDriver) -> None:
+    s = kd.default_session()
+    saxpy(np.ones(8, np.float32), np.ones(8, np.float32), np.float32(1.0))
+    assert drv.count("cuMemHostAlloc") == 1
+    s.close()
+    assert drv.count("cuMemFreeHost") == 1 and not drv.host and not drv.mem
+
+
+def test_a_bigger_call_replaces_a_staging_buffer_that_is_too_small(drv: SaxpyDriver) -> None:
+    saxpy(np.ones(8, np.float32), np.ones(8, np.float32), np.float32(1.0))
+    big = STAGE_LIMIT // 8
+    y = np.ones(big, np.float32)
+    saxpy(y, np.ones(big, np.float32), np.float32(1.0))
+    assert (drv.count("cuMemHostAlloc"), drv.count("cuMemFreeHost")) == (2, 1) and (y == 2).all()
+
+
+def test_threads_staging_at_once_share_a_bounded_set_of_buffers(drv: SaxpyDriver) -> None:
+    def work(k: int) -> None:
+        for _ in range(20):
+            y, x = np.full(64, k, np.float32), np.ones(64, np.float32)
+            saxpy(y, x, np.float32(2.0))
+            assert (y == k + 2).all()
+
+    in_threads(work, count=6)
+    assert 1 <= drv.count("cuMemHostAlloc") <= MAX_BUFFERS
+
+
+def test_a_staging_buffer_whose_wait_was_interrupted_is_not_lent_again(drv: SaxpyDriver) -> None:
+    y, x = np.ones(8, np.float32), np.ones(8, np.float32)
+    saxpy(y, x, np.float32(1.0))
+
+    def interrupt() -> None:
+        drv.on_query = None
+        raise KeyboardInterrupt
+
+    drv.on_query = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        saxpy(y, x, np.float32(1.0))
+    saxpy(y, x, np.float32(1.0))
+    assert drv.count("cuMemHostAlloc") == 2
+
+
+def test_a_session_closed_during_a_staged_call_leaves_the_host_output_alone(drv: SaxpyDriver) -> None:
+    y, x = np.ones(8, np.float32), np.ones(8, np.float32)
+    saxpy(y, x, np.float32(1.0))
+    session = kd.default_session()
+
+    def close() -> None:
+        drv.on_query = None
+        session.close()  # frees the staging buffer the call copied its result into
+
+    drv.on_query = close
+    with pytest.raises(ClosedError):
+        saxpy(y, x, np.float32(1.0))
+    np.testing.assert_array_equal(y, np.full(8, 2, np.float32))
 
 
 def test_read_only_output_is_refused_before_any_copy(drv: SaxpyDriver) -> None:

@@ -112,3 +112,11 @@ def test_an_array_closed_during_a_capture_is_freed_after_it(drv: FakeDriver) -> 
             assert drv.count("cuMemFreeAsync") == 0  # a free node would free it at every replay
         s.synchronize()
         assert drv.count("cuMemFreeAsync") == 1
+
+
+def test_a_graph_frees_what_it_allocated_before_each_relaunch(drv: FakeDriver) -> None:
+    auto_free = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+    with Session(0) as s:
+        with s.capture():
+            s.empty(16, np.float32)  # an allocation node: each replay allocates it again
+        assert drv.instantiate_flags == [auto_free]

@@ -58,7 +58,7 @@ from .kernels import (
     out_dims,
     vector_width,
 )
-from .placement import check_out, unalias
+from .placement import check_out, check_placement, unalias
 from .plan import Plan, PlanCache, host_target
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype
 
@@ -156,26 +156,49 @@ class ElementwisePlan(Plan):
             args = [float(a) if i in self.plain else a for i, a in enumerate(args)]
         return list(args) if self.direct else super().values(args)
 
-    def remember(self, front: Any, values: Sequence[Any], out: Any, session: Any) -> None:
-        """Let the C path take later ``front(*values, out=out)`` calls like this one: device
-        operands in kernel order, the same shape everywhere (no broadcasting to check) and no
-        ml_dtypes scalars to convert."""
+    def remember(self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None) -> None:
+        """Let the C path take later ``front(*values, out=out, stream=stream)`` calls like this
+        one: device operands in kernel order, the same shape everywhere (no broadcasting to check),
+        no views (the C path checks no overlap) and no ml_dtypes scalars to convert."""
         skip = self.broadcast or self.views or self.plain
         if out is None or session is None or not self.direct or skip or session.capturing:
             return
-        fastpath.remember(front, self.c_slot, lambda: self._c_launch(values, out))
+        if fastpath.stream_entry_ok(stream, session):
+            fastpath.remember(front, self.c_slot.on_stream(stream), lambda: self._c_launch(values, out, stream))
 
-    def _c_launch(self, values: Sequence[Any], out: Any) -> Any:
+    def _c_launch(self, values: Sequence[Any], out: Any, stream: Any) -> Any:
         found = self.kernel.lookup((*values, out), {})
         if found is None or found[1]:  # foreign or host operands: the Python path
             return None
-        return fastpath.kernel_launch(found[0], (*values, out), out_keyword=True)
+        return fastpath.kernel_launch(found[0], (*values, out), out_keyword=True, stream=stream)
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         if self.size:
             if self.broadcast or self.views:
                 values = [unalias(v, out, session) for v in values]
             self.kernel(*values, out)
+
+    def run_on(self, args: Sequence[Any], out: Any, session: Any, stream: Any, placed: bool) -> Any:
+        """The kernel on ``stream``. What this call put on the session stream first (uploaded
+        operands, the new result, a broadcast input's copy) is waited for there; arrays the
+        caller passed are the caller's to order, as with every launch on a stream."""
+        values = self.values(args)
+        if out is not None:
+            check_placement(out, session, self.name)
+        if session is None:  # host operands: the call is synchronous, nothing to order
+            return self.run_host(values, out)
+        fresh = out is None
+        if fresh:
+            out = session.empty(self.shape, self.dtype)
+        if self.size:
+            if self.broadcast:
+                unaliased = [unalias(v, out, session) for v in values]
+                placed = placed or any(u is not v for u, v in zip(unaliased, values))
+                values = unaliased
+            if placed or fresh:
+                stream.wait(session.create_event(timing=False).record())
+            self.kernel(*values, out, stream=stream)
+        return out
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         target = host_target(self.shape, self.dtype, out, values)
@@ -244,18 +267,19 @@ class ElementwiseFunction(fastpath.Front):
     def __init__(self) -> None:
         self._plans = PlanCache()
 
-    def _call(self, *operands: Any, out: Any = None) -> Any:
-        """The Python path of a call (``fastpath.Front`` first tries what the C path remembered)."""
+    def _call(self, *operands: Any, out: Any = None, stream: Any = None) -> Any:
+        """The Python path of a call (``fastpath.Front`` first tries what the C path remembered).
+        ``stream``: launch there instead of on the session stream (device operands)."""
         if len(operands) != len(self.params):
             raise TypeError(
                 f"{self.name}() takes {len(self.params)} operand(s) ({', '.join(self.params)}), got {len(operands)}"
             )
         for o in operands:
             if isinstance(o, Traced):
-                if out is not None:
-                    raise FusionError(f"{self.name}: out= cannot be used inside a fused function")
+                if out is not None or stream is not None:
+                    raise FusionError(f"{self.name}: out= and stream= cannot be used inside a fused function")
                 return o.builder.apply(self, operands)
-        return self._plans.call(self.name, operands, out, None, self._plan, front=self)
+        return self._plans.call(self.name, operands, out, None, self._plan, front=self, stream=stream)
 
     def inspect(self, *operands: Any, out: Any = None, arch: str | None = None) -> Build:
         """The Build (CUDA source, adapter, cubin) a call with these operands runs; no GPU needed.

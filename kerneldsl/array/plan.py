@@ -57,6 +57,11 @@ class Plan:
         else:
             into_strided(self.launch, values, out, session)
 
+    def run_on(self, args: Sequence[Any], out: Any, session: Any, stream: Any, placed: bool) -> Any:
+        """``run`` with the kernel(s) on ``stream``; ``placed``: operands were uploaded or adopted
+        on the session stream for this call. Only callables that take ``stream=`` call it."""
+        raise NotImplementedError
+
     def run_host(self, values: list[Any], out: Any) -> Any:
         raise NotImplementedError
 
@@ -67,16 +72,19 @@ class Plan:
         """The Build a call with these arguments runs (no GPU needed when ``arch`` is known)."""
         raise NotImplementedError
 
-    def remember(self, front: Any, values: Sequence[Any], out: Any, session: Any) -> None:
-        """Hand later calls like this one to the C launch path, where the plan allows it."""
+    def remember(self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None) -> None:
+        """Hand later calls like this one (``stream=stream``) to the C launch path, where the plan allows it."""
 
 
 class PlanCache(BoundedCache):
     """Plans by call key; ``call`` is the warm path every array callable shares."""
 
-    def call(self, what: str, args: Sequence[Any], out: Any, extra: Any, make: Any, front: Any = None) -> Any:
+    def call(
+        self, what: str, args: Sequence[Any], out: Any, extra: Any, make: Any, front: Any = None, stream: Any = None
+    ) -> Any:
         """Run the plan for ``args`` (and ``extra``, e.g. the axis), made by ``make(values, out)``
-        on a miss; ``front`` (the callable) may then let the C path take later calls."""
+        on a miss, on ``stream`` when given; ``front`` (the callable) may then let the C path
+        take later calls."""
         key = (*map(arg_key, args), extra, arg_key(out))
         plan = self.get(key)
         values: Sequence[Any]
@@ -87,9 +95,13 @@ class PlanCache(BoundedCache):
             self.put(key, plan)
         else:
             values, session = fast_place(args, what)
-        result = plan.run(values, out, session)
+        if stream is None:
+            result = plan.run(values, out, session)
+        else:
+            placed = any(v is not a for v, a in zip(values, args))
+            result = plan.run_on(values, out, session, stream, placed)
         if front is not None:
-            plan.remember(front, values, out, session)
+            plan.remember(front, values, out, session, stream)
         return result
 
 

@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from .session import Session
     from .stream import Stream
 
+# cuGraphInstantiate flag: memory the graph allocated (arrays made during the capture, allocation
+# nodes of the session's pool) and did not free is freed before each relaunch, so a graph whose
+# temporaries outlive the capture can be replayed again and again.
+AUTO_FREE_ON_LAUNCH = 1
+
 
 class Graph(Handle):
     """An instantiated graph; it keeps alive every object registered while it was captured."""
@@ -79,7 +84,7 @@ def capture(session: Session, stream: Stream | None = None) -> Iterator[Graph]:
         _end_capture(session, graph)
         raw_graph = check("cuStreamEndCapture", d.cuStreamEndCapture(stream._cu))
         try:
-            raw_exec = check("cuGraphInstantiate", d.cuGraphInstantiate(raw_graph, 0))
+            raw_exec = check("cuGraphInstantiate", d.cuGraphInstantiate(raw_graph, AUTO_FREE_ON_LAUNCH))
         except BaseException:
             d.cuGraphDestroy(raw_graph)
             raise

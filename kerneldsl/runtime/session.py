@@ -38,7 +38,7 @@ from ..errors import (
     StickyCudaError,
     WrongSessionError,
 )
-from . import driver, graph, memory, module
+from . import driver, graph, memory, module, staging
 from .driver import check
 from .handle import Handle, check_same_session
 from .stream import Event, Stream, record_sync_event, wait_event
@@ -158,6 +158,7 @@ class Session:
         self._seq = itertools.count()
         self._captures: list[graph.Graph] = []
         self._vendor: dict[str, Any] = {}  # library handles (cuBLAS, ...): see vendor_handle()
+        self._staging = staging.StagingPool(self)
         self._poison: StickyCudaError | None = None
         self._forked = False
         self._state = OPEN
@@ -577,6 +578,21 @@ class Session:
 
     def pinned_empty(self, shape: Any, dtype: Any = np.float32) -> memory.PinnedArray:
         return memory.pinned_empty(self, shape, dtype)
+
+    def host_staging(self, nbytes: int) -> staging.StagingBuffer | None:
+        """Lend a pinned buffer of at least ``nbytes`` to stage one call's host transfers through
+        (see ``runtime.staging``); None when the call should copy directly: too large, every
+        buffer lent, or a graph being captured. Give it back with ``return_staging``."""
+        if self._captures:
+            return None
+        return self._staging.acquire(nbytes)
+
+    def return_staging(self, buf: staging.StagingBuffer, done: bool) -> None:
+        """Take back a lent buffer; ``done``: its transfers finished (else it is kept alive, not reused)."""
+        if done:
+            self._staging.release(buf)
+        else:
+            self._staging.discard(buf)
 
     def create_stream(self) -> Stream:
         return Stream(self)
