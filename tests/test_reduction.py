@@ -91,7 +91,7 @@ def test_many_short_rows_give_each_row_a_few_lanes() -> None:
 def test_a_leading_axis_reduces_as_coalesced_columns_split_over_blocks() -> None:
     step = ops.sum.strategy(_shape(8192, 8192), axis=0, multiprocessors=132)
     assert (step.variant.stage, step.variant.lanes, step.variant.split) == ("columns", 256, True)
-    assert step.blocks >= 132 * 4
+    assert step.splits > 1
 
 
 def test_short_leading_axis_needs_no_split() -> None:
@@ -181,7 +181,7 @@ def test_user_reduction() -> None:
 
 def test_long_innermost_scans_take_the_single_pass_look_back() -> None:
     step = ops.cumsum.strategy(_shape(1 << 28))
-    assert step.variant.stage == "lookback" and step.variant.vector and step.tiles == (1 << 28) // (256 * 16)
+    assert step.variant.stage == "lookback" and step.variant.vector and step.tiles == (1 << 28) // (256 * 32)
 
 
 def test_short_or_outer_axis_scans_walk_lines() -> None:

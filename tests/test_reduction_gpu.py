@@ -48,7 +48,7 @@ STRATEGY_CASES = [
     ((1 << 16, 16), 1, ("rows", False)),  # short rows: 4 lanes each
     ((1000, 7), 1, ("rows", False)),  # unaligned rows: scalar loads
     ((4096, 4096), 0, ("columns", True)),  # a leading axis: coalesced columns split over blocks
-    ((16, 1 << 18), 0, ("columns", False)),  # a short leading axis
+    ((16, 1 << 20), 0, ("columns", False)),  # a short leading axis over many columns
     ((1 << 18, 16), 0, ("columns", True)),  # narrow columns, the block down the reduced axis
     ((5000, 3), 0, ("columns", True)),  # odd widths: scalar loads
     ((64, 513, 96), 1, ("columns", True)),  # the middle axis of 3-D

@@ -62,6 +62,7 @@ from .scratch import SCRATCH, multiprocessors
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
 PARTIAL_BLOCKS_PER_SM = 8  # blocks that fill one SM: what a split reduction aims for
+COLUMN_BLOCKS_PER_SM = 2  # split columns aim lower (8 loads in flight each): a short last fold
 GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
 LOADS_PER_THREAD = 16  # fewest loads per thread worth splitting a row over one more block
@@ -238,7 +239,7 @@ def _params(
     if variant.stage == "partial" or variant.split:
         params.append(("kdpart", array_param("out", acc, "kdm")))
         if reducer.indexed:
-            params.append(("kdpidx", array_param("out", _INT64, "kdm")))
+            params.append(("kdpidx", array_param("out", _INT64, "kdmi")))
         params.append(("kdticket", array_param("inout", np.dtype(np.uint32), "kdt")))
     params.append(("kdout", array_param("out", result, tuple(f"kdq{j}" for j in range(geometry.out_rank)))))
     params.append(("kdcount", scalar_param(_INT64)))
@@ -398,7 +399,7 @@ def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Varian
     across = min(BLOCK, _pow2_at_least(_ceil(e.inner, width)))
     down = BLOCK // across
     tiles = e.outer * _ceil(e.inner, across * width)
-    wanted = _ceil(sms * PARTIAL_BLOCKS_PER_SM, tiles)
+    wanted = _ceil(sms * COLUMN_BLOCKS_PER_SM, tiles)
     splits = max(1, min(wanted, _ceil(e.count, down * ROWS_PER_THREAD)))
     return Variant("columns", across, vector, splits > 1), min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, tiles
 

@@ -40,10 +40,12 @@ from .scratch import SCRATCH, multiprocessors
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
 WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and WINDOW - 1 aggregates
-ITEMS_BYTES = 64  # input bytes each thread of a look-back tile holds
+ITEMS_BYTES = 128  # input bytes each thread of a look-back tile holds
+MAX_ITEMS = 32  # and at most this many values (they widen to the accumulation type in registers)
 
 _SHUFFLE = {"bool": "int", "int8": "int", "int16": "int", "uint8": "unsigned int", "uint16": "unsigned int"}
 _UINT32 = np.dtype(np.uint32)
+_UINT64 = np.dtype(np.uint64)
 _INT64 = np.dtype(np.int64)
 
 
@@ -75,9 +77,8 @@ def _params(
     ]
     if variant.stage == "lookback":
         params += [
-            ("kdagg", array_param("out", acc, "kdt")),
-            ("kdincl", array_param("out", acc, "kdt")),
-            ("kdflag", array_param("inout", _UINT32, "kdf")),
+            ("kdagg", array_param("inout", _UINT64, "kdt")),
+            ("kdincl", array_param("inout", _UINT64, "kdt")),
             ("kdcounter", array_param("inout", _UINT32, "kdc")),
         ]
     params += [("kdcount", scalar_param(_INT64)), ("kdouter", scalar_param(_INT64))]
@@ -103,6 +104,7 @@ def _build(
             block=BLOCK,
             tile=BLOCK * variant.items,
             window=WINDOW,
+            status_words=status_words(acc),
             vector=vector,
             vec=vec,
             input={"cctype": compute_ctype(value), "storage": storage_ctype(value), "itemsize": value.itemsize},
@@ -124,6 +126,11 @@ def _build(
 
     name = f"{reducer.name}_scan_{variant.stage}"
     return make_kernel(name, _params(ndim, out_ndim, variant, value, acc, result), body)
+
+
+def status_words(acc: np.dtype) -> int:
+    """64-bit words of a look-back tile status: the flag beside a value of up to 4 bytes, or two."""
+    return 1 if acc.itemsize <= 4 else 2
 
 
 @dataclass(frozen=True)
@@ -167,7 +174,7 @@ class ScanPlan(Plan):
         outer, count, inner = self.extents()
         ndim, out_ndim = len(self.value_shape), len(self.shape)
         if inner == 1 and count > LINES_MAX:
-            items = max(1, ITEMS_BYTES // self.value.itemsize)
+            items = max(1, min(MAX_ITEMS, ITEMS_BYTES // self.value.itemsize))
             vec = max(1, 16 // self.value.itemsize)
             variant = ScanVariant("lookback", self.exclusive, items, vec > 1 and count % vec == 0 and items % vec == 0)
             tiles = outer * _ceil(count, BLOCK * items)
@@ -203,15 +210,14 @@ class ScanPlan(Plan):
             step.kernel(value, out, count, outer, inner, grid=(step.blocks, 1, 1))
             return
         epoch, wrapped = SCRATCH.next_epoch(session)
+        words = status_words(self.acc)
+        roles = (f"scan-aggregates-{words}", f"scan-inclusive-{words}")
         if wrapped:
-            SCRATCH.discard(session, "scan-flags", _UINT32)
-        status = (
-            SCRATCH.get(session, "scan-aggregates", self.acc, step.tiles),
-            SCRATCH.get(session, "scan-inclusive", self.acc, step.tiles),
-            SCRATCH.get(session, "scan-flags", _UINT32, step.tiles, zeroed=True),
-            SCRATCH.get(session, "scan-counter", _UINT32, 1, zeroed=True),
-        )
-        step.kernel(value, out, *status, count, outer, epoch, grid=(step.blocks, 1, 1))
+            for role in roles:
+                SCRATCH.discard(session, role, _UINT64)
+        status = tuple(SCRATCH.get(session, role, _UINT64, step.tiles * words, zeroed=True) for role in roles)
+        counter = SCRATCH.get(session, "scan-counter", _UINT32, 1, zeroed=True)
+        step.kernel(value, out, *status, counter, count, outer, epoch, grid=(step.blocks, 1, 1))
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         step = self.step(132)
@@ -220,7 +226,7 @@ class ScanPlan(Plan):
         (value,) = self.values(args)
         if step.variant.stage == "lines":
             return step.kernel.inspect(value, target, count, outer, inner, arch=arch)
-        status = (np.empty(1, self.acc), np.empty(1, self.acc), np.zeros(1, _UINT32), np.zeros(1, _UINT32))
+        status = (np.zeros(2, _UINT64), np.zeros(2, _UINT64), np.zeros(1, _UINT32))
         return step.kernel.inspect(value, target, *status, count, outer, 1, arch=arch)
 
 
