@@ -62,7 +62,8 @@ from .scratch import SCRATCH, multiprocessors
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
 PARTIAL_BLOCKS_PER_SM = 8  # blocks that fill one SM: what a split reduction aims for
-COLUMN_BLOCKS_PER_SM = 2  # split columns aim lower (8 loads in flight each): a short last fold
+COLUMN_BLOCKS_PER_SM = 2  # split columns with many partials per thread aim lower (8 loads in flight each)
+FINAL_FOLDS = 16  # partials per thread the last block of a split column tile folds at most, by choice
 GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
 LOADS_PER_THREAD = 16  # fewest loads per thread worth splitting a row over one more block
@@ -399,7 +400,10 @@ def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Varian
     across = min(BLOCK, _pow2_at_least(_ceil(e.inner, width)))
     down = BLOCK // across
     tiles = e.outer * _ceil(e.inner, across * width)
-    wanted = _ceil(sms * COLUMN_BLOCKS_PER_SM, tiles)
+    # Enough blocks to fill the GPU in one wave, unless the last block of a tile would then fold more than
+    # FINAL_FOLDS partials per thread: then as few as fill it at COLUMN_BLOCKS_PER_SM.
+    one_wave = max(1, sms * PARTIAL_BLOCKS_PER_SM // tiles)
+    wanted = min(one_wave, max(_ceil(sms * COLUMN_BLOCKS_PER_SM, tiles), down * FINAL_FOLDS))
     splits = max(1, min(wanted, _ceil(e.count, down * ROWS_PER_THREAD)))
     return Variant("columns", across, vector, splits > 1), min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, tiles
 

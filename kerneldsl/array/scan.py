@@ -40,8 +40,8 @@ from .scratch import SCRATCH, multiprocessors
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
 WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and WINDOW - 1 aggregates
-ITEMS_BYTES = 128  # input bytes each thread of a look-back tile holds
-MAX_ITEMS = 32  # and at most this many values (they widen to the accumulation type in registers)
+ITEMS_BYTES = 128  # accumulator bytes each thread of a look-back tile holds (and stages in shared memory)
+MAX_ITEMS = 32  # values per thread at most
 
 _SHUFFLE = {"bool": "int", "int8": "int", "int16": "int", "uint8": "unsigned int", "uint16": "unsigned int"}
 _UINT32 = np.dtype(np.uint32)
@@ -51,13 +51,12 @@ _INT64 = np.dtype(np.int64)
 
 @dataclass(frozen=True)
 class ScanVariant:
-    """Compile-time choices of a scan kernel: the stage, inclusive or exclusive, items per
-    thread and whether they load as 16-byte vectors (lookback only)."""
+    """Compile-time choices of a scan kernel: the stage, inclusive or exclusive, and values per
+    thread (lookback only)."""
 
     stage: str
     exclusive: bool
     items: int = 1
-    vector: bool = False
 
 
 def scan_kernel(
@@ -91,10 +90,7 @@ def _params(
 def _build(
     reducer: Reducer, ndim: int, out_ndim: int, variant: ScanVariant, value: np.dtype, acc: np.dtype, result: np.dtype
 ) -> Kernel:
-    vec = max(1, 16 // value.itemsize)
-
     def body(proxies: dict[str, Any]) -> GeneratedBody:
-        vector = variant.vector and proxies["kdx"].aligned16
         text = render(
             "scan.cu.j2",
             name=reducer.name,
@@ -105,8 +101,6 @@ def _build(
             tile=BLOCK * variant.items,
             window=WINDOW,
             status_words=status_words(acc),
-            vector=vector,
-            vec=vec,
             input={"cctype": compute_ctype(value), "storage": storage_ctype(value), "itemsize": value.itemsize},
             acc={
                 "cctype": compute_ctype(acc),
@@ -119,9 +113,7 @@ def _build(
             pre=reducer.pre,
             pre_param=reducer.pre_param,
         )
-        decisions = Decisions(
-            layout="flat", vector_width=vec if vector else 1, stage=variant.stage, accumulation=acc, group=variant.items
-        )
+        decisions = Decisions(layout="flat", stage=variant.stage, accumulation=acc, group=variant.items)
         return GeneratedBody(text, decisions)
 
     name = f"{reducer.name}_scan_{variant.stage}"
@@ -174,9 +166,8 @@ class ScanPlan(Plan):
         outer, count, inner = self.extents()
         ndim, out_ndim = len(self.value_shape), len(self.shape)
         if inner == 1 and count > LINES_MAX:
-            items = max(1, min(MAX_ITEMS, ITEMS_BYTES // self.value.itemsize))
-            vec = max(1, 16 // self.value.itemsize)
-            variant = ScanVariant("lookback", self.exclusive, items, vec > 1 and count % vec == 0 and items % vec == 0)
+            items = max(1, min(MAX_ITEMS, ITEMS_BYTES // max(self.value.itemsize, self.acc.itemsize)))
+            variant = ScanVariant("lookback", self.exclusive, items)
             tiles = outer * _ceil(count, BLOCK * items)
             kernel = scan_kernel(self.reducer, ndim, out_ndim, variant, self.value, self.acc, self.dtype)
             return ScanStep(variant, kernel, tiles, tiles)
