@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from .array.elementwise import elementwise as elementwise
     from .array.fusion import fuse as fuse
     from .array.reduction import reduction as reduction
+    from .array.scan import scan as scan
     from .dispatch import Kernel as Kernel
     from .dispatch import kernel as kernel
     from .dtypes import bool_ as bool_
@@ -72,6 +73,7 @@ _HOMES = {
     "elementwise": ".array.elementwise",
     "fuse": ".array.fusion",
     "reduction": ".array.reduction",
+    "scan": ".array.scan",
     **dict.fromkeys(["Kernel", "kernel"], ".dispatch"),
     **dict.fromkeys(
         [

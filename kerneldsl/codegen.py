@@ -127,9 +127,10 @@ class Decisions:
 
     layout: str | None = None  # "flat" (every array has the result's shape) or "broadcast"
     vector_width: int = 1  # elements per 16-byte access; 1: the scalar path
-    stage: str | None = None  # a reduction's kernel: "direct", "partial", "rows" or "columns"
+    stage: str | None = None  # a reduction's kernel: "direct", "partial", "rows", "columns" or "gather"
     accumulation: np.dtype | None = None  # the dtype a reduction accumulates in
-    group: int | None = None  # threads that fold one output together (a reduction's rows stage)
+    group: int | None = None  # a reduction's lanes per row (rows, gather) or across columns (columns)
+    split: bool = False  # several blocks share one output; the last to finish folds their partials
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from . import promotion
 from .array.elementwise import ElementwiseFunction
 from .array.program import kind
 from .array.reduction import REDUCERS, Reduction
+from .array.scan import cumprod, cumsum
 
 _IPOW = (
     "[&]() -> kdT { if (b < 0) return (kdT)(a == 1 ? 1 : (a == (kdT)-1 ? ((b & 1) ? -1 : 1) : 0)); "
@@ -233,6 +234,8 @@ __all__ = [
     "axpy",
     "clip",
     "cos",
+    "cumprod",
+    "cumsum",
     "divide",
     "dot",
     "equal",

@@ -9,7 +9,7 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import ops
-from kerneldsl.array.reduction import DIRECT_MAX, ROWS_BLOCK_MIN, normalize_axis
+from kerneldsl.array.reduction import DIRECT_MAX, ROWS_BLOCK_MIN, extents, normalize_axes
 
 ARCH = "sm_90"
 REDUCERS = ("sum", "prod", "min", "max", "mean", "argmax", "argmin", "norm")
@@ -72,16 +72,96 @@ def test_rows_use_a_block_for_long_rows_and_a_warp_for_short_ones() -> None:
     assert (short.stage, short.group) == ("rows", 32) and (long.stage, long.group) == ("rows", 256)
 
 
+def _shape(*dims: int) -> np.ndarray:
+    """An array of any shape that costs no memory: the planner reads only shape and dtype."""
+    return np.lib.stride_tricks.as_strided(np.ones(1, np.float32), dims, [0] * len(dims))
+
+
+def test_few_long_rows_split_each_row_over_blocks() -> None:
+    step = ops.sum.strategy(_shape(16, 1 << 22), axis=1, multiprocessors=132)
+    assert (step.variant.stage, step.variant.split) == ("rows", True)
+    assert step.splits * 16 >= 132 * 4 and step.tickets == 16
+
+
+def test_many_short_rows_give_each_row_a_few_lanes() -> None:
+    step = ops.sum.strategy(_shape(1 << 22, 16), axis=1)
+    assert (step.variant.stage, step.variant.lanes, step.variant.vector) == ("rows", 4, True)
+
+
+def test_a_leading_axis_reduces_as_coalesced_columns_split_over_blocks() -> None:
+    step = ops.sum.strategy(_shape(8192, 8192), axis=0, multiprocessors=132)
+    assert (step.variant.stage, step.variant.lanes, step.variant.split) == ("columns", 256, True)
+    assert step.splits > 1
+
+
+def test_short_leading_axis_needs_no_split() -> None:
+    step = ops.sum.strategy(_shape(16, 1 << 22), axis=0)
+    assert (step.variant.stage, step.variant.split) == ("columns", False)
+
+
+def test_narrow_columns_put_the_rest_of_the_block_down_the_reduced_axis() -> None:
+    step = ops.sum.strategy(_shape(1 << 22, 16), axis=0)
+    assert (step.variant.lanes, step.variant.vector, step.variant.split) == (4, True, True)
+
+
+def test_middle_axis_is_a_columns_reduction_with_an_outer_extent() -> None:
+    assert extents((256, 1024, 256), (1,)) == extents((256, 1, 1024, 256), (2,))
+    assert ops.sum.strategy(_shape(256, 1024, 256), axis=1).variant.stage == "columns"
+
+
+def test_interleaved_axes_are_gathered() -> None:
+    assert extents((4, 5, 6), (0, 2)).gather == (0, 2)
+    step = ops.sum.strategy(_shape(4, 5, 6), axis=(0, 2))
+    assert step.variant.stage == "gather" and step.variant.reduced == (0, 2)
+
+
+def test_axes_of_extent_one_do_not_interleave() -> None:
+    assert extents((4, 1, 6), (0, 2)) == extents((24,), (0,))
+    assert ops.sum.strategy(_shape(4, 1, 6), axis=(0, 2)).variant.stage == "direct"
+
+
+def test_unaligned_rows_fall_back_to_scalar_loads() -> None:
+    assert not ops.sum.strategy(_shape(8, 4098), axis=1).variant.vector
+
+
+def test_wide_accumulators_keep_columns_scalar() -> None:
+    assert not ops.sum.strategy(np.ones((64, 64), np.int8), axis=0).variant.vector
+
+
 def test_axis_normalization() -> None:
-    assert normalize_axis(None, 2, "sum") is None
-    assert normalize_axis(-1, 2, "sum") == 1
-    assert normalize_axis((0,), 3, "sum") == 0
+    assert normalize_axes(None, 2, "sum") is None
+    assert normalize_axes(-1, 2, "sum") == (1,)
+    assert normalize_axes((2, 0), 3, "sum") == (0, 2)
     with pytest.raises(np.exceptions.AxisError):
-        normalize_axis(2, 2, "sum")
-    with pytest.raises(NotImplementedError):
-        normalize_axis((0, 1), 2, "sum")
+        normalize_axes(2, 2, "sum")
+    with pytest.raises(ValueError, match="duplicate"):
+        normalize_axes((0, -2), 2, "sum")
     with pytest.raises(TypeError):
-        normalize_axis(1.0, 2, "sum")
+        normalize_axes(1.0, 2, "sum")
+    with pytest.raises(TypeError, match="not a tuple"):
+        normalize_axes((0, 1), 2, "argmax", single=True)
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 2), (1, 2), -1])
+def test_result_shapes_follow_numpy(axis: object, keepdims: bool) -> None:
+    x = np.ones((2, 3, 4), np.float32)
+    assert ops.sum._plan((x,), axis, None, keepdims).shape == np.sum(x, axis=axis, keepdims=keepdims).shape
+
+
+def test_keepdims_must_be_a_bool() -> None:
+    with pytest.raises(TypeError, match="keepdims"):
+        ops.sum(np.ones(3, np.float32), keepdims="yes")
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((4, 5, 6), (0, 2)), ((16, 1 << 22), 1), ((8192, 8192), 0), ((1 << 22, 16), 0), ((4, 4098), 1)]
+)
+@pytest.mark.parametrize("name", ["sum", "argmax", "mean"])
+def test_every_strategy_compiles(shape: tuple[int, ...], axis: object, name: str) -> None:
+    if name == "argmax" and isinstance(axis, tuple):
+        return
+    assert getattr(ops, name).inspect(_shape(*shape), axis=axis, arch=ARCH).cubin
 
 
 def test_middle_axis_of_3d_compiles() -> None:
@@ -97,3 +177,44 @@ def test_user_reduction() -> None:
     absmax = kd.reduction(map="x < 0 ? -x : x", reduce="a > b ? a : b", identity="min", dtype=np.float64)
     b = absmax.inspect(np.ones((4, 8), np.float32), axis=0, arch=ARCH)
     assert b.specialization.element_type("kdout").name == "float64"
+
+
+def test_long_innermost_scans_take_the_single_pass_look_back() -> None:
+    step = ops.cumsum.strategy(_shape(1 << 28))
+    assert step.variant.stage == "lookback" and step.tiles == (1 << 28) // (256 * 32)
+
+
+def test_short_or_outer_axis_scans_walk_lines() -> None:
+    assert ops.cumsum.strategy(_shape(1 << 20, 16), axis=1).variant.stage == "lines"
+    assert ops.cumsum.strategy(_shape(100, 300), axis=0).variant.stage == "lines"
+
+
+@pytest.mark.parametrize("exclusive", [False, True])
+@pytest.mark.parametrize("dt", [np.float32, np.int8, np.float16, np.float64, np.bool_])
+def test_every_scan_compiles(dt: type, exclusive: bool) -> None:
+    for shape, axis in [((5000,), None), ((30, 20), 0)]:
+        for scan in (ops.cumsum, ops.cumprod):
+            assert scan.inspect(np.ones(shape, dt), axis=axis, exclusive=exclusive, arch=ARCH).cubin
+
+
+def test_scan_result_dtypes_follow_numpy_cumsum() -> None:
+    for dt in (np.int8, np.uint8, np.bool_, np.float16, np.int32):
+        assert ops.cumsum._plan((np.ones(3, dt),), None, None, False).dtype == np.cumsum(np.ones(3, dt)).dtype
+
+
+def test_scan_over_none_flattens_like_numpy() -> None:
+    assert ops.cumsum._plan((np.ones((3, 4), np.float32),), None, None, False).shape == (12,)
+
+
+def test_a_scan_takes_one_axis() -> None:
+    with pytest.raises(TypeError, match="not a tuple"):
+        ops.cumsum(np.ones((2, 2), np.float32), axis=(0, 1))
+
+
+def test_a_scan_cannot_be_fused() -> None:
+    @kd.fuse
+    def f(x):  # type: ignore[no-untyped-def]
+        return ops.cumsum(x)
+
+    with pytest.raises(kd.errors.FusionError, match="cannot be fused"):
+        f(np.ones(4, np.float32))

@@ -188,8 +188,8 @@ class Fused:
     def plan(self, values: Any, out: Any) -> Plan:
         builder, result = self.trace(*values)
         if result.reduction is not None:
-            reduction, axis, root = result.reduction
-            return plan_reduction(builder, root, reduction.reducer, axis, out)
+            reduction, axis, keepdims, root = result.reduction
+            return plan_reduction(builder, root, reduction.reducer, axis, out, keepdims)
         return plan_elementwise(builder, result, values, out)
 
     def inspect(self, *args: Any, out: Any = None, arch: str | None = None) -> Build:

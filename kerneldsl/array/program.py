@@ -129,7 +129,7 @@ class Traced:
         self.id = id
         self.dtype = dtype
         self.shape = shape
-        self.reduction: Any = None  # (Reduction, axis, reduced value) when this ends a chain
+        self.reduction: Any = None  # (Reduction, axis, keepdims, reduced value) when this ends a chain
         self.argument: Any = None  # (position, value) of a scalar argument of the traced function
 
     @property

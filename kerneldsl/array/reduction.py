@@ -1,17 +1,24 @@
-"""Reductions: a program's values folded to one value, over everything or over one axis.
+"""Reductions: a program's values folded over all axes, one axis or a tuple of axes.
 
 ``kd.reduction(map=, reduce=, identity=, post=)`` declares one; ``kd.ops.sum`` and friends are
-reductions too. The kernels come from ``templates/reduction.cu.j2`` as ``Kernel`` objects; a
-full reduction is one launch (one kernel), an axis reduction one launch of a "rows" (reduced
-axis innermost) or "columns" kernel.
+reductions too. Every call is one launch of one kernel from ``templates/reduction.cu.j2``; which
+kernel is decided per call from the extents (``Reduction.strategy`` shows it, ``inspect`` the
+Build, whose ``decisions`` name the stage):
 
-Results are deterministic for every dtype, floats included: each thread folds a fixed
-grid-stride subset, blocks combine with warp shuffles and one shared-memory step, and a full
-reduction of more than ``DIRECT_MAX`` elements writes per-block partials that the last block to
-finish (elected by an integer ticket, the only atomic) folds in index order, in the same launch.
-No value is ever added atomically; the tree depends only on the size and the device's SM count.
-Axis reductions give each output to a warp or block (reduced axis innermost) or to one thread
-(reduced axis outer), so they are deterministic too.
+- all axes: "direct" (one block) for small inputs, else "partial" (blocks fold grid-stride
+  slices, the last block to finish folds their partials in the same launch);
+- reduced axes innermost ("rows", outer x count): a few lanes of a warp per output for short
+  rows, a block per output for long ones, and when rows are few and long, each row split over
+  several blocks so that the GPU fills;
+- kept axes after the reduced ones ("columns", outer x count x inner): threads across the kept
+  axis read whole rows coalesced, the block's other threads and, when tiles are few, other
+  blocks split the reduced axis;
+- reduced axes that kept ones interleave ("gather"): a warp per output.
+
+Results are deterministic for every dtype, floats included: each value has a fixed place in a
+fixed tree, and work split over blocks is folded by the last block to finish (elected by an
+integer ticket, the only atomic) in index order. No value is ever added atomically; the tree
+depends only on the extents and the device's SM count.
 
 Accumulation dtype: NumPy's result dtype (``sum`` of int8 accumulates in int64, of uint8 in
 uint64, ``mean`` of ints in float64), except that float16 and bfloat16 always accumulate in
@@ -19,15 +26,10 @@ float32 and round once at the end (NumPy sums float16 pairwise in float16: we ar
 accurate); float32 accumulates in float32, float64 in float64. Float results therefore differ
 from NumPy's by summation order only: tests allow ``rtol = eps(acc) * sqrt(n)``-ish bounds.
 NaN propagates through min/max/sum like NumPy; argmax/argmin return the first NaN's index.
-
-Known limits: one axis (or all) per call; an axis reduction with few outputs gets little
-parallelism (``(2**20, 4).sum(axis=0)`` runs 4 threads): reduce a 1-D array (always the
-full path) or transpose first when that matters.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,8 +41,6 @@ from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import FusionError
-from ..runtime import driver
-from ..runtime.memory import DeviceArray
 from ..runtime.session import default_session
 from .elementwise import ElementwiseFunction
 from .kernels import (
@@ -58,16 +58,24 @@ from .kernels import (
 from .placement import check_out
 from .plan import Plan, PlanCache
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype, unsigned_ctype
+from .scratch import SCRATCH, multiprocessors
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
-PARTIAL_BLOCKS_PER_SM = 8  # blocks of the first pass of a full reduction, per SM
+PARTIAL_BLOCKS_PER_SM = 8  # blocks that fill one SM: what a split reduction aims for
+COLUMN_BLOCKS_PER_SM = 2  # split columns with many partials per thread aim lower (8 loads in flight each)
+FINAL_FOLDS = 16  # partials per thread the last block of a split column tile folds at most, by choice
+GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
+LOADS_PER_THREAD = 16  # fewest loads per thread worth splitting a row over one more block
+ROWS_PER_THREAD = 8  # fewest rows per thread worth splitting columns over one more block
+COLUMN_BYTES_PER_THREAD = 64  # accumulator bytes per thread up to which columns use 16-byte loads
+INSPECT_MULTIPROCESSORS = 132  # inspect() without a GPU plans for an H100/H200
 
 _HALF = ("float16", "bfloat16")
 _SHUFFLE = {"bool": "int", "int8": "int", "int16": "int", "uint8": "unsigned int", "uint16": "unsigned int"}
 
 
-def _acc(dt: np.dtype) -> np.dtype:
+def accumulation_dtype(dt: np.dtype) -> np.dtype:
     """float16/bfloat16 accumulate in float32."""
     return np.dtype(np.float32) if dtypes.element_type(dt).name in _HALF else dt
 
@@ -150,25 +158,34 @@ def _sum_dtype(dt: np.dtype) -> np.dtype:
 
 
 REDUCERS: dict[str, Reducer] = {
-    "sum": Reducer("sum", _ADD, "0", _sum_dtype, lambda dt: _acc(_sum_dtype(dt))),
-    "prod": Reducer("prod", _MUL, "1", _numpy_dtype(np.prod), lambda dt: _acc(_numpy_dtype(np.prod)(dt))),
-    "min": Reducer("min", _MIN, "max", _same, _acc, needs_values=True),
-    "max": Reducer("max", _MAX, "min", _same, _acc, needs_values=True),
+    "sum": Reducer("sum", _ADD, "0", _sum_dtype, lambda dt: accumulation_dtype(_sum_dtype(dt))),
+    "prod": Reducer("prod", _MUL, "1", _numpy_dtype(np.prod), lambda dt: accumulation_dtype(_numpy_dtype(np.prod)(dt))),
+    "min": Reducer("min", _MIN, "max", _same, accumulation_dtype, needs_values=True),
+    "max": Reducer("max", _MAX, "min", _same, accumulation_dtype, needs_values=True),
     "mean": Reducer(
-        "mean", _ADD, "0", _numpy_dtype(np.mean), lambda dt: _acc(_numpy_dtype(np.mean)(dt)), post="r / (kdA)n"
+        "mean",
+        _ADD,
+        "0",
+        _numpy_dtype(np.mean),
+        lambda dt: accumulation_dtype(_numpy_dtype(np.mean)(dt)),
+        post="r / (kdA)n",
     ),
-    "argmax": Reducer("argmax", {"fiub": _ARGMAX}, "min", _int64, _acc, post="i", indexed=True, needs_values=True),
-    "argmin": Reducer("argmin", {"fiub": _ARGMIN}, "max", _int64, _acc, post="i", indexed=True, needs_values=True),
+    "argmax": Reducer(
+        "argmax", {"fiub": _ARGMAX}, "min", _int64, accumulation_dtype, post="i", indexed=True, needs_values=True
+    ),
+    "argmin": Reducer(
+        "argmin", {"fiub": _ARGMIN}, "max", _int64, accumulation_dtype, post="i", indexed=True, needs_values=True
+    ),
     "norm": Reducer(
         "norm",
         _ADD,
         "0",
         _numpy_dtype(np.linalg.norm),
-        lambda dt: _acc(_numpy_dtype(np.linalg.norm)(dt)),
+        lambda dt: accumulation_dtype(_numpy_dtype(np.linalg.norm)(dt)),
         pre="v * v",
         post="sqrt(r)",
     ),
-    "dot": Reducer("dot", _ADD, "0", _same, _acc),
+    "dot": Reducer("dot", _ADD, "0", _same, accumulation_dtype),
 }
 
 
@@ -177,59 +194,90 @@ REDUCERS: dict[str, Reducer] = {
 
 @dataclass(frozen=True)
 class Geometry:
-    """The reduction geometry: value rank, reduced axis (None: all), and whether leaves broadcast."""
+    """What a reduction kernel's parameters depend on: the value's rank, whether its leaves
+    broadcast (and each leaf's rank), and the rank of the output it writes."""
 
     ndim: int
-    axis: int | None
     broadcast: bool
     ranks: tuple[int | None, ...]
+    out_rank: int
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The compile-time choices of one reduction kernel.
+
+    ``stage``: "direct" (one block folds everything), "partial" (blocks fold slices, the last to
+    finish folds their partials), "rows" (the reduced axes are innermost: ``lanes`` threads per
+    output, a whole block when ``lanes == BLOCK``), "columns" (kept axes follow the reduced ones:
+    ``lanes`` threads across the kept extent, the rest of the block down the reduced one) or
+    "gather" (reduced axes interleaved with kept ones; ``reduced`` names them).
+    ``vector``: 16-byte loads; ``split``: several blocks share an output and the last of them to
+    finish folds their partials in index order (deterministic, no float atomics)."""
+
+    stage: str
+    lanes: int = BLOCK
+    vector: bool = False
+    split: bool = False
+    reduced: tuple[int, ...] = ()
 
 
 def reduction_kernel(
-    program: Program, reducer: Reducer, geometry: Geometry, stage: str, acc: np.dtype, result: np.dtype, group: int = 32
+    program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
 ) -> Kernel:
-    key = ("reduction", program, reducer, geometry, stage, acc, result, group)
-    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(program, reducer, geometry, stage, acc, result, group))
+    key = ("reduction", program, reducer, geometry, variant, acc, result)
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(program, reducer, geometry, variant, acc, result))
     return kernel
 
 
 _INT64 = np.dtype(np.int64)
 
 
-def _build(
-    program: Program, reducer: Reducer, geometry: Geometry, stage: str, acc: np.dtype, result: np.dtype, group: int
-) -> Kernel:
-    layout = ("broadcast", geometry.ndim, geometry.ranks)
-    params = leaf_params(program, layout)
-    if stage == "partial":
+def _params(
+    program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
+) -> list[tuple[str, Any]]:
+    params = leaf_params(program, ("broadcast", geometry.ndim, geometry.ranks))
+    if variant.stage == "partial" or variant.split:
         params.append(("kdpart", array_param("out", acc, "kdm")))
         if reducer.indexed:
-            params.append(("kdpidx", array_param("out", _INT64, "kdm")))
-        params.append(("kdticket", array_param("inout", np.dtype(np.uint32), (1,))))
-    out_rank = 0 if geometry.axis is None else geometry.ndim - 1
-    params.append(("kdout", array_param("out", result, tuple(f"kdq{j}" for j in range(out_rank)))))
+            params.append(("kdpidx", array_param("out", _INT64, "kdmi")))
+        params.append(("kdticket", array_param("inout", np.dtype(np.uint32), "kdt")))
+    params.append(("kdout", array_param("out", result, tuple(f"kdq{j}" for j in range(geometry.out_rank)))))
     params.append(("kdcount", scalar_param(_INT64)))
-    if stage in ("rows", "columns"):
-        params += [("kdouter", scalar_param(_INT64)), ("kdinner", scalar_param(_INT64))]
+    if variant.stage not in ("partial", "direct"):
+        params += [(f"kd{name}", scalar_param(_INT64)) for name in ("outer", "inner", "splits")]
     params += [(f"kdd{j}", scalar_param(_INT64)) for j in range(geometry.ndim)]
+    return params
+
+
+def _build(
+    program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
+) -> Kernel:
+    layout = ("broadcast", geometry.ndim, geometry.ranks)
     arrays = array_leaves(program, layout)
     vec = vector_width(program)
     acc_name = dtypes.element_type(acc).name
+    stage = variant.stage
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         aligned = all_aligned(proxies, [a["param"] for a in arrays])
-        vector = stage in ("partial", "direct") and not geometry.broadcast and aligned and vec > 1
+        vector = not geometry.broadcast and aligned and vec > 1 and (stage in ("partial", "direct") or variant.vector)
         text = render(
             "reduction.cu.j2",
             name=reducer.name,
             stage=stage,
+            lanes=variant.lanes,
+            block=BLOCK,
+            split=variant.split,
             broadcast=geometry.broadcast,
             vector=vector,
             vec=vec,
-            group=group,
+            width=vec if vector else 1,
             indexed=reducer.indexed,
             size_expr=" * ".join(f"(index_t)kdd{j}" for j in range(geometry.ndim)) or "1",
             dims=[f"kdd{j}" for j in range(geometry.ndim)],
+            kept=[j for j in range(geometry.ndim) if j not in variant.reduced],
+            reduced=list(variant.reduced),
             arrays=arrays,
             program=program_context(program),
             vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
@@ -248,83 +296,138 @@ def _build(
             pre_param=reducer.pre_param,
             post=reducer.post,
         )
-        layout_name = "broadcast" if geometry.broadcast else "flat"
         decisions = Decisions(
-            layout=layout_name,
+            layout="broadcast" if geometry.broadcast else "flat",
             vector_width=vec if vector else 1,
             stage=stage,
             accumulation=acc,
-            group=group if stage == "rows" else None,
+            group=variant.lanes if stage in ("rows", "columns", "gather") else None,
+            split=variant.split,
         )
         return GeneratedBody(text, decisions)
 
     name = f"{program.name}_{reducer.name}_{stage}"
-    return make_kernel(name, params, body)
+    return make_kernel(name, _params(program, reducer, geometry, variant, acc, result), body)
 
 
-# --- running -----------------------------------------------------------------------------------------
-
-_scratch: dict[tuple[int, int, str, np.dtype, int], DeviceArray] = {}
+# --- strategy ------------------------------------------------------------------------------------------
 
 
-def scratch(session: Any, role: str, dtype: np.dtype, count: int) -> DeviceArray:
-    """Partials buffers, reused per (session, thread, role): each use is ordered on the session
-    stream, and one thread's launch cannot overwrite another's before its last block reads.
-    The role keeps a reduction's value and index partials apart even when both are int64."""
-    key = (session.session_id, threading.get_ident(), role, dtype, count)
-    found = _scratch.get(key)
-    if found is None or found.closed:
-        found = _scratch[key] = session.empty(count, dtype)
-    return found
+@dataclass(frozen=True)
+class Extents:
+    """A reduction seen as ``outer`` x ``count`` x ``inner`` values (kept, reduced, kept axes), or
+    ``count`` values per output of ``outer`` gathered ones when ``gather`` names reduced axes that
+    kept axes interleave."""
+
+    outer: int
+    count: int
+    inner: int
+    gather: tuple[int, ...] = ()
 
 
-_tickets: dict[tuple[int, int], DeviceArray] = {}
-
-
-def ticket(session: Any) -> DeviceArray:
-    """The zeroed counter that elects a full reduction's last block, per (session, thread); the
-    elected block resets it, so every launch on the stream finds it at zero."""
-    key = (session.session_id, threading.get_ident())
-    found = _tickets.get(key)
-    if found is None or found.closed:
-        found = _tickets[key] = session.zeros(1, np.uint32)
-    return found
-
-
-_sm_counts: dict[int, int] = {}
-
-
-def blocks_per_device(device: int) -> int:
-    """How many blocks fill device ``device``: ``PARTIAL_BLOCKS_PER_SM`` per SM."""
-    found = _sm_counts.get(device)
-    if found is None:
-        found = _sm_counts[device] = driver.multiprocessor_count(device)
-    return found * PARTIAL_BLOCKS_PER_SM
-
-
-def normalize_axis(axis: Any, ndim: int, what: str) -> int | None:
-    if axis is None:
-        return None
-    if isinstance(axis, tuple):
-        if len(axis) != 1:
-            raise NotImplementedError(
-                f"{what}: reducing over several axes at once is not supported; reduce one at a time"
-            )
-        (axis,) = axis
-    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise TypeError(f"{what}: axis must be an int or None, not {axis!r}")
-    if not -ndim <= axis < max(ndim, 1) or ndim == 0:
-        raise np.exceptions.AxisError(int(axis), ndim)
-    return int(axis) % ndim
+def extents(shape: tuple[int, ...], axes: tuple[int, ...]) -> Extents:
+    """The (outer, count, inner) view of reducing ``axes`` of ``shape``; axes of extent 1 are
+    neither kept nor reduced, so ``(a, 1, b)`` over axes (0, 2) is still one block."""
+    before = count = after = 1
+    state = "before"
+    for j, d in enumerate(shape):
+        if d == 1:
+            continue
+        if j in axes:
+            if state == "after":
+                kept = [k for k in range(len(shape)) if k not in axes]
+                outputs = int(np.prod([shape[k] for k in kept], dtype=np.int64))
+                reduced = int(np.prod([shape[k] for k in axes], dtype=np.int64))
+                return Extents(outputs, reduced, 1, axes)
+            state = "reduced"
+            count *= d
+        elif state == "before":
+            before *= d
+        else:
+            state = "after"
+            after *= d
+    return Extents(before, count, after)
 
 
 @dataclass(frozen=True)
 class Step:
-    """The one launch a reduction call makes: which kernel (stage) and how many blocks."""
+    """The one launch a reduction call makes: its kernel, grid, and for split stages how many
+    blocks share an output and how many partials and tickets they need."""
 
-    stage: str
+    variant: Variant
     kernel: Kernel
     blocks: int
+    splits: int = 1
+    partials: int = 0
+    tickets: int = 0
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def full_variant(size: int) -> Variant:
+    return Variant("direct" if size <= DIRECT_MAX else "partial")
+
+
+def full_blocks(size: int, vec: int, sms: int) -> int:
+    return 1 if size <= DIRECT_MAX else min(sms * PARTIAL_BLOCKS_PER_SM, _ceil(size, BLOCK * vec))
+
+
+def rows_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int]:
+    """Rows (inner == 1): a block per row, split over several blocks when rows are few and long;
+    a power-of-two group of a warp's lanes per row when rows are short."""
+    vector = vec > 1 and e.count % vec == 0
+    units = _ceil(e.count, vec if vector else 1)  # loads per row
+    cap = sms * GRID_BLOCKS_PER_SM
+    if e.count >= ROWS_BLOCK_MIN:
+        splits = max(1, min(_ceil(units, BLOCK * LOADS_PER_THREAD), _ceil(sms * PARTIAL_BLOCKS_PER_SM, e.outer)))
+        return Variant("rows", BLOCK, vector, splits > 1), min(e.outer * splits, cap), splits
+    lanes = min(32, _pow2_at_least(units))
+    return Variant("rows", lanes, vector), min(_ceil(e.outer, BLOCK // lanes), cap), 1
+
+
+def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Variant, int, int, int]:
+    """Columns (inner > 1): threads across the kept extent read coalesced rows, the block's other
+    threads and, when tiles are few, other blocks split the reduced extent. Returns the variant,
+    blocks, splits and tiles."""
+    vector = vec > 1 and e.inner % vec == 0 and vec * acc_bytes <= COLUMN_BYTES_PER_THREAD
+    width = vec if vector else 1
+    across = min(BLOCK, _pow2_at_least(_ceil(e.inner, width)))
+    down = BLOCK // across
+    tiles = e.outer * _ceil(e.inner, across * width)
+    # Enough blocks to fill the GPU in one wave, unless the last block of a tile would then fold more than
+    # FINAL_FOLDS partials per thread: then as few as fill it at COLUMN_BLOCKS_PER_SM.
+    one_wave = max(1, sms * PARTIAL_BLOCKS_PER_SM // tiles)
+    wanted = min(one_wave, max(_ceil(sms * COLUMN_BLOCKS_PER_SM, tiles), down * FINAL_FOLDS))
+    splits = max(1, min(wanted, _ceil(e.count, down * ROWS_PER_THREAD)))
+    return Variant("columns", across, vector, splits > 1), min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, tiles
+
+
+# --- running -----------------------------------------------------------------------------------------
+
+
+def normalize_axes(axis: Any, ndim: int, what: str, single: bool = False) -> tuple[int, ...] | None:
+    """NumPy's ``axis=``: None (every axis), an int, or (unless ``single``) a tuple of distinct ints."""
+    if axis is None:
+        return None
+    items = axis if isinstance(axis, tuple) else (axis,)
+    if single and isinstance(axis, tuple):
+        raise TypeError(f"{what}: axis must be an int or None, not a tuple")
+    normalized = []
+    for a in items:
+        if not isinstance(a, (int, np.integer)) or isinstance(a, bool):
+            raise TypeError(f"{what}: axis must be an int, a tuple of ints or None, not {axis!r}")
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(int(a), ndim)
+        normalized.append(int(a) % ndim)
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"{what}: duplicate value in axis {axis!r}")
+    return tuple(sorted(normalized))
 
 
 @dataclass(eq=False)
@@ -337,6 +440,7 @@ class ReductionPlan(Plan):
     program: Program
     geometry: Geometry
     value_shape: tuple[int, ...]
+    axes: tuple[int, ...]  # reduced axes, sorted
     shape: tuple[int, ...]
     acc: np.dtype
     dtype: np.dtype  # of the output
@@ -360,74 +464,75 @@ class ReductionPlan(Plan):
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         self._check_not_empty(out.size)
-        if self.geometry.axis is not None and out.size == 0:
+        if out.size == 0:
             return
-        step = self._step(blocks_per_device(session.device))
-        partials: tuple[Any, ...] = ()
-        if step.stage == "partial":
-            partials = (scratch(session, "values", self.acc, step.blocks),)
+        step = self.step(multiprocessors(session.device))
+        scratch: tuple[Any, ...] = ()
+        if step.partials:
+            scratch = (SCRATCH.get(session, "values", self.acc, step.partials),)
             if self.reducer.indexed:
-                partials += (scratch(session, "indices", _INT64, step.blocks),)
-            partials += (ticket(session),)
-        step.kernel(*values, *self._output_arguments(partials, out), grid=(step.blocks, 1, 1))
+                scratch += (SCRATCH.get(session, "indices", _INT64, step.partials),)
+            scratch += (SCRATCH.get(session, "tickets", np.dtype(np.uint32), step.tickets, zeroed=True),)
+        step.kernel(*values, *self._output_arguments(step, scratch, out), grid=(step.blocks, 1, 1))
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         """The Build of the kernel a call with these operands runs (``decisions.stage`` names it)."""
-        step = self._step(1)
-        partials: tuple[Any, ...] = ()
-        if step.stage == "partial":
+        step = self.step(INSPECT_MULTIPROCESSORS)
+        scratch: tuple[Any, ...] = ()
+        if step.partials:
             index = [np.empty(1, np.int64)] if self.reducer.indexed else []
-            partials = (np.empty(1, self.acc), *index, np.zeros(1, np.uint32))
+            scratch = (np.empty(1, self.acc), *index, np.zeros(1, np.uint32))
         target = out if out is not None else np.empty(self.shape, self.dtype)
-        return step.kernel.inspect(*self.values(args), *self._output_arguments(partials, target), arch=arch)
+        return step.kernel.inspect(*self.values(args), *self._output_arguments(step, scratch, target), arch=arch)
 
     def _check_not_empty(self, outputs: int) -> None:
-        g, r = self.geometry, self.reducer
-        count = int(np.prod(self.value_shape, dtype=np.int64)) if g.axis is None else self.value_shape[g.axis]
-        if count == 0 and r.needs_values and (g.axis is None or outputs):
-            raise ValueError(f"zero-size array to reduction operation {r.name} which has no identity")
+        count = int(np.prod([self.value_shape[a] for a in self.axes], dtype=np.int64))
+        if count == 0 and self.reducer.needs_values and (outputs or not self.shape):
+            raise ValueError(f"zero-size array to reduction operation {self.reducer.name} which has no identity")
 
-    def _output_arguments(self, before: tuple[Any, ...], out: Any) -> tuple[Any, ...]:
+    def _output_arguments(self, step: Step, before: tuple[Any, ...], out: Any) -> tuple[Any, ...]:
         """The arguments from the partials on: ``before``, the output, counts and extents."""
-        g = self.geometry
         dims = tuple(int(d) for d in self.value_shape)
-        size = int(np.prod(self.value_shape, dtype=np.int64))
-        if g.axis is None:
-            return (*before, out, size, *dims)
-        count = self.value_shape[g.axis]
-        outer = int(np.prod(self.value_shape[: g.axis], dtype=np.int64))
-        inner = int(np.prod(self.value_shape[g.axis + 1 :], dtype=np.int64))
-        return (*before, out, count, outer, inner, *dims)
+        e = extents(self.value_shape, self.axes)
+        if step.variant.stage in ("direct", "partial"):
+            return (*before, out, e.count, *dims)
+        return (*before, out, e.count, e.outer, e.inner, step.splits, *dims)
 
-    def _kernel(self, stage: str, group: int = 32) -> Kernel:
-        return reduction_kernel(self.program, self.reducer, self.geometry, stage, self.acc, self.dtype, group)
+    def _kernel(self, variant: Variant) -> Kernel:
+        return reduction_kernel(self.program, self.reducer, self.geometry, variant, self.acc, self.dtype)
 
-    def _step(self, max_blocks: int) -> Step:
-        """The strategy for this shape, on a device where ``max_blocks`` blocks fill the GPU."""
-        g = self.geometry
-        size = int(np.prod(self.value_shape, dtype=np.int64))
-        if g.axis is None:
-            if size <= DIRECT_MAX:
-                return Step("direct", self._kernel("direct"), 1)
-            blocks = min(max_blocks, -(-size // (BLOCK * vector_width(self.program))))
-            return Step("partial", self._kernel("partial"), blocks)
-        count = self.value_shape[g.axis]
-        outer = int(np.prod(self.value_shape[: g.axis], dtype=np.int64))
-        inner = int(np.prod(self.value_shape[g.axis + 1 :], dtype=np.int64))
-        if inner == 1:
-            group = BLOCK if count >= ROWS_BLOCK_MIN else 32
-            return Step("rows", self._kernel("rows", group), min(max_blocks, -(-outer // (BLOCK // group))))
-        return Step("columns", self._kernel("columns"), min(max_blocks, -(-(outer * inner) // BLOCK)))
+    def step(self, sms: int) -> Step:
+        """The strategy for this shape on a device with ``sms`` multiprocessors (see ``Variant``)."""
+        e = extents(self.value_shape, self.axes)
+        vec = 1 if self.geometry.broadcast else vector_width(self.program)
+        if e.gather:
+            variant = Variant("gather", 32, reduced=e.gather)
+            return Step(variant, self._kernel(variant), min(_ceil(e.outer, BLOCK // 32), sms * GRID_BLOCKS_PER_SM))
+        if e.outer * e.inner == 1:
+            variant = full_variant(e.count)
+            blocks = full_blocks(e.count, vector_width(self.program), sms)
+            partials = blocks if variant.stage == "partial" else 0
+            return Step(variant, self._kernel(variant), blocks, 1, partials, 1 if partials else 0)
+        if e.inner == 1:
+            variant, blocks, splits = rows_step(e, vec, sms)
+            partials, tickets = (e.outer * splits, e.outer) if variant.split else (0, 0)
+            return Step(variant, self._kernel(variant), blocks, splits, partials, tickets)
+        acc_bytes = self.acc.itemsize + (8 if self.reducer.indexed else 0)
+        variant, blocks, splits, tiles = columns_step(e, vec, acc_bytes, sms)
+        partials, tickets = (e.outer * e.inner * splits, tiles) if variant.split else (0, 0)
+        return Step(variant, self._kernel(variant), blocks, splits, partials, tickets)
 
 
-def plan_reduction(builder: ProgramBuilder, root: Traced, reducer: Reducer, axis: Any, out: Any) -> ReductionPlan:
+def plan_reduction(
+    builder: ProgramBuilder, root: Traced, reducer: Reducer, axis: Any, out: Any, keepdims: bool = False
+) -> ReductionPlan:
     """Compile ``reducer`` over the values of ``builder``'s ``root`` for these arguments."""
     program = builder.program(root)
     value_shape = tuple(root.shape)
-    ax = normalize_axis(axis, len(value_shape), reducer.name)
-    if ax is not None and len(value_shape) == 1:
-        ax = None  # the only axis: the full reduction uses the whole GPU
-    shape = () if ax is None else value_shape[:ax] + value_shape[ax + 1 :]
+    ndim = len(value_shape)
+    axes = normalize_axes(axis, ndim, reducer.name, single=reducer.indexed)
+    reduced = tuple(range(ndim)) if axes is None else axes
+    shape = result_shape(value_shape, reduced, keepdims)
     value = program.dtype
     acc = reducer.accumulate(value)
     result = reducer.result(value)
@@ -437,10 +542,17 @@ def plan_reduction(builder: ProgramBuilder, root: Traced, reducer: Reducer, axis
     shapes = builder.shapes
     broadcast = any(s is not None and s != value_shape for s in shapes)
     ranks = tuple(None if s is None else len(s) for s in shapes)
-    geometry = Geometry(len(value_shape), ax, broadcast, ranks)
+    geometry = Geometry(ndim, broadcast, ranks, len(shape))
     return ReductionPlan(
-        reducer.name, reducer, tuple(builder.sources), program, geometry, value_shape, shape, acc, result
+        reducer.name, reducer, tuple(builder.sources), program, geometry, value_shape, reduced, shape, acc, result
     )
+
+
+def result_shape(value_shape: tuple[int, ...], axes: tuple[int, ...], keepdims: bool) -> tuple[int, ...]:
+    """NumPy's: the reduced axes dropped, or kept with extent 1 under ``keepdims``."""
+    if keepdims:
+        return tuple(1 if j in axes else d for j, d in enumerate(value_shape))
+    return tuple(d for j, d in enumerate(value_shape) if j not in axes)
 
 
 class Reduction:
@@ -457,18 +569,28 @@ class Reduction:
     def __repr__(self) -> str:
         return f"<kd reduction {self.name}>"
 
-    def __call__(self, *operands: Any, axis: Any = None, out: Any = None) -> Any:
+    def __call__(self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
         if len(operands) != self.operands:
             raise TypeError(f"{self.name}() takes {self.operands} operand(s), got {len(operands)}")
+        keepdims = _check_keepdims(keepdims, self.name)
         if any(isinstance(o, Traced) for o in operands):
-            return self._trace(operands, axis, out)
-        return self._plans.call(self.name, operands, out, axis, lambda values, o: self._plan(values, axis, o))
+            return self._trace(operands, axis, out, keepdims)
+        return self._plans.call(
+            self.name, operands, out, (axis, keepdims), lambda values, o: self._plan(values, axis, o, keepdims)
+        )
 
-    def inspect(self, *operands: Any, axis: Any = None, out: Any = None, arch: str | None = None) -> Build:
+    def inspect(
+        self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False, arch: str | None = None
+    ) -> Build:
         """The Build (source, cubin, ``decisions``) of the kernel a call with these operands runs;
         no GPU needed. Operands may be numpy arrays or anything with ``shape`` and ``dtype``
         (and ``ptr`` to control alignment)."""
-        return self._plan(operands, axis, out).inspect(operands, out, arch)
+        return self._plan(operands, axis, out, keepdims).inspect(operands, out, arch)
+
+    def strategy(self, *operands: Any, axis: Any = None, keepdims: bool = False, multiprocessors: int = 132) -> Step:
+        """The launch a call with these operands makes on a GPU with ``multiprocessors`` SMs: the
+        kernel's variant (stage, lanes, split), its grid and how many blocks share an output."""
+        return self._plan(operands, axis, None, keepdims).step(multiprocessors)
 
     def _root(self, builder: ProgramBuilder, traced: Sequence[Any]) -> Traced:
         if self.map is not None:
@@ -478,7 +600,7 @@ class Reduction:
             raise TypeError(f"{self.name}: expected an array, got {type(root).__name__}")
         return root
 
-    def _trace(self, operands: Sequence[Any], axis: Any, out: Any) -> Traced:
+    def _trace(self, operands: Sequence[Any], axis: Any, out: Any, keepdims: bool) -> Traced:
         if out is not None:
             raise FusionError(f"{self.name}: out= cannot be used inside a fused function")
         t = next(o for o in operands if isinstance(o, Traced))
@@ -491,17 +613,23 @@ class Reduction:
         root = self._root(t.builder, operands)
         if root.argument is not None:
             raise FusionError(f"{self.name}: a scalar argument cannot be reduced")
-        ax = normalize_axis(axis, root.ndim, self.name)
-        shape = () if ax is None else root.shape[:ax] + root.shape[ax + 1 :]
+        axes = normalize_axes(axis, root.ndim, self.name, single=self.reducer.indexed)
+        shape = result_shape(tuple(root.shape), tuple(range(root.ndim)) if axes is None else axes, keepdims)
         result = t.builder.value(root.id, self.reducer.result(root.dtype), shape)
-        result.reduction = (self, axis, root)
+        result.reduction = (self, axis, keepdims, root)
         return result
 
-    def _plan(self, values: Sequence[Any], axis: Any, out: Any) -> ReductionPlan:
+    def _plan(self, values: Sequence[Any], axis: Any, out: Any, keepdims: bool = False) -> ReductionPlan:
         builder = ProgramBuilder(self.name)
         root = self._root(builder, builder.operands(values, self.name))
         builder.scalars_from_arguments(values)
-        return plan_reduction(builder, root, self.reducer, axis, out)
+        return plan_reduction(builder, root, self.reducer, axis, out, keepdims)
+
+
+def _check_keepdims(keepdims: Any, what: str) -> bool:
+    if not isinstance(keepdims, (bool, np.bool_)):
+        raise TypeError(f"{what}: keepdims must be True or False, not {keepdims!r}")
+    return bool(keepdims)
 
 
 def reduction(
@@ -526,7 +654,7 @@ def reduction(
         {"fiub": reduce},
         identity,
         (lambda dt: dt) if out_dtype is None else (lambda dt: out_dtype),
-        _acc,
+        accumulation_dtype,
         pre=map,
         post=post,
         pre_param="x",

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..runtime import driver
-from . import arrays_bench, blas_bench, coldstart_bench, compile_bench, ops_bench, runtime_bench
+from . import arrays_bench, blas_bench, coldstart_bench, compile_bench, ops_bench, reduce_bench, runtime_bench
 from .report import Report
 
 
@@ -96,6 +96,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         "GPU: array code allocating its results, fused GELU, alloc+free, numpy calls, keywords vs torch and CuPy",
         arrays_bench.add_arguments,
         arrays_bench.run,
+        gpu=True,
+        modules={"cupy": "CuPy", "torch": "PyTorch"},
+        install=f"{_CUPY} torch",
+    ),
+    "reduce": Benchmark(
+        "GPU: kd.ops.sum over every axis, the full sum and cumsum vs CuPy and torch, and vs the copy bandwidth",
+        reduce_bench.add_arguments,
+        reduce_bench.run,
         gpu=True,
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",

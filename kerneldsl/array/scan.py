@@ -1,0 +1,296 @@
+"""Scans: running folds along one axis (``kd.ops.cumsum``, ``kd.ops.cumprod``, ``kd.scan``).
+
+``f(x, axis=None, out=None, exclusive=False)``: inclusive by default (NumPy's ``cumsum``);
+``exclusive=True`` gives each position the fold of the values before it (the identity first).
+``axis=None`` scans the flattened array, like NumPy.
+
+One launch per call, from ``templates/scan.cu.j2``:
+- "lookback" when the scanned axis is innermost and long: a single pass over the data (read
+  once, written once) in tiles chained by a decoupled look-back, made deterministic by always
+  folding a fixed window of predecessors in index order (see the template);
+- "lines" otherwise: one thread per scanned line, walking it in order (coalesced across
+  threads when the axis is not innermost).
+
+Accumulation and result dtypes follow ``kd.ops.sum`` / ``prod`` (NumPy's ``cumsum`` rules:
+small integers widen, float16/bfloat16 accumulate in float32 and round each output once).
+Float results are deterministic run to run; they differ from NumPy's sequential sums by
+association only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes, promotion
+from ..build import Build
+from ..codegen import Decisions, GeneratedBody, render
+from ..dispatch import Kernel
+from ..errors import FusionError
+from ..runtime.session import default_session
+from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
+from .placement import check_out
+from .plan import Plan, PlanCache
+from .program import Traced, compute_ctype, storage_ctype, unsigned_ctype
+from .reduction import REDUCERS, Reducer, accumulation_dtype, normalize_axes
+from .scratch import SCRATCH, multiprocessors
+
+LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
+WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and WINDOW - 1 aggregates
+ITEMS_BYTES = 128  # accumulator bytes each thread of a look-back tile holds (and stages in shared memory)
+MAX_ITEMS = 32  # values per thread at most
+
+_SHUFFLE = {"bool": "int", "int8": "int", "int16": "int", "uint8": "unsigned int", "uint16": "unsigned int"}
+_UINT32 = np.dtype(np.uint32)
+_UINT64 = np.dtype(np.uint64)
+_INT64 = np.dtype(np.int64)
+
+
+@dataclass(frozen=True)
+class ScanVariant:
+    """Compile-time choices of a scan kernel: the stage, inclusive or exclusive, and values per
+    thread (lookback only)."""
+
+    stage: str
+    exclusive: bool
+    items: int = 1
+
+
+def scan_kernel(
+    reducer: Reducer, ndim: int, out_ndim: int, variant: ScanVariant, value: np.dtype, acc: np.dtype, result: np.dtype
+) -> Kernel:
+    key = ("scan", reducer, ndim, out_ndim, variant, value, acc, result)
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(reducer, ndim, out_ndim, variant, value, acc, result))
+    return kernel
+
+
+def _params(
+    ndim: int, out_ndim: int, variant: ScanVariant, value: np.dtype, acc: np.dtype, result: np.dtype
+) -> list[tuple[str, Any]]:
+    params: list[tuple[str, Any]] = [
+        ("kdx", array_param("in", value, tuple(f"kdn{j}" for j in range(ndim)))),
+        ("kdout", array_param("out", result, tuple(f"kdy{j}" for j in range(out_ndim)))),
+    ]
+    if variant.stage == "lookback":
+        params += [
+            ("kdagg", array_param("inout", _UINT64, "kdt")),
+            ("kdincl", array_param("inout", _UINT64, "kdt")),
+            ("kdcounter", array_param("inout", _UINT32, "kdc")),
+        ]
+    params += [("kdcount", scalar_param(_INT64)), ("kdouter", scalar_param(_INT64))]
+    params.append(
+        ("kdepoch", scalar_param(_UINT32)) if variant.stage == "lookback" else ("kdinner", scalar_param(_INT64))
+    )
+    return params
+
+
+def _build(
+    reducer: Reducer, ndim: int, out_ndim: int, variant: ScanVariant, value: np.dtype, acc: np.dtype, result: np.dtype
+) -> Kernel:
+    def body(proxies: dict[str, Any]) -> GeneratedBody:
+        text = render(
+            "scan.cu.j2",
+            name=reducer.name,
+            stage=variant.stage,
+            exclusive=variant.exclusive,
+            items=variant.items,
+            block=BLOCK,
+            tile=BLOCK * variant.items,
+            window=WINDOW,
+            status_words=status_words(acc),
+            input={"cctype": compute_ctype(value), "storage": storage_ctype(value), "itemsize": value.itemsize},
+            acc={
+                "cctype": compute_ctype(acc),
+                "kdU": unsigned_ctype(acc),
+                "shfl": _SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
+            },
+            result={"storage": storage_ctype(result), "cctype": compute_ctype(result)},
+            combine=reducer.expression(acc),
+            identity=reducer.identity_text(acc),
+            pre=reducer.pre,
+            pre_param=reducer.pre_param,
+        )
+        decisions = Decisions(layout="flat", stage=variant.stage, accumulation=acc, group=variant.items)
+        return GeneratedBody(text, decisions)
+
+    name = f"{reducer.name}_scan_{variant.stage}"
+    return make_kernel(name, _params(ndim, out_ndim, variant, value, acc, result), body)
+
+
+def status_words(acc: np.dtype) -> int:
+    """64-bit words of a look-back tile status: the flag beside a value of up to 4 bytes, or two."""
+    return 1 if acc.itemsize <= 4 else 2
+
+
+@dataclass(frozen=True)
+class ScanStep:
+    """The one launch a scan call makes: its kernel and grid, and for look-back the tiles."""
+
+    variant: ScanVariant
+    kernel: Kernel
+    blocks: int
+    tiles: int = 0
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(eq=False)
+class ScanPlan(Plan):
+    """A compiled scan for one input dtype and shape, axis and inclusiveness."""
+
+    name: str
+    reducer: Reducer
+    sources: tuple[tuple[str, Any], ...]
+    value_shape: tuple[int, ...]
+    axis: int | None
+    exclusive: bool
+    shape: tuple[int, ...]
+    value: np.dtype
+    acc: np.dtype
+    dtype: np.dtype
+
+    def extents(self) -> tuple[int, int, int]:
+        """(outer, count, inner): the scanned axis with what comes before and after it."""
+        if self.axis is None:
+            return 1, int(np.prod(self.value_shape, dtype=np.int64)), 1
+        outer = int(np.prod(self.value_shape[: self.axis], dtype=np.int64))
+        inner = int(np.prod(self.value_shape[self.axis + 1 :], dtype=np.int64))
+        return outer, self.value_shape[self.axis], inner
+
+    def step(self, sms: int) -> ScanStep:
+        outer, count, inner = self.extents()
+        ndim, out_ndim = len(self.value_shape), len(self.shape)
+        if inner == 1 and count > LINES_MAX:
+            items = max(1, min(MAX_ITEMS, ITEMS_BYTES // max(self.value.itemsize, self.acc.itemsize)))
+            variant = ScanVariant("lookback", self.exclusive, items)
+            tiles = outer * _ceil(count, BLOCK * items)
+            kernel = scan_kernel(self.reducer, ndim, out_ndim, variant, self.value, self.acc, self.dtype)
+            return ScanStep(variant, kernel, tiles, tiles)
+        variant = ScanVariant("lines", self.exclusive)
+        kernel = scan_kernel(self.reducer, ndim, out_ndim, variant, self.value, self.acc, self.dtype)
+        return ScanStep(variant, kernel, max(1, min(_ceil(outer * inner, BLOCK), sms * 16)))
+
+    def run_host(self, values: list[Any], out: Any) -> Any:
+        session = default_session()
+        (value,) = values
+        device = session.to_device(value)
+        result = session.empty(self.shape, self.dtype)
+        try:
+            self.launch([device], result, session)
+            host = result.to_host()
+        finally:
+            result.close()
+            device.close()
+        if out is not None:
+            out[...] = host
+            return out
+        return host
+
+    def launch(self, values: list[Any], out: Any, session: Any) -> None:
+        if out.size == 0:
+            return
+        step = self.step(multiprocessors(session.device))
+        (value,) = values
+        outer, count, inner = self.extents()
+        if step.variant.stage == "lines":
+            step.kernel(value, out, count, outer, inner, grid=(step.blocks, 1, 1))
+            return
+        epoch, wrapped = SCRATCH.next_epoch(session)
+        words = status_words(self.acc)
+        roles = (f"scan-aggregates-{words}", f"scan-inclusive-{words}")
+        if wrapped:
+            for role in roles:
+                SCRATCH.discard(session, role, _UINT64)
+        status = tuple(SCRATCH.get(session, role, _UINT64, step.tiles * words, zeroed=True) for role in roles)
+        counter = SCRATCH.get(session, "scan-counter", _UINT32, 1, zeroed=True)
+        step.kernel(value, out, *status, counter, count, outer, epoch, grid=(step.blocks, 1, 1))
+
+    def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
+        step = self.step(132)
+        outer, count, inner = self.extents()
+        target = out if out is not None else np.empty(self.shape, self.dtype)
+        (value,) = self.values(args)
+        if step.variant.stage == "lines":
+            return step.kernel.inspect(value, target, count, outer, inner, arch=arch)
+        status = (np.zeros(2, _UINT64), np.zeros(2, _UINT64), np.zeros(1, _UINT32))
+        return step.kernel.inspect(value, target, *status, count, outer, 1, arch=arch)
+
+
+class Scan:
+    """A callable scan: ``f(x, axis=None, out=None, exclusive=False)``."""
+
+    def __init__(self, reducer: Reducer) -> None:
+        self.reducer = reducer
+        self.name = self.__name__ = reducer.name
+        self._plans = PlanCache()
+
+    def __repr__(self) -> str:
+        return f"<kd scan {self.name}>"
+
+    def __call__(self, x: Any, axis: Any = None, out: Any = None, exclusive: bool = False) -> Any:
+        if isinstance(x, Traced):
+            raise FusionError(f"{self.name}: a scan cannot be fused; call it on the fused function's result")
+        exclusive = _check_flag(exclusive, "exclusive", self.name)
+        return self._plans.call(
+            self.name, (x,), out, (axis, exclusive), lambda values, o: self._plan(values, axis, o, exclusive)
+        )
+
+    def inspect(
+        self, x: Any, axis: Any = None, out: Any = None, exclusive: bool = False, arch: str | None = None
+    ) -> Build:
+        """The Build of the kernel a call with this operand runs; no GPU needed."""
+        return self._plan((x,), axis, out, exclusive).inspect((x,), out, arch)
+
+    def strategy(self, x: Any, axis: Any = None, exclusive: bool = False, multiprocessors: int = 132) -> ScanStep:
+        """The launch a call with this operand makes (stage, items per thread, tiles)."""
+        return self._plan((x,), axis, None, exclusive).step(multiprocessors)
+
+    def _plan(self, values: Sequence[Any], axis: Any, out: Any, exclusive: bool) -> ScanPlan:
+        (x,) = values
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")) or isinstance(x, (bool, int, float, complex)):
+            raise TypeError(f"{self.name}: expected an array, got {type(x).__name__}")
+        value = promotion.supported(x.dtype)
+        shape = tuple(int(d) for d in x.shape)
+        axes = normalize_axes(axis, len(shape), self.name, single=True) if shape else None
+        ax = None if axes is None else axes[0]
+        result_shape = (int(np.prod(shape, dtype=np.int64)),) if ax is None else shape
+        result = self.reducer.result(value)
+        if out is not None:
+            check_out(out, result_shape, result, self.name)
+            result = np.dtype(out.dtype)
+        acc = self.reducer.accumulate(value)
+        return ScanPlan(self.name, self.reducer, (("arg", 0),), shape, ax, exclusive, result_shape, value, acc, result)
+
+
+def _check_flag(flag: Any, what: str, name: str) -> bool:
+    if not isinstance(flag, (bool, np.bool_)):
+        raise TypeError(f"{name}: {what} must be True or False, not {flag!r}")
+    return bool(flag)
+
+
+cumsum = Scan(replace(REDUCERS["sum"], name="cumsum"))
+cumprod = Scan(replace(REDUCERS["prod"], name="cumprod"))
+
+
+def scan(op: str = "a + b", identity: str = "0", map: str = "x", dtype: Any = None, name: str = "scan") -> Scan:
+    """Declare a scan from C expressions: ``op`` combines the running value ``a`` with the next
+    ``b`` (associative; it need not commute: values combine in index order), ``identity`` is its
+    neutral value (or ``"max"``/``"min"``), ``map`` the contribution of element ``x``. The
+    accumulation dtype is the input's (float16/bfloat16 -> float32), the result ``dtype`` or the
+    input's."""
+    out_dtype = None if dtype is None else promotion.supported(dtype)
+    reducer = Reducer(
+        name,
+        {"fiub": op},
+        identity,
+        (lambda dt: dt) if out_dtype is None else (lambda dt: out_dtype),
+        accumulation_dtype,
+        pre=map,
+        pre_param="x",
+    )
+    return Scan(reducer)

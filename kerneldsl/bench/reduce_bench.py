@@ -1,0 +1,165 @@
+"""Reductions and scans side by side with CuPy and PyTorch in one process (GPU required).
+
+- axes: ``kd.ops.sum`` over each axis of every 2-D float32 shape (2^k, 2^(26-k)), k in
+  {4, 8, 13, 18, 22}, and over the middle axis of a 3-D array, each into a preallocated output
+  (``out=`` for all three libraries), event-timed median; against the faster of
+  ``cupy.sum`` and ``torch.sum`` (target <= 1.1x) and against reading the input once at the
+  device-to-device copy bandwidth measured in the same run (target <= 1.5x).
+- full: the full sum of 2^28 float32 against ``cupy.sum`` (target: kd/cupy <= 1/0.97).
+- cumsum: 2^28 float32 against ``torch.cumsum`` (target: throughput >= 0.9x) and ``cupy.cumsum``.
+
+Every result is checked against a float64 NumPy reference first.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+
+import kerneldsl as kd
+from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer
+from kerneldsl.bench.report import Report, print_report
+
+AXES_ELEMENTS = 1 << 26
+FULL_N = 1 << 28
+CUMSUM_N = 1 << 28
+SHAPES_K = (4, 8, 13, 18, 22)
+THREE_D = (256, 1024, 256)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--reps", type=int, default=20, help="timed repetitions per measurement (median reported)")
+    parser.add_argument(
+        "--only", choices=["axes", "full", "cumsum"], action="append", help="run only these sections (repeatable)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def _cases() -> list[tuple[tuple[int, ...], int]]:
+    cases = [((1 << k, AXES_ELEMENTS >> k), axis) for k in SHAPES_K for axis in (0, 1)]
+    return [*cases, (THREE_D, 1)]
+
+
+def _tolerance(x64: np.ndarray, n: int) -> float:
+    return float((np.log2(max(n, 2)) + 2) * np.finfo(np.float32).eps * np.max(np.abs(x64))) * n
+
+
+def _bench_case(
+    shape: tuple[int, ...], axis: int, reps: int, timers: tuple[Any, Any, Any]
+) -> tuple[float, float, float]:
+    """(kd ms, the faster baseline's ms, ms to read the input once at the copy bandwidth)."""
+    import cupy as cp
+    import torch
+
+    kd_time, cp_time, torch_time = timers
+    s = kd.default_session()
+    x = np.random.default_rng(sum(shape) + axis).random(shape, dtype=np.float32)
+    want = np.sum(x.astype(np.float64), axis=axis)
+    tol = _tolerance(x, shape[axis])
+    dx, out = s.to_device(x), s.empty(want.shape, np.float32)
+    cx, cout = cp.asarray(x), cp.empty(want.shape, np.float32)
+    tx = torch.from_numpy(x).cuda()
+    tout, copy_dst = torch.empty(want.shape, device="cuda"), torch.empty_like(tx)
+    kd.ops.sum(dx, axis=axis, out=out)
+    _check(f"kd sum {shape} axis {axis}", out.to_host(), want, atol=tol)
+    cp.sum(cx, axis=axis, out=cout)
+    _check(f"cupy sum {shape} axis {axis}", cp.asnumpy(cout), want, atol=tol)
+    torch.sum(tx, dim=axis, out=tout)
+    _check(f"torch sum {shape} axis {axis}", tout.cpu().numpy(), want, atol=tol)
+    read_ms = torch_time(lambda: copy_dst.copy_(tx), reps) / 2  # a copy reads and writes
+    ours = kd_time(lambda: kd.ops.sum(dx, axis=axis, out=out), reps)
+    theirs = min(
+        cp_time(lambda: cp.sum(cx, axis=axis, out=cout), reps),
+        torch_time(lambda: torch.sum(tx, dim=axis, out=tout), reps),
+    )
+    dx.close()
+    out.close()
+    return ours, theirs, read_ms
+
+
+def bench_axes(args: argparse.Namespace) -> dict[str, float]:
+    import cupy as cp
+    import torch
+
+    timers = (_kd_timer(kd.default_session()), _cupy_timer(cp), _torch_timer(torch))
+    results: dict[str, float] = {}
+    worst_baseline = worst_read = 0.0
+    for shape, axis in _cases():
+        ours, theirs, read_ms = _bench_case(shape, axis, args.reps, timers)
+        name = "x".join(str(d) for d in shape) + f" axis {axis}"
+        results[f"{name}: kd (ms)"] = ours
+        results[f"{name}: faster of cupy/torch (ms)"] = theirs
+        results[f"{name}: kd / faster (target <= 1.1)"] = ours / theirs
+        results[f"{name}: kd / read once (target <= 1.5)"] = ours / read_ms
+        worst_baseline, worst_read = max(worst_baseline, ours / theirs), max(worst_read, ours / read_ms)
+    results["worst kd / faster (target <= 1.1)"] = worst_baseline
+    results["worst kd / read once (target <= 1.5)"] = worst_read
+    return results
+
+
+def bench_full(args: argparse.Namespace) -> dict[str, float]:
+    import cupy as cp
+
+    s = kd.default_session()
+    x = np.random.default_rng(1).random(FULL_N, dtype=np.float32)
+    exact = float(np.sum(x, dtype=np.float64))
+    dx, cx = s.to_device(x), cp.asarray(x)
+    out = s.empty((), np.float32)
+    kd.ops.sum(dx, out=out)
+    _check("kd sum", out.to_host(), np.float32(exact), atol=_tolerance(x[:1], FULL_N))
+    ours = _kd_timer(s)(lambda: kd.ops.sum(dx, out=out), args.reps)
+    theirs = _cupy_timer(cp)(lambda: cp.sum(cx), args.reps)
+    dx.close()
+    return {"kd (ms)": ours, "cupy.sum (ms)": theirs, "cupy / kd (target >= 0.97)": theirs / ours}
+
+
+def bench_cumsum(args: argparse.Namespace) -> dict[str, float]:
+    import cupy as cp
+    import torch
+
+    s = kd.default_session()
+    x = np.random.default_rng(2).random(CUMSUM_N, dtype=np.float32)
+    dx, cx = s.to_device(x), cp.asarray(x)
+    tx = torch.from_numpy(x).cuda()
+    out, tout = s.empty(CUMSUM_N, np.float32), torch.empty_like(tx)
+    kd.ops.cumsum(dx, out=out)
+    got = out.to_host()
+    exact = np.cumsum(x, dtype=np.float64)
+    _check("kd cumsum", got, exact, atol=float(exact[-1]) * 1e-5)
+    ours = _kd_timer(s)(lambda: kd.ops.cumsum(dx, out=out), args.reps)
+    torch_ms = _torch_timer(torch)(lambda: torch.cumsum(tx, 0, out=tout), args.reps)
+    cupy_ms = _cupy_timer(cp)(lambda: cp.cumsum(cx), args.reps)
+    deterministic = all(
+        kd.ops.cumsum(dx, out=out) is out and out.to_host().tobytes() == got.tobytes() for _ in range(3)
+    )
+    dx.close()
+    out.close()
+    return {
+        "kd (ms)": ours,
+        "torch.cumsum (ms)": torch_ms,
+        "cupy.cumsum (ms)": cupy_ms,
+        "kd throughput / torch (target >= 0.9)": torch_ms / ours,
+        "same bits on 3 reruns (1 = yes)": float(deterministic),
+    }
+
+
+SECTIONS: dict[str, tuple[str, Any]] = {
+    "axes": ("sum over one axis, 2^26 float32", bench_axes),
+    "full": ("full sum 2^28 float32", bench_full),
+    "cumsum": ("cumsum 2^28 float32", bench_cumsum),
+}
+
+
+def run(args: argparse.Namespace) -> Report:
+    report: Report = {}
+    for key, (title, bench) in SECTIONS.items():
+        if args.only and key not in args.only:
+            continue
+        report[title] = bench(args)
+        if not args.json:
+            print_report({title: report[title]}, False)
+    if args.json:
+        print_report(report, True)
+    return report
