@@ -39,6 +39,7 @@ from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import FusionError
+from ..routing import public
 from ..runtime import driver
 from ..runtime.memory import DeviceArray
 from ..runtime.session import default_session
@@ -446,7 +447,11 @@ def plan_reduction(builder: ProgramBuilder, root: Traced, reducer: Reducer, axis
 class Reduction:
     """A callable reduction: ``f(x, axis=None, out=None)`` (``map`` may take several operands)."""
 
-    def __init__(self, reducer: Reducer, map: ElementwiseFunction | None = None, operands: int = 1) -> None:
+    def __init__(
+        self, reducer: Reducer, map: ElementwiseFunction | None = None, operands: int = 1, home: str | None = None
+    ) -> None:
+        """``home``: the module that holds this reduction under its name (``kd.ops``'s pickle by name)."""
+        self.home = home
         self.reducer = reducer
         self.name = reducer.name
         self.__name__ = reducer.name
@@ -457,12 +462,19 @@ class Reduction:
     def __repr__(self) -> str:
         return f"<kd reduction {self.name}>"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles by name when a module holds it, else as its declaration, without the plans compiled here."""
+        if self.home is not None:
+            return (public, (self.home, self.name))
+        return (Reduction, (self.reducer, self.map, self.operands))
+
     def __call__(self, *operands: Any, axis: Any = None, out: Any = None) -> Any:
         if len(operands) != self.operands:
             raise TypeError(f"{self.name}() takes {self.operands} operand(s), got {len(operands)}")
         if any(isinstance(o, Traced) for o in operands):
             return self._trace(operands, axis, out)
-        return self._plans.call(self.name, operands, out, axis, lambda values, o: self._plan(values, axis, o))
+        make = lambda values, o: self._plan(values, axis, o)  # noqa: E731
+        return self._plans.call(self.name, operands, out, axis, make, remote=(self, {} if axis is None else {"axis": axis}))
 
     def inspect(self, *operands: Any, axis: Any = None, out: Any = None, arch: str | None = None) -> Build:
         """The Build (source, cubin, ``decisions``) of the kernel a call with these operands runs;
