@@ -26,3 +26,24 @@ def make_sticky() -> None:
     from kerneldsl.runtime import driver
 
     driver.api().sticky = 700  # CUDA_ERROR_ILLEGAL_ADDRESS
+
+
+def launches() -> int:
+    """Run on a worker: how many kernels its driver double launched."""
+    from kerneldsl.runtime import driver
+
+    return len(driver.api().launches)
+
+
+def sleep_then(seconds: float, value: Any) -> Any:
+    import time
+
+    time.sleep(seconds)
+    return value
+
+
+def exit_process() -> None:
+    """Run on a worker: die as a segfault or the OOM killer would (no cleanup)."""
+    import os
+
+    os._exit(1)

@@ -116,6 +116,8 @@ class GPUs:
         return found
 
     def _pick(self, worker: str | None, profile: str | None) -> str:
+        if worker in self._current and profile is None:  # known here: wait for it if it restarts
+            return worker
         names = self.workers(profile)
         if worker is not None:
             by_address = {address: n for n, (address, _) in self._workers().items()}

@@ -12,6 +12,7 @@ worker's one GPU thread, and loses everything when the client goes (Dask release
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pickle
 import weakref
@@ -19,11 +20,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..errors import (
     CallCancelledError,
+    DistributedError,
     DriverNotFoundError,
     NoDeviceError,
     RemoteArrayLostError,
@@ -60,7 +61,10 @@ class GPUSessionPlugin(WorkerPlugin):  # type: ignore[misc]
         self.worker_name = ""
 
     def setup(self, worker: Any) -> None:
+        global _installed
+        _installed = self
         self.worker_name = str(worker.name)
+        self.loop = worker.loop
         self.exit_later = lambda: worker.loop.call_later(_EXIT_DELAY_S, os._exit, POISONED_EXIT_CODE)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="kerneldsl-gpu")
         self.actors: weakref.WeakSet[GPUActor] = weakref.WeakSet()
@@ -76,7 +80,7 @@ class GPUSessionPlugin(WorkerPlugin):  # type: ignore[misc]
 
     def poisoned(self) -> None:
         """A sticky CUDA error broke this process's context: exit, and the nanny starts a fresh one."""
-        get_worker().loop.add_callback(self.exit_later)
+        self.loop.add_callback(self.exit_later)
 
     def collect(self) -> None:
         """Give memory that released arrays held back to the driver."""
@@ -98,8 +102,13 @@ class GPUSessionPlugin(WorkerPlugin):  # type: ignore[misc]
 
 
 def plugin() -> GPUSessionPlugin:
-    found: GPUSessionPlugin = get_worker().plugins[PLUGIN_NAME]
-    return found
+    """This worker process's plugin (from any thread: the GPU thread has no Dask worker context)."""
+    if _installed is None:
+        raise DistributedError("kerneldsl's worker plugin is not installed here: call kd.distributed.attach(client)")
+    return _installed
+
+
+_installed: GPUSessionPlugin | None = None
 
 
 def worker_info(dask_worker: Any) -> dict[str, Any]:
@@ -110,7 +119,8 @@ def worker_info(dask_worker: Any) -> dict[str, Any]:
 
 def _release(store: dict[Any, Any], gpu: GPUSessionPlugin) -> None:
     store.clear()
-    gpu.thread.submit(gpu.collect)
+    with contextlib.suppress(RuntimeError):  # after teardown, closing the session frees it all
+        gpu.thread.submit(gpu.collect)
 
 
 class GPUActor:
@@ -160,10 +170,10 @@ class GPUActor:
                 result = fn(*self._resolve(args), **{k: self._resolve_one(v) for k, v in kwargs.items()})
             except (StickyCudaError, SessionPoisonedError) as exc:
                 raise self._poisoned(exc) from exc
-        except BaseException as exc:
+        except Exception as exc:
             if out is not None:
                 self._failed[out] = exc
-            raise
+            raise _sendable(exc) from None
         return self._keep(result, out)
 
     def _callable(self, token: bytes, blob: bytes | None) -> Callable[..., Any]:
@@ -215,6 +225,15 @@ class GPUActor:
         if isinstance(result, (tuple, list)):
             return ("tuple", [self._keep(r, (key, i)) for i, r in enumerate(result)])
         return ("value", result)
+
+
+def _sendable(exc: Exception) -> Exception:
+    """``exc`` if it pickles (to reach the client as itself), else a DistributedError that names it."""
+    try:
+        pickle.dumps(exc)
+    except Exception:
+        return DistributedError(f"{type(exc).__name__}: {exc}")
+    return exc
 
 
 def upload(host: Any) -> DeviceArray:
