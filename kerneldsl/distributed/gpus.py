@@ -255,7 +255,8 @@ class GPUs:
             seq = next(inc.seq)
             shipped = None if token in inc.known else blob
             inc.known.add(token)
-            parts = (seq, inc.take_dropped(), token, shipped, payload, [b.raw() for b in buffers])
+            # plain msgpack but for the out-of-band buffers of large arguments (numpy arrays)
+            parts = [seq, inc.take_dropped(), token, shipped, payload, [to_serialize(b.raw()) for b in buffers]]
             future = asyncio.run_coroutine_threadsafe(self._call(inc, parts, lost_error), self._loop)
         future.add_done_callback(lambda _: inc.slots.release())
         if array:
@@ -264,9 +265,7 @@ class GPUs:
 
     async def _call(self, inc: Incarnation, parts: tuple[Any, ...], lost_error: type[WorkerLostError]) -> Any:
         try:
-            reply = await self.client.rpc(inc.address).actor_execute(
-                function="call", actor=inc.key, args=[to_serialize(p) for p in parts], kwargs={}
-            )
+            reply = await self.client.rpc(inc.address).actor_execute(function="call", actor=inc.key, args=parts, kwargs={})
         except Exception as exc:
             self._lost(inc, f"{type(exc).__name__}: {exc}")
             raise lost_error(f"worker {inc.name} ({inc.address}) was lost: {type(exc).__name__}: {exc}") from None

@@ -41,7 +41,8 @@ _EXIT_DELAY_S = 0.5  # time for the reply that names the poisoning to reach the 
 
 
 class Ref(NamedTuple):
-    """A remote array as a call's argument: the key of a device array in the actor's store."""
+    """A remote array as a call's argument: the key of a device array in the actor's store (an int, or "int.index" for a
+    tuple's element)."""
 
     key: Any
 
@@ -217,13 +218,13 @@ class GPUActor:
         return value
 
     def _keep(self, result: Any, key: Any) -> Any:
-        """Device arrays stay here, under ``key`` (a tuple's under ``(key, i)``); the client gets
+        """Device arrays stay here, under ``key`` (a tuple's under ``"key.i"``); the client gets
         their shape and dtype, and every other value as it is."""
         if type(result) is DeviceArray:
             self.store[key] = result
             return ("array", result.shape, result.dtype.str, key)
         if isinstance(result, (tuple, list)):
-            return ("tuple", [self._keep(r, (key, i)) for i, r in enumerate(result)])
+            return ("tuple", [self._keep(r, f"{key}.{i}") for i, r in enumerate(result)])
         return ("value", result)
 
 
