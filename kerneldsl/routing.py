@@ -7,9 +7,12 @@ meets one on its miss path hands the whole call to it. Nothing here imports the 
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def is_remote(value: Any) -> bool:
@@ -35,3 +38,27 @@ def route(handle: Any, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
 def public(module: str, name: str) -> Any:
     """``module.name``: how library callables pickle, so a worker uses its own copy (and its plans)."""
     return getattr(importlib.import_module(module), name)
+
+
+class RemoteArguments(Exception):
+    """Raised by a library's argument check on meeting a remote handle; ``routed`` catches it."""
+
+    def __init__(self, handle: Any) -> None:
+        super().__init__("remote arguments")
+        self.handle = handle
+
+
+def routed(fn: _F) -> _F:
+    """Let ``fn`` (whose argument checks raise ``RemoteArguments``) run where remote arguments live.
+
+    Costs a local call nothing but entering a ``try``; only the failed check routes.
+    """
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except RemoteArguments as remote:
+            return route(remote.handle, call, args, kwargs)
+
+    return call  # type: ignore[return-value]

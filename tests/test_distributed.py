@@ -216,3 +216,19 @@ def _actor_arrays() -> int:
     from kerneldsl.distributed.worker import plugin
 
     return min(len(a.store) for a in plugin().actors)
+
+
+def test_blas_with_remote_arrays_runs_on_their_worker(gpus: Any) -> None:
+    x = gpus.to_device(np.ones(8, np.float32), worker="gpu-1")
+    result = kd.blas.dot(x, x)
+    assert (type(result).__name__, result.worker) == ("RemoteArray", "gpu-1")
+    assert type(kd.blas.gemm(x, x)).__name__ == "RemoteArray"
+
+
+def test_import_kerneldsl_does_not_import_dask() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, kerneldsl as kd; kd.ops; print('distributed' in sys.modules, 'dask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

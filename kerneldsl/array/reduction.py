@@ -474,7 +474,9 @@ class Reduction:
         if any(isinstance(o, Traced) for o in operands):
             return self._trace(operands, axis, out)
         make = lambda values, o: self._plan(values, axis, o)  # noqa: E731
-        return self._plans.call(self.name, operands, out, axis, make, remote=(self, {} if axis is None else {"axis": axis}))
+        return self._plans.call(
+            self.name, operands, out, axis, make, remote=(self, {} if axis is None else {"axis": axis})
+        )
 
     def inspect(self, *operands: Any, axis: Any = None, out: Any = None, arch: str | None = None) -> Build:
         """The Build (source, cubin, ``decisions``) of the kernel a call with these operands runs;

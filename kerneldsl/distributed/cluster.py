@@ -15,7 +15,7 @@ from ..errors import DriverNotFoundError, NoWorkerError
 from .profiles import Profile, checked_profiles
 
 
-class LocalGPUCluster(SpecCluster):  # type: ignore[misc]
+class LocalGPUCluster(SpecCluster):
     """``LocalGPUCluster(gpus="all" | [0, 1] | [0, 0])``: a worker per listed GPU (a GPU listed
     twice gets two workers that share it), named ``gpu-<i>`` in list order.
 
@@ -58,7 +58,7 @@ class LocalGPUCluster(SpecCluster):  # type: ignore[misc]
             }
             for i, gpu in enumerate(self.devices)
         }
-        super().__init__(workers=workers, scheduler=scheduler, security=security, **kwargs)
+        super().__init__(workers=workers, scheduler=scheduler, security=security, **kwargs)  # type: ignore[no-untyped-call]
 
     def _resources(self, gpu: int) -> dict[str, float]:
         return {p.resource: 1.0 for p in self.profiles.values() if p.gpus is None or gpu in p.gpus}
@@ -79,8 +79,10 @@ def _devices(gpus: str | Sequence[int]) -> list[int]:
         if count == 0:
             raise NoWorkerError('gpus="all" found no GPU; pass the ordinals, e.g. gpus=[0]')
         return list(range(count))
-    if isinstance(gpus, (str, bytes)) or not gpus or not all(
-        isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
+    if (
+        isinstance(gpus, (str, bytes))
+        or not gpus
+        or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus)
     ):
         raise ValueError(f'gpus must be "all" or a non-empty list of device ordinals, got {gpus!r}')
     return list(gpus)

@@ -22,7 +22,7 @@ from typing import Any
 
 import cloudpickle
 from distributed import Client
-from distributed.protocol import to_serialize
+from distributed.protocol.serialize import Serialize
 
 from ..dispatch import Kernel
 from ..errors import (
@@ -86,7 +86,7 @@ class GPUs:
         self.profiles: dict[str, Profile] = checked_profiles(profiles)
         self.max_in_flight = max_in_flight
         self.restart_timeout = restart_timeout
-        self._loop: asyncio.AbstractEventLoop = client.loop.asyncio_loop
+        self._loop: asyncio.AbstractEventLoop = client.loop.asyncio_loop  # type: ignore[union-attr]
         self._current: dict[str, Incarnation] = {}
         self._lock = threading.RLock()
         self._shipped: dict[tuple[int, str | None], tuple[Any, bytes, bytes]] = {}
@@ -138,10 +138,15 @@ class GPUs:
                 return inc
             address = self._wait_for(name, None if inc is None else inc.address)
             anchor = self.client.submit(
-                GPUActor, actor=True, workers=[address], allow_other_workers=False, pure=False, key=f"kerneldsl-gpu-{uuid.uuid4().hex}"
+                GPUActor,
+                actor=True,
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
+                key=f"kerneldsl-gpu-{uuid.uuid4().hex}",
             )
             anchor.result(timeout=self.restart_timeout)
-            inc = self._current[name] = Incarnation(name, address, anchor.key, anchor, self.max_in_flight)
+            inc = self._current[name] = Incarnation(name, address, str(anchor.key), anchor, self.max_in_flight)
             return inc
 
     def _wait_for(self, name: str, gone: str | None) -> str:
@@ -172,7 +177,13 @@ class GPUs:
         return found
 
     def submit(
-        self, fn: Any, *args: Any, worker: str | None = None, profile: str | None = None, block: bool = True, **kwargs: Any
+        self,
+        fn: Any,
+        *args: Any,
+        worker: str | None = None,
+        profile: str | None = None,
+        block: bool = True,
+        **kwargs: Any,
     ) -> RemoteFuture:
         """Run ``fn(*args, **kwargs)`` on a worker with its warm session: remote arrays arrive as
         DeviceArrays, returned DeviceArrays stay there as RemoteArrays. Many launches, one round trip."""
@@ -206,7 +217,9 @@ class GPUs:
 
     def cancel(self, inc: Incarnation, seq: int) -> None:
         rpc = self.client.rpc(inc.address)
-        asyncio.run_coroutine_threadsafe(rpc.actor_execute(function="cancel", actor=inc.key, args=[seq], kwargs={}), self._loop)
+        asyncio.run_coroutine_threadsafe(
+            rpc.actor_execute(function="cancel", actor=inc.key, args=[seq], kwargs={}), self._loop
+        )
 
     def materialize(self, inc: Incarnation, described: tuple[Any, ...]) -> Any:
         """A worker's result description as this client's values: arrays as RemoteArrays."""
@@ -239,15 +252,28 @@ class GPUs:
         return found[1], found[2]
 
     def _send(
-        self, inc: Incarnation, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], profile: str | None, block: bool, array: bool
+        self,
+        inc: Incarnation,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        profile: str | None,
+        block: bool,
+        array: bool,
     ) -> RemoteFuture:
         token, blob = self._shipping(fn, profile)
         key = next(self._keys)
         buffers: list[pickle.PickleBuffer] = []
         try:
-            payload = cloudpickle.dumps((_wire(args), {k: _wire_one(v) for k, v in kwargs.items()}, None if fn is download else key), protocol=5, buffer_callback=buffers.append)
+            payload = cloudpickle.dumps(
+                (_wire(args), {k: _wire_one(v) for k, v in kwargs.items()}, None if fn is download else key),
+                protocol=5,
+                buffer_callback=buffers.append,
+            )
         except Exception as exc:
-            raise ShippingError(f"cannot send the arguments of {fn!r} to a worker: {type(exc).__name__}: {exc}") from exc
+            raise ShippingError(
+                f"cannot send the arguments of {fn!r} to a worker: {type(exc).__name__}: {exc}"
+            ) from exc
         if not inc.slots.acquire(blocking=block):
             raise Backpressure(f"worker {inc.name} has {self.max_in_flight} calls in flight (max_in_flight)")
         lost_error = RemoteArrayLostError if _remote_arrays(args, kwargs) else WorkerLostError
@@ -256,16 +282,18 @@ class GPUs:
             shipped = None if token in inc.known else blob
             inc.known.add(token)
             # plain msgpack but for the out-of-band buffers of large arguments (numpy arrays)
-            parts = [seq, inc.take_dropped(), token, shipped, payload, [to_serialize(b.raw()) for b in buffers]]
+            parts = [seq, inc.take_dropped(), token, shipped, payload, [_serialized(b) for b in buffers]]
             future = asyncio.run_coroutine_threadsafe(self._call(inc, parts, lost_error), self._loop)
         future.add_done_callback(lambda _: inc.slots.release())
         if array:
             return RemoteArray(self, inc, future, seq, key, profile)
         return RemoteFuture(self, inc, future, seq)
 
-    async def _call(self, inc: Incarnation, parts: tuple[Any, ...], lost_error: type[WorkerLostError]) -> Any:
+    async def _call(self, inc: Incarnation, parts: list[Any], lost_error: type[WorkerLostError]) -> Any:
         try:
-            reply = await self.client.rpc(inc.address).actor_execute(function="call", actor=inc.key, args=parts, kwargs={})
+            reply = await self.client.rpc(inc.address).actor_execute(
+                function="call", actor=inc.key, args=parts, kwargs={}
+            )
         except Exception as exc:
             self._lost(inc, f"{type(exc).__name__}: {exc}")
             raise lost_error(f"worker {inc.name} ({inc.address}) was lost: {type(exc).__name__}: {exc}") from None
@@ -282,6 +310,10 @@ class GPUs:
             for inc in self._current.values():
                 self._lost(inc, "closed by its client")
             self._current.clear()
+
+
+def _serialized(buffer: pickle.PickleBuffer) -> Any:
+    return Serialize(buffer.raw())  # type: ignore[no-untyped-call]
 
 
 def _wire_one(value: Any) -> Any:

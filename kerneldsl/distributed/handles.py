@@ -82,7 +82,13 @@ class RemoteArray(RemoteFuture):
     """
 
     def __init__(
-        self, gpus: GPUs, inc: Incarnation, future: concurrent.futures.Future[Any], seq: int, key: Any, profile: str | None
+        self,
+        gpus: GPUs,
+        inc: Incarnation,
+        future: concurrent.futures.Future[Any],
+        seq: int,
+        key: Any,
+        profile: str | None,
     ) -> None:
         super().__init__(gpus, inc, future, seq)
         self.key = key
@@ -121,7 +127,8 @@ class RemoteArray(RemoteFuture):
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self._descriptor()[2])
+        dtype: np.dtype = np.dtype(self._descriptor()[2])
+        return dtype
 
     def to_host(self, timeout: float | None = None) -> np.ndarray:
         """Copy the array back (waits for every call before it on its worker)."""

@@ -53,6 +53,8 @@ def checked_profiles(profiles: Mapping[str, Mapping[str, Any]] | None) -> dict[s
 
 
 def _gpu_list(name: str, gpus: Sequence[Any]) -> tuple[int, ...]:
-    if isinstance(gpus, (str, bytes)) or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus):
+    if isinstance(gpus, (str, bytes)) or not all(
+        isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus
+    ):
         raise ValueError(f"profile {name!r}: gpus must be a list of device ordinals, got {gpus!r}")
     return tuple(gpus)

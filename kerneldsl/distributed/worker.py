@@ -47,7 +47,7 @@ class Ref(NamedTuple):
     key: Any
 
 
-class GPUSessionPlugin(WorkerPlugin):  # type: ignore[misc]
+class GPUSessionPlugin(WorkerPlugin):
     """Opens the worker's warm Session at setup and closes it at teardown.
 
     Without a CUDA driver (CPU machines, tests) the worker still starts: calls that need the
@@ -138,7 +138,9 @@ class GPUActor:
         self._gpu.actors.add(self)
         weakref.finalize(self, _release, self.store, self._gpu)
 
-    async def call(self, seq: int, drop: list[Any], token: bytes, blob: bytes | None, payload: bytes, buffers: list[Any]) -> Any:
+    async def call(
+        self, seq: int, drop: list[Any], token: bytes, blob: bytes | None, payload: bytes, buffers: list[Any]
+    ) -> Any:
         """Run call ``seq`` once every earlier call of this client has been handed to the GPU thread."""
         turn = self._turn = self._turn or asyncio.Condition()
         async with turn:
@@ -154,7 +156,9 @@ class GPUActor:
         """Skip call ``seq`` if it has not started (one that runs already finishes)."""
         self._cancelled.add(seq)
 
-    def _run(self, seq: int, drop: list[Any], token: bytes, blob: bytes | None, payload: bytes, buffers: list[Any]) -> Any:
+    def _run(
+        self, seq: int, drop: list[Any], token: bytes, blob: bytes | None, payload: bytes, buffers: list[Any]
+    ) -> Any:
         for key in drop:
             self.store.pop(key, None)
             self._failed.pop(key, None)
@@ -162,7 +166,9 @@ class GPUActor:
         try:
             args, kwargs, out = pickle.loads(payload, buffers=buffers)
         except Exception as exc:
-            raise ShippingError(f"worker {self._gpu.worker_name} could not unpickle the call's arguments: {exc}") from exc
+            raise ShippingError(
+                f"worker {self._gpu.worker_name} could not unpickle the call's arguments: {exc}"
+            ) from exc
         try:
             if seq in self._cancelled:
                 self._cancelled.discard(seq)
