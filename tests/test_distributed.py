@@ -232,3 +232,14 @@ def test_import_kerneldsl_does_not_import_dask() -> None:
     code = "import sys, kerneldsl as kd; kd.ops; print('distributed' in sys.modules, 'dask' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_a_cluster_with_a_security_config_speaks_tls_on_localhost() -> None:
+    pytest.importorskip("cryptography")
+    from distributed.security import Security
+
+    security = Security.temporary()
+    with kd.distributed.LocalGPUCluster(gpus=[0], security=security, memory_limit=0) as cluster:
+        with distributed.Client(cluster, security=security) as client:
+            addresses = [cluster.scheduler_address, *client.scheduler_info()["workers"]]
+    assert all(a.startswith("tls://127.0.0.1:") for a in addresses)
