@@ -191,9 +191,17 @@ def test_a_sticky_cuda_error_poisons_one_worker_which_restarts(gpus: Any) -> Non
     assert gpus.info()["gpu-0"]["error"] is None
 
 
+def test_a_second_client_attaching_leaves_the_first_ones_arrays_alone(client: Any, gpus: Any) -> None:
+    ours = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
+    ours.to_host()
+    with distributed.Client(client.scheduler.address) as other:
+        kd.distributed.attach(other)
+    np.testing.assert_array_equal(ours.to_host(), np.arange(4, dtype=np.float32))
+
+
 def test_a_client_that_disconnects_leaves_no_arrays_on_the_workers(client: Any, gpus: Any) -> None:
     with distributed.Client(client.scheduler.address) as other:
-        theirs = kd.distributed.GPUs(other)
+        theirs = kd.distributed.attach(other)
         kept = theirs.to_device(np.ones(1000, np.float32), worker="gpu-0")
         kept.to_host()
         assert gpus.info()["gpu-0"]["live_arrays"] >= 1

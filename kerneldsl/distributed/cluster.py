@@ -40,7 +40,13 @@ class LocalGPUCluster(SpecCluster):
         self.profiles: dict[str, Profile] = checked_profiles(profiles)
         scheduler = {
             "cls": Scheduler,
-            "options": {"host": host, "dashboard_address": dashboard_address, "security": security},
+            "options": {
+                "host": host,
+                # Dask's HTTP routes (health, metrics) always listen: on ``host`` too, any free port
+                "dashboard_address": dashboard_address or f"{host}:0",
+                "dashboard": dashboard_address is not None,
+                "security": security,
+            },
         }
         workers = {
             worker_name(i): {

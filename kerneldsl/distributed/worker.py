@@ -55,6 +55,7 @@ class GPUSessionPlugin(WorkerPlugin):
     """
 
     name = PLUGIN_NAME
+    idempotent = True  # a second client's attach() must not close the sessions the first one uses
 
     def __init__(self) -> None:
         self.session: Session | None = None
