@@ -39,6 +39,7 @@ from .profiles import Profile, checked_profiles
 from .worker import GPUActor, GPUSessionPlugin, Ref, download, upload, worker_info
 
 _WAIT_STEP_S = 0.1
+_WORKERS_TTL_S = 2.0
 
 
 class Incarnation:
@@ -92,18 +93,24 @@ class GPUs:
         self._shipped: dict[tuple[int, str | None], tuple[Any, bytes, bytes]] = {}
         self._keys = itertools.count()
         self._turn = itertools.count()
+        self._known: tuple[float, dict[str, tuple[str, dict[str, float]]]] = (-_WORKERS_TTL_S, {})
 
     # --- workers ---------------------------------------------------------------------------------
 
-    def _workers(self) -> dict[str, tuple[str, dict[str, float]]]:
-        """Live workers by name: address and resources."""
-        info = self.client.scheduler_info(n_workers=-1)["workers"]
-        return {str(w["name"]): (address, dict(w.get("resources") or {})) for address, w in info.items()}
+    def _workers(self, fresh: bool = True) -> dict[str, tuple[str, dict[str, float]]]:
+        """Live workers by name: address and resources (asked of the scheduler, or ``fresh=False``
+        the last answer if it is under ``_WORKERS_TTL_S`` old: calls that name no worker)."""
+        at, known = self._known
+        if fresh or time.monotonic() - at > _WORKERS_TTL_S:
+            info = self.client.scheduler_info(n_workers=-1)["workers"]
+            known = {str(w["name"]): (address, dict(w.get("resources") or {})) for address, w in info.items()}
+            self._known = (time.monotonic(), known)
+        return known
 
-    def workers(self, profile: str | None = None) -> list[str]:
+    def workers(self, profile: str | None = None, fresh: bool = True) -> list[str]:
         """Names of the live workers (of ``profile``: those carrying its Dask resource)."""
         resource = None if profile is None else self._profile(profile).resource
-        return sorted(n for n, (_, res) in self._workers().items() if resource is None or resource in res)
+        return sorted(n for n, (_, res) in self._workers(fresh).items() if resource is None or resource in res)
 
     def info(self) -> dict[str, dict[str, Any]]:
         """Each worker's session: its process, visible GPU, session device and live arrays."""
@@ -118,9 +125,9 @@ class GPUs:
     def _pick(self, worker: str | None, profile: str | None) -> str:
         if worker in self._current and profile is None:  # known here: wait for it if it restarts
             return worker
-        names = self.workers(profile)
+        names = self.workers(profile, fresh=worker is not None)
         if worker is not None:
-            by_address = {address: n for n, (address, _) in self._workers().items()}
+            by_address = {address: n for n, (address, _) in self._workers(fresh=False).items()}
             name = by_address.get(worker, worker)
             if name not in names:
                 raise NoWorkerError(f"no live worker {worker!r}" + (f" in profile {profile!r}" if profile else ""))
