@@ -74,6 +74,7 @@ def test_each_worker_opens_its_own_session_on_its_pinned_gpu(gpus: Any) -> None:
         "gpu-1": ("1", 0, None),
     }
     assert info["gpu-0"]["pid"] != info["gpu-1"]["pid"]
+    assert all(i["pci_bus_id"] for i in info.values())
 
 
 def test_a_kernel_called_with_remote_arrays_launches_on_their_worker(gpus: Any) -> None:
@@ -150,6 +151,15 @@ def test_past_max_in_flight_a_non_blocking_call_raises_backpressure(client: Any)
     with pytest.raises(Backpressure, match="gpu-0"):
         narrow.submit(sleep_then, 0.0, "next", worker="gpu-0", block=False)
     assert narrow.submit(sleep_then, 0.0, "next", worker="gpu-0").result() == "next"  # blocks, then runs
+    assert slow.result() == "slow"
+
+
+def test_a_result_that_times_out_leaves_the_call_running(gpus: Any) -> None:
+    from worker_double import sleep_then
+
+    slow = gpus.submit(sleep_then, 0.5, "slow", worker="gpu-0")
+    with pytest.raises(TimeoutError):
+        slow.result(timeout=0.01)
     assert slow.result() == "slow"
 
 

@@ -63,8 +63,9 @@ def test_each_worker_has_its_own_session_on_its_gpu(gpus: Any, request: pytest.F
     info = gpus.info()
     assert all(i["error"] is None and i["session_device"] == 0 for i in info.values())
     assert len({i["pid"] for i in info.values()}) == len(info) == 2
-    visible = sorted(i["visible_devices"] for i in info.values())
-    assert visible == (["0", "0"] if request.node.callspec.params["gpus"] == "shared" else ["0", "1"])
+    shared = request.node.callspec.params["gpus"] == "shared"
+    assert sorted(i["visible_devices"] for i in info.values()) == (["0", "0"] if shared else ["0", "1"])
+    assert len({i["pci_bus_id"] for i in info.values()}) == (1 if shared else 2)
 
 
 def test_a_killed_worker_is_replaced_and_the_next_call_works(gpus: Any) -> None:

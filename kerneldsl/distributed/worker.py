@@ -32,6 +32,7 @@ from ..errors import (
     ShippingError,
     StickyCudaError,
 )
+from ..runtime.driver import pci_bus_id
 from ..runtime.memory import DeviceArray
 from ..runtime.session import Session, default_session
 
@@ -90,13 +91,15 @@ class GPUSessionPlugin(WorkerPlugin):
             self.session.trim()
 
     def info(self) -> dict[str, Any]:
-        """What this worker runs on: its name, process, visible GPU, session device, live arrays."""
+        """What this worker runs on: its name, process, visible GPU, its session's device (and that
+        device's PCI bus id, the same in every process), live arrays."""
         s = self.session
         return {
             "worker": self.worker_name,
             "pid": os.getpid(),
             "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "session_device": None if s is None else s.device,
+            "pci_bus_id": None if s is None else pci_bus_id(s.device),
             "context": None if s is None else s.context_address,
             "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}",
             "live_arrays": sum(len(a.store) for a in list(self.actors)),
