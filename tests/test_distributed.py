@@ -212,28 +212,26 @@ def test_a_second_client_attaching_leaves_the_first_ones_arrays_alone(client: An
 def test_a_client_that_disconnects_leaves_no_arrays_on_the_workers(client: Any, gpus: Any) -> None:
     with distributed.Client(client.scheduler.address) as other:
         theirs = kd.distributed.attach(other)
-        kept = theirs.to_device(np.ones(1000, np.float32), worker="gpu-0")
-        kept.to_host()
-        assert gpus.info()["gpu-0"]["live_arrays"] >= 1
+        theirs.to_device(np.ones(1000, np.float32), worker="gpu-0").to_host()
+        key = theirs.incarnation("gpu-0").key
+        assert gpus.info()["gpu-0"]["arrays"][key] == 1
     deadline = time.monotonic() + 30
-    while gpus.info()["gpu-0"]["live_arrays"] > _ours(gpus, "gpu-0") and time.monotonic() < deadline:
+    while key in gpus.info()["gpu-0"]["arrays"] and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert gpus.info()["gpu-0"]["live_arrays"] == _ours(gpus, "gpu-0")
+    assert key not in gpus.info()["gpu-0"]["arrays"]
 
 
-def _ours(gpus: Any, worker: str) -> int:
-    """Arrays this module's client still holds on ``worker``."""
+def test_a_remote_array_dropped_here_is_freed_there(gpus: Any) -> None:
     import gc
 
+    key = gpus.incarnation("gpu-0").key
+    held = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
+    held.to_host()
+    before = gpus.info()["gpu-0"]["arrays"][key]
+    del held
     gc.collect()
-    gpus.submit(lambda: None, worker=worker).result()  # frees what this client dropped
-    return int(gpus.submit(_actor_arrays, worker=worker).result())
-
-
-def _actor_arrays() -> int:
-    from kerneldsl.distributed.worker import plugin
-
-    return min(len(a.store) for a in plugin().actors)
+    gpus.submit(lambda: None, worker="gpu-0").result()  # the next call carries the drop
+    assert gpus.info()["gpu-0"]["arrays"][key] == before - 1
 
 
 def test_blas_with_remote_arrays_runs_on_their_worker(gpus: Any) -> None:

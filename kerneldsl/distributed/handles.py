@@ -15,6 +15,8 @@ import numpy as np
 
 from ..errors import CallCancelledError, RemoteArrayLostError
 
+_UNSET = object()
+
 if TYPE_CHECKING:
     from .gpus import GPUs, Incarnation
 
@@ -31,7 +33,7 @@ class RemoteFuture:
         self._inc = inc
         self._future = future
         self._seq = seq
-        self._cancelled = False
+        self._value: Any = _UNSET
 
     @property
     def worker(self) -> str:
@@ -44,7 +46,6 @@ class RemoteFuture:
     def cancel(self) -> None:
         """Skip the call unless it already started; ``result()`` then raises ``CallCancelledError``."""
         if not self._future.done():
-            self._cancelled = True
             self._gpus.cancel(self._inc, self._seq)
 
     def _described(self, timeout: float | None) -> Any:
@@ -56,8 +57,12 @@ class RemoteFuture:
             raise CallCancelledError("the call was cancelled") from exc
 
     def result(self, timeout: float | None = None) -> Any:
-        """The call's value: arrays as ``RemoteArray``s (not copied back), everything else as is."""
-        return self._gpus.materialize(self._inc, self._described(timeout))
+        """The call's value: arrays as ``RemoteArray``s (not copied back), everything else as is.
+        Made once: each array key has one handle here, whose drop frees it there."""
+        described = self._described(timeout)
+        if self._value is _UNSET:
+            self._value = self._gpus.materialize(self._inc, described)
+        return self._value
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
         try:
@@ -105,14 +110,12 @@ class RemoteArray(RemoteFuture):
         return self._inc.lost is not None
 
     def check(self) -> None:
-        """Raise ``RemoteArrayLostError`` when its worker is gone, ``CallCancelledError`` when cancelled."""
+        """Raise ``RemoteArrayLostError`` when its worker is gone (the data with it)."""
         if self._inc.lost is not None:
             raise RemoteArrayLostError(
                 f"remote array {self.key!r} was on worker {self._inc.name} ({self._inc.address}), "
                 f"which is gone ({self._inc.lost}): its data is lost"
             )
-        if self._cancelled:
-            raise CallCancelledError(f"remote array {self.key!r} is the result of a cancelled call")
 
     def _descriptor(self, timeout: float | None = None) -> tuple[Any, ...]:
         self.check()
@@ -137,10 +140,9 @@ class RemoteArray(RemoteFuture):
 
     def result(self, timeout: float | None = None) -> Any:
         """The array copied back; a call that returned a scalar or other value gives that value."""
-        described = self._described(timeout)
-        if described[0] == "array":
+        if self._described(timeout)[0] == "array":
             return self.to_host(timeout)
-        return self._gpus.materialize(self._inc, described)
+        return super().result(timeout)
 
     def to_worker(self, worker: str) -> RemoteArray:
         """A copy on ``worker`` (through this client: the data crosses the network twice)."""

@@ -117,9 +117,11 @@ _installed: GPUSessionPlugin | None = None
 
 
 def worker_info(dask_worker: Any) -> dict[str, Any]:
-    """``client.run(worker_info)``: each worker's ``GPUSessionPlugin.info()``."""
+    """``client.run(worker_info)``: each worker's ``GPUSessionPlugin.info()``, and how many arrays
+    each client's actor holds there (``arrays``: actor key -> count)."""
     found: GPUSessionPlugin = dask_worker.plugins[PLUGIN_NAME]
-    return found.info()
+    actors = dask_worker.state.actors.items()
+    return {**found.info(), "arrays": {str(k): len(a.store) for k, a in actors if isinstance(a, GPUActor)}}
 
 
 def _release(store: dict[Any, Any], gpu: GPUSessionPlugin) -> None:
