@@ -22,6 +22,7 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl.bench.report import Report, print_report, wall_median
+from kerneldsl.distributed.cluster import worker_name
 from kerneldsl.errors import WorkerLostError
 
 
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> Report:
         report["pipelining (calls per second)"] = _pipelining(gpus, names[0], args.calls)
         distinct = sorted(set(cluster.devices))
         if len(distinct) >= 2:
-            by_gpu = [names[cluster.devices.index(g)] for g in distinct[:2]]
+            by_gpu = [worker_name(cluster.devices.index(g)) for g in distinct[:2]]
             report["two GPUs vs one (batch of compute-bound calls)"] = _scaling(gpus, by_gpu, args.batch, args.iters)
         else:
             print("(one GPU: the two-GPU scaling section needs --gpus with two distinct GPUs)")
