@@ -99,12 +99,34 @@ def test_ops_and_fused_functions_return_remote_arrays_on_the_same_worker(gpus: A
     assert (z.shape, z.dtype, s.shape) == ((64,), np.float32, ())
 
 
+def test_calls_on_remote_arrays_return_before_the_worker_runs_them(gpus: Any) -> None:
+    from worker_double import sleep_then
+
+    x = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
+    busy = gpus.submit(sleep_then, 1.0, None, worker="gpu-0")  # the worker runs calls in order
+    y = kd.ops.add(kd.ops.multiply(x, 2.0), x)
+    assert not y.done()
+    busy.result()
+    assert y.shape == (4,)
+
+
 def test_arrays_on_different_workers_are_an_error_naming_both(gpus: Any) -> None:
     a = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
     b = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
     with pytest.raises(WrongWorkerError, match="gpu-0.*gpu-1") as info:
         kd.ops.add(a, b)
     assert len(info.value.workers) == 2
+
+
+def test_a_call_on_the_result_of_a_failed_call_raises_its_error(gpus: Any) -> None:
+    a = gpus.to_device(np.ones((2, 3), np.float32), worker="gpu-0")
+    b = gpus.to_device(np.ones((4, 5), np.float32), worker="gpu-0")
+    bad = kd.ops.add(a, b)  # shapes that do not broadcast: fails on the worker
+    after = kd.ops.multiply(bad, 2.0)
+    with pytest.raises(ValueError, match="broadcast"):
+        after.to_host()
+    with pytest.raises(ValueError, match="broadcast"):
+        bad.to_host()
 
 
 def test_to_worker_copies_an_array_to_another_worker(gpus: Any) -> None:

@@ -134,8 +134,9 @@ class RemoteArray(RemoteFuture):
         return dtype
 
     def to_host(self, timeout: float | None = None) -> np.ndarray:
-        """Copy the array back (waits for every call before it on its worker)."""
-        self.check()
+        """Copy the array back (waits for every call before it on its worker); the error of the
+        call that was to make it, if that failed."""
+        self._descriptor(timeout)
         return self._gpus.download(self, timeout)  # type: ignore[no-any-return]
 
     def result(self, timeout: float | None = None) -> Any:

@@ -219,10 +219,8 @@ class GPUActor:
             found = self.store.get(value.key)
             if found is None:
                 failed = self._failed.get(value.key)
-                if failed is not None:
-                    raise RemoteArrayLostError(
-                        f"an argument is the result of a call that failed ({type(failed).__name__}: {failed})"
-                    )
+                if failed is not None:  # as Dask does for a task whose input erred: its error
+                    raise failed
                 raise RemoteArrayLostError(f"worker {self._gpu.worker_name} holds no array {value.key!r}")
             return found
         if t is tuple or t is list:
