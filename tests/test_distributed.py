@@ -246,14 +246,17 @@ def test_a_client_that_disconnects_leaves_no_arrays_on_the_workers(client: Any, 
 def test_a_remote_array_dropped_here_is_freed_there(gpus: Any) -> None:
     import gc
 
-    key = gpus.incarnation("gpu-0").key
+    def flush() -> int:
+        gc.collect()
+        gpus.submit(lambda: None, worker="gpu-0").result()  # the next call carries the drops
+        return int(gpus.info()["gpu-0"]["arrays"][gpus.incarnation("gpu-0").key])
+
+    before = flush()
     held = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
     held.to_host()
-    before = gpus.info()["gpu-0"]["arrays"][key]
+    assert flush() == before + 1
     del held
-    gc.collect()
-    gpus.submit(lambda: None, worker="gpu-0").result()  # the next call carries the drop
-    assert gpus.info()["gpu-0"]["arrays"][key] == before - 1
+    assert flush() == before
 
 
 def test_blas_with_remote_arrays_runs_on_their_worker(gpus: Any) -> None:
