@@ -19,6 +19,7 @@ from ._version import __version__
 if TYPE_CHECKING:  # the same names, eagerly, for type checkers
     from . import blas as blas
     from . import cache as cache
+    from . import distributed as distributed
     from . import errors as errors
     from . import ops as ops
     from .array.creation import arange as arange
@@ -69,7 +70,7 @@ if TYPE_CHECKING:  # the same names, eagerly, for type checkers
 
 # public name -> the module that defines it (a module named by itself is the attribute)
 _HOMES = {
-    **dict.fromkeys(["blas", "cache", "errors", "ops"], ""),
+    **dict.fromkeys(["blas", "cache", "distributed", "errors", "ops"], ""),
     "elementwise": ".array.elementwise",
     "fuse": ".array.fusion",
     "reduction": ".array.reduction",
@@ -105,7 +106,8 @@ _HOMES = {
 
 
 def __getattr__(name: str) -> object:
-    """Import a public name's module on first access (``kd.blas`` needs ``kerneldsl[blas]``)."""
+    """Import a public name's module on first access (``kd.blas`` needs ``kerneldsl[blas]``,
+    ``kd.distributed`` ``kerneldsl[distributed]``)."""
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

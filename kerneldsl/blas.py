@@ -40,6 +40,7 @@ from .errors import (
     ClosedError,
     ShapeMismatchError,
 )
+from .routing import RemoteArguments, is_remote, public, route, routed
 from .runtime.handle import check_same_session
 from .runtime.memory import DeviceArray
 from .runtime.session import Session, default_session
@@ -320,6 +321,8 @@ def _session_of(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], stream
     """The one session owning every array and ``stream``; specific errors for foreign, closed or mixed ones."""
     for name, a in zip(names, arrays):
         if a is not None and type(a) is not DeviceArray:
+            if is_remote(a):
+                raise RemoteArguments(a)
             raise BindingError(
                 op, name, f"expected a kerneldsl DeviceArray, got {type(a).__name__} (use session.to_device)"
             )
@@ -601,13 +604,20 @@ class _Gemm(fastpath.Front):
     """``kd.blas.gemm``: remembered warm calls run from C, every other call in ``_gemm``."""
 
     def _call(self, *args: Any, **kwargs: Any) -> DeviceArray:
-        return _gemm(*args, **kwargs)
+        try:
+            return _gemm(*args, **kwargs)
+        except RemoteArguments as remote:  # remote arrays: run on their worker
+            return route(remote.handle, self, args, kwargs)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (public, (__name__, "gemm"))
 
 
 gemm = _Gemm()
 functools.update_wrapper(gemm, _gemm)
 
 
+@routed
 def gemm_batched(
     a: DeviceArray,
     b: DeviceArray,
@@ -677,6 +687,7 @@ def gemm_batched(
 # -- level 2 ---------------------------------------------------------------------------------------------
 
 
+@routed
 def gemv(
     a: DeviceArray,
     x: DeviceArray,
@@ -729,6 +740,7 @@ def gemv(
 # -- level 1 ---------------------------------------------------------------------------------------------
 
 
+@routed
 def axpy(alpha: float, x: DeviceArray, y: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
     """``y += alpha * x`` in place over all elements (same shape, float32 or float64); returns ``y``."""
     op = "kd.blas.axpy"
@@ -753,6 +765,7 @@ def axpy(alpha: float, x: DeviceArray, y: DeviceArray, *, stream: Stream | None 
     return y
 
 
+@routed
 def dot(x: DeviceArray, y: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None) -> DeviceArray:
     """``sum(x * y)`` of two 1-D arrays, written on the device into a 0-d array (``out`` or new).
 
@@ -772,6 +785,7 @@ def dot(x: DeviceArray, y: DeviceArray, out: DeviceArray | None = None, *, strea
     return _reduce(session, name, (x.size, x.ptr, 1, y.ptr, 1), out, stream, (x, y, out))
 
 
+@routed
 def nrm2(x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None) -> DeviceArray:
     """Euclidean norm over all elements of ``x`` (float32, float64), on the device into a 0-d array."""
     op = "kd.blas.nrm2"

@@ -25,6 +25,7 @@ from .diagnostics import BodyOrigin
 from .dtypes import INT32_MAX
 from .errors import BindingError, CudaError, DeclarationError, WrongSessionError
 from .launch import BoundLaunch, WideIndexNeeded, check_host_arguments, stage_host_call
+from .routing import find_remote, is_remote, route
 from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import DeviceArray
 from .runtime.session import default_session
@@ -70,6 +71,11 @@ class Kernel(fastpath.Front):
 
     def __repr__(self) -> str:
         return f"<kd.kernel {self.signature.name}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A kernel pickles as its declaration (body, signature, options): whoever unpickles it
+        specializes and compiles for its own device, or finds the build in its disk cache."""
+        return (Kernel, (self.body, self.signature, self.options, self.precompile))
 
     # --- building --------------------------------------------------------------------------------
 
@@ -127,6 +133,9 @@ class Kernel(fastpath.Front):
         if consts or len(args) != self._arity:
             args, consts = self.signature.place_arguments(args, consts)
         found = self.lookup(args, consts)
+        if found is None and (remote := find_remote(args)) is not None:
+            launch = {"grid": grid, "block": block, "shared": shared, "stream": stream}
+            return route(remote, self, args, {**{k: v for k, v in launch.items() if v is not None}, **consts})  # type: ignore[no-any-return]
         if found is None:  # foreign arrays: adopt them as DeviceArrays, then dispatch again
             return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
         bound, staged = found
@@ -178,7 +187,7 @@ class Kernel(fastpath.Front):
             elif isinstance(a, np.ndarray):
                 staged = True
                 add((t, a.dtype, a.size > INT32_MAX))
-            elif isinstance(a, _SCALAR_TYPES) or not is_foreign(a):
+            elif isinstance(a, _SCALAR_TYPES) or not (is_foreign(a) or is_remote(a)):
                 _scalar_types.add(t)
                 add(t)
             else:

@@ -9,8 +9,20 @@ for a bad value) the class derives from it too, so generic handlers keep working
 from __future__ import annotations
 
 
+def _rebuild(cls: type[BaseException], args: tuple[object, ...], state: dict[str, object]) -> BaseException:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class KernelDSLError(Exception):
     """Base of every kerneldsl exception."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        """Rebuilt without calling ``__init__`` (whose arguments differ per class), so an error
+        raised on a ``kerneldsl.distributed`` worker reaches the client as itself."""
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 # --- declaration and binding -------------------------------------------------------------
@@ -191,3 +203,45 @@ class BlasNotAvailableError(KernelDSLError, ImportError):
 
 class FusionError(KernelDSLError, TypeError):
     """A ``@kd.fuse`` function used something that cannot be fused."""
+
+
+# --- the remote plane (kerneldsl.distributed) -----------------------------------------------------
+
+
+class DistributedError(KernelDSLError, RuntimeError):
+    """A ``kerneldsl.distributed`` call could not be placed, sent or completed."""
+
+
+class NoWorkerError(DistributedError, LookupError):
+    """No live GPU worker matches the worker name or profile a call asked for."""
+
+
+class WrongWorkerError(DistributedError, ValueError):
+    """Remote arrays of one call live on different workers; ``workers`` names them."""
+
+    def __init__(self, what: str, workers: list[str]) -> None:
+        super().__init__(
+            f"{what}: its remote arrays live on different workers ({', '.join(workers)}); "
+            "copy them to one with ra.to_worker(name)"
+        )
+        self.workers = workers
+
+
+class ShippingError(DistributedError, TypeError):
+    """A kernel, function or argument cannot be pickled to send to a worker."""
+
+
+class Backpressure(DistributedError):
+    """``block=False`` and the worker already has ``max_in_flight`` calls in flight."""
+
+
+class WorkerLostError(DistributedError):
+    """The worker running a call died (killed, out of memory, crashed); the call's work is gone."""
+
+
+class RemoteArrayLostError(WorkerLostError):
+    """The worker that held a remote array died or restarted: its data is gone."""
+
+
+class CallCancelledError(DistributedError):
+    """The remote call was cancelled before it ran (a call already running finishes; its result is dropped)."""

@@ -132,6 +132,10 @@ class Op(ElementwiseFunction):
     def __repr__(self) -> str:
         return f"<kd.ops.{self.name}>"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles by name: the receiver uses its own ``kd.ops`` (and its compiled plans)."""
+        return (_named, (self.name,))
+
 
 class AsType(ElementwiseFunction):
     """Conversion to one dtype with NumPy's ``astype`` (unsafe casting) semantics."""
@@ -150,17 +154,30 @@ class AsType(ElementwiseFunction):
     def expression(self, dtype: np.dtype) -> str:
         return "(kdT)a"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (astype_op, (self.dtype,))
+
 
 _astypes: dict[np.dtype, AsType] = {}
 
 
-def astype(a: Any, dtype: Any, out: Any = None) -> Any:
-    """``a`` converted to ``dtype`` (a new array, or written into ``out``)."""
+def astype_op(dtype: Any) -> AsType:
+    """The conversion to ``dtype``, one per dtype."""
     dt = promotion.supported(dtype)
     op = _astypes.get(dt)
     if op is None:
         op = _astypes[dt] = AsType(dt)
-    return op(a, out=out)
+    return op
+
+
+def astype(a: Any, dtype: Any, out: Any = None) -> Any:
+    """``a`` converted to ``dtype`` (a new array, or written into ``out``)."""
+    return astype_op(dtype)(a, out=out)
+
+
+def _named(name: str) -> Op:
+    op: Op = globals()[name]
+    return op
 
 
 def _op(name: str) -> Op:
@@ -200,15 +217,15 @@ greater_equal = _op("greater_equal")
 equal = _op("equal")
 not_equal = _op("not_equal")
 
-sum = Reduction(REDUCERS["sum"])
-prod = Reduction(REDUCERS["prod"])
-min = Reduction(REDUCERS["min"])
-max = Reduction(REDUCERS["max"])
-mean = Reduction(REDUCERS["mean"])
-argmax = Reduction(REDUCERS["argmax"])
-argmin = Reduction(REDUCERS["argmin"])
-norm = Reduction(REDUCERS["norm"])
-_dot = Reduction(REDUCERS["dot"], map=multiply, operands=2)
+sum = Reduction(REDUCERS["sum"], home=__name__)
+prod = Reduction(REDUCERS["prod"], home=__name__)
+min = Reduction(REDUCERS["min"], home=__name__)
+max = Reduction(REDUCERS["max"], home=__name__)
+mean = Reduction(REDUCERS["mean"], home=__name__)
+argmax = Reduction(REDUCERS["argmax"], home=__name__)
+argmin = Reduction(REDUCERS["argmin"], home=__name__)
+norm = Reduction(REDUCERS["norm"], home=__name__)
+_dot = Reduction(REDUCERS["dot"], map=multiply, operands=2, home=__name__)
 
 
 def dot(a: Any, b: Any, out: Any = None) -> Any:

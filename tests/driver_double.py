@@ -30,6 +30,7 @@ _CONTEXT_FREE = {
     "cuDeviceGetCount",
     "cuDeviceGet",
     "cuDeviceGetName",
+    "cuDeviceGetPCIBusId",
     "cuDeviceGetAttribute",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease",
@@ -150,6 +151,9 @@ class FakeDriver:
 
     def cuDeviceGetName(self, length: int, dev: int) -> tuple:
         return self._r(self._enter("cuDeviceGetName"), b"Fake GPU")
+
+    def cuDeviceGetPCIBusId(self, length: int, dev: int) -> tuple:
+        return self._r(self._enter("cuDeviceGetPCIBusId"), f"0000:{0x1B + int(dev):02X}:00.0".encode())
 
     def cuDeviceGetAttribute(self, attr: Any, dev: int) -> tuple:
         a = _real.CUdevice_attribute

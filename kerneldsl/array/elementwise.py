@@ -279,7 +279,9 @@ class ElementwiseFunction(fastpath.Front):
                 if out is not None or stream is not None:
                     raise FusionError(f"{self.name}: out= and stream= cannot be used inside a fused function")
                 return o.builder.apply(self, operands)
-        return self._plans.call(self.name, operands, out, None, self._plan, front=self, stream=stream)
+        return self._plans.call(
+            self.name, operands, out, None, self._plan, front=self, stream=stream, remote=(self, {})
+        )
 
     def inspect(self, *operands: Any, out: Any = None, arch: str | None = None) -> Build:
         """The Build (CUDA source, adapter, cubin) a call with these operands runs; no GPU needed.
@@ -315,8 +317,13 @@ class Elementwise(ElementwiseFunction):
     ``"[&] { float t = x * x; return t > a ? t : a; }()"``.
     """
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its declaration: the receiver compiles for itself."""
+        return (Elementwise, self._declared)
+
     def __init__(self, func: Callable[..., str], result: Any = None) -> None:
         super().__init__()
+        self._declared = (func, result)
         self.__wrapped__ = func
         self.__doc__ = func.__doc__
         self.name = func.__name__

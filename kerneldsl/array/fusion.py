@@ -159,7 +159,11 @@ class Fused:
         return f"<kd.fuse {self.name}>"
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        return self._plans.call(self.name, args, out, None, self.plan)
+        return self._plans.call(self.name, args, out, None, self.plan, remote=(self, {}))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as the function it fuses: the receiver traces and compiles for itself."""
+        return (Fused, (self.func,))
 
     def trace(self, *args: Any) -> tuple[ProgramBuilder, Tracer]:
         """Run the function on tracers; returns the builder and the traced result."""

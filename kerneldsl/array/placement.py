@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from .. import promotion
+from ..routing import is_remote
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.memory import DeviceArray
 from .program import SCALAR_TYPES
@@ -107,6 +108,8 @@ def arg_key(value: Any) -> Any:
         return (t, value.dtype, value.shape)
     if isinstance(value, np.generic):
         return value.dtype
+    if is_remote(value):  # never waits for its shape: the call is sent to its worker as it is
+        return t
     shape = getattr(value, "shape", None)  # foreign arrays (CuPy, PyTorch): adopted per call
     if shape is not None:
         return (t, getattr(value, "dtype", None), tuple(shape))

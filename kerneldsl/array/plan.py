@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..build import Build
+from ..routing import find_remote, route
 from .kernels import BoundedCache
 from .placement import arg_key, check_placement, contiguous, fast_place, into_strided, is_strided, place
 
@@ -80,15 +81,28 @@ class PlanCache(BoundedCache):
     """Plans by call key; ``call`` is the warm path every array callable shares."""
 
     def call(
-        self, what: str, args: Sequence[Any], out: Any, extra: Any, make: Any, front: Any = None, stream: Any = None
+        self,
+        what: str,
+        args: Sequence[Any],
+        out: Any,
+        extra: Any,
+        make: Any,
+        front: Any = None,
+        stream: Any = None,
+        remote: Any = None,
     ) -> Any:
         """Run the plan for ``args`` (and ``extra``, e.g. the axis), made by ``make(values, out)``
         on a miss, on ``stream`` when given; ``front`` (the callable) may then let the C path
-        take later calls."""
+        take later calls. Remote arrays (which never make a plan here) send the call to their
+        worker as ``remote``: the callable and its keyword arguments."""
         key = (*map(arg_key, args), extra, arg_key(out))
         plan = self.get(key)
         values: Sequence[Any]
         if plan is None:
+            handle = find_remote([*args, out])
+            if handle is not None and remote is not None:
+                fn, kwargs = remote
+                return route(handle, fn, tuple(args), {**kwargs, **({} if out is None else {"out": out})})
             values, session = place(args, what)
             plan = make(values, out)
             plan.copies = not plan.strided_operands and any(is_strided(v) for v in (*values, out))

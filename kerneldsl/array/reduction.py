@@ -41,6 +41,7 @@ from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import FusionError
+from ..routing import public
 from ..runtime.session import default_session
 from .elementwise import ElementwiseFunction
 from .kernels import (
@@ -558,7 +559,11 @@ def result_shape(value_shape: tuple[int, ...], axes: tuple[int, ...], keepdims: 
 class Reduction:
     """A callable reduction: ``f(x, axis=None, out=None)`` (``map`` may take several operands)."""
 
-    def __init__(self, reducer: Reducer, map: ElementwiseFunction | None = None, operands: int = 1) -> None:
+    def __init__(
+        self, reducer: Reducer, map: ElementwiseFunction | None = None, operands: int = 1, home: str | None = None
+    ) -> None:
+        """``home``: the module that holds this reduction under its name (``kd.ops``'s pickle by name)."""
+        self.home = home
         self.reducer = reducer
         self.name = reducer.name
         self.__name__ = reducer.name
@@ -569,15 +574,21 @@ class Reduction:
     def __repr__(self) -> str:
         return f"<kd reduction {self.name}>"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles by name when a module holds it, else as its declaration, without the plans compiled here."""
+        if self.home is not None:
+            return (public, (self.home, self.name))
+        return (Reduction, (self.reducer, self.map, self.operands))
+
     def __call__(self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
         if len(operands) != self.operands:
             raise TypeError(f"{self.name}() takes {self.operands} operand(s), got {len(operands)}")
         keepdims = _check_keepdims(keepdims, self.name)
         if any(isinstance(o, Traced) for o in operands):
             return self._trace(operands, axis, out, keepdims)
-        return self._plans.call(
-            self.name, operands, out, (axis, keepdims), lambda values, o: self._plan(values, axis, o, keepdims)
-        )
+        make = lambda values, o: self._plan(values, axis, o, keepdims)  # noqa: E731
+        remote = {k: v for k, v in (("axis", axis), ("keepdims", keepdims)) if v is not None and v is not False}
+        return self._plans.call(self.name, operands, out, (axis, keepdims), make, remote=(self, remote))
 
     def inspect(
         self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False, arch: str | None = None

@@ -30,6 +30,7 @@ from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import FusionError
+from ..routing import public
 from ..runtime.session import default_session
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out
@@ -224,10 +225,18 @@ class ScanPlan(Plan):
 class Scan:
     """A callable scan: ``f(x, axis=None, out=None, exclusive=False)``."""
 
-    def __init__(self, reducer: Reducer) -> None:
+    def __init__(self, reducer: Reducer, home: str | None = None) -> None:
+        """``home``: the module that holds this scan under its name (``kd.ops``'s pickle by name)."""
         self.reducer = reducer
         self.name = self.__name__ = reducer.name
+        self.home = home
         self._plans = PlanCache()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles by name when a module holds it, else as its declaration, without its plans."""
+        if self.home is not None:
+            return (public, (self.home, self.name))
+        return (Scan, (self.reducer,))
 
     def __repr__(self) -> str:
         return f"<kd scan {self.name}>"
@@ -236,9 +245,9 @@ class Scan:
         if isinstance(x, Traced):
             raise FusionError(f"{self.name}: a scan cannot be fused; call it on the fused function's result")
         exclusive = _check_flag(exclusive, "exclusive", self.name)
-        return self._plans.call(
-            self.name, (x,), out, (axis, exclusive), lambda values, o: self._plan(values, axis, o, exclusive)
-        )
+        make = lambda values, o: self._plan(values, axis, o, exclusive)  # noqa: E731
+        remote = {k: v for k, v in (("axis", axis), ("exclusive", exclusive)) if v is not None and v is not False}
+        return self._plans.call(self.name, (x,), out, (axis, exclusive), make, remote=(self, remote))
 
     def inspect(
         self, x: Any, axis: Any = None, out: Any = None, exclusive: bool = False, arch: str | None = None
@@ -273,8 +282,8 @@ def _check_flag(flag: Any, what: str, name: str) -> bool:
     return bool(flag)
 
 
-cumsum = Scan(replace(REDUCERS["sum"], name="cumsum"))
-cumprod = Scan(replace(REDUCERS["prod"], name="cumprod"))
+cumsum = Scan(replace(REDUCERS["sum"], name="cumsum"), home="kerneldsl.ops")
+cumprod = Scan(replace(REDUCERS["prod"], name="cumprod"), home="kerneldsl.ops")
 
 
 def scan(op: str = "a + b", identity: str = "0", map: str = "x", dtype: Any = None, name: str = "scan") -> Scan:

@@ -13,7 +13,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..runtime import driver
-from . import arrays_bench, blas_bench, coldstart_bench, compile_bench, ops_bench, reduce_bench, runtime_bench
+from . import (
+    arrays_bench,
+    blas_bench,
+    coldstart_bench,
+    compile_bench,
+    distributed_bench,
+    ops_bench,
+    reduce_bench,
+    runtime_bench,
+)
 from .report import Report
 
 
@@ -107,5 +116,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         gpu=True,
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",
+    ),
+    "distributed": Benchmark(
+        "GPU: remote kernel call vs Dask actor and task round trips, pipelining, two GPUs vs one, worker cold start",
+        distributed_bench.add_arguments,
+        distributed_bench.run,
+        gpu=True,
+        modules={"distributed": "Dask distributed"},
+        install="pip install 'kerneldsl[distributed]'",
     ),
 }

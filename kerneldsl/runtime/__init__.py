@@ -9,6 +9,7 @@ from .driver import (
     device_name,
     driver_available,
     driver_version,
+    pci_bus_id,
     set_driver,
     use_driver,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "driver_available",
     "driver_version",
     "open_sessions",
+    "pci_bus_id",
     "reset_device",
     "set_driver",
     "use_driver",

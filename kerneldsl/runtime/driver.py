@@ -214,6 +214,13 @@ def device_name(ordinal: int) -> str:
     return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
 
 
+def pci_bus_id(ordinal: int) -> str:
+    """Where device ``ordinal`` sits, e.g. ``'0000:1B:00.0'``: the same GPU in every process,
+    whatever ``CUDA_VISIBLE_DEVICES`` numbers it there."""
+    raw = check("cuDeviceGetPCIBusId", api().cuDeviceGetPCIBusId(32, device(ordinal)))
+    return raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
+
+
 def compute_capability(ordinal: int) -> tuple[int, int]:
     """``(major, minor)`` of device ``ordinal``; pick the NVRTC arch ``sm_{major}{minor}`` from it."""
     d = api()

@@ -1,0 +1,165 @@
+"""kerneldsl.distributed on this machine's GPUs (GPU and ``kerneldsl[distributed]`` required).
+
+- round trip: a no-op Dask task and a no-op call on a Dask actor (the engine's floors), a no-op
+  ``gpus.submit`` and a warm remote kernel call on a resident array, each submit -> done.
+- pipelining: many small kernel calls one at a time (waiting for each) vs sent back to back
+  with ``max_in_flight`` bounding what is in flight.
+- scaling (two GPUs or more): a batch of independent compute-bound calls on one GPU vs spread
+  over two, each finished on the device (session synchronized).
+- cold start: a worker killed, then its replacement's process start to its first warm kernel
+  call, the kernel's build already in the shared disk cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+import kerneldsl as kd
+from kerneldsl.bench.report import Report, print_report, wall_median
+from kerneldsl.distributed.cluster import worker_name
+from kerneldsl.errors import WorkerLostError
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def _scale(y: kd.InOut["T", "n"], a: kd.Scalar["T"]) -> str:
+    return f"index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] *= {a};"
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def _spin(y: kd.InOut["T", "n"], iters: kd.Scalar[kd.int32]) -> str:
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {{
+        T v = {y}[i];
+        for (int k = 0; k < {iters}; ++k) v = v * (T)0.999f + (T)0.001f;
+        {y}[i] = v;
+    }}"""
+
+
+# called with remote arrays, a kernel returns a RemoteFuture (its checked type says None: a local launch)
+scale: Any = _scale
+spin: Any = _spin
+
+
+class Noop:
+    """The engine's floor: a Dask actor whose method does nothing."""
+
+    def noop(self) -> None:
+        return None
+
+
+def noop() -> None:
+    return None
+
+
+def synchronize() -> None:
+    """Run on a worker: wait until its GPU finished what was launched."""
+    kd.default_session(0).synchronize()
+
+
+def exit_process() -> None:
+    os._exit(1)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--gpus", default="all", help='"all" or comma-separated ordinals; repeat one to share it (0,0)')
+    parser.add_argument("--reps", type=int, default=200, help="round trips per median")
+    parser.add_argument("--calls", type=int, default=2000, help="small calls in the pipelining section")
+    parser.add_argument("--batch", type=int, default=32, help="compute-bound calls in the scaling section")
+    parser.add_argument(
+        "--iters", type=int, default=200_000, help="inner iterations per thread of the compute-bound kernel"
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def run(args: argparse.Namespace) -> Report:
+    from distributed import Client
+
+    gpus_arg: Any = "all" if args.gpus == "all" else [int(g) for g in args.gpus.split(",")]
+    report: Report = {}
+    with kd.distributed.LocalGPUCluster(gpus=gpus_arg) as cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
+        gpus = kd.distributed.attach(client)
+        names = gpus.workers()
+        report["round trip (ms, median)"] = _round_trip(client, gpus, names[0], args.reps)
+        report["pipelining (calls per second)"] = _pipelining(gpus, names[0], args.calls)
+        distinct = sorted(set(cluster.devices))
+        if len(distinct) >= 2:
+            by_gpu = [worker_name(cluster.devices.index(g)) for g in distinct[:2]]
+            report["two GPUs vs one (batch of compute-bound calls)"] = _scaling(gpus, by_gpu, args.batch, args.iters)
+        else:
+            print("(one GPU: the two-GPU scaling section needs --gpus with two distinct GPUs)")
+        report["cold start (s, warm disk cache)"] = _cold_start(gpus, names[-1])
+    print_report(report, args.json)
+    return report
+
+
+def _round_trip(client: Any, gpus: Any, worker: str, reps: int) -> dict[str, float]:
+    actor = client.submit(Noop, actor=True, workers=[worker], pure=False).result()
+    x = gpus.to_device(np.ones(1024, np.float32), worker=worker)
+    scale(x, np.float32(1)).result()
+    figures = {
+        "no-op Dask task": wall_median(lambda: client.submit(noop, workers=[worker], pure=False).result(), reps // 4),
+        "no-op Dask actor call": wall_median(lambda: actor.noop().result(), reps),
+        "no-op gpus.submit": wall_median(lambda: gpus.submit(noop, worker=worker).result(), reps),
+        "warm remote kernel call": wall_median(lambda: scale(x, np.float32(1)).result(), reps),
+    }
+    report = {k: v * 1e3 for k, v in figures.items()}
+    report["kernel call / actor call"] = figures["warm remote kernel call"] / figures["no-op Dask actor call"]
+    np.testing.assert_array_equal(x.to_host(), np.ones(1024, np.float32))
+    return report
+
+
+def _pipelining(gpus: Any, worker: str, calls: int) -> dict[str, float]:
+    x = gpus.to_device(np.ones(1024, np.float32), worker=worker)
+    start = time.perf_counter()
+    for _ in range(calls):
+        scale(x, np.float32(1)).result()
+    one_at_a_time = calls / (time.perf_counter() - start)
+    start = time.perf_counter()
+    pending = [scale(x, np.float32(1)) for _ in range(calls)]
+    for p in pending:
+        p.result()
+    pipelined = calls / (time.perf_counter() - start)
+    return {
+        "one at a time": one_at_a_time,
+        f"pipelined (max_in_flight={gpus.max_in_flight})": pipelined,
+        "speedup": pipelined / one_at_a_time,
+    }
+
+
+def _scaling(gpus: Any, workers: list[str], batch: int, iters: int) -> dict[str, float]:
+    host = np.full(1 << 20, 0.5, np.float32)
+    arrays = {w: gpus.to_device(host, worker=w) for w in workers}
+
+    def batch_on(targets: list[str]) -> float:
+        start = time.perf_counter()
+        calls = [spin(arrays[targets[k % len(targets)]], np.int32(iters)) for k in range(batch)]
+        for c in calls:
+            c.result()
+        for w in targets:
+            gpus.submit(synchronize, worker=w).result()
+        return time.perf_counter() - start
+
+    batch_on(workers)  # compile (or load) and warm both
+    one = statistics.median(batch_on(workers[:1]) for _ in range(3))
+    two = statistics.median(batch_on(workers) for _ in range(3))
+    return {"one GPU (s)": one, "two GPUs (s)": two, "speedup": one / two}
+
+
+def _cold_start(gpus: Any, worker: str) -> dict[str, float]:
+    host = np.ones(1024, np.float32)
+    scale(gpus.to_device(host, worker=worker), np.float32(1)).result()  # the build is in the disk cache
+    start = time.perf_counter()
+    try:
+        gpus.submit(exit_process, worker=worker).result()
+    except WorkerLostError:
+        pass
+    killed = time.perf_counter()
+    scale(gpus.to_device(host, worker=worker), np.float32(1)).result()
+    return {"kill to first warm call": time.perf_counter() - start, "of which noticing the kill": killed - start}

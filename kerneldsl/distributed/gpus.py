@@ -1,0 +1,362 @@
+"""The client side: ``GPUs``, one client's view of the warm GPU workers, and ``attach``.
+
+Each call goes straight to the worker's ``GPUActor`` (a Dask actor call: no scheduler hop, about
+a millisecond) carrying a sequence number, so the worker runs one client's calls in the order
+they were made; the client waits only when it asks for a result. A worker process is an
+``Incarnation``: when it dies its arrays die with it, and the next call starts a new actor on
+the worker the nanny restarted under the same name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import itertools
+import pickle
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import cloudpickle
+from distributed import Client
+from distributed.protocol.serialize import Serialize
+
+from ..dispatch import Kernel
+from ..errors import (
+    Backpressure,
+    NoWorkerError,
+    RemoteArrayLostError,
+    SessionPoisonedError,
+    ShippingError,
+    WorkerLostError,
+    WrongWorkerError,
+)
+from .handles import RemoteArray, RemoteFuture
+from .profiles import Profile, checked_profiles
+from .worker import GPUActor, GPUSessionPlugin, Ref, download, upload, worker_info
+
+_WAIT_STEP_S = 0.1
+_WORKERS_TTL_S = 2.0
+
+
+class Incarnation:
+    """One worker process as this client sees it: its actor, the numbering of calls sent to it,
+    the bound on calls in flight, and the array keys dropped here and not yet freed there."""
+
+    def __init__(self, name: str, address: str, key: str, anchor: Any, max_in_flight: int) -> None:
+        self.name = name
+        self.address = address
+        self.key = key
+        self.anchor = anchor  # the Dask future that keeps the actor alive
+        self.seq = itertools.count()
+        self.slots = threading.BoundedSemaphore(max_in_flight)
+        self.lost: str | None = None
+        self.known: set[bytes] = set()  # callables this actor has unpickled
+        self.lock = threading.Lock()
+        self._dropped: list[Any] = []
+
+    def drop(self, key: Any) -> None:
+        """A remote array was garbage-collected here: the next call frees it there."""
+        self._dropped.append(key)
+
+    def take_dropped(self) -> list[Any]:
+        taken, self._dropped = self._dropped, []
+        return taken
+
+
+class GPUs:
+    """This client's warm GPU workers: ``to_device``, ``submit``, and the calls remote arrays route.
+
+    ``max_in_flight`` bounds the calls one worker has in flight from this client: a call past it
+    blocks until one finishes, or with ``block=False`` raises ``Backpressure``.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        profiles: Mapping[str, Mapping[str, Any]] | None = None,
+        max_in_flight: int = 64,
+        restart_timeout: float = 60.0,
+    ) -> None:
+        if not isinstance(max_in_flight, int) or max_in_flight < 1:
+            raise ValueError(f"max_in_flight must be a positive int, got {max_in_flight!r}")
+        self.client = client
+        self.profiles: dict[str, Profile] = checked_profiles(profiles)
+        self.max_in_flight = max_in_flight
+        self.restart_timeout = restart_timeout
+        self._loop: asyncio.AbstractEventLoop = client.loop.asyncio_loop  # type: ignore[union-attr]
+        self._current: dict[str, Incarnation] = {}
+        self._lock = threading.RLock()
+        self._shipped: dict[tuple[int, str | None], tuple[Any, bytes, bytes]] = {}
+        self._keys = itertools.count()
+        self._turn = itertools.count()
+        self._known: tuple[float, dict[str, tuple[str, dict[str, float]]]] = (-_WORKERS_TTL_S, {})
+
+    # --- workers ---------------------------------------------------------------------------------
+
+    def _workers(self, fresh: bool = True) -> dict[str, tuple[str, dict[str, float]]]:
+        """Live workers by name: address and resources (asked of the scheduler, or ``fresh=False``
+        the last answer if it is under ``_WORKERS_TTL_S`` old: calls that name no worker)."""
+        at, known = self._known
+        if fresh or time.monotonic() - at > _WORKERS_TTL_S:
+            info = self.client.scheduler_info(n_workers=-1)["workers"]
+            known = {str(w["name"]): (address, dict(w.get("resources") or {})) for address, w in info.items()}
+            self._known = (time.monotonic(), known)
+        return known
+
+    def workers(self, profile: str | None = None, fresh: bool = True) -> list[str]:
+        """Names of the live workers (of ``profile``: those carrying its Dask resource)."""
+        resource = None if profile is None else self._profile(profile).resource
+        return sorted(n for n, (_, res) in self._workers(fresh).items() if resource is None or resource in res)
+
+    def info(self) -> dict[str, dict[str, Any]]:
+        """Each worker's session: its process, visible GPU, session device and live arrays."""
+        return {i["worker"]: i for i in self.client.run(worker_info).values()}
+
+    def _profile(self, name: str) -> Profile:
+        found = self.profiles.get(name)
+        if found is None:
+            raise NoWorkerError(f"no profile {name!r}; profiles: {sorted(self.profiles) or 'none'}")
+        return found
+
+    def _pick(self, worker: str | None, profile: str | None) -> str:
+        if worker in self._current and profile is None:  # known here: wait for it if it restarts
+            return worker
+        names = self.workers(profile, fresh=worker is not None)
+        if worker is not None:
+            by_address = {address: n for n, (address, _) in self._workers(fresh=False).items()}
+            name = by_address.get(worker, worker)
+            if name not in names:
+                raise NoWorkerError(f"no live worker {worker!r}" + (f" in profile {profile!r}" if profile else ""))
+            return name
+        if not names:
+            raise NoWorkerError("no live GPU worker" + (f" carries profile {profile!r}" if profile else ""))
+        return names[next(self._turn) % len(names)]
+
+    def incarnation(self, name: str) -> Incarnation:
+        """The live incarnation of worker ``name``: its actor, started on first use and again
+        after the worker restarted (waiting up to ``restart_timeout`` for it to come back)."""
+        with self._lock:
+            inc = self._current.get(name)
+            if inc is not None and inc.lost is None:
+                return inc
+            address = self._wait_for(name, None if inc is None else inc.address)
+            anchor = self.client.submit(
+                GPUActor,
+                actor=True,
+                workers=[address],
+                allow_other_workers=False,
+                pure=False,
+                key=f"kerneldsl-gpu-{uuid.uuid4().hex}",
+            )
+            anchor.result(timeout=self.restart_timeout)
+            inc = self._current[name] = Incarnation(name, address, str(anchor.key), anchor, self.max_in_flight)
+            return inc
+
+    def _wait_for(self, name: str, gone: str | None) -> str:
+        deadline = time.monotonic() + self.restart_timeout
+        while True:
+            found = self._workers().get(name)
+            if found is not None and found[0] != gone:
+                return found[0]
+            if time.monotonic() > deadline:
+                raise NoWorkerError(f"worker {name} did not come back within {self.restart_timeout} s")
+            time.sleep(_WAIT_STEP_S)
+
+    def _lost(self, inc: Incarnation, why: str) -> None:
+        if inc.lost is None:
+            inc.lost = why
+            inc.anchor.release()
+
+    # --- calls ---------------------------------------------------------------------------------
+
+    def to_device(
+        self, host: Any, worker: str | None = None, profile: str | None = None, block: bool = True
+    ) -> RemoteArray:
+        """Upload ``host`` (a numpy array) to a worker (by name or address; default: the next
+        one of ``profile`` in turn); the array stays there until its handle is dropped."""
+        inc = self.incarnation(self._pick(worker, profile))
+        found = self._send(inc, upload, (host,), {}, profile, block, array=True)
+        assert isinstance(found, RemoteArray)
+        return found
+
+    def submit(
+        self,
+        fn: Any,
+        *args: Any,
+        worker: str | None = None,
+        profile: str | None = None,
+        block: bool = True,
+        **kwargs: Any,
+    ) -> RemoteFuture:
+        """Run ``fn(*args, **kwargs)`` on a worker with its warm session: remote arrays arrive as
+        DeviceArrays, returned DeviceArrays stay there as RemoteArrays. Many launches, one round trip."""
+        arrays = _remote_arrays(args, kwargs)
+        if arrays:
+            inc = self._owner(getattr(fn, "__name__", repr(fn)), arrays)
+            if worker is not None and worker not in (inc.name, inc.address):
+                raise WrongWorkerError(f"submit({worker=})", sorted({worker, inc.name}))
+            profile = profile or arrays[0].profile
+        else:
+            inc = self.incarnation(self._pick(worker, profile))
+        return self._send(inc, fn, args, kwargs, profile, block, array=False)
+
+    def route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RemoteFuture:
+        """A kerneldsl callable met remote arrays: run it on their worker. A kernel launch gives a
+        ``RemoteFuture`` (its arrays change in place there), anything else a ``RemoteArray``."""
+        arrays = _remote_arrays(args, kwargs)
+        inc = self._owner(getattr(fn, "__name__", repr(fn)), arrays)
+        return self._send(inc, fn, args, kwargs, arrays[0].profile, True, array=not isinstance(fn, Kernel))
+
+    def _owner(self, what: str, arrays: list[RemoteArray]) -> Incarnation:
+        owners = {id(a._inc): a._inc for a in arrays}
+        if len(owners) > 1:
+            raise WrongWorkerError(what, sorted(f"{i.name} ({i.address})" for i in owners.values()))
+        for a in arrays:
+            a.check()
+        return arrays[0]._inc
+
+    def download(self, array: RemoteArray, timeout: float | None) -> Any:
+        return self._send(array._inc, download, (array,), {}, None, True, array=False).result(timeout)
+
+    def cancel(self, inc: Incarnation, seq: int) -> None:
+        rpc = self.client.rpc(inc.address)
+        asyncio.run_coroutine_threadsafe(
+            rpc.actor_execute(function="cancel", actor=inc.key, args=[seq], kwargs={}), self._loop
+        )
+
+    def materialize(self, inc: Incarnation, described: tuple[Any, ...]) -> Any:
+        """A worker's result description as this client's values: arrays as RemoteArrays."""
+        kind = described[0]
+        if kind == "array":
+            done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            done.set_result(described)
+            return RemoteArray(self, inc, done, -1, described[3], None)
+        if kind == "tuple":
+            return tuple(self.materialize(inc, d) for d in described[1])
+        return described[1]
+
+    def _shipping(self, fn: Any, profile: str | None) -> tuple[bytes, bytes]:
+        """``fn`` (with the profile's compile options, for a kernel) pickled once, and its token."""
+        options = () if profile is None else self._profile(profile).options
+        cache_key = (id(fn), profile if options else None)
+        found = self._shipped.get(cache_key)
+        if found is None or found[0] is not fn:
+            shipped = fn
+            if options and isinstance(fn, Kernel):
+                shipped = Kernel(fn.body, fn.signature, (*fn.options, *options), fn.precompile)
+            try:
+                blob = cloudpickle.dumps(shipped)
+            except Exception as exc:
+                raise ShippingError(
+                    f"cannot send {fn!r} to a worker: {type(exc).__name__}: {exc} (a kernel ships as its declaration: "
+                    "its body function and everything it refers to must pickle)"
+                ) from exc
+            found = self._shipped[cache_key] = (fn, hashlib.blake2b(blob, digest_size=16).digest(), blob)
+        return found[1], found[2]
+
+    def _send(
+        self,
+        inc: Incarnation,
+        fn: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        profile: str | None,
+        block: bool,
+        array: bool,
+    ) -> RemoteFuture:
+        token, blob = self._shipping(fn, profile)
+        key = next(self._keys)
+        buffers: list[pickle.PickleBuffer] = []
+        try:
+            payload = cloudpickle.dumps(
+                (_wire(args), {k: _wire_one(v) for k, v in kwargs.items()}, None if fn is download else key),
+                protocol=5,
+                buffer_callback=buffers.append,
+            )
+        except Exception as exc:
+            raise ShippingError(
+                f"cannot send the arguments of {fn!r} to a worker: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not inc.slots.acquire(blocking=block):
+            raise Backpressure(f"worker {inc.name} has {self.max_in_flight} calls in flight (max_in_flight)")
+        lost_error = RemoteArrayLostError if _remote_arrays(args, kwargs) else WorkerLostError
+        with inc.lock:
+            seq = next(inc.seq)
+            shipped = None if token in inc.known else blob
+            inc.known.add(token)
+            # plain msgpack but for the out-of-band buffers of large arguments (numpy arrays)
+            parts = [seq, inc.take_dropped(), token, shipped, payload, [_serialized(b) for b in buffers]]
+            future = asyncio.run_coroutine_threadsafe(self._call(inc, parts, lost_error), self._loop)
+        future.add_done_callback(lambda _: inc.slots.release())
+        if array:
+            return RemoteArray(self, inc, future, seq, key, profile)
+        return RemoteFuture(self, inc, future, seq)
+
+    async def _call(self, inc: Incarnation, parts: list[Any], lost_error: type[WorkerLostError]) -> Any:
+        try:
+            reply = await self.client.rpc(inc.address).actor_execute(
+                function="call", actor=inc.key, args=parts, kwargs={}
+            )
+        except Exception as exc:
+            self._lost(inc, f"{type(exc).__name__}: {exc}")
+            raise lost_error(f"worker {inc.name} ({inc.address}) was lost: {type(exc).__name__}: {exc}") from None
+        if reply["status"] == "OK":
+            return reply["result"]
+        error = reply["exception"]
+        if isinstance(error, SessionPoisonedError):
+            self._lost(inc, "its CUDA session was poisoned")
+        raise error
+
+    def close(self) -> None:
+        """Release this client's actors (and so every array it holds on the workers)."""
+        with self._lock:
+            for inc in self._current.values():
+                self._lost(inc, "closed by its client")
+            self._current.clear()
+
+
+def _serialized(buffer: pickle.PickleBuffer) -> Any:
+    return Serialize(buffer.raw())  # type: ignore[no-untyped-call]
+
+
+def _wire_one(value: Any) -> Any:
+    t = type(value)
+    if t is RemoteArray:
+        return Ref(value.key)
+    if t is tuple or t is list:
+        return t(_wire_one(v) for v in value)
+    return value
+
+
+def _wire(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple(_wire_one(v) for v in values)
+
+
+def _remote_arrays(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[RemoteArray]:
+    found: list[RemoteArray] = []
+    for v in (*args, *kwargs.values()):
+        if type(v) is RemoteArray:
+            found.append(v)
+        elif type(v) in (tuple, list):
+            found.extend(x for x in v if type(x) is RemoteArray)
+    return found
+
+
+def attach(
+    client: Client,
+    profiles: Mapping[str, Mapping[str, Any]] | None = None,
+    max_in_flight: int = 64,
+    restart_timeout: float = 60.0,
+) -> GPUs:
+    """Install the warm-session plugin on every worker of ``client``'s cluster (and on each worker
+    that joins or restarts later), and return this client's ``GPUs``. Profiles default to those
+    of a ``LocalGPUCluster``; on other clusters start workers with ``--resources
+    kerneldsl-profile-NAME=1``."""
+    client.register_plugin(GPUSessionPlugin(), name=GPUSessionPlugin.name)
+    if profiles is None:
+        profiles = {name: p.spec for name, p in getattr(client.cluster, "profiles", {}).items()}
+    return GPUs(client, profiles, max_in_flight, restart_timeout)

@@ -1,0 +1,286 @@
+"""kerneldsl.distributed against a real Dask cluster of worker processes on this machine: two
+workers ("gpu-0", "gpu-1") pinned to GPUs that need not exist, with the driver double installed
+(``worker_double.UseDriverDouble``) and kernels compiled ahead of time for ``KERNELDSL_ARCH``."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import kerneldsl as kd  # noqa: E402
+from kerneldsl.errors import (  # noqa: E402
+    Backpressure,
+    CallCancelledError,
+    RemoteArrayLostError,
+    SessionPoisonedError,
+    ShippingError,
+    WorkerLostError,
+    WrongWorkerError,
+)
+
+TESTS = Path(__file__).parent
+PROFILES = {"fast": {"options": ["--use_fast_math"], "gpus": [1]}}
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def scale(y: kd.InOut["T", "n"], a: kd.Scalar["T"]) -> str:
+    return f"index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] *= {a};"
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    from worker_double import UseDriverDouble
+
+    with pytest.MonkeyPatch.context() as mp:  # what the worker processes inherit
+        mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
+        mp.setenv("KERNELDSL_ARCH", "sm_90")
+        with kd.distributed.LocalGPUCluster(gpus=[0, 1], profiles=PROFILES, memory_limit=0) as cluster:
+            with distributed.Client(cluster) as c:
+                c.register_plugin(UseDriverDouble())
+                yield c
+
+
+@pytest.fixture(scope="module")
+def gpus(client: Any) -> Any:
+    return kd.distributed.attach(client)
+
+
+def _launches(gpus: Any, worker: str) -> int:
+    from worker_double import launches
+
+    return int(gpus.submit(launches, worker=worker).result())
+
+
+def test_an_array_sent_to_a_worker_comes_back_equal(gpus: Any) -> None:
+    host = np.arange(10, dtype=np.float32)
+    ra = gpus.to_device(host, worker="gpu-0")
+    assert (ra.worker, ra.shape, ra.dtype) == ("gpu-0", (10,), np.float32)
+    np.testing.assert_array_equal(ra.to_host(), host)
+
+
+def test_each_worker_opens_its_own_session_on_its_pinned_gpu(gpus: Any) -> None:
+    info = gpus.info()
+    assert {w: (i["visible_devices"], i["session_device"], i["error"]) for w, i in info.items()} == {
+        "gpu-0": ("0", 0, None),
+        "gpu-1": ("1", 0, None),
+    }
+    assert info["gpu-0"]["pid"] != info["gpu-1"]["pid"]
+    assert all(i["pci_bus_id"] for i in info.values())
+
+
+def test_a_kernel_called_with_remote_arrays_launches_on_their_worker(gpus: Any) -> None:
+    before = _launches(gpus, "gpu-1")
+    ra = gpus.to_device(np.ones(300, np.float32), worker="gpu-1")
+    call = scale(ra, np.float32(2))
+    assert isinstance(call, kd.distributed.RemoteFuture) and call.result() is None
+    assert _launches(gpus, "gpu-1") == before + 1
+
+
+def test_ops_and_fused_functions_return_remote_arrays_on_the_same_worker(gpus: Any) -> None:
+    @kd.fuse
+    def axpb(x: Any, y: Any) -> Any:
+        return kd.ops.add(kd.ops.multiply(x, 2.0), y)
+
+    x = gpus.to_device(np.ones(64, np.float32), worker="gpu-0")
+    y = kd.ops.add(x, x)
+    z = axpb(y, x)
+    s = kd.ops.sum(z)
+    assert [type(r).__name__ for r in (y, z, s)] == ["RemoteArray"] * 3
+    assert {r.worker for r in (y, z, s)} == {"gpu-0"}
+    assert (z.shape, z.dtype, s.shape) == ((64,), np.float32, ())
+
+
+def test_calls_on_remote_arrays_return_before_the_worker_runs_them(gpus: Any) -> None:
+    from worker_double import sleep_then
+
+    x = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
+    busy = gpus.submit(sleep_then, 1.0, None, worker="gpu-0")  # the worker runs calls in order
+    y = kd.ops.add(kd.ops.multiply(x, 2.0), x)
+    assert not y.done()
+    busy.result()
+    assert y.shape == (4,)
+
+
+def test_arrays_on_different_workers_are_an_error_naming_both(gpus: Any) -> None:
+    a = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
+    b = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
+    with pytest.raises(WrongWorkerError, match="gpu-0.*gpu-1") as info:
+        kd.ops.add(a, b)
+    assert len(info.value.workers) == 2
+
+
+def test_a_call_on_the_result_of_a_failed_call_raises_its_error(gpus: Any) -> None:
+    a = gpus.to_device(np.ones((2, 3), np.float32), worker="gpu-0")
+    b = gpus.to_device(np.ones((4, 5), np.float32), worker="gpu-0")
+    bad = kd.ops.add(a, b)  # shapes that do not broadcast: fails on the worker
+    after = kd.ops.multiply(bad, 2.0)
+    with pytest.raises(ValueError, match="broadcast"):
+        after.to_host()
+    with pytest.raises(ValueError, match="broadcast"):
+        bad.to_host()
+
+
+def test_to_worker_copies_an_array_to_another_worker(gpus: Any) -> None:
+    a = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
+    b = a.to_worker("gpu-1")
+    assert b.worker == "gpu-1"
+    np.testing.assert_array_equal(b.to_host(), np.arange(4, dtype=np.float32))
+
+
+def test_submit_runs_a_function_whose_device_arrays_stay_remote(gpus: Any) -> None:
+    a = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
+    kept, n = gpus.submit(lambda x: (x, x.size), a).result()
+    assert (type(kept).__name__, kept.worker, n) == ("RemoteArray", "gpu-0", 4)
+    np.testing.assert_array_equal(kept.to_host(), np.arange(4, dtype=np.float32))
+
+
+def test_a_kernel_whose_body_cannot_be_pickled_is_a_shipping_error(gpus: Any) -> None:
+    lock = threading.Lock()
+
+    @kd.kernel()
+    def locked(y: kd.InOut["T", "n"]) -> str:
+        with lock:
+            return ""
+
+    ra = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
+    with pytest.raises(ShippingError, match="locked"):
+        locked(ra)
+
+
+def test_a_profile_names_its_workers_and_adds_its_compile_options(gpus: Any) -> None:
+    import pickle
+
+    assert gpus.workers("fast") == ["gpu-1"]
+    assert gpus.to_device(np.ones(4, np.float32), profile="fast").worker == "gpu-1"
+    _, blob = gpus._shipping(scale, "fast")
+    assert pickle.loads(blob).options == ("--use_fast_math",)
+
+
+def test_past_max_in_flight_a_non_blocking_call_raises_backpressure(client: Any) -> None:
+    from worker_double import sleep_then
+
+    narrow = kd.distributed.GPUs(client, max_in_flight=1)
+    slow = narrow.submit(sleep_then, 1.0, "slow", worker="gpu-0")
+    with pytest.raises(Backpressure, match="gpu-0"):
+        narrow.submit(sleep_then, 0.0, "next", worker="gpu-0", block=False)
+    assert narrow.submit(sleep_then, 0.0, "next", worker="gpu-0").result() == "next"  # blocks, then runs
+    assert slow.result() == "slow"
+
+
+def test_a_result_that_times_out_leaves_the_call_running(gpus: Any) -> None:
+    from worker_double import sleep_then
+
+    slow = gpus.submit(sleep_then, 0.5, "slow", worker="gpu-0")
+    with pytest.raises(TimeoutError):
+        slow.result(timeout=0.01)
+    assert slow.result() == "slow"
+
+
+def test_a_cancelled_call_does_not_run_and_the_worker_stays_usable(gpus: Any) -> None:
+    from worker_double import sleep_then
+
+    slow = gpus.submit(sleep_then, 1.0, "slow", worker="gpu-0")
+    queued = gpus.submit(sleep_then, 0.0, "queued", worker="gpu-0")
+    queued.cancel()
+    with pytest.raises(CallCancelledError):
+        queued.result()
+    assert slow.result() == "slow"
+    assert gpus.submit(sleep_then, 0.0, "after", worker="gpu-0").result() == "after"
+
+
+def test_a_killed_worker_loses_its_calls_and_arrays_and_comes_back(gpus: Any) -> None:
+    from worker_double import exit_process
+
+    kept = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
+    kept.to_host()
+    with pytest.raises(WorkerLostError):
+        gpus.submit(exit_process, worker="gpu-1").result(timeout=30)
+    with pytest.raises(RemoteArrayLostError, match="gpu-1"):
+        kept.to_host()
+    fresh = gpus.to_device(np.arange(3, dtype=np.float32), worker="gpu-1")
+    np.testing.assert_array_equal(fresh.to_host(), np.arange(3, dtype=np.float32))
+
+
+def test_a_sticky_cuda_error_poisons_one_worker_which_restarts(gpus: Any) -> None:
+    from worker_double import make_sticky
+
+    ra = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
+    gpus.submit(make_sticky, worker="gpu-1").result()
+    with pytest.raises(SessionPoisonedError, match="gpu-1"):
+        scale(ra, np.float32(2)).result(timeout=30)
+    assert ra.lost
+    again = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
+    assert scale(again, np.float32(2)).result(timeout=30) is None
+    assert gpus.info()["gpu-0"]["error"] is None
+
+
+def test_a_second_client_attaching_leaves_the_first_ones_arrays_alone(client: Any, gpus: Any) -> None:
+    ours = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
+    ours.to_host()
+    with distributed.Client(client.scheduler.address) as other:
+        kd.distributed.attach(other)
+    np.testing.assert_array_equal(ours.to_host(), np.arange(4, dtype=np.float32))
+
+
+def test_a_client_that_disconnects_leaves_no_arrays_on_the_workers(client: Any, gpus: Any) -> None:
+    with distributed.Client(client.scheduler.address) as other:
+        theirs = kd.distributed.attach(other)
+        theirs.to_device(np.ones(1000, np.float32), worker="gpu-0").to_host()
+        key = theirs.incarnation("gpu-0").key
+        assert gpus.info()["gpu-0"]["arrays"][key] == 1
+    deadline = time.monotonic() + 30
+    while key in gpus.info()["gpu-0"]["arrays"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert key not in gpus.info()["gpu-0"]["arrays"]
+
+
+def test_a_remote_array_dropped_here_is_freed_there(gpus: Any) -> None:
+    import gc
+
+    def flush() -> int:
+        gc.collect()
+        gpus.submit(lambda: None, worker="gpu-0").result()  # the next call carries the drops
+        return int(gpus.info()["gpu-0"]["arrays"][gpus.incarnation("gpu-0").key])
+
+    before = flush()
+    held = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
+    held.to_host()
+    assert flush() == before + 1
+    del held
+    assert flush() == before
+
+
+def test_blas_with_remote_arrays_runs_on_their_worker(gpus: Any) -> None:
+    x = gpus.to_device(np.ones(8, np.float32), worker="gpu-1")
+    result = kd.blas.dot(x, x)
+    assert (type(result).__name__, result.worker) == ("RemoteArray", "gpu-1")
+    assert type(kd.blas.gemm(x, x)).__name__ == "RemoteArray"
+
+
+def test_import_kerneldsl_does_not_import_dask() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, kerneldsl as kd; kd.ops; print('distributed' in sys.modules, 'dask' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+
+
+def test_a_cluster_with_a_security_config_speaks_tls_on_localhost() -> None:
+    pytest.importorskip("cryptography")
+    from distributed.security import Security
+
+    security = Security.temporary()
+    with kd.distributed.LocalGPUCluster(gpus=[0], security=security, memory_limit=0) as cluster:
+        with distributed.Client(cluster, security=security) as client:
+            addresses = [cluster.scheduler_address, *client.scheduler_info()["workers"]]
+    assert all(a.startswith("tls://127.0.0.1:") for a in addresses)
