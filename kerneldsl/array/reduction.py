@@ -64,6 +64,7 @@ from .scratch import SCRATCH, multiprocessors
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
 PARTIAL_BLOCKS_PER_SM = 8  # blocks that fill one SM: what a split reduction aims for
 COLUMN_BLOCKS_PER_SM = 2  # split columns with many partials per thread aim lower (8 loads in flight each)
+COLUMN_LANES_MAX = 64  # threads across the kept axis at most: the others share the reduced axis
 FINAL_FOLDS = 16  # partials per thread the last block of a split column tile folds at most, by choice
 GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
@@ -386,7 +387,7 @@ def rows_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int]:
     units = _ceil(e.count, vec if vector else 1)  # loads per row
     cap = sms * GRID_BLOCKS_PER_SM
     if e.count >= ROWS_BLOCK_MIN:
-        splits = max(1, min(_ceil(units, BLOCK * LOADS_PER_THREAD), _ceil(sms * PARTIAL_BLOCKS_PER_SM, e.outer)))
+        splits = max(1, min(_ceil(units, BLOCK * LOADS_PER_THREAD), sms * PARTIAL_BLOCKS_PER_SM // e.outer))
         return Variant("rows", BLOCK, vector, splits > 1), min(e.outer * splits, cap), splits
     lanes = min(32, _pow2_at_least(units))
     return Variant("rows", lanes, vector), min(_ceil(e.outer, BLOCK // lanes), cap), 1
@@ -398,7 +399,7 @@ def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Varian
     blocks, splits and tiles."""
     vector = vec > 1 and e.inner % vec == 0 and vec * acc_bytes <= COLUMN_BYTES_PER_THREAD
     width = vec if vector else 1
-    across = min(BLOCK, _pow2_at_least(_ceil(e.inner, width)))
+    across = min(COLUMN_LANES_MAX, _pow2_at_least(_ceil(e.inner, width)))
     down = BLOCK // across
     tiles = e.outer * _ceil(e.inner, across * width)
     # Enough blocks to fill the GPU in one wave, unless the last block of a tile would then fold more than
