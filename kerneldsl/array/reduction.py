@@ -660,10 +660,17 @@ def reduction(
     ``post``: the output from the total ``r`` and the count ``n``. The accumulation dtype is the
     input's (float16/bfloat16 -> float32); the result dtype is ``dtype`` or the input's.
     """
+    return Reduction(user_reducer(name, reduce, identity, map, dtype, post))
+
+
+def user_reducer(name: str, combine: str, identity: str, map: str, dtype: Any, post: str = "r") -> Reducer:
+    """A Reducer declared from C expressions (``kd.reduction``, ``kd.scan``): every dtype kind
+    combines with ``combine``, values accumulate in their own dtype (float16/bfloat16 in float32)
+    and the result is ``dtype`` or the input's."""
     out_dtype = None if dtype is None else promotion.supported(dtype)
-    reducer = Reducer(
+    return Reducer(
         name,
-        {"fiub": reduce},
+        {"fiub": combine},
         identity,
         (lambda dt: dt) if out_dtype is None else (lambda dt: out_dtype),
         accumulation_dtype,
@@ -671,4 +678,3 @@ def reduction(
         post=post,
         pre_param="x",
     )
-    return Reduction(reducer)

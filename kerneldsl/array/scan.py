@@ -36,7 +36,7 @@ from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out
 from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype, unsigned_ctype
-from .reduction import REDUCERS, Reducer, accumulation_dtype, normalize_axes
+from .reduction import REDUCERS, Reducer, normalize_axes, user_reducer
 from .scratch import SCRATCH, multiprocessors
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
@@ -292,14 +292,4 @@ def scan(op: str = "a + b", identity: str = "0", map: str = "x", dtype: Any = No
     neutral value (or ``"max"``/``"min"``), ``map`` the contribution of element ``x``. The
     accumulation dtype is the input's (float16/bfloat16 -> float32), the result ``dtype`` or the
     input's."""
-    out_dtype = None if dtype is None else promotion.supported(dtype)
-    reducer = Reducer(
-        name,
-        {"fiub": op},
-        identity,
-        (lambda dt: dt) if out_dtype is None else (lambda dt: out_dtype),
-        accumulation_dtype,
-        pre=map,
-        pre_param="x",
-    )
-    return Scan(reducer)
+    return Scan(user_reducer(name, op, identity, map, dtype))

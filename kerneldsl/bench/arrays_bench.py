@@ -30,7 +30,7 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl.bench import ops_bench, runtime_bench
-from kerneldsl.bench.report import Report, print_report
+from kerneldsl.bench.report import Report, Section, run_sections
 from kerneldsl.errors import BlasNotAvailableError
 
 CHAIN_SIZES = (1 << 10, 1 << 16, 1 << 20)
@@ -300,7 +300,7 @@ def bench_keywords(args: argparse.Namespace) -> dict[str, float]:
     return results
 
 
-SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace], dict[str, float]]]] = {
+SECTIONS: dict[str, Section] = {
     "chain": ("unfused chain allocating every result, float32", bench_chain),
     "fused": ("fused GELU returning a new array, 2^26 float32", bench_fused),
     "alloc": ("allocate + free 1 MiB, host cost", bench_alloc),
@@ -310,13 +310,4 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace], dict[str, float]]]
 
 
 def run(args: argparse.Namespace) -> Report:
-    report: Report = {}
-    for key, (title, bench) in SECTIONS.items():
-        if args.only and key not in args.only:
-            continue
-        report[title] = bench(args)
-        if not args.json:  # print as we go: a later section's failure must not lose this one
-            print_report({title: report[title]}, False)
-    if args.json:
-        print_report(report, True)
-    return report
+    return run_sections(SECTIONS, args)

@@ -29,7 +29,7 @@ import numpy as np
 import kerneldsl as kd
 from kerneldsl.array.kernels import KERNELS
 from kerneldsl.bench import runtime_bench
-from kerneldsl.bench.report import Report, print_report
+from kerneldsl.bench.report import Report, Section, run_sections
 
 SAXPY_N = 1 << 28
 SUM_N = 1 << 28
@@ -310,7 +310,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     return results
 
 
-SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace], dict[str, float]]]] = {
+SECTIONS: dict[str, Section] = {
     "saxpy": ("saxpy 2^28 float32", bench_saxpy),
     "sum": ("full sum 2^28 float32", bench_sum),
     "chain": ("8-op chain 2^26 float32", bench_chain),
@@ -319,13 +319,4 @@ SECTIONS: dict[str, tuple[str, Callable[[argparse.Namespace], dict[str, float]]]
 
 
 def run(args: argparse.Namespace) -> Report:
-    report: Report = {}
-    for key, (title, bench) in SECTIONS.items():
-        if args.only and key not in args.only:
-            continue
-        report[title] = bench(args)
-        if not args.json:  # print as we go: a later section's failure must not lose this one
-            print_report({title: report[title]}, False)
-    if args.json:
-        print_report(report, True)
-    return report
+    return run_sections(SECTIONS, args)

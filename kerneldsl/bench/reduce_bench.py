@@ -20,7 +20,7 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer
-from kerneldsl.bench.report import Report, print_report
+from kerneldsl.bench.report import Report, Section, run_sections
 
 AXES_ELEMENTS = 1 << 26
 FULL_N = 1 << 28
@@ -145,7 +145,7 @@ def bench_cumsum(args: argparse.Namespace) -> dict[str, float]:
     }
 
 
-SECTIONS: dict[str, tuple[str, Any]] = {
+SECTIONS: dict[str, Section] = {
     "axes": ("sum over one axis, 2^26 float32", bench_axes),
     "full": ("full sum 2^28 float32", bench_full),
     "cumsum": ("cumsum 2^28 float32", bench_cumsum),
@@ -153,13 +153,4 @@ SECTIONS: dict[str, tuple[str, Any]] = {
 
 
 def run(args: argparse.Namespace) -> Report:
-    report: Report = {}
-    for key, (title, bench) in SECTIONS.items():
-        if args.only and key not in args.only:
-            continue
-        report[title] = bench(args)
-        if not args.json:
-            print_report({title: report[title]}, False)
-    if args.json:
-        print_report(report, True)
-    return report
+    return run_sections(SECTIONS, args)

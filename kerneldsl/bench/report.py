@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 Report = dict[str, dict[str, float]]  # section ("launch (µs per launch)") -> figure name -> value
 
@@ -30,3 +31,21 @@ def print_report(report: Report, as_json: bool) -> None:
         print(section)
         for name, value in rows.items():
             print(f"  {name:40s} {value:10.3f}")
+
+
+Section = tuple[str, Callable[[argparse.Namespace], dict[str, float]]]  # (title, measure)
+
+
+def run_sections(sections: Mapping[str, Section], args: argparse.Namespace) -> Report:
+    """Run the sections ``args.only`` names (all by default), printing each as it finishes so a
+    later section's failure loses none before it; ``args.json`` prints them all at the end."""
+    report: Report = {}
+    for key, (title, bench) in sections.items():
+        if args.only and key not in args.only:
+            continue
+        report[title] = bench(args)
+        if not args.json:
+            print_report({title: report[title]}, False)
+    if args.json:
+        print_report(report, True)
+    return report
