@@ -39,6 +39,7 @@ from .errors import (
     BlasNotAvailableError,
     ClosedError,
     ShapeMismatchError,
+    StridedArrayError,
 )
 from .routing import RemoteArguments, is_remote, public, route, routed
 from .runtime.handle import check_same_session
@@ -326,6 +327,11 @@ def _session_of(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], stream
             raise BindingError(
                 op, name, f"expected a kerneldsl DeviceArray, got {type(a).__name__} (use session.to_device)"
             )
+    for name, a in zip(names, arrays):
+        if a is not None and not a.is_contiguous:
+            raise StridedArrayError(
+                op, name, f"a strided view (strides {a.strides}) where cuBLAS needs C-contiguous memory: pass x.copy()"
+            )
     present = [a for a in arrays if a is not None]
     if stream is not None:
         present.append(stream)
@@ -387,6 +393,8 @@ def _dim(*extents: int) -> bool:
 def _fast_ok(a: Any, b: Any, out: Any, stream: Any, ndim: int) -> bool:
     """The warm-path test: device arrays of one open session, ``ndim``-D, one supported dtype."""
     if type(a) is not DeviceArray or type(b) is not DeviceArray or a.ndim != ndim or b.ndim != ndim:
+        return False
+    if not (a.is_contiguous and b.is_contiguous and (out is None or type(out) is not DeviceArray or out.is_contiguous)):
         return False
     session, dt = a.session, a.dtype
     if b.session is not session or not session.usable or a.closed or b.closed or dt not in _GEMM_TYPES:

@@ -34,6 +34,7 @@ from kerneldsl.errors import (
     SessionCloseError,
     ShapeMismatchError,
     StickyCudaError,
+    StridedArrayError,
     WrongSessionError,
 )
 from kerneldsl.runtime import DeviceArray, Session
@@ -696,6 +697,13 @@ class TestValidation:
             blas.gemm(np.ones((2, 2), np.float32), a)
         with pytest.raises(BindingError, match="argument 'out'"):
             blas.gemm(a, a, out=np.ones((2, 2), np.float32))
+
+    def test_strided_views_are_refused_not_misread(self, s: Session) -> None:
+        a = s.empty((4, 6), np.float32)
+        with pytest.raises(StridedArrayError, match=r"argument 'a'.*x\.copy\(\)"):
+            blas.gemm(a.T, s.empty((4, 3), np.float32))
+        with pytest.raises(StridedArrayError, match="argument 'out'"):
+            blas.gemm(s.empty((2, 4), np.float32), a, out=s.empty((6, 4), np.float32).T)
 
     def test_inner_extents(self, s: Session) -> None:
         with pytest.raises(ShapeMismatchError, match=r"op\(a\) is 2x3 but op\(b\) is 4x5") as info:
