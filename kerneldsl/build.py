@@ -1,12 +1,15 @@
 """One specialization, built: generated sources, cache key, and the compiled image.
 
-``build()`` is the miss path: generate the sources, derive the disk-cache key material,
-then take the image from the disk cache or compile it with NVRTC and store it.
+``build()`` is the miss path of a process: plan the generated code, take its rendered text from
+the disk cache (stored under ``source_material``, the plan's key, so a fresh process renders no
+template and imports no Jinja) or render it, derive the image's key material from the text, then
+take the image from the disk cache or compile it with NVRTC and store both.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +20,7 @@ from typing import Any
 from . import cache as disk_cache
 from . import logs
 from ._version import __version__
-from .codegen import Decisions, Generated, generate, template_digest
+from .codegen import Decisions, Generated, Plan, plan, renderer_identity, template_digest
 from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_identity, require_supported
 from .diagnostics import BodyOrigin, map_log
 from .errors import KernelCompileError
@@ -52,6 +55,47 @@ def key_material(spec: Specialization, generated: Generated, options: Sequence[s
         "arch": spec.arch,
         "output": output,
     }
+
+
+SOURCE_OUTPUT = "source"  # the output named in the key material of stored rendered text
+_SOURCE_FIELDS = ("cuda_source", "adapter_source")
+
+
+def source_material(spec: Specialization, planned: Plan) -> dict[str, Any]:
+    """What the rendered text depends on: the templates and code generation (``fingerprint``), the
+    Jinja release, and the templates' contexts, which hold the body, the arch and every decision."""
+    return {
+        "format": disk_cache.CACHE_FORMAT_VERSION,
+        "fingerprint": fingerprint(),
+        "renderer": renderer_identity(),
+        "kernel": spec.signature.name,
+        "arch": spec.arch,
+        "output": SOURCE_OUTPUT,
+        "abi": [list(slot) for slot in planned.abi] + [planned.struct_format],
+        "contexts": planned.identity(),
+    }
+
+
+def _stored_sources(store: disk_cache.DiskCache, planned: Plan, key: str, material: dict[str, Any]) -> Generated | None:
+    """The generated pair stored under ``key``; None on a miss or a payload of another shape
+    (rendered again and stored over it)."""
+    payload = store.get(key, material)
+    if payload is None:
+        return None
+    try:
+        texts = json.loads(payload)
+    except ValueError:
+        return None
+    if not isinstance(texts, dict) or sorted(texts) != sorted(_SOURCE_FIELDS):
+        return None
+    if not all(type(texts[name]) is str for name in _SOURCE_FIELDS):
+        return None
+    return planned.with_sources(texts["cuda_source"], texts["adapter_source"])
+
+
+def _store_sources(store: disk_cache.DiskCache, generated: Generated, key: str, material: dict[str, Any]) -> None:
+    texts = {name: getattr(generated, name) for name in _SOURCE_FIELDS}
+    store.put(key, json.dumps(texts, sort_keys=True).encode(), material)
 
 
 @dataclass
@@ -133,15 +177,23 @@ def build(
     output: str = "cubin",
     use_disk: bool = True,
 ) -> Build:
-    generated = generate(spec, body)
+    planned = plan(spec, body)
     options = build_options(spec.arch, output, user_options)
+    store = disk_cache.get_default_cache() if use_disk else None
+    texts_material = source_material(spec, planned)
+    texts_key = disk_cache.cache_key(texts_material)
+    generated = _stored_sources(store, planned, texts_key, texts_material) if store is not None else None
+    rendered = generated is None
+    if generated is None:
+        generated = planned.render()
     material = key_material(spec, generated, options, output)
     key = disk_cache.cache_key(material)
-    store = disk_cache.get_default_cache() if use_disk else None
     if store is not None:
         payload = store.get(key, material)
         if payload is not None:
             log.debug("disk hit %s %s", spec.describe(), key[:12])
+            if rendered:
+                _store_sources(store, generated, texts_key, texts_material)
             return Build(spec, generated, options, material, key, CompiledCode.from_bytes(payload), "disk", 0.0)
     start = time.perf_counter()
     compiled = _compile(spec, generated, origin, options, output)
@@ -149,6 +201,8 @@ def build(
     log.debug("compiled %s in %.1f ms", spec.describe(), seconds * 1e3)
     if store is not None:
         store.put(key, compiled.to_bytes(), material)
+        if rendered:
+            _store_sources(store, generated, texts_key, texts_material)
     return Build(spec, generated, options, material, key, compiled, "nvrtc", seconds)
 
 

@@ -22,6 +22,7 @@ import numpy as np
 from ._version import __version__
 from .dtypes import ELEMENT_TYPES, ElementType
 from .errors import DeclarationError
+from .installed import dist_info_pattern, first_version
 from .signature import ArrayParam, Expr, ScalarParam, Signature
 from .specialize import Specialization
 from .template_options import COMPILED_DIR, make_environment
@@ -58,6 +59,18 @@ def _environment() -> jinja2.Environment:
 
 def render(template: str, **context: Any) -> str:
     return _environment().get_template(template).render(version=__version__, **context)
+
+
+@lru_cache(maxsize=1)
+def renderer_identity() -> str:
+    """The Jinja release that renders here, which keys of stored rendered text record (another
+    release may render the same template differently); found without importing Jinja."""
+    version = first_version(dist_info_pattern("jinja2"))
+    if version is None:  # not installed as a distribution: the module says
+        import jinja2
+
+        version = jinja2.__version__
+    return f"jinja2 {version}"
 
 
 @lru_cache(maxsize=1)
@@ -172,59 +185,122 @@ class Generated:
         return SLOT_BYTES * len(self.abi)
 
 
-def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
+KERNEL_TEMPLATE = "kernel.cu.j2"
+ADAPTER_TEMPLATE = "adapter.py.j2"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What code generation decided for one specialization before any template is rendered: the
+    two templates' contexts and what a launch needs besides the text. Rendering is a pure
+    function of the templates and these contexts, so a disk hit can take the text stored under
+    ``identity()`` and never import Jinja."""
+
+    entry: str
+    body: str
+    body_file: str
+    abi: tuple[tuple[str, str], ...]
+    struct_format: str
+    decisions: Decisions
+    kernel_context: dict[str, Any]
+    adapter_context: dict[str, Any]
+
+    def identity(self) -> list[Any]:
+        """The contexts as exact, JSON-ready data: equal identities render equal text."""
+        return [_exact(self.kernel_context), _exact(self.adapter_context)]
+
+    def with_sources(self, cuda_source: str, adapter_source: str) -> Generated:
+        return Generated(
+            entry=self.entry,
+            cuda_source=cuda_source,
+            adapter_source=adapter_source,
+            body=self.body,
+            body_file=self.body_file,
+            abi=self.abi,
+            struct_format=self.struct_format,
+            decisions=self.decisions,
+        )
+
+    def render(self) -> Generated:
+        return self.with_sources(
+            render(KERNEL_TEMPLATE, **self.kernel_context), render(ADAPTER_TEMPLATE, **self.adapter_context)
+        )
+
+
+def _exact(value: Any) -> Any:
+    """``value`` as JSON-ready data that keeps every distinction a template can see (tuple from
+    list, int from bool and float, an Expr's tree); TypeError for any other type, so that no
+    context value can be encoded ambiguously."""
+    kind = type(value)
+    if kind in (str, int, bool) or value is None:
+        return value
+    if kind is float:
+        return ["float", value.hex()]
+    if kind in (list, tuple):
+        return [kind.__name__, *(_exact(v) for v in value)]
+    if kind is dict:
+        return ["dict", *([_exact(k), _exact(v)] for k, v in value.items())]
+    if kind is Expr:
+        return ["Expr", value.op, _exact(value.args)]
+    raise TypeError(f"cannot key a template context holding a {kind.__name__}")
+
+
+def plan(spec: Specialization, body: Callable[..., Any]) -> Plan:
+    """Call the body and decide everything the templates are given; renders nothing."""
     sig = spec.signature
     body_text, decisions = call_body(spec, body)
     entry = f"kd_{sig.name}"
     body_file = f"{sig.name}.body"
     slots = _slots(spec)
-    cuda_source = render(
-        "kernel.cu.j2",
-        name=sig.name,
-        arch=spec.arch,
-        index_bits=spec.index_bits,
-        index_ctype="int" if spec.index_bits == 32 else "long long",
-        uses_half=_uses(spec, "float16"),
-        uses_bfloat16=_uses(spec, "bfloat16"),
-        type_vars=[(v, ELEMENT_TYPES[t].ctype) for v, t in spec.type_vars],
-        consts=[_const_decl(n, v) for n, v in spec.consts],
-        fixed_symbols=[{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
-        entry=entry,
-        params=[{"decl": s["decl"]} for s in slots],
-        arrays=[{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
-        body_file=body_file,
-        body=body_text,
-    )
     struct_format = "<" + "".join(s["code"] for s in slots)
-    adapter_source = render(
-        "adapter.py.j2",
-        name=sig.name,
-        arch=spec.arch,
-        index_bits=spec.index_bits,
-        struct_format_literal=repr(struct_format),
-        converters=sorted({s["converter"] for s in slots if s["converter"]}),
-        runtime_names=[p.name for p in sig.runtime_params],
-        arrays=[_adapter_array(a) for a in sig.arrays],
-        alias_checks=[] if sig.allow_alias else alias_pairs(sig),
-        strided=[a.name for a in sig.arrays if a.strided],
-        symbol_binds=symbol_binds(spec),
-        shape_checks=shape_checks(spec),
-        dim_values=_dim_values(spec),
-        grid=_pad3(sig.grid),
-        block=_pad3(sig.block),
-        shared=sig.shared,
-        pack_values=[s["value"] for s in slots],
-    )
-    return Generated(
+    kernel_context = {
+        "name": sig.name,
+        "arch": spec.arch,
+        "index_bits": spec.index_bits,
+        "index_ctype": "int" if spec.index_bits == 32 else "long long",
+        "uses_half": _uses(spec, "float16"),
+        "uses_bfloat16": _uses(spec, "bfloat16"),
+        "type_vars": [(v, ELEMENT_TYPES[t].ctype) for v, t in spec.type_vars],
+        "consts": [_const_decl(n, v) for n, v in spec.consts],
+        "fixed_symbols": [{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
+        "entry": entry,
+        "params": [{"decl": s["decl"]} for s in slots],
+        "arrays": [{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
+        "body_file": body_file,
+        "body": body_text,
+    }
+    adapter_context = {
+        "name": sig.name,
+        "arch": spec.arch,
+        "index_bits": spec.index_bits,
+        "struct_format_literal": repr(struct_format),
+        "converters": sorted({s["converter"] for s in slots if s["converter"]}),
+        "runtime_names": [p.name for p in sig.runtime_params],
+        "arrays": [_adapter_array(a) for a in sig.arrays],
+        "alias_checks": [] if sig.allow_alias else alias_pairs(sig),
+        "strided": [a.name for a in sig.arrays if a.strided],
+        "symbol_binds": symbol_binds(spec),
+        "shape_checks": shape_checks(spec),
+        "dim_values": _dim_values(spec),
+        "grid": _pad3(sig.grid),
+        "block": _pad3(sig.block),
+        "shared": sig.shared,
+        "pack_values": [s["value"] for s in slots],
+    }
+    return Plan(
         entry=entry,
-        cuda_source=cuda_source,
-        adapter_source=adapter_source,
         body=body_text,
         body_file=body_file,
         abi=tuple((s["name"], s["ctype"]) for s in slots),
         struct_format=struct_format,
         decisions=decisions,
+        kernel_context=kernel_context,
+        adapter_context=adapter_context,
     )
+
+
+def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
+    return plan(spec, body).render()
 
 
 def _uses(spec: Specialization, type_name: str) -> bool:

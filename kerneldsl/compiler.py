@@ -7,16 +7,15 @@ Arch names and options are checked here before NVRTC sees them, so a typo gives 
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from .errors import InvalidArchError, InvalidOptionError, NvrtcNotFoundError
+from .installed import first_version
 
 _ARCH = re.compile(r"(sm|compute)_([1-9][0-9]{1,2})([af]?)")  # fullmatch: exact, lowercase, ASCII digits
 OUTPUTS = ("cubin", "ptx")
@@ -79,16 +78,7 @@ _WHEEL = re.compile(r"nvidia_cuda_nvrtc(?:_cu[0-9]+)?-([0-9][0-9A-Za-z.+]*)\.dis
 
 def _wheel_version() -> str | None:
     """The version in the name of the first nvidia-cuda-nvrtc dist-info on ``sys.path``."""
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            found = _WHEEL.fullmatch(name)
-            if found:
-                return found.group(1)
-    return None
+    return first_version(_WHEEL)
 
 
 def _check_loaded_library() -> None:

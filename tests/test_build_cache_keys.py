@@ -17,7 +17,7 @@ import pytest
 import kerneldsl as kd
 import kerneldsl.build
 import kerneldsl.codegen
-from kerneldsl.build import fingerprint, key_material
+from kerneldsl.build import SOURCE_OUTPUT, fingerprint, key_material
 from kerneldsl.cache import cache_key
 from kerneldsl.codegen import generate
 from kerneldsl.compiler import build_options
@@ -311,7 +311,7 @@ print(json.dumps({"key": b.cache_key, "elf": b.cubin[:4] == b"\\x7fELF"}))
 """
 
 
-def test_four_processes_compiling_one_kernel_leave_one_entry(tmp_path: Path) -> None:
+def test_four_processes_compiling_one_kernel_leave_one_image_and_one_source_entry(tmp_path: Path) -> None:
     env = {**os.environ, "KERNELDSL_CACHE_DIR": str(tmp_path / "cache")}
     procs = [
         subprocess.Popen([sys.executable, "-c", _COMPILE_SAXPY], env=env, stdout=subprocess.PIPE, text=True)
@@ -322,6 +322,8 @@ def test_four_processes_compiling_one_kernel_leave_one_entry(tmp_path: Path) -> 
     assert len({r["key"] for r in results}) == 1 and all(r["elf"] for r in results)
     store = kd.cache.DiskCache(tmp_path / "cache")
     try:
-        assert [e.key for e in store.entries()] == [results[0]["key"]]
+        entries = store.entries()
+        assert [e.key for e in entries if e.material["output"] == "cubin"] == [results[0]["key"]]
+        assert [e.material["output"] for e in entries].count(SOURCE_OUTPUT) == 1
     finally:
         store.close()

@@ -128,8 +128,9 @@ def test_compile_list_and_clear(capsys, kernels_file):
     code, out, _ = run(capsys, "cache", "list")
     assert code == 0
     rows = out.splitlines()[1:]
-    assert len(rows) == 6
+    assert len(rows) == 12  # each build's image and its rendered text (output "source")
     assert sum(row.split()[:3] == ["scale", "sm_90", "cubin"] for row in rows) == 2
+    assert sum(row.split()[:3] == ["scale", "sm_90", "source"] for row in rows) == 2
     assert any("double* y" in row for row in rows)
 
     code, out, _ = run(capsys, "cache", "list", "--json")
@@ -138,12 +139,12 @@ def test_compile_list_and_clear(capsys, kernels_file):
     }
 
     code, out, _ = run(capsys, "cache", "info", "--json")
-    assert code == 0 and json.loads(out)["exists"] is True and json.loads(out)["entries"] == 6
+    assert code == 0 and json.loads(out)["exists"] is True and json.loads(out)["entries"] == 12
     code, out, _ = run(capsys, "cache", "info")
-    assert code == 0 and ": 6 entries," in out
+    assert code == 0 and ": 12 entries," in out
 
     code, out, _ = run(capsys, "cache", "clear")
-    assert code == 0 and "removed 6 entries" in out
+    assert code == 0 and "removed 12 entries" in out
     code, out, _ = run(capsys, "cache", "list")
     assert "the cache is empty" in out
 
