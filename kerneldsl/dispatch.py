@@ -3,6 +3,10 @@
 A call computes a small dispatch tuple from its arguments and looks it up; on a hit the
 generated adapter validates, packs and launches. On a miss the arguments are bound to a
 Specialization, built (disk cache or NVRTC), loaded into the session and remembered.
+
+Declaring imports only what a declaration checks (the signature, the options): the build
+pipeline (code generation, the disk cache, diagnostics) is imported by the first build, so a
+module that declares many kernels pays for none of them until one is called.
 """
 
 from __future__ import annotations
@@ -17,11 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import fastpath
-from .build import Build, build, key_material
-from .cache import get_default_cache
-from .codegen import GeneratedBody, generate
-from .compiler import build_options, check_options
-from .diagnostics import BodyOrigin
+from .compiler import check_options
 from .dtypes import INT32_MAX
 from .errors import BindingError, CudaError, DeclarationError, WrongSessionError
 from .launch import BoundLaunch, WideIndexNeeded, check_host_arguments, stage_host_call
@@ -32,6 +32,11 @@ from .runtime.session import default_session
 from .signature import ArrayParam, Dim, Signature, parse_signature
 from .specialize import Specialization, bind, bind_declared, const_key
 from .target import device_arch, resolve_arch
+
+if TYPE_CHECKING:
+    from .build import Build
+    from .codegen import GeneratedBody
+    from .diagnostics import BodyOrigin
 
 _SCALAR_TYPES = (int, float, bool, np.generic)
 _scalar_types: set[type] = {int, float, bool}  # grows with the scalar types calls pass
@@ -60,7 +65,6 @@ class Kernel(fastpath.Front):
         self.signature = signature
         self.options = check_options(options)
         self.precompile = tuple(_checked_precompile(signature, p) for p in precompile)
-        self._origin = BodyOrigin.of(func)
         self._builds: dict[tuple[Specialization, str], Build] = {}
         self._build_locks: dict[tuple[Specialization, str], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -90,9 +94,19 @@ class Kernel(fastpath.Front):
         with lock:
             found = self._builds.get(key)
             if found is None:
+                from .build import build
+
                 found = build(spec, self.body, self._origin, self.options, output)
                 self._builds[key] = found
             return found
+
+    @functools.cached_property
+    def _origin(self) -> BodyOrigin | None:
+        """Where the body function's source is, for mapping compiler errors onto it: read by the
+        first build (a disk hit never needs it)."""
+        from .diagnostics import BodyOrigin
+
+        return BodyOrigin.of(self.body)
 
     def specialize(self, *args: Any, arch: str | None = None, **consts: Any) -> Specialization:
         args, consts = self.signature.place_arguments(args, consts)
@@ -112,6 +126,11 @@ class Kernel(fastpath.Front):
 
     def explain(self, *args: Any, arch: str | None = None, **consts: Any) -> str:
         """Why these arguments would hit or miss the disk cache."""
+        from .build import key_material
+        from .cache import get_default_cache
+        from .codegen import generate
+        from .compiler import build_options
+
         spec = self.specialize(*args, arch=arch, **consts)
         generated = generate(spec, self.body)
         options = build_options(spec.arch, "cubin", self.options)
@@ -229,6 +248,9 @@ class Kernel(fastpath.Front):
 
     def _reload(self, spec: Specialization, session: Any) -> BoundLaunch:
         """A cached image the driver refused: compile afresh once and replace the cache entry."""
+        from .build import build
+        from .cache import get_default_cache
+
         fresh = build(spec, self.body, self._origin, self.options, use_disk=False)
         get_default_cache().put(fresh.cache_key, fresh.compiled.to_bytes(), fresh.key_material)
         self._builds[(spec, "cubin")] = fresh

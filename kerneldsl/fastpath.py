@@ -20,7 +20,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import logs
-from .codegen import alias_pairs, launch_dims, shape_checks, symbol_binds
 from .runtime.memory import DeviceArray
 from .runtime.stream import Stream
 from .signature import ArrayParam, Expr
@@ -225,6 +224,8 @@ def launch_table(spec: Specialization) -> tuple[Any, ...] | None:
     None when the specialization needs something only the adapter does, or exceeds ``LIMITS``;
     such calls stay on the Python path.
     """
+    from .codegen import alias_pairs, launch_dims, shape_checks, symbol_binds  # once per specialization
+
     sig = spec.signature
     if not sig.arrays:
         return None
@@ -233,7 +234,7 @@ def launch_table(spec: Specialization) -> tuple[Any, ...] | None:
     binds = symbol_binds(spec)
     symbol_index = {b["symbol"]: k for k, b in enumerate(binds)}
     try:
-        programs = _programs(spec, symbol_index)
+        programs = _programs(spec, launch_dims(sig), symbol_index)
         slots = _slots(spec, array_index, symbol_index, arg_index)
     except _Untabled:
         return None
@@ -285,13 +286,15 @@ def _check(check: dict[str, Any], array_index: dict[str, int], symbol_index: dic
     return (array_index[check["array"]], check["axis"], -1, int(expected))
 
 
-def _programs(spec: Specialization, symbol_index: dict[str, int]) -> tuple[tuple[int, int], ...]:
-    """Grid, block and shared as postfix programs, each ended by ``end``."""
+def _programs(
+    spec: Specialization, dims: tuple[Expr, ...], symbol_index: dict[str, int]
+) -> tuple[tuple[int, int], ...]:
+    """The launch dimensions ``dims`` (grid, block and shared) as postfix programs, each ended by ``end``."""
     values: dict[str, tuple[int, int]] = {s: (OPCODES["sym"], i) for s, i in symbol_index.items()}
     values.update({s: (OPCODES["int"], int(v)) for s, v in spec.fixed_symbols})
     values.update({n: (OPCODES["int"], v) for n, v in spec.consts if type(v) is int})  # launch dims take ints only
     code: list[tuple[int, int]] = []
-    for expr in launch_dims(spec.signature):
+    for expr in dims:
         _emit(expr, values, code)
         code.append((OPCODES["end"], 0))
     return tuple(code)

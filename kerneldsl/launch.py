@@ -11,11 +11,10 @@ from __future__ import annotations
 import ctypes
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .build import Build
 from .dtypes import to_bfloat16_bits
 from .errors import (
     AliasingError,
@@ -27,6 +26,9 @@ from .errors import (
 from .fastpath import CLaunchSlot
 from .runtime.staging import staged_bytes
 from .signature import ArrayParam, Signature
+
+if TYPE_CHECKING:
+    from .build import Build
 
 
 def unusable_array(kernel: str, param: str, array: Any, session: Any) -> None:
