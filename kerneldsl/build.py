@@ -22,7 +22,6 @@ from . import logs
 from ._version import __version__
 from .codegen import Decisions, Generated, Plan, plan, renderer_identity, template_digest
 from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_identity, require_supported
-from .diagnostics import BodyOrigin, map_log
 from .errors import KernelCompileError
 from .specialize import Specialization
 
@@ -172,7 +171,6 @@ class Build:
 def build(
     spec: Specialization,
     body: Callable[..., Any],
-    origin: BodyOrigin | None,
     user_options: Sequence[str],
     output: str = "cubin",
     use_disk: bool = True,
@@ -196,7 +194,7 @@ def build(
                 _store_sources(store, generated, texts_key, texts_material)
             return Build(spec, generated, options, material, key, CompiledCode.from_bytes(payload), "disk", 0.0)
     start = time.perf_counter()
-    compiled = _compile(spec, generated, origin, options, output)
+    compiled = _compile(spec, generated, body, options, output)
     seconds = time.perf_counter() - start
     log.debug("compiled %s in %.1f ms", spec.describe(), seconds * 1e3)
     if store is not None:
@@ -207,12 +205,15 @@ def build(
 
 
 def _compile(
-    spec: Specialization, generated: Generated, origin: BodyOrigin | None, options: tuple[str, ...], output: str
+    spec: Specialization, generated: Generated, body: Callable[..., Any], options: tuple[str, ...], output: str
 ) -> CompiledCode:
     require_supported(spec.arch)
     try:
         return compile_source(generated.cuda_source, f"{generated.entry}.cu", options, output)
     except NvrtcFailure as failure:
+        from .diagnostics import BodyOrigin, map_log  # only a failed compile maps lines onto the source
+
+        origin = BodyOrigin.of(body)
         mapped = map_log(failure.log, generated.body_file, generated.body, origin, generated.cuda_source)
         summary = "\n".join(mapped) if mapped else failure.log
         raise KernelCompileError(

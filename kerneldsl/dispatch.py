@@ -36,7 +36,6 @@ from .target import device_arch, resolve_arch
 if TYPE_CHECKING:
     from .build import Build
     from .codegen import GeneratedBody
-    from .diagnostics import BodyOrigin
 
 _SCALAR_TYPES = (int, float, bool, np.generic)
 _scalar_types: set[type] = {int, float, bool}  # grows with the scalar types calls pass
@@ -96,17 +95,9 @@ class Kernel(fastpath.Front):
             if found is None:
                 from .build import build
 
-                found = build(spec, self.body, self._origin, self.options, output)
+                found = build(spec, self.body, self.options, output)
                 self._builds[key] = found
             return found
-
-    @functools.cached_property
-    def _origin(self) -> BodyOrigin | None:
-        """Where the body function's source is, for mapping compiler errors onto it: read by the
-        first build (a disk hit never needs it)."""
-        from .diagnostics import BodyOrigin
-
-        return BodyOrigin.of(self.body)
 
     def specialize(self, *args: Any, arch: str | None = None, **consts: Any) -> Specialization:
         args, consts = self.signature.place_arguments(args, consts)
@@ -251,7 +242,7 @@ class Kernel(fastpath.Front):
         from .build import build
         from .cache import get_default_cache
 
-        fresh = build(spec, self.body, self._origin, self.options, use_disk=False)
+        fresh = build(spec, self.body, self.options, use_disk=False)
         get_default_cache().put(fresh.cache_key, fresh.compiled.to_bytes(), fresh.key_material)
         self._builds[(spec, "cubin")] = fresh
         return BoundLaunch(fresh, session)

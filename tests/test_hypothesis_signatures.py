@@ -205,7 +205,7 @@ def test_adapter_packs_pointers_scalars_and_extents_in_abi_order(case: Case) -> 
 def test_random_valid_signature_compiles_with_nvrtc(case: Case) -> None:
     sig, func = declare(case)
     spec = bind(sig, call_arguments(sig, case), case.consts, "sm_80")
-    b = build(spec, func, None, (), use_disk=False)
+    b = build(spec, func, (), use_disk=False)
     assert b.cubin.startswith(b"\x7fELF")
 
 
