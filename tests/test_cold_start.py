@@ -1,6 +1,6 @@
 """What a fresh process pays before its first result: ``import kerneldsl`` imports nothing heavy,
-and a disk-cache hit neither loads NVRTC nor needs it; the compiler's identity in cache keys still
-tells NVRTC releases apart."""
+declaring a kernel imports no build pipeline, and a disk-cache hit neither loads NVRTC nor renders
+a template (no Jinja); the compiler's identity in cache keys still tells NVRTC releases apart."""
 
 from __future__ import annotations
 
@@ -17,6 +17,15 @@ from kerneldsl import compiler
 
 ROOT = Path(__file__).parent.parent
 HEAVY = ("kerneldsl.", "jinja2", "cuda", "diskcache", "numpy")
+LOOKED_FOR = ("jinja2", "cuda.bindings.nvrtc", "kerneldsl.diagnostics")
+NOT_AT_DECLARATION = (
+    "kerneldsl.build",
+    "kerneldsl.codegen",
+    "kerneldsl.cache",
+    "kerneldsl.diagnostics",
+    "diskcache",
+    "logging",
+)
 
 DECLARE_AND_INSPECT = """
 import json, sys
@@ -26,8 +35,20 @@ import kerneldsl as kd
 def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"]):
     return "index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) y[i] += a * x[i];"
 b = saxpy.inspect(np.ones(4, np.float32), np.ones(4, np.float32), np.float32(1), arch="sm_90")
-print(json.dumps({"origin": b.origin, "nvrtc_loaded": "cuda.bindings.nvrtc" in sys.modules}))
-"""
+print(json.dumps({"origin": b.origin, "loaded": sorted(m for m in LOOKED_FOR if m in sys.modules)}))
+""".replace("LOOKED_FOR", repr(LOOKED_FOR))
+
+DECLARE = """
+import sys
+from typing import NewType, TypeVar
+import kerneldsl as kd
+T = TypeVar("T")
+n = NewType("n", int)
+@kd.kernel(grid=kd.cdiv(n, 256), block=256, options=["--use_fast_math"], precompile=[{"T": kd.float32}])
+def saxpy(y: kd.InOut[T, n], x: kd.In[T, n], a: kd.Scalar[T]) -> str:
+    return "y[0] = a;"
+print(sorted(m for m in sys.modules if m in NOT_AT_DECLARATION or m.startswith(("jinja2", "cuda"))))
+""".replace("NOT_AT_DECLARATION", repr(NOT_AT_DECLARATION))
 
 
 def _python(code: str, **env: str) -> str:
@@ -45,14 +66,19 @@ def test_every_public_name_resolves() -> None:
     assert all(getattr(kd, name) is not None for name in kd.__all__)
 
 
-def test_a_disk_hit_in_a_fresh_process_does_not_load_nvrtc(tmp_path: Path) -> None:
+def test_declaring_a_kernel_imports_no_build_pipeline_jinja_or_cuda_bindings() -> None:
+    assert _python(DECLARE).strip() == "[]"
+
+
+def test_a_disk_hit_in_a_fresh_process_loads_no_nvrtc_and_renders_no_template(tmp_path: Path) -> None:
     import os
 
     env = {**os.environ, "KERNELDSL_CACHE_DIR": str(tmp_path / "cache")}
     first = json.loads(_python(DECLARE_AND_INSPECT, **env))
     second = json.loads(_python(DECLARE_AND_INSPECT, **env))
     assert (first["origin"], second["origin"]) == ("nvrtc", "disk")
-    assert first["nvrtc_loaded"] and not second["nvrtc_loaded"]
+    assert first["loaded"] == ["cuda.bindings.nvrtc", "jinja2"]  # what the check below looks for
+    assert second["loaded"] == []
 
 
 def test_another_nvrtc_release_gets_other_cache_keys(monkeypatch: pytest.MonkeyPatch, isolated_cache: Any) -> None:
