@@ -9,7 +9,13 @@ first statement (interpreter start-up is the same for everyone and left out):
 - the floor: the same work with ``cuda.bindings`` and the cubin kerneldsl built, loaded from a file;
 - CuPy: ``RawKernel`` on the same source (its kernel cache warm), ``asarray``, launch, ``asnumpy``.
 
-A warm-up run of every script comes first, so the OS file cache is warm for all of them alike.
+A warm-up run of every script comes first, so the OS file cache is warm for all of them alike,
+and every script reads its modules' bytecode from one private cache that the warm-up fills (an
+installed package's is compiled at install), whatever ``PYTHONDONTWRITEBYTECODE`` says: a checkout
+run with it set would otherwise compile kerneldsl's modules in every process, and only kerneldsl's.
+
+The kerneldsl figure is also split where the script marks it: numpy, then ``import kerneldsl``
+and the declaration, then the first call (session, disk hit, launch, copy back).
 """
 
 from __future__ import annotations
@@ -43,12 +49,14 @@ IMPORT_KERNELDSL = "import kerneldsl"
 KERNELDSL = f"""
 from typing import NewType, TypeVar
 import numpy as np
+print(time.perf_counter() - _start)
 import kerneldsl as kd
 T = TypeVar("T")
 n = NewType("n", int)
 @kd.kernel(grid=kd.cdiv(n, 256), block=256)
 def saxpy(y: kd.InOut[T, n], x: kd.In[T, n], a: kd.Scalar[T]) -> str:
     return {SOURCE!r}
+print(time.perf_counter() - _start)
 y, x = np.ones(1024, np.float32), np.arange(1024, dtype=np.float32)
 saxpy(y, x, np.float32(2))
 assert y[5] == 11.0
@@ -99,15 +107,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
-def _seconds(script: str, env: dict[str, str]) -> float:
+def _seconds(script: str, env: dict[str, str]) -> list[float]:
+    """The times the script printed (its marks, then the total), in seconds."""
     code = TIMED.format(body=textwrap.dedent(script))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(f"a cold-start script failed:\n{out.stderr}")
-    return float(out.stdout.strip().splitlines()[-1])
+    return [float(line) for line in out.stdout.split()]
 
 
-def _median_ms(script: str, env: dict[str, str], runs: int, fresh_cache: bool = False) -> float:
+def _median_ms(script: str, env: dict[str, str], runs: int, fresh_cache: bool = False) -> list[float]:
+    """Per printed time (marks, then the total), its median over ``runs`` fresh processes, in ms."""
     samples = []
     for _ in range(runs):
         if fresh_cache:
@@ -115,19 +125,26 @@ def _median_ms(script: str, env: dict[str, str], runs: int, fresh_cache: bool = 
                 samples.append(_seconds(script, {**env, "KERNELDSL_CACHE_DIR": empty}))
         else:
             samples.append(_seconds(script, env))
-    return statistics.median(samples) * 1e3
+    return [statistics.median(column) * 1e3 for column in zip(*samples)]
+
+
+def _environment(cache: str, work: Path) -> dict[str, str]:
+    """The scripts' environment: the kernel cache, and one bytecode cache for every module."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "KERNELDSL_CACHE_DIR": cache, "PYTHONPYCACHEPREFIX": str(work / "bytecode")}
 
 
 def _floor_script(cache: str, work: Path) -> str:
     """The floor reads the cubin kerneldsl built for this device (taken from a warm process)."""
     probe = (
-        KERNELDSL
+        "import time\n_start = time.perf_counter()\n"
+        + KERNELDSL
         + "\nb = next(iter(saxpy._builds.values()))\nopen({path!r}, 'wb').write(b.cubin)\nprint(b.generated.entry)"
     )
     cubin = str(work / "saxpy.cubin")
     entry = subprocess.run(
         [sys.executable, "-c", probe.format(path=cubin)],
-        env={**os.environ, "KERNELDSL_CACHE_DIR": cache},
+        env=_environment(cache, work),
         capture_output=True,
         text=True,
         check=True,
@@ -139,7 +156,7 @@ def measure(runs: int) -> Report:
     with tempfile.TemporaryDirectory() as work_dir:
         work = Path(work_dir)
         cache = str(work / "cache")
-        env = {**os.environ, "KERNELDSL_CACHE_DIR": cache}
+        env = _environment(cache, work)
         floor = _floor_script(cache, work)  # also fills the cache: the kerneldsl figures are warm
         scripts = {
             "import numpy": IMPORT_NUMPY,
@@ -150,8 +167,10 @@ def measure(runs: int) -> Report:
         }
         for script in scripts.values():  # warm-up: OS file cache, CuPy's kernel cache
             _seconds(script, env)
-        ms = {name: _median_ms(script, env, runs) for name, script in scripts.items()}
-        cold = _median_ms(KERNELDSL, env, max(3, runs // 2), fresh_cache=True)
+        times = {name: _median_ms(script, env, runs) for name, script in scripts.items()}
+        cold = _median_ms(KERNELDSL, env, max(3, runs // 2), fresh_cache=True)[-1]
+    ms = {name: t[-1] for name, t in times.items()}
+    numpy_done, declared, _ = times["kerneldsl"]
     return {
         "import (ms)": {"import numpy": ms["import numpy"], "import kerneldsl": ms["import kerneldsl"]},
         "first numpy result in a fresh process (ms)": {
@@ -159,6 +178,11 @@ def measure(runs: int) -> Report:
             "kerneldsl, empty disk cache (NVRTC compiles)": cold,
             "floor: cuda.bindings + prebuilt cubin": ms["floor"],
             "CuPy RawKernel, warm kernel cache": ms["cupy"],
+        },
+        "kerneldsl, warm disk cache, by phase (ms)": {
+            "import numpy": numpy_done,
+            "import kerneldsl + declare saxpy": declared - numpy_done,
+            "first call: session, disk hit, launch, copy": ms["kerneldsl"] - declared,
         },
         "ratios": {
             "kerneldsl / floor (target <= 1.15)": ms["kerneldsl"] / ms["floor"],
