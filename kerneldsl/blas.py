@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from . import blas_lt, fastpath
-from .dtypes import ELEMENT_TYPES, INT32_MAX
+from .dtypes import ELEMENT_TYPES, INT32_MAX, add_bfloat16
 from .errors import (
     AliasingError,
     BindingError,
@@ -76,7 +76,7 @@ COMPUTE_32F, COMPUTE_32F_FAST_TF32, COMPUTE_64F = 68, 77, 70
 _KEY = "cublas"
 
 _F16, _F32, _F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
-_BF16 = ELEMENT_TYPES["bfloat16"].numpy if "bfloat16" in ELEMENT_TYPES else None
+_BF16 = ELEMENT_TYPES["bfloat16"].numpy if add_bfloat16() else None
 
 # dtype -> (cudaDataType, cublasComputeType); the compute type fixes alpha/beta's C type.
 _GEMM_TYPES: dict[np.dtype, tuple[int, int]] = {

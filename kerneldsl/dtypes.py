@@ -7,17 +7,18 @@ code that enters specialization keys.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-_ml_dtypes: ModuleType | None
-try:  # bfloat16 exists in numpy only through ml_dtypes
-    import ml_dtypes as _ml_dtypes
-except ImportError:  # pragma: no cover - depends on the environment
-    _ml_dtypes = None
+# bfloat16 exists in numpy only through ml_dtypes, imported the first time a bfloat16 is asked for
+# (``add_bfloat16``): a fresh process that never uses one does not pay for it.
+_ml_dtypes: ModuleType | None = None
+_looked_for_ml_dtypes = False
+_bfloat16_lock = threading.Lock()
 
 INT32_MAX = 2**31 - 1  # past this, element counts and offsets need 64-bit indexing
 
@@ -52,13 +53,38 @@ def _table() -> dict[str, ElementType]:
         ("float32", np.dtype(np.float32), "float", "f", "f"),
         ("float64", np.dtype(np.float64), "double", "d", "f"),
     ]
-    if _ml_dtypes is not None:
-        rows.append(("bfloat16", np.dtype(_ml_dtypes.bfloat16), "kd_bfloat16", "H", "f"))
     return {name: ElementType(name, dt, ctype, pack, kind) for name, dt, ctype, pack, kind in rows}
 
 
-ELEMENT_TYPES: dict[str, ElementType] = _table()
+ELEMENT_TYPES: dict[str, ElementType] = _table()  # bfloat16 joins once asked for (add_bfloat16)
 _BY_NUMPY: dict[np.dtype, ElementType] = {et.numpy: et for et in ELEMENT_TYPES.values()}
+
+
+def add_bfloat16() -> bool:
+    """Add the bfloat16 row, importing ml_dtypes on the first call; whether the tables have it
+    (False without ml_dtypes). Every path from a name or dtype to a row comes through here on a
+    miss (``is_dtype_name``, ``element_type``), so a bfloat16 is never refused for being asked
+    for first."""
+    global _ml_dtypes, _looked_for_ml_dtypes
+    with _bfloat16_lock:
+        if not _looked_for_ml_dtypes:
+            try:
+                import ml_dtypes
+            except ImportError:  # pragma: no cover - depends on the environment
+                ml_dtypes = None
+            if ml_dtypes is not None:
+                row = ElementType("bfloat16", np.dtype(ml_dtypes.bfloat16), "kd_bfloat16", "H", "f")
+                _BY_NUMPY[row.numpy] = row
+                ELEMENT_TYPES[row.name] = row
+            _ml_dtypes = ml_dtypes
+            _looked_for_ml_dtypes = True
+    return "bfloat16" in ELEMENT_TYPES
+
+
+def all_element_types() -> dict[str, ElementType]:
+    """Every supported element type, bfloat16 included when ml_dtypes is installed."""
+    add_bfloat16()
+    return ELEMENT_TYPES
 
 # The public dtype names are numpy's scalar types: usable wherever numpy takes a dtype, and valid
 # types for checkers in annotations (kd.In[kd.float32, n]).
@@ -78,7 +104,7 @@ float64 = np.float64
 
 def is_dtype_name(name: str) -> bool:
     """True when ``name`` spells a supported type rather than a dtype variable."""
-    return name in ELEMENT_TYPES
+    return name in ELEMENT_TYPES or (name == "bfloat16" and add_bfloat16())
 
 
 def element_type(spec: Any) -> ElementType:
@@ -88,19 +114,25 @@ def element_type(spec: Any) -> ElementType:
     """
     if isinstance(spec, ElementType):
         return spec
-    if isinstance(spec, str) and spec in ELEMENT_TYPES:
-        return ELEMENT_TYPES[spec]
-    try:
-        dt = np.dtype(spec)
-    except TypeError as exc:
-        raise KeyError(_unknown(spec)) from exc
-    found = _BY_NUMPY.get(dt)
+    found = _row(spec)
+    if found is None and add_bfloat16():
+        found = _row(spec)
     if found is None:
         raise KeyError(_unknown(spec))
     return found
 
 
+def _row(spec: Any) -> ElementType | None:
+    if isinstance(spec, str) and spec in ELEMENT_TYPES:
+        return ELEMENT_TYPES[spec]
+    try:
+        return _BY_NUMPY.get(np.dtype(spec))
+    except TypeError:
+        return None
+
+
 def _unknown(spec: Any) -> str:
+    add_bfloat16()  # the list below names every supported type
     if _ml_dtypes is None and str(spec).startswith("bfloat16"):
         return f"element type {spec!r} needs the ml_dtypes package (numpy's bfloat16): pip install ml_dtypes"
     return f"unsupported element type {spec!r}; supported: {', '.join(ELEMENT_TYPES)}"

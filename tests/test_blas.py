@@ -23,7 +23,7 @@ from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import blas, blas_lt, fastpath
-from kerneldsl.dtypes import ELEMENT_TYPES
+from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -39,7 +39,7 @@ from kerneldsl.errors import (
 )
 from kerneldsl.runtime import DeviceArray, Session
 
-BF16 = ELEMENT_TYPES["bfloat16"].numpy if "bfloat16" in ELEMENT_TYPES else None
+BF16 = ELEMENT_TYPES["bfloat16"].numpy if add_bfloat16() else None
 GEMM_DTYPES = [np.float16, np.float32, np.float64] + ([BF16] if BF16 is not None else [])
 _CUDA_TYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float64), 2: np.dtype(np.float16)}
 if BF16 is not None:

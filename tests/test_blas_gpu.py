@@ -19,13 +19,13 @@ from conftest import in_threads
 
 import kerneldsl as kd
 from kerneldsl import blas, blas_lt, fastpath
-from kerneldsl.dtypes import ELEMENT_TYPES
+from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
 from kerneldsl.errors import BlasError, ClosedError
 from kerneldsl.runtime import Session, default_session
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not blas.available(), reason="kerneldsl[blas] is not installed")]
 
-BF16 = ELEMENT_TYPES["bfloat16"].numpy if "bfloat16" in ELEMENT_TYPES else None
+BF16 = ELEMENT_TYPES["bfloat16"].numpy if add_bfloat16() else None
 GEMM_DTYPES = [np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)] + ([BF16] if BF16 is not None else [])
 VECTOR_DTYPES = [np.dtype(np.float32), np.dtype(np.float64)]
 

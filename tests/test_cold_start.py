@@ -17,7 +17,7 @@ from kerneldsl import compiler
 
 ROOT = Path(__file__).parent.parent
 HEAVY = ("kerneldsl.", "jinja2", "cuda", "diskcache", "numpy")
-LOOKED_FOR = ("jinja2", "cuda.bindings.nvrtc", "kerneldsl.diagnostics")
+LOOKED_FOR = ("jinja2", "cuda.bindings.nvrtc", "kerneldsl.diagnostics", "ml_dtypes")
 NOT_AT_DECLARATION = (
     "kerneldsl.build",
     "kerneldsl.codegen",
@@ -25,6 +25,7 @@ NOT_AT_DECLARATION = (
     "kerneldsl.diagnostics",
     "diskcache",
     "logging",
+    "ml_dtypes",
 )
 
 DECLARE_AND_INSPECT = """
@@ -79,6 +80,30 @@ def test_a_disk_hit_in_a_fresh_process_loads_no_nvrtc_and_renders_no_template(tm
     assert (first["origin"], second["origin"]) == ("nvrtc", "disk")
     assert first["loaded"] == ["cuda.bindings.nvrtc", "jinja2"]  # what the check below looks for
     assert second["loaded"] == []
+
+
+BFLOAT16_FIRST = """
+import sys
+import numpy as np
+from kerneldsl import dtypes
+before = "ml_dtypes" in sys.modules
+by_name = dtypes.element_type("{spelling}").name if "{spelling}" == "bfloat16" else None
+if "{spelling}" == "dtype":
+    import ml_dtypes
+    by_name = dtypes.element_type(np.dtype(ml_dtypes.bfloat16)).name
+if "{spelling}" == "declared":
+    import kerneldsl as kd
+    @kd.kernel(grid=1, block=1)
+    def half(y: kd.Out["bfloat16", 1]) -> str:
+        return ""
+    by_name = half.signature.params[0].dtype
+print(before, by_name)
+"""
+
+
+@pytest.mark.parametrize("spelling", ["bfloat16", "dtype", "declared"])
+def test_a_bfloat16_asked_for_first_imports_ml_dtypes_then(spelling: str) -> None:
+    assert _python(BFLOAT16_FIRST.format(spelling=spelling)).split() == ["False", "bfloat16"]
 
 
 def test_another_nvrtc_release_gets_other_cache_keys(monkeypatch: pytest.MonkeyPatch, isolated_cache: Any) -> None:

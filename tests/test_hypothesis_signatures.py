@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import kerneldsl as kd
 from kerneldsl.build import build
 from kerneldsl.codegen import SLOT_BYTES, generate
-from kerneldsl.dtypes import ELEMENT_TYPES, to_bfloat16_bits
+from kerneldsl.dtypes import all_element_types, to_bfloat16_bits
 from kerneldsl.errors import DeclarationError
 from kerneldsl.launch import ADAPTER_RUNTIME
 from kerneldsl.signature import RESERVED_NAMES, Signature, parse_signature
@@ -23,6 +23,7 @@ from kerneldsl.specialize import bind
 
 SYMBOLS = ("n", "m", "k", "rows")
 TYPE_VARS = ("T", "U")
+ELEMENT_TYPES = all_element_types()
 DTYPES = tuple(sorted(ELEMENT_TYPES))
 DIRECTIONS = {"in": kd.In, "out": kd.Out, "inout": kd.InOut}
 CONST_VALUES = {

@@ -15,7 +15,7 @@ from kerneldsl.errors import LaunchConfigError, ShapeMismatchError, WrongSession
 
 pytestmark = pytest.mark.gpu
 
-ALL_TYPES = list(dtypes.ELEMENT_TYPES)
+ALL_TYPES = list(dtypes.all_element_types())
 
 
 @kd.kernel(grid=kd.cdiv("n", 256), block=256)

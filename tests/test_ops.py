@@ -10,10 +10,10 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import ops
-from kerneldsl.dtypes import ELEMENT_TYPES
+from kerneldsl.dtypes import all_element_types
 
 ARCH = "sm_90"
-DTYPES = [et.numpy for et in ELEMENT_TYPES.values()]
+DTYPES = [et.numpy for et in all_element_types().values()]
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -17,12 +17,12 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import ops
-from kerneldsl.dtypes import ELEMENT_TYPES
+from kerneldsl.dtypes import all_element_types
 from kerneldsl.runtime.memory import DeviceArray
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = [et.numpy for et in ELEMENT_TYPES.values()]
+DTYPES = [et.numpy for et in all_element_types().values()]
 FLOATS = [dt for dt in DTYPES if dt.kind == "f" or dt.name == "bfloat16"]
 INTS = [dt for dt in DTYPES if dt.kind in "iu"]
 EXACT_BINARY = ("add", "subtract", "multiply", "divide", "minimum", "maximum")

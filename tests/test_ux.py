@@ -36,6 +36,7 @@ def test_the_cache_fallback_warning_points_at_the_users_line(tmp_path, monkeypat
 
 def test_bfloat16_without_ml_dtypes_says_to_install_it(monkeypatch):
     """As on a machine without ml_dtypes: no bfloat16 row in the tables, numpy knows no such name."""
+    dtypes.add_bfloat16()  # looked for once: later calls go by what was found
     monkeypatch.setattr(dtypes, "_ml_dtypes", None)
     row = dtypes.ELEMENT_TYPES.get("bfloat16")
     if row is not None:
