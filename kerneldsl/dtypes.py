@@ -68,15 +68,16 @@ def add_bfloat16() -> bool:
     global _ml_dtypes, _looked_for_ml_dtypes
     with _bfloat16_lock:
         if not _looked_for_ml_dtypes:
+            found: ModuleType | None
             try:
-                import ml_dtypes
+                import ml_dtypes as found
             except ImportError:  # pragma: no cover - depends on the environment
-                ml_dtypes = None
-            if ml_dtypes is not None:
-                row = ElementType("bfloat16", np.dtype(ml_dtypes.bfloat16), "kd_bfloat16", "H", "f")
+                found = None
+            if found is not None:
+                row = ElementType("bfloat16", np.dtype(found.bfloat16), "kd_bfloat16", "H", "f")
                 _BY_NUMPY[row.numpy] = row
                 ELEMENT_TYPES[row.name] = row
-            _ml_dtypes = ml_dtypes
+            _ml_dtypes = found
             _looked_for_ml_dtypes = True
     return "bfloat16" in ELEMENT_TYPES
 
@@ -85,6 +86,7 @@ def all_element_types() -> dict[str, ElementType]:
     """Every supported element type, bfloat16 included when ml_dtypes is installed."""
     add_bfloat16()
     return ELEMENT_TYPES
+
 
 # The public dtype names are numpy's scalar types: usable wherever numpy takes a dtype, and valid
 # types for checkers in annotations (kd.In[kd.float32, n]).

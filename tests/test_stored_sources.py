@@ -133,9 +133,7 @@ def test_another_body_source_misses_text_and_image(counts: Counts) -> None:
     assert (counts.renders, counts.compiles) == (4, 2)
 
 
-def test_changed_templates_miss_text_and_image(
-    counts: Counts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_changed_templates_miss_text_and_image(counts: Counts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build_scaled()
     copy = tmp_path / "templates"
     shutil.copytree(kerneldsl.codegen.templates_dir(), copy)
