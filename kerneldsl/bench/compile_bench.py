@@ -165,7 +165,7 @@ def format_results(r: dict[str, Any]) -> str:
         (
             "disk-cache hit, fresh process, first build",
             r["disk_hit_first_s"],
-            f"median of {runs['fresh_processes']} processes; imports the build pipeline, opens the cache",
+            f"median of {runs['fresh_processes']} processes; opens the cache, reads the stored text and image",
         ),
         ("disk-cache hit, fresh process, later build", r["disk_hit_later_s"], "codegen + key + disk read"),
         ("in-process hit: get_build(spec)", r["get_build_ns"] * 1e-9, f"median, {runs['lookups']} lookups"),
