@@ -1,14 +1,16 @@
 """One specialization, built: generated sources, cache key, and the compiled image.
 
 ``build()`` is the miss path of a process: plan the generated code, take its rendered text from
-the disk cache (stored under ``source_material``, the plan's key, so a fresh process renders no
-template and imports no Jinja) or render it, derive the image's key material from the text, then
+the disk cache (stored under ``source_material``, the plan's key, and sealed with this user's
+secret since the adapter is executed; so a fresh process renders no template and imports no
+Jinja) or render it, derive the image's key material from the text, then
 take the image from the disk cache or compile it with NVRTC and store both.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -75,26 +77,40 @@ def source_material(spec: Specialization, planned: Plan) -> dict[str, Any]:
     }
 
 
+def _seal(secret: bytes, key: str, texts: dict[str, str]) -> str:
+    """The HMAC that vouches this user's kerneldsl wrote ``texts`` under ``key``."""
+    message = json.dumps([key, [texts[name] for name in _SOURCE_FIELDS]]).encode()
+    return hmac.new(secret, message, "sha256").hexdigest()
+
+
 def _stored_sources(store: disk_cache.DiskCache, planned: Plan, key: str, material: dict[str, Any]) -> Generated | None:
-    """The generated pair stored under ``key``; None on a miss or a payload of another shape
+    """The generated pair stored under ``key``, if sealed with this user's secret (the adapter is
+    executed); None on a miss, without a secret, or for a payload of another shape or seal
     (rendered again and stored over it)."""
-    payload = store.get(key, material)
+    secret = disk_cache.signing_key()
+    payload = store.get(key, material) if secret is not None else None
     if payload is None:
         return None
     try:
-        texts = json.loads(payload)
+        stored = json.loads(payload)
     except ValueError:
         return None
-    if not isinstance(texts, dict) or sorted(texts) != sorted(_SOURCE_FIELDS):
+    if not isinstance(stored, dict) or sorted(stored) != sorted((*_SOURCE_FIELDS, "seal")):
         return None
-    if not all(type(texts[name]) is str for name in _SOURCE_FIELDS):
+    if not all(type(value) is str for value in stored.values()):
         return None
-    return planned.with_sources(texts["cuda_source"], texts["adapter_source"])
+    if not hmac.compare_digest(stored["seal"], _seal(secret, key, stored)):
+        return None
+    return planned.with_sources(stored["cuda_source"], stored["adapter_source"])
 
 
 def _store_sources(store: disk_cache.DiskCache, generated: Generated, key: str, material: dict[str, Any]) -> None:
+    secret = disk_cache.signing_key()
+    if secret is None:
+        return
     texts = {name: getattr(generated, name) for name in _SOURCE_FIELDS}
-    store.put(key, json.dumps(texts, sort_keys=True).encode(), material)
+    payload = {**texts, "seal": _seal(secret, key, texts)}
+    store.put(key, json.dumps(payload, sort_keys=True).encode(), material)
 
 
 @dataclass

@@ -30,6 +30,11 @@ Design, and why:
 * Files are created 0o600 and value subdirectories 0o700 whatever the umask (diskcache
   alone would use 0o666/0o777). A value file or subdirectory that is a symlink, not ours or
   writable by group/others is untrusted: the entry is evicted like a corrupt one.
+* Stored text that kerneldsl executes (a build's generated host adapter, kept so that a disk hit
+  renders no template) is sealed by its writer with an HMAC under this user's secret
+  (``signing_key``), which lives outside any cache directory, in the user's data directory.
+  A cache directory written elsewhere (restored from a CI cache, copied from another machine)
+  can then make a lookup miss, never run its text; a cubin is only ever loaded onto the GPU.
 * Size is bounded (2 GiB by default) with least-recently-used eviction. Limits above
   SQLite's largest integer (2**63 - 1) mean "unbounded" and are clamped to it.
 """
@@ -68,8 +73,10 @@ __all__ = [
     "DiskCache",
     "cache_key",
     "default_cache_dir",
+    "default_secret_path",
     "get_default_cache",
     "set_default_cache",
+    "signing_key",
 ]
 
 CACHE_FORMAT_VERSION: int = 1
@@ -375,6 +382,67 @@ def _user_stacklevel() -> int:
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         level, frame = level + 1, frame.f_back
     return level
+
+
+# --- the signing key ------------------------------------------------------------------------
+
+_SECRET_BYTES = 32
+_secret_lock = threading.Lock()
+_secrets: dict[Path, bytes | None] = {}
+
+
+def default_secret_path() -> Path:
+    """$XDG_DATA_HOME/kerneldsl/secret, else ~/.local/share/kerneldsl/secret: not under a cache
+    directory (nor ~/.cache), which CI caches and copies carry from machine to machine."""
+    data = os.environ.get("XDG_DATA_HOME")
+    base = Path(data) if data and os.path.isabs(data) else Path.home() / ".local" / "share"
+    return base / "kerneldsl" / "secret"
+
+
+def signing_key() -> bytes | None:
+    """This user's secret for sealing stored text that is executed, made (0o600, in a private
+    directory) on first use; None, and nothing stored text says is trusted, where it cannot be
+    made or read or is not ours alone."""
+    path = default_secret_path()
+    with _secret_lock:
+        if path not in _secrets:
+            try:
+                _secrets[path] = _read_secret(path)
+            except (OSError, CacheError) as exc:
+                logger.warning("no kerneldsl secret at %s (%s): generated sources are rendered anew", path, exc)
+                _secrets[path] = None
+        return _secrets[path]
+
+
+def _read_secret(path: Path) -> bytes:
+    _make_private_dir(path.parent)
+    try:
+        fd = _open_no_symlink(str(path), os.O_RDONLY, UnsafeCacheDirError)
+    except FileNotFoundError:
+        _create_secret(path)
+        fd = _open_no_symlink(str(path), os.O_RDONLY, UnsafeCacheDirError)
+    with os.fdopen(fd, "rb") as reader:
+        _vet(os.fstat(reader.fileno()), str(path), "file", UnsafeCacheDirError)
+        secret = reader.read(_SECRET_BYTES + 1)
+    if len(secret) != _SECRET_BYTES:
+        raise CacheError(f"{path} holds {len(secret)} bytes, not {_SECRET_BYTES}")
+    return secret
+
+
+def _create_secret(path: Path) -> None:
+    """Write a fresh secret beside ``path`` and link it into place: a concurrent creator's link
+    wins and both read the same secret; a reader never sees a partial one."""
+    import secrets
+
+    staging = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    fd = os.open(staging, _CREATE_FLAGS, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as writer:
+            writer.write(secrets.token_bytes(_SECRET_BYTES))
+        with contextlib.suppress(FileExistsError):
+            os.link(staging, path)
+    finally:
+        os.unlink(staging)
 
 
 # --- storage backends --------------------------------------------------------------------

@@ -3,7 +3,7 @@
 * ``isolated_cache``: a private, empty kerneldsl disk cache for one test.
 * ``isolated_cache_module``: the same for a whole module (for module-scoped build fixtures).
 * Tests marked ``gpu`` are skipped when no CUDA driver and device are available.
-* The whole session uses a private disk cache, never the user's.
+* The whole session uses a private disk cache and data directory (the sealing secret), never the user's.
 * ``drv``: the recording driver double (``driver_double.FakeDriver``) installed for one test;
   sessions still open at its end are closed.
 """
@@ -24,8 +24,10 @@ CACHE_ENV = "KERNELDSL_CACHE_DIR"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Tests never read or write the user's own kernel cache: the session gets a private one."""
+    """Tests never read or write the user's own kernel cache, nor the secret that seals stored
+    sources: the session gets a private cache and data directory."""
     os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="kerneldsl-test-cache-")
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="kerneldsl-test-data-")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -1,11 +1,14 @@
 """The rendered text on disk: a build stores its generated CUDA source and adapter under a key made
 before rendering (``build.source_material``), so that a disk hit renders no template. Every input
 of the text or of the image keeps entries apart: templates, package version, Jinja release, body
-source and arch miss the stored text; NVRTC and options miss the stored image."""
+source and arch miss the stored text; NVRTC and options miss the stored image. The adapter is
+executed, so stored text is used only under this user's seal."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +18,11 @@ import pytest
 
 import kerneldsl as kd
 import kerneldsl.build
+import kerneldsl.cache
 import kerneldsl.codegen
 import kerneldsl.compiler
 from kerneldsl.build import SOURCE_OUTPUT, Build, build, source_material
-from kerneldsl.cache import cache_key, get_default_cache
+from kerneldsl.cache import cache_key, default_secret_path, get_default_cache, signing_key
 from kerneldsl.codegen import Plan, plan
 from kerneldsl.compiler import CompiledCode
 from kerneldsl.specialize import Specialization, bind_declared
@@ -200,3 +204,57 @@ def test_source_material_records_every_input_of_the_text() -> None:
     material = source_material(spec_of(), plan(spec_of(), scaled.body))
     assert set(material) == {"format", "fingerprint", "renderer", "kernel", "arch", "output", "abi", "contexts"}
     assert material["renderer"].startswith("jinja2 ") and material["output"] == SOURCE_OUTPUT
+
+
+# --- the seal: stored text is executed only if this user's kerneldsl wrote it ---------------------------------
+
+
+def _forge(planned: Plan, adapter_source: str, seal: str) -> None:
+    """Store, under the real key and material, text that this user's kerneldsl did not write."""
+    material = source_material(spec_of(), planned)
+    payload = {"cuda_source": "", "adapter_source": adapter_source, "seal": seal}
+    get_default_cache().put(cache_key(material), json.dumps(payload).encode(), material)
+
+
+def test_stored_text_without_this_users_seal_is_rendered_again_not_run(counts: Counts) -> None:
+    first = build_scaled()
+    _forge(plan(spec_of(), scaled.body), "raise SystemExit('forged adapter ran')", "0" * 64)
+    again = build_scaled()
+    assert counts.renders == 4
+    assert again.generated == first.generated
+    again.launch_factory()  # the rendered adapter, not the forged one
+
+
+def test_text_sealed_under_another_users_secret_is_rendered_again(
+    counts: Counts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build_scaled()
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "elsewhere"))  # another secret, as on another machine
+    again = build_scaled()
+    assert again.origin == "disk" and counts.renders == 4  # the image is found; its text is not trusted
+    assert build_scaled().origin == "disk" and counts.renders == 4  # sealed again under this secret
+
+
+def test_without_a_usable_secret_every_build_renders(
+    counts: Counts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = tmp_path / "data"
+    monkeypatch.setenv("XDG_DATA_HOME", str(data))
+    secret = default_secret_path()
+    secret.parent.mkdir(parents=True, mode=0o700)
+    secret.write_bytes(b"s" * 32)
+    secret.chmod(0o622)  # others could have written it
+    assert signing_key() is None
+    assert [build_scaled().origin, build_scaled().origin] == ["nvrtc", "disk"]
+    assert counts.renders == 4
+    assert [e.material["output"] for e in get_default_cache().entries()] == ["cubin"]
+
+
+def test_the_secret_is_made_once_private_to_the_user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    key = signing_key()
+    path = default_secret_path()
+    assert key is not None and len(key) == 32 and path.read_bytes() == key
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    kerneldsl.cache._secrets.clear()
+    assert signing_key() == key  # read back, not made again
