@@ -88,7 +88,9 @@ def _stored_sources(store: disk_cache.DiskCache, planned: Plan, key: str, materi
     executed); None on a miss, without a secret, or for a payload of another shape or seal
     (rendered again and stored over it)."""
     secret = disk_cache.signing_key()
-    payload = store.get(key, material) if secret is not None else None
+    if secret is None:
+        return None
+    payload = store.get(key, material)
     if payload is None:
         return None
     try:
