@@ -403,7 +403,10 @@ def signing_key() -> bytes | None:
     """This user's secret for sealing stored text that is executed, made (0o600, in a private
     directory) on first use; None, and nothing stored text says is trusted, where it cannot be
     made or read or is not ours alone."""
-    path = default_secret_path()
+    try:
+        path = default_secret_path()
+    except RuntimeError:  # no home directory to find it in (and no $XDG_DATA_HOME)
+        return None
     with _secret_lock:
         if path not in _secrets:
             try:

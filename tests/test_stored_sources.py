@@ -258,3 +258,15 @@ def test_the_secret_is_made_once_private_to_the_user(tmp_path: Path, monkeypatch
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     kerneldsl.cache._secrets.clear()
     assert signing_key() == key  # read back, not made again
+
+
+def test_without_a_home_directory_there_is_no_secret_and_builds_still_work(
+    counts: Counts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("XDG_DATA_HOME")
+    monkeypatch.setattr(Path, "home", no_home)
+    assert signing_key() is None
+    assert [build_scaled().origin, build_scaled().origin] == ["nvrtc", "disk"]
