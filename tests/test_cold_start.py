@@ -143,3 +143,43 @@ def test_a_loaded_library_other_than_the_wheel_is_refused_before_compiling(monke
             compiler.compile_source('extern "C" __global__ void k() {}', "k.cu", ("-arch=sm_90",))
     finally:
         compiler.nvrtc_identity.cache_clear()
+
+
+def test_the_coldstart_bench_reports_every_figure_the_targets_need(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GPU benchmark's plumbing, on CPU: scripts stand in with fixed times (seconds printed by
+    the script: its marks, then the total)."""
+    from kerneldsl.bench import coldstart_bench as bench
+
+    def fake_seconds(script: str, env: dict[str, str]) -> list[float]:
+        assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"].endswith("bytecode")
+        if script is bench.KERNELDSL:
+            warm = env["KERNELDSL_CACHE_DIR"].endswith("cache")
+            return [0.25, 0.28, 0.56 if warm else 0.70]
+        return {bench.IMPORT_NUMPY: [0.25], bench.IMPORT_KERNELDSL: [0.002], bench.CUPY: [0.7]}.get(script, [0.5])
+
+    monkeypatch.setattr(bench, "_seconds", fake_seconds)
+    monkeypatch.setattr(bench, "_floor_script", lambda cache, work: "floor")
+    report = bench.measure(runs=3)
+    first = report["first numpy result in a fresh process (ms)"]
+    assert first == pytest.approx(
+        {
+            "kerneldsl, warm disk cache": 560,
+            "kerneldsl, empty disk cache (NVRTC compiles)": 700,
+            "floor: cuda.bindings + prebuilt cubin": 500,
+            "CuPy RawKernel, warm kernel cache": 700,
+        }
+    )
+    assert report["kerneldsl, warm disk cache, by phase (ms)"] == pytest.approx(
+        {
+            "import numpy": 250,
+            "import kerneldsl + declare saxpy": 30,
+            "first call: session, disk hit, launch, copy": 280,
+        }
+    )
+    assert report["ratios"] == pytest.approx(
+        {
+            "kerneldsl / floor (target <= 1.15)": 1.12,
+            "kerneldsl / CuPy (target <= 0.8)": 0.8,
+            "import kerneldsl / import numpy (target <= 1.3)": 0.008,
+        }
+    )
