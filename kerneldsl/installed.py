@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from functools import cache
 
 
 def dist_info_pattern(name: str) -> re.Pattern[str]:
@@ -20,12 +21,18 @@ def first_version(pattern: re.Pattern[str]) -> str | None:
     """The version captured from the first directory on ``sys.path`` holding a match: the
     distribution that imports first."""
     for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
+        for name in _names(entry or "."):
             found = pattern.fullmatch(name)
             if found:
                 return found.group(1)
     return None
+
+
+@cache
+def _names(directory: str) -> tuple[str, ...]:
+    """A ``sys.path`` directory's entries, listed once per process (each version asked for is
+    kept for the process too)."""
+    try:
+        return tuple(os.listdir(directory))
+    except OSError:
+        return ()

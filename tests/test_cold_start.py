@@ -183,3 +183,19 @@ def test_the_coldstart_bench_reports_every_figure_the_targets_need(monkeypatch: 
             "import kerneldsl / import numpy (target <= 1.3)": 0.008,
         }
     )
+
+
+def test_the_jinja_release_in_keys_is_found_without_importing_jinja() -> None:
+    code = "import sys; from kerneldsl.codegen import renderer_identity; print(renderer_identity(), 'jinja2' in sys.modules)"
+    import jinja2
+
+    assert _python(code).split() == ["jinja2", jinja2.__version__, "False"]
+
+
+@pytest.mark.parametrize("spelled", ["jinja2-3.1.6.dist-info", "Jinja2-3.1.6.dist-info"])
+def test_a_dist_info_is_matched_in_any_case(spelled: str) -> None:
+    from kerneldsl.installed import dist_info_pattern
+
+    found = dist_info_pattern("jinja2").fullmatch(spelled)
+    assert found is not None and found.group(1) == "3.1.6"
+    assert dist_info_pattern("jinja2").fullmatch("jinja2_extras-1.0.dist-info") is None
