@@ -29,6 +29,7 @@ from .routing import find_remote, is_remote, route
 from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import DeviceArray
 from .runtime.session import default_session
+from .runtime.stream import Stream
 from .signature import ArrayParam, Dim, Signature, parse_signature
 from .specialize import Specialization, bind, bind_declared, const_key
 from .target import device_arch, resolve_arch
@@ -142,7 +143,7 @@ class Kernel(fastpath.Front):
         DeviceArray call is then remembered by the C launch path for the next ones."""
         if consts or len(args) != self._arity:
             args, consts = self.signature.place_arguments(args, consts)
-        found = self.lookup(args, consts)
+        found = self.lookup(args, consts, stream)
         if found is None and (remote := find_remote(args)) is not None:
             launch = {"grid": grid, "block": block, "shared": shared, "stream": stream}
             return route(remote, self, args, {**{k: v for k, v in launch.items() if v is not None}, **consts})  # type: ignore[no-any-return]
@@ -172,10 +173,13 @@ class Kernel(fastpath.Front):
                 slot = bound.c_slot.on_stream(stream)
                 fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, stream=stream))
 
-    def lookup(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[BoundLaunch, bool] | None:
+    def lookup(
+        self, args: tuple[Any, ...], consts: Mapping[str, Any], stream: Any = None
+    ) -> tuple[BoundLaunch, bool] | None:
         """The bound specialization these arguments select (binding and building it on a miss),
         and whether numpy arrays make it a staged call (copied in and back by ``stage_host_call``);
-        None when foreign arrays need adopting.
+        None when foreign arrays need adopting. The session is the first DeviceArray's, else the
+        stream's, else the default one.
 
         The dispatch tuple is cheap enough for every call: DeviceArrays contribute their
         precomputed ``dispatch_tag`` (session, dtype, alignment, index width), scalars their type,
@@ -203,7 +207,7 @@ class Kernel(fastpath.Front):
             else:
                 return None
         if session is None:
-            session = default_session()
+            session = default_session() if type(stream) is not Stream else stream.session
             add(session.session_id)
         if consts:
             add(const_key(sorted(consts.items())))

@@ -30,9 +30,14 @@ def shrinking(y: kd.Out[kd.float32, "n"]):
     return f"{y}[0] = 0.0f;"
 
 
+@kd.kernel(grid=1, block=1)
+def scalars_only(cycles: kd.Scalar[kd.int64]):
+    return "long long start = clock64(); while (clock64() - start < cycles) { }"
+
+
 @pytest.fixture
 def drv() -> Any:
-    with installed_driver(FakeDriver(), saxpy, many_threads, shrinking) as fake:
+    with installed_driver(FakeDriver(), saxpy, many_threads, shrinking, scalars_only) as fake:
         yield fake
 
 
@@ -104,3 +109,11 @@ def test_a_launch_that_fits_keeps_the_32_bit_build(s: kd.Session, drv: FakeDrive
     saxpy(dy, dx, np.float32(1), grid=2**23 - 1, block=256)
     (bound,) = [b for b in saxpy._bound.values() if b.session is s]
     assert [launch[0] for launch in drv.launches] == [bound.wide.function, bound.function]
+
+
+def test_a_kernel_without_arrays_launches_in_its_streams_session(s: kd.Session, drv: FakeDriver) -> None:
+    scalars_only(1)  # bound in the default session first
+    with kd.Session(0) as other:
+        stream = other.create_stream()
+        scalars_only(1, stream=stream)
+        assert drv.launches[-1][4] == stream._cu

@@ -64,7 +64,9 @@ from .scratch import SCRATCH, multiprocessors
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
 PARTIAL_BLOCKS_PER_SM = 8  # blocks that fill one SM: what a split reduction aims for
 COLUMN_BLOCKS_PER_SM = 2  # split columns with many partials per thread aim lower (8 loads in flight each)
-COLUMN_LANES_MAX = 64  # threads across the kept axis at most: the others share the reduced axis
+COLUMN_LANES_WIDE = 64  # from this many threads across the kept axis, ...
+COLUMN_DOWN_WIDE = 4  # ... this many rows of threads share the reduced axis,
+ROWS_PER_COLUMN_THREAD = 16  # unless that leaves a thread fewer rows than this
 FINAL_FOLDS = 16  # partials per thread the last block of a split column tile folds at most, by choice
 GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
@@ -372,6 +374,10 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+def _pow2_at_most(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
+
+
 def full_variant(size: int) -> Variant:
     return Variant("direct" if size <= DIRECT_MAX else "partial")
 
@@ -399,8 +405,10 @@ def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Varian
     blocks, splits and tiles."""
     vector = vec > 1 and e.inner % vec == 0 and vec * acc_bytes <= COLUMN_BYTES_PER_THREAD
     width = vec if vector else 1
-    across = min(COLUMN_LANES_MAX, _pow2_at_least(_ceil(e.inner, width)))
-    down = BLOCK // across
+    needed = _pow2_at_least(_ceil(e.inner, width))  # threads that cover the kept extent
+    down = BLOCK // min(needed, BLOCK) if needed < COLUMN_LANES_WIDE else COLUMN_DOWN_WIDE
+    down = min(down, _pow2_at_most(max(1, e.count // ROWS_PER_COLUMN_THREAD)))
+    across = BLOCK // down
     tiles = e.outer * _ceil(e.inner, across * width)
     # Enough blocks to fill the GPU in one wave, unless the last block of a tile would then fold more than
     # FINAL_FOLDS partials per thread: then as few as fill it at COLUMN_BLOCKS_PER_SM.
