@@ -2,7 +2,10 @@
 
 A handle records who owns it (session, fork generation, pid, device) so each entry point can
 say precisely why it cannot run. Its finalizer never calls the driver: it queues the raw
-handle on the session, which frees it at the next call, sync or close.
+handle on the session, which frees it at the next call, sync or close. The finalizer is a plain
+weak reference with a callback, registered in the session's ``_handles`` (one dict entry, cheap
+enough for an allocation per array operation); whoever pops the entry first (the callback, the
+handle's own close, or the session's close) frees the raw handle, exactly once.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ class Handle:
     """
 
     kind: ClassVar[str]
-    __slots__ = ("session", "device", "pid", "generation", "_raw", "_finalizer", "_closed", "__weakref__")
+    __slots__ = ("session", "device", "pid", "generation", "_raw", "_ref", "_closed", "__weakref__")
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -32,24 +35,23 @@ class Handle:
         self.pid = session.pid
         self.generation = session.generation
         self._raw: Any = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._ref: weakref.ref[Handle] | None = None
         self._closed = False
 
     def _own(self, raw: Any) -> None:
         """Take ownership of ``raw``: from now on it is freed by close() or via the deferred queue."""
         self._raw = raw
-        finalizer = weakref.finalize(self, self.session._deferred.append, (self.kind, raw))
-        finalizer.atexit = False  # the session's atexit hook frees what is still owned
-        self._finalizer = finalizer
-        self.session._handles[id(self)] = self
+        session = self.session
+        ref = weakref.ref(self, session._handle_dropped)
+        self._ref = ref
+        session._handles[id(ref)] = (ref, self.kind, raw)
 
     def _take(self) -> Any:
         """Mark closed and hand back the raw handle to free (``None`` when nothing is owned)."""
         self._closed = True
-        finalizer, self._finalizer = self._finalizer, None
-        if finalizer is None or finalizer.detach() is None:
+        ref, self._ref = self._ref, None
+        if ref is None or self.session._handles.pop(id(ref), None) is None:
             return None
-        self.session._handles.pop(id(self), None)
         return self._raw
 
     def _check(self) -> None:

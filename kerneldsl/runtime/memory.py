@@ -60,6 +60,30 @@ def _host_buffer(arr: Any, shape: Shape, dtype: np.dtype, *, writable: bool) -> 
 
 _L = TypeVar("_L", bound="_Layout")
 
+_LayoutSlots = tuple[Shape, np.dtype, int, int, int, tuple[int, ...]]
+_layouts: dict[Any, _LayoutSlots] = {}  # by (type of shape, shape, dtype) as the caller gave them
+MAX_LAYOUTS = 4096
+
+
+def _layout(shape: Any, dtype: Any) -> _LayoutSlots:
+    """Shape, dtype, ndim, size, nbytes and strides of a new C-contiguous array, validated once
+    per spelling: allocating a result costs a dict lookup, not the checks."""
+    key = (type(shape), shape, dtype)
+    try:
+        return _layouts[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable spelling (a list): validated every time
+        key = None
+    dims, dt = _shape(shape), _dtype(dtype)
+    size = math.prod(dims)
+    layout = (dims, dt, len(dims), size, size * dt.itemsize, c_strides(dims, dt.itemsize))
+    if key is not None:
+        if len(_layouts) >= MAX_LAYOUTS:
+            _layouts.clear()
+        _layouts[key] = layout
+    return layout
+
 
 class _Layout:
     """Shape, dtype and derived sizes shared by device and pinned arrays."""
@@ -74,13 +98,9 @@ class _Layout:
 
     def _init_layout(self: _L, shape: Any, dtype: Any) -> int:
         """Fill the layout slots; ``self`` is typed as the subclass, which is what declares them."""
-        self.shape = _shape(shape)
-        self.dtype = _dtype(dtype)
-        self.ndim = len(self.shape)
-        self.size = math.prod(self.shape)
-        self.nbytes = self.size * self.dtype.itemsize
-        self.strides = c_strides(self.shape, self.dtype.itemsize)
-        return self.nbytes
+        self.shape, self.dtype, self.ndim, self.size, nbytes, self.strides = _layout(shape, dtype)
+        self.nbytes = nbytes
+        return nbytes
 
     def __len__(self) -> int:
         if not self.shape:

@@ -150,8 +150,8 @@ class Session:
         self.session_id = next(_ids)
         self._lock = threading.RLock()
         self._deferred: collections.deque[tuple[str, Any]] = collections.deque()
-        # by id, not by value: arrays compare elementwise, so a WeakSet could not find them
-        self._handles: weakref.WeakValueDictionary[int, Handle] = weakref.WeakValueDictionary()
+        # what handles own, by id of their weak reference (see handle.Handle._own)
+        self._handles: dict[int, tuple[weakref.ref[Handle], str, Any]] = {}
         self._streams: weakref.WeakSet[Stream] = weakref.WeakSet()
         self._modules: list[module.Module] = []
         self._inflight: list[tuple[int, Stream | None, Any]] = []
@@ -405,6 +405,25 @@ class Session:
 
     # -- deferred frees, keep-alive, synchronization -------------------------------------------
 
+    def _handle_dropped(self, ref: weakref.ref[Handle]) -> None:
+        """A handle's finalizer (a weak reference callback, any thread): queue what it still owns."""
+        owned = self._handles.pop(id(ref), None)
+        if owned is not None:
+            self._deferred.append((owned[1], owned[2]))
+
+    def _take_all(self) -> list[tuple[str, Any]]:
+        """Close every handle and hand back what they owned, ``(kind, raw)`` (dead ones too)."""
+        taken = []
+        for key, (ref, kind, raw) in list(self._handles.items()):
+            handle = ref()
+            if handle is not None:
+                raw = handle._take()
+            elif self._handles.pop(key, None) is None:
+                raw = None
+            if raw is not None:
+                taken.append((kind, raw))
+        return taken
+
     def _release(self, kind: str, raw: Any) -> None:
         """Free one raw handle now (session activated); device memory goes back to the pool."""
         if kind == "mem":
@@ -449,7 +468,7 @@ class Session:
         if self._captures:
             self._deferred.append(("mem", ptr))
             return
-        if self._state == OPEN:
+        if self._state == OPEN and len(self._streams) > 1:
             for other in self._live_streams():
                 if other is not self.stream:
                     self._wait_for(self._stream_cu, other._cu)
@@ -687,7 +706,6 @@ class Session:
         return False
 
     def _free_all(self, errors: list[BaseException]) -> None:
-        handles = list(self._handles.values())
         with self._raw_activation:
             self._captures.clear()
             self._drain_deferred(errors)
@@ -697,12 +715,10 @@ class Session:
                     handle.release()
                 except Exception as exc:
                     errors.append(exc)
+            owned = self._take_all()
             for kind in RELEASE_ORDER:
-                for h in handles:
-                    if h.kind != kind:
-                        continue
-                    raw = h._take()
-                    if raw is None:
+                for k, raw in owned:
+                    if k != kind:
                         continue
                     try:
                         self._release(kind, raw)
@@ -718,8 +734,7 @@ class Session:
         vendor, self._vendor = self._vendor, {}
         for handle in vendor.values():
             handle.abandon()
-        for h in list(self._handles.values()):
-            h._take()
+        self._take_all()
         self._deferred.clear()
 
 
