@@ -92,6 +92,7 @@ typedef struct {
     void *stream;
     PyObject *stream_object; /* what stream= must be: None (the session stream) or the Stream itself */
     int out_keyword; /* the last parameter comes as out=..., and is what the call returns */
+    PyObject *allocate; /* or, with out_keyword, calls without out= get allocate()'s new array (NULL: no) */
     int index_bits;  /* the specialization's indexing: 32-bit builds cannot address more threads */
     int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
     char is_array[MAX_ARGS];
@@ -105,7 +106,8 @@ typedef struct {
     int slot_kind[MAX_SLOTS], slot_index[MAX_SLOTS];
 } Launch;
 
-/* The session is open, has no frees queued by finalizers and is not capturing a graph. */
+/* The session is open, has no frees queued by finalizers (not checked when deferred is NULL) and
+ * is not capturing a graph. */
 static int session_ready(PyObject *session, PyObject *deferred, PyObject *captures)
 {
     PyObject *ok = PyObject_GetAttr(session, str_ok);
@@ -116,6 +118,8 @@ static int session_ready(PyObject *session, PyObject *deferred, PyObject *captur
     Py_DECREF(ok);
     if (ok != Py_True || PyList_GET_SIZE(captures) != 0)
         return 0;
+    if (deferred == NULL)
+        return 1;
     Py_ssize_t queued = PyObject_Length(deferred);
     if (queued < 0)
         PyErr_Clear();
@@ -319,21 +323,25 @@ static int load_table(Launch *L, PyObject *table)
 static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"table",       "session",       "guards", "launch", "function", "stream",
-                            "out_keyword", "stream_object", NULL};
-    PyObject *table, *session, *guards, *stream_object = Py_None;
+                            "out_keyword", "stream_object", "allocate", NULL};
+    PyObject *table, *session, *guards, *stream_object = Py_None, *allocate = Py_None;
     unsigned long long launch, function, stream;
     int out_keyword = 0;
     if (array_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pO:Launch", names, &PyTuple_Type, &table, &session,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pOO:Launch", names, &PyTuple_Type, &table, &session,
                                      &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword,
-                                     &stream_object) ||
+                                     &stream_object, &allocate) ||
         check_stream_object(stream_object) < 0)
         return NULL;
     if (launch == 0) {
         PyErr_SetString(PyExc_ValueError, "no cuLaunchKernel entry point");
+        return NULL;
+    }
+    if (allocate != Py_None && (!out_keyword || stream_object != Py_None || !PyCallable_Check(allocate))) {
+        PyErr_SetString(PyExc_ValueError, "allocate= is a callable for out_keyword entries on the session stream");
         return NULL;
     }
     Launch *L = (Launch *)type->tp_alloc(type, 0);
@@ -358,6 +366,7 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     L->stream = (void *)(uintptr_t)stream;
     L->stream_object = Py_NewRef(stream_object);
     L->out_keyword = out_keyword;
+    L->allocate = allocate == Py_None ? NULL : Py_NewRef(allocate);
     return (PyObject *)L;
 fail:
     Py_DECREF(L);
@@ -371,6 +380,7 @@ static int launch_traverse(Launch *L, visitproc visit, void *arg)
     Py_VISIT(L->captures);
     Py_VISIT(L->guards);
     Py_VISIT(L->stream_object);
+    Py_VISIT(L->allocate);
     return 0;
 }
 
@@ -381,6 +391,7 @@ static int launch_clear(Launch *L)
     Py_CLEAR(L->captures);
     Py_CLEAR(L->guards);
     Py_CLEAR(L->stream_object);
+    Py_CLEAR(L->allocate);
     return 0;
 }
 
@@ -587,7 +598,10 @@ static int read_array(PyObject *a, PyObject *session, int ndim, long long *exten
 }
 
 /* A kernel launch: positional arguments and stream=, the result is None; or an op: positional
- * operands, out= and stream=, the result is out. */
+ * operands, out= and stream=, the result is out; or an allocating op (L->allocate): positional
+ * operands only, the result is a new array from allocate(), made once everything read before it
+ * matched (it runs Python code, which frees what finalizers queued) and dropped when the call is
+ * declined after all (a stream-ordered free, like any dropped array's). */
 static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_t nargs, PyObject *kwnames,
                           PyObject **result)
 {
@@ -596,14 +610,15 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
     PyObject *out = NULL, *stream = Py_None; /* borrowed from the caller, like call_args */
     for (Py_ssize_t i = 0; i < nkw; i++) {
         PyObject *name = PyTuple_GET_ITEM(kwnames, i);
-        if (L->out_keyword && is_name(name, str_out))
+        if (L->out_keyword && L->allocate == NULL && is_name(name, str_out))
             out = call_args[nargs + i];
         else if (is_name(name, str_stream))
             stream = call_args[nargs + i];
         else
             return 0;
     }
-    if (L->out_keyword ? out == NULL || nargs + 1 != L->nargs : nargs != L->nargs)
+    int allocating = L->allocate != NULL;
+    if (L->out_keyword ? (out == NULL && !allocating) || nargs + 1 != L->nargs : nargs != L->nargs)
         return 0;
     PyObject *argv[MAX_ARGS];
     memcpy(argv, call_args, (size_t)nargs * sizeof(PyObject *));
@@ -611,7 +626,8 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
         argv[nargs] = out;
     PyObject *const *args = argv;
     PyObject *const *guards = &PyTuple_GET_ITEM(L->guards, 0);
-    for (int i = 0; i < L->nargs; i++) { /* the arrays' guards again below, after the conversions */
+    int given = L->nargs - allocating; /* the arguments the call passed */
+    for (int i = 0; i < given; i++) { /* the arrays' guards again below, after the conversions */
         PyObject *a = args[i];
         if (L->is_array[i]) {
             if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != guards[i])
@@ -631,8 +647,17 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
         if (L->slot_kind[s] > SLOT_SYM64 && !pack_scalar(L->slot_kind[s], args[L->slot_index[s]], buffer + 8 * s))
             return 0;
     }
+    PyObject *fresh = NULL; /* the new result of an allocating call: owned until returned */
+    if (allocating) {
+        if (!session_ready(L->session, NULL, L->captures) || stream != Py_None)
+            return 0;
+        fresh = PyObject_CallNoArgs(L->allocate);
+        if (fresh == NULL) /* the Python path's allocation raises the same (out of memory, ...) */
+            return -1;
+        argv[nargs] = fresh;
+    }
     if (!session_ready(L->session, L->deferred, L->captures) || !stream_matches(stream, L->stream_object))
-        return 0;
+        goto decline;
 
     long long extents[MAX_ARRAYS][MAX_NDIM], nbytes[MAX_ARRAYS], syms[MAX_SYMS];
     unsigned long long ptrs[MAX_ARRAYS];
@@ -640,23 +665,23 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
         PyObject *a = args[L->array_arg[j]];
         if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != guards[L->array_arg[j]] ||
             !read_array(a, L->session, L->array_ndim[j], extents[j], &ptrs[j], &nbytes[j]))
-            return 0;
+            goto decline;
     }
     for (int b = 0; b < L->nbinds; b++)
         syms[L->bind_sym[b]] = extents[L->bind_array[b]][L->bind_axis[b]];
     for (int c = 0; c < L->nchecks; c++) {
         long long expected = L->check_sym[c] >= 0 ? syms[L->check_sym[c]] : L->check_value[c];
         if (extents[L->check_array[c]][L->check_axis[c]] != expected)
-            return 0;
+            goto decline;
     }
     for (int k = 0; k < L->naliases; k++) {
         int a = L->alias_a[k], b = L->alias_b[k];
         if (ptrs[a] < ptrs[b] + (unsigned long long)nbytes[b] && ptrs[b] < ptrs[a] + (unsigned long long)nbytes[a])
-            return 0;
+            goto decline;
     }
     unsigned dims[7];
     if (!eval_dims(L, syms, dims) || !dims_launchable(L, dims))
-        return 0;
+        goto decline;
 
     for (int s = 0; s < L->nslots; s++) {
         unsigned char *slot = buffer + 8 * s;
@@ -668,7 +693,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
         case SLOT_SYM32:
             v = syms[L->slot_index[s]];
             if (v < INT32_MIN || v > INT32_MAX)
-                return 0;
+                goto decline;
             memcpy(slot, &v, 4);
             break;
         case SLOT_SYM64:
@@ -680,11 +705,13 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
                         L->stream, params, NULL);
     if (err == 0) {
         *result = L->out_keyword ? args[L->nargs - 1] : Py_None;
-        Py_INCREF(*result);
+        if (fresh == NULL)
+            Py_INCREF(*result);
         return 1;
     }
     if (err == INVALID_CONTEXT) /* the Python path retries with the context made current */
-        return 0;
+        goto decline;
+    Py_XDECREF(fresh);
     PyObject *code = PyLong_FromLong(err);
     if (code != NULL) { /* _launch_failed raises the typed error (and poisons on a sticky one) */
         Py_XDECREF(PyObject_CallMethodObjArgs(L->session, str_launch_failed, code, NULL));
@@ -693,6 +720,9 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
     if (!PyErr_Occurred())
         PyErr_Format(PyExc_RuntimeError, "cuLaunchKernel failed with CUresult %d", err);
     return -1;
+decline:
+    Py_XDECREF(fresh);
+    return 0;
 }
 
 static PyTypeObject LaunchType = {

@@ -28,6 +28,7 @@ class Launch:
         stream: int,
         out_keyword: bool = ...,
         stream_object: Any = ...,
+        allocate: Any = ...,
     ) -> None: ...
 
 class GemmLaunch:

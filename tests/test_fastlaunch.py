@@ -28,6 +28,7 @@ from kerneldsl.errors import (
     BindingError,
     ClosedError,
     LaunchError,
+    OutOfMemoryError,
     SessionPoisonedError,
     ShapeMismatchError,
     StickyCudaError,
@@ -413,10 +414,82 @@ def test_ops_the_c_path_cannot_check_take_the_python_path(s: kd.Session, drv: Fa
     before = kd.ops.add._remembered_launches, kd.ops.multiply._remembered_launches
     for _ in range(2):
         kd.ops.add(a, row, out=out)  # broadcasting: the op's Python path checks shapes and aliasing
-        kd.ops.multiply(a, a)  # no out=: the result is allocated first
+        kd.ops.multiply(a, row)  # the same without out=
     assert (kd.ops.add._remembered_launches, kd.ops.multiply._remembered_launches) == before
     drv.c_launches = 0
     kd.ops.subtract(a, a, out=out)
     with pytest.raises(ValueError, match="shape"):
         kd.ops.subtract(a, s.zeros((4, 7), np.float32), out=out)
     assert drv.c_launches == 0
+
+
+def test_an_op_without_out_allocates_its_result_from_c_after_its_first_call(s: kd.Session, drv: FakeDriver) -> None:
+    a, b = (s.zeros((4, 8), np.float32) for _ in range(2))
+    first = kd.ops.add(a, b)
+    mark = len(drv.calls)
+    second = kd.ops.add(a, b)
+    assert drv.c_launches == 1 and type(second) is kd.DeviceArray
+    assert (second.shape, second.dtype, second.session) == (first.shape, first.dtype, s)
+    assert second.ptr != first.ptr and second.ptr in drv.mem
+    tail = drv.calls[mark:]
+    assert tail.index("cuMemAllocFromPoolAsync") < tail.index("cuLaunchKernel")
+    python, c = drv.launches[-2:]
+    assert python[:5] == c[:5] and drv.param_bytes[-1][:16] == drv.param_bytes[-2][:16]
+
+
+def test_a_result_allocated_from_c_is_freed_like_any_dropped_array(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(64, np.float32)
+    kd.ops.negative(a)
+    ptr = kd.ops.negative(a).ptr  # from C, dropped at once: its free is queued, not done
+    assert drv.c_launches == 1 and list(s._deferred) == [("mem", ptr)] and ptr in drv.mem
+    kept = kd.ops.negative(a)  # the C path's allocation frees what was queued first
+    assert drv.c_launches == 2 and ptr not in drv.mem and not s._deferred and kept.ptr in drv.mem
+
+
+def test_an_allocating_op_declined_by_c_after_allocating_frees_that_result(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(64, np.float32)
+    kd.ops.negative(a)
+    drv.fail["cuLaunchKernel"] = [201]  # CUDA_ERROR_INVALID_CONTEXT: the C path declines, Python retries
+    result = kd.ops.negative(a)
+    assert result.ptr in drv.mem and len(drv.launches) == 2  # the first call's and the Python path's
+    assert drv.count("cuMemAllocFromPoolAsync") == 4  # a, the first result, the declined one, result
+    assert drv.count("cuMemFreeAsync") == 2 and not s._deferred  # the first result and the declined one
+
+
+def test_an_allocation_failing_in_the_c_path_raises_the_python_paths_error(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(64, np.float32)
+    kd.ops.negative(a)
+    drv.fail_next("cuMemAllocFromPoolAsync", 2, 2)  # out of memory, and again after the trim
+    with pytest.raises(OutOfMemoryError):
+        kd.ops.negative(a)
+    assert drv.c_launches == 0 and drv.count("cuMemPoolTrimTo") == 1
+
+
+def test_allocating_ops_on_a_stream_or_in_a_capture_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(64, np.float32)
+    stream = s.create_stream()
+    for _ in range(2):
+        kd.ops.negative(a, stream=stream)
+    kd.ops.negative(a)
+    allocations = drv.count("cuMemAllocFromPoolAsync")
+    with s.capture():
+        kd.ops.negative(a)
+    assert drv.c_launches == 0 and drv.count("cuMemAllocFromPoolAsync") == allocations + 1
+
+
+@pytest.mark.parametrize(
+    "options", [{"allocate": object()}, {"allocate": list, "out_keyword": False}], ids=["not callable", "no out="]
+)
+def test_an_allocating_launch_needs_a_callable_and_an_out_keyword(s: kd.Session, options: dict[str, object]) -> None:
+    from kerneldsl import _fastlaunch
+
+    with pytest.raises(ValueError, match="allocate="):
+        _fastlaunch.Launch(
+            table=(1, ((0, 1),), (), (), (), ((1, 1), (0, 0)) * 7, ((0, 0),), 32),
+            session=s,
+            guards=(0,),
+            launch=1,
+            function=1,
+            stream=1,
+            **{"out_keyword": True, **options},
+        )

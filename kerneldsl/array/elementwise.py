@@ -29,6 +29,7 @@ Semantics (documented, tested against NumPy):
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable, Sequence
@@ -149,6 +150,7 @@ class ElementwisePlan(Plan):
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
     c_slot: fastpath.CLaunchSlot = field(default_factory=fastpath.CLaunchSlot)  # for ``op(*args, out=out)``
+    c_alloc_slot: fastpath.CLaunchSlot = field(default_factory=fastpath.CLaunchSlot)  # for ``op(*args)``
     strided_operands = True  # the strided layout reads and writes views in place
 
     def values(self, args: Sequence[Any]) -> list[Any]:
@@ -156,21 +158,31 @@ class ElementwisePlan(Plan):
             args = [float(a) if i in self.plain else a for i, a in enumerate(args)]
         return list(args) if self.direct else super().values(args)
 
-    def remember(self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None) -> None:
+    def remember(
+        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
+    ) -> None:
         """Let the C path take later ``front(*values, out=out, stream=stream)`` calls like this
         one: device operands in kernel order, the same shape everywhere (no broadcasting to check),
-        no views (the C path checks no overlap) and no ml_dtypes scalars to convert."""
+        no views (the C path checks no overlap) and no ml_dtypes scalars to convert. A call
+        without ``out=`` on the session stream gets an entry that allocates its result from C
+        (through a ``DeviceArray`` constructor bound to this plan's shape and dtype)."""
         skip = self.broadcast or self.views or self.plain
-        if out is None or session is None or not self.direct or skip or session.capturing:
+        if session is None or not self.direct or skip or session.capturing:
             return
-        if fastpath.stream_entry_ok(stream, session):
+        if out is None:
+            if stream is None and self.size and type(result) is DeviceArray:
+                allocate = functools.partial(DeviceArray, session, self.shape, self.dtype)
+                fastpath.remember(front, self.c_alloc_slot, lambda: self._c_launch(values, result, None, allocate))
+        elif fastpath.stream_entry_ok(stream, session):
             fastpath.remember(front, self.c_slot.on_stream(stream), lambda: self._c_launch(values, out, stream))
 
-    def _c_launch(self, values: Sequence[Any], out: Any, stream: Any) -> Any:
+    def _c_launch(
+        self, values: Sequence[Any], out: Any, stream: Any, allocate: Callable[[], DeviceArray] | None = None
+    ) -> Any:
         found = self.kernel.lookup((*values, out), {})
         if found is None or found[1]:  # foreign or host operands: the Python path
             return None
-        return fastpath.kernel_launch(found[0], (*values, out), out_keyword=True, stream=stream)
+        return fastpath.kernel_launch(found[0], (*values, out), out_keyword=True, stream=stream, allocate=allocate)
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         if self.size:

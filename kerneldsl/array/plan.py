@@ -73,8 +73,11 @@ class Plan:
         """The Build a call with these arguments runs (no GPU needed when ``arch`` is known)."""
         raise NotImplementedError
 
-    def remember(self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None) -> None:
-        """Hand later calls like this one (``stream=stream``) to the C launch path, where the plan allows it."""
+    def remember(
+        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
+    ) -> None:
+        """Hand later calls like this one (``stream=stream``) to the C launch path, where the plan
+        allows it; ``result``: what this call returned (a new array when ``out`` is None)."""
 
 
 class PlanCache(BoundedCache):
@@ -115,7 +118,7 @@ class PlanCache(BoundedCache):
             placed = any(v is not a for v, a in zip(values, args))
             result = plan.run_on(values, out, session, stream, placed)
         if front is not None:
-            plan.remember(front, values, out, session, stream)
+            plan.remember(front, values, out, session, stream, result)
         return result
 
 
