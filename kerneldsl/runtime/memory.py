@@ -574,10 +574,17 @@ class DeviceArray(_Layout, Handle):
 
 
 def _ops() -> Any:
-    """``kerneldsl.ops``, which DeviceArray's operators are."""
-    from .. import ops
+    """``kerneldsl.ops``, which DeviceArray's operators are (imported on the first operator: the
+    array layer sits above the runtime; then kept, as an operator's import costs a lookup)."""
+    ops = _imported.get("ops")
+    if ops is None:
+        from .. import ops
 
+        _imported["ops"] = ops
     return ops
+
+
+_imported: dict[str, Any] = {}
 
 
 def _contiguous(a: Any) -> Any:
