@@ -24,7 +24,7 @@ from .errors import (
     WrongSessionError,
 )
 from .fastpath import CLaunchSlot
-from .runtime.staging import staged_bytes
+from .runtime.staging import Region, staged_bytes
 from .signature import ArrayParam, Signature
 
 if TYPE_CHECKING:
@@ -118,21 +118,21 @@ def stage_host_call(
         return
     done = False
     try:
-        borrowed = iter(buf.arrays(hosts))
+        regions = iter(buf.regions(hosts))
         device_args: list[Any] = []
-        uploads: list[tuple[Any, np.ndarray | None]] = []
-        downloads: list[tuple[Any, np.ndarray | None]] = []
+        uploads: list[tuple[Region, np.ndarray]] = []
+        downloads: list[tuple[Region, np.ndarray]] = []
         for p, a in zip(sig.runtime_params, args):
             if isinstance(p, ArrayParam) and isinstance(a, np.ndarray):
-                d = next(borrowed)
-                uploads.append((d, None if p.direction == "out" else a))
-                downloads.append((d, a if p.writes else None))
-                device_args.append(d)
+                region = next(regions)
+                if p.direction != "out":
+                    uploads.append((region, a))
+                if p.writes:
+                    downloads.append((region, a))
+                device_args.append(region[0])
             else:
                 device_args.append(a)
-        buf.upload(uploads)
-        bound.call(*device_args, grid, block, shared, None)
-        buf.download(downloads)
+        buf.run(uploads, lambda: bound.call(*device_args, grid, block, shared, None), downloads)
         done = True
     finally:
         session.return_staging(buf, done)

@@ -136,6 +136,29 @@ def test_a_small_numpy_call_is_its_copies_launch_and_one_wait_through_reused_buf
     np.testing.assert_array_equal(y, 1 + 2 * np.arange(1024, dtype=np.float32))
 
 
+def test_a_staged_call_enqueues_its_copies_and_launch_under_one_activation(drv: SaxpyDriver) -> None:
+    y, x = np.ones(64, np.float32), np.ones(64, np.float32)
+    saxpy(y, x, np.float32(1.0))
+    mark = len(drv.calls)
+    saxpy(y, x, np.float32(1.0))
+    assert drv.calls[mark:].count("cuCtxGetCurrent") == 2  # the enqueueing, and the event query
+
+
+def test_calls_of_different_shapes_take_turns_in_one_staging_buffer(drv: SaxpyDriver) -> None:
+    for n in (8, 16, 8, 3, 16):
+        y, x = np.ones(n, np.float32), np.arange(n, dtype=np.float32)
+        saxpy(y, x, np.float32(2.0))
+        np.testing.assert_array_equal(y, 1 + 2 * np.arange(n, dtype=np.float32))
+    assert drv.count("cuMemHostAlloc") == 1
+
+
+def test_a_strided_read_only_input_is_staged_in_c_order(drv: SaxpyDriver) -> None:
+    y, x = np.ones(16, np.float32), np.arange(32, dtype=np.float32)[::2]
+    x.flags.writeable = False
+    saxpy(y, x, np.float32(1.0))
+    np.testing.assert_array_equal(y, 1 + np.arange(0, 32, 2, dtype=np.float32))
+
+
 def test_a_large_numpy_call_copies_directly_without_staging(drv: SaxpyDriver) -> None:
     n = STAGE_LIMIT // 4
     y, x = np.ones(n, np.float32), np.ones(n, np.float32)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,11 +43,17 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
+# One array's place in a buffer: device memory, and pinned host memory (a view and its address).
+Region = tuple[DeviceArray, np.ndarray, int]
+MAX_LAYOUTS = 8  # argument layouts whose regions a buffer keeps
+
+
 class StagingBuffer:
     """A pinned buffer, a device buffer of the same size, and the event that says when the
-    transfers through them are done."""
+    transfers through them are done. The regions one argument layout needs (a DeviceArray over
+    the device buffer and a numpy view of the pinned one per array) are made once and kept."""
 
-    __slots__ = ("pinned", "device", "event", "_offsets")
+    __slots__ = ("pinned", "device", "event", "_regions")
 
     def __init__(self, session: Session, capacity: int) -> None:
         made: list[Any] = []
@@ -61,72 +67,67 @@ class StagingBuffer:
             for handle in made:
                 handle.close()
             raise
-        self._offsets: list[int] = []
+        self._regions: dict[tuple[Any, ...], list[Region]] = {}
 
     @property
     def capacity(self) -> int:
         return self.pinned.nbytes
 
     def close(self) -> None:
+        self._regions.clear()
         for handle in (self.pinned, self.device, self.event):
             handle.close()
 
-    def arrays(self, hosts: Sequence[np.ndarray]) -> list[DeviceArray]:
-        """A device array per host array (same shape and dtype, C order) over this buffer's
-        device memory, in the regions ``upload`` lays out; they need no freeing."""
+    def regions(self, hosts: Sequence[np.ndarray]) -> list[Region]:
+        """Per host array, a region of this buffer (same shape and dtype, C order): the device
+        array the kernel gets (it needs no freeing) and the pinned view the host data goes through."""
+        key = tuple((h.shape, h.dtype) for h in hosts)
+        found = self._regions.get(key)
+        if found is None:
+            if len(self._regions) >= MAX_LAYOUTS:
+                self._regions.clear()
+            found = self._regions[key] = self._make_regions(hosts)
+        return found
+
+    def _make_regions(self, hosts: Sequence[np.ndarray]) -> list[Region]:
         session, base = self.device.session, self.device.ptr
-        arrays, offset = [], 0
+        pinned = np.ctypeslib.as_array((ctypes.c_uint8 * self.capacity).from_address(self.pinned.ptr))
+        regions, offset = [], 0
         for h in hosts:
-            shape = h.shape
+            shape, n = h.shape, h.nbytes
             view = DeviceView(base + offset, shape, c_strides(shape, h.dtype.itemsize), h.dtype, None, False, self)
-            arrays.append(DeviceArray.borrow(session, view))
-            offset += _aligned(h.nbytes)
-        return arrays
+            host_view = pinned[offset : offset + n].view(h.dtype).reshape(shape)
+            regions.append((DeviceArray.borrow(session, view), host_view, self.pinned.ptr + offset))
+            offset += _aligned(n)
+        return regions
 
-    def upload(self, pairs: Sequence[tuple[DeviceArray, np.ndarray | None]]) -> None:
-        """One region per pair (the arrays from ``arrays``, in order): copy each host array given
-        into its region and enqueue its upload on the session stream. A pair without a host array
-        (an output) is not uploaded."""
+    def run(
+        self,
+        uploads: Sequence[tuple[Region, np.ndarray]],
+        launch: Callable[[], None],
+        downloads: Sequence[tuple[Region, np.ndarray]],
+    ) -> None:
+        """Copy each upload's host array into its pinned region, then enqueue on the session stream,
+        under one activation, the uploads, ``launch()`` and the downloads; wait (interruptibly) for
+        them, then copy the downloaded regions into their host arrays."""
         session = self.pinned.session
-        d, stream, base = session._d, session._stream_cu, self.pinned.ptr
-        offsets = self._offsets
-        offsets.clear()
-        offset = 0
+        d, stream = session._d, session._stream_cu
         with session.activated():
-            for device, host in pairs:
-                offsets.append(offset)
-                n = device.nbytes
-                if host is not None and n:
-                    _host_to_pinned(base + offset, host, n)
-                    check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(device.ptr, base + offset, n, stream))
-                offset += _aligned(n)
-
-    def download(self, pairs: Sequence[tuple[DeviceArray, np.ndarray | None]]) -> None:
-        """Enqueue the download of every pair with a host array, wait (interruptibly) for the
-        session stream, then copy the results out of the buffer into the host arrays."""
-        session = self.pinned.session
-        d, stream, base = session._d, session._stream_cu, self.pinned.ptr
-        with session.activated():
-            for (device, host), offset in zip(pairs, self._offsets):
-                if host is not None and device.nbytes:
-                    check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(base + offset, device.ptr, device.nbytes, stream))
+            for (device, pinned, address), host in uploads:
+                if device.nbytes:
+                    np.copyto(pinned, host)
+                    check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(device.ptr, address, device.nbytes, stream))
+            launch()
+            for (device, _, address), _ in downloads:
+                if device.nbytes:
+                    check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(address, device.ptr, device.nbytes, stream))
             check("cuEventRecord", d.cuEventRecord(self.event._cu, stream))
         wait_event(session, self.event._cu)
         with session._lock:  # a close() in another thread frees the buffer: never read it after that
             if not session.usable:
                 session._raise_unusable()
-            for (device, host), offset in zip(pairs, self._offsets):
-                if host is not None and device.nbytes:
-                    ctypes.memmove(host.ctypes.data, base + offset, device.nbytes)
-
-
-def _host_to_pinned(address: int, host: np.ndarray, nbytes: int) -> None:
-    """Copy ``host`` (any layout) into pinned memory at ``address`` in C order."""
-    if host.flags.c_contiguous:
-        ctypes.memmove(address, host.ctypes.data, nbytes)
-        return
-    raw = memoryview((ctypes.c_char * nbytes).from_address(address)).cast("B")
-    np.copyto(np.frombuffer(raw, host.dtype).reshape(host.shape), host)
+            for (_, pinned, _), host in downloads:
+                np.copyto(host, pinned)
 
 
 class StagingPool:
