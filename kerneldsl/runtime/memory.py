@@ -68,7 +68,7 @@ MAX_LAYOUTS = 4096
 def _layout(shape: Any, dtype: Any) -> _LayoutSlots:
     """Shape, dtype, ndim, size, nbytes and strides of a new C-contiguous array, validated once
     per spelling: allocating a result costs a dict lookup, not the checks."""
-    key = (type(shape), shape, dtype)
+    key: tuple[Any, ...] | None = (type(shape), shape, dtype)
     try:
         return _layouts[key]
     except KeyError:

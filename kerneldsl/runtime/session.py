@@ -715,6 +715,7 @@ class Session:
                     handle.release()
                 except Exception as exc:
                     errors.append(exc)
+            self._drain_deferred(errors)  # what the library handles dropped (their workspaces)
             owned = self._take_all()
             for kind in RELEASE_ORDER:
                 for k, raw in owned:
