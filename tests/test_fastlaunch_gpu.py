@@ -112,3 +112,32 @@ def test_an_op_allocating_its_result_on_a_stream_orders_it_after_the_session_str
     stream.synchronize()
     for r in results:
         np.testing.assert_array_equal(r.to_host(), 2 * np.arange(1 << 20, dtype=np.float32))
+
+
+def test_a_chain_of_allocating_ops_runs_from_c_and_gives_numpys_results() -> None:
+    s = kd.default_session()
+    rng = np.random.default_rng()
+    x, y = (rng.standard_normal(4096).astype(np.float32) for _ in range(2))
+    dx, dy = s.to_device(x), s.to_device(y)
+    used = None
+    for i in range(200):
+        result = (dx + dy) * dx - dy  # every result allocated from C, the temporaries dropped
+        if i == 10:
+            s.synchronize()
+            used = s.memory_info().used
+    assert kd.ops.add._remembered_launches >= 1 and kd.ops.multiply._remembered_launches >= 1
+    np.testing.assert_array_equal(result.to_host(), (x + y) * x - y)
+    s.synchronize()
+    assert s.memory_info().used <= used  # dropped results went back to the pool
+
+
+def test_four_threads_allocating_from_c_each_get_their_own_results() -> None:
+    s = kd.default_session()
+    dx = s.to_device(np.arange(4096, dtype=np.float32))
+
+    def worker(k: int) -> None:
+        for _ in range(100):
+            result = kd.ops.add(dx, dx)
+        np.testing.assert_array_equal(result.to_host(), 2 * np.arange(4096, dtype=np.float32))
+
+    in_threads(worker)
