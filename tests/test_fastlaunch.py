@@ -493,3 +493,15 @@ def test_an_allocating_launch_needs_a_callable_and_an_out_keyword(s: kd.Session,
             stream=1,
             **{"out_keyword": True, **options},
         )
+
+
+def test_an_allocating_op_on_a_closed_session_gets_the_python_paths_error(drv: FakeDriver) -> None:
+    s = kd.Session(0)
+    a = s.zeros(64, np.float32)
+    kd.ops.negative(a)
+    kd.ops.negative(a)
+    s.close()
+    allocations = drv.count("cuMemAllocFromPoolAsync")
+    with pytest.raises(ClosedError):
+        kd.ops.negative(a)
+    assert drv.count("cuMemAllocFromPoolAsync") == allocations
