@@ -60,7 +60,7 @@ class Incarnation:
         self.known: set[bytes] = set()  # callables this actor has unpickled
         self.lock = threading.Lock()
         self._dropped: list[Any] = []
-        self._seen: list[int] = []
+        self._seen: set[int] = set()
 
     def drop(self, key: Any) -> None:
         """A remote array was garbage-collected here: the next call frees it there."""
@@ -72,11 +72,11 @@ class Incarnation:
 
     def seen(self, seq: int) -> None:
         """The error of call ``seq`` reached the user: later uses of its arrays need not raise it."""
-        self._seen.append(seq)
+        self._seen.add(seq)
 
     def take_seen(self) -> list[int]:
-        taken, self._seen = self._seen, []
-        return taken
+        taken, self._seen = self._seen, set()
+        return sorted(taken)
 
 
 class GPUs:

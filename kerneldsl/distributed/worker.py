@@ -194,7 +194,8 @@ class GPUActor:
             self._failed.pop(key, None)
             self._unreported.pop(key, None)
         if seen:
-            self._unreported = {k: v for k, v in self._unreported.items() if v[0] not in seen}
+            told = set(seen)
+            self._unreported = {k: v for k, v in self._unreported.items() if v[0] not in told}
         fn = self._callable(token, blob)
         try:
             args, kwargs, out = pickle.loads(payload, buffers=buffers)
