@@ -18,6 +18,7 @@ distributed = pytest.importorskip("distributed")
 
 import kerneldsl as kd  # noqa: E402
 from kerneldsl.errors import (  # noqa: E402
+    AliasingError,
     Backpressure,
     CallCancelledError,
     RemoteArrayLostError,
@@ -34,6 +35,11 @@ PROFILES = {"fast": {"options": ["--use_fast_math"], "gpus": [1]}}
 @kd.kernel(grid=kd.cdiv("n", 256), block=256)
 def scale(y: kd.InOut["T", "n"], a: kd.Scalar["T"]) -> str:
     return f"index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] *= {a};"
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def axpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"]) -> str:
+    return f"index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] += {a} * {x}[i];"
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +89,7 @@ def test_a_kernel_called_with_remote_arrays_launches_on_their_worker(gpus: Any) 
     call = scale(ra, np.float32(2))
     assert isinstance(call, kd.distributed.RemoteFuture) and call.result() is None
     assert _launches(gpus, "gpu-1") == before + 1
+    np.testing.assert_array_equal(ra.to_host(), np.full(300, 2, np.float32))
 
 
 def test_ops_and_fused_functions_return_remote_arrays_on_the_same_worker(gpus: Any) -> None:
@@ -127,6 +134,59 @@ def test_a_call_on_the_result_of_a_failed_call_raises_its_error(gpus: Any) -> No
         after.to_host()
     with pytest.raises(ValueError, match="broadcast"):
         bad.to_host()
+
+
+def test_a_failed_launch_whose_future_was_dropped_raises_at_the_next_use_of_what_it_writes(gpus: Any) -> None:
+    x = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
+    axpy(x, x, np.float32(1))  # y and x overlap: refused on the worker, as it would be here
+    with pytest.raises(AliasingError, match="overlaps"):
+        x.to_host()
+    np.testing.assert_array_equal(x.to_host(), np.arange(4, dtype=np.float32))  # raised once; data as it was
+
+
+def test_a_failed_launch_whose_error_its_future_gave_is_not_raised_again(gpus: Any) -> None:
+    x = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
+    with pytest.raises(AliasingError):
+        axpy(x, x, np.float32(1)).result()
+    np.testing.assert_array_equal(x.to_host(), np.arange(4, dtype=np.float32))
+
+
+def test_a_failed_launch_raises_in_the_next_call_on_what_it_writes_and_that_call_does_not_run(gpus: Any) -> None:
+    x = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
+    axpy(x, x, np.float32(1))
+    scale(x, np.float32(2))  # fails with axpy's error, so x stays as it was
+    with pytest.raises(AliasingError):
+        x.to_host()
+    np.testing.assert_array_equal(x.to_host(), np.arange(4, dtype=np.float32))
+
+
+def test_the_worker_forgets_a_failed_launch_once_its_future_is_dropped_here(client: Any, gpus: Any) -> None:
+    import gc
+
+    from worker_double import failed_records
+
+    def records() -> int:
+        gc.collect()
+        gpus.submit(lambda: None, worker="gpu-0").result()  # the next call carries the drops
+        return int(client.run(failed_records, workers=[gpus.incarnation("gpu-0").address]).popitem()[1])
+
+    before = records()
+    x = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
+    call = axpy(x, x, np.float32(1))
+    assert isinstance(call.exception(), AliasingError)
+    assert records() == before + 1
+    del call
+    assert records() == before
+
+
+def test_a_failed_call_into_out_raises_at_the_next_use_of_out(gpus: Any) -> None:
+    a = gpus.to_device(np.ones((2, 3), np.float32), worker="gpu-0")
+    b = gpus.to_device(np.ones((4, 5), np.float32), worker="gpu-0")
+    out = gpus.to_device(np.zeros((2, 3), np.float32), worker="gpu-0")
+    kd.ops.add(a, b, out=out)  # shapes that do not broadcast: fails on the worker; its handle is dropped
+    with pytest.raises(ValueError, match="broadcast"):
+        out.to_host()
+    np.testing.assert_array_equal(a.to_host(), np.ones((2, 3), np.float32))  # only what it writes carries it
 
 
 def test_to_worker_copies_an_array_to_another_worker(gpus: Any) -> None:
@@ -208,6 +268,21 @@ def test_a_killed_worker_loses_its_calls_and_arrays_and_comes_back(gpus: Any) ->
         kept.to_host()
     fresh = gpus.to_device(np.arange(3, dtype=np.float32), worker="gpu-1")
     np.testing.assert_array_equal(fresh.to_host(), np.arange(3, dtype=np.float32))
+
+
+def test_launches_after_a_restart_run_on_the_new_worker_before_their_array_is_read(gpus: Any) -> None:
+    from worker_double import exit_process
+
+    kept = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
+    with pytest.raises(WorkerLostError):
+        gpus.submit(exit_process, worker="gpu-1").result(timeout=30)
+    with pytest.raises(RemoteArrayLostError):
+        kept.to_host()
+    fresh = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-1")
+    scale(fresh, np.float32(2))  # futures dropped, as a local launch's None would be
+    scale(fresh, np.float32(3))
+    np.testing.assert_array_equal(fresh.to_host(), 6 * np.arange(4, dtype=np.float32))
+    assert _launches(gpus, "gpu-1") == 2  # both ran in the new process
 
 
 def test_a_sticky_cuda_error_poisons_one_worker_which_restarts(gpus: Any) -> None:

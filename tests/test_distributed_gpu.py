@@ -77,6 +77,7 @@ def test_a_killed_worker_is_replaced_and_the_next_call_works(gpus: Any) -> None:
     with pytest.raises(RemoteArrayLostError):
         kept.to_host()
     fresh = gpus.to_device(np.arange(1024, dtype=np.float32), worker=worker)
-    axpy(fresh, fresh, np.float32(1))
+    x = gpus.to_device(np.arange(1024, dtype=np.float32), worker=worker)
+    axpy(fresh, x, np.float32(1))  # not axpy(fresh, fresh, ...): y and x may not overlap
     np.testing.assert_array_equal(fresh.to_host(), 2 * np.arange(1024, dtype=np.float32))
     assert gpus.info()[worker]["pid"] != before

@@ -5,8 +5,11 @@ workers import it (and ``driver_double``) from ``tests/`` on their ``PYTHONPATH`
 
 from __future__ import annotations
 
+import ctypes
+import struct
 from typing import Any
 
+import numpy as np
 from distributed.diagnostics.plugin import WorkerPlugin
 
 
@@ -14,11 +17,40 @@ class UseDriverDouble(WorkerPlugin):  # type: ignore[misc]
     name = "kerneldsl-test-driver-double"
 
     def setup(self, worker: Any) -> None:
-        from driver_double import FakeDriver
-
         from kerneldsl.runtime import set_driver
 
-        set_driver(FakeDriver())
+        set_driver(_scaling_driver())
+
+
+def _scaling_driver() -> Any:
+    """A driver double whose launches of ``test_distributed.scale`` (float32) really scale the
+    fake device memory, so a test sees whether, and in which order, a worker ran them."""
+    from driver_double import FakeDriver
+
+    class ScalingDriver(FakeDriver):
+        def __init__(self) -> None:
+            super().__init__()
+            self.names: dict[int, bytes] = {}
+
+        def cuModuleGetFunction(self, module: int, name: bytes) -> tuple:
+            result = super().cuModuleGetFunction(module, name)
+            if not result[0]:
+                self.names[int(result[1])] = name
+            return result
+
+        def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):  # type: ignore[no-untyped-def]
+            result = super().cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra)
+            if not result[0] and self.names.get(int(f)) == b"kd_scale":
+                slots = (ctypes.c_void_p * 3).from_address(params)  # y, a, n
+                (y_ptr,) = struct.unpack("<Q", ctypes.string_at(slots[0], 8))
+                (a,) = struct.unpack("<f", ctypes.string_at(slots[1], 4))
+                (n,) = struct.unpack("<i", ctypes.string_at(slots[2], 4))
+                buf, offset = self._locate(y_ptr)
+                y = np.frombuffer(buf, np.float32, n, offset)
+                buf[offset : offset + 4 * n] = (y * np.float32(a)).astype(np.float32).tobytes()
+            return result
+
+    return ScalingDriver()
 
 
 def make_sticky() -> None:
@@ -47,3 +79,10 @@ def exit_process() -> None:
     import os
 
     os._exit(1)
+
+
+def failed_records(dask_worker: Any) -> int:
+    """``client.run(failed_records)``: how many failed calls' errors the worker's actors keep."""
+    from kerneldsl.distributed import GPUActor
+
+    return sum(len(a._failed) for a in dask_worker.state.actors.values() if isinstance(a, GPUActor))

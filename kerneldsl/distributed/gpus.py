@@ -17,6 +17,7 @@ import pickle
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,7 +45,9 @@ _WORKERS_TTL_S = 2.0
 
 class Incarnation:
     """One worker process as this client sees it: its actor, the numbering of calls sent to it,
-    the bound on calls in flight, and the array keys dropped here and not yet freed there."""
+    the bound on calls in flight, and what the next call tells it: the array keys dropped here,
+    and the calls whose error reached the user here (the arrays they were to write need not
+    repeat it)."""
 
     def __init__(self, name: str, address: str, key: str, anchor: Any, max_in_flight: int) -> None:
         self.name = name
@@ -57,6 +60,7 @@ class Incarnation:
         self.known: set[bytes] = set()  # callables this actor has unpickled
         self.lock = threading.Lock()
         self._dropped: list[Any] = []
+        self._seen: set[int] = set()
 
     def drop(self, key: Any) -> None:
         """A remote array was garbage-collected here: the next call frees it there."""
@@ -65,6 +69,14 @@ class Incarnation:
     def take_dropped(self) -> list[Any]:
         taken, self._dropped = self._dropped, []
         return taken
+
+    def seen(self, seq: int) -> None:
+        """The error of call ``seq`` reached the user: later uses of its arrays need not raise it."""
+        self._seen.add(seq)
+
+    def take_seen(self) -> list[int]:
+        taken, self._seen = self._seen, set()
+        return sorted(taken)
 
 
 class GPUs:
@@ -289,12 +301,16 @@ class GPUs:
             shipped = None if token in inc.known else blob
             inc.known.add(token)
             # plain msgpack but for the out-of-band buffers of large arguments (numpy arrays)
-            parts = [seq, inc.take_dropped(), token, shipped, payload, [_serialized(b) for b in buffers]]
+            wired = [_serialized(b) for b in buffers]
+            parts = [seq, inc.take_dropped(), inc.take_seen(), token, shipped, payload, wired]
             future = asyncio.run_coroutine_threadsafe(self._call(inc, parts, lost_error), self._loop)
         future.add_done_callback(lambda _: inc.slots.release())
         if array:
             return RemoteArray(self, inc, future, seq, key, profile)
-        return RemoteFuture(self, inc, future, seq)
+        handle = RemoteFuture(self, inc, future, seq)
+        if fn is not download:
+            _forget_when_dropped(handle, inc, key, future)
+        return handle
 
     async def _call(self, inc: Incarnation, parts: list[Any], lost_error: type[WorkerLostError]) -> Any:
         try:
@@ -317,6 +333,22 @@ class GPUs:
             for inc in self._current.values():
                 self._lost(inc, "closed by its client")
             self._current.clear()
+
+
+def _forget_when_dropped(
+    handle: RemoteFuture, inc: Incarnation, key: Any, future: concurrent.futures.Future[Any]
+) -> None:
+    """Once ``handle`` is dropped here, the worker forgets the error its call kept under ``key``
+    (a call that succeeded kept none: its drop costs the next call nothing). The finalizer holds
+    the outcome, not the future: a delivered error's traceback refers to the handle."""
+    succeeded: list[bool] = []
+    future.add_done_callback(lambda f: succeeded.append(not f.cancelled() and f.exception() is None))
+    weakref.finalize(handle, _forget, inc, key, succeeded)
+
+
+def _forget(inc: Incarnation, key: Any, succeeded: list[bool]) -> None:
+    if not (succeeded and succeeded[0]):
+        inc.drop(key)
 
 
 def _serialized(buffer: pickle.PickleBuffer) -> Any:

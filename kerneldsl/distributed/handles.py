@@ -25,7 +25,9 @@ class RemoteFuture:
     """A call running on a worker: ``result()`` waits for it (``timeout`` in seconds raises
     ``TimeoutError`` and leaves the call running), ``cancel()`` skips it if it has not started.
 
-    Device arrays in the result come back as ``RemoteArray``s that stay on the worker.
+    Device arrays in the result come back as ``RemoteArray``s that stay on the worker. A failed
+    call whose future is dropped (a kernel launch's, often) is not silent: the next call that
+    uses an array it was to write, ``to_host()`` included, raises its error.
     """
 
     def __init__(self, gpus: GPUs, inc: Incarnation, future: concurrent.futures.Future[Any], seq: int) -> None:
@@ -55,6 +57,10 @@ class RemoteFuture:
             raise
         except concurrent.futures.CancelledError as exc:  # never sent
             raise CallCancelledError("the call was cancelled") from exc
+        except Exception:
+            if self._future.done():  # its error reached the user: the worker need not repeat it
+                self._inc.seen(self._seq)
+            raise
 
     def result(self, timeout: float | None = None) -> Any:
         """The call's value: arrays as ``RemoteArray``s (not copied back), everything else as is.

@@ -7,12 +7,17 @@ cuBLAS handle and device arrays stay loaded between calls. Each client gets one 
 worker: it holds that client's arrays, runs its calls in the order the client made them (each
 call carries a sequence number, since Dask may deliver concurrent messages out of order) on the
 worker's one GPU thread, and loses everything when the client goes (Dask releases the actor).
+
+A call that fails leaves its error on the arrays it was to write (a kernel's written parameters,
+any call's ``out=``) until the next call that uses one of them raises it, or the client says it
+saw the error: a kernel launch's ``RemoteFuture`` is often dropped, and its error must not be.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import pickle
 import weakref
@@ -22,7 +27,9 @@ from typing import Any, NamedTuple
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..dispatch import Kernel
 from ..errors import (
+    BindingError,
     CallCancelledError,
     DistributedError,
     DriverNotFoundError,
@@ -35,6 +42,7 @@ from ..errors import (
 from ..runtime.driver import pci_bus_id
 from ..runtime.memory import DeviceArray
 from ..runtime.session import Session, default_session
+from ..signature import ArrayParam
 
 PLUGIN_NAME = "kerneldsl-gpu-session"
 POISONED_EXIT_CODE = 75  # the nanny restarts a worker process that exits
@@ -137,6 +145,7 @@ class GPUActor:
         self._gpu = plugin()
         self.store: dict[Any, Any] = {}
         self._failed: dict[Any, BaseException] = {}
+        self._unreported: dict[Any, tuple[int, BaseException]] = {}  # array key -> (call, its error)
         self._callables: dict[bytes, Callable[..., Any]] = {}
         self._cancelled: set[int] = set()
         self._next = 0
@@ -145,16 +154,24 @@ class GPUActor:
         weakref.finalize(self, _release, self.store, self._gpu)
 
     async def call(
-        self, seq: int, drop: list[Any], token: bytes, blob: bytes | None, payload: bytes, buffers: list[Any]
+        self,
+        seq: int,
+        drop: list[Any],
+        seen: list[int],
+        token: bytes,
+        blob: bytes | None,
+        payload: bytes,
+        buffers: list[Any],
     ) -> Any:
-        """Run call ``seq`` once every earlier call of this client has been handed to the GPU thread."""
+        """Run call ``seq`` once every earlier call of this client has been handed to the GPU thread
+        (``drop``: array keys the client let go; ``seen``: failed calls whose error it delivered)."""
         turn = self._turn = self._turn or asyncio.Condition()
         async with turn:
             await turn.wait_for(lambda: self._next == seq)
             self._next += 1
             turn.notify_all()
             work = asyncio.get_running_loop().run_in_executor(
-                self._gpu.thread, self._run, seq, drop, token, blob, payload, buffers
+                self._gpu.thread, self._run, seq, drop, seen, token, blob, payload, buffers
             )
         return await work
 
@@ -163,11 +180,22 @@ class GPUActor:
         self._cancelled.add(seq)
 
     def _run(
-        self, seq: int, drop: list[Any], token: bytes, blob: bytes | None, payload: bytes, buffers: list[Any]
+        self,
+        seq: int,
+        drop: list[Any],
+        seen: list[int],
+        token: bytes,
+        blob: bytes | None,
+        payload: bytes,
+        buffers: list[Any],
     ) -> Any:
         for key in drop:
             self.store.pop(key, None)
             self._failed.pop(key, None)
+            self._unreported.pop(key, None)
+        if seen:
+            told = set(seen)
+            self._unreported = {k: v for k, v in self._unreported.items() if v[0] not in told}
         fn = self._callable(token, blob)
         try:
             args, kwargs, out = pickle.loads(payload, buffers=buffers)
@@ -186,6 +214,9 @@ class GPUActor:
         except Exception as exc:
             if out is not None:
                 self._failed[out] = exc
+            if not isinstance(exc, CallCancelledError):  # a skipped call was to write nothing
+                for key in written(fn, args, kwargs):
+                    self._unreported[key] = (seq, exc)
             raise _sendable(exc) from None
         return self._keep(result, out)
 
@@ -216,6 +247,9 @@ class GPUActor:
     def _resolve_one(self, value: Any) -> Any:
         t = type(value)
         if t is Ref:
+            earlier = self._unreported.pop(value.key, None)
+            if earlier is not None:  # a call that was to write it failed, and no one was told yet
+                raise earlier[1]
             found = self.store.get(value.key)
             if found is None:
                 failed = self._failed.get(value.key)
@@ -236,6 +270,37 @@ class GPUActor:
         if isinstance(result, (tuple, list)):
             return ("tuple", [self._keep(r, f"{key}.{i}") for i, r in enumerate(result)])
         return ("value", result)
+
+
+def written(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The keys of the arrays a call was to write: a kernel's written parameters (every array
+    it was given when the arguments do not fit its signature), and any callable's ``out``."""
+    targets: list[Any] = []
+    if isinstance(fn, Kernel):
+        sig = fn.signature
+        try:
+            placed, _ = sig.place_arguments(tuple(args), dict(kwargs))
+        except BindingError:
+            targets.extend(args)
+        else:
+            targets.extend(a for a, p in zip(placed, sig.runtime_params) if isinstance(p, ArrayParam) and p.writes)
+    else:
+        try:
+            bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+        except (TypeError, ValueError):  # no signature to read, or arguments that do not fit it
+            bound = kwargs
+        targets.append(bound.get("out"))
+    return [r.key for r in _refs(targets)]
+
+
+def _refs(values: Any) -> list[Ref]:
+    found: list[Ref] = []
+    for v in values:
+        if type(v) is Ref:
+            found.append(v)
+        elif type(v) in (tuple, list):
+            found.extend(_refs(v))
+    return found
 
 
 def _sendable(exc: Exception) -> Exception:
