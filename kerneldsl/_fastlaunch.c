@@ -42,6 +42,7 @@ typedef int (*launch_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, 
 #define MAX_STACK 16
 #define MAX_SLOTS 64
 #define MAX_ENTRIES 8
+#define MAX_ARRAY_SLOTS 32
 #define INVALID_CONTEXT 201
 
 /* What cuLaunchKernel takes without an opt-in; anything else is the Python path's to judge. */
@@ -65,8 +66,18 @@ enum {
 
 /* Where DeviceArray keeps what a launch reads: __slots__ offsets, set once by configure(). */
 static PyTypeObject *array_type = NULL;
-static Py_ssize_t off_session, off_closed, off_shape, off_ptr, off_nbytes, off_tag;
+static Py_ssize_t off_session, off_closed, off_shape, off_ptr, off_nbytes, off_tag, off_raw, off_ref;
+/* Every object slot of DeviceArray (its own and its bases'): what an array made here copies from
+ * a template; none (array_count 0) when the class keeps anything in a __dict__. */
+static Py_ssize_t array_slots[MAX_ARRAY_SLOTS];
+static int array_count = 0;
+static PyObject *array_kind = NULL; /* DeviceArray.kind: how the session's registry and queue name its memory */
 static PyObject *str_ok, *str_call, *str_launch_failed, *str_alpha, *str_beta, *str_out, *str_stream;
+static PyObject *str_acquire, *str_release, *str_popleft, *str_appendleft;
+
+typedef int (*pool_alloc_fn)(unsigned long long *ptr, size_t bytes, void *pool, void *stream);
+typedef int (*async_free_fn)(unsigned long long ptr, void *stream);
+typedef int (*current_context_fn)(void **context);
 
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
@@ -93,6 +104,15 @@ typedef struct {
     PyObject *stream_object; /* what stream= must be: None (the session stream) or the Stream itself */
     int out_keyword; /* the last parameter comes as out=..., and is what the call returns */
     PyObject *allocate; /* or, with out_keyword, calls without out= get allocate()'s new array (NULL: no) */
+    /* Or an array made here like template, from the session's pool (see Session.fast_allocation);
+     * template NULL: always allocate(). */
+    PyObject *template;
+    size_t alloc_bytes;
+    pool_alloc_fn pool_alloc;
+    async_free_fn async_free;
+    current_context_fn current_context;
+    void *pool, *context;
+    PyObject *lock, *handles, *dropped, *streams;
     int index_bits;  /* the specialization's indexing: 32-bit builds cannot address more threads */
     int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
     char is_array[MAX_ARGS];
@@ -320,20 +340,59 @@ static int load_table(Launch *L, PyObject *table)
     return 0;
 }
 
+static int exact_int(PyObject *v, long long *out);
+
+/* Take what session.fast_allocation() names, for results made here like template; without an
+ * entry point (or a template of no size, or a DeviceArray this file cannot copy) L->template
+ * stays NULL and every result comes from allocate(). -1 with an exception if odd. */
+static int take_allocation(Launch *L, PyObject *session, PyObject *template)
+{
+    PyObject *given = PyObject_CallMethod(session, "fast_allocation", NULL);
+    if (given == NULL)
+        return -1;
+    unsigned long long alloc, free_, current, pool, context;
+    PyObject *lock, *handles, *dropped, *streams;
+    long long nbytes;
+    int ok = PyTuple_Check(given) && PyArg_ParseTuple(given, "KKKKKOO!OO:fast_allocation", &alloc, &free_, &current,
+                                                      &pool, &context, &lock, &PyDict_Type, &handles, &dropped,
+                                                      &streams);
+    if (!ok) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "session.fast_allocation() must return a tuple");
+        Py_DECREF(given);
+        return -1;
+    }
+    if (alloc && free_ && current && array_count && exact_int(SLOT(template, off_nbytes), &nbytes) && nbytes > 0) {
+        L->template = Py_NewRef(template);
+        L->alloc_bytes = (size_t)nbytes;
+        L->pool_alloc = (pool_alloc_fn)(uintptr_t)alloc;
+        L->async_free = (async_free_fn)(uintptr_t)free_;
+        L->current_context = (current_context_fn)(uintptr_t)current;
+        L->pool = (void *)(uintptr_t)pool;
+        L->context = (void *)(uintptr_t)context;
+        L->lock = Py_NewRef(lock);
+        L->handles = Py_NewRef(handles);
+        L->dropped = Py_NewRef(dropped);
+        L->streams = Py_NewRef(streams);
+    }
+    Py_DECREF(given);
+    return 0;
+}
+
 static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"table",       "session",       "guards", "launch", "function", "stream",
-                            "out_keyword", "stream_object", "allocate", NULL};
-    PyObject *table, *session, *guards, *stream_object = Py_None, *allocate = Py_None;
+                            "out_keyword", "stream_object", "allocate", "template", NULL};
+    PyObject *table, *session, *guards, *stream_object = Py_None, *allocate = Py_None, *template = Py_None;
     unsigned long long launch, function, stream;
     int out_keyword = 0;
     if (array_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pOO:Launch", names, &PyTuple_Type, &table, &session,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pOOO:Launch", names, &PyTuple_Type, &table, &session,
                                      &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword,
-                                     &stream_object, &allocate) ||
+                                     &stream_object, &allocate, &template) ||
         check_stream_object(stream_object) < 0)
         return NULL;
     if (launch == 0) {
@@ -342,6 +401,11 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     if (allocate != Py_None && (!out_keyword || stream_object != Py_None || !PyCallable_Check(allocate))) {
         PyErr_SetString(PyExc_ValueError, "allocate= is a callable for out_keyword entries on the session stream");
+        return NULL;
+    }
+    if (template != Py_None && (allocate == Py_None || Py_TYPE(template) != array_type ||
+                                SLOT(template, off_session) != session)) {
+        PyErr_SetString(PyExc_ValueError, "template= is a DeviceArray of the session, for entries with allocate=");
         return NULL;
     }
     Launch *L = (Launch *)type->tp_alloc(type, 0);
@@ -367,6 +431,8 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     L->stream_object = Py_NewRef(stream_object);
     L->out_keyword = out_keyword;
     L->allocate = allocate == Py_None ? NULL : Py_NewRef(allocate);
+    if (template != Py_None && take_allocation(L, session, template) < 0)
+        goto fail;
     return (PyObject *)L;
 fail:
     Py_DECREF(L);
@@ -381,6 +447,11 @@ static int launch_traverse(Launch *L, visitproc visit, void *arg)
     Py_VISIT(L->guards);
     Py_VISIT(L->stream_object);
     Py_VISIT(L->allocate);
+    Py_VISIT(L->template);
+    Py_VISIT(L->lock);
+    Py_VISIT(L->handles);
+    Py_VISIT(L->dropped);
+    Py_VISIT(L->streams);
     return 0;
 }
 
@@ -392,6 +463,11 @@ static int launch_clear(Launch *L)
     Py_CLEAR(L->guards);
     Py_CLEAR(L->stream_object);
     Py_CLEAR(L->allocate);
+    Py_CLEAR(L->template);
+    Py_CLEAR(L->lock);
+    Py_CLEAR(L->handles);
+    Py_CLEAR(L->dropped);
+    Py_CLEAR(L->streams);
     return 0;
 }
 
@@ -597,6 +673,120 @@ static int read_array(PyObject *a, PyObject *session, int ndim, long long *exten
     return exact_int(size, nbytes);
 }
 
+/* A new DeviceArray owning ptr: the template's slots, then what Handle._own and the constructor
+ * set (the address as _raw and ptr, a weak reference whose callback is the session's finalizer,
+ * the entry in the session's handle registry), open. NULL with an exception when Python is out
+ * of memory: the address then stays reserved in the pool until the session closes. */
+static PyObject *adopt(Launch *L, unsigned long long ptr)
+{
+    PyObject *raw = PyLong_FromUnsignedLongLong(ptr);
+    if (raw == NULL)
+        return NULL;
+    PyObject *a = array_type->tp_alloc(array_type, 0);
+    if (a == NULL) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    for (int i = 0; i < array_count; i++)
+        SLOT(a, array_slots[i]) = Py_XNewRef(SLOT(L->template, array_slots[i]));
+    Py_XSETREF(SLOT(a, off_closed), Py_NewRef(Py_False));
+    Py_XSETREF(SLOT(a, off_ptr), Py_NewRef(raw));
+    Py_XSETREF(SLOT(a, off_raw), raw);
+    PyObject *ref = PyWeakref_NewRef(a, L->dropped);
+    PyObject *key = ref == NULL ? NULL : PyLong_FromVoidPtr(ref);
+    PyObject *owned = key == NULL ? NULL : PyTuple_Pack(3, ref, array_kind, raw);
+    int registered = owned != NULL && PyDict_SetItem(L->handles, key, owned) == 0;
+    Py_XDECREF(key);
+    Py_XDECREF(owned);
+    if (!registered) {
+        Py_XDECREF(ref);
+        Py_DECREF(a);
+        return NULL;
+    }
+    Py_XSETREF(SLOT(a, off_ref), ref);
+    return a;
+}
+
+/* Free, on the session stream, the device memory finalizers queued, as Session._drain_deferred
+ * would: 1 once the queue is empty. 0 when it holds another kind, the session has a second
+ * stream (frees must then wait for it), or a free fails (the entry goes back to the front): the
+ * Python path then frees the rest and reports. */
+static int drain_here(Launch *L)
+{
+    if (PyObject_Length(L->deferred) == 0)
+        return 1;
+    if (PyObject_Length(L->streams) != 1) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t queued;
+    while ((queued = PyObject_Length(L->deferred)) > 0) {
+        PyObject *item = PyObject_CallMethodNoArgs(L->deferred, str_popleft);
+        if (item == NULL) /* emptied meanwhile (a drain in another thread) */
+            break;
+        unsigned long long ptr = 0;
+        int ours = PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 &&
+                   is_name(PyTuple_GET_ITEM(item, 0), array_kind) && PyLong_CheckExact(PyTuple_GET_ITEM(item, 1));
+        if (ours) {
+            ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 1));
+            ours = !PyErr_Occurred();
+        }
+        if (!ours || L->async_free(ptr, L->stream) != 0) {
+            PyErr_Clear();
+            Py_XDECREF(PyObject_CallMethodOneArg(L->deferred, str_appendleft, item));
+            Py_DECREF(item);
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(item);
+    }
+    PyErr_Clear();
+    return queued <= 0;
+}
+
+/* The result of an allocating call, made here: holding the session lock (taken without waiting,
+ * as an activation would), with the session's context current on this thread, after the queued
+ * frees, cuMemAllocFromPoolAsync on the session stream. NULL without an exception when any of it
+ * is not so or the driver refuses (out of memory included): allocate(), the Python path, then
+ * decides (trims and retries, raises OutOfMemoryError, poisons). NULL with an exception only when
+ * Python is out of memory. The caller checked that the session is usable and not capturing; the
+ * GIL is held throughout, so neither changes before the lock is taken. */
+static PyObject *allocate_here(Launch *L)
+{
+    if (L->template == NULL)
+        return NULL;
+    PyObject *taken = PyObject_CallMethodOneArg(L->lock, str_acquire, Py_False);
+    if (taken == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(taken);
+    if (taken != Py_True)
+        return NULL;
+    PyObject *made = NULL;
+    void *current = NULL;
+    unsigned long long ptr = 0;
+    if (L->current_context(&current) == 0 && current == L->context && drain_here(L) &&
+        L->pool_alloc(&ptr, L->alloc_bytes, L->pool, L->stream) == 0) {
+        made = adopt(L, ptr);
+        if (made != NULL && ptr % 16 != 0) /* the template's dispatch tag says aligned: drop it (a queued free) */
+            Py_CLEAR(made);
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *released = PyObject_CallMethodNoArgs(L->lock, str_release);
+    if (released == NULL) { /* not ours to release cannot be: an RLock we hold */
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(made);
+        return NULL;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(type, value, tb);
+    return made;
+}
+
 /* A kernel launch: positional arguments and stream=, the result is None; or an op: positional
  * operands, out= and stream=, the result is out; or an allocating op (L->allocate): positional
  * operands only, the result is a new array from allocate(), made once everything read before it
@@ -651,7 +841,9 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
     if (allocating) {
         if (!session_ready(L->session, NULL, L->captures) || stream != Py_None)
             return 0;
-        fresh = PyObject_CallNoArgs(L->allocate);
+        fresh = allocate_here(L);
+        if (fresh == NULL && !PyErr_Occurred())
+            fresh = PyObject_CallNoArgs(L->allocate);
         if (fresh == NULL) /* the Python path's allocation raises the same (out of memory, ...) */
             return -1;
         argv[nargs] = fresh;
@@ -743,7 +935,6 @@ typedef int (*lt_matmul_fn)(void *handle, void *desc, const void *alpha, const v
                             const void *b, void *b_layout, const void *beta, const void *c, void *c_layout,
                             void *d, void *d_layout, const void *algo, void *workspace, size_t workspace_bytes,
                             void *stream);
-typedef int (*current_context_fn)(void **context);
 
 /* Operands in the order of the Python call: a, b, out (all 2-D). */
 typedef struct {
@@ -1100,23 +1291,54 @@ static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset)
     return ok ? 0 : -1;
 }
 
+/* The offsets of every __slots__ member of type and its bases, into slots; how many, or 0 when
+ * an array made by copying them would miss something (a __dict__, more members than fit). */
+static int object_slots(PyTypeObject *type, Py_ssize_t *slots)
+{
+    int count = 0;
+    if (type->tp_dictoffset != 0)
+        return 0;
+    PyObject *mro = type->tp_mro;
+    for (Py_ssize_t t = 0; t < PyTuple_GET_SIZE(mro); t++) {
+        PyTypeObject *base = (PyTypeObject *)PyTuple_GET_ITEM(mro, t);
+        if (!(base->tp_flags & Py_TPFLAGS_HEAPTYPE) || base->tp_members == NULL)
+            continue;
+        for (PyMemberDef *m = base->tp_members; m->name != NULL; m++) {
+            if (m->type != T_OBJECT_EX || m->offset == type->tp_weaklistoffset)
+                continue;
+            if (count == MAX_ARRAY_SLOTS)
+                return 0;
+            slots[count++] = m->offset;
+        }
+    }
+    return count;
+}
+
 /* Read every offset first and commit them together: a class missing one member leaves the
  * previous configuration whole (mixed offsets would read past the end of the arrays). */
 static PyObject *configure(PyObject *module, PyObject *type)
 {
-    static const char *const names[] = {"session", "_closed", "shape", "ptr", "nbytes", "dispatch_tag"};
-    Py_ssize_t *const targets[] = {&off_session, &off_closed, &off_shape, &off_ptr, &off_nbytes, &off_tag};
-    Py_ssize_t offsets[6];
+    static const char *const names[] = {"session", "_closed", "shape", "ptr", "nbytes", "dispatch_tag", "_raw", "_ref"};
+    Py_ssize_t *const targets[] = {&off_session, &off_closed, &off_shape, &off_ptr,
+                                   &off_nbytes,  &off_tag,    &off_raw,   &off_ref};
+    Py_ssize_t offsets[8], slots[MAX_ARRAY_SLOTS];
     if (!PyType_Check(type)) {
         PyErr_SetString(PyExc_TypeError, "configure() takes the DeviceArray class");
         return NULL;
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         if (slot_offset((PyTypeObject *)type, names[i], &offsets[i]) < 0)
             return NULL;
     }
-    for (int i = 0; i < 6; i++)
+    int count = object_slots((PyTypeObject *)type, slots);
+    PyObject *kind = PyObject_GetAttrString(type, "kind");
+    if (kind == NULL)
+        return NULL;
+    for (int i = 0; i < 8; i++)
         *targets[i] = offsets[i];
+    memcpy(array_slots, slots, sizeof slots);
+    array_count = count;
+    Py_XSETREF(array_kind, kind);
     Py_INCREF(type);
     Py_XSETREF(array_type, (PyTypeObject *)type);
     Py_RETURN_NONE;
@@ -1190,6 +1412,12 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     str_beta = PyUnicode_InternFromString("beta");
     str_out = PyUnicode_InternFromString("out");
     str_stream = PyUnicode_InternFromString("stream");
+    str_acquire = PyUnicode_InternFromString("acquire");
+    str_release = PyUnicode_InternFromString("release");
+    str_popleft = PyUnicode_InternFromString("popleft");
+    str_appendleft = PyUnicode_InternFromString("appendleft");
+    if (str_acquire == NULL || str_release == NULL || str_popleft == NULL || str_appendleft == NULL)
+        return NULL;
     if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL || str_alpha == NULL || str_beta == NULL ||
         str_out == NULL || str_stream == NULL)
         return NULL;

@@ -29,6 +29,7 @@ class Launch:
         out_keyword: bool = ...,
         stream_object: Any = ...,
         allocate: Any = ...,
+        template: Any = ...,
     ) -> None: ...
 
 class GemmLaunch:

@@ -178,12 +178,14 @@ def kernel_launch(
     out_keyword: bool = False,
     stream: Stream | None = None,
     allocate: Callable[[], DeviceArray] | None = None,
+    template: DeviceArray | None = None,
 ) -> Any | None:
     """A C Launch of ``bound`` for calls dispatched like ``args``; None when the C path cannot
     take it (disabled, a specialization it does not cover, a driver without an entry point).
     With ``out_keyword`` the last argument comes as ``out=`` and the call returns it (kd.ops);
     with ``allocate`` as well, calls pass no ``out=`` and get ``allocate()``'s new array (like
-    the last of ``args``); with ``stream`` the calls pass that very stream as ``stream=`` (kernels)."""
+    the last of ``args``), made in C like ``template`` (``DeviceArray.template``) where the
+    session allows it; with ``stream`` the calls pass that very stream as ``stream=`` (kernels)."""
     module = native()
     table = launch_table(bound.build.specialization) if module is not None else None
     if module is None or table is None:
@@ -203,6 +205,7 @@ def kernel_launch(
         out_keyword=out_keyword,
         stream_object=stream,
         allocate=allocate,
+        template=template,
     )
 
 

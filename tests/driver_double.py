@@ -52,6 +52,8 @@ _C_LAUNCH = ctypes.CFUNCTYPE(
 
 
 _C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_C_POOL_ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
+_C_FREE_ASYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p)
 
 
 class FakeDriver:
@@ -84,6 +86,8 @@ class FakeDriver:
         self.snapshot_slots = 0  # when set, each launch records that many parameter slots
         self.param_bytes: list[bytes] = []
         self.c_launches = 0  # launches that came through the C launch path
+        self.c_allocs = 0  # pool allocations the C launch path made itself
+        self.c_frees = 0  # queued frees the C launch path made itself
         self.function_attributes: dict[tuple[int, int], int] = {}  # set by cuFuncSetAttribute
         self._c_entries: dict[bytes, Any] = {}
 
@@ -449,14 +453,32 @@ class FakeDriver:
             self.param_bytes.append(b"".join(ctypes.string_at(p, 8) for p in pointers))
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple:
-        """cuLaunchKernel and cuCtxGetCurrent as C function pointers, called like the real ones by the C path."""
+        """cuLaunchKernel, cuCtxGetCurrent, cuMemAllocFromPoolAsync and cuMemFreeAsync as C
+        function pointers, called like the real ones by the C path (``c_entries_off`` hides them)."""
         code = self._enter("cuGetProcAddress")
-        if code or symbol not in (b"cuLaunchKernel", b"cuCtxGetCurrent"):
-            return self._r(code, 0, 0)
         if not self._c_entries:
             self._c_entries[b"cuLaunchKernel"] = _C_LAUNCH(self._launch_from_c)
             self._c_entries[b"cuCtxGetCurrent"] = _C_CURRENT(self._current_from_c)
+            self._c_entries[b"cuMemAllocFromPoolAsync"] = _C_POOL_ALLOC(self._alloc_from_c)
+            self._c_entries[b"cuMemFreeAsync"] = _C_FREE_ASYNC(self._free_from_c)
+        if code or symbol not in self._c_entries or symbol in self.c_entries_off:
+            return self._r(code, 0, 0)
         return self._r(0, ctypes.cast(self._c_entries[symbol], ctypes.c_void_p).value, 0)
+
+    c_entries_off: frozenset[bytes] = frozenset()
+
+    def _alloc_from_c(self, out: int, n: int, pool: int, stream: int) -> int:
+        result = self.cuMemAllocFromPoolAsync(n, pool, stream)
+        if not result[0]:
+            self.c_allocs += 1
+            ctypes.c_uint64.from_address(out).value = result[1]
+        return int(result[0])
+
+    def _free_from_c(self, ptr: int, stream: int) -> int:
+        code = int(self.cuMemFreeAsync(ptr, stream)[0])
+        if not code:
+            self.c_frees += 1
+        return code
 
     def _current_from_c(self, out: int) -> int:
         stack = self._stack()

@@ -459,10 +459,10 @@ def test_an_allocating_op_declined_by_c_after_allocating_frees_that_result(s: kd
 def test_an_allocation_failing_in_the_c_path_raises_the_python_paths_error(s: kd.Session, drv: FakeDriver) -> None:
     a = s.zeros(64, np.float32)
     kd.ops.negative(a)
-    drv.fail_next("cuMemAllocFromPoolAsync", 2, 2)  # out of memory, and again after the trim
+    drv.fail_next("cuMemAllocFromPoolAsync", 2, 2, 2)  # out of memory in C, in Python, and after the trim
     with pytest.raises(OutOfMemoryError):
         kd.ops.negative(a)
-    assert drv.c_launches == 0 and drv.count("cuMemPoolTrimTo") == 1
+    assert drv.c_launches == 0 and drv.c_allocs == 0 and drv.count("cuMemPoolTrimTo") == 1
 
 
 def test_allocating_ops_on_a_stream_or_in_a_capture_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:

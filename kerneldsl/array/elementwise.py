@@ -165,7 +165,8 @@ class ElementwisePlan(Plan):
         one: device operands in kernel order, the same shape everywhere (no broadcasting to check),
         no views (the C path checks no overlap) and no ml_dtypes scalars to convert. A call
         without ``out=`` on the session stream gets an entry that allocates its result from C
-        (through a ``DeviceArray`` constructor bound to this plan's shape and dtype)."""
+        (from the pool in C, or through a ``DeviceArray`` constructor bound to this plan's shape
+        and dtype)."""
         skip = self.broadcast or self.views or self.plain
         if session is None or not self.direct or skip or session.capturing:
             return
@@ -182,7 +183,12 @@ class ElementwisePlan(Plan):
         found = self.kernel.lookup((*values, out), {})
         if found is None or found[1]:  # foreign or host operands: the Python path
             return None
-        return fastpath.kernel_launch(found[0], (*values, out), out_keyword=True, stream=stream, allocate=allocate)
+        if allocate is None:
+            return fastpath.kernel_launch(found[0], (*values, out), out_keyword=True, stream=stream)
+        template = DeviceArray.template(out.session, self.shape, self.dtype)
+        return fastpath.kernel_launch(
+            found[0], (*values, out), out_keyword=True, stream=stream, allocate=allocate, template=template
+        )
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         if self.size:

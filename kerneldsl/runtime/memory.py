@@ -151,6 +151,16 @@ class DeviceArray(_Layout, Handle):
 
     def __init__(self, session: Session, shape: Any, dtype: Any) -> None:
         """Allocate uninitialized memory; prefer ``session.empty`` and friends."""
+        nbytes = self._init_unallocated(session, shape, dtype)
+        if nbytes:
+            with session.activated():
+                raw = session.allocate(nbytes)
+                self._own(raw)
+            self.ptr = raw
+        self.dispatch_tag = _dispatch_tag(self)
+
+    def _init_unallocated(self, session: Session, shape: Any, dtype: Any) -> int:
+        """Every slot of a new owning array but its memory (``ptr`` 0); its size in bytes."""
         Handle.__init__(self, session)
         nbytes = self._init_layout(shape, dtype)
         self.ptr = 0
@@ -158,12 +168,19 @@ class DeviceArray(_Layout, Handle):
         self.base: DeviceArray | None = None
         self.is_contiguous = True
         self._views: weakref.WeakValueDictionary[int, DeviceArray] | None = None  # by id: == is elementwise
-        if nbytes:
-            with session.activated():
-                raw = session.allocate(nbytes)
-                self._own(raw)
-            self.ptr = raw
-        self.dispatch_tag = _dispatch_tag(self)
+        return nbytes
+
+    @classmethod
+    def template(cls, session: Session, shape: Any, dtype: Any) -> DeviceArray:
+        """What the C launch path copies into the results it allocates itself (see
+        ``Session.fast_allocation``): an array of ``shape`` and ``dtype`` that owns no memory,
+        with the dispatch tag of a pool allocation (aligned). It is closed, so it is refused
+        wherever it might turn up; the C path opens its copies."""
+        arr = cls.__new__(cls)
+        arr._init_unallocated(session, shape, dtype)
+        arr.dispatch_tag = _dispatch_tag(arr)
+        arr._closed = True
+        return arr
 
     @classmethod
     def borrow(cls, session: Session, view: interop.DeviceView) -> DeviceArray:

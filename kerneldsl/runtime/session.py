@@ -211,6 +211,31 @@ class Session:
         active captures): while either is non-empty, calls take the Python path."""
         return self._deferred, self._captures
 
+    def fast_allocation(self) -> tuple[int, int, int, int, int, Any, Any, Any, Any]:
+        """What the C launch path needs to allocate results from the pool itself: the entry
+        points of cuMemAllocFromPoolAsync, cuMemFreeAsync and cuCtxGetCurrent (0 when the driver
+        has none), the pool, the context's address, the session lock, the handle registry, the
+        finalizer (see ``handle.Handle._own``) and the set of streams.
+
+        Its contract: it allocates only holding the lock (taken without waiting), with this
+        context current on the calling thread and no capture active; it first frees the device
+        memory finalizers queued, as ``_drain_deferred`` would, and only while the session stream
+        is the only stream (else frees must wait for the others); anything else, a driver error
+        included, is left to ``DeviceArray``'s constructor (trim and retry, OutOfMemoryError)."""
+        names = ("cuMemAllocFromPoolAsync", "cuMemFreeAsync", "cuCtxGetCurrent")
+        alloc, free, current = (self.entry_point(name) for name in names)
+        return (
+            alloc,
+            free,
+            current,
+            int(self._pool),
+            self.context_address,
+            self._lock,
+            self._handles,
+            self._handle_dropped,
+            self._streams,
+        )
+
     @property
     def poisoned(self) -> bool:
         return self._poison is not None
