@@ -446,6 +446,93 @@ def test_a_result_allocated_from_c_is_freed_like_any_dropped_array(s: kd.Session
     assert drv.c_launches == 2 and ptr not in drv.mem and not s._deferred and kept.ptr in drv.mem
 
 
+def _slot_values(a: DeviceArray) -> dict[str, object]:
+    names = {n for cls in type(a).__mro__ for n in getattr(cls, "__slots__", ())} - {"__weakref__"}
+    return {n: getattr(a, n) for n in names - {"ptr", "_raw", "_ref"}}
+
+
+def test_a_result_allocated_in_c_is_an_owning_array_like_the_python_allocators(
+    s: kd.Session, drv: FakeDriver
+) -> None:
+    a = s.zeros(64, np.float32)
+    python = kd.ops.negative(a)
+    made = kd.ops.negative(a)
+    assert drv.c_allocs == 1 and drv.c_launches == 1
+    assert _slot_values(made) == _slot_values(python) and not made.closed
+    assert made._raw == made.ptr and made.ptr in drv.mem
+    assert s._handles[id(made._ref)] == (made._ref, "mem", made.ptr)
+    made.close()
+    assert made.ptr not in drv.mem and id(made._ref) not in s._handles
+
+
+def test_a_template_owns_no_memory_and_is_refused_as_an_operand(s: kd.Session, drv: FakeDriver) -> None:
+    template = DeviceArray.template(s, (4, 8), np.float32)
+    assert (template.ptr, template.nbytes, template.closed) == (0, 128, True)
+    with pytest.raises(ClosedError):
+        kd.ops.negative(template)
+
+
+def test_results_allocated_in_c_free_the_queued_memory_in_c(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(64, np.float32)
+    for _ in range(4):
+        kd.ops.negative(a)  # each result dropped at once: its free is queued
+    assert drv.c_allocs == 3 and drv.c_frees == 3 and len(s._deferred) == 1  # the last one's is still queued
+
+
+def test_with_a_second_stream_queued_frees_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(64, np.float32)
+    stream = s.create_stream()
+    kd.ops.negative(a)
+    kd.ops.negative(a)  # from C, queued
+    waits = drv.count("cuStreamWaitEvent")
+    kd.ops.negative(a)
+    assert drv.c_frees == 0 and drv.count("cuStreamWaitEvent") == waits + 1  # freed after `stream`'s work
+    assert drv.c_launches == 2 and not stream.closed  # the stream lives on: frees keep waiting for it
+
+
+def test_queued_frees_of_other_kinds_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(64, np.float32)
+    kd.ops.negative(a)
+    s.synchronize()  # queues its events for destruction
+    destroyed = drv.count("cuEventDestroy")
+    kept = kd.ops.negative(a)
+    assert drv.c_allocs == 0 and drv.count("cuEventDestroy") > destroyed and not s._deferred
+    kd.ops.negative(a)
+    assert drv.c_allocs == 1 and kept.ptr in drv.mem
+
+
+def test_with_another_context_current_the_result_comes_from_the_python_allocator(
+    s: kd.Session, drv: FakeDriver
+) -> None:
+    a = s.zeros(64, np.float32)
+    kd.ops.negative(a)
+    drv.cuCtxPushCurrent(0xC0FFEE)  # someone else's context on this thread
+    try:
+        result = kd.ops.negative(a)
+    finally:
+        drv.cuCtxPopCurrent()
+    assert drv.c_allocs == 0 and drv.c_launches == 1 and result.ptr in drv.mem
+
+
+def test_a_free_failing_in_c_goes_back_to_the_queue_for_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    a = s.zeros(64, np.float32)
+    kept = kd.ops.negative(a)
+    ptr = kd.ops.negative(a).ptr  # from C, queued
+    frees, c_frees = drv.count("cuMemFreeAsync"), drv.c_frees
+    drv.fail_next("cuMemFreeAsync", 1)  # CUDA_ERROR_INVALID_VALUE once: the Python path frees it again
+    result = kd.ops.negative(a)
+    assert drv.count("cuMemFreeAsync") == frees + 2 and ptr not in drv.mem and not s._deferred
+    assert drv.c_frees == c_frees and drv.c_allocs == 1 and {kept.ptr, result.ptr} <= drv.mem.keys()
+
+
+def test_a_driver_without_a_pool_entry_point_allocates_through_python(s: kd.Session, drv: FakeDriver) -> None:
+    drv.c_entries_off = frozenset({b"cuMemAllocFromPoolAsync"})
+    a = s.zeros(64, np.float32)
+    for _ in range(3):
+        kd.ops.negative(a)
+    assert drv.c_launches == 2 and drv.c_allocs == 0 and drv.c_frees == 0
+
+
 def test_an_allocating_op_declined_by_c_after_allocating_frees_that_result(s: kd.Session, drv: FakeDriver) -> None:
     a = s.zeros(64, np.float32)
     kd.ops.negative(a)
