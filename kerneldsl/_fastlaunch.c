@@ -92,6 +92,21 @@ typedef struct {
     ENTRY_HEAD
 } Entry;
 
+/* What allocating from a session's pool here takes: Session.fast_allocation()'s entry points and
+ * objects, and the queues session_ready watches. enabled 0: the driver lacks an entry point (or
+ * DeviceArray cannot be copied), every array comes from the Python path. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *session, *deferred, *captures, *lock, *handles, *dropped, *streams;
+    pool_alloc_fn pool_alloc;
+    async_free_fn async_free;
+    current_context_fn current_context;
+    void *pool, *context, *stream;
+    int enabled;
+} Allocator;
+
+static PyTypeObject AllocatorType;
+
 typedef struct {
     ENTRY_HEAD
     PyObject *session;
@@ -104,15 +119,8 @@ typedef struct {
     PyObject *stream_object; /* what stream= must be: None (the session stream) or the Stream itself */
     int out_keyword; /* the last parameter comes as out=..., and is what the call returns */
     PyObject *allocate; /* or, with out_keyword, calls without out= get allocate()'s new array (NULL: no) */
-    /* Or an array made here like template, from the session's pool (see Session.fast_allocation);
-     * template NULL: always allocate(). */
-    PyObject *template;
-    size_t alloc_bytes;
-    pool_alloc_fn pool_alloc;
-    async_free_fn async_free;
-    current_context_fn current_context;
-    void *pool, *context;
-    PyObject *lock, *handles, *dropped, *streams;
+    /* Or an array made here like template, by the session's Allocator; NULL: always allocate(). */
+    PyObject *allocator, *template;
     int index_bits;  /* the specialization's indexing: 32-bit builds cannot address more threads */
     int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
     char is_array[MAX_ARGS];
@@ -201,6 +209,236 @@ static int is_name(PyObject *name, PyObject *interned)
 {
     return name == interned || PyUnicode_Compare(name, interned) == 0;
 }
+
+static int exact_int(PyObject *v, long long *out);
+
+/* A new DeviceArray owning ptr: the template's slots, then what Handle._own and the constructor
+ * set (the address as _raw and ptr, a weak reference whose callback is the session's finalizer,
+ * the entry in the session's handle registry), open. NULL with an exception when Python is out
+ * of memory: the address then stays reserved in the pool until the session closes. */
+static PyObject *adopt(Allocator *A, PyObject *template, unsigned long long ptr)
+{
+    PyObject *raw = PyLong_FromUnsignedLongLong(ptr);
+    if (raw == NULL)
+        return NULL;
+    PyObject *a = array_type->tp_alloc(array_type, 0);
+    if (a == NULL) {
+        Py_DECREF(raw);
+        return NULL;
+    }
+    for (int i = 0; i < array_count; i++)
+        SLOT(a, array_slots[i]) = Py_XNewRef(SLOT(template, array_slots[i]));
+    Py_XSETREF(SLOT(a, off_closed), Py_NewRef(Py_False));
+    Py_XSETREF(SLOT(a, off_ptr), Py_NewRef(raw));
+    Py_XSETREF(SLOT(a, off_raw), raw);
+    PyObject *ref = PyWeakref_NewRef(a, A->dropped);
+    PyObject *key = ref == NULL ? NULL : PyLong_FromVoidPtr(ref);
+    PyObject *owned = key == NULL ? NULL : PyTuple_Pack(3, ref, array_kind, raw);
+    int registered = owned != NULL && PyDict_SetItem(A->handles, key, owned) == 0;
+    Py_XDECREF(key);
+    Py_XDECREF(owned);
+    if (!registered) {
+        Py_XDECREF(ref);
+        Py_DECREF(a);
+        return NULL;
+    }
+    Py_XSETREF(SLOT(a, off_ref), ref);
+    return a;
+}
+
+/* Free, on the session stream, the device memory finalizers queued, as Session._drain_deferred
+ * would: 1 once the queue is empty. 0 when it holds another kind, the session has a second
+ * stream (frees must then wait for it), or a free fails (the entry goes back to the front): the
+ * Python path then frees the rest and reports. */
+static int drain_here(Allocator *A)
+{
+    if (PyObject_Length(A->deferred) == 0)
+        return 1;
+    if (PyObject_Length(A->streams) != 1) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t queued;
+    while ((queued = PyObject_Length(A->deferred)) > 0) {
+        PyObject *item = PyObject_CallMethodNoArgs(A->deferred, str_popleft);
+        if (item == NULL) /* emptied meanwhile (a drain in another thread) */
+            break;
+        unsigned long long ptr = 0;
+        int ours = PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 &&
+                   is_name(PyTuple_GET_ITEM(item, 0), array_kind) && PyLong_CheckExact(PyTuple_GET_ITEM(item, 1));
+        if (ours) {
+            ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 1));
+            ours = !PyErr_Occurred();
+        }
+        if (!ours || A->async_free(ptr, A->stream) != 0) {
+            PyErr_Clear();
+            Py_XDECREF(PyObject_CallMethodOneArg(A->deferred, str_appendleft, item));
+            Py_DECREF(item);
+            PyErr_Clear();
+            return 0;
+        }
+        Py_DECREF(item);
+    }
+    PyErr_Clear();
+    return queued <= 0;
+}
+
+/* A new array like template, made here: holding the session lock (taken without waiting,
+ * as an activation would), with the session's context current on this thread, after the queued
+ * frees, cuMemAllocFromPoolAsync on the session stream. NULL without an exception when any of it
+ * is not so or the driver refuses (out of memory included): the Python path (DeviceArray's
+ * constructor) then decides (trims and retries, raises OutOfMemoryError, poisons). NULL with an exception only when
+ * Python is out of memory. The caller checked that the session is usable and not capturing; the
+ * GIL is held throughout, so neither changes before the lock is taken. */
+static PyObject *allocate_here(Allocator *A, PyObject *template)
+{
+    long long nbytes;
+    if (!exact_int(SLOT(template, off_nbytes), &nbytes) || nbytes <= 0)
+        return NULL;
+    PyObject *taken = PyObject_CallMethodOneArg(A->lock, str_acquire, Py_False);
+    if (taken == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    Py_DECREF(taken);
+    if (taken != Py_True)
+        return NULL;
+    PyObject *made = NULL;
+    void *current = NULL;
+    unsigned long long ptr = 0;
+    if (A->current_context(&current) == 0 && current == A->context && drain_here(A) &&
+        A->pool_alloc(&ptr, (size_t)nbytes, A->pool, A->stream) == 0) {
+        made = adopt(A, template, ptr);
+        if (made != NULL && ptr % 16 != 0) /* the template's dispatch tag says aligned: drop it (a queued free) */
+            Py_CLEAR(made);
+    }
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *released = PyObject_CallMethodNoArgs(A->lock, str_release);
+    if (released == NULL) { /* cannot happen: this thread holds the RLock */
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        Py_XDECREF(made);
+        return NULL;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(type, value, tb);
+    return made;
+}
+
+/* --- Allocator: a session's pool, allocated from here ------------------------------------------- */
+
+static PyObject *allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"session", NULL};
+    PyObject *session;
+    if (array_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
+        return NULL;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:Allocator", names, &session))
+        return NULL;
+    PyObject *given = PyObject_CallMethod(session, "fast_allocation", NULL);
+    if (given == NULL)
+        return NULL;
+    unsigned long long alloc, free_, current, pool, context, stream;
+    PyObject *lock, *handles, *dropped, *streams;
+    Allocator *A = NULL;
+    if (!PyTuple_Check(given)) {
+        PyErr_SetString(PyExc_TypeError, "session.fast_allocation() must return a tuple");
+    } else if (PyArg_ParseTuple(given, "KKKKKKOO!OO:fast_allocation", &alloc, &free_, &current, &pool, &context,
+                                &stream, &lock, &PyDict_Type, &handles, &dropped, &streams) &&
+               (A = (Allocator *)type->tp_alloc(type, 0)) != NULL) {
+        A->session = Py_NewRef(session);
+        A->lock = Py_NewRef(lock); /* before the tuple goes: it may hold the only reference */
+        A->handles = Py_NewRef(handles);
+        A->dropped = Py_NewRef(dropped);
+        A->streams = Py_NewRef(streams);
+        A->enabled = alloc && free_ && current && array_count;
+        A->pool_alloc = (pool_alloc_fn)(uintptr_t)alloc;
+        A->async_free = (async_free_fn)(uintptr_t)free_;
+        A->current_context = (current_context_fn)(uintptr_t)current;
+        A->pool = (void *)(uintptr_t)pool;
+        A->context = (void *)(uintptr_t)context;
+        A->stream = (void *)(uintptr_t)stream;
+        if (take_session_queues(session, &A->deferred, &A->captures) < 0)
+            Py_CLEAR(A);
+    }
+    Py_DECREF(given);
+    return (PyObject *)A;
+}
+
+static int allocator_traverse(Allocator *A, visitproc visit, void *arg)
+{
+    Py_VISIT(A->session);
+    Py_VISIT(A->deferred);
+    Py_VISIT(A->captures);
+    Py_VISIT(A->lock);
+    Py_VISIT(A->handles);
+    Py_VISIT(A->dropped);
+    Py_VISIT(A->streams);
+    return 0;
+}
+
+static int allocator_clear(Allocator *A)
+{
+    Py_CLEAR(A->session);
+    Py_CLEAR(A->deferred);
+    Py_CLEAR(A->captures);
+    Py_CLEAR(A->lock);
+    Py_CLEAR(A->handles);
+    Py_CLEAR(A->dropped);
+    Py_CLEAR(A->streams);
+    return 0;
+}
+
+static void allocator_dealloc(Allocator *A)
+{
+    PyObject_GC_UnTrack(A);
+    allocator_clear(A);
+    Py_TYPE(A)->tp_free((PyObject *)A);
+}
+
+/* make(template): a new array like template (a DeviceArray.template of the session), or None
+ * when the Python path should make it (see allocate_here). */
+static PyObject *allocator_make(Allocator *A, PyObject *template)
+{
+    if (Py_TYPE(template) != array_type || SLOT(template, off_session) != A->session) {
+        PyErr_SetString(PyExc_TypeError, "make() takes a DeviceArray.template of the allocator's session");
+        return NULL;
+    }
+    PyObject *made = NULL;
+    if (A->enabled && session_ready(A->session, NULL, A->captures))
+        made = allocate_here(A, template);
+    if (made == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return made;
+}
+
+static PyMethodDef allocator_methods[] = {
+    {"make", (PyCFunction)allocator_make, METH_O, "A new array like the template, or None: the Python path makes it."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef allocator_members[] = {
+    {"enabled", T_INT, offsetof(Allocator, enabled), READONLY, "Whether the driver has the entry points it calls."},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyTypeObject AllocatorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kerneldsl._fastlaunch.Allocator",
+    .tp_doc = "A session's memory pool, allocated from in C (see Session.fast_allocation).",
+    .tp_basicsize = sizeof(Allocator),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = allocator_new,
+    .tp_dealloc = (destructor)allocator_dealloc,
+    .tp_traverse = (traverseproc)allocator_traverse,
+    .tp_clear = (inquiry)allocator_clear,
+    .tp_methods = allocator_methods,
+    .tp_members = allocator_members,
+};
 
 /* --- building a Launch from its table ---------------------------------------------------------- */
 
@@ -340,59 +578,21 @@ static int load_table(Launch *L, PyObject *table)
     return 0;
 }
 
-static int exact_int(PyObject *v, long long *out);
-
-/* Take what session.fast_allocation() names, for results made here like template; without an
- * entry point (or a template of no size, or a DeviceArray this file cannot copy) L->template
- * stays NULL and every result comes from allocate(). -1 with an exception if odd. */
-static int take_allocation(Launch *L, PyObject *session, PyObject *template)
-{
-    PyObject *given = PyObject_CallMethod(session, "fast_allocation", NULL);
-    if (given == NULL)
-        return -1;
-    unsigned long long alloc, free_, current, pool, context;
-    PyObject *lock, *handles, *dropped, *streams;
-    long long nbytes;
-    int ok = PyTuple_Check(given) && PyArg_ParseTuple(given, "KKKKKOO!OO:fast_allocation", &alloc, &free_, &current,
-                                                      &pool, &context, &lock, &PyDict_Type, &handles, &dropped,
-                                                      &streams);
-    if (!ok) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "session.fast_allocation() must return a tuple");
-        Py_DECREF(given);
-        return -1;
-    }
-    if (alloc && free_ && current && array_count && exact_int(SLOT(template, off_nbytes), &nbytes) && nbytes > 0) {
-        L->template = Py_NewRef(template);
-        L->alloc_bytes = (size_t)nbytes;
-        L->pool_alloc = (pool_alloc_fn)(uintptr_t)alloc;
-        L->async_free = (async_free_fn)(uintptr_t)free_;
-        L->current_context = (current_context_fn)(uintptr_t)current;
-        L->pool = (void *)(uintptr_t)pool;
-        L->context = (void *)(uintptr_t)context;
-        L->lock = Py_NewRef(lock);
-        L->handles = Py_NewRef(handles);
-        L->dropped = Py_NewRef(dropped);
-        L->streams = Py_NewRef(streams);
-    }
-    Py_DECREF(given);
-    return 0;
-}
-
 static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"table",       "session",       "guards", "launch", "function", "stream",
-                            "out_keyword", "stream_object", "allocate", "template", NULL};
-    PyObject *table, *session, *guards, *stream_object = Py_None, *allocate = Py_None, *template = Py_None;
+                            "out_keyword", "stream_object", "allocate", "template", "allocator", NULL};
+    PyObject *table, *session, *guards, *stream_object = Py_None, *allocate = Py_None, *template = Py_None,
+             *allocator = Py_None;
     unsigned long long launch, function, stream;
     int out_keyword = 0;
     if (array_type == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pOOO:Launch", names, &PyTuple_Type, &table, &session,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pOOOO:Launch", names, &PyTuple_Type, &table, &session,
                                      &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword,
-                                     &stream_object, &allocate, &template) ||
+                                     &stream_object, &allocate, &template, &allocator) ||
         check_stream_object(stream_object) < 0)
         return NULL;
     if (launch == 0) {
@@ -403,9 +603,12 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         PyErr_SetString(PyExc_ValueError, "allocate= is a callable for out_keyword entries on the session stream");
         return NULL;
     }
-    if (template != Py_None && (allocate == Py_None || Py_TYPE(template) != array_type ||
-                                SLOT(template, off_session) != session)) {
-        PyErr_SetString(PyExc_ValueError, "template= is a DeviceArray of the session, for entries with allocate=");
+    if ((template == Py_None) != (allocator == Py_None) ||
+        (template != Py_None && (allocate == Py_None || Py_TYPE(template) != array_type ||
+                                 SLOT(template, off_session) != session || !Py_IS_TYPE(allocator, &AllocatorType) ||
+                                 ((Allocator *)allocator)->session != session))) {
+        PyErr_SetString(PyExc_ValueError,
+                        "template= (a DeviceArray) and allocator= (an Allocator) of the session go with allocate=");
         return NULL;
     }
     Launch *L = (Launch *)type->tp_alloc(type, 0);
@@ -431,8 +634,10 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     L->stream_object = Py_NewRef(stream_object);
     L->out_keyword = out_keyword;
     L->allocate = allocate == Py_None ? NULL : Py_NewRef(allocate);
-    if (template != Py_None && take_allocation(L, session, template) < 0)
-        goto fail;
+    if (template != Py_None && ((Allocator *)allocator)->enabled) {
+        L->allocator = Py_NewRef(allocator);
+        L->template = Py_NewRef(template);
+    }
     return (PyObject *)L;
 fail:
     Py_DECREF(L);
@@ -447,11 +652,8 @@ static int launch_traverse(Launch *L, visitproc visit, void *arg)
     Py_VISIT(L->guards);
     Py_VISIT(L->stream_object);
     Py_VISIT(L->allocate);
+    Py_VISIT(L->allocator);
     Py_VISIT(L->template);
-    Py_VISIT(L->lock);
-    Py_VISIT(L->handles);
-    Py_VISIT(L->dropped);
-    Py_VISIT(L->streams);
     return 0;
 }
 
@@ -463,11 +665,8 @@ static int launch_clear(Launch *L)
     Py_CLEAR(L->guards);
     Py_CLEAR(L->stream_object);
     Py_CLEAR(L->allocate);
+    Py_CLEAR(L->allocator);
     Py_CLEAR(L->template);
-    Py_CLEAR(L->lock);
-    Py_CLEAR(L->handles);
-    Py_CLEAR(L->dropped);
-    Py_CLEAR(L->streams);
     return 0;
 }
 
@@ -673,120 +872,6 @@ static int read_array(PyObject *a, PyObject *session, int ndim, long long *exten
     return exact_int(size, nbytes);
 }
 
-/* A new DeviceArray owning ptr: the template's slots, then what Handle._own and the constructor
- * set (the address as _raw and ptr, a weak reference whose callback is the session's finalizer,
- * the entry in the session's handle registry), open. NULL with an exception when Python is out
- * of memory: the address then stays reserved in the pool until the session closes. */
-static PyObject *adopt(Launch *L, unsigned long long ptr)
-{
-    PyObject *raw = PyLong_FromUnsignedLongLong(ptr);
-    if (raw == NULL)
-        return NULL;
-    PyObject *a = array_type->tp_alloc(array_type, 0);
-    if (a == NULL) {
-        Py_DECREF(raw);
-        return NULL;
-    }
-    for (int i = 0; i < array_count; i++)
-        SLOT(a, array_slots[i]) = Py_XNewRef(SLOT(L->template, array_slots[i]));
-    Py_XSETREF(SLOT(a, off_closed), Py_NewRef(Py_False));
-    Py_XSETREF(SLOT(a, off_ptr), Py_NewRef(raw));
-    Py_XSETREF(SLOT(a, off_raw), raw);
-    PyObject *ref = PyWeakref_NewRef(a, L->dropped);
-    PyObject *key = ref == NULL ? NULL : PyLong_FromVoidPtr(ref);
-    PyObject *owned = key == NULL ? NULL : PyTuple_Pack(3, ref, array_kind, raw);
-    int registered = owned != NULL && PyDict_SetItem(L->handles, key, owned) == 0;
-    Py_XDECREF(key);
-    Py_XDECREF(owned);
-    if (!registered) {
-        Py_XDECREF(ref);
-        Py_DECREF(a);
-        return NULL;
-    }
-    Py_XSETREF(SLOT(a, off_ref), ref);
-    return a;
-}
-
-/* Free, on the session stream, the device memory finalizers queued, as Session._drain_deferred
- * would: 1 once the queue is empty. 0 when it holds another kind, the session has a second
- * stream (frees must then wait for it), or a free fails (the entry goes back to the front): the
- * Python path then frees the rest and reports. */
-static int drain_here(Launch *L)
-{
-    if (PyObject_Length(L->deferred) == 0)
-        return 1;
-    if (PyObject_Length(L->streams) != 1) {
-        PyErr_Clear();
-        return 0;
-    }
-    Py_ssize_t queued;
-    while ((queued = PyObject_Length(L->deferred)) > 0) {
-        PyObject *item = PyObject_CallMethodNoArgs(L->deferred, str_popleft);
-        if (item == NULL) /* emptied meanwhile (a drain in another thread) */
-            break;
-        unsigned long long ptr = 0;
-        int ours = PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 &&
-                   is_name(PyTuple_GET_ITEM(item, 0), array_kind) && PyLong_CheckExact(PyTuple_GET_ITEM(item, 1));
-        if (ours) {
-            ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 1));
-            ours = !PyErr_Occurred();
-        }
-        if (!ours || L->async_free(ptr, L->stream) != 0) {
-            PyErr_Clear();
-            Py_XDECREF(PyObject_CallMethodOneArg(L->deferred, str_appendleft, item));
-            Py_DECREF(item);
-            PyErr_Clear();
-            return 0;
-        }
-        Py_DECREF(item);
-    }
-    PyErr_Clear();
-    return queued <= 0;
-}
-
-/* The result of an allocating call, made here: holding the session lock (taken without waiting,
- * as an activation would), with the session's context current on this thread, after the queued
- * frees, cuMemAllocFromPoolAsync on the session stream. NULL without an exception when any of it
- * is not so or the driver refuses (out of memory included): allocate(), the Python path, then
- * decides (trims and retries, raises OutOfMemoryError, poisons). NULL with an exception only when
- * Python is out of memory. The caller checked that the session is usable and not capturing; the
- * GIL is held throughout, so neither changes before the lock is taken. */
-static PyObject *allocate_here(Launch *L)
-{
-    if (L->template == NULL)
-        return NULL;
-    PyObject *taken = PyObject_CallMethodOneArg(L->lock, str_acquire, Py_False);
-    if (taken == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    Py_DECREF(taken);
-    if (taken != Py_True)
-        return NULL;
-    PyObject *made = NULL;
-    void *current = NULL;
-    unsigned long long ptr = 0;
-    if (L->current_context(&current) == 0 && current == L->context && drain_here(L) &&
-        L->pool_alloc(&ptr, L->alloc_bytes, L->pool, L->stream) == 0) {
-        made = adopt(L, ptr);
-        if (made != NULL && ptr % 16 != 0) /* the template's dispatch tag says aligned: drop it (a queued free) */
-            Py_CLEAR(made);
-    }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *released = PyObject_CallMethodNoArgs(L->lock, str_release);
-    if (released == NULL) { /* not ours to release cannot be: an RLock we hold */
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
-        Py_XDECREF(made);
-        return NULL;
-    }
-    Py_DECREF(released);
-    PyErr_Restore(type, value, tb);
-    return made;
-}
-
 /* A kernel launch: positional arguments and stream=, the result is None; or an op: positional
  * operands, out= and stream=, the result is out; or an allocating op (L->allocate): positional
  * operands only, the result is a new array from allocate(), made once everything read before it
@@ -841,7 +926,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
     if (allocating) {
         if (!session_ready(L->session, NULL, L->captures) || stream != Py_None)
             return 0;
-        fresh = allocate_here(L);
+        fresh = L->allocator == NULL ? NULL : allocate_here((Allocator *)L->allocator, L->template);
         if (fresh == NULL && !PyErr_Occurred())
             fresh = PyObject_CallNoArgs(L->allocate);
         if (fresh == NULL) /* the Python path's allocation raises the same (out of memory, ...) */
@@ -1421,15 +1506,17 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL || str_alpha == NULL || str_beta == NULL ||
         str_out == NULL || str_stream == NULL)
         return NULL;
-    if (PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FrontType) < 0)
+    if (PyType_Ready(&AllocatorType) < 0 || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FrontType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
+    Py_INCREF(&AllocatorType);
     Py_INCREF(&LaunchType);
     Py_INCREF(&GemmLaunchType);
     Py_INCREF(&FrontType);
-    if (PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
+    if (PyModule_AddObject(m, "Allocator", (PyObject *)&AllocatorType) < 0 ||
+        PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
         PyModule_AddObject(m, "GemmLaunch", (PyObject *)&GemmLaunchType) < 0 ||
         PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0 ||
         add_limits(m) < 0 || add_enums(m) < 0) {

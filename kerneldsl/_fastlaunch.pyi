@@ -30,7 +30,13 @@ class Launch:
         stream_object: Any = ...,
         allocate: Any = ...,
         template: Any = ...,
+        allocator: Any = ...,
     ) -> None: ...
+
+class Allocator:
+    enabled: int
+    def __init__(self, session: Any) -> None: ...
+    def make(self, template: Any) -> Any: ...
 
 class GemmLaunch:
     def __init__(

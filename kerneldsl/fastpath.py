@@ -20,6 +20,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import logs
+from .runtime import memory
 from .runtime.memory import DeviceArray
 from .runtime.stream import Stream
 from .signature import ArrayParam, Expr
@@ -110,6 +111,7 @@ class PyFront:
 
 if _fastlaunch is not None and ENABLED and not TYPE_CHECKING:
     _fastlaunch.configure(DeviceArray)
+    memory.use_native_allocator(_fastlaunch.Allocator)
     Front = _fastlaunch.Front
 else:
     Front = PyFront
@@ -206,6 +208,7 @@ def kernel_launch(
         stream_object=stream,
         allocate=allocate,
         template=template,
+        allocator=None if template is None else session.native_allocator(),
     )
 
 

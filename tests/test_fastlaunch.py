@@ -455,14 +455,53 @@ def test_a_result_allocated_in_c_is_an_owning_array_like_the_python_allocators(
     s: kd.Session, drv: FakeDriver
 ) -> None:
     a = s.zeros(64, np.float32)
-    python = kd.ops.negative(a)
+    kd.ops.negative(a)
+    allocs = drv.c_allocs
     made = kd.ops.negative(a)
-    assert drv.c_allocs == 1 and drv.c_launches == 1
+    python = DeviceArray(s, 64, np.float32)
+    assert drv.c_allocs == allocs + 1 and drv.c_launches == 1
     assert _slot_values(made) == _slot_values(python) and not made.closed
     assert made._raw == made.ptr and made.ptr in drv.mem
     assert s._handles[id(made._ref)] == (made._ref, "mem", made.ptr)
     made.close()
     assert made.ptr not in drv.mem and id(made._ref) not in s._handles
+
+
+def test_empty_makes_its_array_in_c_like_the_constructor(s: kd.Session, drv: FakeDriver) -> None:
+    made = s.empty((4, 8), np.float16)
+    python = DeviceArray(s, (4, 8), np.float16)
+    assert drv.c_allocs == 1 and _slot_values(made) == _slot_values(python)
+    assert s._handles[id(made._ref)] == (made._ref, "mem", made.ptr) and made.ptr in drv.mem
+
+
+@pytest.mark.parametrize("shape", [[4, 8], 0, (3, 0)], ids=["list", "zero-size", "zero-size 2-d"])
+def test_empty_leaves_unhashable_and_zero_size_shapes_to_the_constructor(
+    s: kd.Session, drv: FakeDriver, shape: object
+) -> None:
+    made = s.empty(shape, np.float32)
+    assert drv.c_allocs == 0 and made.shape == np.empty(shape).shape
+
+
+def test_empty_during_a_capture_takes_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    s.empty(8, np.float32)
+    with s.capture():
+        s.empty(8, np.float32)
+    assert drv.c_allocs == 1 and drv.count("cuMemAllocFromPoolAsync") == 2
+
+
+def test_empty_on_a_closed_session_raises_closed_error(drv: FakeDriver) -> None:
+    s = kd.Session(0)
+    s.empty(8, np.float32)
+    s.close()
+    with pytest.raises(ClosedError):
+        s.empty(8, np.float32)
+    assert drv.c_allocs == 1
+
+
+def test_an_allocator_refuses_a_template_of_another_session(s: kd.Session, drv: FakeDriver) -> None:
+    with kd.Session(0) as other:
+        with pytest.raises(TypeError, match="template"):
+            s.native_allocator().make(other.template(8, np.float32))
 
 
 def test_a_template_owns_no_memory_and_is_refused_as_an_operand(s: kd.Session, drv: FakeDriver) -> None:
@@ -476,7 +515,7 @@ def test_results_allocated_in_c_free_the_queued_memory_in_c(s: kd.Session, drv: 
     a = s.zeros(64, np.float32)
     for _ in range(4):
         kd.ops.negative(a)  # each result dropped at once: its free is queued
-    assert drv.c_allocs == 3 and drv.c_frees == 3 and len(s._deferred) == 1  # the last one's is still queued
+    assert drv.c_frees == 3 and len(s._deferred) == 1  # the last one's is still queued
 
 
 def test_with_a_second_stream_queued_frees_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
@@ -494,11 +533,11 @@ def test_queued_frees_of_other_kinds_take_the_python_path(s: kd.Session, drv: Fa
     a = s.zeros(64, np.float32)
     kd.ops.negative(a)
     s.synchronize()  # queues its events for destruction
-    destroyed = drv.count("cuEventDestroy")
+    destroyed, allocs = drv.count("cuEventDestroy"), drv.c_allocs
     kept = kd.ops.negative(a)
-    assert drv.c_allocs == 0 and drv.count("cuEventDestroy") > destroyed and not s._deferred
+    assert drv.c_allocs == allocs and drv.count("cuEventDestroy") > destroyed and not s._deferred
     kd.ops.negative(a)
-    assert drv.c_allocs == 1 and kept.ptr in drv.mem
+    assert drv.c_allocs == allocs + 1 and kept.ptr in drv.mem
 
 
 def test_with_another_context_current_the_result_comes_from_the_python_allocator(
@@ -506,23 +545,25 @@ def test_with_another_context_current_the_result_comes_from_the_python_allocator
 ) -> None:
     a = s.zeros(64, np.float32)
     kd.ops.negative(a)
+    allocs = drv.c_allocs
     drv.cuCtxPushCurrent(0xC0FFEE)  # someone else's context on this thread
     try:
         result = kd.ops.negative(a)
     finally:
         drv.cuCtxPopCurrent()
-    assert drv.c_allocs == 0 and drv.c_launches == 1 and result.ptr in drv.mem
+    assert drv.c_allocs == allocs and drv.c_launches == 1 and result.ptr in drv.mem
 
 
 def test_a_free_failing_in_c_goes_back_to_the_queue_for_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
     a = s.zeros(64, np.float32)
     kept = kd.ops.negative(a)
+    allocs = drv.c_allocs
     ptr = kd.ops.negative(a).ptr  # from C, queued
     frees, c_frees = drv.count("cuMemFreeAsync"), drv.c_frees
     drv.fail_next("cuMemFreeAsync", 1)  # CUDA_ERROR_INVALID_VALUE once: the Python path frees it again
     result = kd.ops.negative(a)
     assert drv.count("cuMemFreeAsync") == frees + 2 and ptr not in drv.mem and not s._deferred
-    assert drv.c_frees == c_frees and drv.c_allocs == 1 and {kept.ptr, result.ptr} <= drv.mem.keys()
+    assert drv.c_frees == c_frees and drv.c_allocs == allocs + 1 and {kept.ptr, result.ptr} <= drv.mem.keys()
 
 
 def test_a_driver_without_a_pool_entry_point_allocates_through_python(s: kd.Session, drv: FakeDriver) -> None:
@@ -546,10 +587,11 @@ def test_an_allocating_op_declined_by_c_after_allocating_frees_that_result(s: kd
 def test_an_allocation_failing_in_the_c_path_raises_the_python_paths_error(s: kd.Session, drv: FakeDriver) -> None:
     a = s.zeros(64, np.float32)
     kd.ops.negative(a)
+    allocs = drv.c_allocs
     drv.fail_next("cuMemAllocFromPoolAsync", 2, 2, 2)  # out of memory in C, in Python, and after the trim
     with pytest.raises(OutOfMemoryError):
         kd.ops.negative(a)
-    assert drv.c_launches == 0 and drv.c_allocs == 0 and drv.count("cuMemPoolTrimTo") == 1
+    assert drv.c_launches == 0 and drv.c_allocs == allocs and drv.count("cuMemPoolTrimTo") == 1
 
 
 def test_allocating_ops_on_a_stream_or_in_a_capture_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:

@@ -185,7 +185,7 @@ class ElementwisePlan(Plan):
             return None
         if allocate is None:
             return fastpath.kernel_launch(found[0], (*values, out), out_keyword=True, stream=stream)
-        template = DeviceArray.template(out.session, self.shape, self.dtype)
+        template = out.session.template(self.shape, self.dtype)
         return fastpath.kernel_launch(
             found[0], (*values, out), out_keyword=True, stream=stream, allocate=allocate, template=template
         )

@@ -676,14 +676,35 @@ def _stream(session: Session, stream: Stream | None) -> Stream:
     return stream
 
 
+native_allocator_type: Any = None  # the C path's Allocator class, once kerneldsl.fastpath registers it
+
+
+def use_native_allocator(allocator_type: Any) -> None:
+    """Let ``empty`` make arrays in C with ``allocator_type(session)`` (see ``Session.fast_allocation``):
+    registered by the C launch path's home, which the runtime does not import."""
+    global native_allocator_type
+    native_allocator_type = allocator_type
+
+
 def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceArray:
-    """Uninitialized device memory."""
+    """Uninitialized device memory: made in C when the session's native allocator can (see
+    ``Session.fast_allocation``), else by the constructor, which decides everything unusual."""
+    allocator = session.native_allocator() if session.usable else None
+    if allocator is not None:
+        try:
+            template = session.template(shape, dtype)
+        except TypeError:  # an unhashable spelling of the shape (a list): the constructor takes it
+            template = None
+        if template is not None and template.nbytes:
+            made: DeviceArray | None = allocator.make(template)
+            if made is not None:
+                return made
     return DeviceArray(session, shape, dtype)
 
 
 def zeros(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceArray:
     """Device memory set to zero bytes (enqueued on the session stream)."""
-    arr = DeviceArray(session, shape, dtype)
+    arr = empty(session, shape, dtype)
     arr.fill_zero()
     return arr
 

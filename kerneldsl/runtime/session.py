@@ -176,6 +176,8 @@ class Session:
         self._pushed: list[bool] = []
         self.usable = True  # open, not forked, not poisoned: the one flag the launch paths read
         self._entry_points: dict[str, int] = {}
+        self._allocator: Any = None  # the C path's (see native_allocator)
+        self._templates: dict[Any, memory.DeviceArray] = {}  # what it copies, by shape and dtype as spelled
         self._shared_granted: dict[int, int] = {}  # function address -> dynamic shared bytes allowed
         try:
             with self._raw_activation:
@@ -211,11 +213,11 @@ class Session:
         active captures): while either is non-empty, calls take the Python path."""
         return self._deferred, self._captures
 
-    def fast_allocation(self) -> tuple[int, int, int, int, int, Any, Any, Any, Any]:
-        """What the C launch path needs to allocate results from the pool itself: the entry
+    def fast_allocation(self) -> tuple[int, int, int, int, int, int, Any, Any, Any, Any]:
+        """What the C launch path needs to allocate arrays from the pool itself: the entry
         points of cuMemAllocFromPoolAsync, cuMemFreeAsync and cuCtxGetCurrent (0 when the driver
-        has none), the pool, the context's address, the session lock, the handle registry, the
-        finalizer (see ``handle.Handle._own``) and the set of streams.
+        has none), the pool, the context's address, the session stream, the session lock, the
+        handle registry, the finalizer (see ``handle.Handle._own``) and the set of streams.
 
         Its contract: it allocates only holding the lock (taken without waiting), with this
         context current on the calling thread and no capture active; it first frees the device
@@ -230,11 +232,33 @@ class Session:
             current,
             int(self._pool),
             self.context_address,
+            int(self._stream_cu),
             self._lock,
             self._handles,
             self._handle_dropped,
             self._streams,
         )
+
+    def native_allocator(self) -> Any:
+        """The C path's allocator of this session (see ``fast_allocation``), made on first use;
+        None when the C path is off."""
+        allocator = self._allocator
+        if allocator is None:
+            make = memory.native_allocator_type
+            if make is None:
+                return None
+            allocator = self._allocator = make(self)
+        return allocator
+
+    def template(self, shape: Any, dtype: Any) -> memory.DeviceArray:
+        """``DeviceArray.template(self, shape, dtype)``, made once per spelling of shape and dtype."""
+        try:
+            return self._templates[(type(shape), shape, dtype)]
+        except KeyError:
+            if len(self._templates) >= memory.MAX_LAYOUTS:
+                self._templates.clear()
+            made = self._templates[(type(shape), shape, dtype)] = memory.DeviceArray.template(self, shape, dtype)
+            return made
 
     @property
     def poisoned(self) -> bool:
