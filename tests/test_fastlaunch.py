@@ -451,9 +451,7 @@ def _slot_values(a: DeviceArray) -> dict[str, object]:
     return {n: getattr(a, n) for n in names - {"ptr", "_raw", "_ref"}}
 
 
-def test_a_result_allocated_in_c_is_an_owning_array_like_the_python_allocators(
-    s: kd.Session, drv: FakeDriver
-) -> None:
+def test_a_result_allocated_in_c_is_an_owning_array_like_the_python_allocators(s: kd.Session, drv: FakeDriver) -> None:
     a = s.zeros(64, np.float32)
     kd.ops.negative(a)
     allocs = drv.c_allocs

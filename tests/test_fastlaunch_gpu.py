@@ -141,3 +141,21 @@ def test_four_threads_allocating_from_c_each_get_their_own_results() -> None:
         np.testing.assert_array_equal(result.to_host(), 2 * np.arange(4096, dtype=np.float32))
 
     in_threads(worker)
+
+
+def test_the_driver_offers_the_entry_points_the_native_allocator_calls() -> None:
+    assert kd.default_session().native_allocator().enabled
+
+
+def test_arrays_made_in_c_hold_data_and_go_back_to_the_pool_when_dropped() -> None:
+    s = kd.default_session()
+    host = np.arange(1 << 18, dtype=np.float32)
+    a = s.empty(host.shape, np.float32)
+    a[...] = host
+    np.testing.assert_array_equal(a.to_host(), host)
+    s.synchronize()
+    used = s.memory_info().pool_used
+    for _ in range(1000):
+        s.empty(host.shape, np.float32)  # made in C, dropped: each free done in C by the next one
+    s.synchronize()
+    assert s.memory_info().pool_used <= used + host.nbytes  # at most the last one's free still queued
