@@ -496,6 +496,16 @@ def test_empty_on_a_closed_session_raises_closed_error(drv: FakeDriver) -> None:
     assert drv.c_allocs == 1
 
 
+def test_closing_the_session_frees_and_closes_arrays_made_in_c(drv: FakeDriver) -> None:
+    s = kd.Session(0)
+    made = s.empty(64, np.float32)
+    ptr = made.ptr
+    s.close()
+    assert drv.c_allocs == 1 and ptr not in drv.mem and made.closed
+    with pytest.raises(ClosedError):
+        made.to_host()
+
+
 def test_an_allocator_refuses_a_template_of_another_session(s: kd.Session, drv: FakeDriver) -> None:
     with kd.Session(0) as other:
         with pytest.raises(TypeError, match="template"):
