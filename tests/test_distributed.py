@@ -42,13 +42,18 @@ def axpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"]) -> str:
     return f"index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] += {a} * {x}[i];"
 
 
+def _worker_env(mp: pytest.MonkeyPatch) -> None:
+    """What the worker processes inherit: this directory on their path, and an arch to compile for."""
+    mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
+    mp.setenv("KERNELDSL_ARCH", "sm_90")
+
+
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
     from worker_double import UseDriverDouble
 
-    with pytest.MonkeyPatch.context() as mp:  # what the worker processes inherit
-        mp.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]))
-        mp.setenv("KERNELDSL_ARCH", "sm_90")
+    with pytest.MonkeyPatch.context() as mp:
+        _worker_env(mp)
         with kd.distributed.LocalGPUCluster(gpus=[0, 1], profiles=PROFILES, memory_limit=0) as cluster:
             with distributed.Client(cluster) as c:
                 c.register_plugin(UseDriverDouble())
@@ -283,6 +288,91 @@ def test_launches_after_a_restart_run_on_the_new_worker_before_their_array_is_re
     scale(fresh, np.float32(3))
     np.testing.assert_array_equal(fresh.to_host(), 6 * np.arange(4, dtype=np.float32))
     assert _launches(gpus, "gpu-1") == 2  # both ran in the new process
+
+
+def _restarted(client: Any, name: str, before: int) -> None:
+    """Wait until the scheduler lists worker ``name`` again, in a process other than ``before``."""
+    from worker_double import process_id
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        pids = client.run(process_id, on_error="ignore")
+        address = {w["name"]: a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}.get(name)
+        if pids.get(address, before) != before:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"worker {name} did not restart")
+
+
+def test_a_worker_restarted_while_idle_takes_the_next_call(client: Any, gpus: Any) -> None:
+    kept = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
+    kept.to_host()
+    client.restart_workers(["gpu-1"])
+    fresh = gpus.to_device(np.arange(3, dtype=np.float32), worker="gpu-1")  # no WorkerLostError first
+    np.testing.assert_array_equal(fresh.to_host(), np.arange(3, dtype=np.float32))
+    with pytest.raises(RemoteArrayLostError, match="gpu-1"):
+        kept.to_host()
+
+
+def test_a_worker_killed_while_idle_takes_the_next_call_once_it_is_back(client: Any, gpus: Any) -> None:
+    from worker_double import exit_process, process_id
+
+    kept = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
+    kept.to_host()
+    address = gpus.incarnation("gpu-1").address
+    before = client.run(process_id, workers=[address])[address]
+    client.run(exit_process, workers=[address], on_error="ignore")  # dies as it runs
+    _restarted(client, "gpu-1", before)
+    assert gpus.submit(lambda: "new", worker="gpu-1").result(timeout=30) == "new"
+    with pytest.raises(RemoteArrayLostError):
+        kept.to_host()
+
+
+def test_a_restarting_worker_does_not_hold_up_calls_to_the_others(client: Any) -> None:
+    from kerneldsl.errors import NoWorkerError
+
+    waiting = kd.distributed.GPUs(client, restart_timeout=10)
+    failed: list[BaseException] = []
+
+    def wait_for_a_worker_that_is_not_back() -> None:
+        try:
+            waiting.incarnation("gpu-9")
+        except NoWorkerError as exc:
+            failed.append(exc)
+
+    waiter = threading.Thread(target=wait_for_a_worker_that_is_not_back)
+    waiter.start()
+    while waiter.is_alive() and not ("gpu-9" in waiting._starting and waiting._starting["gpu-9"].locked()):
+        time.sleep(0.01)
+    ra = waiting.to_device(np.ones(4, np.float32), worker="gpu-0")  # starts gpu-0's actor meanwhile
+    np.testing.assert_array_equal(ra.to_host(), np.ones(4, np.float32))
+    assert waiter.is_alive()  # still waiting for gpu-9
+    waiter.join()
+    assert len(failed) == 1
+
+
+def test_a_worker_on_a_fixed_port_is_recognised_as_new_when_it_comes_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from worker_double import UseDriverDouble, exit_process
+
+    _worker_env(monkeypatch)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        options = {"worker_port": s.getsockname()[1]}
+    with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0, worker_options=options) as cluster:
+        with distributed.Client(cluster) as client:
+            client.register_plugin(UseDriverDouble())
+            fixed = kd.distributed.attach(client, restart_timeout=30)
+            kept = fixed.to_device(np.ones(4, np.float32), worker="gpu-0")
+            address = kept._inc.address
+            with pytest.raises(WorkerLostError):
+                fixed.submit(exit_process, worker="gpu-0").result(timeout=30)
+            fresh = fixed.to_device(np.arange(3, dtype=np.float32), worker="gpu-0")
+            np.testing.assert_array_equal(fresh.to_host(), np.arange(3, dtype=np.float32))
+            assert fresh._inc.address == address and fresh._inc is not kept._inc
+            with pytest.raises(RemoteArrayLostError):
+                kept.to_host()
 
 
 def test_a_sticky_cuda_error_poisons_one_worker_which_restarts(gpus: Any) -> None:

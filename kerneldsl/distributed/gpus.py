@@ -4,7 +4,10 @@ Each call goes straight to the worker's ``GPUActor`` (a Dask actor call: no sche
 a millisecond) carrying a sequence number, so the worker runs one client's calls in the order
 they were made; the client waits only when it asks for a result. A worker process is an
 ``Incarnation``: when it dies its arrays die with it, and the next call starts a new actor on
-the worker the nanny restarted under the same name.
+the worker the nanny restarted under the same name. A process is known by its actor, not its
+address (a worker with a fixed port comes back at the same one): Dask errs the actor's future
+when it removes the process holding it, a message that reaches this client before the new
+process registers, so a call made after a restart, idle or not, goes to the new process.
 """
 
 from __future__ import annotations
@@ -62,6 +65,14 @@ class Incarnation:
         self._dropped: list[Any] = []
         self._seen: set[int] = set()
 
+    def gone(self) -> str | None:
+        """Why this process is no longer usable (a call on it failed, or Dask removed it and so
+        erred its actor's future: it died or restarted, even while idle), or None. A read of the
+        future's state here: no round trip."""
+        if self.lost is None and self.anchor.status != "finished":
+            self.lost = "its worker process ended"
+        return self.lost
+
     def drop(self, key: Any) -> None:
         """A remote array was garbage-collected here: the next call frees it there."""
         self._dropped.append(key)
@@ -101,7 +112,8 @@ class GPUs:
         self.restart_timeout = restart_timeout
         self._loop: asyncio.AbstractEventLoop = client.loop.asyncio_loop  # type: ignore[union-attr]
         self._current: dict[str, Incarnation] = {}
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()  # guards _starting
+        self._starting: dict[str, threading.Lock] = {}  # per worker: one waits for its restart, not all
         self._shipped: dict[tuple[int, str | None], tuple[Any, bytes, bytes]] = {}
         self._keys = itertools.count()
         self._turn = itertools.count()
@@ -150,12 +162,21 @@ class GPUs:
 
     def incarnation(self, name: str) -> Incarnation:
         """The live incarnation of worker ``name``: its actor, started on first use and again
-        after the worker restarted (waiting up to ``restart_timeout`` for it to come back)."""
+        after the worker restarted (waiting up to ``restart_timeout`` for it to come back; calls
+        to other workers do not wait with it)."""
+        inc = self._current.get(name)
+        if inc is not None and inc.gone() is None:
+            return inc
         with self._lock:
+            starting = self._starting.setdefault(name, threading.Lock())
+        with starting:
             inc = self._current.get(name)
-            if inc is not None and inc.lost is None:
+            if inc is not None and inc.gone() is None:
                 return inc
-            address = self._wait_for(name, None if inc is None else inc.address)
+            deadline = time.monotonic() + self.restart_timeout
+            if inc is not None:
+                self._until_removed(inc, deadline)
+            address = self._wait_for(name, deadline)
             anchor = self.client.submit(
                 GPUActor,
                 actor=True,
@@ -164,24 +185,34 @@ class GPUs:
                 pure=False,
                 key=f"kerneldsl-gpu-{uuid.uuid4().hex}",
             )
-            anchor.result(timeout=self.restart_timeout)
-            inc = self._current[name] = Incarnation(name, address, str(anchor.key), anchor, self.max_in_flight)
-            return inc
+            anchor.result(timeout=max(deadline - time.monotonic(), _WAIT_STEP_S))
+            if inc is not None:
+                inc.anchor.release()
+            new = self._current[name] = Incarnation(name, address, str(anchor.key), anchor, self.max_in_flight)
+            return new
 
-    def _wait_for(self, name: str, gone: str | None) -> str:
-        deadline = time.monotonic() + self.restart_timeout
+    def _until_removed(self, inc: Incarnation, deadline: float) -> None:
+        """Wait until Dask has removed ``inc``'s process (its actor's future erred): from then on
+        a worker under its name is a new process, whatever its address."""
+        while inc.anchor.status == "finished":
+            if time.monotonic() > deadline:
+                raise NoWorkerError(f"worker {inc.name} did not come back within {self.restart_timeout} s ({inc.lost})")
+            time.sleep(_WAIT_STEP_S)
+
+    def _wait_for(self, name: str, deadline: float) -> str:
         while True:
             found = self._workers().get(name)
-            if found is not None and found[0] != gone:
+            if found is not None:
                 return found[0]
             if time.monotonic() > deadline:
                 raise NoWorkerError(f"worker {name} did not come back within {self.restart_timeout} s")
             time.sleep(_WAIT_STEP_S)
 
     def _lost(self, inc: Incarnation, why: str) -> None:
+        """A call on ``inc`` failed: its arrays are lost. Its actor's future stays held until the
+        next incarnation starts, to tell when Dask has removed the process."""
         if inc.lost is None:
             inc.lost = why
-            inc.anchor.release()
 
     # --- calls ---------------------------------------------------------------------------------
 
@@ -332,6 +363,7 @@ class GPUs:
         with self._lock:
             for inc in self._current.values():
                 self._lost(inc, "closed by its client")
+                inc.anchor.release()
             self._current.clear()
 
 

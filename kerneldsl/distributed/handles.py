@@ -113,14 +113,15 @@ class RemoteArray(RemoteFuture):
     @property
     def lost(self) -> bool:
         """Whether its worker died or restarted (the data is gone)."""
-        return self._inc.lost is not None
+        return self._inc.gone() is not None
 
     def check(self) -> None:
         """Raise ``RemoteArrayLostError`` when its worker is gone (the data with it)."""
-        if self._inc.lost is not None:
+        why = self._inc.gone()
+        if why is not None:
             raise RemoteArrayLostError(
                 f"remote array {self.key!r} was on worker {self._inc.name} ({self._inc.address}), "
-                f"which is gone ({self._inc.lost}): its data is lost"
+                f"which is gone ({why}): its data is lost"
             )
 
     def _descriptor(self, timeout: float | None = None) -> tuple[Any, ...]:
