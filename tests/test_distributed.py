@@ -291,14 +291,13 @@ def test_launches_after_a_restart_run_on_the_new_worker_before_their_array_is_re
 
 
 def _restarted(client: Any, name: str, before: int) -> None:
-    """Wait until the scheduler lists worker ``name`` again, in a process other than ``before``."""
-    from worker_double import process_id
+    """Wait until worker ``name`` runs again, in a process other than ``before``, with its plugin set up."""
+    from kerneldsl.distributed.worker import worker_info
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        pids = client.run(process_id, on_error="ignore")
-        address = {w["name"]: a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}.get(name)
-        if pids.get(address, before) != before:
+        pids = {i["worker"]: i["pid"] for i in client.run(worker_info, on_error="ignore").values()}
+        if pids.get(name, before) != before:
             return
         time.sleep(0.1)
     raise AssertionError(f"worker {name} did not restart")
@@ -315,12 +314,12 @@ def test_a_worker_restarted_while_idle_takes_the_next_call(client: Any, gpus: An
 
 
 def test_a_worker_killed_while_idle_takes_the_next_call_once_it_is_back(client: Any, gpus: Any) -> None:
-    from worker_double import exit_process, process_id
+    from worker_double import exit_process
 
     kept = gpus.to_device(np.ones(4, np.float32), worker="gpu-1")
     kept.to_host()
     address = gpus.incarnation("gpu-1").address
-    before = client.run(process_id, workers=[address])[address]
+    before = gpus.info()["gpu-1"]["pid"]
     client.run(exit_process, workers=[address], on_error="ignore")  # dies as it runs
     _restarted(client, "gpu-1", before)
     assert gpus.submit(lambda: "new", worker="gpu-1").result(timeout=30) == "new"

@@ -81,3 +81,18 @@ def test_a_killed_worker_is_replaced_and_the_next_call_works(gpus: Any) -> None:
     axpy(fresh, x, np.float32(1))  # not axpy(fresh, fresh, ...): y and x may not overlap
     np.testing.assert_array_equal(fresh.to_host(), 2 * np.arange(1024, dtype=np.float32))
     assert gpus.info()[worker]["pid"] != before
+
+
+def test_a_worker_restarted_while_idle_takes_the_next_call(gpus: Any) -> None:
+    worker = gpus.workers()[-1]
+    before = gpus.info()[worker]["pid"]
+    kept = gpus.to_device(np.ones(1024, np.float32), worker=worker)
+    kept.to_host()
+    gpus.client.restart_workers([worker])
+    fresh = gpus.to_device(np.arange(1024, dtype=np.float32), worker=worker)  # no WorkerLostError first
+    x = gpus.to_device(np.arange(1024, dtype=np.float32), worker=worker)
+    axpy(fresh, x, np.float32(1))
+    np.testing.assert_array_equal(fresh.to_host(), 2 * np.arange(1024, dtype=np.float32))
+    with pytest.raises(RemoteArrayLostError):
+        kept.to_host()
+    assert gpus.info()[worker]["pid"] != before

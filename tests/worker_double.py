@@ -86,10 +86,3 @@ def failed_records(dask_worker: Any) -> int:
     from kerneldsl.distributed import GPUActor
 
     return sum(len(a._failed) for a in dask_worker.state.actors.values() if isinstance(a, GPUActor))
-
-
-def process_id(dask_worker: Any) -> int:
-    """``client.run(process_id)``: the worker's process id (a restarted worker has a new one)."""
-    import os
-
-    return os.getpid()
