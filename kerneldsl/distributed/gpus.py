@@ -360,11 +360,10 @@ class GPUs:
 
     def close(self) -> None:
         """Release this client's actors (and so every array it holds on the workers)."""
-        with self._lock:
-            for inc in self._current.values():
-                self._lost(inc, "closed by its client")
-                inc.anchor.release()
-            self._current.clear()
+        for name, inc in list(self._current.items()):
+            self._lost(inc, "closed by its client")
+            inc.anchor.release()
+            del self._current[name]
 
 
 def _forget_when_dropped(
