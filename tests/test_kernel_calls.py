@@ -113,6 +113,7 @@ def test_numpy_call_copies_in_launches_and_copies_back(drv: SaxpyDriver) -> None
 def test_numpy_call_frees_its_temporaries(drv: SaxpyDriver) -> None:
     y, x = np.ones(50, np.float32), np.ones(50, np.float32)
     saxpy(y, x, np.float32(1.0))
+    saxpy(y, x, np.float32(1.0))  # the session's staging buffer is made by its second host call
     before = len(drv.mem)
     saxpy(y, x, np.float32(1.0))
     kd.default_session().synchronize()
@@ -121,7 +122,8 @@ def test_numpy_call_frees_its_temporaries(drv: SaxpyDriver) -> None:
 
 def test_a_small_numpy_call_is_its_copies_launch_and_one_wait_through_reused_buffers(drv: SaxpyDriver) -> None:
     y, x = np.ones(1024, np.float32), np.arange(1024, dtype=np.float32)
-    saxpy(y, x, np.float32(1.0))  # binds, and makes the session's first staging buffers
+    saxpy(y, x, np.float32(1.0))  # binds, copying directly
+    saxpy(y, x, np.float32(1.0))  # makes the session's first staging buffers
     mark = len(drv.calls)
     saxpy(y, x, np.float32(1.0))
     calls = [c for c in drv.calls[mark:] if not c.startswith("cuCtx")]
@@ -133,15 +135,22 @@ def test_a_small_numpy_call_is_its_copies_launch_and_one_wait_through_reused_buf
         "cuEventRecord",
         "cuEventQuery",
     ]
-    np.testing.assert_array_equal(y, 1 + 2 * np.arange(1024, dtype=np.float32))
+    np.testing.assert_array_equal(y, 1 + 3 * np.arange(1024, dtype=np.float32))
 
 
 def test_a_staged_call_enqueues_its_copies_and_launch_under_one_activation(drv: SaxpyDriver) -> None:
     y, x = np.ones(64, np.float32), np.ones(64, np.float32)
     saxpy(y, x, np.float32(1.0))
+    saxpy(y, x, np.float32(1.0))
     mark = len(drv.calls)
     saxpy(y, x, np.float32(1.0))
     assert drv.calls[mark:].count("cuCtxGetCurrent") == 2  # the enqueueing, and the event query
+
+
+def test_a_sessions_first_host_call_copies_directly_without_pinning(drv: SaxpyDriver) -> None:
+    y = np.ones(64, np.float32)
+    saxpy(y, np.ones(64, np.float32), np.float32(1.0))
+    assert drv.count("cuMemHostAlloc") == 0 and (y == 2).all()
 
 
 def test_calls_of_different_shapes_take_turns_in_one_staging_buffer(drv: SaxpyDriver) -> None:
@@ -174,14 +183,16 @@ def test_a_numpy_call_on_a_stream_copies_directly(drv: SaxpyDriver) -> None:
 
 def test_the_staging_buffers_are_freed_at_close(drv: SaxpyDriver) -> None:
     s = kd.default_session()
-    saxpy(np.ones(8, np.float32), np.ones(8, np.float32), np.float32(1.0))
+    for _ in range(2):
+        saxpy(np.ones(8, np.float32), np.ones(8, np.float32), np.float32(1.0))
     assert drv.count("cuMemHostAlloc") == 1
     s.close()
     assert drv.count("cuMemFreeHost") == 1 and not drv.host and not drv.mem
 
 
 def test_a_bigger_call_replaces_a_staging_buffer_that_is_too_small(drv: SaxpyDriver) -> None:
-    saxpy(np.ones(8, np.float32), np.ones(8, np.float32), np.float32(1.0))
+    for _ in range(2):
+        saxpy(np.ones(8, np.float32), np.ones(8, np.float32), np.float32(1.0))
     big = STAGE_LIMIT // 8
     y = np.ones(big, np.float32)
     saxpy(y, np.ones(big, np.float32), np.float32(1.0))

@@ -138,13 +138,19 @@ class StagingPool:
         self._lock = threading.Lock()
         self._free: list[StagingBuffer] = []
         self._count = 0  # buffers that exist: free or lent
+        self._asked = False  # a session's first host call copies directly: a one-off call (a
+        # script's only one) should not pay for pinning a buffer it never reuses
 
     def acquire(self, nbytes: int) -> StagingBuffer | None:
-        """A buffer of at least ``nbytes``, or None: too large, or every buffer already lent."""
+        """A buffer of at least ``nbytes``, or None: too large, every buffer already lent, or the
+        session's first staged call."""
         if nbytes > STAGE_LIMIT:
             return None
         stale = None
         with self._lock:
+            if not self._asked:
+                self._asked = True
+                return None
             for i, buf in enumerate(self._free):
                 if buf.capacity >= nbytes:
                     return self._free.pop(i)
