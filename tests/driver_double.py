@@ -164,6 +164,7 @@ class FakeDriver:
         values = {
             a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
             a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448,
+            a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,  # an H200's: grids sized per SM are not empty
         }
         return self._r(self._enter("cuDeviceGetAttribute"), values.get(attr, 0))
 

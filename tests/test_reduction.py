@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import ops
@@ -218,3 +219,21 @@ def test_a_scan_cannot_be_fused() -> None:
 
     with pytest.raises(kd.errors.FusionError, match="cannot be fused"):
         f(np.ones(4, np.float32))
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((16, 1 << 14), 1), ((4096, 64), 0), ((4, 5, 6), (0, 2))])
+def test_a_warm_device_reduction_launches_the_grid_its_strategy_planned(drv: FakeDriver, shape, axis) -> None:  # type: ignore[no-untyped-def]
+    s = kd.Session(0)
+    x = s.zeros(shape, np.float32)
+    ops.sum(x, axis=axis)
+    ops.sum(x, axis=axis)
+    planned = ops.sum.strategy(np.zeros(shape, np.float32), axis=axis, multiprocessors=132)
+    assert drv.launches[-1][1] == (planned.blocks, 1, 1)
+
+
+def test_a_warm_scan_launches_one_block_per_tile(drv: FakeDriver) -> None:
+    s = kd.Session(0)
+    y = s.zeros(1 << 20, np.float32)
+    ops.cumsum(y)
+    ops.cumsum(y)
+    assert drv.launches[-1][1] == (ops.cumsum.strategy(np.zeros(1 << 20, np.float32)).tiles, 1, 1)

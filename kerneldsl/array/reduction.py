@@ -31,7 +31,8 @@ NaN propagates through min/max/sum like NumPy; argmax/argmin return the first Na
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -454,6 +455,7 @@ class ReductionPlan(Plan):
     shape: tuple[int, ...]
     acc: np.dtype
     dtype: np.dtype  # of the output
+    _steps: dict[int, Step] = field(default_factory=dict, init=False, repr=False)  # by SM count
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()
@@ -496,24 +498,33 @@ class ReductionPlan(Plan):
         return step.kernel.inspect(*self.values(args), *self._output_arguments(step, scratch, target), arch=arch)
 
     def _check_not_empty(self, outputs: int) -> None:
-        count = int(np.prod([self.value_shape[a] for a in self.axes], dtype=np.int64))
-        if count == 0 and self.reducer.needs_values and (outputs or not self.shape):
+        if self.extents.count == 0 and self.reducer.needs_values and (outputs or not self.shape):
             raise ValueError(f"zero-size array to reduction operation {self.reducer.name} which has no identity")
 
     def _output_arguments(self, step: Step, before: tuple[Any, ...], out: Any) -> tuple[Any, ...]:
         """The arguments from the partials on: ``before``, the output, counts and extents."""
-        dims = tuple(int(d) for d in self.value_shape)
-        e = extents(self.value_shape, self.axes)
+        e = self.extents
         if step.variant.stage in ("direct", "partial"):
-            return (*before, out, e.count, *dims)
-        return (*before, out, e.count, e.outer, e.inner, step.splits, *dims)
+            return (*before, out, e.count, *self.value_shape)
+        return (*before, out, e.count, e.outer, e.inner, step.splits, *self.value_shape)
 
     def _kernel(self, variant: Variant) -> Kernel:
         return reduction_kernel(self.program, self.reducer, self.geometry, variant, self.acc, self.dtype)
 
+    @cached_property
+    def extents(self) -> Extents:
+        return extents(self.value_shape, self.axes)
+
     def step(self, sms: int) -> Step:
-        """The strategy for this shape on a device with ``sms`` multiprocessors (see ``Variant``)."""
-        e = extents(self.value_shape, self.axes)
+        """The strategy for this shape on a device with ``sms`` multiprocessors (see ``Variant``),
+        decided once per plan and SM count: warm calls only look it up."""
+        found = self._steps.get(sms)
+        if found is None:
+            found = self._steps[sms] = self._decide(sms)
+        return found
+
+    def _decide(self, sms: int) -> Step:
+        e = self.extents
         vec = 1 if self.geometry.broadcast else vector_width(self.program)
         if e.gather:
             variant = Variant("gather", 32, reduced=e.gather)
@@ -538,7 +549,7 @@ def plan_reduction(
 ) -> ReductionPlan:
     """Compile ``reducer`` over the values of ``builder``'s ``root`` for these arguments."""
     program = builder.program(root)
-    value_shape = tuple(root.shape)
+    value_shape = tuple(int(d) for d in root.shape)
     ndim = len(value_shape)
     axes = normalize_axes(axis, ndim, reducer.name, single=reducer.indexed)
     reduced = tuple(range(ndim)) if axes is None else axes

@@ -20,7 +20,8 @@ association only.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out
 from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype, unsigned_ctype
-from .reduction import REDUCERS, Reducer, normalize_axes, user_reducer
+from .reduction import INSPECT_MULTIPROCESSORS, REDUCERS, Reducer, normalize_axes, user_reducer
 from .scratch import SCRATCH, multiprocessors
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
@@ -154,7 +155,9 @@ class ScanPlan(Plan):
     value: np.dtype
     acc: np.dtype
     dtype: np.dtype
+    _steps: dict[int, ScanStep] = field(default_factory=dict, init=False, repr=False)  # by SM count
 
+    @cached_property
     def extents(self) -> tuple[int, int, int]:
         """(outer, count, inner): the scanned axis with what comes before and after it."""
         if self.axis is None:
@@ -164,7 +167,21 @@ class ScanPlan(Plan):
         return outer, self.value_shape[self.axis], inner
 
     def step(self, sms: int) -> ScanStep:
-        outer, count, inner = self.extents()
+        """The launch for this shape on a device with ``sms`` multiprocessors, decided once per
+        plan and SM count: warm calls only look it up."""
+        found = self._steps.get(sms)
+        if found is None:
+            found = self._steps[sms] = self._decide(sms)
+        return found
+
+    @cached_property
+    def status_roles(self) -> tuple[str, str]:
+        """Scratch roles of the look-back statuses (one layout per status word count)."""
+        words = status_words(self.acc)
+        return f"scan-aggregates-{words}", f"scan-inclusive-{words}"
+
+    def _decide(self, sms: int) -> ScanStep:
+        outer, count, inner = self.extents
         ndim, out_ndim = len(self.value_shape), len(self.shape)
         if inner == 1 and count > LINES_MAX:
             items = max(1, min(MAX_ITEMS, ITEMS_BYTES // max(self.value.itemsize, self.acc.itemsize)))
@@ -197,13 +214,13 @@ class ScanPlan(Plan):
             return
         step = self.step(multiprocessors(session.device))
         (value,) = values
-        outer, count, inner = self.extents()
+        outer, count, inner = self.extents
         if step.variant.stage == "lines":
             step.kernel(value, out, count, outer, inner, grid=(step.blocks, 1, 1))
             return
         epoch, wrapped = SCRATCH.next_epoch(session)
         words = status_words(self.acc)
-        roles = (f"scan-aggregates-{words}", f"scan-inclusive-{words}")
+        roles = self.status_roles
         if wrapped:
             for role in roles:
                 SCRATCH.discard(session, role, _UINT64)
@@ -212,8 +229,8 @@ class ScanPlan(Plan):
         step.kernel(value, out, *status, counter, count, outer, epoch, grid=(step.blocks, 1, 1))
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
-        step = self.step(132)
-        outer, count, inner = self.extents()
+        step = self.step(INSPECT_MULTIPROCESSORS)
+        outer, count, inner = self.extents
         target = out if out is not None else np.empty(self.shape, self.dtype)
         (value,) = self.values(args)
         if step.variant.stage == "lines":
