@@ -197,8 +197,16 @@ class BlasError(KernelDSLError, RuntimeError):
         self.api = api
 
 
-class BlasNotAvailableError(KernelDSLError, ImportError):
+class ExtraNotInstalledError(KernelDSLError, ImportError):
+    """A feature needs an optional extra (``pip install 'kerneldsl[NAME]'``) that is not installed."""
+
+
+class BlasNotAvailableError(ExtraNotInstalledError):
     """The optional ``kerneldsl[blas]`` extra is not installed."""
+
+
+class DistributedNotAvailableError(ExtraNotInstalledError):
+    """The optional ``kerneldsl[distributed]`` extra (Dask distributed, cloudpickle) is not installed."""
 
 
 class FusionError(KernelDSLError, TypeError):

@@ -22,7 +22,6 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl.bench.report import Report, print_report, wall_median
-from kerneldsl.distributed.cluster import worker_name
 from kerneldsl.errors import WorkerLostError
 
 
@@ -80,6 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> Report:
     from distributed import Client
+
+    from kerneldsl.distributed.cluster import worker_name
 
     gpus_arg: Any = "all" if args.gpus == "all" else [int(g) for g in args.gpus.split(",")]
     report: Report = {}

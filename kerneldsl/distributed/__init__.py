@@ -16,6 +16,10 @@ Anyone who can submit to the scheduler runs native code on the GPU hosts (kernel
 pickled): keep the scheduler on localhost or behind TLS (see the README).
 """
 
+from ._extra import require_extra
+
+require_extra()
+
 from .cluster import LocalGPUCluster
 from .gpus import GPUs, Incarnation, attach
 from .handles import RemoteArray, RemoteFuture

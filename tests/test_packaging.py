@@ -1,0 +1,99 @@
+"""What a plain install gives a new user: a wheel that builds in isolation, and a CLI and package
+that work without any extra (``.ci/run`` does the same with real venvs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Run first in a subprocess: these modules cannot be imported, as on a machine without the extra.
+BLOCK_IMPORTS = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    class Absent(importlib.abc.MetaPathFinder):
+        def __init__(self, *names):
+            self.names = names
+
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in self.names:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+
+    sys.meta_path.insert(0, Absent(NAMES))
+    """
+)
+
+
+def run_without(names: tuple[str, ...], code: str) -> subprocess.CompletedProcess[str]:
+    script = BLOCK_IMPORTS.replace("NAMES", ", ".join(map(repr, names))) + textwrap.dedent(code)
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv", [["info"], ["cache", "info"], ["cache", "list"], ["bench", "--help"]])
+def test_cli_commands_run_without_dask(argv: list[str], tmp_path: Path) -> None:
+    result = run_without(
+        ("distributed", "dask"),
+        f"""
+        import os, sys
+        os.environ["KERNELDSL_CACHE_DIR"] = {str(tmp_path / "cache")!r}
+        from kerneldsl.cli import main
+        try:
+            code = main({argv!r})
+        except SystemExit as exc:  # --help
+            code = exc.code
+        sys.exit(code)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_cli_does_not_import_dask() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys, kerneldsl.cli as c; c.build_parser(); print('distributed' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.strip() == "False", result.stderr
+
+
+def test_kd_distributed_without_the_extra_names_the_extra() -> None:
+    result = run_without(
+        ("distributed",),
+        """
+        import kerneldsl as kd
+        from kerneldsl.errors import DistributedNotAvailableError
+        try:
+            kd.distributed
+        except DistributedNotAvailableError as exc:
+            assert isinstance(exc, ImportError)
+            print(exc)
+        """,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "pip install 'kerneldsl[distributed]'" in result.stdout
+
+
+def test_an_isolated_build_makes_a_complete_wheel(tmp_path: Path) -> None:
+    """pip's default build: its own environment with only the build requirements, so setup.py
+    cannot import kerneldsl (its dependencies are not there)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    (wheel,) = tmp_path.glob("kerneldsl-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "kerneldsl/py.typed" in names
+    assert any(n.startswith("kerneldsl/_templates_compiled/tmpl_") for n in names)
+    assert any(n.startswith("kerneldsl/templates/") and n.endswith(".j2") for n in names)
