@@ -384,13 +384,24 @@ def _bindings(spec: Any) -> str:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    """Run a benchmark once what it needs is known to be here (else one line, exit 2), then plot it."""
+    """Run a benchmark once what it needs is known to be here (else one line, exit 2), then plot it.
+
+    The benchmark's own options are parsed here, by a parser its module builds: the ``kerneldsl``
+    parser knows only the names, so no other command imports a benchmark (or its baselines).
+    """
     name = args.benchmark
-    unmet = BENCHMARKS[name].unmet(name) or (plot.unavailable() if args.plot else None)
+    benchmark = BENCHMARKS[name]
+    parser = argparse.ArgumentParser(prog=f"kerneldsl bench {name}", description=benchmark.help)
+    benchmark.add_arguments(parser)
+    parser.add_argument(
+        "--plot", metavar="FILE.svg", help="also draw the figures, one bar chart per section (needs matplotlib)"
+    )
+    args = parser.parse_args(args.options)
+    unmet = benchmark.unmet(name) or (plot.unavailable() if args.plot else None)
     if unmet:
         print(f"kerneldsl: error: {unmet}", file=sys.stderr)
         return 2
-    report = BENCHMARKS[name].run(args)
+    report = benchmark.run(args)
     if args.plot:
         plot.save(report, args.plot, f"kerneldsl bench {name}")
         print(f"plotted to {args.plot}", file=sys.stderr)  # stdout may be --json
@@ -449,11 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="measure kerneldsl's own costs on this machine")
     benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     for name, b in BENCHMARKS.items():
-        sub = _command(benchmarks, name, cmd_bench, b.help)
-        b.add_arguments(sub)
-        sub.add_argument(
-            "--plot", metavar="FILE.svg", help="also draw the figures, one bar chart per section (needs matplotlib)"
-        )
+        _command(benchmarks, name, cmd_bench, b.help, add_help=False)  # cmd_bench parses its options
     return parser
 
 
@@ -466,7 +473,11 @@ def _command(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, options = parser.parse_known_args(argv)
+    if options and args.command != "bench":
+        parser.error(f"unrecognized arguments: {' '.join(options)}")
+    args.options = options
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         code = handler(args)

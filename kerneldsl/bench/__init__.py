@@ -8,21 +8,14 @@ parsed arguments, printing its figures and returning them as a report (``--plot`
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import ModuleType
+from typing import cast
 
 from ..runtime import driver
-from . import (
-    arrays_bench,
-    blas_bench,
-    coldstart_bench,
-    compile_bench,
-    distributed_bench,
-    ops_bench,
-    reduce_bench,
-    runtime_bench,
-)
 from .report import Report
 
 
@@ -31,8 +24,7 @@ class Benchmark:
     """One ``kerneldsl bench`` subcommand."""
 
     help: str
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], Report]
+    module: str  # ``kerneldsl.bench.NAME``, imported only to run: the CLI starts without the baselines
     gpu: bool = False
     modules: Mapping[str, str] = field(default_factory=dict)  # import name -> what to call it
     install: str = ""  # the command that installs ``modules``
@@ -52,6 +44,15 @@ class Benchmark:
             f": {self.install}" if absent else ""
         )
 
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        self._load().add_arguments(parser)
+
+    def run(self, args: argparse.Namespace) -> Report:
+        return cast(Report, self._load().run(args))
+
+    def _load(self) -> ModuleType:
+        return importlib.import_module(self.module)
+
 
 def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
@@ -66,61 +67,53 @@ _CUPY = "pip install cupy-cuda13x"
 BENCHMARKS: dict[str, Benchmark] = {
     "compile": Benchmark(
         "cold NVRTC compile vs disk-cache hit in a fresh process vs in-process lookup",
-        compile_bench.add_arguments,
-        compile_bench.run,
+        "kerneldsl.bench.compile_bench",
     ),
     "coldstart": Benchmark(
         "GPU: fresh process to first numpy result vs the cuda.bindings floor and CuPy; import times",
-        coldstart_bench.add_arguments,
-        coldstart_bench.run,
+        "kerneldsl.bench.coldstart_bench",
         gpu=True,
         modules={"cupy": "CuPy"},
         install=_CUPY,
     ),
     "runtime": Benchmark(
         "GPU: launch cost, graph replay, transfers, numpy end to end, side by side with CuPy and cuda.core",
-        runtime_bench.add_arguments,
-        runtime_bench.run,
+        "kerneldsl.bench.runtime_bench",
         gpu=True,
         modules={"cupy": "CuPy"},
         install=_CUPY,
     ),
     "blas": Benchmark(
         "GPU: kd.blas gemm throughput vs cupy.matmul, per-call host cost vs the nvmath binding, CuPy, torch",
-        blas_bench.add_arguments,
-        blas_bench.run,
+        "kerneldsl.bench.blas_bench",
         gpu=True,
         modules={"nvmath": "nvmath-python"},
         install="pip install 'kerneldsl[blas]'",
     ),
     "ops": Benchmark(
         "GPU: kd.ops saxpy / sum / fused chain bandwidth vs torch and CuPy, compile times, ops launch cost",
-        ops_bench.add_arguments,
-        ops_bench.run,
+        "kerneldsl.bench.ops_bench",
         gpu=True,
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",
     ),
     "arrays": Benchmark(
         "GPU: array code allocating its results, fused GELU, alloc+free, numpy calls, keywords vs torch and CuPy",
-        arrays_bench.add_arguments,
-        arrays_bench.run,
+        "kerneldsl.bench.arrays_bench",
         gpu=True,
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",
     ),
     "reduce": Benchmark(
         "GPU: kd.ops.sum over every axis, the full sum and cumsum vs CuPy and torch, and vs the copy bandwidth",
-        reduce_bench.add_arguments,
-        reduce_bench.run,
+        "kerneldsl.bench.reduce_bench",
         gpu=True,
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",
     ),
     "distributed": Benchmark(
         "GPU: remote kernel call vs Dask actor and task round trips, pipelining, two GPUs vs one, worker cold start",
-        distributed_bench.add_arguments,
-        distributed_bench.run,
+        "kerneldsl.bench.distributed_bench",
         gpu=True,
         modules={"distributed": "Dask distributed"},
         install="pip install 'kerneldsl[distributed]'",
