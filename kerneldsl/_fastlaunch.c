@@ -64,14 +64,38 @@ enum {
     SLOT_F16, SLOT_F32, SLOT_F64, SLOT_KINDS
 };
 
-/* Where DeviceArray keeps what a launch reads: __slots__ offsets, set once by configure(). */
-static PyTypeObject *array_type = NULL;
-static Py_ssize_t off_session, off_closed, off_shape, off_ptr, off_nbytes, off_tag, off_raw, off_ref;
-/* Every object slot of DeviceArray (its own and its bases'): what an array made here copies from
- * a template; none (array_count 0) when the class keeps anything in a __dict__. */
-static Py_ssize_t array_slots[MAX_ARRAY_SLOTS];
-static int array_count = 0;
-static PyObject *array_kind = NULL; /* DeviceArray.kind: how the session's registry and queue name its memory */
+/* Where DeviceArray keeps what a launch reads: its __slots__ offsets, read by configure(). A
+ * Layout never changes once made; every entry and allocator holds the one current when it was
+ * made and reads arrays only through it, so a configure() from Python code that a call runs (a
+ * scalar's __float__, allocate()) cannot change the offsets a call in progress reads with. */
+typedef struct {
+    PyObject_HEAD
+    PyTypeObject *type;
+    Py_ssize_t session, closed, shape, ptr, nbytes, tag, raw, ref;
+    /* Every object slot of the class (its own and its bases'): what an array made here copies
+     * from a template; none (count 0) when the class keeps anything in a __dict__. */
+    Py_ssize_t slots[MAX_ARRAY_SLOTS];
+    int count;
+    PyObject *kind; /* DeviceArray.kind: how the session's registry and queue name its memory */
+} Layout;
+
+static void layout_dealloc(Layout *Y)
+{
+    Py_XDECREF(Y->type);
+    Py_XDECREF(Y->kind);
+    Py_TYPE(Y)->tp_free((PyObject *)Y);
+}
+
+static PyTypeObject LayoutType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kerneldsl._fastlaunch.Layout",
+    .tp_doc = "Where DeviceArray keeps its fields, as configure() found them.",
+    .tp_basicsize = sizeof(Layout),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)layout_dealloc,
+};
+
+static Layout *layout = NULL; /* the current one: what new entries and allocators take */
 static PyObject *str_ok, *str_call, *str_launch_failed, *str_alpha, *str_beta, *str_out, *str_stream;
 static PyObject *str_acquire, *str_release, *str_popleft, *str_appendleft;
 
@@ -98,6 +122,7 @@ typedef struct {
 typedef struct {
     PyObject_HEAD
     PyObject *session, *deferred, *captures, *lock, *handles, *dropped, *streams;
+    Layout *layout;
     pool_alloc_fn pool_alloc;
     async_free_fn async_free;
     current_context_fn current_context;
@@ -109,6 +134,7 @@ static PyTypeObject AllocatorType;
 
 typedef struct {
     ENTRY_HEAD
+    Layout *layout;
     PyObject *session;
     PyObject *deferred; /* session.fast_path_watch()[0]: frees queued by finalizers */
     PyObject *captures; /* session.fast_path_watch()[1]: graphs being captured */
@@ -180,23 +206,23 @@ static int launch_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nar
  * entry was made for, still open. A Stream is a Handle like DeviceArray, so its _closed slot sits
  * at the offset configure() read (fastpath checks that both classes share the member). Read it
  * after the last conversion that may run Python code. */
-static int stream_matches(PyObject *given, PyObject *expected)
+static int stream_matches(const Layout *Y, PyObject *given, PyObject *expected)
 {
     if (given != expected)
         return 0;
-    return given == Py_None || SLOT(given, off_closed) == Py_False;
+    return given == Py_None || SLOT(given, Y->closed) == Py_False;
 }
 
 static int slot_offset(PyTypeObject *type, const char *name, Py_ssize_t *offset);
 
 /* What an entry's stream_object may be: None, or an object whose _closed member sits where a
  * DeviceArray's does (a Stream), so that stream_matches reads a real slot; -1 with TypeError if not. */
-static int check_stream_object(PyObject *obj)
+static int check_stream_object(const Layout *Y, PyObject *obj)
 {
     Py_ssize_t offset;
     if (obj == Py_None)
         return 0;
-    if (slot_offset(Py_TYPE(obj), "_closed", &offset) < 0 || offset != off_closed) {
+    if (slot_offset(Py_TYPE(obj), "_closed", &offset) < 0 || offset != Y->closed) {
         PyErr_Clear();
         PyErr_SetString(PyExc_TypeError, "stream_object must be None or a Stream");
         return -1;
@@ -218,22 +244,23 @@ static int exact_int(PyObject *v, long long *out);
  * of memory: the address then stays reserved in the pool until the session closes. */
 static PyObject *adopt(Allocator *A, PyObject *template, unsigned long long ptr)
 {
+    const Layout *Y = A->layout;
     PyObject *raw = PyLong_FromUnsignedLongLong(ptr);
     if (raw == NULL)
         return NULL;
-    PyObject *a = array_type->tp_alloc(array_type, 0);
+    PyObject *a = Y->type->tp_alloc(Y->type, 0);
     if (a == NULL) {
         Py_DECREF(raw);
         return NULL;
     }
-    for (int i = 0; i < array_count; i++)
-        SLOT(a, array_slots[i]) = Py_XNewRef(SLOT(template, array_slots[i]));
-    Py_XSETREF(SLOT(a, off_closed), Py_NewRef(Py_False));
-    Py_XSETREF(SLOT(a, off_ptr), Py_NewRef(raw));
-    Py_XSETREF(SLOT(a, off_raw), raw);
+    for (int i = 0; i < Y->count; i++)
+        SLOT(a, Y->slots[i]) = Py_XNewRef(SLOT(template, Y->slots[i]));
+    Py_XSETREF(SLOT(a, Y->closed), Py_NewRef(Py_False));
+    Py_XSETREF(SLOT(a, Y->ptr), Py_NewRef(raw));
+    Py_XSETREF(SLOT(a, Y->raw), raw);
     PyObject *ref = PyWeakref_NewRef(a, A->dropped);
     PyObject *key = ref == NULL ? NULL : PyLong_FromVoidPtr(ref);
-    PyObject *owned = key == NULL ? NULL : PyTuple_Pack(3, ref, array_kind, raw);
+    PyObject *owned = key == NULL ? NULL : PyTuple_Pack(3, ref, Y->kind, raw);
     int registered = owned != NULL && PyDict_SetItem(A->handles, key, owned) == 0;
     Py_XDECREF(key);
     Py_XDECREF(owned);
@@ -242,7 +269,7 @@ static PyObject *adopt(Allocator *A, PyObject *template, unsigned long long ptr)
         Py_DECREF(a);
         return NULL;
     }
-    Py_XSETREF(SLOT(a, off_ref), ref);
+    Py_XSETREF(SLOT(a, Y->ref), ref);
     return a;
 }
 
@@ -265,7 +292,7 @@ static int drain_here(Allocator *A)
             break;
         unsigned long long ptr = 0;
         int ours = PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2 &&
-                   is_name(PyTuple_GET_ITEM(item, 0), array_kind) && PyLong_CheckExact(PyTuple_GET_ITEM(item, 1));
+                   is_name(PyTuple_GET_ITEM(item, 0), A->layout->kind) && PyLong_CheckExact(PyTuple_GET_ITEM(item, 1));
         if (ours) {
             ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 1));
             ours = !PyErr_Occurred();
@@ -293,7 +320,7 @@ static int drain_here(Allocator *A)
 static PyObject *allocate_here(Allocator *A, PyObject *template)
 {
     long long nbytes;
-    if (!exact_int(SLOT(template, off_nbytes), &nbytes) || nbytes <= 0)
+    if (Py_TYPE(template) != A->layout->type || !exact_int(SLOT(template, A->layout->nbytes), &nbytes) || nbytes <= 0)
         return NULL;
     PyObject *taken = PyObject_CallMethodOneArg(A->lock, str_acquire, Py_False);
     if (taken == NULL) {
@@ -333,7 +360,7 @@ static PyObject *allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwd
 {
     static char *names[] = {"session", NULL};
     PyObject *session;
-    if (array_type == NULL) {
+    if (layout == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
@@ -351,11 +378,12 @@ static PyObject *allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwd
                                 &stream, &lock, &PyDict_Type, &handles, &dropped, &streams) &&
                (A = (Allocator *)type->tp_alloc(type, 0)) != NULL) {
         A->session = Py_NewRef(session);
+        A->layout = (Layout *)Py_NewRef(layout);
         A->lock = Py_NewRef(lock); /* before the tuple goes: it may hold the only reference */
         A->handles = Py_NewRef(handles);
         A->dropped = Py_NewRef(dropped);
         A->streams = Py_NewRef(streams);
-        A->enabled = alloc && free_ && current && array_count;
+        A->enabled = alloc && free_ && current && A->layout->count;
         A->pool_alloc = (pool_alloc_fn)(uintptr_t)alloc;
         A->async_free = (async_free_fn)(uintptr_t)free_;
         A->current_context = (current_context_fn)(uintptr_t)current;
@@ -390,6 +418,7 @@ static int allocator_clear(Allocator *A)
     Py_CLEAR(A->handles);
     Py_CLEAR(A->dropped);
     Py_CLEAR(A->streams);
+    Py_CLEAR(A->layout);
     return 0;
 }
 
@@ -404,7 +433,7 @@ static void allocator_dealloc(Allocator *A)
  * when the Python path should make it (see allocate_here). */
 static PyObject *allocator_make(Allocator *A, PyObject *template)
 {
-    if (Py_TYPE(template) != array_type || SLOT(template, off_session) != A->session) {
+    if (Py_TYPE(template) != A->layout->type || SLOT(template, A->layout->session) != A->session) {
         PyErr_SetString(PyExc_TypeError, "make() takes a DeviceArray.template of the allocator's session");
         return NULL;
     }
@@ -586,34 +615,44 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
              *allocator = Py_None;
     unsigned long long launch, function, stream;
     int out_keyword = 0;
-    if (array_type == NULL) {
+    if (layout == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pOOOO:Launch", names, &PyTuple_Type, &table, &session,
                                      &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword,
-                                     &stream_object, &allocate, &template, &allocator) ||
-        check_stream_object(stream_object) < 0)
+                                     &stream_object, &allocate, &template, &allocator))
         return NULL;
+    Layout *Y = (Layout *)Py_NewRef(layout); /* after parsing (p runs __bool__): the one this entry reads by */
+    if (check_stream_object(Y, stream_object) < 0) {
+        Py_DECREF(Y);
+        return NULL;
+    }
     if (launch == 0) {
         PyErr_SetString(PyExc_ValueError, "no cuLaunchKernel entry point");
+        Py_DECREF(Y);
         return NULL;
     }
     if (allocate != Py_None && (!out_keyword || stream_object != Py_None || !PyCallable_Check(allocate))) {
         PyErr_SetString(PyExc_ValueError, "allocate= is a callable for out_keyword entries on the session stream");
+        Py_DECREF(Y);
         return NULL;
     }
     if ((template == Py_None) != (allocator == Py_None) ||
-        (template != Py_None && (allocate == Py_None || Py_TYPE(template) != array_type ||
-                                 SLOT(template, off_session) != session || !Py_IS_TYPE(allocator, &AllocatorType) ||
+        (template != Py_None && (allocate == Py_None || Py_TYPE(template) != Y->type ||
+                                 SLOT(template, Y->session) != session || !Py_IS_TYPE(allocator, &AllocatorType) ||
                                  ((Allocator *)allocator)->session != session))) {
         PyErr_SetString(PyExc_ValueError,
                         "template= (a DeviceArray) and allocator= (an Allocator) of the session go with allocate=");
+        Py_DECREF(Y);
         return NULL;
     }
     Launch *L = (Launch *)type->tp_alloc(type, 0);
-    if (L == NULL)
+    if (L == NULL) {
+        Py_DECREF(Y);
         return NULL;
+    }
+    L->layout = Y;
     L->attempt = launch_attempt;
     memset(L->is_array, 0, sizeof L->is_array);
     if (load_table(L, table) < 0)
@@ -634,7 +673,8 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     L->stream_object = Py_NewRef(stream_object);
     L->out_keyword = out_keyword;
     L->allocate = allocate == Py_None ? NULL : Py_NewRef(allocate);
-    if (template != Py_None && ((Allocator *)allocator)->enabled) {
+    /* an allocator of another layout makes arrays of another class: the Python path allocates */
+    if (template != Py_None && ((Allocator *)allocator)->enabled && ((Allocator *)allocator)->layout == Y) {
         L->allocator = Py_NewRef(allocator);
         L->template = Py_NewRef(template);
     }
@@ -667,6 +707,7 @@ static int launch_clear(Launch *L)
     Py_CLEAR(L->allocate);
     Py_CLEAR(L->allocator);
     Py_CLEAR(L->template);
+    Py_CLEAR(L->layout);
     return 0;
 }
 
@@ -851,13 +892,14 @@ static int exact_int(PyObject *v, long long *out)
     return 1;
 }
 
-/* Read one DeviceArray's extents, address and size, if it is an open array of the session
- * with the expected rank and plain int fields; 0 otherwise. */
-static int read_array(PyObject *a, PyObject *session, int ndim, long long *extents, unsigned long long *ptr,
-                      long long *nbytes)
+/* Read one DeviceArray's extents, address and size by Y (the caller checked that a is of Y's
+ * class), if it is an open array of the session with the expected rank and plain int fields;
+ * 0 otherwise. */
+static int read_array(const Layout *Y, PyObject *a, PyObject *session, int ndim, long long *extents,
+                      unsigned long long *ptr, long long *nbytes)
 {
-    PyObject *shape = SLOT(a, off_shape), *address = SLOT(a, off_ptr), *size = SLOT(a, off_nbytes);
-    if (SLOT(a, off_session) != session || SLOT(a, off_closed) != Py_False || shape == NULL || address == NULL ||
+    PyObject *shape = SLOT(a, Y->shape), *address = SLOT(a, Y->ptr), *size = SLOT(a, Y->nbytes);
+    if (SLOT(a, Y->session) != session || SLOT(a, Y->closed) != Py_False || shape == NULL || address == NULL ||
         size == NULL || !PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != ndim || !PyLong_CheckExact(address))
         return 0;
     for (int axis = 0; axis < ndim; axis++) {
@@ -881,6 +923,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
                           PyObject **result)
 {
     Launch *L = (Launch *)entry;
+    const Layout *Y = L->layout;
     Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
     PyObject *out = NULL, *stream = Py_None; /* borrowed from the caller, like call_args */
     for (Py_ssize_t i = 0; i < nkw; i++) {
@@ -905,7 +948,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
     for (int i = 0; i < given; i++) { /* the arrays' guards again below, after the conversions */
         PyObject *a = args[i];
         if (L->is_array[i]) {
-            if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != guards[i])
+            if (Py_TYPE(a) != Y->type || SLOT(a, Y->tag) != guards[i])
                 return 0;
         } else if ((PyObject *)Py_TYPE(a) != guards[i]) {
             return 0;
@@ -933,15 +976,15 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
             return -1;
         argv[nargs] = fresh;
     }
-    if (!session_ready(L->session, L->deferred, L->captures) || !stream_matches(stream, L->stream_object))
+    if (!session_ready(L->session, L->deferred, L->captures) || !stream_matches(Y, stream, L->stream_object))
         goto decline;
 
     long long extents[MAX_ARRAYS][MAX_NDIM], nbytes[MAX_ARRAYS], syms[MAX_SYMS];
     unsigned long long ptrs[MAX_ARRAYS];
     for (int j = 0; j < L->narrays; j++) {
         PyObject *a = args[L->array_arg[j]];
-        if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != guards[L->array_arg[j]] ||
-            !read_array(a, L->session, L->array_ndim[j], extents[j], &ptrs[j], &nbytes[j]))
+        if (Py_TYPE(a) != Y->type || SLOT(a, Y->tag) != guards[L->array_arg[j]] ||
+            !read_array(Y, a, L->session, L->array_ndim[j], extents[j], &ptrs[j], &nbytes[j]))
             goto decline;
     }
     for (int b = 0; b < L->nbinds; b++)
@@ -1024,6 +1067,7 @@ typedef int (*lt_matmul_fn)(void *handle, void *desc, const void *alpha, const v
 /* Operands in the order of the Python call: a, b, out (all 2-D). */
 typedef struct {
     ENTRY_HEAD
+    Layout *layout;
     PyObject *session;
     PyObject *deferred;
     PyObject *captures;
@@ -1076,14 +1120,15 @@ static int gemm_attempt(PyObject *entry, PyObject *const *args, Py_ssize_t nargs
     }
     /* alpha and beta are converted above, before anything else is read: their __float__ may run
      * Python code that closes the session, the stream or an operand. */
-    if (!stream_matches(stream, G->stream_object))
+    const Layout *Y = G->layout;
+    if (!stream_matches(Y, stream, G->stream_object))
         return 0;
     unsigned long long ptrs[3];
     long long sizes[3], extents[2];
     for (int j = 0; j < 3; j++) {
         PyObject *a = operands[j];
-        if (Py_TYPE(a) != array_type || SLOT(a, off_tag) != G->tags[j] ||
-            !read_array(a, G->session, 2, extents, &ptrs[j], &sizes[j]) || extents[0] != G->shapes[j][0] ||
+        if (Py_TYPE(a) != Y->type || SLOT(a, Y->tag) != G->tags[j] ||
+            !read_array(Y, a, G->session, 2, extents, &ptrs[j], &sizes[j]) || extents[0] != G->shapes[j][0] ||
             extents[1] != G->shapes[j][1] || (ptrs[j] & (G->alignment[j] - 1)) != 0)
             return 0;
     }
@@ -1133,27 +1178,33 @@ static PyObject *gemm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     PyObject *session, *tags, *shapes, *alignment, *layouts, *stream_object = Py_None;
     unsigned long long matmul, current_context, context, handle, desc, algo, workspace, workspace_bytes, stream;
     int double_scale;
-    if (array_type == NULL) {
+    if (layout == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!O!O!KKKKKO!KKKKp|O:GemmLaunch", names, &session,
                                      &PyTuple_Type, &tags, &PyTuple_Type, &shapes, &PyTuple_Type, &alignment,
                                      &matmul, &current_context, &context, &handle, &desc, &PyTuple_Type, &layouts,
-                                     &algo, &workspace, &workspace_bytes, &stream, &double_scale, &stream_object) ||
-        check_stream_object(stream_object) < 0)
+                                     &algo, &workspace, &workspace_bytes, &stream, &double_scale, &stream_object))
         return NULL;
-    if (matmul == 0 || current_context == 0) {
-        PyErr_SetString(PyExc_ValueError, "no cublasLtMatmul or cuCtxGetCurrent entry point");
+    Layout *Y = (Layout *)Py_NewRef(layout); /* after parsing (p runs __bool__): the one this entry reads by */
+    if (check_stream_object(Y, stream_object) < 0) {
+        Py_DECREF(Y);
         return NULL;
     }
-    if (PyTuple_GET_SIZE(tags) != 3 || PyTuple_GET_SIZE(shapes) != 3) {
-        PyErr_SetString(PyExc_ValueError, "a GemmLaunch has three operands");
+    if (matmul == 0 || current_context == 0 || PyTuple_GET_SIZE(tags) != 3 || PyTuple_GET_SIZE(shapes) != 3) {
+        PyErr_SetString(PyExc_ValueError, matmul == 0 || current_context == 0
+                                              ? "no cublasLtMatmul or cuCtxGetCurrent entry point"
+                                              : "a GemmLaunch has three operands");
+        Py_DECREF(Y);
         return NULL;
     }
     GemmLaunch *G = (GemmLaunch *)type->tp_alloc(type, 0);
-    if (G == NULL)
+    if (G == NULL) {
+        Py_DECREF(Y);
         return NULL;
+    }
+    G->layout = Y;
     G->attempt = gemm_attempt;
     long long table[6];
     int rows;
@@ -1211,6 +1262,7 @@ static int gemm_clear(GemmLaunch *G)
     Py_CLEAR(G->stream_object);
     for (int j = 0; j < 3; j++)
         Py_CLEAR(G->tags[j]);
+    Py_CLEAR(G->layout);
     return 0;
 }
 
@@ -1399,33 +1451,36 @@ static int object_slots(PyTypeObject *type, Py_ssize_t *slots)
     return count;
 }
 
-/* Read every offset first and commit them together: a class missing one member leaves the
- * previous configuration whole (mixed offsets would read past the end of the arrays). */
+/* Read every offset into a new Layout and make it the current one whole: a class missing one
+ * member leaves the previous configuration (mixed offsets would read past the end of the
+ * arrays), and entries made before keep theirs. */
 static PyObject *configure(PyObject *module, PyObject *type)
 {
     static const char *const names[] = {"session", "_closed", "shape", "ptr", "nbytes", "dispatch_tag", "_raw", "_ref"};
-    Py_ssize_t *const targets[] = {&off_session, &off_closed, &off_shape, &off_ptr,
-                                   &off_nbytes,  &off_tag,    &off_raw,   &off_ref};
-    Py_ssize_t offsets[8], slots[MAX_ARRAY_SLOTS];
     if (!PyType_Check(type)) {
         PyErr_SetString(PyExc_TypeError, "configure() takes the DeviceArray class");
         return NULL;
     }
-    for (int i = 0; i < 8; i++) {
-        if (slot_offset((PyTypeObject *)type, names[i], &offsets[i]) < 0)
-            return NULL;
-    }
-    int count = object_slots((PyTypeObject *)type, slots);
-    PyObject *kind = PyObject_GetAttrString(type, "kind");
-    if (kind == NULL)
+    Layout *Y = PyObject_New(Layout, &LayoutType);
+    if (Y == NULL)
         return NULL;
-    for (int i = 0; i < 8; i++)
-        *targets[i] = offsets[i];
-    memcpy(array_slots, slots, sizeof slots);
-    array_count = count;
-    Py_XSETREF(array_kind, kind);
-    Py_INCREF(type);
-    Py_XSETREF(array_type, (PyTypeObject *)type);
+    Y->type = NULL;
+    Y->kind = NULL;
+    Py_ssize_t *const targets[] = {&Y->session, &Y->closed, &Y->shape, &Y->ptr, &Y->nbytes, &Y->tag, &Y->raw, &Y->ref};
+    for (int i = 0; i < 8; i++) {
+        if (slot_offset((PyTypeObject *)type, names[i], targets[i]) < 0) {
+            Py_DECREF(Y);
+            return NULL;
+        }
+    }
+    Y->count = object_slots((PyTypeObject *)type, Y->slots);
+    Y->kind = PyObject_GetAttrString(type, "kind");
+    if (Y->kind == NULL) {
+        Py_DECREF(Y);
+        return NULL;
+    }
+    Y->type = (PyTypeObject *)Py_NewRef(type);
+    Py_XSETREF(layout, Y);
     Py_RETURN_NONE;
 }
 
@@ -1506,7 +1561,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL || str_alpha == NULL || str_beta == NULL ||
         str_out == NULL || str_stream == NULL)
         return NULL;
-    if (PyType_Ready(&AllocatorType) < 0 || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FrontType) < 0)
+    if (PyType_Ready(&LayoutType) < 0 || PyType_Ready(&AllocatorType) < 0 || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FrontType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)

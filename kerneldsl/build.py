@@ -24,7 +24,7 @@ from . import logs
 from ._version import __version__
 from .codegen import Decisions, Generated, Plan, plan, renderer_identity, template_digest
 from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_identity, require_supported
-from .errors import KernelCompileError
+from .errors import InvalidCacheEntryError, KernelCompileError
 from .specialize import Specialization
 
 log = logs.get("build")
@@ -55,6 +55,25 @@ def key_material(spec: Specialization, generated: Generated, options: Sequence[s
         "nvrtc": nvrtc_identity(),
         "arch": spec.arch,
         "output": output,
+        "bindings": bindings(spec),
+    }
+
+
+def bindings(spec: Specialization) -> dict[str, Any]:
+    """The specialization's choices by name, for ``kerneldsl cache list`` and ``explain`` (the
+    source already holds them; constants are their repr, shortened)."""
+    limit = disk_cache.BINDING_TEXT_LIMIT
+
+    def shown(value: Any) -> str:
+        text = repr(value)
+        return text if len(text) <= limit else text[: limit - 3] + "..."
+
+    return {
+        "dtypes": dict(spec.type_vars),
+        "constants": {name: shown(value) for name, value in spec.consts},
+        "extents": dict(spec.fixed_symbols),
+        "aligned": dict(spec.aligned),
+        "index_bits": spec.index_bits,
     }
 
 
@@ -72,6 +91,7 @@ def source_material(spec: Specialization, planned: Plan) -> dict[str, Any]:
         "kernel": spec.signature.name,
         "arch": spec.arch,
         "output": SOURCE_OUTPUT,
+        "bindings": bindings(spec),
         "abi": [list(slot) for slot in planned.abi] + [planned.struct_format],
         "contexts": planned.identity(),
     }
@@ -115,7 +135,20 @@ def _store_sources(store: disk_cache.DiskCache, generated: Generated, key: str, 
     store.put(key, json.dumps(payload, sort_keys=True).encode(), material)
 
 
-@dataclass
+def _stored_image(store: disk_cache.DiskCache, key: str, material: dict[str, Any], output: str) -> CompiledCode | None:
+    """The image stored under ``key``; None on a miss or for an entry that does not decode
+    (evicted, with one warning, and compiled again)."""
+    payload = store.get(key, material)
+    if payload is None:
+        return None
+    try:
+        return CompiledCode.from_bytes(payload, output)
+    except InvalidCacheEntryError as exc:
+        store.evict(key, str(exc))
+        return None
+
+
+@dataclass(repr=False)
 class Build:
     """What ``kernel.inspect()`` returns: the specialization with its sources and image."""
 
@@ -176,6 +209,40 @@ class Build:
         """What a generated array kernel chose (layout, vector width, stage, accumulation)."""
         return self.generated.decisions
 
+    def __repr__(self) -> str:
+        """One line: the specialization, the image's size and resources, where it came from and
+        the cache key's prefix; the sources, image and log are the attributes of those names."""
+        return f"<Build {self.specialization.describe()}: {', '.join(self._summary())}>"
+
+    def _repr_markdown_(self) -> str:
+        """A notebook's view: the specialization and the image as a table."""
+        spec = self.specialization
+        rows = [
+            ("kernel", f"`{spec.signature.name}`"),
+            ("dtypes", ", ".join(f"{n}: {t}" for n, t in spec.param_types) or "none"),
+            ("constants", ", ".join(f"{n}={v!r}" for n, v in spec.consts) or "none"),
+            ("index width", f"{spec.index_bits}-bit"),
+            ("arch", spec.arch),
+            ("image", ", ".join(self._summary()[:-1])),
+            ("cache key", f"`{self.cache_key[:12]}`"),
+        ]
+        table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+        return f"**kerneldsl build** of `{spec.signature.name}`\n\n| | |\n|---|---|\n{table}\n"
+
+    def _summary(self) -> list[str]:
+        compiled = self.compiled
+        parts = [f"{compiled.output} {len(compiled.image)} bytes"]
+        if compiled.registers is not None:
+            parts.append(f"{compiled.registers} registers")
+        if compiled.shared_bytes:
+            parts.append(f"{compiled.shared_bytes} bytes shared")
+        if compiled.spill_bytes:
+            parts.append(f"{compiled.spill_bytes} bytes spilled")
+        took = f" in {self.compile_seconds * 1e3:.0f} ms" if self.origin == "nvrtc" else ""
+        parts.append(f"from {self.origin}{took}")
+        parts.append(f"key {self.cache_key[:12]}")
+        return parts
+
     def launch_factory(self) -> Callable[..., Any]:
         """``make_launch`` from the generated adapter, executed once per build."""
         if self._launch_factory is None:
@@ -205,12 +272,12 @@ def build(
     material = key_material(spec, generated, options, output)
     key = disk_cache.cache_key(material)
     if store is not None:
-        payload = store.get(key, material)
-        if payload is not None:
+        found = _stored_image(store, key, material, output)
+        if found is not None:
             log.debug("disk hit %s %s", spec.describe(), key[:12])
             if rendered:
                 _store_sources(store, generated, texts_key, texts_material)
-            return Build(spec, generated, options, material, key, CompiledCode.from_bytes(payload), "disk", 0.0)
+            return Build(spec, generated, options, material, key, found, "disk", 0.0)
     start = time.perf_counter()
     compiled = _compile(spec, generated, body, options, output)
     seconds = time.perf_counter() - start
@@ -239,4 +306,5 @@ def _compile(
             failure.log,
             mapped,
             generated.cuda_source,
+            spec.signature.name,
         ) from None

@@ -11,14 +11,23 @@ Design, and why:
   (or SMB/CIFS). A cache directory on such a mount is detected from ``/proc/mounts`` on
   Linux and warned about once.
 * Each value is self-validating: magic, format version, a canonical-JSON header carrying
-  the key, the full key material and the payload's size and SHA-256, then the payload.
-  A torn write, a hash collision or a hand-edited file reads as a miss.
+  the key, the full key material and the payload's size, then the payload, then an HMAC-SHA256
+  of all of it under this user's secret (``signing_key``), which lives outside any cache
+  directory, in the user's data directory. The seal is checked before anything is parsed, so a
+  torn write, a hash collision, a hand-edited file or a value written elsewhere (a cache
+  restored from a CI tarball, copied from another machine or another user: its cubins, PTX and
+  generated sources alike) reads as a miss and is evicted, never loaded or run. Without a usable
+  secret the cache lives in memory for the process (one warning).
 * Only ``str`` keys and ``bytes`` values are ever read back. ``diskcache`` would unpickle
   rows stored in pickle mode; a tampered directory must not turn a cache lookup into code
   execution, so such rows are refused before any deserialization and evicted.
 * The directory is private (0o700); one owned by someone else or writable by group/others
   raises ``UnsafeCacheDirError``, and so does a ``cache.db`` (or its ``-wal``/``-shm``) that
-  is a symlink, not ours or writable by group/others. A location that merely does not work
+  is a symlink, not a regular file (a FIFO), not ours or writable by group/others. So does a
+  directory above it that someone else could rename or replace (OpenSSH's rule): every ancestor
+  is owned by root or us and writable by nobody else, unless it is sticky like ``/tmp``, where
+  others cannot rename what is ours. diskcache connects to SQLite by path once per thread (and
+  after a fork), so all of this is checked again before each new connection. A location that merely does not work
   (read-only, under a file, corrupt database) degrades to a per-process in-memory cache with
   one warning.
 * The path is resolved once (``~`` expanded, absolute, symlinks resolved) and must not
@@ -28,13 +37,12 @@ Design, and why:
   ``DiskCache`` is taken from the current directory at construction. After opening, the
   directory and database diskcache uses must be the ones checked.
 * Files are created 0o600 and value subdirectories 0o700 whatever the umask (diskcache
-  alone would use 0o666/0o777). A value file or subdirectory that is a symlink, not ours or
-  writable by group/others is untrusted: the entry is evicted like a corrupt one.
-* Stored text that kerneldsl executes (a build's generated host adapter, kept so that a disk hit
-  renders no template) is sealed by its writer with an HMAC under this user's secret
-  (``signing_key``), which lives outside any cache directory, in the user's data directory.
-  A cache directory written elsewhere (restored from a CI cache, copied from another machine)
-  can then make a lookup miss, never run its text; a cubin is only ever loaded onto the GPU.
+  alone would use 0o666/0o777). A value file or subdirectory that is a symlink, not a regular
+  file, not ours or writable by group/others is untrusted: the entry is evicted like a corrupt one.
+* Every file is opened with ``O_NOFOLLOW | O_NONBLOCK`` and checked to be a regular file on the
+  open descriptor before it is read: a FIFO (tar archives carry them) would block ``open()``.
+* The secret is refused unless it is a regular file of ours that nobody else can write; one that
+  others can read is replaced by a new one with a warning (what it sealed then misses).
 * Size is bounded (2 GiB by default) with least-recently-used eviction. Limits above
   SQLite's largest integer (2**63 - 1) mean "unbounded" and are clamped to it.
 """
@@ -44,6 +52,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import hmac
 import json
 import os
 import re
@@ -79,7 +88,7 @@ __all__ = [
     "signing_key",
 ]
 
-CACHE_FORMAT_VERSION: int = 1
+CACHE_FORMAT_VERSION: int = 2
 
 logger = logs.get("cache")
 
@@ -88,9 +97,9 @@ _PREFIX = struct.Struct(">9sHI")  # magic, format version, header length
 _HEADER_TYPES: dict[str, type] = {
     "key": str,
     "material": dict,
-    "payload_sha256": str,
     "payload_size": int,
 }
+_SEAL_BYTES = 32  # HMAC-SHA256, after the payload
 _DEFAULT_SIZE_LIMIT = 2 * 1024**3
 _MAX_SIZE_LIMIT = 2**63 - 1  # SQLite's largest INTEGER: diskcache stores the limit in its table
 _MIN_FILE_SIZE = 2**15  # values at least this large live in their own file
@@ -98,8 +107,11 @@ _VALUE_FILENAME = re.compile(r"[0-9a-f]{2}[/\\][0-9a-f]{2}[/\\][0-9a-f]{28}\.val
 _NETWORK_FILESYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs"})
 _STORE_ERRORS = (OSError, sqlite3.Error)
 _SHORT_VALUE = 40  # longest repr that explain() quotes
+_PROCESS_SECRET = os.urandom(32)  # seals the in-memory fallback's values
 _VARIABLE_MARKERS = ("$", "%") if os.name == "nt" else ("$",)  # what os.path.expandvars expands
-_OPEN_FLAGS = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_OPEN_FLAGS = (  # O_NONBLOCK: opening a FIFO must not wait for a writer
+    getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+) | getattr(os, "O_BINARY", 0)
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS
 _SYMLINK_ERRNOS = frozenset({errno.ELOOP, errno.EMLINK})  # O_NOFOLLOW met a link (Linux, BSD)
 _WRITE_ATTEMPTS = 10  # as diskcache: a concurrent remove() may prune a fresh subdirectory
@@ -141,16 +153,14 @@ def default_cache_dir() -> Path:
 # --- self-validating values --------------------------------------------------------------
 
 
-def _pack(key: str, payload: bytes, material: Mapping[str, object]) -> bytes:
-    header = _canonical(
-        {
-            "key": key,
-            "material": dict(material),
-            "payload_sha256": hashlib.sha256(payload).hexdigest(),
-            "payload_size": len(payload),
-        }
-    )
-    return _PREFIX.pack(_MAGIC, CACHE_FORMAT_VERSION, len(header)) + header + payload
+def _seal(secret: bytes, body: bytes | memoryview) -> bytes:
+    return hmac.digest(secret, body, "sha256")
+
+
+def _pack(key: str, payload: bytes, material: Mapping[str, object], secret: bytes) -> bytes:
+    header = _canonical({"key": key, "material": dict(material), "payload_size": len(payload)})
+    body = _PREFIX.pack(_MAGIC, CACHE_FORMAT_VERSION, len(header)) + header + payload
+    return body + _seal(secret, body)
 
 
 @dataclass(frozen=True)
@@ -163,24 +173,26 @@ class _Value:
     payload: bytes
 
 
-def _unpack(blob: bytes) -> _Value:
-    """The decoded value; ``CacheError`` saying what is wrong otherwise."""
-    if len(blob) < _PREFIX.size:
+def _unpack(blob: bytes, secret: bytes) -> _Value:
+    """The decoded value; ``CacheError`` saying what is wrong otherwise. The seal is checked
+    first: nothing written without this user's secret is parsed."""
+    if len(blob) < _PREFIX.size + _SEAL_BYTES:
         raise CacheError(f"value truncated to {len(blob)} bytes")
     magic, version, header_size = _PREFIX.unpack_from(blob)
     if magic != _MAGIC:
         raise CacheError("not a kerneldsl cache value (bad magic)")
     if version != CACHE_FORMAT_VERSION:
         raise CacheError(f"format version {version}, expected {CACHE_FORMAT_VERSION}")
+    body = memoryview(blob)[:-_SEAL_BYTES]
+    if not hmac.compare_digest(_seal(secret, body), blob[-_SEAL_BYTES:]):
+        raise CacheError("not sealed with this user's secret (written elsewhere, or corrupt)")
     header_end = _PREFIX.size + header_size
-    if header_end > len(blob):
+    if header_end > len(body):
         raise CacheError("header truncated")
     header = _parse_header(blob[_PREFIX.size : header_end])
-    payload = blob[header_end:]
+    payload = blob[header_end:-_SEAL_BYTES]
     if header["payload_size"] != len(payload):
         raise CacheError(f"payload is {len(payload)} bytes, header says {header['payload_size']}")
-    if header["payload_sha256"] != hashlib.sha256(payload).hexdigest():
-        raise CacheError("payload digest mismatch")
     try:
         material_json = _canonical(header["material"])
     except RecursionError:
@@ -241,7 +253,8 @@ def _resolve_directory(directory: str | os.PathLike[str]) -> Path:
 
 def _make_private_dir(path: Path) -> os.stat_result:
     """Create ``path`` and the parents it lacks with mode 0o700 (``os.makedirs`` would give
-    the parents the umask default), then refuse it unless it is ours alone."""
+    the parents the umask default), then refuse it unless it and its ancestors are ours alone."""
+    _check_ancestors(path)
     missing: list[Path] = []
     probe = path
     while not probe.exists() and probe != probe.parent:
@@ -266,6 +279,31 @@ def _check_private(path: Path) -> os.stat_result:
             "KERNELDSL_CACHE_DIR to a directory of your own"
         )
     return info
+
+
+def _check_ancestors(path: Path) -> None:
+    """Refuse ``path`` (absolute, symlinks resolved) if another user could rename or replace a
+    directory above it, and so swap in a directory of their own after the check: every existing
+    ancestor must be owned by root or us and writable by nobody else, unless it is sticky (as
+    ``/tmp``: others cannot rename or remove what is ours there). OpenSSH checks its files so."""
+    if os.name != "posix":
+        return
+    uid = os.getuid()
+    for ancestor in path.parents:
+        try:
+            info = os.stat(ancestor)
+        except FileNotFoundError:  # made below, 0o700
+            continue
+        if info.st_uid not in (0, uid):
+            reason = f"is owned by uid {info.st_uid}, neither root nor the current user (uid {uid})"
+        elif info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            reason = f"is writable by group or others and not sticky (mode {stat.S_IMODE(info.st_mode):#o})"
+        else:
+            continue
+        raise UnsafeCacheDirError(
+            f"{ancestor}, above {path}, {reason}: another user could replace {path}; set KERNELDSL_CACHE_DIR "
+            "(or XDG_DATA_HOME for the secret) to a directory whose parents only you and root can write"
+        )
 
 
 def _distrust(info: os.stat_result) -> str | None:
@@ -302,7 +340,8 @@ def _open_no_symlink(path: str, flags: int, error: type[CacheError]) -> int:
 def _prepare_database(directory: Path) -> os.stat_result:
     """Create ``cache.db`` 0o600 before SQLite does (it would follow the umask; its -wal and
     -shm files take the database's mode), or refuse an existing one, or its -wal or -shm,
-    that is a symlink, not ours or writable by others: its rows could be forged."""
+    that is a symlink, not a regular file (a FIFO would block SQLite's open), not ours or
+    writable by others: its rows could be forged."""
     path = str(directory / DBNAME)
     try:
         fd = os.open(path, _CREATE_FLAGS, 0o600)
@@ -319,6 +358,35 @@ def _prepare_database(directory: Path) -> os.stat_result:
         except FileNotFoundError:
             pass
     return info
+
+
+def _verify_location(directory: Path) -> None:
+    """Check, before SQLite opens ``cache.db`` by path, everything checked when the cache was
+    opened: its ancestors, the directory and the database."""
+    _check_ancestors(directory)
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode):
+        raise UnsafeCacheDirError(f"cache directory {directory} is no longer a directory")
+    _check_private(directory)
+    _prepare_database(directory)
+
+
+class _VerifiedCache(diskcache.Cache):
+    """A ``diskcache.Cache`` that verifies its location before each new SQLite connection:
+    diskcache connects by path once per thread and again after a fork, long after the check
+    that opened the cache."""
+
+    def __init__(self, directory: Path, **settings: Any) -> None:
+        self._verified_directory = directory
+        super().__init__(str(directory), **settings)
+
+    @property
+    def _con(self) -> sqlite3.Connection:
+        local = self._local
+        if getattr(local, "con", None) is None or getattr(local, "pid", None) != os.getpid():
+            _verify_location(self._verified_directory)
+        con: sqlite3.Connection = super()._con
+        return con
 
 
 def _check_opened(cache: diskcache.Cache, directory: Path, checked: os.stat_result, database: os.stat_result) -> None:
@@ -400,9 +468,9 @@ def default_secret_path() -> Path:
 
 
 def signing_key() -> bytes | None:
-    """This user's secret for sealing stored text that is executed, made (0o600, in a private
-    directory) on first use; None, and nothing stored text says is trusted, where it cannot be
-    made or read or is not ours alone."""
+    """This user's secret for sealing every stored value, made (0o600, in a private directory)
+    on first use; None, and the cache is kept in memory, where it cannot be made or read, is not
+    a regular file, or others could have written it. One that others can read is replaced."""
     try:
         path = default_secret_path()
     except RuntimeError:  # no home directory to find it in (and no $XDG_DATA_HOME)
@@ -418,23 +486,45 @@ def signing_key() -> bytes | None:
 
 
 def _read_secret(path: Path) -> bytes:
-    _make_private_dir(path.parent)
+    directory = Path(os.path.realpath(path.parent))  # the ancestors checked are the ones used
+    _make_private_dir(directory)
+    path = directory / path.name
+    secret = _read_private_secret(path)
+    if secret is None:
+        _warn(
+            f"kerneldsl secret {path} was readable by group or others: replaced by a new private one "
+            "(cache entries sealed with the old one are compiled again)"
+        )
+        _create_secret(path, replace=True)
+        secret = _read_private_secret(path)
+        if secret is None:
+            raise UnsafeCacheDirError(f"{path} is readable by group or others again after replacing it")
+    if len(secret) != _SECRET_BYTES:
+        raise CacheError(f"{path} holds {len(secret)} bytes, not {_SECRET_BYTES}")
+    return secret
+
+
+def _read_private_secret(path: Path) -> bytes | None:
+    """The secret's bytes (made first if missing); None if others can read it, so it is known
+    beyond this user; ``UnsafeCacheDirError`` if it is not a regular file of ours that only we
+    can write."""
     try:
         fd = _open_no_symlink(str(path), os.O_RDONLY, UnsafeCacheDirError)
     except FileNotFoundError:
         _create_secret(path)
         fd = _open_no_symlink(str(path), os.O_RDONLY, UnsafeCacheDirError)
     with os.fdopen(fd, "rb") as reader:
-        _vet(os.fstat(reader.fileno()), str(path), "file", UnsafeCacheDirError)
-        secret = reader.read(_SECRET_BYTES + 1)
-    if len(secret) != _SECRET_BYTES:
-        raise CacheError(f"{path} holds {len(secret)} bytes, not {_SECRET_BYTES}")
-    return secret
+        info = os.fstat(reader.fileno())
+        _vet(info, str(path), "file", UnsafeCacheDirError)
+        if os.name == "posix" and info.st_mode & 0o044:
+            return None
+        return reader.read(_SECRET_BYTES + 1)
 
 
-def _create_secret(path: Path) -> None:
+def _create_secret(path: Path, replace: bool = False) -> None:
     """Write a fresh secret beside ``path`` and link it into place: a concurrent creator's link
-    wins and both read the same secret; a reader never sees a partial one."""
+    wins and both read the same secret; a reader never sees a partial one. ``replace`` renames
+    it over an existing secret instead."""
     import secrets
 
     staging = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
@@ -442,10 +532,14 @@ def _create_secret(path: Path) -> None:
     try:
         with os.fdopen(fd, "wb") as writer:
             writer.write(secrets.token_bytes(_SECRET_BYTES))
+        if replace:
+            os.replace(staging, path)
+            return
         with contextlib.suppress(FileExistsError):
             os.link(staging, path)
     finally:
-        os.unlink(staging)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staging)
 
 
 # --- storage backends --------------------------------------------------------------------
@@ -560,8 +654,8 @@ class _DiskStore:
         checked = _make_private_dir(path)
         database = _prepare_database(path)
         _warn_if_network_fs(path)
-        self._cache = diskcache.Cache(
-            str(path),
+        self._cache = _VerifiedCache(
+            path,
             disk=_BytesOnlyDisk,
             size_limit=size_limit,
             eviction_policy="least-recently-used",
@@ -716,15 +810,16 @@ class DiskCache:
     def get(self, key: str, material: Mapping[str, object]) -> bytes | None:
         """The payload stored for ``key``, or None on a miss or an invalid entry (evicted)."""
         material_json = _canonical(dict(material))
+        secret = self._sealing_key()
         try:
             blob = self._use(lambda store: store.get(key))
             if blob is None:
                 logger.debug("miss %s", key)
                 return None
-            value = _unpack(blob)
+            value = _unpack(blob, secret)
             _check_identity(value, key, material_json)
         except CacheError as exc:
-            self._evict(key, str(exc))
+            self.evict(key, str(exc))
             return None
         logger.debug("hit %s", key)
         return value.payload
@@ -735,12 +830,13 @@ class DiskCache:
             raise TypeError(f"payload must be bytes, not {type(payload).__name__}")
         if key != cache_key(material):
             raise ValueError(f"key {key!r} is not cache_key(material)")
-        blob = _pack(key, payload, material)
+        blob = _pack(key, payload, material, self._sealing_key())
         self._use(lambda store: store.set(key, blob))
         logger.debug("stored %s (%d bytes)", key, len(payload))
 
     def entries(self) -> list[CacheEntryInfo]:
         """Every valid entry; invalid ones found on the way are evicted."""
+        secret = self._sealing_key()
         found = []
         for key, stored_at, blob in self._use(lambda store: list(store.rows())):
             try:
@@ -748,11 +844,12 @@ class DiskCache:
                     raise CacheError("row is not plain bytes")
                 if type(stored_at) not in (int, float):  # would break sorting and explain()
                     raise CacheError(f"store time {stored_at!r} is not a number")
-                value = _unpack(blob)
+                value = _unpack(blob, secret)
                 if value.key != key or hashlib.sha256(value.material_json).hexdigest() != key:
                     raise CacheError("header does not match the row's key")
+                _check_bindings(value.material.get("bindings"))
             except CacheError as exc:
-                self._evict(key, str(exc))
+                self.evict(key, str(exc))
                 continue
             found.append(CacheEntryInfo(key, value.material, len(value.payload), stored_at))
         return found
@@ -773,14 +870,11 @@ class DiskCache:
         candidates = [e for e in self.entries() if e.material.get("kernel") == kernel]
         if not candidates:
             return f"miss: no entries for kernel {kernel!r}"
-        nearest = min(candidates, key=lambda e: (len(_differing(e.material, material)), -e.stored_at))
-        differing = _differing(nearest.material, material)
-        if not differing:
+        nearest = min(candidates, key=lambda e: (len(_differences(e.material, material)), -e.stored_at))
+        differences = _differences(nearest.material, material)
+        if not differences:
             return "hit"
-        details = ", ".join(
-            _describe(name, nearest.material.get(name, _ABSENT), material.get(name, _ABSENT)) for name in differing
-        )
-        return f"miss: nearest entry for kernel {kernel!r} differs in: {details}"
+        return f"miss: nearest entry for kernel {kernel!r} differs in: {', '.join(differences)}"
 
     def close(self) -> None:
         """Release the database connection of this thread (reopened on next use)."""
@@ -807,6 +901,17 @@ class DiskCache:
                     self._degrade(exc)
             return operation(self._store)
 
+    def _sealing_key(self) -> bytes:
+        """This user's secret; without one, the cache degrades to memory, whose values a
+        per-process key seals."""
+        secret = signing_key()
+        if secret is not None:
+            return secret
+        with self._lock:
+            if not self.in_memory:
+                self._degrade(CacheError("there is no usable kerneldsl secret to seal its entries with"))
+        return _PROCESS_SECRET
+
     def _degrade(self, reason: BaseException) -> None:
         _warn(
             f"kerneldsl cache directory {self.directory} is unusable ({reason}); "
@@ -821,7 +926,8 @@ class DiskCache:
             except _STORE_ERRORS:
                 pass
 
-    def _evict(self, key: str, reason: str) -> None:
+    def evict(self, key: str, reason: str) -> None:
+        """Remove the entry under ``key``, which its reader found invalid, with one warning."""
         logger.warning("evicted invalid cache entry %s (%s); it will be recompiled", key, reason)
         self._use(lambda store: store.delete(key))
 
@@ -842,6 +948,81 @@ def _differing(stored: Mapping[str, object], wanted: Mapping[str, object]) -> li
         for name in names
         if name not in stored or name not in wanted or _canonical(stored[name]) != _canonical(wanted[name])
     ]
+
+
+def _differences(stored: Mapping[str, object], wanted: Mapping[str, object]) -> list[str]:
+    """What differs, in words: each binding by name (``constant TILE: 128 -> 256``), then every
+    other component of the key material, which a binding may have changed too (source, abi)."""
+    named = _binding_differences(stored.get("bindings"), wanted.get("bindings"))
+    others = [
+        _describe(name, stored.get(name, _ABSENT), wanted.get(name, _ABSENT))
+        for name in _differing(stored, wanted)
+        if not (name == "bindings" and named)
+    ]
+    return named + others
+
+
+_BINDING_LABELS = {  # field -> how explain() names one of its bindings
+    "dtypes": "dtype {}:",
+    "constants": "constant {}:",
+    "extents": "extent {}:",
+    "aligned": "16-byte aligned {}:",
+}
+
+
+def _binding_differences(stored: object, wanted: object) -> list[str]:
+    """``dtype T: float32 -> float64``, ``index width 32 -> 64``...; nothing unless both sides
+    carry well-formed bindings."""
+    try:
+        _check_bindings(stored)
+        _check_bindings(wanted)
+    except CacheError:
+        return []
+    if not isinstance(stored, dict) or not isinstance(wanted, dict):
+        return []
+    found = []
+    for field, label in _BINDING_LABELS.items():
+        old, new = stored[field], wanted[field]
+        for name in sorted(set(old) | set(new)):
+            if name not in old or name not in new or old[name] != new[name]:
+                before, after = (_binding_text(side.get(name, _ABSENT)) for side in (old, new))
+                found.append(f"{label.format(name)} {before} -> {after}")
+    if stored["index_bits"] != wanted["index_bits"]:
+        found.append(f"index width {stored['index_bits']} -> {wanted['index_bits']}")
+    return found
+
+
+def _binding_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+_BINDING_TYPES: dict[str, type] = {"dtypes": str, "constants": str, "extents": int, "aligned": bool}
+BINDING_TEXT_LIMIT = 80  # longest dtype name or constant repr the bindings hold
+
+
+def _check_bindings(bindings: object) -> None:
+    """Refuse (``CacheError``) key material ``bindings`` of the wrong shape: a kernel's dtype
+    variables, constants (as their repr), specialized extents, array alignment and index width,
+    which ``cache list`` shows and ``explain`` names. None: material without bindings."""
+    if bindings is None:
+        return
+    if not isinstance(bindings, dict) or bindings.keys() != {*_BINDING_TYPES, "index_bits"}:
+        raise CacheError("bindings have the wrong fields")
+    if bindings["index_bits"] not in (32, 64) or type(bindings["index_bits"]) is not int:
+        raise CacheError(f"index width {bindings['index_bits']!r} is neither 32 nor 64")
+    for field, kind in _BINDING_TYPES.items():
+        table = bindings[field]
+        if not isinstance(table, dict):
+            raise CacheError(f"bindings field {field} is not a table")
+        for name, value in table.items():
+            if not name.isidentifier() or type(value) is not kind:
+                raise CacheError(f"binding {name!r} in {field} is not a name with a {kind.__name__}")
+            if isinstance(value, str) and not 0 < len(value) <= BINDING_TEXT_LIMIT:
+                raise CacheError(f"binding {name!r} in {field} is empty or too long")
+            if type(value) is int and not 0 <= value < 2**63:
+                raise CacheError(f"extent {name!r} is out of range")
 
 
 def _describe(name: str, old: object, new: object) -> str:

@@ -184,6 +184,7 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
             "size": e.size,
             "key": e.key,
             "stored_at": e.stored_at,
+            "bindings": e.material.get("bindings"),
             "parameters": _parameters(e.material),
         }
         for e in entries
@@ -195,7 +196,7 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
     else:
         print(
             _table(
-                ("KERNEL", "ARCH", "OUTPUT", "SIZE", "KEY", "STORED", "PARAMETERS"),
+                ("KERNEL", "ARCH", "OUTPUT", "SIZE", "KEY", "STORED", "BINDINGS", "PARAMETERS"),
                 [
                     (
                         r["kernel"],
@@ -204,6 +205,7 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
                         _size(r["size"]),
                         r["key"][:12],
                         _stamp(r["stored_at"]),
+                        _entry_bindings(r["bindings"]),
                         r["parameters"],
                     )
                     for r in rows
@@ -211,6 +213,15 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
             )
         )
     return 0
+
+
+def _entry_bindings(bindings: dict[str, Any] | None) -> str:
+    """``T=float32 TILE=128 n=1024 32-bit``: the dtypes, constants, specialized extents and index
+    width that tell one kernel's entries apart (checked by ``DiskCache.entries``)."""
+    if bindings is None:
+        return ""
+    named = {**bindings["dtypes"], **bindings["constants"], **bindings["extents"]}
+    return " ".join([*(f"{name}={value}" for name, value in named.items()), f"{bindings['index_bits']}-bit"])
 
 
 def _parameters(material: dict[str, Any]) -> str:

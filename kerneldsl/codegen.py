@@ -21,7 +21,7 @@ import numpy as np
 
 from ._version import __version__
 from .dtypes import ELEMENT_TYPES, ElementType
-from .errors import DeclarationError
+from .errors import DeclarationError, ProxyAttributeError
 from .installed import dist_info_pattern, first_version
 from .signature import ArrayParam, Expr, ScalarParam, Signature
 from .specialize import Specialization
@@ -86,10 +86,25 @@ def template_digest() -> str:
 # --- what the body function sees ---------------------------------------------------------------
 
 
-class ArrayProxy:
+class _Proxy:
+    """A parameter as the body function sees it: a misspelt attribute names the kernel, the
+    parameter and the attributes there are (``__getattr__`` runs only for missing ones)."""
+
+    kernel: str
+    name: str
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute.startswith("__") or attribute in ("kernel", "name"):
+            raise AttributeError(attribute)
+        valid = tuple(sorted(a for a in vars(self) if a != "kernel"))
+        raise ProxyAttributeError(self.kernel, self.name, attribute, valid)
+
+
+class ArrayProxy(_Proxy):
     """Stands for an array parameter while the body is generated; ``str()`` is its C name."""
 
-    def __init__(self, param: ArrayParam, et: ElementType, aligned16: bool) -> None:
+    def __init__(self, param: ArrayParam, et: ElementType, aligned16: bool, kernel: str) -> None:
+        self.kernel = kernel
         self.name = param.name
         self.direction = param.direction
         self.dtype: np.dtype = et.numpy
@@ -106,10 +121,11 @@ class ArrayProxy:
         return f"<array {self.name}: {self.direction} {self.dtype}{list(self.shape)}>"
 
 
-class ScalarProxy:
+class ScalarProxy(_Proxy):
     """Stands for a scalar parameter while the body is generated; ``str()`` is its C name."""
 
-    def __init__(self, param: ScalarParam, et: ElementType) -> None:
+    def __init__(self, param: ScalarParam, et: ElementType, kernel: str) -> None:
+        self.kernel = kernel
         self.name = param.name
         self.dtype: np.dtype = et.numpy
         self.ctype = et.ctype
@@ -127,9 +143,9 @@ def body_arguments(spec: Specialization) -> dict[str, Any]:
     args: dict[str, Any] = dict(spec.consts)
     for p in spec.signature.params:
         if isinstance(p, ArrayParam):
-            args[p.name] = ArrayProxy(p, spec.element_type(p.name), aligned[p.name])
+            args[p.name] = ArrayProxy(p, spec.element_type(p.name), aligned[p.name], spec.signature.name)
         elif isinstance(p, ScalarParam):
-            args[p.name] = ScalarProxy(p, spec.element_type(p.name))
+            args[p.name] = ScalarProxy(p, spec.element_type(p.name), spec.signature.name)
     return args
 
 
@@ -183,6 +199,13 @@ class Generated:
     @property
     def param_bytes(self) -> int:
         return SLOT_BYTES * len(self.abi)
+
+    def __repr__(self) -> str:
+        """Sizes, not the sources (``cuda_source``, ``adapter_source``, ``body``)."""
+        return (
+            f"<Generated {self.entry}: CUDA {len(self.cuda_source.splitlines())} lines, adapter "
+            f"{len(self.adapter_source.splitlines())} lines, {len(self.abi)} parameter slots>"
+        )
 
 
 KERNEL_TEMPLATE = "kernel.cu.j2"
@@ -285,6 +308,7 @@ def plan(spec: Specialization, body: Callable[..., Any]) -> Plan:
         "grid": _pad3(sig.grid),
         "block": _pad3(sig.block),
         "shared": sig.shared,
+        "conversions": [{"name": s["name"], "value": s["conversion"]} for s in slots if "conversion" in s],
         "pack_values": [s["value"] for s in slots],
     }
     return Plan(
@@ -328,15 +352,34 @@ def _slots(spec: Specialization) -> list[dict[str, Any]]:
                     value = f"a_{p.name}.strides[{axis}] // {et.numpy.itemsize}"
                     slots.append(_slot(name, "long long", f"long long {name}", "q", value, None))
         else:
-            converter = "to_bfloat16_bits" if et.name == "bfloat16" else None
-            value = f"{converter}(a_{p.name})" if converter else f"a_{p.name}"
-            slots.append(_slot(p.name, et.ctype, f"{et.ctype} {p.name}", et.pack, value, converter))
+            value, converter = scalar_conversion(et, f"a_{p.name}")
+            slot = _slot(p.name, et.ctype, f"{et.ctype} {p.name}", et.pack, f"v_{p.name}", converter)
+            slots.append({**slot, "conversion": value})
     fixed = dict(spec.fixed_symbols)
     index_code = "i" if spec.index_bits == 32 else "q"
     for s in spec.signature.symbols:
         if s not in fixed:
             slots.append(_slot(s, "index_t", f"index_t {s}", index_code, f"s_{s}", None))
     return slots
+
+
+def scalar_conversion(et: ElementType, arg: str) -> tuple[str, str | None]:
+    """The adapter's one conversion of scalar argument ``arg`` to the plain value it packs, and
+    the runtime converter that expression calls (None: a builtin). It runs before the adapter
+    reads any array, since a conversion may run user code (``__index__``, ``__float__``).
+
+    The value is what ``struct`` would take from ``arg`` for the slot's format, so both launch
+    paths still pack every scalar alike: ``operator.index`` for integers, ``math.ldexp(x, 0)``
+    (``PyFloat_AsDouble``, no parsing of strings as ``float()`` does) for floats, truth for
+    bool; exact ints and floats pass as they are.
+    """
+    if et.name == "bfloat16":
+        return f"to_bfloat16_bits({arg})", "to_bfloat16_bits"
+    if et.name == "bool":
+        return f"True if {arg} else False", None
+    if et.kind == "f":
+        return f"{arg} if type({arg}) is float else ldexp({arg}, 0)", "ldexp"
+    return f"{arg} if type({arg}) is int else index({arg})", "index"
 
 
 def _slot(name: str, ctype: str, decl: str, code: str, value: str, converter: str | None) -> dict[str, Any]:

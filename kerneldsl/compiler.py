@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .errors import InvalidArchError, InvalidOptionError, NvrtcNotFoundError
+from .errors import InvalidArchError, InvalidCacheEntryError, InvalidOptionError, NvrtcNotFoundError
 from .installed import first_version
 
 _ARCH = re.compile(r"(sm|compute)_([1-9][0-9]{1,2})([af]?)")  # fullmatch: exact, lowercase, ASCII digits
@@ -182,6 +182,13 @@ class CompiledCode:
     shared_bytes: int | None
     spill_bytes: int | None
 
+    def __repr__(self) -> str:
+        """Sizes and resources, not the image's bytes (``image``) or ptxas's log (``log``)."""
+        return (
+            f"<CompiledCode {self.output} {len(self.image)} bytes, registers={self.registers}, "
+            f"shared_bytes={self.shared_bytes}, spill_bytes={self.spill_bytes}, log {len(self.log.splitlines())} lines>"
+        )
+
     def to_bytes(self) -> bytes:
         meta = json.dumps(
             {
@@ -193,13 +200,39 @@ class CompiledCode:
             },
             sort_keys=True,
         ).encode()
-        return struct.pack("<I", len(meta)) + meta + self.image
+        return _META_LENGTH.pack(len(meta)) + meta + self.image
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> CompiledCode:
-        (n,) = struct.unpack_from("<I", data)
-        meta = json.loads(data[4 : 4 + n])
-        return cls(image=bytes(data[4 + n :]), **meta)
+    def from_bytes(cls, data: bytes, output: str) -> CompiledCode:
+        """The image ``to_bytes`` stored for an ``output`` build; ``InvalidCacheEntryError`` for
+        anything else (the caller evicts it and compiles): every metadata field is checked for
+        type and range, none is passed on unchecked."""
+        if len(data) < _META_LENGTH.size:
+            raise InvalidCacheEntryError(f"image entry truncated to {len(data)} bytes")
+        (n,) = _META_LENGTH.unpack_from(data)
+        end = _META_LENGTH.size + n
+        if end >= len(data):
+            raise InvalidCacheEntryError(f"image metadata of {n} bytes leaves no image in {len(data)} bytes")
+        try:
+            meta = json.loads(data[_META_LENGTH.size : end])
+        except (ValueError, RecursionError):
+            raise InvalidCacheEntryError("image metadata is not valid JSON") from None
+        if not isinstance(meta, dict) or meta.keys() != _META_FIELDS:
+            raise InvalidCacheEntryError("image metadata has the wrong fields")
+        if meta["output"] != output:
+            raise InvalidCacheEntryError(f"image metadata says output {meta['output']!r} for a {output} entry")
+        if type(meta["log"]) is not str:
+            raise InvalidCacheEntryError("image metadata's log is not text")
+        for name, top in _META_COUNTS.items():
+            value = meta[name]
+            if value is not None and (type(value) is not int or not 0 <= value <= top):
+                raise InvalidCacheEntryError(f"image metadata's {name} {value!r} is not an int in [0, {top}]")
+        return cls(bytes(data[end:]), output, meta["log"], meta["registers"], meta["shared_bytes"], meta["spill_bytes"])
+
+
+_META_LENGTH = struct.Struct("<I")
+_META_FIELDS = {"output", "log", "registers", "shared_bytes", "spill_bytes"}
+_META_COUNTS = {"registers": 255, "shared_bytes": 2**32 - 1, "spill_bytes": 2**32 - 1}  # 255: ptxas's most per thread
 
 
 class NvrtcFailure(Exception):

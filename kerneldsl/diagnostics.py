@@ -23,6 +23,8 @@ from dataclasses import dataclass
 _DIAGNOSTIC = re.compile(
     r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$"
 )
+# A diagnostic NVRTC cannot place on a line: an unbalanced "{" is only noticed at the source's end.
+_AT_END = re.compile(r"^At end of source: (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$")
 _PLACEHOLDER = re.compile(r"\\\{[^}]*\\\}")
 # A one-line string literal in the source: generated text (an elementwise expression) embeds it.
 _LITERAL = re.compile(r"""(?P<quote>["'])(?P<text>(?:\\.|(?!(?P=quote)).)+)(?P=quote)""")
@@ -104,6 +106,10 @@ def map_log(log: str, body_file: str, body: str, origin: BodyOrigin | None, sour
     seen: set[tuple[str, str]] = set()
     log_lines = log.splitlines()
     for i, raw in enumerate(log_lines):
+        end = _AT_END.match(raw.strip())
+        if end is not None:
+            mapped.append(_end_entry(f"{end.group('kind')}{end.group('rest')}", body_lines, located, origin, body_file))
+            continue
         m = _DIAGNOSTIC.match(raw.strip())
         if not m:
             continue
@@ -116,7 +122,7 @@ def map_log(log: str, body_file: str, body: str, origin: BodyOrigin | None, sour
         )
         if at is not None:
             text = body_lines[at - 1].strip()
-            where = f"{origin.filename}:{located[at]}" if origin and at in located else f"{body_file}:{at}"
+            where = _where(at, located, origin, body_file)
             entry = _body_entry(where, message, at, text, reported, body_start)
         elif m.group("file") != body_file and 1 <= reported <= len(source_lines):
             text = source_lines[reported - 1].strip()
@@ -127,7 +133,65 @@ def map_log(log: str, body_file: str, body: str, origin: BodyOrigin | None, sour
         if (message, text or entry) not in seen:
             seen.add((message, text or entry))
             mapped.append(entry)
+    stray = stray_brace(body_lines) if mapped else None
+    if stray is not None:  # the errors after it are its consequence: name the cause first
+        where = _where(stray, located, origin, body_file)
+        cause = f'{where}: error: this "}}" closes nothing the body opened, so it ends the kernel\'s function'
+        mapped.insert(0, f"{cause}\n    body line {stray}: {body_lines[stray - 1].strip()}")
     return mapped
+
+
+def _end_entry(
+    message: str, body_lines: list[str], located: dict[int, int], origin: BodyOrigin | None, body_file: str
+) -> str:
+    """An 'at end of source' diagnostic: a "{" the body leaves open is the usual cause, so the
+    entry points at it (NVRTC's own note points at the generated function's brace)."""
+    at = unclosed_brace(body_lines)
+    if at is None:
+        return f"end of the generated source: {message}"
+    where = _where(at, located, origin, body_file)
+    text = body_lines[at - 1].strip()
+    return f'{where}: {message}: the "{{" on body line {at} is never closed\n    body line {at}: {text}'
+
+
+def _where(at: int, located: dict[int, int], origin: BodyOrigin | None, body_file: str) -> str:
+    """Body line ``at`` as the user's ``file.py:LINE`` when known, else ``<kernel>.body:LINE``."""
+    return f"{origin.filename}:{located[at]}" if origin and at in located else f"{body_file}:{at}"
+
+
+_LEXEME = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|[{}]", re.S)
+
+
+def unclosed_brace(body_lines: list[str]) -> int | None:
+    """The body line of the first "{" the body never closes (comments and literals skipped), or None."""
+    return _brace_balance(body_lines)[0]
+
+
+def stray_brace(body_lines: list[str]) -> int | None:
+    """The body line of the first "}" that closes nothing the body opened (it ends the kernel's function)."""
+    return _brace_balance(body_lines)[1]
+
+
+def _brace_balance(body_lines: list[str]) -> tuple[int | None, int | None]:
+    open_lines: list[int] = []
+    stray: int | None = None
+    starts = [0]
+    for text in body_lines:
+        starts.append(starts[-1] + len(text) + 1)
+    text = "\n".join(body_lines)
+    line = 1
+    for m in _LEXEME.finditer(text):
+        while starts[line] <= m.start():
+            line += 1
+        if m.group() == "{":
+            open_lines.append(line)
+        elif m.group() != "}":
+            continue  # a comment or a literal
+        elif open_lines:
+            open_lines.pop()
+        elif stray is None:
+            stray = line
+    return (open_lines[0] if open_lines else None), stray
 
 
 def _body_entry(where: str, message: str, at: int, text: str, reported: int, body_start: int | None) -> str:

@@ -16,52 +16,102 @@ import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from threading import get_ident
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import numpy as np
 
 from . import fastpath
 from .compiler import check_options
 from .dtypes import INT32_MAX
-from .errors import BindingError, CudaError, DeclarationError, WrongSessionError
-from .launch import BoundLaunch, WideIndexNeeded, check_host_arguments, stage_host_call
+from .errors import (
+    BindingError,
+    CudaError,
+    DeclarationError,
+    DriverNotFoundError,
+    KernelDSLError,
+    NoDeviceError,
+    WrongSessionError,
+)
+from .launch import (
+    BoundLaunch,
+    WideIndexNeeded,
+    check_host_arguments,
+    needs_wide_index,
+    planned_launch,
+    stage_host_call,
+)
 from .routing import find_remote, is_remote, route
 from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import DeviceArray
-from .runtime.session import default_session
+from .runtime.session import check_launch_dims, default_session
 from .runtime.stream import Stream
 from .signature import ArrayParam, Dim, Signature, parse_signature
-from .specialize import Specialization, bind, bind_declared, const_key
+from .specialize import Specialization, bind, bind_declared, const_key, scalar_checks
 from .target import device_arch, resolve_arch
 
 if TYPE_CHECKING:
+    from typing import Concatenate, overload
+
+    from typing_extensions import ParamSpec
+
     from .build import Build
     from .codegen import GeneratedBody
+    from .distributed.handles import RemoteArray, RemoteFuture
+
+    _P = ParamSpec("_P", default=...)  # a bare ``Kernel`` is a kernel of any declaration
+    _Q = ParamSpec("_Q")
+    _Grid = Dim | tuple[int, ...] | None
+else:
+    import typing
+
+    _P = typing.ParamSpec("_P")
 
 _SCALAR_TYPES = (int, float, bool, np.generic)
+_ANY_ARCH = "sm_90"  # binding checks a call's arguments the same way for every arch
 _scalar_types: set[type] = {int, float, bool}  # grows with the scalar types calls pass
 
 
-class Kernel(fastpath.Front):
+class Kernel(fastpath.Front, Generic[_P]):
     """A declared kernel: call it like a function, or ``inspect``/``compile``/``explain`` it.
 
     Calls enter through ``fastpath.Front``: the C launch path takes warm calls it recognises
     and passes every other call to ``_call``, the Python path described here.
+
+    For type checkers a kernel is generic in its body function's parameters (``_P``): a call
+    takes what they declare (see ``signature``'s checker types), returns None, or a
+    ``RemoteFuture`` when its first argument is a ``RemoteArray``. Launch overrides are typed
+    through ``launch(grid=, block=, shared=, stream=)``.
     """
 
-    if TYPE_CHECKING:  # a launch returns nothing; at run time __call__ stays the C (or Py) Front's
+    if TYPE_CHECKING:  # at run time __call__ stays the C (or Py) Front's
 
-        def __call__(self, *args: Any, **kwargs: Any) -> None: ...
+        @overload
+        def __call__(
+            self: Kernel[Concatenate[Any, _Q]], first: RemoteArray, /, *args: _Q.args, **kwargs: _Q.kwargs
+        ) -> RemoteFuture: ...
+        @overload
+        def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> None: ...
+        # With a launch keyword the arguments are not checked (a ParamSpec cannot take keywords):
+        # ``launch(...)`` is the checked spelling.
+        @overload
+        def __call__(self, *args: Any, grid: _Grid, **kwargs: Any) -> RemoteFuture | None: ...
+        @overload
+        def __call__(self, *args: Any, block: _Grid, **kwargs: Any) -> RemoteFuture | None: ...
+        @overload
+        def __call__(self, *args: Any, shared: int | None, **kwargs: Any) -> RemoteFuture | None: ...
+        @overload
+        def __call__(self, *args: Any, stream: Stream | None, **kwargs: Any) -> RemoteFuture | None: ...
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...  # type: ignore[misc]
 
     def __init__(
         self,
-        func: Callable[..., str | GeneratedBody],
+        func: Callable[_P, str | GeneratedBody],
         signature: Signature,
         options: Sequence[str] = (),
         precompile: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         functools.update_wrapper(self, func)
-        self.body = func
+        self.body: Callable[_P, str | GeneratedBody] = func
         self.signature = signature
         self.options = check_options(options)
         self.precompile = tuple(_checked_precompile(signature, p) for p in precompile)
@@ -104,9 +154,38 @@ class Kernel(fastpath.Front):
         args, consts = self.signature.place_arguments(args, consts)
         return bind(self.signature, args, consts, resolve_arch(arch))
 
-    def inspect(self, *args: Any, arch: str | None = None, output: str = "cubin", **consts: Any) -> Build:
-        """Build (or fetch) the specialization these arguments select; needs no GPU when arch is known."""
-        return self.get_build(self.specialize(*args, arch=arch, **consts), output)
+    def inspect(
+        self,
+        *args: Any,
+        arch: str | None = None,
+        output: str = "cubin",
+        grid: Dim | tuple[int, ...] | None = None,
+        block: Dim | tuple[int, ...] | None = None,
+        shared: int | None = None,
+        **consts: Any,
+    ) -> Build:
+        """Build (or fetch) what a call with these arguments would run, after the checks it makes
+        (binding, host arrays, launch limits), in the index width it would take; needs no GPU
+        when arch is known."""
+        return self.get_build(self._call_specialization(args, consts, resolve_arch(arch), grid, block, shared), output)
+
+    def _call_specialization(
+        self, args: tuple[Any, ...], consts: dict[str, Any], arch: str, grid: Any, block: Any, shared: Any
+    ) -> Specialization:
+        """What a call decides before it needs a device: the bound specialization, refused host
+        arrays and launch overrides, the launch limits, and the 64-bit index for a launch with
+        more threads along an axis than int32 numbers (the adapter's ``WideIndexNeeded``)."""
+        args, consts = self.signature.place_arguments(args, consts)
+        spec = bind(self.signature, args, consts, arch)
+        name = self.signature.name
+        grid = None if grid is None else _dim3(name, "grid", grid)
+        block = None if block is None else _dim3(name, "block", block)
+        check_host_arguments(self.signature, args)
+        grid, block, shared = planned_launch(spec, args, grid, block, shared)
+        check_launch_dims(grid, block, shared)
+        if spec.index_bits == 32 and needs_wide_index(grid, block):
+            spec = dataclasses.replace(spec, index_bits=64)
+        return spec
 
     def compile(self, arch: str | None = None, output: str = "cubin", index_width: int = 32, **bindings: Any) -> Build:
         """Ahead-of-time compile into the disk cache: ``saxpy.compile(T=np.float32, arch="sm_90")``."""
@@ -130,6 +209,18 @@ class Kernel(fastpath.Front):
 
     # --- calling ---------------------------------------------------------------------------------
 
+    def launch(
+        self,
+        grid: _Grid = None,
+        block: _Grid = None,
+        shared: int | None = None,
+        stream: Stream | None = None,
+    ) -> Launch[_P]:
+        """The launch overrides a call also takes as keywords, in a spelling type checkers follow:
+        ``saxpy.launch(grid=7, block=128)(dy, dx, a)`` is ``saxpy(dy, dx, a, grid=7, block=128)``."""
+        given = {"grid": grid, "block": block, "shared": shared, "stream": stream}
+        return Launch(self, {k: v for k, v in given.items() if v is not None})
+
     def _call(
         self,
         *args: Any,
@@ -138,15 +229,22 @@ class Kernel(fastpath.Front):
         shared: int | None = None,
         stream: Any = None,
         **consts: Any,
-    ) -> None:
+    ) -> Any:
         """Launch: dispatch to the bound specialization, then its generated adapter; a plain
         DeviceArray call is then remembered by the C launch path for the next ones."""
         if consts or len(args) != self._arity:
             args, consts = self.signature.place_arguments(args, consts)
-        found = self.lookup(args, consts, stream)
+        try:
+            found = self.lookup(args, consts, stream)
+        except (DriverNotFoundError, NoDeviceError):
+            try:  # no device to run on: a wrong call still gets its own error, the one inspect gives
+                self._call_specialization(args, consts, _ANY_ARCH, grid, block, shared)
+            except KernelDSLError as wrong:
+                raise wrong from None
+            raise
         if found is None and (remote := find_remote(args)) is not None:
             launch = {"grid": grid, "block": block, "shared": shared, "stream": stream}
-            return route(remote, self, args, {**{k: v for k, v in launch.items() if v is not None}, **consts})  # type: ignore[no-any-return]
+            return route(remote, self, args, {**{k: v for k, v in launch.items() if v is not None}, **consts})
         if found is None:  # foreign arrays: adopt them as DeviceArrays, then dispatch again
             return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
         bound, staged = found
@@ -230,6 +328,7 @@ class Kernel(fastpath.Front):
             bound = BoundLaunch(b, session)
         except CudaError:
             bound = self._reload(spec, session)
+        bound.check_scalars(scalar_checks(self.signature, spec, args))
         self._bound[key] = bound
         return bound
 
@@ -239,6 +338,7 @@ class Kernel(fastpath.Front):
         if narrow.wide is None:
             spec = dataclasses.replace(narrow.build.specialization, index_bits=64)
             narrow.wide = BoundLaunch(self.get_build(spec), narrow.session)
+            narrow.wide.check_scalars(narrow.scalar_checks)
         return narrow.wide
 
     def _reload(self, spec: Specialization, session: Any) -> BoundLaunch:
@@ -267,6 +367,32 @@ class Kernel(fastpath.Front):
             session = array.session
             adopted.append(array)
         return tuple(adopted)
+
+
+class Launch(Generic[_P]):
+    """A kernel with launch overrides (``Kernel.launch``): calls it as its kernel is called."""
+
+    __slots__ = ("kernel", "overrides")
+
+    def __init__(self, kernel: Kernel[_P], overrides: dict[str, Any]) -> None:
+        self.kernel = kernel
+        self.overrides = overrides
+
+    if TYPE_CHECKING:
+
+        @overload
+        def __call__(
+            self: Launch[Concatenate[Any, _Q]], first: RemoteArray, /, *args: _Q.args, **kwargs: _Q.kwargs
+        ) -> RemoteFuture: ...
+        @overload
+        def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> None: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+        call: Callable[..., Any] = self.kernel
+        return call(*args, **self.overrides, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<kd.kernel {self.kernel.signature.name} launch {self.overrides}>"
 
 
 _arch_by_device: dict[int, str] = {}
@@ -307,14 +433,14 @@ def kernel(
     allow_alias: bool = False,
     precompile: Sequence[Mapping[str, Any]] = (),
     strided: Sequence[str] = (),
-) -> Callable[[Callable[..., str]], Kernel]:
+) -> Callable[[Callable[_Q, str | GeneratedBody]], Kernel[_Q]]:
     """Declare a kernel. The decorated function returns the CUDA body; its annotations declare the rest.
 
     ``strided=("x",)``: array ``x`` may be a strided view (``a.T``, ``a[::2]``); the body indexes
     it with ``{x.strides[k]}``, its element strides, passed at launch. Other arrays must be
     C-contiguous (a strided view there is a ``StridedArrayError``)."""
 
-    def decorate(func: Callable[..., str]) -> Kernel:
+    def decorate(func: Callable[_Q, str | GeneratedBody]) -> Kernel[_Q]:
         sig = parse_signature(func, grid, block, shared, tuple(specialize), allow_alias, tuple(strided))
         return Kernel(func, sig, options, precompile)
 

@@ -48,6 +48,16 @@ class BindingError(KernelDSLError, TypeError):
         self.param = param
 
 
+class ScalarConversionError(BindingError, ValueError):
+    """A scalar argument would change its value converted to the declared type (a numpy scalar
+    that rounds, a float for an integer); ``declared`` and ``given`` name the two types."""
+
+    def __init__(self, kernel: str, param: str, declared: str, given: str, message: str) -> None:
+        super().__init__(kernel, param, message)
+        self.declared = declared
+        self.given = given
+
+
 class ShapeMismatchError(BindingError, ValueError):
     """A shape symbol got two different extents, or a fixed extent was not met."""
 
@@ -64,6 +74,21 @@ class AliasingError(BindingError, ValueError):
     """The same memory was passed to two parameters and at least one of them is written."""
 
 
+class ProxyAttributeError(KernelDSLError, AttributeError):
+    """The body function asked a parameter proxy (``{y.shpe}``) for an attribute it does not have;
+    ``valid`` lists those it has."""
+
+    def __init__(self, kernel: str, param: str, attribute: str, valid: tuple[str, ...]) -> None:
+        super().__init__(
+            f"parameter {param!r} of kernel {kernel!r} has no attribute {attribute!r} in the body function "
+            f"(it has: {', '.join(valid)})"
+        )
+        self.kernel = kernel
+        self.param = param
+        self.attribute = attribute
+        self.valid = valid
+
+
 class ViewError(KernelDSLError, ValueError):
     """A view was asked for that the array's memory cannot express (a reshape that needs a copy)."""
 
@@ -72,10 +97,12 @@ class ViewError(KernelDSLError, ValueError):
 
 
 class KernelCompileError(KernelDSLError):
-    """NVRTC rejected the generated source; ``log`` is NVRTC's, ``mapped`` points into user code."""
+    """NVRTC rejected the generated source of ``kernel``; ``log`` is NVRTC's, ``mapped`` points
+    into user code (the body's file and line, the line within the body)."""
 
-    def __init__(self, message: str, log: str, mapped: list[str], source: str) -> None:
+    def __init__(self, message: str, log: str, mapped: list[str], source: str, kernel: str) -> None:
         super().__init__(message)
+        self.kernel = kernel
         self.log = log
         self.mapped = mapped
         self.source = source
@@ -102,6 +129,11 @@ class CacheError(KernelDSLError):
 
 class UnsafeCacheDirError(CacheError, PermissionError):
     """The cache directory is owned by another user or writable by others."""
+
+
+class InvalidCacheEntryError(CacheError, ValueError):
+    """A stored entry does not decode to what was stored (an image's metadata of the wrong type or
+    range): it is evicted and rebuilt, never raised to the caller."""
 
 
 # --- CUDA driver -------------------------------------------------------------------------

@@ -187,9 +187,10 @@ def kernel_launch(
     With ``out_keyword`` the last argument comes as ``out=`` and the call returns it (kd.ops);
     with ``allocate`` as well, calls pass no ``out=`` and get ``allocate()``'s new array (like
     the last of ``args``), made in C like ``template`` (``DeviceArray.template``) where the
-    session allows it; with ``stream`` the calls pass that very stream as ``stream=`` (kernels)."""
+    session allows it; with ``stream`` the calls pass that very stream as ``stream=`` (kernels).
+    Calls whose numpy scalars need a value check (``BoundLaunch.scalar_checks``) get none."""
     module = native()
-    table = launch_table(bound.build.specialization) if module is not None else None
+    table = launch_table(bound.build.specialization) if module is not None and not bound.scalar_checks else None
     if module is None or table is None:
         return None
     session = bound.session

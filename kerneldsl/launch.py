@@ -9,13 +9,15 @@ numpy path: copy in, launch, copy back, free, all within the call.
 from __future__ import annotations
 
 import ctypes
+import math
+import operator
 import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dtypes import to_bfloat16_bits
+from .dtypes import INT32_MAX, to_bfloat16_bits
 from .errors import (
     AliasingError,
     BindingError,
@@ -26,9 +28,11 @@ from .errors import (
 from .fastpath import CLaunchSlot
 from .runtime.staging import Region, staged_bytes
 from .signature import ArrayParam, Signature
+from .specialize import ScalarCheck, check_scalar_value
 
 if TYPE_CHECKING:
     from .build import Build
+    from .specialize import Specialization
 
 
 def unusable_array(kernel: str, param: str, array: Any, session: Any) -> None:
@@ -52,13 +56,15 @@ ADAPTER_RUNTIME = types.SimpleNamespace(
     AliasingError=AliasingError,
     unusable_array=unusable_array,
     to_bfloat16_bits=to_bfloat16_bits,
+    index=operator.index,
+    ldexp=math.ldexp,
 )
 
 
 class BoundLaunch:
     """A build loaded into one session, ready to launch with device arguments."""
 
-    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_slot", "wide")
+    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_slot", "wide", "scalar_checks")
 
     def __init__(self, build: Build, session: Any) -> None:
         self.build = build
@@ -74,6 +80,48 @@ class BoundLaunch:
         )
         self.c_slot = CLaunchSlot()
         self.wide: BoundLaunch | None = None  # the 64-bit-index build, once a launch needed it
+        self.scalar_checks: tuple[ScalarCheck, ...] = ()
+
+    def check_scalars(self, checks: tuple[ScalarCheck, ...]) -> None:
+        """Have every call check these scalar arguments' values first (``specialize.scalar_checks``:
+        numpy scalars that may change value); such calls stay on the Python path."""
+        self.scalar_checks = checks
+        if not checks:
+            return
+        adapter = self.call
+        kernel = self.build.specialization.signature.name
+
+        def call(*args: Any) -> None:
+            for index, param, et in checks:
+                check_scalar_value(kernel, param, et, args[index])
+            adapter(*args)
+
+        self.call = call
+
+
+def planned_launch(
+    spec: Specialization, args: tuple[Any, ...], grid: Any, block: Any, shared: Any
+) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
+    """The grid, block and shared bytes a call with ``args`` (bound to ``spec``) launches, each
+    the override where one is given, computed as the generated adapter computes them."""
+    from .codegen import launch_dims  # the first build imports code generation anyway
+
+    sig = spec.signature
+    values = {n: v for n, v in spec.consts if type(v) is int}  # launch dimensions take int constants
+    by_name = dict(zip((p.name for p in sig.runtime_params), args))
+    for symbol, (param, axis) in sig.symbols.items():
+        values[symbol] = int(by_name[param].shape[axis])
+    dims = [e.evaluate(values) for e in launch_dims(sig)]
+    return (
+        tuple(dims[0:3]) if grid is None else grid,
+        tuple(dims[3:6]) if block is None else block,
+        dims[6] if shared is None else shared,
+    )
+
+
+def needs_wide_index(grid: tuple[int, ...], block: tuple[int, ...]) -> bool:
+    """The adapter's rule: a 32-bit ``index_t`` cannot number more than 2**31-1 threads along an axis."""
+    return any(g * b > INT32_MAX for g, b in zip(grid, block))
 
 
 def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:

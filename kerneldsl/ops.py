@@ -19,7 +19,7 @@ power) are CUDA's, within a few ulp of NumPy's; ``fma`` / ``axpy`` round twice (
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -28,6 +28,11 @@ from .array.elementwise import ElementwiseFunction
 from .array.program import kind
 from .array.reduction import REDUCERS, Reduction
 from .array.scan import cumprod, cumsum
+
+if TYPE_CHECKING:
+    from .array.operands import DeviceOperand, HostArray, HostOperand, RemoteOperand
+    from .distributed.handles import RemoteArray
+    from .runtime.memory import DeviceArray
 
 _IPOW = (
     "[&]() -> kdT { if (b < 0) return (kdT)(a == 1 ? 1 : (a == (kdT)-1 ? ((b & 1) ? -1 : 1) : 0)); "
@@ -170,6 +175,12 @@ def astype_op(dtype: Any) -> AsType:
     return op
 
 
+@overload
+def astype(a: HostOperand, dtype: Any, out: HostArray | None = None) -> HostArray: ...
+@overload
+def astype(a: RemoteOperand, dtype: Any, out: RemoteArray | None = None) -> RemoteArray: ...
+@overload
+def astype(a: DeviceOperand, dtype: Any, out: DeviceArray | None = None) -> DeviceArray: ...
 def astype(a: Any, dtype: Any, out: Any = None) -> Any:
     """``a`` converted to ``dtype`` (a new array, or written into ``out``)."""
     return astype_op(dtype)(a, out=out)
@@ -228,6 +239,12 @@ norm = Reduction(REDUCERS["norm"], home=__name__)
 _dot = Reduction(REDUCERS["dot"], map=multiply, operands=2, home=__name__)
 
 
+@overload
+def dot(a: HostOperand, b: HostOperand, out: HostArray | None = None) -> HostArray: ...  # type: ignore[overload-overlap]
+@overload
+def dot(a: RemoteOperand, b: RemoteOperand, out: RemoteArray | None = None) -> RemoteArray: ...  # type: ignore[overload-overlap]
+@overload
+def dot(a: DeviceOperand, b: DeviceOperand, out: DeviceArray | None = None) -> DeviceArray: ...
 def dot(a: Any, b: Any, out: Any = None) -> Any:
     """Inner product of two 1-D arrays (NumPy's dtype: int8 . int8 is int8, wrapping)."""
     for x in (a, b):

@@ -224,15 +224,22 @@ class _ArrayDirection:
 
 
 if TYPE_CHECKING:
-    from typing import Annotated, Generic
+    from typing import Annotated, Protocol
 
     from typing_extensions import TypeVarTuple, Unpack
 
-    _DT = TypeVar("_DT")
+    _DT_co = TypeVar("_DT_co", covariant=True)  # protocols: a dtype variable constrains nothing
     _C = TypeVar("_C")
     _Shape = TypeVarTuple("_Shape")
 
-    class _ArrayProxy(Generic[_DT, Unpack[_Shape]]):
+    # For checkers, a parameter's annotation is both what a call passes and what the body sees:
+    # a protocol an argument satisfies (arrays: anything with a ``shape``, such as numpy arrays,
+    # DeviceArrays, RemoteArrays and CUDA Array Interface objects; scalars: anything with
+    # ``__float__``, numbers and numpy scalars) on a plain base class that carries the proxy's
+    # attributes. Protocol members come from protocol bases only, so arguments need not have the
+    # proxy's attributes, and the body still sees them (mypy and pyright agree on both).
+
+    class _ArrayProxyAttributes:
         """What the body function sees of an array parameter (``codegen.ArrayProxy``)."""
 
         name: str
@@ -240,22 +247,28 @@ if TYPE_CHECKING:
         dtype: np.dtype[Any]
         ctype: str
         ndim: int
-        shape: tuple[str, ...]
         strides: tuple[str, ...]
         aligned16: bool
 
-    class In(_ArrayProxy[_DT, Unpack[_Shape]]): ...
+    class _ArrayArgument(_ArrayProxyAttributes, Protocol[_DT_co, Unpack[_Shape]]):  # type: ignore[misc]
+        @property
+        def shape(self) -> tuple[Any, ...]: ...  # the proxy's: the symbols' C names
 
-    class Out(_ArrayProxy[_DT, Unpack[_Shape]]): ...
+    class In(_ArrayArgument[_DT_co, Unpack[_Shape]], Protocol): ...
 
-    class InOut(_ArrayProxy[_DT, Unpack[_Shape]]): ...
+    class Out(_ArrayArgument[_DT_co, Unpack[_Shape]], Protocol): ...
 
-    class Scalar(Generic[_DT]):
+    class InOut(_ArrayArgument[_DT_co, Unpack[_Shape]], Protocol): ...
+
+    class _ScalarProxyAttributes:
         """What the body function sees of a scalar parameter (``codegen.ScalarProxy``)."""
 
         name: str
         dtype: np.dtype[Any]
         ctype: str
+
+    class Scalar(_ScalarProxyAttributes, Protocol[_DT_co]):  # type: ignore[misc]
+        def __float__(self) -> float: ...
 
     Const = Annotated[_C, "kd.Const"]  # the body function gets the constant's value itself
     _ANNOTATION_CLASSES: tuple[type, ...]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 import struct
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ import numpy as np
 
 from . import dtypes
 from .dtypes import INT32_MAX, ElementType
-from .errors import BindingError, ShapeMismatchError, StridedArrayError
+from .errors import BindingError, ScalarConversionError, ShapeMismatchError, StridedArrayError
 from .signature import INT64_MAX, ArrayParam, ConstParam, ScalarParam, Signature, const_value
 
 
@@ -47,6 +48,9 @@ class Specialization:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "const_key", const_key(self.consts))
+
+    def __repr__(self) -> str:
+        return f"<Specialization {self.describe()}>"
 
     def element_type(self, param: str) -> ElementType:
         return dtypes.ELEMENT_TYPES[dict(self.param_types)[param]]
@@ -276,16 +280,79 @@ def _bind_scalar(sig: Signature, p: ScalarParam, value: Any, type_vars: dict[str
 
 
 def _check_scalar_kind(sig: Signature, param: str, et: ElementType, value: Any) -> None:
-    """Refuse values that would silently change meaning (a float for an int, anything non-numeric)."""
-    if isinstance(value, (bool, np.bool_)):
+    """Refuse values that would silently change meaning (a float for an int, anything non-numeric,
+    a numpy scalar that the declared type cannot hold exactly: see ``check_scalar_value``)."""
+    if isinstance(value, (bool, np.bool_, int, np.integer)):
+        pass
+    elif isinstance(value, (float, np.floating)) and et.kind == "f":
+        pass
+    elif isinstance(value, np.generic) and et.kind == "f" and _is_float_scalar(value):
+        pass  # ml_dtypes scalars (bfloat16) are np.generic but not np.floating
+    elif isinstance(value, (float, np.generic)):
+        given = _type_name(value)
+        message = f"expected a {et.name} scalar, got {given} {value}: a float for an integer is refused, pass int(x)"
+        raise ScalarConversionError(sig.name, param, et.name, given, message)
+    else:
+        raise BindingError(sig.name, param, f"expected a {et.name} scalar, got {value!r}")
+    if isinstance(value, np.generic) and not _casts_safely(type(value), et.name):
+        check_scalar_value(sig.name, param, et, value)
+
+
+ScalarCheck = tuple[int, str, ElementType]  # (argument index, parameter, declared type)
+
+
+def scalar_checks(sig: Signature, spec: Specialization, args: tuple[Any, ...]) -> tuple[ScalarCheck, ...]:
+    """The scalar arguments whose values every call with these argument types must check, as
+    ``(argument index, parameter, declared type)``: numpy scalars of a type numpy does not cast
+    safely to the declared one (an ``np.float64`` for a float32). Decided once per dispatch
+    (the types are part of it), so calls with exact types check nothing."""
+    return tuple(
+        (i, p.name, et)
+        for i, (p, value) in enumerate(zip(sig.runtime_params, args))
+        if isinstance(p, ScalarParam)
+        and isinstance(value, np.generic)
+        and not _casts_safely(type(value), (et := spec.element_type(p.name)).name)
+    )
+
+
+def check_scalar_value(kernel: str, param: str, et: ElementType, value: np.generic) -> None:
+    """ScalarConversionError unless numpy scalar ``value`` converted to ``et`` converts back to
+    itself (a NaN stays a NaN): ``np.float64(0.1)`` for a float32 would round, ``np.int64(300)``
+    for an int8 would wrap. Python ints and floats are not checked: they convert as in C."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        converted = np.array(value).astype(et.numpy)
+        back = converted.astype(value.dtype)
+    if back == value or (value != value and converted != converted):
         return
-    if isinstance(value, (int, np.integer)):
-        return
-    if isinstance(value, (float, np.floating)) and et.kind == "f":
-        return
-    if isinstance(value, np.generic) and et.kind == "f" and _is_float_scalar(value):
-        return  # ml_dtypes scalars (bfloat16) are np.generic but not np.floating
-    raise BindingError(sig.name, param, f"expected a {et.name} scalar, got {value!r}")
+    given = _type_name(value)
+    raise ScalarConversionError(
+        kernel,
+        param,
+        et.name,
+        given,
+        f"{given} {value} would be {converted.item()!r} as the declared {et.name}: pass np.{et.name}(x), "
+        "or a Python number (a float rounds to nearest, an int must fit)",
+    )
+
+
+_safe_casts: dict[tuple[type, str], bool] = {}
+
+
+def _casts_safely(given: type, declared: str) -> bool:
+    """Whether numpy casts every value of scalar type ``given`` exactly to element type ``declared``."""
+    safe = _safe_casts.get((given, declared))
+    if safe is None:
+        try:
+            safe = bool(np.can_cast(given, dtypes.ELEMENT_TYPES[declared].numpy, "safe"))
+        except TypeError:  # a type numpy cannot cast (ml_dtypes' bfloat16 to some): check by value
+            safe = False
+        _safe_casts[(given, declared)] = safe
+    return safe
+
+
+def _type_name(value: Any) -> str:
+    return value.dtype.name if isinstance(value, np.generic) else type(value).__name__
 
 
 def _is_float_scalar(value: np.generic) -> bool:

@@ -327,3 +327,95 @@ def test_four_processes_compiling_one_kernel_leave_one_image_and_one_source_entr
         assert [e.material["output"] for e in entries].count(SOURCE_OUTPUT) == 1
     finally:
         store.close()
+
+
+# --- what the disk entries say, and what they are trusted with --------------------------------------------
+
+
+def test_explain_names_the_constant_dtype_and_index_width_that_changed(tmp_path: Path) -> None:
+    import dataclasses
+
+    from kerneldsl.cache import DiskCache
+
+    stored = material_of(spec_of(K=128))
+    with DiskCache(tmp_path / "cache") as cache:
+        cache.put(cache_key(stored), b"image", stored)
+        prefix = "miss: nearest entry for kernel 'scaled' differs in: "
+        assert cache.explain(material_of(spec_of(K=256))) == prefix + "constant K: 128 -> 256, source"
+        assert cache.explain(material_of(spec_of(K=128, T=np.float64))) == (
+            prefix + "dtype T: float32 -> float64, abi, source"
+        )
+        wide = dataclasses.replace(spec_of(K=128), index_bits=64)
+        assert cache.explain(material_of(wide)).startswith(prefix + "index width 32 -> 64, ")
+
+
+@pytest.fixture
+def fake_nvrtc(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A stand-in compiler recording what it compiled."""
+    from kerneldsl.compiler import CompiledCode
+
+    compiled: list[str] = []
+
+    def fake_compile(source: str, name: str, options: Any, output: str = "cubin") -> CompiledCode:
+        compiled.append(name)
+        return CompiledCode(b"\x7fELF image of " + source.encode(), output, "", 8, 0, 0)
+
+    monkeypatch.setattr(kerneldsl.build, "compile_source", fake_compile)
+    return compiled
+
+
+def build_scaled() -> kerneldsl.build.Build:
+    return kerneldsl.build.build(spec_of(), scaled.body, ())
+
+
+def _image_entry(meta: object, image: bytes = b"\x7fELF cubin") -> bytes:
+    text = meta if isinstance(meta, bytes) else json.dumps(meta).encode()
+    return len(text).to_bytes(4, "little") + text + image
+
+
+_META = {"output": "cubin", "log": "", "registers": 8, "shared_bytes": 0, "spill_bytes": 0}
+BAD_IMAGE_ENTRIES = {
+    "json-garbage": _image_entry(b"{registers: 8"),
+    "wrong-struct": b"\x01\x02",
+    "length-past-the-end": (10**6).to_bytes(4, "little") + b"{}",
+    "not-an-object": _image_entry([1, 2]),
+    "missing-field": _image_entry({k: v for k, v in _META.items() if k != "log"}),
+    "extra-field": _image_entry({**_META, "entry": "main"}),
+    "registers-as-text": _image_entry({**_META, "registers": "8; rm -rf"}),
+    "registers-out-of-range": _image_entry({**_META, "registers": 4096}),
+    "registers-a-bool": _image_entry({**_META, "registers": True}),
+    "negative-spill": _image_entry({**_META, "spill_bytes": -1}),
+    "ptx-in-a-cubin-entry": _image_entry({**_META, "output": "ptx"}),
+    "log-not-text": _image_entry({**_META, "log": 5}),
+}
+
+
+@pytest.mark.parametrize("entry", BAD_IMAGE_ENTRIES)
+def test_image_entry_with_bad_metadata_is_evicted_and_compiled_again_once(
+    fake_nvrtc: list[str], caplog: pytest.LogCaptureFixture, entry: str
+) -> None:
+    from kerneldsl.cache import get_default_cache
+
+    first = build_scaled()
+    get_default_cache().put(first.cache_key, BAD_IMAGE_ENTRIES[entry], first.key_material)  # sealed, digest-valid
+    caplog.set_level("WARNING", logger="kerneldsl.cache")
+    again = build_scaled()
+    assert (again.origin, again.compiled, len(fake_nvrtc)) == ("nvrtc", first.compiled, 2)
+    assert len([r for r in caplog.records if r.name == "kerneldsl.cache"]) == 1
+    assert build_scaled().origin == "disk"
+
+
+def test_a_substituted_image_without_the_seal_is_compiled_again_never_loaded(fake_nvrtc: list[str]) -> None:
+    import diskcache
+
+    from kerneldsl import cache as cache_module
+    from kerneldsl.cache import get_default_cache
+    from kerneldsl.compiler import CompiledCode
+
+    first = build_scaled()
+    mallory = CompiledCode(b"MALLORY-CUBIN", "cubin", "", 8, 0, 0).to_bytes()
+    forged = cache_module._pack(first.cache_key, mallory, first.key_material, b"a restored cache's own secret!!!")
+    with diskcache.Cache(str(get_default_cache().directory)) as raw:
+        raw.set(first.cache_key, forged)
+    again = build_scaled()
+    assert (again.origin, again.cubin) == ("nvrtc", first.cubin)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -219,18 +220,16 @@ def test_material_mismatch_is_evicted(any_cache: DiskCache, caplog: pytest.LogCa
     assert any_cache.entries() == []
 
 
-def forge(key: str, mat: dict[str, object], payload: bytes, /, **header: object) -> bytes:
-    """A value laid out as the cache writes it, with header fields overridden."""
-    fields = {
-        "key": key,
-        "material": mat,
-        "payload_sha256": hashlib.sha256(payload).hexdigest(),
-        "payload_size": len(payload),
-        **header,
-    }
+def forge(key: str, mat: dict[str, object], payload: bytes, /, secret: bytes | None = None, **header: object) -> bytes:
+    """A value laid out as the cache writes it, with header fields overridden, sealed with
+    ``secret`` (this user's by default)."""
+    fields = {"key": key, "material": mat, "payload_size": len(payload), **header}
     text = json.dumps({k: v for k, v in fields.items() if v is not None}, sort_keys=True)
     encoded = text.encode()
-    return b"KDSLCACHE" + struct.pack(">HI", CACHE_FORMAT_VERSION, len(encoded)) + encoded + payload
+    body = b"KDSLCACHE" + struct.pack(">HI", CACHE_FORMAT_VERSION, len(encoded)) + encoded + payload
+    key_bytes = secret if secret is not None else cache_module.signing_key()
+    assert key_bytes is not None
+    return body + hmac.digest(key_bytes, body, "sha256")
 
 
 FORGERIES = {
@@ -238,7 +237,7 @@ FORGERIES = {
     "other-key": {"key": "0" * 64},
     "other-material": {"material": material(arch="sm_90")},
     "wrong-size": {"payload_size": 6},
-    "wrong-digest": {"payload_sha256": hashlib.sha256(b"other").hexdigest()},
+    "another-secret": {"secret": b"s" * 32},
     "missing-field": {"payload_size": None},
     "extra-field": {"comment": "hi"},
     "material-not-a-dict": {"material": ["saxpy"]},
@@ -805,3 +804,148 @@ def test_bad_size_in_environment_is_an_error(
     monkeypatch.setenv("KERNELDSL_CACHE_SIZE", "2GB")
     with pytest.raises(CacheError, match="KERNELDSL_CACHE_SIZE"):
         get_default_cache()
+
+
+# --- seals, bindings, ancestors, the secret, FIFOs -------------------------------------------------------
+
+
+def test_value_sealed_under_another_secret_is_a_miss_and_evicted(cache: DiskCache) -> None:
+    mat = material()
+    key = cache_key(mat)
+    with diskcache.Cache(str(cache.directory)) as raw:
+        raw.set(key, forge(key, mat, b"MALLORY-CUBIN", secret=b"attacker's own secret, 32 bytes!"))
+    assert cache.get(key, mat) is None
+    with diskcache.Cache(str(cache.directory)) as raw:
+        assert key not in raw
+
+
+def test_bindings_of_the_wrong_shape_are_evicted_when_listing(cache: DiskCache) -> None:
+    good = {"dtypes": {"T": "float32"}, "constants": {"TILE": "128"}, "extents": {}, "aligned": {}, "index_bits": 32}
+    put(cache, b"good", bindings=good)
+    put(cache, b"bad", bindings={**good, "index_bits": "32; rm -rf"})
+    put(cache, b"worse", bindings={**good, "constants": {"TILE": 128}})
+    assert [e.material["bindings"] for e in cache.entries()] == [good]
+
+
+def test_explain_names_each_binding_that_differs(any_cache: DiskCache) -> None:
+    bound = {"dtypes": {"T": "float32"}, "constants": {"TILE": "128"}, "extents": {}, "aligned": {}, "index_bits": 32}
+    put(any_cache, b"a", bindings=bound)
+    other = {**bound, "dtypes": {"T": "float64"}, "constants": {"TILE": "256"}, "index_bits": 64}
+    assert any_cache.explain(material(bindings=other, source=SOURCE + "// T=double\n")) == (
+        "miss: nearest entry for kernel 'saxpy' differs in: "
+        "dtype T: float32 -> float64, constant TILE: 128 -> 256, index width 32 -> 64, source"
+    )
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775], ids=["world-writable", "group-writable"])
+def test_ancestor_writable_by_others_is_refused(tmp_path: Path, mode: int) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    with pytest.raises(UnsafeCacheDirError, match="not sticky"):
+        DiskCache(shared / "mine" / "cache")
+
+
+def test_sticky_ancestor_like_tmp_is_accepted(tmp_path: Path) -> None:
+    shared = tmp_path / "sticky"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with DiskCache(shared / "cache") as opened:
+        assert not opened.in_memory
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="needs root to hand a directory to another uid")
+def test_ancestor_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(UnsafeCacheDirError, match="uid 65534"):
+        DiskCache(theirs / "cache")
+
+
+_SWAP = 'mv "$1" "$1.old" && mkdir -m 700 "$1" && printf "attacker\'s database" > "$1/cache.db"'
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() != 0, reason="needs root to act as a second user (os.setuid)")
+def test_directory_swapped_by_the_owner_of_a_parent_is_never_read_from_another_thread() -> None:
+    import tempfile
+    import threading
+
+    base = Path(tempfile.mkdtemp(prefix="kerneldsl-swap-"))  # under /tmp, which the other user can reach
+    try:
+        base.chmod(0o755)
+        parent = base / "parent"
+        parent.mkdir(mode=0o755)
+        cache = DiskCache(parent / "cache")
+        key, mat = put(cache, b"victim's cubin")
+        os.chown(parent, 65534, 65534)  # the parent now belongs to the attacker
+        swap = ["/bin/sh", "-c", _SWAP, "sh", str(parent / "cache")]  # the attacker's own shell, as uid 65534
+        subprocess.run(swap, user=65534, group=65534, cwd=base, check=True, timeout=60)
+        assert (parent / "cache" / "cache.db").read_bytes() == b"attacker's database"
+        found: list[object] = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            worker = threading.Thread(target=lambda: found.append(cache.get(key, mat)))  # a new SQLite connection
+            worker.start()
+            worker.join(timeout=60)
+        assert found == [None] and cache.in_memory
+    finally:
+        subprocess.run(["rm", "-rf", str(base)], check=True, timeout=60)
+
+
+@pytest.fixture
+def own_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setattr(cache_module, "_secrets", {})
+    return cache_module.default_secret_path()
+
+
+def test_secret_readable_by_others_is_replaced_with_a_warning(own_secret: Path) -> None:
+    own_secret.parent.mkdir(parents=True, mode=0o700)
+    own_secret.write_bytes(b"k" * 32)
+    own_secret.chmod(0o644)
+    with pytest.warns(RuntimeWarning, match=str(own_secret)):
+        key = cache_module.signing_key()
+    assert key is not None and key != b"k" * 32 and own_secret.read_bytes() == key
+    assert stat.S_IMODE(own_secret.stat().st_mode) == 0o600
+
+
+def _guarded(code: str, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter, failing (not hanging) the test if it blocks."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=environment, cwd=REPO, timeout=60
+    )
+
+
+def test_fifo_at_cache_db_is_refused_without_hanging(tmp_path: Path) -> None:
+    path = tmp_path / "cache"
+    path.mkdir(mode=0o700)
+    os.mkfifo(path / "cache.db", 0o600)
+    code = "import sys\nfrom kerneldsl.cache import DiskCache\nDiskCache(sys.argv[1])"
+    child = _guarded(code, str(path))
+    assert child.returncode != 0 and "UnsafeCacheDirError" in child.stderr and "not a file" in child.stderr
+
+
+def test_fifo_at_a_value_file_is_a_miss_without_hanging(tmp_path: Path) -> None:
+    path = tmp_path / "cache"
+    with DiskCache(path) as cache:
+        key, mat = put(cache, b"\xab" * 100_000)
+    (value_file,) = path.rglob("*.val")
+    value_file.unlink()
+    os.mkfifo(value_file, 0o600)
+    code = (
+        "import json, sys\nfrom kerneldsl.cache import DiskCache\n"
+        "cache = DiskCache(sys.argv[1])\nprint(cache.get(sys.argv[2], json.loads(sys.argv[3])), cache.entries())"
+    )
+    child = _guarded(code, str(path), key, json.dumps(mat))
+    assert (child.returncode, child.stdout.strip()) == (0, "None []"), child.stderr
+
+
+def test_fifo_at_the_secret_means_no_secret_without_hanging(tmp_path: Path) -> None:
+    secret = tmp_path / "data" / "kerneldsl" / "secret"
+    secret.parent.mkdir(parents=True, mode=0o700)
+    os.mkfifo(secret, 0o600)
+    code = "import sys\nfrom kerneldsl.cache import signing_key\nprint(signing_key())"
+    child = _guarded(code, env={"XDG_DATA_HOME": str(tmp_path / "data")})
+    assert (child.returncode, child.stdout.strip()) == (0, "None"), child.stderr

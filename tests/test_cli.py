@@ -149,6 +149,29 @@ def test_compile_list_and_clear(capsys, kernels_file):
     assert "the cache is empty" in out
 
 
+TILED = textwrap.dedent(
+    """
+    import kerneldsl as kd
+
+    @kd.kernel(grid=kd.cdiv("n", 128), block=128, precompile=[{"TILE": 128}, {"TILE": 256}])
+    def tiled(y: kd.Out["float32", "n"], TILE: kd.Const[int] = 128):
+        return f"index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] = (float)TILE;"
+    """
+)
+
+
+def test_cache_list_tells_builds_apart_by_their_bindings(capsys, tmp_path):
+    path = tmp_path / "tiled_kernels.py"
+    path.write_text(TILED)
+    assert run(capsys, "compile", str(path), "--arch", "sm_90")[0] == 0
+    code, out, _ = run(capsys, "cache", "list", "--json")
+    images = [e["bindings"] for e in json.loads(out) if e["output"] == "cubin"]
+    assert sorted(b["constants"]["TILE"] for b in images) == ["128", "256"]
+    assert {b["index_bits"] for b in images} == {32}
+    code, out, _ = run(capsys, "cache", "list")
+    assert sum("TILE=128 32-bit" in row for row in out.splitlines()) == 2  # the image and its text
+
+
 def test_compile_a_module_by_dotted_name_to_ptx(capsys, tmp_path, monkeypatch):
     (tmp_path / "dotted_kernels.py").write_text(KERNELS)
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -112,7 +112,7 @@ def test_inspect_reuses_the_in_process_build(builds: dict[str, Any], nvrtc_forbi
 
 def test_compiled_code_round_trips_through_bytes(builds: dict[str, Any]) -> None:
     compiled = builds["scale_rows"].compiled
-    assert CompiledCode.from_bytes(compiled.to_bytes()) == compiled
+    assert CompiledCode.from_bytes(compiled.to_bytes(), compiled.output) == compiled
 
 
 def test_user_options_reach_nvrtc(isolated_cache: Path) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.diagnostics import BodyOrigin, map_log
+from kerneldsl.diagnostics import BodyOrigin, map_log, stray_brace, unclosed_brace
 from kerneldsl.errors import KernelCompileError
 
 THIS_FILE = str(Path(__file__).resolve())
@@ -88,3 +88,33 @@ def test_a_diagnostic_past_the_body_end_maps_to_the_last_body_line() -> None:
     log = 'k.body(3): error: expected a ";"\n  }\n  ^\n'
     (mapped,) = map_log(log, "k.body", "int a = 1;\nint b = 2\n", None, "")
     assert mapped.startswith('k.body:2: error: expected a ";"\n    body line 2: int b = 2')
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def never_closed(y: kd.Out[kd.float32, "n"], x: kd.In[kd.float32, "n"]) -> str:
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {{  // a "}}" in a comment is no brace
+        {y}[i] = {x}[i];
+    """
+
+
+NEVER_CLOSED_LINE = never_closed.__wrapped__.__code__.co_firstlineno + 4
+
+
+def test_an_unclosed_brace_is_reported_at_its_body_line_not_the_generated_function(isolated_cache: Path) -> None:
+    with pytest.raises(KernelCompileError) as info:
+        never_closed.inspect(np.zeros(4, np.float32), np.zeros(4, np.float32), arch="sm_90")
+    error = info.value
+    (mapped,) = error.mapped
+    assert mapped.startswith(f"{THIS_FILE}:{NEVER_CLOSED_LINE}: error: expected a")
+    assert "body line 2" in mapped and error.kernel == "never_closed"
+    assert "At end of source" in error.log and "kd_never_closed.cu(" in error.log  # the raw log stays
+
+
+def test_a_brace_that_closes_the_kernels_function_is_named_first() -> None:
+    body = "int a = 1; }\nint b = a;"
+    log = 'k.body(2): error: identifier "a" is undefined\n'
+    mapped = map_log(log, "k.body", body, None, "")
+    assert mapped[0].startswith('k.body:1: error: this "}" closes nothing the body opened')
+    assert unclosed_brace(body.splitlines()) is None and stray_brace(body.splitlines()) == 1

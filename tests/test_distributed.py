@@ -65,6 +65,15 @@ def gpus(client: Any) -> Any:
     return kd.distributed.attach(client)
 
 
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[Path]:
+    """A file that ``worker_double.when_open`` calls wait for: the test creates it when it is done
+    checking what holds while they run (and so does the teardown, for a test that failed first)."""
+    path = tmp_path / "gate"
+    yield path
+    path.touch()
+
+
 def _launches(gpus: Any, worker: str) -> int:
     from worker_double import launches
 
@@ -111,13 +120,14 @@ def test_ops_and_fused_functions_return_remote_arrays_on_the_same_worker(gpus: A
     assert (z.shape, z.dtype, s.shape) == ((64,), np.float32, ())
 
 
-def test_calls_on_remote_arrays_return_before_the_worker_runs_them(gpus: Any) -> None:
-    from worker_double import sleep_then
+def test_calls_on_remote_arrays_return_before_the_worker_runs_them(gpus: Any, gate: Path) -> None:
+    from worker_double import when_open
 
     x = gpus.to_device(np.ones(4, np.float32), worker="gpu-0")
-    busy = gpus.submit(sleep_then, 1.0, None, worker="gpu-0")  # the worker runs calls in order
+    busy = gpus.submit(when_open, str(gate), None, worker="gpu-0")  # the worker runs calls in order
     y = kd.ops.add(kd.ops.multiply(x, 2.0), x)
     assert not y.done()
+    gate.touch()
     busy.result()
     assert y.shape == (4,)
 
@@ -230,36 +240,43 @@ def test_a_profile_names_its_workers_and_adds_its_compile_options(gpus: Any) -> 
     assert pickle.loads(blob).options == ("--use_fast_math",)
 
 
-def test_past_max_in_flight_a_non_blocking_call_raises_backpressure(client: Any) -> None:
-    from worker_double import sleep_then
+def test_past_max_in_flight_a_non_blocking_call_raises_backpressure(client: Any, gate: Path) -> None:
+    from worker_double import when_open
 
     narrow = kd.distributed.GPUs(client, max_in_flight=1)
-    slow = narrow.submit(sleep_then, 1.0, "slow", worker="gpu-0")
+    slow = narrow.submit(when_open, str(gate), "slow", worker="gpu-0")
     with pytest.raises(Backpressure, match="gpu-0"):
-        narrow.submit(sleep_then, 0.0, "next", worker="gpu-0", block=False)
-    assert narrow.submit(sleep_then, 0.0, "next", worker="gpu-0").result() == "next"  # blocks, then runs
+        narrow.submit(lambda: "next", worker="gpu-0", block=False)
+    gate.touch()
+    assert narrow.submit(lambda: "next", worker="gpu-0").result() == "next"  # waits for a slot, then runs
     assert slow.result() == "slow"
 
 
-def test_a_result_that_times_out_leaves_the_call_running(gpus: Any) -> None:
-    from worker_double import sleep_then
+def test_a_result_that_times_out_leaves_the_call_running(gpus: Any, gate: Path) -> None:
+    from worker_double import when_open
 
-    slow = gpus.submit(sleep_then, 0.5, "slow", worker="gpu-0")
+    slow = gpus.submit(when_open, str(gate), "slow", worker="gpu-0")
     with pytest.raises(TimeoutError):
         slow.result(timeout=0.01)
+    gate.touch()
     assert slow.result() == "slow"
 
 
-def test_a_cancelled_call_does_not_run_and_the_worker_stays_usable(gpus: Any) -> None:
-    from worker_double import sleep_then
+def test_a_cancelled_call_does_not_run_and_the_worker_stays_usable(client: Any, gpus: Any, gate: Path) -> None:
+    from worker_double import cancelled_calls, when_open
 
-    slow = gpus.submit(sleep_then, 1.0, "slow", worker="gpu-0")
-    queued = gpus.submit(sleep_then, 0.0, "queued", worker="gpu-0")
+    slow = gpus.submit(when_open, str(gate), "slow", worker="gpu-0")
+    queued = gpus.submit(lambda: "queued", worker="gpu-0")
     queued.cancel()
+    address = gpus.incarnation("gpu-0").address
+    deadline = time.monotonic() + 60
+    while not client.run(cancelled_calls, workers=[address])[address] and time.monotonic() < deadline:
+        time.sleep(0.01)  # the cancel travels on its own connection: wait until it arrived
+    gate.touch()
     with pytest.raises(CallCancelledError):
         queued.result()
     assert slow.result() == "slow"
-    assert gpus.submit(sleep_then, 0.0, "after", worker="gpu-0").result() == "after"
+    assert gpus.submit(lambda: "after", worker="gpu-0").result() == "after"
 
 
 def test_a_killed_worker_loses_its_calls_and_arrays_and_comes_back(gpus: Any) -> None:
@@ -390,13 +407,13 @@ def test_a_sticky_cuda_error_poisons_one_worker_which_restarts(gpus: Any) -> Non
 def test_a_second_client_attaching_leaves_the_first_ones_arrays_alone(client: Any, gpus: Any) -> None:
     ours = gpus.to_device(np.arange(4, dtype=np.float32), worker="gpu-0")
     ours.to_host()
-    with distributed.Client(client.scheduler.address) as other:
+    with distributed.Client(client.scheduler.address, security=client.security) as other:
         kd.distributed.attach(other)
     np.testing.assert_array_equal(ours.to_host(), np.arange(4, dtype=np.float32))
 
 
 def test_a_client_that_disconnects_leaves_no_arrays_on_the_workers(client: Any, gpus: Any) -> None:
-    with distributed.Client(client.scheduler.address) as other:
+    with distributed.Client(client.scheduler.address, security=client.security) as other:
         theirs = kd.distributed.attach(other)
         theirs.to_device(np.ones(1000, np.float32), worker="gpu-0").to_host()
         key = theirs.incarnation("gpu-0").key
@@ -439,12 +456,106 @@ def test_import_kerneldsl_does_not_import_dask() -> None:
     assert out.split() == ["False", "False"]
 
 
-def test_a_cluster_with_a_security_config_speaks_tls_on_localhost() -> None:
-    pytest.importorskip("cryptography")
+def test_a_default_cluster_speaks_tls_on_localhost_and_its_client_holds_the_certificate(client: Any) -> None:
+    cluster = client.cluster
+    addresses = [cluster.scheduler_address, *client.scheduler_info()["workers"]]
+    assert all(a.startswith("tls://127.0.0.1:") for a in addresses)
+    assert client.security is cluster.security and cluster.security.require_encryption
+
+
+def _stranger_asks(address: str, security: Any = None) -> str:
+    """What another local user gets for Dask's ``identity`` request at ``address`` (found in
+    /proc/net/tcp): the peer's type, or the error that refused them."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def ask() -> str:
+        args = {} if security is None else security.get_connection_args("client")
+        try:
+            comm = await connect(address, timeout=10, **args)
+            await comm.write({"op": "identity"})
+            return str((await comm.read())["type"])
+        except OSError as exc:  # Dask's CommClosedError and FatalCommClosedError among them
+            return type(exc).__name__
+
+    return asyncio.run(ask())
+
+
+def test_a_stranger_without_the_clusters_certificate_reaches_no_port(client: Any) -> None:
     from distributed.security import Security
 
-    security = Security.temporary()
-    with kd.distributed.LocalGPUCluster(gpus=[0], security=security, memory_limit=0) as cluster:
-        with distributed.Client(cluster, security=security) as client:
-            addresses = [cluster.scheduler_address, *client.scheduler_info()["workers"]]
-    assert all(a.startswith("tls://127.0.0.1:") for a in addresses)
+    addresses = [client.cluster.scheduler_address, *client.scheduler_info()["workers"]]
+    plain = {_stranger_asks(a.replace("tls://", "tcp://")) for a in addresses}
+    their_own_certificate = {_stranger_asks(a, Security.temporary()) for a in addresses}
+    assert plain == {"CommClosedError"} and their_own_certificate == {"FatalCommClosedError"}
+    assert {_stranger_asks(a, client.security) for a in addresses} == {"Scheduler", "Worker"}
+
+
+def test_security_is_a_flag_or_a_dask_security_object() -> None:
+    with pytest.raises(TypeError, match="security must be"):
+        kd.distributed.LocalGPUCluster(gpus=[0], security="tls")  # type: ignore[arg-type]
+
+
+def test_a_cluster_with_security_false_runs_any_local_users_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    import getpass
+
+    _worker_env(monkeypatch)
+    with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0, security=False) as cluster:
+        assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        with distributed.Client(cluster.scheduler_address) as stranger:
+            assert list(stranger.run(getpass.getuser).values()) == [getpass.getuser()]
+
+
+def test_starting_a_cluster_writes_no_dask_info_lines_to_stderr(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "start.py"
+    script.write_text(
+        "import distributed, kerneldsl as kd\n"
+        "if __name__ == '__main__':\n"
+        "    with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0) as cluster:\n"
+        "        with distributed.Client(cluster) as c:\n"
+        "            kd.distributed.attach(c)\n"
+        "            print(len(c.run(lambda: None)))\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]
+    assert [line for line in done.stderr.splitlines() if " - INFO - " in line] == []
+
+
+def test_dask_logging_is_left_as_configured_when_told(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "start.py"
+    script.write_text(
+        "import distributed, kerneldsl as kd\n"
+        "if __name__ == '__main__':\n"
+        "    with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0, silence_logs=False):\n"
+        "        pass\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "distributed.scheduler - INFO - " in done.stderr
+
+
+def test_a_worker_restarting_when_dask_gives_up_on_lost_workers_keeps_its_nanny(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SpecCluster closes the nanny of a worker the scheduler removed if, ``lost-worker-timeout``
+    later, no worker of its name is registered: with the timeout at 0 every restart is caught so
+    (on the module cluster, a restart 15 s after another was, and that worker never came back)."""
+    import dask
+    from worker_double import exit_process
+
+    _worker_env(monkeypatch)
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "0s"}):
+        with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0) as cluster, distributed.Client(cluster) as c:
+            restarting = kd.distributed.attach(c, restart_timeout=60)
+            with pytest.raises(WorkerLostError):
+                restarting.submit(exit_process, worker="gpu-0").result(timeout=30)
+            assert restarting.submit(lambda: "back", worker="gpu-0").result(timeout=60) == "back"
+            assert list(cluster.workers) == ["gpu-0"]

@@ -96,3 +96,10 @@ def test_a_worker_restarted_while_idle_takes_the_next_call(gpus: Any) -> None:
     with pytest.raises(RemoteArrayLostError):
         kept.to_host()
     assert gpus.info()[worker]["pid"] != before
+
+
+def test_a_stranger_without_the_clusters_certificate_is_refused(gpus: Any) -> None:
+    address = gpus.client.cluster.scheduler_address
+    assert address.startswith("tls://")
+    with pytest.raises(OSError):  # Dask's CommClosedError: the TLS port drops a plain connection
+        distributed.Client(address.replace("tls://", "tcp://"), timeout=10)

@@ -29,6 +29,7 @@ from kerneldsl.errors import (
     ClosedError,
     LaunchError,
     OutOfMemoryError,
+    ScalarConversionError,
     SessionPoisonedError,
     ShapeMismatchError,
     StickyCudaError,
@@ -87,7 +88,7 @@ def everything(
 def drv(isolated_cache: None) -> Iterator[FakeDriver]:
     fake = FakeDriver()
     fake.snapshot_slots = 3
-    with installed_driver(fake, saxpy, everything):
+    with installed_driver(fake, saxpy, everything, scale32):
         yield fake
 
 
@@ -642,3 +643,26 @@ def test_an_allocating_op_on_a_closed_session_gets_the_python_paths_error(drv: F
     with pytest.raises(ClosedError):
         kd.ops.negative(a)
     assert drv.count("cuMemAllocFromPoolAsync") == allocations
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def scale32(y: kd.InOut[kd.float32, "n"], alpha: kd.Scalar[kd.float32]):
+    return f"index_t i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) {y}[i] *= {alpha};"
+
+
+def test_a_numpy_scalar_that_would_round_is_refused_on_every_call(s: kd.Session, drv: FakeDriver) -> None:
+    y = s.zeros(8, np.float32)
+    scale32(y, np.float64(0.5))  # exact as a float32: launched
+    scale32(y, np.float64(0.5))
+    with pytest.raises(ScalarConversionError) as info:
+        scale32(y, np.float64(0.1))
+    assert (info.value.param, info.value.declared, info.value.given) == ("alpha", "float32", "float64")
+    assert len(drv.launches) == 2 and drv.c_launches == 0  # such calls stay on the Python path
+
+
+def test_a_python_float_and_an_exact_numpy_scalar_take_the_c_path_unchecked(s: kd.Session, drv: FakeDriver) -> None:
+    y = s.zeros(8, np.float32)
+    for value in (0.1, 0.1, np.float32(0.1), np.float32(0.1)):
+        scale32(y, value)
+    assert len(drv.launches) == 4 and drv.c_launches == 2
+    assert not any(b.scalar_checks for b in scale32._bound.values())

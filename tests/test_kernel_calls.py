@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import struct
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -21,6 +22,8 @@ from kerneldsl.errors import (
     AliasingError,
     BindingError,
     ClosedError,
+    DriverNotFoundError,
+    LaunchConfigError,
     ReadOnlyArrayError,
     ShapeMismatchError,
     WrongSessionError,
@@ -91,6 +94,12 @@ def test_device_call_computes_grid_from_shape_symbols(s: kd.Session, drv: SaxpyD
 def test_grid_and_block_overrides_replace_the_declared_ones(s: kd.Session, drv: SaxpyDriver) -> None:
     dy, dx = s.zeros(300, np.float32), s.zeros(300, np.float32)
     saxpy(dy, dx, np.float32(1.0), grid=7, block=(64, 1))
+    assert drv.launches[-1][1:3] == ((7, 1, 1), (64, 1, 1))
+
+
+def test_launch_applies_the_overrides_a_call_takes_as_keywords(s: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = s.zeros(300, np.float32), s.zeros(300, np.float32)
+    saxpy.launch(grid=7, block=(64, 1))(dy, dx, np.float32(1.0))
     assert drv.launches[-1][1:3] == ((7, 1, 1), (64, 1, 1))
 
 
@@ -338,3 +347,55 @@ def test_explain_names_the_component_that_missed(isolated_cache: None) -> None:
     saxpy.inspect(y, x, np.float32(1.0), arch="sm_80")
     assert saxpy.explain(y, x, np.float32(1.0), arch="sm_80") == "hit"
     assert "arch ('sm_80' -> 'sm_90')" in saxpy.explain(y, x, np.float32(1.0), arch="sm_90")
+
+
+@kd.kernel(grid=(kd.cdiv("n", kd.sym("TILE")), kd.cdiv("m", kd.sym("TILE"))), block=(kd.sym("TILE"), kd.sym("TILE")))
+def matmul(C: kd.Out["T", "m", "n"], A: kd.In["T", "m", "k"], B: kd.In["T", "k", "n"], TILE: kd.Const[int] = 16):
+    return f"index_t r = blockIdx.y * TILE + threadIdx.y, c = blockIdx.x * TILE + threadIdx.x; {C}[r * n + c] = 0;"
+
+
+class NoDriverLibrary(FakeDriver):
+    """A machine without libcuda: initialising the driver fails as the bindings do there."""
+
+    def cuInit(self, flags: int) -> tuple:  # type: ignore[type-arg]
+        from cuda.pathfinder import DynamicLibNotFoundError
+
+        raise DynamicLibNotFoundError('"cuda" is an NVIDIA driver library')
+
+
+@pytest.fixture
+def no_driver(isolated_cache: None) -> Iterator[None]:
+    with installed_driver(NoDriverLibrary(), matmul):
+        yield
+
+
+def _matmul_arrays() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.zeros((4, 5), np.float32), np.ones((4, 3), np.float32), np.ones((3, 5), np.float32)
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"B": np.ones((5, 6))}, BindingError),
+        ({"B": np.ones((5, 6), np.float32)}, ShapeMismatchError),
+        ({"TILE": "x"}, BindingError),
+        ({"TILE": 64}, LaunchConfigError),
+        ({"block": 2048}, LaunchConfigError),
+    ],
+)
+def test_a_wrong_call_without_a_driver_raises_its_own_error_as_inspect_does(
+    no_driver: None, change: dict[str, Any], error: type[Exception]
+) -> None:
+    C, A, B = _matmul_arrays()
+    args = (C, A, change.pop("B", B))
+    with pytest.raises(error) as inspected:
+        matmul.inspect(*args, arch="sm_90", **change)
+    with pytest.raises(error) as called:
+        matmul(*args, **change)
+    assert str(called.value) == str(inspected.value)
+    assert not isinstance(called.value, DriverNotFoundError) and called.value.__cause__ is None
+
+
+def test_a_right_call_without_a_driver_says_the_driver_is_missing(no_driver: None) -> None:
+    with pytest.raises(DriverNotFoundError):
+        matmul(*_matmul_arrays())

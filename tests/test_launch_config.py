@@ -117,3 +117,51 @@ def test_a_kernel_without_arrays_launches_in_its_streams_session(s: kd.Session, 
         stream = other.create_stream()
         scalars_only(1, stream=stream)
         assert drv.launches[-1][4] == stream._cu
+
+
+@kd.kernel(grid=kd.cdiv("n", 384), block=384)
+def total(x: kd.In[kd.float32, "n"]):
+    return "index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; (void)i;"
+
+
+@kd.kernel(grid=1, block=(kd.sym("TILE"), kd.sym("TILE")))
+def tiled(y: kd.Out[kd.float32, "n"], TILE: kd.Const[int] = 16):
+    return f"{y}[threadIdx.y * TILE + threadIdx.x] = 0.0f;"
+
+
+@pytest.mark.parametrize(
+    ("kernel", "keywords", "names"),
+    [
+        (saxpy, {"block": 2048}, "block.x = 2048 is outside 0..1024"),
+        (tiled, {"TILE": 64}, r"block \(64, 64, 1\) has 4096 threads"),
+        (saxpy, {"shared": -4}, "shared = -4 must be a non-negative int"),
+    ],
+)
+def test_inspect_refuses_a_launch_a_call_would_refuse(kernel: Any, keywords: dict[str, Any], names: str) -> None:
+    n = 256
+    args = (np.zeros(n, np.float32),) if kernel is tiled else (np.zeros(n, np.float32), np.zeros(n, np.float32), 1.0)
+    with pytest.raises(LaunchConfigError, match=names):
+        kernel.inspect(*args, arch="sm_90", **keywords)
+
+
+def test_inspect_takes_the_64_bit_build_when_the_grid_has_more_threads_than_int32_numbers() -> None:
+    x = np.broadcast_to(np.float32(0), (2**31 - 1,))  # extents fit int32; cdiv(n, 384) * 384 threads do not
+    assert total.inspect(x, arch="sm_90").index_bits == 64
+
+
+def test_inspect_keeps_the_32_bit_build_for_a_launch_that_fits() -> None:
+    x = np.broadcast_to(np.float32(0), (2**31 - 385,))
+    assert total.inspect(x, arch="sm_90").index_bits == 32
+
+
+def test_inspect_returns_the_build_the_call_ran(s: kd.Session, drv: FakeDriver) -> None:
+    y = s.zeros(1024, np.float32)
+    many_threads(y)
+    (narrow,) = [b for b in many_threads._bound.values() if b.session is s]
+    assert many_threads.inspect(y) is narrow.wide.build
+
+
+def test_inspect_applies_grid_and_block_overrides_as_a_call_does() -> None:
+    y, x = np.zeros(256, np.float32), np.zeros(256, np.float32)
+    assert saxpy.inspect(y, x, 1.0, arch="sm_90", grid=2**23, block=256).index_bits == 64
+    assert saxpy.inspect(y, x, 1.0, arch="sm_90", grid=2**23 - 1, block=256).index_bits == 32

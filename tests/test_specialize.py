@@ -7,7 +7,7 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.dtypes import INT32_MAX
-from kerneldsl.errors import BindingError, ShapeMismatchError
+from kerneldsl.errors import BindingError, ScalarConversionError, ShapeMismatchError
 from kerneldsl.specialize import bind, bind_declared, describe_array
 
 ARCH = "sm_90"
@@ -285,3 +285,37 @@ def test_bind_declared_rejects_bad_index_width() -> None:
 def test_bind_declared_matches_a_bound_call() -> None:
     declared = bind_declared(saxpy.signature, {"T": "float32"}, {}, ARCH)
     assert declared == bind(saxpy.signature, (f32(8), f32(8), 2.0), {}, ARCH)
+
+
+@kd.kernel()
+def scalars(a: kd.Out["float32", "n"], f: kd.Scalar["float32"], i: kd.Scalar["int8"]) -> str:
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("f", "i"),
+    [(0.1, 3), (np.float32(0.1), np.int8(3)), (np.float64(0.5), np.int64(3)), (np.int16(7), True), (1 << 30, -128)],
+)
+def test_python_numbers_safe_numpy_types_and_exact_values_bind(f: Any, i: Any) -> None:
+    bind(scalars.signature, (np.zeros(2, np.float32), f, i), {}, "sm_90")
+
+
+@pytest.mark.parametrize(
+    ("f", "i", "param", "given"),
+    [
+        (np.float64(0.1), 3, "f", "float64"),
+        (np.int64(2**40 + 1), 3, "f", "int64"),
+        (1.0, np.int64(300), "i", "int64"),
+        (1.0, 2.5, "i", "float"),
+        (1.0, np.float64(2.0), "i", "float64"),
+    ],
+)
+def test_a_scalar_that_would_change_value_is_refused_naming_both_types(f: Any, i: Any, param: str, given: str) -> None:
+    with pytest.raises(ScalarConversionError) as info:
+        bind(scalars.signature, (np.zeros(2, np.float32), f, i), {}, "sm_90")
+    declared = "float32" if param == "f" else "int8"
+    assert (info.value.param, info.value.declared, info.value.given) == (param, declared, given)
+
+
+def test_a_nan_of_another_float_type_converts() -> None:
+    bind(scalars.signature, (np.zeros(2, np.float32), np.float64("nan"), 1), {}, "sm_90")

@@ -102,7 +102,7 @@ def test_an_image_whose_text_was_evicted_renders_the_text_again(counts: Counts) 
     first = build_scaled()
     planned = plan(spec_of(), scaled.body)
     material = source_material(spec_of(), planned)
-    get_default_cache()._evict(cache_key(material), "test")
+    get_default_cache().evict(cache_key(material), "test")
     again = build_scaled()
     assert again.origin == "disk" and counts.renders == 4
     assert again.generated == first.generated
@@ -202,7 +202,8 @@ def test_plan_identity_refuses_a_context_value_it_cannot_key_exactly() -> None:
 
 def test_source_material_records_every_input_of_the_text() -> None:
     material = source_material(spec_of(), plan(spec_of(), scaled.body))
-    assert set(material) == {"format", "fingerprint", "renderer", "kernel", "arch", "output", "abi", "contexts"}
+    components = {"format", "fingerprint", "renderer", "kernel", "arch", "output", "bindings", "abi", "contexts"}
+    assert set(material) == components
     assert material["renderer"].startswith("jinja2 ") and material["output"] == SOURCE_OUTPUT
 
 
@@ -225,13 +226,13 @@ def test_stored_text_without_this_users_seal_is_rendered_again_not_run(counts: C
     again.launch_factory()  # the rendered adapter, not the forged one
 
 
-def test_text_sealed_under_another_users_secret_is_rendered_again(
+def test_a_cache_sealed_under_another_users_secret_only_misses(
     counts: Counts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     build_scaled()
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "elsewhere"))  # another secret, as on another machine
     again = build_scaled()
-    assert again.origin == "disk" and counts.renders == 4  # the image is found; its text is not trusted
+    assert (again.origin, counts.renders, counts.compiles) == ("nvrtc", 4, 2)  # neither text nor image trusted
     assert build_scaled().origin == "disk" and counts.renders == 4  # sealed again under this secret
 
 

@@ -13,7 +13,7 @@ import pytest
 import kerneldsl as kd
 import kerneldsl.build
 from kerneldsl import cache, dtypes
-from kerneldsl.errors import DeclarationError
+from kerneldsl.errors import DeclarationError, ProxyAttributeError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -65,3 +65,45 @@ def test_saxpy_example_says_registers_unknown_never_none(capsys, isolated_cache,
     _example("saxpy").compile_specializations("sm_90")
     out = capsys.readouterr().out
     assert out.count("registers unknown") == 2 and "None" not in out
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def scaled(y: kd.Out["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"], TILE: kd.Const[int] = 16) -> str:
+    return f"index_t i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) {y}[i] = {a} * {x}[i];"
+
+
+@pytest.fixture
+def scaled_build(isolated_cache: Path) -> kerneldsl.build.Build:
+    return scaled.inspect(np.zeros(8, np.float32), np.zeros(8, np.float32), 1.0, TILE=32, arch="sm_90")
+
+
+def test_a_build_prints_as_one_short_line_naming_its_specialization(scaled_build: kerneldsl.build.Build) -> None:
+    text = repr(scaled_build)
+    assert len(text) < 200 and "\n" not in text
+    assert "scaled[T=float32, TILE=32; 32-bit; sm_90]" in text and scaled_build.cache_key[:12] in text
+    assert f"{scaled_build.registers} registers" in text
+
+
+def test_a_builds_big_fields_stay_attributes_and_out_of_its_repr(scaled_build: kerneldsl.build.Build) -> None:
+    for obj in (scaled_build, scaled_build.compiled, scaled_build.generated, scaled_build.specialization):
+        assert len(repr(obj)) < 200, type(obj).__name__
+    assert scaled_build.cubin.startswith(b"\x7fELF") and "kd_scaled" in scaled_build.cuda_source
+
+
+def test_a_build_shows_as_a_table_in_a_notebook(scaled_build: kerneldsl.build.Build) -> None:
+    table = scaled_build._repr_markdown_()
+    assert "| constants | TILE=32 |" in table and "| index width | 32-bit |" in table and "| arch | sm_90 |" in table
+
+
+@kd.kernel(grid=1, block=1)
+def misspelt(y: kd.Out[kd.float32, "n"], a: kd.Scalar[kd.float32]) -> str:
+    return f"{y}[0] = {y.shpe[0]};"
+
+
+def test_a_misspelt_proxy_attribute_names_kernel_parameter_and_attributes(isolated_cache: Path) -> None:
+    with pytest.raises(ProxyAttributeError) as info:
+        misspelt.inspect(np.zeros(4, np.float32), 1.0, arch="sm_90")
+    error = info.value
+    assert isinstance(error, AttributeError)
+    assert (error.kernel, error.param, error.attribute) == ("misspelt", "y", "shpe")
+    assert "shape" in error.valid and "kernel" not in error.valid

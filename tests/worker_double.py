@@ -67,11 +67,25 @@ def launches() -> int:
     return len(driver.api().launches)
 
 
-def sleep_then(seconds: float, value: Any) -> Any:
+def when_open(gate: str, value: Any) -> Any:
+    """Run on a worker: return ``value`` once the file ``gate`` exists (the test creates it once it
+    checked what must hold while this call runs: no sleep that a busy machine outlasts)."""
+    import os
     import time
 
-    time.sleep(seconds)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{gate} was never opened")
+        time.sleep(0.01)
     return value
+
+
+def cancelled_calls(dask_worker: Any) -> int:
+    """``client.run(cancelled_calls)``: how many cancelled calls the worker's actors have yet to skip."""
+    from kerneldsl.distributed import GPUActor
+
+    return sum(len(a._cancelled) for a in dask_worker.state.actors.values() if isinstance(a, GPUActor))
 
 
 def exit_process() -> None:

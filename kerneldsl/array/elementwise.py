@@ -34,7 +34,7 @@ import inspect
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -45,6 +45,12 @@ from ..dispatch import Kernel
 from ..errors import DeclarationError, FusionError
 from ..runtime.memory import DeviceArray
 from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
+
+if TYPE_CHECKING:
+    from ..distributed.handles import RemoteArray
+    from ..runtime.stream import Stream
+    from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
+    from .program import Traced
 from .kernels import (
     BLOCK,
     KERNELS,
@@ -59,7 +65,7 @@ from .kernels import (
     out_dims,
     vector_width,
 )
-from .placement import check_out, check_placement, unalias
+from .placement import check_out, check_placement, shares_memory, unalias
 from .plan import Plan, PlanCache, host_target
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype
 
@@ -146,7 +152,7 @@ class ElementwisePlan(Plan):
     dtype: np.dtype
     size: int
     broadcast: bool  # a layout other than flat: inputs may overlap out at other elements
-    views: bool = False  # some array is a view, which may partially overlap out
+    shares_memory: bool = False  # some array is a view or borrowed: it may partially overlap out
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
     c_slot: fastpath.CLaunchSlot = field(default_factory=fastpath.CLaunchSlot)  # for ``op(*args, out=out)``
@@ -163,11 +169,12 @@ class ElementwisePlan(Plan):
     ) -> None:
         """Let the C path take later ``front(*values, out=out, stream=stream)`` calls like this
         one: device operands in kernel order, the same shape everywhere (no broadcasting to check),
-        no views (the C path checks no overlap) and no ml_dtypes scalars to convert. A call
+        no views or borrowed foreign memory (the C path checks no overlap: arrays that own their
+        allocations overlap only when they are the same array) and no ml_dtypes scalars to convert. A call
         without ``out=`` on the session stream gets an entry that allocates its result from C
         (from the pool in C, or through a ``DeviceArray`` constructor bound to this plan's shape
         and dtype)."""
-        skip = self.broadcast or self.views or self.plain
+        skip = self.broadcast or self.shares_memory or self.plain
         if session is None or not self.direct or skip or session.capturing:
             return
         if out is None:
@@ -192,13 +199,11 @@ class ElementwisePlan(Plan):
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         if self.size:
-            if self.broadcast or self.views:
-                values = [unalias(v, out, session) for v in values]
-            self.kernel(*values, out)
+            self.kernel(*[unalias(v, out, session) for v in values], out)
 
     def run_on(self, args: Sequence[Any], out: Any, session: Any, stream: Any, placed: bool) -> Any:
         """The kernel on ``stream``. What this call put on the session stream first (uploaded
-        operands, the new result, a broadcast input's copy) is waited for there; arrays the
+        operands, the new result, an overlapping input's copy) is waited for there; arrays the
         caller passed are the caller's to order, as with every launch on a stream."""
         values = self.values(args)
         if out is not None:
@@ -209,10 +214,9 @@ class ElementwisePlan(Plan):
         if fresh:
             out = session.empty(self.shape, self.dtype)
         if self.size:
-            if self.broadcast:
-                unaliased = [unalias(v, out, session) for v in values]
-                placed = placed or any(u is not v for u, v in zip(unaliased, values))
-                values = unaliased
+            unaliased = [unalias(v, out, session) for v in values]
+            placed = placed or any(u is not v for u, v in zip(unaliased, values))
+            values = unaliased
             if placed or fresh:
                 stream.wait(session.create_event(timing=False).record())
             self.kernel(*values, out, stream=stream)
@@ -255,7 +259,7 @@ def plan_elementwise(
         dtype=out_dtype,
         size=int(np.prod(shape, dtype=np.int64)),
         broadcast=layout[0] != "flat",
-        views=any(a.base is not None for a in arrays),
+        shares_memory=any(shares_memory(a) for a in arrays),
         direct=sources == tuple(("arg", i) for i in range(len(args))),
         plain=tuple(
             i for i, a in enumerate(args) if isinstance(a, np.generic) and not isinstance(a, (np.number, np.bool_))
@@ -284,6 +288,26 @@ class ElementwiseFunction(fastpath.Front):
 
     def __init__(self) -> None:
         self._plans = PlanCache()
+
+    if TYPE_CHECKING:  # at run time __call__ stays the C (or Py) Front's; see ``operands``
+
+        @overload
+        def __call__(  # type: ignore[overload-overlap]
+            self, *operands: HostOperand, out: HostArray | None = None, stream: None = None
+        ) -> HostArray: ...
+        @overload
+        def __call__(  # type: ignore[overload-overlap]
+            self, *operands: TracedOperand, out: None = None, stream: None = None
+        ) -> Traced: ...
+        @overload
+        def __call__(  # type: ignore[overload-overlap]
+            self, *operands: RemoteOperand, out: RemoteArray | None = None, stream: None = None
+        ) -> RemoteArray: ...
+        @overload
+        def __call__(
+            self, *operands: DeviceOperand, out: DeviceArray | None = None, stream: Stream | None = None
+        ) -> DeviceArray: ...
+        def __call__(self, *operands: Any, out: Any = None, stream: Any = None) -> Any: ...
 
     def _call(self, *operands: Any, out: Any = None, stream: Any = None) -> Any:
         """The Python path of a call (``fastpath.Front`` first tries what the C path remembered).

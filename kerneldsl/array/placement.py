@@ -77,11 +77,20 @@ def check_placement(out: Any, session: Any, what: str) -> None:
 
 def unalias(value: Any, out: DeviceArray, session: Any) -> Any:
     """An input that overlaps the output at other elements (a broadcast input, a shifted or
-    reversed view) would be overwritten while still read: copy it. The output itself is safe:
-    each element is read and written by the same thread."""
+    reversed view, foreign memory adopted twice) would be overwritten while still read: copy it.
+    The test is the byte extents, whatever made the arrays. The output itself is safe: each
+    element is read and written by the same thread."""
     if type(value) is DeviceArray and value.overlaps(out) and not value.same_elements(out):
         return session.copy(value)
     return value
+
+
+def shares_memory(a: DeviceArray) -> bool:
+    """Whether ``a`` may share bytes with another array: a view, or borrowed foreign memory
+    (which kerneldsl cannot tell from another adoption of the same buffer). An array that owns
+    its allocation overlaps only itself. Both keep what holds their memory in ``_owner`` (the
+    root array, the foreign object); an allocation has none."""
+    return a.base is not None or a._owner is not None
 
 
 def is_strided(value: Any) -> bool:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -61,6 +61,11 @@ from .placement import check_out
 from .plan import Plan, PlanCache
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype, unsigned_ctype
 from .scratch import SCRATCH, multiprocessors
+
+if TYPE_CHECKING:
+    from ..distributed.handles import RemoteArray
+    from ..runtime.memory import DeviceArray
+    from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
 PARTIAL_BLOCKS_PER_SM = 8  # blocks that fill one SM: what a split reduction aims for
@@ -600,7 +605,24 @@ class Reduction:
             return (public, (self.home, self.name))
         return (Reduction, (self.reducer, self.map, self.operands))
 
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, *operands: HostOperand, axis: Any = None, out: HostArray | None = None, keepdims: bool = False
+    ) -> HostArray: ...
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, *operands: TracedOperand, axis: Any = None, out: None = None, keepdims: bool = False
+    ) -> Traced: ...
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, *operands: RemoteOperand, axis: Any = None, out: RemoteArray | None = None, keepdims: bool = False
+    ) -> RemoteArray: ...
+    @overload
+    def __call__(
+        self, *operands: DeviceOperand, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False
+    ) -> DeviceArray: ...
     def __call__(self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+        """The operands' kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
         if len(operands) != self.operands:
             raise TypeError(f"{self.name}() takes {self.operands} operand(s), got {len(operands)}")
         keepdims = _check_keepdims(keepdims, self.name)

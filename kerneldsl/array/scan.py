@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
@@ -39,6 +39,11 @@ from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype, unsigned_ctype
 from .reduction import INSPECT_MULTIPROCESSORS, REDUCERS, Reducer, normalize_axes, user_reducer
 from .scratch import SCRATCH, multiprocessors
+
+if TYPE_CHECKING:
+    from ..distributed.handles import RemoteArray
+    from ..runtime.memory import DeviceArray
+    from .operands import DeviceOperand, HostArray, HostOperand
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
 WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and WINDOW - 1 aggregates
@@ -258,7 +263,20 @@ class Scan:
     def __repr__(self) -> str:
         return f"<kd scan {self.name}>"
 
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, x: HostOperand, axis: Any = None, out: HostArray | None = None, exclusive: bool = False
+    ) -> HostArray: ...
+    @overload
+    def __call__(
+        self, x: RemoteArray, axis: Any = None, out: RemoteArray | None = None, exclusive: bool = False
+    ) -> RemoteArray: ...
+    @overload
+    def __call__(
+        self, x: DeviceOperand, axis: Any = None, out: DeviceArray | None = None, exclusive: bool = False
+    ) -> DeviceArray: ...
     def __call__(self, x: Any, axis: Any = None, out: Any = None, exclusive: bool = False) -> Any:
+        """The operand's kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
         if isinstance(x, Traced):
             raise FusionError(f"{self.name}: a scan cannot be fused; call it on the fused function's result")
         exclusive = _check_flag(exclusive, "exclusive", self.name)

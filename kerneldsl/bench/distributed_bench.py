@@ -2,6 +2,8 @@
 
 - round trip: a no-op Dask task and a no-op call on a Dask actor (the engine's floors), a no-op
   ``gpus.submit`` and a warm remote kernel call on a resident array, each submit -> done.
+- TLS: the warm remote kernel call on the default cluster (TLS, temporary certificate) vs one
+  started with ``security=False`` (plain TCP), the two taking turns.
 - pipelining: many small kernel calls one at a time (waiting for each) vs sent back to back
   with ``max_in_flight`` bounding what is in flight.
 - scaling (two GPUs or more): a batch of independent compute-bound calls on one GPU vs spread
@@ -16,6 +18,7 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -88,6 +91,7 @@ def run(args: argparse.Namespace) -> Report:
         gpus = kd.distributed.attach(client)
         names = gpus.workers()
         report["round trip (ms, median)"] = _round_trip(client, gpus, names[0], args.reps)
+        report["TLS (warm remote kernel call, ms, median)"] = _tls_cost(gpus, names[0], cluster.devices[0], args.reps)
         report["pipelining (calls per second)"] = _pipelining(gpus, names[0], args.calls)
         distinct = sorted(set(cluster.devices))
         if len(distinct) >= 2:
@@ -114,6 +118,29 @@ def _round_trip(client: Any, gpus: Any, worker: str, reps: int) -> dict[str, flo
     report["kernel call / actor call"] = figures["warm remote kernel call"] / figures["no-op Dask actor call"]
     np.testing.assert_array_equal(x.to_host(), np.ones(1024, np.float32))
     return report
+
+
+def _tls_cost(gpus: Any, worker: str, device: int, reps: int, rounds: int = 5) -> dict[str, float]:
+    """The warm remote kernel call here (TLS) and on a plain-TCP cluster's worker on the same GPU,
+    in ``rounds`` turns of ``reps // rounds`` calls each, so that both see the same machine."""
+    from distributed import Client
+
+    with kd.distributed.LocalGPUCluster(gpus=[device], security=False) as cluster, Client(cluster) as client:  # type: ignore[no-untyped-call]
+        plain = kd.distributed.attach(client)
+        calls = {"with TLS": _warm_call(gpus, worker), "without TLS": _warm_call(plain, plain.workers()[0])}
+        medians: dict[str, list[float]] = {k: [] for k in calls}
+        for _ in range(rounds):
+            for name, call in calls.items():
+                medians[name].append(wall_median(call, max(reps // rounds, 1)))
+    report = {k: statistics.median(v) * 1e3 for k, v in medians.items()}
+    report["TLS / plain"] = report["with TLS"] / report["without TLS"]
+    return report
+
+
+def _warm_call(gpus: Any, worker: str) -> Callable[[], Any]:
+    x = gpus.to_device(np.ones(1024, np.float32), worker=worker)
+    scale(x, np.float32(1)).result()  # built, loaded and its actor started
+    return lambda: scale(x, np.float32(1)).result()
 
 
 def _pipelining(gpus: Any, worker: str, calls: int) -> dict[str, float]:

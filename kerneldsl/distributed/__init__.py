@@ -13,7 +13,8 @@ this package adds GPU ownership on top of it::
         print(y.to_host())
 
 Anyone who can submit to the scheduler runs native code on the GPU hosts (kernels arrive
-pickled): keep the scheduler on localhost or behind TLS (see the README).
+pickled): a ``LocalGPUCluster`` speaks TLS with a certificate only it and its clients hold,
+unless started with ``security=False`` (see the README).
 """
 
 from ._extra import require_extra

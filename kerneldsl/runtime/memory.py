@@ -111,13 +111,14 @@ class _Layout:
 _dispatch_tags: dict[tuple[Any, ...], int] = {}
 
 
-def _dispatch_tag(a: DeviceArray) -> int:
+def _dispatch_tag(a: DeviceArray, borrowed: bool = False) -> int:
     """What selecting a kernel specialization needs of an array, computed once (the layout never
     changes): session, dtype, 16-byte alignment, whether 32-bit indexing can address it, and
-    whether it is an owning array, a contiguous view or a strided view (views may partially
-    overlap other arrays, strided ones need strided indexing). An int stands for that tuple, so
-    the dispatch key hashes cheaply on every launch."""
-    kind = "array" if a.base is None else ("view" if a.is_contiguous else "strided")
+    whether it is an owning array, borrowed foreign memory, a contiguous view or a strided view
+    (views and borrowed arrays may partially overlap other arrays: two adoptions of one buffer are
+    two arrays; strided ones need strided indexing). An int stands for that tuple, so the
+    dispatch key hashes cheaply on every launch."""
+    kind = ("borrowed" if borrowed else "array") if a.base is None else ("view" if a.is_contiguous else "strided")
     layout = (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > INT32_MAX, kind)
     return _dispatch_tags.setdefault(layout, len(_dispatch_tags))
 
@@ -203,7 +204,7 @@ class DeviceArray(_Layout, Handle):
         arr.base = None
         arr.is_contiguous = True
         arr._views = None
-        arr.dispatch_tag = _dispatch_tag(arr)
+        arr.dispatch_tag = _dispatch_tag(arr, borrowed=True)
         if view.stream is not None and view.stream != session.stream.handle:
             session._order_streams(session._stream_cu, view.stream)
         return arr
@@ -213,7 +214,6 @@ class DeviceArray(_Layout, Handle):
     def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> DeviceArray:
         """A view of this array's memory with ``shape`` and byte ``strides``, its first element
         ``offset`` bytes after this array's."""
-        self._check()
         root = self if self.base is None else self.base
         view = DeviceArray.__new__(DeviceArray)
         Handle.__init__(view, self.session)
@@ -227,13 +227,16 @@ class DeviceArray(_Layout, Handle):
         view.is_contiguous = views.is_c_contiguous(shape, strides, self.dtype.itemsize)
         view._views = None
         view.dispatch_tag = _dispatch_tag(view)
-        if root._views is None:
-            root._views = weakref.WeakValueDictionary()
-        root._views[id(view)] = view
+        with self.session._lock:  # what _take holds: a view is registered before its owner closes, or refused
+            self._check()
+            if root._views is None:
+                root._views = weakref.WeakValueDictionary()
+            root._views[id(view)] = view
         return view
 
     def _take(self) -> Any:
-        """Close this handle; closing the owner also closes every view of its memory."""
+        """Close this handle; closing the owner also closes every view of its memory. Called with
+        the session lock held, which ``_view`` registers under."""
         raw = Handle._take(self)
         for view in list(self._views.values()) if self._views is not None else ():
             view._closed = True
@@ -373,6 +376,8 @@ class DeviceArray(_Layout, Handle):
         intersects nothing; strided views that interleave count as overlapping)."""
         if not (self.nbytes and other.nbytes):
             return False
+        if self.is_contiguous and other.is_contiguous:  # the warm case: [ptr, ptr + nbytes)
+            return self.ptr < other.ptr + other.nbytes and other.ptr < self.ptr + self.nbytes
         a, b = self.byte_span(), other.byte_span()
         return a[0] < b[1] and b[0] < a[1]
 

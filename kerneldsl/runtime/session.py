@@ -71,6 +71,26 @@ _poisoned_devices: set[int] = set()  # devices whose primary context a sticky er
 _defaults_lock = threading.Lock()
 
 
+def check_launch_dims(grid: Any, block: Any, shared: Any) -> bool:
+    """Whether a launch of ``grid`` x ``block`` with ``shared`` bytes has threads to run (False for
+    an empty grid); LaunchConfigError naming the dimension and its limit for one no device runs.
+    Needs no device, so ``Kernel.inspect`` refuses exactly what a call would (a device's own
+    shared-memory limit is checked at the launch)."""
+    dims = [(f"grid.{a}", v, limit) for a, v, limit in zip("xyz", grid, MAX_GRID)]
+    dims += [(f"block.{a}", v, limit) for a, v, limit in zip("xyz", block, MAX_BLOCK)]
+    for name, value, limit in dims:
+        if type(value) is not int or not 0 <= value <= limit:
+            raise LaunchConfigError(f"{name} = {value!r} is outside 0..{limit}")
+    if type(shared) is not int or shared < 0:
+        raise LaunchConfigError(f"shared = {shared!r} must be a non-negative int (bytes of dynamic shared memory)")
+    if 0 in grid:
+        return False
+    threads = block[0] * block[1] * block[2]
+    if not 0 < threads <= MAX_BLOCK_THREADS:
+        raise LaunchConfigError(f"block {tuple(block)} has {threads} threads; a block holds 1..{MAX_BLOCK_THREADS}")
+    return True
+
+
 def _release_graph(d: Any, raw: tuple[Any, Any]) -> tuple[Any, ...]:
     result: tuple[Any, ...] = d.cuGraphExecDestroy(raw[0])
     return result if result[0] else d.cuGraphDestroy(raw[1])
@@ -386,18 +406,8 @@ class Session:
         """The slow path of a launch outside the plain limits: False for an empty grid (nothing to
         launch), True once dynamic shared memory above 48 KiB is allowed for ``function``;
         LaunchConfigError for anything the device cannot run."""
-        dims = [(f"grid.{a}", v, limit) for a, v, limit in zip("xyz", grid, MAX_GRID)]
-        dims += [(f"block.{a}", v, limit) for a, v, limit in zip("xyz", block, MAX_BLOCK)]
-        for name, value, limit in dims:
-            if type(value) is not int or not 0 <= value <= limit:
-                raise LaunchConfigError(f"{name} = {value!r} is outside 0..{limit}")
-        if type(shared) is not int or shared < 0:
-            raise LaunchConfigError(f"shared = {shared!r} must be a non-negative int (bytes of dynamic shared memory)")
-        if 0 in grid:
+        if not check_launch_dims(grid, block, shared):
             return False
-        threads = block[0] * block[1] * block[2]
-        if not 0 < threads <= MAX_BLOCK_THREADS:
-            raise LaunchConfigError(f"block {tuple(block)} has {threads} threads; a block holds 1..{MAX_BLOCK_THREADS}")
         if shared > DEFAULT_SHARED_LIMIT:
             self._allow_dynamic_shared(function, shared)
         return True

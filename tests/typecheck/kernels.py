@@ -1,0 +1,16 @@
+"""Kernels the other files call (imported, as user code imports its kernels)."""
+
+from __future__ import annotations
+
+from typing import NewType, TypeVar
+
+import kerneldsl as kd
+
+T = TypeVar("T")
+n = NewType("n", int)
+
+
+@kd.kernel(grid=kd.cdiv(n, 256), block=kd.sym("TILE"))
+def saxpy(y: kd.InOut[T, n], x: kd.In[T, n], alpha: kd.Scalar[T], TILE: kd.Const[int] = 256) -> str:
+    # The body sees proxies: their attributes type-check here.
+    return f"if (threadIdx.x < TILE) {y}[0] = ({y.ctype}){alpha} * {x}[{x.strides[0]}] + {alpha.ctype}(0);"

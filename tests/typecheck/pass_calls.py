@@ -1,0 +1,53 @@
+"""Calls that type-check, and the types they have."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from typing_extensions import assert_type
+
+import kerneldsl as kd
+from kerneldsl.distributed.handles import RemoteArray, RemoteFuture
+
+from .kernels import saxpy
+
+HostArray = np.ndarray[Any, Any]
+
+
+def host(y: np.ndarray, x: np.ndarray) -> None:
+    assert_type(saxpy(y, x, np.float32(2.0)), None)
+    assert_type(saxpy(y, x, 2.0, TILE=128), None)
+    assert_type(saxpy(y=y, x=x, alpha=2), None)
+
+
+def device(s: kd.Session, y: np.ndarray) -> None:
+    dy, dx = s.to_device(y), s.to_device(y)
+    assert_type(saxpy(dy, dx, np.float32(2.0)), None)
+    assert_type(saxpy.launch(grid=7, block=128, stream=s.create_stream())(dy, dx, 2.0), None)
+    saxpy(dy, dx, 2.0, grid=7, block=128)  # the keyword spelling runs and type-checks (loosely)
+
+
+def remote(ry: RemoteArray, rx: RemoteArray) -> None:
+    assert_type(saxpy(ry, rx, np.float32(2.0)), RemoteFuture)
+    saxpy(ry, rx, 2.0).result()
+
+
+def ops(d: kd.DeviceArray, r: RemoteArray) -> None:
+    y = np.ones(4, np.float32)
+    assert_type(kd.ops.add(y, 1.0), HostArray)
+    assert_type(kd.ops.add(kd.ops.sin(d), 1.0), kd.DeviceArray)
+    assert_type(kd.ops.add(d, y), kd.DeviceArray)
+    assert_type(kd.ops.multiply(r, 2.0), RemoteArray)
+    assert_type(kd.ops.sum(d, axis=0), kd.DeviceArray)
+    assert_type(kd.ops.sum(y), HostArray)
+    assert_type(kd.ops.sum(r), RemoteArray)
+    assert_type(kd.ops.cumsum(d), kd.DeviceArray)
+    assert_type(kd.ops.astype(y, np.float16), HostArray)
+    assert_type(kd.ops.dot(d, d), kd.DeviceArray)
+    kd.ops.sum(d).to_host()
+
+
+def redeclared() -> None:
+    again = kd.kernel(grid=1, block=1, options=["-Xptxas=-v"])(saxpy.body)
+    assert_type(again(np.ones(4), np.ones(4), 1.0), None)
