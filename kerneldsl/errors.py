@@ -238,7 +238,7 @@ class BlasNotAvailableError(ExtraNotInstalledError):
 
 
 class DistributedNotAvailableError(ExtraNotInstalledError):
-    """The optional ``kerneldsl[distributed]`` extra (Dask distributed, cloudpickle) is not installed."""
+    """The optional ``kerneldsl[distributed]`` extra (Dask distributed, cloudpickle, cryptography) is not installed."""
 
 
 class FusionError(KernelDSLError, TypeError):

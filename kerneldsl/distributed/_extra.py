@@ -5,7 +5,11 @@ import importlib
 from ..errors import DistributedNotAvailableError
 
 INSTALL_HINT = "pip install 'kerneldsl[distributed]'"
-_MODULES = {"distributed": "Dask distributed", "cloudpickle": "cloudpickle"}
+_MODULES = {
+    "distributed": "Dask distributed",
+    "cloudpickle": "cloudpickle",
+    "cryptography": "cryptography",  # the default cluster's TLS certificate (Security.temporary)
+}
 
 
 def require_extra() -> None:
@@ -13,7 +17,7 @@ def require_extra() -> None:
     absent = [label for module, label in _MODULES.items() if not _importable(module)]
     if absent:
         raise DistributedNotAvailableError(
-            f"kd.distributed needs {' and '.join(absent)}, which {'is' if len(absent) == 1 else 'are'} "
+            f"kd.distributed needs {', '.join(absent)}, which {'is' if len(absent) == 1 else 'are'} "
             f"not installed: {INSTALL_HINT}"
         )
 
