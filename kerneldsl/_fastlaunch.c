@@ -1,6 +1,6 @@
 /* kerneldsl._fastlaunch: the warm launch path of @kd.kernel, in C.
  *
- * A kernel call first runs the Python reference path (kernel.py, the generated adapter,
+ * A kernel call first runs the Python reference path (dispatch.py, the generated adapter,
  * Session.launch). Once a call with DeviceArrays and scalars has launched, fastpath.py
  * registers that specialization's launch table here as a Launch, guarded by what selected it:
  * the arrays' dispatch tags and the scalars' types. A later call that passes the guards is
@@ -45,14 +45,12 @@ typedef int (*launch_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, 
 #define MAX_ARRAY_SLOTS 32
 #define INVALID_CONTEXT 201
 
-/* What cuLaunchKernel takes without an opt-in; anything else is the Python path's to judge. */
-#define MAX_BLOCK_XY 1024
-#define MAX_BLOCK_Z 64
-#define MAX_BLOCK_THREADS 1024
-#define MAX_GRID_X 2147483647ULL
-#define MAX_GRID_YZ 65535
-#define MAX_STATIC_SHARED (48 * 1024)
-#define MAX_INDEX32 2147483647ULL
+/* What cuLaunchKernel takes without an opt-in, and what a 32-bit index_t numbers: kerneldsl's
+ * runtime/limits.py, handed over by set_launch_limits(). Until then every limit is 0, so every
+ * launch is the Python path's to judge. */
+static struct {
+    unsigned long long grid[3], block[3], block_threads, shared, index32_threads;
+} limits;
 
 /* Launch-dimension programs: postfix over int64, one program per grid/block axis and shared. */
 enum { OP_END, OP_INT, OP_SYM, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_CDIV, OP_MIN, OP_MAX };
@@ -116,9 +114,10 @@ typedef struct {
     ENTRY_HEAD
 } Entry;
 
-/* What allocating from a session's pool here takes: Session.fast_allocation()'s entry points and
- * objects, and the queues session_ready watches. enabled 0: the driver lacks an entry point (or
- * DeviceArray cannot be copied), every array comes from the Python path. */
+/* What allocating from a session's pool here takes: the entry points and objects of
+ * Session.fast_allocation() (a FastAllocation, read by attribute once), and the queues
+ * session_ready watches. enabled 0: the driver lacks an entry point (or DeviceArray cannot be
+ * copied), every array comes from the Python path. */
 typedef struct {
     PyObject_HEAD
     PyObject *session, *deferred, *captures, *lock, *handles, *dropped, *streams;
@@ -356,6 +355,17 @@ static PyObject *allocate_here(Allocator *A, PyObject *template)
 
 /* --- Allocator: a session's pool, allocated from here ------------------------------------------- */
 
+/* given.name, an address as an unsigned integer; -1 with an exception if missing or not one. */
+static int read_address(PyObject *given, const char *name, unsigned long long *out)
+{
+    PyObject *value = PyObject_GetAttrString(given, name);
+    if (value == NULL)
+        return -1;
+    *out = PyLong_AsUnsignedLongLong(value);
+    Py_DECREF(value);
+    return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *names[] = {"session", NULL};
@@ -370,16 +380,24 @@ static PyObject *allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     if (given == NULL)
         return NULL;
     unsigned long long alloc, free_, current, pool, context, stream;
-    PyObject *lock, *handles, *dropped, *streams;
+    PyObject *lock = NULL, *handles = NULL, *dropped = NULL, *streams = NULL;
     Allocator *A = NULL;
-    if (!PyTuple_Check(given)) {
-        PyErr_SetString(PyExc_TypeError, "session.fast_allocation() must return a tuple");
-    } else if (PyArg_ParseTuple(given, "KKKKKKOO!OO:fast_allocation", &alloc, &free_, &current, &pool, &context,
-                                &stream, &lock, &PyDict_Type, &handles, &dropped, &streams) &&
-               (A = (Allocator *)type->tp_alloc(type, 0)) != NULL) {
+    if (read_address(given, "alloc", &alloc) == 0 && read_address(given, "free", &free_) == 0 &&
+        read_address(given, "current", &current) == 0 && read_address(given, "pool", &pool) == 0 &&
+        read_address(given, "context", &context) == 0 && read_address(given, "stream", &stream) == 0 &&
+        (lock = PyObject_GetAttrString(given, "lock")) != NULL &&
+        (handles = PyObject_GetAttrString(given, "handles")) != NULL &&
+        (dropped = PyObject_GetAttrString(given, "dropped")) != NULL &&
+        (streams = PyObject_GetAttrString(given, "streams")) != NULL) {
+        if (!PyDict_Check(handles))
+            PyErr_SetString(PyExc_TypeError, "session.fast_allocation().handles must be a dict");
+        else
+            A = (Allocator *)type->tp_alloc(type, 0);
+    }
+    if (A != NULL) {
         A->session = Py_NewRef(session);
         A->layout = (Layout *)Py_NewRef(layout);
-        A->lock = Py_NewRef(lock); /* before the tuple goes: it may hold the only reference */
+        A->lock = Py_NewRef(lock);
         A->handles = Py_NewRef(handles);
         A->dropped = Py_NewRef(dropped);
         A->streams = Py_NewRef(streams);
@@ -393,6 +411,10 @@ static PyObject *allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwd
         if (take_session_queues(session, &A->deferred, &A->captures) < 0)
             Py_CLEAR(A);
     }
+    Py_XDECREF(lock);
+    Py_XDECREF(handles);
+    Py_XDECREF(dropped);
+    Py_XDECREF(streams);
     Py_DECREF(given);
     return (PyObject *)A;
 }
@@ -869,14 +891,15 @@ fail:
 static int dims_launchable(const Launch *L, const unsigned dims[7])
 {
     unsigned long long gx = dims[0], gy = dims[1], gz = dims[2], bx = dims[3], by = dims[4], bz = dims[5];
-    if (gx == 0 || gy == 0 || gz == 0 || gx > MAX_GRID_X || gy > MAX_GRID_YZ || gz > MAX_GRID_YZ)
+    if (gx == 0 || gy == 0 || gz == 0 || gx > limits.grid[0] || gy > limits.grid[1] || gz > limits.grid[2])
         return 0;
-    if (bx == 0 || by == 0 || bz == 0 || bx > MAX_BLOCK_XY || by > MAX_BLOCK_XY || bz > MAX_BLOCK_Z ||
-        bx * by * bz > MAX_BLOCK_THREADS)
+    if (bx == 0 || by == 0 || bz == 0 || bx > limits.block[0] || by > limits.block[1] || bz > limits.block[2] ||
+        bx * by * bz > limits.block_threads)
         return 0;
-    if (dims[6] > MAX_STATIC_SHARED)
+    if (dims[6] > limits.shared)
         return 0;
-    return L->index_bits == 64 || (gx * bx <= MAX_INDEX32 && gy * by <= MAX_INDEX32 && gz * bz <= MAX_INDEX32);
+    unsigned long long most = limits.index32_threads;
+    return L->index_bits == 64 || (gx * bx <= most && gy * by <= most && gz * bz <= most);
 }
 
 /* An exact int as a long long; 0 for anything else (whose conversion could run Python code). */
@@ -1033,7 +1056,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
         goto decline;
     Py_XDECREF(fresh);
     PyObject *code = PyLong_FromLong(err);
-    if (code != NULL) { /* _launch_failed raises the typed error (and poisons on a sticky one) */
+    if (code != NULL) { /* Session.launch_failed raises the typed error (and poisons on a sticky one) */
         Py_XDECREF(PyObject_CallMethodObjArgs(L->session, str_launch_failed, code, NULL));
         Py_DECREF(code);
     }
@@ -1285,18 +1308,18 @@ static PyTypeObject GemmLaunchType = {
     .tp_clear = (inquiry)gemm_clear,
 };
 
-/* --- Front: the callable base class of Kernel ------------------------------------------------- */
+/* --- FastPathCallable: the callable base class of Kernel, ops and gemm ------------------------- */
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     int count;
     Entry *entries[MAX_ENTRIES];
-} Front;
+} FastPathCallable;
 
-static PyObject *front_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+static PyObject *callable_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
-    Front *f = (Front *)self;
+    FastPathCallable *f = (FastPathCallable *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     for (int i = 0; i < f->count; i++) {
         PyObject *result = NULL;
@@ -1317,15 +1340,15 @@ static PyObject *front_vectorcall(PyObject *self, PyObject *const *args, size_t 
     return result;
 }
 
-static PyObject *front_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+static PyObject *callable_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    Front *f = (Front *)type->tp_alloc(type, 0);
+    FastPathCallable *f = (FastPathCallable *)type->tp_alloc(type, 0);
     if (f != NULL)
-        f->vectorcall = front_vectorcall;
+        f->vectorcall = callable_vectorcall;
     return (PyObject *)f;
 }
 
-static PyObject *front_remember(Front *f, PyObject *launch)
+static PyObject *callable_remember(FastPathCallable *f, PyObject *launch)
 {
     if (!PyObject_TypeCheck(launch, &LaunchType) && !PyObject_TypeCheck(launch, &GemmLaunchType)) {
         PyErr_SetString(PyExc_TypeError, "expected a Launch or a GemmLaunch");
@@ -1347,7 +1370,7 @@ static PyObject *front_remember(Front *f, PyObject *launch)
     Py_RETURN_NONE;
 }
 
-static int front_clear(Front *f)
+static int callable_clear(FastPathCallable *f)
 {
     while (f->count > 0) {
         f->count--;
@@ -1356,56 +1379,56 @@ static int front_clear(Front *f)
     return 0;
 }
 
-static PyObject *front_forget(Front *f, PyObject *unused)
+static PyObject *callable_forget(FastPathCallable *f, PyObject *unused)
 {
-    front_clear(f);
+    callable_clear(f);
     Py_RETURN_NONE;
 }
 
-static PyObject *front_remembered(Front *f, void *unused)
+static PyObject *callable_remembered(FastPathCallable *f, void *unused)
 {
     return PyLong_FromLong(f->count);
 }
 
-static int front_traverse(Front *f, visitproc visit, void *arg)
+static int callable_traverse(FastPathCallable *f, visitproc visit, void *arg)
 {
     for (int i = 0; i < f->count; i++)
         Py_VISIT(f->entries[i]);
     return 0;
 }
 
-static void front_dealloc(Front *f)
+static void callable_dealloc(FastPathCallable *f)
 {
     PyObject_GC_UnTrack(f);
-    front_clear(f);
+    callable_clear(f);
     Py_TYPE(f)->tp_free((PyObject *)f); /* a heap subclass's dealloc drops its type reference */
 }
 
-static PyMethodDef front_methods[] = {
-    {"_remember_launch", (PyCFunction)front_remember, METH_O, "Add a Launch to try first on later calls."},
-    {"_forget_launches", (PyCFunction)front_forget, METH_NOARGS, "Drop every remembered Launch."},
+static PyMethodDef callable_methods[] = {
+    {"_remember_launch", (PyCFunction)callable_remember, METH_O, "Add a Launch to try first on later calls."},
+    {"_forget_launches", (PyCFunction)callable_forget, METH_NOARGS, "Drop every remembered Launch."},
     {NULL},
 };
 
-static PyGetSetDef front_getset[] = {
-    {"_remembered_launches", (getter)front_remembered, NULL, "How many Launches the fast path tries.", NULL},
+static PyGetSetDef callable_getset[] = {
+    {"_remembered_launches", (getter)callable_remembered, NULL, "How many Launches the fast path tries.", NULL},
     {NULL},
 };
 
-static PyTypeObject FrontType = {
+static PyTypeObject FastPathCallableType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "kerneldsl._fastlaunch.Front",
+    .tp_name = "kerneldsl._fastlaunch.FastPathCallable",
     .tp_doc = "Callable base of Kernel and kd.blas.gemm: remembered entries first, then self._call(*args, **kwargs).",
-    .tp_basicsize = sizeof(Front),
+    .tp_basicsize = sizeof(FastPathCallable),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(Front, vectorcall),
+    .tp_vectorcall_offset = offsetof(FastPathCallable, vectorcall),
     .tp_call = PyVectorcall_Call,
-    .tp_new = front_new,
-    .tp_dealloc = (destructor)front_dealloc,
-    .tp_traverse = (traverseproc)front_traverse,
-    .tp_clear = (inquiry)front_clear,
-    .tp_methods = front_methods,
-    .tp_getset = front_getset,
+    .tp_new = callable_new,
+    .tp_dealloc = (destructor)callable_dealloc,
+    .tp_traverse = (traverseproc)callable_traverse,
+    .tp_clear = (inquiry)callable_clear,
+    .tp_methods = callable_methods,
+    .tp_getset = callable_getset,
 };
 
 /* --- module --------------------------------------------------------------------------------------- */
@@ -1484,8 +1507,43 @@ static PyObject *configure(PyObject *module, PyObject *type)
     Py_RETURN_NONE;
 }
 
+/* Read runtime/limits.py's LaunchLimits (grid, block, block_threads, shared, index32_threads)
+ * whole before any of it is used: a malformed one leaves the previous limits. */
+static PyObject *set_launch_limits(PyObject *module, PyObject *given)
+{
+    static const char *const names[] = {"grid", "block", "block_threads", "shared", "index32_threads"};
+    unsigned long long values[9];
+    int n = 0;
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = PyObject_GetAttrString(given, names[i]);
+        if (v == NULL)
+            return NULL;
+        int axes = i < 2 ? 3 : 1;
+        if (axes == 3 && (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 3)) {
+            Py_DECREF(v);
+            return PyErr_Format(PyExc_TypeError, "launch limit %s must be a 3-tuple", names[i]);
+        }
+        for (int a = 0; a < axes; a++) {
+            values[n] = PyLong_AsUnsignedLongLong(axes == 3 ? PyTuple_GET_ITEM(v, a) : v);
+            if (values[n] == (unsigned long long)-1 && PyErr_Occurred()) {
+                Py_DECREF(v);
+                return NULL;
+            }
+            n++;
+        }
+        Py_DECREF(v);
+    }
+    memcpy(limits.grid, values, sizeof limits.grid);
+    memcpy(limits.block, values + 3, sizeof limits.block);
+    limits.block_threads = values[6];
+    limits.shared = values[7];
+    limits.index32_threads = values[8];
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_O, "Tell the launch path where DeviceArray keeps its fields."},
+    {"set_launch_limits", set_launch_limits, METH_O, "Hand the launch path runtime.limits.LAUNCH_LIMITS."},
     {NULL},
 };
 
@@ -1547,7 +1605,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
 {
     str_ok = PyUnicode_InternFromString("usable");
     str_call = PyUnicode_InternFromString("_call");
-    str_launch_failed = PyUnicode_InternFromString("_launch_failed");
+    str_launch_failed = PyUnicode_InternFromString("launch_failed");
     str_alpha = PyUnicode_InternFromString("alpha");
     str_beta = PyUnicode_InternFromString("beta");
     str_out = PyUnicode_InternFromString("out");
@@ -1561,7 +1619,7 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     if (str_ok == NULL || str_call == NULL || str_launch_failed == NULL || str_alpha == NULL || str_beta == NULL ||
         str_out == NULL || str_stream == NULL)
         return NULL;
-    if (PyType_Ready(&LayoutType) < 0 || PyType_Ready(&AllocatorType) < 0 || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FrontType) < 0)
+    if (PyType_Ready(&LayoutType) < 0 || PyType_Ready(&AllocatorType) < 0 || PyType_Ready(&LaunchType) < 0 || PyType_Ready(&GemmLaunchType) < 0 || PyType_Ready(&FastPathCallableType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
@@ -1569,11 +1627,11 @@ PyMODINIT_FUNC PyInit__fastlaunch(void)
     Py_INCREF(&AllocatorType);
     Py_INCREF(&LaunchType);
     Py_INCREF(&GemmLaunchType);
-    Py_INCREF(&FrontType);
+    Py_INCREF(&FastPathCallableType);
     if (PyModule_AddObject(m, "Allocator", (PyObject *)&AllocatorType) < 0 ||
         PyModule_AddObject(m, "Launch", (PyObject *)&LaunchType) < 0 ||
         PyModule_AddObject(m, "GemmLaunch", (PyObject *)&GemmLaunchType) < 0 ||
-        PyModule_AddObject(m, "Front", (PyObject *)&FrontType) < 0 ||
+        PyModule_AddObject(m, "FastPathCallable", (PyObject *)&FastPathCallableType) < 0 ||
         add_limits(m) < 0 || add_enums(m) < 0) {
         Py_DECREF(m);
         return NULL;

@@ -15,6 +15,7 @@ OPCODES: dict[str, int]
 SLOT_KINDS: dict[str, int]
 
 def configure(device_array_type: type) -> None: ...
+def set_launch_limits(limits: Any) -> None: ...
 
 class Launch:
     def __init__(
@@ -60,7 +61,7 @@ class GemmLaunch:
         stream_object: Any = ...,
     ) -> None: ...
 
-class Front:
+class FastPathCallable:
     _remembered_launches: int
     def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
     def _remember_launch(self, launch: Launch | GemmLaunch) -> None: ...

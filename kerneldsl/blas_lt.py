@@ -5,7 +5,7 @@ matmul descriptor, the three matrix layouts and the algorithm the heuristic pick
 (dtype, compute type, transposes, shapes, operand alignment); a warm gemm then only enqueues
 ``cublasLtMatmul``. Configurations belong to one session's cuBLAS handle (``LtHandle``), live as
 long as it does, and are destroyed with it by ``Session.close`` (context current). The layout
-convention is blas.py's: a row-major ``(r, c)`` buffer is the column-major ``(c, r)`` matrix with
+convention is kd.blas's: a row-major ``(r, c)`` buffer is the column-major ``(c, r)`` matrix with
 leading dimension ``c``.
 """
 
@@ -141,7 +141,7 @@ class LtHandle:
                     count.ctypes.data,
                 )
             except lt.cuBLASLtError:
-                return None  # e.g. NOT_SUPPORTED for this combination: blas.py uses cublasGemmEx
+                return None  # e.g. NOT_SUPPORTED for this combination: kd.blas uses cublasGemmEx
         finally:
             lt.matmul_preference_destroy(pref)
         if count[0] < 1:

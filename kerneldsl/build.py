@@ -22,15 +22,27 @@ from typing import Any
 from . import cache as disk_cache
 from . import logs
 from ._version import __version__
-from .codegen import Decisions, Generated, Plan, plan, renderer_identity, template_digest
+from .codegen import Decisions, Generated, GenerationPlan, plan_generation, renderer_identity, template_digest
 from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_identity, require_supported
 from .errors import InvalidCacheEntryError, KernelCompileError
+from .launch_plan import LaunchPlan
 from .specialize import Specialization
 
 log = logs.get("build")
 
 # Modules whose code decides what gets generated: changing them must change every key.
-_CODEGEN_MODULES = ("signature.py", "specialize.py", "codegen.py", "compiler.py", "dtypes.py", "template_options.py")
+_CODEGEN_MODULES = (
+    "signature/__init__.py",
+    "signature/dims.py",
+    "signature/parse.py",
+    "signature/spelling.py",
+    "specialize.py",
+    "launch_plan.py",
+    "codegen.py",
+    "compiler.py",
+    "dtypes.py",
+    "template_options.py",
+)
 
 
 @lru_cache(maxsize=1)
@@ -81,7 +93,7 @@ SOURCE_OUTPUT = "source"  # the output named in the key material of stored rende
 _SOURCE_FIELDS = ("cuda_source", "adapter_source")
 
 
-def source_material(spec: Specialization, planned: Plan) -> dict[str, Any]:
+def source_material(spec: Specialization, planned: GenerationPlan) -> dict[str, Any]:
     """What the rendered text depends on: the templates and code generation (``fingerprint``), the
     Jinja release, and the templates' contexts, which hold the body, the arch and every decision."""
     return {
@@ -103,7 +115,9 @@ def _seal(secret: bytes, key: str, texts: dict[str, str]) -> str:
     return hmac.new(secret, message, "sha256").hexdigest()
 
 
-def _stored_sources(store: disk_cache.DiskCache, planned: Plan, key: str, material: dict[str, Any]) -> Generated | None:
+def _stored_sources(
+    store: disk_cache.DiskCache, planned: GenerationPlan, key: str, material: dict[str, Any]
+) -> Generated | None:
     """The generated pair stored under ``key``, if sealed with this user's secret (the adapter is
     executed); None on a miss, without a secret, or for a payload of another shape or seal
     (rendered again and stored over it)."""
@@ -205,6 +219,11 @@ class Build:
         return self.specialization.index_bits
 
     @property
+    def launch_plan(self) -> LaunchPlan:
+        """The launch contract the adapter was rendered from and the C path's table is made of."""
+        return self.generated.launch
+
+    @property
     def decisions(self) -> Decisions:
         """What a generated array kernel chose (layout, vector width, stage, accumulation)."""
         return self.generated.decisions
@@ -260,7 +279,7 @@ def build(
     output: str = "cubin",
     use_disk: bool = True,
 ) -> Build:
-    planned = plan(spec, body)
+    planned = plan_generation(spec, body)
     options = build_options(spec.arch, output, user_options)
     store = disk_cache.get_default_cache() if use_disk else None
     texts_material = source_material(spec, planned)

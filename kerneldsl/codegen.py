@@ -23,14 +23,14 @@ from ._version import __version__
 from .dtypes import ELEMENT_TYPES, ElementType
 from .errors import DeclarationError, ProxyAttributeError
 from .installed import dist_info_pattern, first_version
-from .signature import ArrayParam, Expr, ScalarParam, Signature
+from .launch_plan import SLOT_BYTES, LaunchPlan, Slot, launch_plan
+from .runtime.limits import MAX_INDEX32_THREADS
+from .signature import ArrayParam, Expr, ScalarParam
 from .specialize import Specialization
 from .template_options import COMPILED_DIR, make_environment
 
 if TYPE_CHECKING:
     import jinja2
-
-SLOT_BYTES = 8  # every kernel parameter gets one 8-byte slot in the packed buffer
 
 
 def templates_dir() -> Path:
@@ -192,9 +192,17 @@ class Generated:
     adapter_source: str
     body: str
     body_file: str
-    abi: tuple[tuple[str, str], ...]  # (parameter, C type) in launch order
-    struct_format: str
+    launch: LaunchPlan  # what both launch paths check, compute and pack
     decisions: Decisions
+
+    @property
+    def abi(self) -> tuple[tuple[str, str], ...]:
+        """(parameter, C type) in launch order."""
+        return self.launch.abi
+
+    @property
+    def struct_format(self) -> str:
+        return self.launch.struct_format
 
     @property
     def param_bytes(self) -> int:
@@ -213,20 +221,27 @@ ADAPTER_TEMPLATE = "adapter.py.j2"
 
 
 @dataclass(frozen=True)
-class Plan:
+class GenerationPlan:
     """What code generation decided for one specialization before any template is rendered: the
-    two templates' contexts and what a launch needs besides the text. Rendering is a pure
-    function of the templates and these contexts, so a disk hit can take the text stored under
-    ``identity()`` and never import Jinja."""
+    two templates' contexts and the launch plan they and the C path come from. Rendering is a
+    pure function of the templates and these contexts, so a disk hit can take the text stored
+    under ``identity()`` and never import Jinja."""
 
     entry: str
     body: str
     body_file: str
-    abi: tuple[tuple[str, str], ...]
-    struct_format: str
+    launch: LaunchPlan
     decisions: Decisions
     kernel_context: dict[str, Any]
     adapter_context: dict[str, Any]
+
+    @property
+    def abi(self) -> tuple[tuple[str, str], ...]:
+        return self.launch.abi
+
+    @property
+    def struct_format(self) -> str:
+        return self.launch.struct_format
 
     def identity(self) -> list[Any]:
         """The contexts as exact, JSON-ready data: equal identities render equal text."""
@@ -239,8 +254,7 @@ class Plan:
             adapter_source=adapter_source,
             body=self.body,
             body_file=self.body_file,
-            abi=self.abi,
-            struct_format=self.struct_format,
+            launch=self.launch,
             decisions=self.decisions,
         )
 
@@ -268,14 +282,14 @@ def _exact(value: Any) -> Any:
     raise TypeError(f"cannot key a template context holding a {kind.__name__}")
 
 
-def plan(spec: Specialization, body: Callable[..., Any]) -> Plan:
+def plan_generation(spec: Specialization, body: Callable[..., Any]) -> GenerationPlan:
     """Call the body and decide everything the templates are given; renders nothing."""
     sig = spec.signature
     body_text, decisions = call_body(spec, body)
     entry = f"kd_{sig.name}"
     body_file = f"{sig.name}.body"
-    slots = _slots(spec)
-    struct_format = "<" + "".join(s["code"] for s in slots)
+    launch = launch_plan(spec)
+    restrict = "" if sig.allow_alias else " __restrict__"
     kernel_context = {
         "name": sig.name,
         "arch": spec.arch,
@@ -287,110 +301,62 @@ def plan(spec: Specialization, body: Callable[..., Any]) -> Plan:
         "consts": [_const_decl(n, v) for n, v in spec.consts],
         "fixed_symbols": [{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
         "entry": entry,
-        "params": [{"decl": s["decl"]} for s in slots],
+        "params": [{"decl": _decl(s, restrict)} for s in launch.slots],
         "arrays": [{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
         "body_file": body_file,
         "body": body_text,
     }
-    adapter_context = {
-        "name": sig.name,
-        "arch": spec.arch,
-        "index_bits": spec.index_bits,
-        "struct_format_literal": repr(struct_format),
-        "converters": sorted({s["converter"] for s in slots if s["converter"]}),
-        "runtime_names": [p.name for p in sig.runtime_params],
-        "arrays": [_adapter_array(a) for a in sig.arrays],
-        "alias_checks": [] if sig.allow_alias else alias_pairs(sig),
-        "strided": [a.name for a in sig.arrays if a.strided],
-        "symbol_binds": symbol_binds(spec),
-        "shape_checks": shape_checks(spec),
-        "dim_values": _dim_values(spec),
-        "grid": _pad3(sig.grid),
-        "block": _pad3(sig.block),
-        "shared": sig.shared,
-        "conversions": [{"name": s["name"], "value": s["conversion"]} for s in slots if "conversion" in s],
-        "pack_values": [s["value"] for s in slots],
-    }
-    return Plan(
+    return GenerationPlan(
         entry=entry,
         body=body_text,
         body_file=body_file,
-        abi=tuple((s["name"], s["ctype"]) for s in slots),
-        struct_format=struct_format,
+        launch=launch,
         decisions=decisions,
         kernel_context=kernel_context,
-        adapter_context=adapter_context,
+        adapter_context=adapter_context(launch, spec.arch),
     )
 
 
+def adapter_context(launch: LaunchPlan, arch: str) -> dict[str, Any]:
+    """The host adapter template's context: ``launch`` as plain data (``GenerationPlan.identity``
+    keys it), which the template spells as Python."""
+    return {
+        "name": launch.kernel,
+        "arch": arch,
+        "index_bits": launch.index_bits,
+        "max_index32_threads": MAX_INDEX32_THREADS,
+        "struct_format_literal": repr(launch.struct_format),
+        "runtime_names": list(launch.params),
+        "arrays": [
+            {"name": a.name, "ndim": a.ndim, "shape_text": a.shape_text, "writes": a.writes} for a in launch.arrays
+        ],
+        "alias_checks": list(launch.aliases),
+        "strided": [a.name for a in launch.arrays if a.strided],
+        "symbol_binds": [{"symbol": b.symbol, "array": b.array, "axis": b.axis} for b in launch.binds],
+        "shape_checks": [
+            {"array": c.array, "axis": c.axis, "value": c.value, "symbol": c.symbol, "what": c.what}
+            for c in launch.checks
+        ],
+        "constants": dict(launch.constants),
+        "grid": launch.dims[0:3],
+        "block": launch.dims[3:6],
+        "shared": launch.dims[6],
+        "conversions": [{"name": s.param, "kind": s.conversion} for s in launch.slots if s.source == "scalar"],
+        "slots": [{"source": s.source, "param": s.param, "axis": s.axis, "itemsize": s.itemsize} for s in launch.slots],
+    }
+
+
 def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
-    return plan(spec, body).render()
+    return plan_generation(spec, body).render()
 
 
 def _uses(spec: Specialization, type_name: str) -> bool:
     return any(t == type_name for _, t in spec.param_types) or any(t == type_name for _, t in spec.type_vars)
 
 
-def _slot_code(code: str) -> str:
-    size = np.dtype(code).itemsize
-    return code + (f"{SLOT_BYTES - size}x" if size < SLOT_BYTES else "")
-
-
-def _slots(spec: Specialization) -> list[dict[str, Any]]:
-    """One 8-byte slot per kernel parameter: arrays, scalars, then unspecialized shape symbols."""
-    slots = []
-    for p in spec.signature.runtime_params:
-        et = spec.element_type(p.name)
-        if isinstance(p, ArrayParam):
-            qualifier = "const " if p.direction == "in" else ""
-            restrict = "" if spec.signature.allow_alias else " __restrict__"
-            decl = f"{qualifier}{et.ctype}*{restrict} {p.name}"
-            slots.append(_slot(p.name, f"{qualifier}{et.ctype}*", decl, "Q", f"a_{p.name}.ptr", None))
-            if p.strided:  # element strides of a view, read from its byte strides at launch
-                for axis in range(len(p.shape)):
-                    name = f"{p.name}_stride{axis}"
-                    value = f"a_{p.name}.strides[{axis}] // {et.numpy.itemsize}"
-                    slots.append(_slot(name, "long long", f"long long {name}", "q", value, None))
-        else:
-            value, converter = scalar_conversion(et, f"a_{p.name}")
-            slot = _slot(p.name, et.ctype, f"{et.ctype} {p.name}", et.pack, f"v_{p.name}", converter)
-            slots.append({**slot, "conversion": value})
-    fixed = dict(spec.fixed_symbols)
-    index_code = "i" if spec.index_bits == 32 else "q"
-    for s in spec.signature.symbols:
-        if s not in fixed:
-            slots.append(_slot(s, "index_t", f"index_t {s}", index_code, f"s_{s}", None))
-    return slots
-
-
-def scalar_conversion(et: ElementType, arg: str) -> tuple[str, str | None]:
-    """The adapter's one conversion of scalar argument ``arg`` to the plain value it packs, and
-    the runtime converter that expression calls (None: a builtin). It runs before the adapter
-    reads any array, since a conversion may run user code (``__index__``, ``__float__``).
-
-    The value is what ``struct`` would take from ``arg`` for the slot's format, so both launch
-    paths still pack every scalar alike: ``operator.index`` for integers, ``math.ldexp(x, 0)``
-    (``PyFloat_AsDouble``, no parsing of strings as ``float()`` does) for floats, truth for
-    bool; exact ints and floats pass as they are.
-    """
-    if et.name == "bfloat16":
-        return f"to_bfloat16_bits({arg})", "to_bfloat16_bits"
-    if et.name == "bool":
-        return f"True if {arg} else False", None
-    if et.kind == "f":
-        return f"{arg} if type({arg}) is float else ldexp({arg}, 0)", "ldexp"
-    return f"{arg} if type({arg}) is int else index({arg})", "index"
-
-
-def _slot(name: str, ctype: str, decl: str, code: str, value: str, converter: str | None) -> dict[str, Any]:
-    return {
-        "name": name,
-        "ctype": ctype,
-        "decl": decl,
-        "code": _slot_code(code),
-        "value": value,
-        "converter": converter,
-    }
+def _decl(slot: Slot, restrict: str) -> str:
+    """The kernel's C parameter for ``slot``; array pointers are ``__restrict__`` unless aliasing is allowed."""
+    return f"{slot.ctype}{restrict if slot.source == 'pointer' else ''} {slot.name}"
 
 
 def _const_decl(name: str, value: Any) -> dict[str, str]:
@@ -413,55 +379,3 @@ def _float_literal(value: float) -> str:
         return value.hex()
     bits = struct.unpack("<Q", struct.pack("<d", value))[0]
     return f"__builtin_bit_cast(double, 0x{bits:016x}ULL)"
-
-
-def _adapter_array(a: ArrayParam) -> dict[str, Any]:
-    return {"name": a.name, "ndim": len(a.shape), "shape_text": str(a.shape).replace("'", ""), "writes": a.writes}
-
-
-def alias_pairs(sig: Signature) -> list[tuple[str, str]]:
-    arrays = sig.arrays
-    return [(a.name, b.name) for i, a in enumerate(arrays) for b in arrays[i + 1 :] if a.writes or b.writes]
-
-
-def symbol_binds(spec: Specialization) -> list[dict[str, Any]]:
-    fixed = dict(spec.fixed_symbols)
-    return [
-        {"symbol": s, "array": param, "axis": axis}
-        for s, (param, axis) in spec.signature.symbols.items()
-        if s not in fixed
-    ]
-
-
-def shape_checks(spec: Specialization) -> list[dict[str, Any]]:
-    fixed = dict(spec.fixed_symbols)
-    checks = []
-    for a in spec.signature.arrays:
-        for axis, d in enumerate(a.shape):
-            if isinstance(d, int):
-                expected = operator.index(d)
-                checks.append({"array": a.name, "axis": axis, "expected": expected, "what": "its fixed extent"})
-            elif d in fixed:
-                expected = operator.index(fixed[d])
-                checks.append({"array": a.name, "axis": axis, "expected": expected, "what": f"specialized {d}"})
-            elif spec.signature.symbols[d] != (a.name, axis):
-                checks.append({"array": a.name, "axis": axis, "expected": f"s_{d}", "what": d})
-    return checks
-
-
-def _dim_values(spec: Specialization) -> dict[str, str]:
-    """How the adapter spells each name a launch dimension may use: symbols and int constants."""
-    values = {s: f"s_{s}" for s in spec.signature.symbols}
-    values.update({s: _int_literal(v) for s, v in spec.fixed_symbols})
-    ints = {c.name for c in spec.signature.consts if c.type is int}
-    values.update({n: _int_literal(v) for n, v in spec.consts if n in ints})
-    return values
-
-
-def _pad3(dims: tuple[Expr, ...]) -> tuple[Expr, ...]:
-    return dims + (Expr("int", (1,)),) * (3 - len(dims))
-
-
-def launch_dims(sig: Signature) -> tuple[Expr, ...]:
-    """The seven launch values in order: grid x, y, z, block x, y, z, shared bytes."""
-    return (*_pad3(sig.grid), *_pad3(sig.block), sig.shared)

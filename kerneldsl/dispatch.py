@@ -42,12 +42,13 @@ from .launch import (
 )
 from .routing import find_remote, is_remote, route
 from .runtime.foreign import adopt, is_foreign
-from .runtime.memory import DeviceArray
-from .runtime.session import check_launch_dims, default_session
+from .runtime.memory import ARRAY_TYPES
+from .runtime.session import default_session
+from .runtime.session_launch import check_launch_dims
 from .runtime.stream import Stream
 from .signature import ArrayParam, Dim, Signature, parse_signature
 from .specialize import Specialization, bind, bind_declared, const_key, scalar_checks
-from .target import device_arch, resolve_arch
+from .target import resolve_arch
 
 if TYPE_CHECKING:
     from typing import Concatenate, overload
@@ -71,10 +72,10 @@ _ANY_ARCH = "sm_90"  # binding checks a call's arguments the same way for every 
 _scalar_types: set[type] = {int, float, bool}  # grows with the scalar types calls pass
 
 
-class Kernel(fastpath.Front, Generic[_P]):
+class Kernel(fastpath.FastPathCallable, Generic[_P]):
     """A declared kernel: call it like a function, or ``inspect``/``compile``/``explain`` it.
 
-    Calls enter through ``fastpath.Front``: the C launch path takes warm calls it recognises
+    Calls enter through ``fastpath.FastPathCallable``: the C launch path takes warm calls it recognises
     and passes every other call to ``_call``, the Python path described here.
 
     For type checkers a kernel is generic in its body function's parameters (``_P``): a call
@@ -83,7 +84,7 @@ class Kernel(fastpath.Front, Generic[_P]):
     through ``launch(grid=, block=, shared=, stream=)``.
     """
 
-    if TYPE_CHECKING:  # at run time __call__ stays the C (or Py) Front's
+    if TYPE_CHECKING:  # at run time __call__ stays the (C or Python) FastPathCallable's
 
         @overload
         def __call__(
@@ -290,7 +291,7 @@ class Kernel(fastpath.Front, Generic[_P]):
         add = key.append
         for a in args:
             t = type(a)
-            if t is DeviceArray:
+            if t in ARRAY_TYPES:
                 if session is None:
                     session = a.session
                 add(a.dispatch_tag)
@@ -313,7 +314,7 @@ class Kernel(fastpath.Front, Generic[_P]):
         try:
             bound = self._bound.get(frozen)
         except TypeError:  # an unhashable constant (a list, an array): binding names what is wrong
-            bind(self.signature, args, consts, _session_arch(session))
+            bind(self.signature, args, consts, session.gpu.arch)
             raise
         if bound is None:
             bound = self._bind_call(frozen, session, args, consts)
@@ -322,7 +323,7 @@ class Kernel(fastpath.Front, Generic[_P]):
     def _bind_call(
         self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]
     ) -> BoundLaunch:
-        spec = bind(self.signature, args, consts, _session_arch(session))
+        spec = bind(self.signature, args, consts, session.gpu.arch)
         b = self.get_build(spec)
         try:
             bound = BoundLaunch(b, session)
@@ -353,13 +354,13 @@ class Kernel(fastpath.Front, Generic[_P]):
 
     def _adopt_foreign(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """Wrap CUDA Array Interface / DLPack arrays as zero-copy device views on one session."""
-        sessions = {a.session for a in args if type(a) is DeviceArray}
+        sessions = {a.session for a in args if type(a) in ARRAY_TYPES}
         if len(sessions) > 1:
             raise WrongSessionError(f"arguments of kernel {self.signature.name} come from different sessions")
         session = next(iter(sessions), None)
         adopted = []
         for p, a in zip(self._runtime_params, args):
-            if isinstance(a, _SCALAR_TYPES) or type(a) in (DeviceArray, np.ndarray) or not is_foreign(a):
+            if isinstance(a, _SCALAR_TYPES) or type(a) in ARRAY_TYPES or type(a) is np.ndarray or not is_foreign(a):
                 adopted.append(a)
                 continue
             writes = isinstance(p, ArrayParam) and p.writes
@@ -393,16 +394,6 @@ class Launch(Generic[_P]):
 
     def __repr__(self) -> str:
         return f"<kd.kernel {self.kernel.signature.name} launch {self.overrides}>"
-
-
-_arch_by_device: dict[int, str] = {}
-
-
-def _session_arch(session: Any) -> str:
-    arch = _arch_by_device.get(session.device)
-    if arch is None:
-        arch = _arch_by_device[session.device] = device_arch(session.device)
-    return arch
 
 
 def _checked_precompile(sig: Signature, bindings: Mapping[str, Any]) -> dict[str, Any]:

@@ -3,9 +3,11 @@
 ``_fastlaunch.c`` runs the warm path of kernel, op and gemm calls without a Python frame. It
 only recognises calls the Python path has already accepted once, and hands everything else
 back to the caller's ``_call``, so both paths raise the same errors. This module owns its
-contract: the launch tables (the generated adapter restated as integers), the opcode and
-slot-kind numbers they use (checked against the C module's in a test), the ``Front`` base
-class calls enter through, and ``CLaunchSlot``, where whatever made a C entry keeps it.
+contract: the launch tables (a specialization's ``LaunchPlan``, the one the generated adapter is
+rendered from, as integers, in the opcode and slot-kind numbers and within the table sizes the C
+module defines and exports), the ``FastPathCallable`` base class calls enter through, and
+``CLaunchSlot``, where whatever made a C entry keeps it. The C module is handed the launch
+limits (``runtime.limits``) when it is configured.
 
 Without the compiled module (no C compiler when the package was built) or with
 ``KERNELDSL_C_LAUNCH=0``, every call takes the Python path.
@@ -20,11 +22,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import logs
+from .launch_plan import LaunchPlan
 from .runtime import memory
-from .runtime.memory import DeviceArray
+from .runtime.limits import LAUNCH_LIMITS
+from .runtime.memory import ARRAY_TYPES, DeviceBuffer
 from .runtime.stream import Stream
-from .signature import ArrayParam, Expr
-from .specialize import Specialization
+from .signature import Expr
 
 if TYPE_CHECKING:
     from .launch import BoundLaunch
@@ -43,38 +46,22 @@ _fastlaunch = _compiled()
 
 ENABLED = _fastlaunch is not None and os.environ.get("KERNELDSL_C_LAUNCH", "1") != "0"
 
-OPCODES = {"end": 0, "int": 1, "sym": 2, "add": 3, "sub": 4, "mul": 5, "floordiv": 6, "cdiv": 7, "min": 8, "max": 9}
-SLOT_KINDS = {
-    "ptr": 0,
-    "sym32": 1,
-    "sym64": 2,
-    "bool": 3,
-    "int8": 4,
-    "int16": 5,
-    "int32": 6,
-    "int64": 7,
-    "uint8": 8,
-    "uint16": 9,
-    "uint32": 10,
-    "uint64": 11,
-    "float16": 12,
-    "float32": 13,
-    "float64": 14,
-}
-
-# The C Launch's fixed table sizes (checked against the C module's in a test): a specialization
-# past any of them stays on the Python path, so making its Launch cannot fail after a launch.
-LIMITS = {
-    "MAX_ARGS": 64,
-    "MAX_ARRAYS": 16,
-    "MAX_NDIM": 8,
-    "MAX_SYMS": 16,
-    "MAX_CHECKS": 64,
-    "MAX_ALIASES": 64,
-    "MAX_PROGRAM": 128,
-    "MAX_STACK": 16,
-    "MAX_SLOTS": 64,
-}
+# The C module's table encoding and fixed table sizes: a specialization past any size stays on
+# the Python path, so making its Launch cannot fail after a launch.
+TABLE_SIZES = (
+    "MAX_ARGS",
+    "MAX_ARRAYS",
+    "MAX_NDIM",
+    "MAX_SYMS",
+    "MAX_CHECKS",
+    "MAX_ALIASES",
+    "MAX_PROGRAM",
+    "MAX_STACK",
+    "MAX_SLOTS",
+)
+OPCODES: dict[str, int] = {} if _fastlaunch is None else _fastlaunch.OPCODES
+SLOT_KINDS: dict[str, int] = {} if _fastlaunch is None else _fastlaunch.SLOT_KINDS
+LIMITS: dict[str, int] = {} if _fastlaunch is None else {name: getattr(_fastlaunch, name) for name in TABLE_SIZES}
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -92,7 +79,7 @@ def native() -> ModuleType | None:
     return _fastlaunch if ENABLED else None
 
 
-class PyFront:
+class PythonPathCallable:
     """The callables' base when the C path is off: every call goes straight to ``_call``."""
 
     __slots__ = ()
@@ -110,11 +97,12 @@ class PyFront:
 
 
 if _fastlaunch is not None and ENABLED and not TYPE_CHECKING:
-    _fastlaunch.configure(DeviceArray)
+    memory.on_array_type(_fastlaunch.configure)  # the class arrays are made as: now, and once registered
+    _fastlaunch.set_launch_limits(LAUNCH_LIMITS)
     memory.use_native_allocator(_fastlaunch.Allocator)
-    Front = _fastlaunch.Front
+    FastPathCallable = _fastlaunch.FastPathCallable
 else:
-    Front = PyFront
+    FastPathCallable = PythonPathCallable
 
 
 class CLaunchSlot:
@@ -148,7 +136,7 @@ class CLaunchSlot:
         self._streams.clear()
 
 
-STREAM_SLOTS = 8  # streams per slot with their own C entry (as many as a Front remembers)
+STREAM_SLOTS = 8  # streams per slot with their own C entry (as many as a FastPathCallable remembers)
 
 
 def stream_entry_ok(stream: Any, session: Any) -> bool:
@@ -179,25 +167,25 @@ def kernel_launch(
     args: tuple[Any, ...],
     out_keyword: bool = False,
     stream: Stream | None = None,
-    allocate: Callable[[], DeviceArray] | None = None,
-    template: DeviceArray | None = None,
+    allocate: Callable[[], DeviceBuffer] | None = None,
+    template: DeviceBuffer | None = None,
 ) -> Any | None:
     """A C Launch of ``bound`` for calls dispatched like ``args``; None when the C path cannot
     take it (disabled, a specialization it does not cover, a driver without an entry point).
     With ``out_keyword`` the last argument comes as ``out=`` and the call returns it (kd.ops);
     with ``allocate`` as well, calls pass no ``out=`` and get ``allocate()``'s new array (like
-    the last of ``args``), made in C like ``template`` (``DeviceArray.template``) where the
+    the last of ``args``), made in C like ``template`` (``DeviceBuffer.template``) where the
     session allows it; with ``stream`` the calls pass that very stream as ``stream=`` (kernels).
     Calls whose numpy scalars need a value check (``BoundLaunch.scalar_checks``) get none."""
     module = native()
-    table = launch_table(bound.build.specialization) if module is not None and not bound.scalar_checks else None
+    table = launch_table(bound.build.launch_plan) if module is not None and not bound.scalar_checks else None
     if module is None or table is None:
         return None
     session = bound.session
     entry = session.entry_point("cuLaunchKernel")
     if not entry:
         return None
-    guards = tuple(a.dispatch_tag if type(a) is DeviceArray else type(a) for a in args)
+    guards = tuple(a.dispatch_tag if type(a) in ARRAY_TYPES else type(a) for a in args)
     return module.Launch(
         table=table,
         session=session,
@@ -213,16 +201,16 @@ def kernel_launch(
     )
 
 
-# --- the adapter as tables -----------------------------------------------------------------------
+# --- the launch plan as tables --------------------------------------------------------------------
 
 
-class _Untabled(Exception):
-    """Something only the Python adapter handles (e.g. a bfloat16 scalar)."""
+class _PythonAdapterOnly(Exception):
+    """Something only the Python adapter handles (a bfloat16 scalar, a strided array's strides)."""
 
 
-def launch_table(spec: Specialization) -> tuple[Any, ...] | None:
-    """What the generated adapter checks, computes and packs, as integer tables the C launch
-    path runs, ``(nargs, arrays, binds, checks, aliases, programs, slots, index_bits)``:
+def launch_table(plan: LaunchPlan) -> tuple[Any, ...] | None:
+    """``plan`` (what the generated adapter checks, computes and packs) as the integer tables the
+    C launch path runs, ``(nargs, arrays, binds, checks, aliases, programs, slots, index_bits)``:
 
     - ``nargs``: the runtime parameter count;
     - ``arrays``: per array parameter, ``(argument index, ndim)``;
@@ -234,32 +222,31 @@ def launch_table(spec: Specialization) -> tuple[Any, ...] | None:
     - ``slots``: per 8-byte parameter slot, ``(SLOT_KINDS kind, array/argument/symbol index)``;
     - ``index_bits``: 32 or 64; a 32-bit build cannot address more than 2**31-1 threads per axis.
 
-    None when the specialization needs something only the adapter does, or exceeds ``LIMITS``;
-    such calls stay on the Python path.
+    None without the C module, when the plan needs something only the adapter does, or when it
+    exceeds ``LIMITS``; such calls stay on the Python path.
     """
-    from .codegen import alias_pairs, launch_dims, shape_checks, symbol_binds  # once per specialization
-
-    sig = spec.signature
-    if not sig.arrays:
+    if _fastlaunch is None or not plan.arrays:
         return None
-    arg_index = {p.name: i for i, p in enumerate(sig.runtime_params)}
-    array_index = {a.name: j for j, a in enumerate(sig.arrays)}
-    binds = symbol_binds(spec)
-    symbol_index = {b["symbol"]: k for k, b in enumerate(binds)}
+    arg_index = {name: i for i, name in enumerate(plan.params)}
+    array_index = {a.name: j for j, a in enumerate(plan.arrays)}
+    symbol_index = {b.symbol: k for k, b in enumerate(plan.binds)}
     try:
-        programs = _programs(spec, launch_dims(sig), symbol_index)
-        slots = _slots(spec, array_index, symbol_index, arg_index)
-    except _Untabled:
+        programs = _programs(plan, symbol_index)
+        slots = _slots(plan, array_index, symbol_index, arg_index)
+    except _PythonAdapterOnly:
         return None
     table = (
-        len(sig.runtime_params),
-        tuple((arg_index[a.name], len(a.shape)) for a in sig.arrays),
-        tuple((symbol_index[b["symbol"]], array_index[b["array"]], b["axis"]) for b in binds),
-        tuple(_check(c, array_index, symbol_index) for c in shape_checks(spec)),
-        tuple((array_index[a], array_index[b]) for a, b in ([] if sig.allow_alias else alias_pairs(sig))),
+        len(plan.params),
+        tuple((a.argument, a.ndim) for a in plan.arrays),
+        tuple((symbol_index[b.symbol], array_index[b.array], b.axis) for b in plan.binds),
+        tuple(
+            (array_index[c.array], c.axis, -1 if c.symbol is None else symbol_index[c.symbol], c.value or 0)
+            for c in plan.checks
+        ),
+        tuple((array_index[a], array_index[b]) for a, b in plan.aliases),
         programs,
         slots,
-        spec.index_bits,
+        plan.index_bits,
     )
     return table if _within_limits(table) else None
 
@@ -292,22 +279,12 @@ def _stack_depth(programs: tuple[tuple[int, int], ...]) -> int:
     return deepest
 
 
-def _check(check: dict[str, Any], array_index: dict[str, int], symbol_index: dict[str, int]) -> tuple[int, ...]:
-    expected = check["expected"]
-    if isinstance(expected, str):  # "s_<symbol>": equal to where the symbol was bound
-        return (array_index[check["array"]], check["axis"], symbol_index[expected[2:]], 0)
-    return (array_index[check["array"]], check["axis"], -1, int(expected))
-
-
-def _programs(
-    spec: Specialization, dims: tuple[Expr, ...], symbol_index: dict[str, int]
-) -> tuple[tuple[int, int], ...]:
-    """The launch dimensions ``dims`` (grid, block and shared) as postfix programs, each ended by ``end``."""
+def _programs(plan: LaunchPlan, symbol_index: dict[str, int]) -> tuple[tuple[int, int], ...]:
+    """The launch dimensions (grid, block and shared) as postfix programs, each ended by ``end``."""
     values: dict[str, tuple[int, int]] = {s: (OPCODES["sym"], i) for s, i in symbol_index.items()}
-    values.update({s: (OPCODES["int"], int(v)) for s, v in spec.fixed_symbols})
-    values.update({n: (OPCODES["int"], v) for n, v in spec.consts if type(v) is int})  # launch dims take ints only
+    values.update({n: (OPCODES["int"], v) for n, v in plan.constants})
     code: list[tuple[int, int]] = []
-    for expr in dims:
+    for expr in plan.dims:
         _emit(expr, values, code)
         code.append((OPCODES["end"], 0))
     return tuple(code)
@@ -325,17 +302,17 @@ def _emit(expr: Expr, values: dict[str, tuple[int, int]], code: list[tuple[int, 
 
 
 def _slots(
-    spec: Specialization, array_index: dict[str, int], symbol_index: dict[str, int], arg_index: dict[str, int]
+    plan: LaunchPlan, array_index: dict[str, int], symbol_index: dict[str, int], arg_index: dict[str, int]
 ) -> tuple[tuple[int, int], ...]:
+    symbol_kind = SLOT_KINDS["sym32" if plan.index_bits == 32 else "sym64"]
     slots = []
-    for p in spec.signature.runtime_params:
-        if isinstance(p, ArrayParam):
-            slots.append((SLOT_KINDS["ptr"], array_index[p.name]))
-            continue
-        kind = SLOT_KINDS.get(spec.element_type(p.name).name)
-        if kind is None:
-            raise _Untabled(p.name)
-        slots.append((kind, arg_index[p.name]))
-    width = "sym32" if spec.index_bits == 32 else "sym64"
-    slots.extend((SLOT_KINDS[width], i) for i in symbol_index.values())
+    for slot in plan.slots:
+        if slot.source == "pointer":
+            slots.append((SLOT_KINDS["ptr"], array_index[slot.param]))
+        elif slot.source == "scalar" and slot.element in SLOT_KINDS:
+            slots.append((SLOT_KINDS[slot.element], arg_index[slot.param]))
+        elif slot.source == "symbol":
+            slots.append((symbol_kind, symbol_index[slot.param]))
+        else:
+            raise _PythonAdapterOnly(slot.name)
     return tuple(slots)

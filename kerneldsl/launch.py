@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dtypes import INT32_MAX, to_bfloat16_bits
+from .dtypes import to_bfloat16_bits
 from .errors import (
     AliasingError,
     BindingError,
@@ -26,6 +26,8 @@ from .errors import (
     WrongSessionError,
 )
 from .fastpath import CLaunchSlot
+from .launch_plan import launch_dims
+from .runtime.limits import MAX_INDEX32_THREADS
 from .runtime.staging import Region, staged_bytes
 from .signature import ArrayParam, Signature
 from .specialize import ScalarCheck, check_scalar_value
@@ -104,8 +106,6 @@ def planned_launch(
 ) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
     """The grid, block and shared bytes a call with ``args`` (bound to ``spec``) launches, each
     the override where one is given, computed as the generated adapter computes them."""
-    from .codegen import launch_dims  # the first build imports code generation anyway
-
     sig = spec.signature
     values = {n: v for n, v in spec.consts if type(v) is int}  # launch dimensions take int constants
     by_name = dict(zip((p.name for p in sig.runtime_params), args))
@@ -121,7 +121,7 @@ def planned_launch(
 
 def needs_wide_index(grid: tuple[int, ...], block: tuple[int, ...]) -> bool:
     """The adapter's rule: a 32-bit ``index_t`` cannot number more than 2**31-1 threads along an axis."""
-    return any(g * b > INT32_MAX for g, b in zip(grid, block))
+    return any(g * b > MAX_INDEX32_THREADS for g, b in zip(grid, block))
 
 
 def check_host_arguments(sig: Signature, args: tuple[Any, ...]) -> None:

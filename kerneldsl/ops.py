@@ -27,12 +27,14 @@ from . import promotion
 from .array.elementwise import ElementwiseFunction
 from .array.program import kind
 from .array.reduction import REDUCERS, Reduction
-from .array.scan import cumprod, cumsum
+from .array.scan import Scan
+from .array.scan import cumprod as cumprod
+from .array.scan import cumsum as cumsum
 
 if TYPE_CHECKING:
+    from .array.ndarray import DeviceArray
     from .array.operands import DeviceOperand, HostArray, HostOperand, RemoteOperand
     from .distributed.handles import RemoteArray
-    from .runtime.memory import DeviceArray
 
 _IPOW = (
     "[&]() -> kdT { if (b < 0) return (kdT)(a == 1 ? 1 : (a == (kdT)-1 ? ((b & 1) ? -1 : 1) : 0)); "
@@ -63,69 +65,43 @@ def _axpy_dtype(a: Any, x: Any, y: Any) -> Any:
     return np.add(np.multiply(a, x), y)
 
 
-# name: (operand names, dtype rule, {dtype kinds: C expression})
-TABLE: dict[str, tuple[tuple[str, ...], Callable[..., Any], dict[str, str]]] = {
-    "add": (("a", "b"), np.add, {"f": "a + b", "iu": "(kdT)(0u + (kdU)a + (kdU)b)", "b": "a || b"}),
-    "subtract": (("a", "b"), np.subtract, {"f": "a - b", "iu": "(kdT)(0u + (kdU)a - (kdU)b)"}),
-    "multiply": (("a", "b"), np.multiply, {"f": "a * b", "iu": "(kdT)(1u * (kdU)a * (kdU)b)", "b": "a && b"}),
-    "divide": (("a", "b"), np.true_divide, {"f": "a / b"}),
-    "floor_divide": (("a", "b"), np.floor_divide, {"f": _FLOORDIV_F, "i": _FLOORDIV_I, "u": "b == 0 ? (kdT)0 : a / b"}),
-    "remainder": (("a", "b"), np.remainder, {"f": _REMAINDER_F, "i": _REMAINDER_I, "u": "b == 0 ? (kdT)0 : a % b"}),
-    "negative": (("a",), np.negative, {"f": "-a", "iu": "(kdT)(0u - (kdU)a)"}),
-    "abs": (("a",), np.absolute, {"f": "fabs(a)", "i": "a < 0 ? (kdT)(0u - (kdU)a) : a", "ub": "a"}),
-    "square": (("a",), np.square, {"f": "a * a", "iu": "(kdT)(1u * (kdU)a * (kdU)a)", "b": "a"}),
-    "minimum": (("a", "b"), np.minimum, {"fiub": "(a < b || a != a) ? a : b"}),
-    "maximum": (("a", "b"), np.maximum, {"fiub": "(a > b || a != a) ? a : b"}),
-    "power": (("a", "b"), np.power, {"f": "pow(a, b)", "iu": _IPOW}),
-    "exp": (("a",), np.exp, {"f": "exp(a)"}),
-    "log": (("a",), np.log, {"f": "log(a)"}),
-    "sqrt": (("a",), np.sqrt, {"f": "sqrt(a)"}),
-    "sin": (("a",), np.sin, {"f": "sin(a)"}),
-    "cos": (("a",), np.cos, {"f": "cos(a)"}),
-    "tanh": (("a",), np.tanh, {"f": "tanh(a)"}),
-    "clip": (("a", "lo", "hi"), np.clip, {"fiub": _CLIP}),
-    "where": (("c", "a", "b"), np.where, {"fiub": "c ? a : b"}),
-    "axpy": (
-        ("alpha", "x", "y"),
-        _axpy_dtype,
-        {"f": "alpha * x + y", "iu": "(kdT)(0u + 1u * (kdU)alpha * (kdU)x + (kdU)y)", "b": "(alpha && x) || y"},
-    ),
-    "less": (("a", "b"), np.less, {"fiub": "a < b"}),
-    "less_equal": (("a", "b"), np.less_equal, {"fiub": "a <= b"}),
-    "greater": (("a", "b"), np.greater, {"fiub": "a > b"}),
-    "greater_equal": (("a", "b"), np.greater_equal, {"fiub": "a >= b"}),
-    "equal": (("a", "b"), np.equal, {"fiub": "a == b"}),
-    "not_equal": (("a", "b"), np.not_equal, {"fiub": "a != b"}),
-    "fma": (
-        ("a", "b", "c"),
-        _axpy_dtype,
-        {"f": "a * b + c", "iu": "(kdT)(0u + 1u * (kdU)a * (kdU)b + (kdU)c)", "b": "(a && b) || c"},
-    ),
-}
+def _same(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
+    """Every operand is computed in the result's dtype."""
+    return (result,) * len(operands)
 
 
-COMPARISONS = frozenset({"less", "less_equal", "greater", "greater_equal", "equal", "not_equal"})
+def _compared(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
+    """Operands compared in their common dtype, as NumPy's comparison loops do (the result is bool)."""
+    return (promotion.result_dtype(np.maximum, *operands),) * len(operands)
+
+
+def _condition_first(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
+    """``where``: a bool condition, then two operands in the result's dtype."""
+    return (np.dtype(np.bool_), result, result)
 
 
 class Op(ElementwiseFunction):
-    """One row of ``TABLE`` as a callable: ``op(*operands, out=None)``."""
+    """One elementwise op as a callable, ``op(*operands, out=None)``: its operand names, the NumPy
+    function whose dtype rule it follows, the operands' dtypes given the result's (``inputs``),
+    and one C expression per set of dtype kinds. It takes the name it is bound to in this module."""
 
-    def __init__(self, name: str, params: tuple[str, ...], rule: Callable[..., Any], exprs: dict[str, str]) -> None:
+    def __init__(
+        self,
+        params: tuple[str, ...],
+        rule: Callable[..., Any],
+        exprs: dict[str, str],
+        inputs: Callable[[np.dtype, Sequence[Any]], tuple[np.dtype, ...]] = _same,
+    ) -> None:
         super().__init__()
-        self.name = name
-        self.__name__ = name
+        self.name = self.__name__ = ""  # named by _named_rows, below the rows
         self.params = params
         self.rule = rule
         self.exprs = exprs
+        self.inputs = inputs
 
     def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
         result = promotion.result_dtype(self.rule, *operands)
-        if self.name == "where":
-            return result, (np.dtype(np.bool_), result, result)
-        if self.name in COMPARISONS:  # compared in the operands' common dtype, as NumPy's loops do
-            common = promotion.result_dtype(np.maximum, *operands)
-            return result, (common,) * len(operands)
-        return result, (result,) * len(operands)
+        return result, self.inputs(result, operands)
 
     def expression(self, dtype: np.dtype) -> str:
         k = kind(dtype)
@@ -140,6 +116,63 @@ class Op(ElementwiseFunction):
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles by name: the receiver uses its own ``kd.ops`` (and its compiled plans)."""
         return (_named, (self.name,))
+
+
+# -- the elementwise ops: one row each, named once (by the variable) -----------------------------------
+
+add = Op(("a", "b"), np.add, {"f": "a + b", "iu": "(kdT)(0u + (kdU)a + (kdU)b)", "b": "a || b"})
+subtract = Op(("a", "b"), np.subtract, {"f": "a - b", "iu": "(kdT)(0u + (kdU)a - (kdU)b)"})
+multiply = Op(("a", "b"), np.multiply, {"f": "a * b", "iu": "(kdT)(1u * (kdU)a * (kdU)b)", "b": "a && b"})
+divide = Op(("a", "b"), np.true_divide, {"f": "a / b"})
+floor_divide = Op(("a", "b"), np.floor_divide, {"f": _FLOORDIV_F, "i": _FLOORDIV_I, "u": "b == 0 ? (kdT)0 : a / b"})
+remainder = Op(("a", "b"), np.remainder, {"f": _REMAINDER_F, "i": _REMAINDER_I, "u": "b == 0 ? (kdT)0 : a % b"})
+negative = Op(("a",), np.negative, {"f": "-a", "iu": "(kdT)(0u - (kdU)a)"})
+abs = Op(("a",), np.absolute, {"f": "fabs(a)", "i": "a < 0 ? (kdT)(0u - (kdU)a) : a", "ub": "a"})
+square = Op(("a",), np.square, {"f": "a * a", "iu": "(kdT)(1u * (kdU)a * (kdU)a)", "b": "a"})
+minimum = Op(("a", "b"), np.minimum, {"fiub": "(a < b || a != a) ? a : b"})
+maximum = Op(("a", "b"), np.maximum, {"fiub": "(a > b || a != a) ? a : b"})
+power = Op(("a", "b"), np.power, {"f": "pow(a, b)", "iu": _IPOW})
+exp = Op(("a",), np.exp, {"f": "exp(a)"})
+log = Op(("a",), np.log, {"f": "log(a)"})
+sqrt = Op(("a",), np.sqrt, {"f": "sqrt(a)"})
+sin = Op(("a",), np.sin, {"f": "sin(a)"})
+cos = Op(("a",), np.cos, {"f": "cos(a)"})
+tanh = Op(("a",), np.tanh, {"f": "tanh(a)"})
+clip = Op(("a", "lo", "hi"), np.clip, {"fiub": _CLIP})
+where = Op(("c", "a", "b"), np.where, {"fiub": "c ? a : b"}, _condition_first)
+axpy = Op(
+    ("alpha", "x", "y"),
+    _axpy_dtype,
+    {"f": "alpha * x + y", "iu": "(kdT)(0u + 1u * (kdU)alpha * (kdU)x + (kdU)y)", "b": "(alpha && x) || y"},
+)
+less = Op(("a", "b"), np.less, {"fiub": "a < b"}, _compared)
+less_equal = Op(("a", "b"), np.less_equal, {"fiub": "a <= b"}, _compared)
+greater = Op(("a", "b"), np.greater, {"fiub": "a > b"}, _compared)
+greater_equal = Op(("a", "b"), np.greater_equal, {"fiub": "a >= b"}, _compared)
+equal = Op(("a", "b"), np.equal, {"fiub": "a == b"}, _compared)
+not_equal = Op(("a", "b"), np.not_equal, {"fiub": "a != b"}, _compared)
+fma = Op(
+    ("a", "b", "c"),
+    _axpy_dtype,
+    {"f": "a * b + c", "iu": "(kdT)(0u + 1u * (kdU)a * (kdU)b + (kdU)c)", "b": "(a && b) || c"},
+)
+
+
+def _named_rows(namespace: dict[str, Any]) -> dict[str, Op]:
+    """Name every Op after the variable it is defined as (before any alias is bound)."""
+    rows = {name: value for name, value in namespace.items() if isinstance(value, Op)}
+    for name, op in rows.items():
+        op.name = op.__name__ = name
+    return rows
+
+
+TABLE: dict[str, Op] = _named_rows(globals())
+ELEMENTWISE: dict[str, ElementwiseFunction] = dict(TABLE)
+COMPARISONS = frozenset(name for name, op in TABLE.items() if op.inputs is _compared)
+
+mod = remainder
+true_divide = divide
+absolute = abs
 
 
 class AsType(ElementwiseFunction):
@@ -160,13 +193,13 @@ class AsType(ElementwiseFunction):
         return "(kdT)a"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (astype_op, (self.dtype,))
+        return (_astype_op, (self.dtype,))
 
 
 _astypes: dict[np.dtype, AsType] = {}
 
 
-def astype_op(dtype: Any) -> AsType:
+def _astype_op(dtype: Any) -> AsType:
     """The conversion to ``dtype``, one per dtype."""
     dt = promotion.supported(dtype)
     op = _astypes.get(dt)
@@ -183,50 +216,12 @@ def astype(a: RemoteOperand, dtype: Any, out: RemoteArray | None = None) -> Remo
 def astype(a: DeviceOperand, dtype: Any, out: DeviceArray | None = None) -> DeviceArray: ...
 def astype(a: Any, dtype: Any, out: Any = None) -> Any:
     """``a`` converted to ``dtype`` (a new array, or written into ``out``)."""
-    return astype_op(dtype)(a, out=out)
+    return _astype_op(dtype)(a, out=out)
 
 
 def _named(name: str) -> Op:
-    op: Op = globals()[name]
-    return op
+    return TABLE[name]
 
-
-def _op(name: str) -> Op:
-    params, rule, exprs = TABLE[name]
-    return Op(name, params, rule, exprs)
-
-
-add = _op("add")
-subtract = _op("subtract")
-multiply = _op("multiply")
-divide = _op("divide")
-floor_divide = _op("floor_divide")
-remainder = _op("remainder")
-mod = remainder
-true_divide = divide
-negative = _op("negative")
-abs = _op("abs")
-absolute = abs
-square = _op("square")
-minimum = _op("minimum")
-maximum = _op("maximum")
-power = _op("power")
-exp = _op("exp")
-log = _op("log")
-sqrt = _op("sqrt")
-sin = _op("sin")
-cos = _op("cos")
-tanh = _op("tanh")
-clip = _op("clip")
-where = _op("where")
-axpy = _op("axpy")
-fma = _op("fma")
-less = _op("less")
-less_equal = _op("less_equal")
-greater = _op("greater")
-greater_equal = _op("greater_equal")
-equal = _op("equal")
-not_equal = _op("not_equal")
 
 sum = Reduction(REDUCERS["sum"], home=__name__)
 prod = Reduction(REDUCERS["prod"], home=__name__)
@@ -255,51 +250,14 @@ def dot(a: Any, b: Any, out: Any = None) -> Any:
     return _dot(a, b, out=out)
 
 
-ELEMENTWISE: dict[str, ElementwiseFunction] = {name: globals()[name] for name in TABLE}
-
+# every op, reduction, scan and function defined above, by the name it is bound to
 __all__ = [
     "TABLE",
-    "abs",
-    "absolute",
-    "add",
-    "argmax",
-    "argmin",
-    "astype",
-    "axpy",
-    "clip",
-    "cos",
-    "cumprod",
-    "cumsum",
-    "divide",
-    "dot",
-    "equal",
-    "exp",
-    "floor_divide",
-    "fma",
-    "greater",
-    "greater_equal",
-    "less",
-    "less_equal",
-    "log",
-    "max",
-    "maximum",
-    "mean",
-    "min",
-    "minimum",
-    "mod",
-    "multiply",
-    "negative",
-    "norm",
-    "not_equal",
-    "power",
-    "prod",
-    "remainder",
-    "sin",
-    "sqrt",
-    "square",
-    "subtract",
-    "sum",
-    "tanh",
-    "true_divide",
-    "where",
+    *sorted(
+        name
+        for name, value in globals().items()
+        if not name.startswith("_")
+        and (isinstance(value, (ElementwiseFunction, Reduction, Scan)) or getattr(value, "__module__", "") == __name__)
+        and not isinstance(value, type)
+    ),
 ]

@@ -19,6 +19,7 @@ from conftest import in_threads
 
 import kerneldsl as kd
 from kerneldsl import blas, blas_lt, fastpath
+from kerneldsl.blas.checks import GEMM_TYPES
 from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
 from kerneldsl.errors import BlasError, ClosedError
 from kerneldsl.runtime import Session, default_session
@@ -145,7 +146,7 @@ def test_warm_gemm_with_out_runs_from_c_and_matches_numpy(
     a, b, c = uniform(rng, (m, k), dtype), uniform(rng, (k, n), dtype), uniform(rng, (m, n), dtype)
     da, db, out = s.to_device(a), s.to_device(b), s.to_device(c)
     blas.gemm(da, db, out, alpha=0.0, beta=1.0)  # the Python path: out stays c, the call is remembered
-    config = blas.handle(s).lt().config(*blas._GEMM_TYPES[dtype], da, db, out, False, False)
+    config = blas.handle(s).lt().config(*GEMM_TYPES[dtype], da, db, out, False, False)
     assert config is not None and config.c_slot.entry
     for _ in range(3):  # from C: out = 2 a @ b - out / 2, three times
         blas.gemm(da, db, out, alpha=2.0, beta=-0.5)
@@ -422,7 +423,7 @@ class _BadLeadingDimension:
 def test_cublas_failure_becomes_blas_error(s: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     a = s.to_device(np.ones((1, 8, 8), np.float32))
     h = blas.handle(s)
-    monkeypatch.setattr(h, "_lib", _BadLeadingDimension(h._lib))
+    monkeypatch.setattr(h, "lib", _BadLeadingDimension(h.lib))
     with pytest.raises(BlasError) as info:
         blas.gemm_batched(a, a)
     assert info.value.name == "CUBLAS_STATUS_INVALID_VALUE" and info.value.api == "cublasGemmStridedBatchedEx"

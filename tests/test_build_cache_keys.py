@@ -238,6 +238,13 @@ def test_fingerprint_is_cached_until_cleared(template_copy: Path) -> None:
     assert fingerprint() != first
 
 
+def test_every_module_of_the_signature_package_is_in_the_fingerprint() -> None:
+    """A change to any part of a declaration's rules must change every key."""
+    package = Path(kerneldsl.build.__file__).parent
+    modules = {str(p.relative_to(package)) for p in (package / "signature").glob("*.py")}
+    assert modules and modules <= set(kerneldsl.build._CODEGEN_MODULES)
+
+
 # --- nothing unstable in the material -------------------------------------------------------------------------
 
 
@@ -408,13 +415,12 @@ def test_image_entry_with_bad_metadata_is_evicted_and_compiled_again_once(
 def test_a_substituted_image_without_the_seal_is_compiled_again_never_loaded(fake_nvrtc: list[str]) -> None:
     import diskcache
 
-    from kerneldsl import cache as cache_module
-    from kerneldsl.cache import get_default_cache
+    from kerneldsl.cache import get_default_cache, seal
     from kerneldsl.compiler import CompiledCode
 
     first = build_scaled()
     mallory = CompiledCode(b"MALLORY-CUBIN", "cubin", "", 8, 0, 0).to_bytes()
-    forged = cache_module._pack(first.cache_key, mallory, first.key_material, b"a restored cache's own secret!!!")
+    forged = seal.pack(first.cache_key, mallory, first.key_material, b"a restored cache's own secret!!!")
     with diskcache.Cache(str(get_default_cache().directory)) as raw:
         raw.set(first.cache_key, forged)
     again = build_scaled()

@@ -29,8 +29,11 @@ from kerneldsl.cache import (
     cache_key,
     default_cache_dir,
     get_default_cache,
+    location,
     set_default_cache,
+    values,
 )
+from kerneldsl.cache import secret as cache_secret
 from kerneldsl.errors import CacheError, UnsafeCacheDirError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -369,7 +372,7 @@ def test_disk_layer_refuses_pickled_keys_when_iterating(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     with diskcache.Cache(str(tmp_path / "cache")) as raw:
         raw.set(Exploit(f"touch {marker}"), b"value")
-    with diskcache.Cache(str(tmp_path / "cache"), disk=cache_module._BytesOnlyDisk) as guarded:
+    with diskcache.Cache(str(tmp_path / "cache"), disk=values.BytesOnlyDisk) as guarded:
         with pytest.raises(CacheError, match="not plain text"):
             list(guarded)
     assert not marker.exists()
@@ -574,7 +577,7 @@ def test_write_into_subdirectory_writable_by_others_degrades_to_memory(
     value_file.parent.chmod(0o777)
     subdir = str(value_file.parent.relative_to(Path(str(cache.directory))))
     forced = f"{subdir}/{'0' * 28}.val"
-    monkeypatch.setattr(cache_module._BytesOnlyDisk, "filename", lambda self, key, value: (forced, None))
+    monkeypatch.setattr(values.BytesOnlyDisk, "filename", lambda self, key, value: (forced, None))
     with pytest.warns(RuntimeWarning, match="writable by group or others"):
         key, mat = put(cache, b"\xcd" * 100_000, arch="sm_90")
     assert cache.in_memory
@@ -744,13 +747,13 @@ def test_explain(any_cache: DiskCache) -> None:
 
 def test_mount_type_uses_longest_mount_point() -> None:
     mounts = "/dev/sda1 / ext4 rw 0 0\nserver:/export /home nfs4 rw 0 0\ntmpfs /home/me/fast\\040dir tmpfs rw 0 0\n"
-    assert cache_module._mount_fstype("/home/me/.cache/kerneldsl", mounts) == "nfs4"
-    assert cache_module._mount_fstype("/home/me/fast dir/kerneldsl", mounts) == "tmpfs"
-    assert cache_module._mount_fstype("/homestead", mounts) == "ext4"
+    assert location._mount_fstype("/home/me/.cache/kerneldsl", mounts) == "nfs4"
+    assert location._mount_fstype("/home/me/fast dir/kerneldsl", mounts) == "tmpfs"
+    assert location._mount_fstype("/homestead", mounts) == "ext4"
 
 
 def test_network_filesystem_is_warned_about_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cache_module, "_filesystem_type", lambda path: "nfs4")
+    monkeypatch.setattr(location, "_filesystem_type", lambda path: "nfs4")
     with pytest.warns(RuntimeWarning, match="nfs4"):
         first = DiskCache(tmp_path / "cache")
     assert not first.in_memory
@@ -896,7 +899,7 @@ def test_directory_swapped_by_the_owner_of_a_parent_is_never_read_from_another_t
 @pytest.fixture
 def own_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    monkeypatch.setattr(cache_module, "_secrets", {})
+    monkeypatch.setattr(cache_secret, "_secrets", {})
     return cache_module.default_secret_path()
 
 

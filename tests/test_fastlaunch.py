@@ -8,11 +8,13 @@ raises the same typed errors it always did.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +25,8 @@ from hypothesis import strategies as st
 
 import kerneldsl as kd
 from kerneldsl import fastpath
+from kerneldsl.array.ndarray import DeviceArray
+from kerneldsl.codegen import adapter_context, plan_generation
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -36,7 +40,9 @@ from kerneldsl.errors import (
     WrongSessionError,
 )
 from kerneldsl.fastpath import launch_table
-from kerneldsl.runtime import DeviceArray, Stream
+from kerneldsl.launch_plan import launch_plan
+from kerneldsl.runtime import Stream
+from kerneldsl.specialize import bind_declared
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 
@@ -283,9 +289,9 @@ def test_queued_frees_are_released_by_the_python_path_first(s: kd.Session, drv: 
     saxpy(dy, dx, np.float32(1))
     doomed = s.zeros(8, np.float32)
     del doomed
-    assert s._deferred
+    assert s.owned.deferred
     saxpy(dy, dx, np.float32(1))
-    assert not s._deferred and drv.c_launches == 0
+    assert not s.owned.deferred and drv.c_launches == 0
     saxpy(dy, dx, np.float32(1))
     assert drv.c_launches == 1
 
@@ -351,10 +357,40 @@ def test_a_repeated_call_does_not_remember_its_launch_twice(s: kd.Session, drv: 
     assert saxpy._remembered_launches == 1
 
 
+def _saxpy_plan(s: kd.Session) -> tuple[str, Any]:
+    spec = saxpy.specialize(s.zeros(4, np.float32), s.zeros(4, np.float32), np.float32(1), arch="sm_90")
+    return spec.arch, plan_generation(spec, saxpy.body)
+
+
+def test_the_adapter_is_rendered_from_the_launch_plan_the_c_table_is_made_of(s: kd.Session) -> None:
+    arch, planned = _saxpy_plan(s)
+    assert planned.adapter_context == adapter_context(planned.launch, arch)
+    nargs, arrays, *_ = launch_table(planned.launch) or ()
+    assert (nargs, arrays) == (3, ((0, 1), (1, 1)))
+
+
+def test_a_change_to_the_launch_plan_changes_both_launch_paths(s: kd.Session) -> None:
+    arch, planned = _saxpy_plan(s)
+    assert planned.launch.aliases == (("y", "x"),)  # y is written: the two may not overlap
+    unchecked = dataclasses.replace(planned.launch, aliases=())
+    assert adapter_context(unchecked, arch)["alias_checks"] == []
+    assert (launch_table(planned.launch) or ())[4] == ((0, 1),) and (launch_table(unchecked) or ())[4] == ()
+
+
+def test_a_strided_array_has_no_table_and_stays_on_the_python_path() -> None:
+    @kd.kernel(grid=1, block=1, strided=("x",))
+    def first(y: kd.Out[kd.float32, "n"], x: kd.In[kd.float32, "n"]):
+        return f"{y}[0] = {x}[0];"
+
+    plan = launch_plan(bind_declared(first.signature, {}, {}, "sm_90", 32))
+    assert [s.source for s in plan.slots] == ["pointer", "pointer", "stride", "symbol"]
+    assert launch_table(plan) is None
+
+
 def test_bfloat16_scalars_have_no_table_and_stay_on_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
     bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
     spec = saxpy.specialize(s.zeros(4, bfloat16), s.zeros(4, bfloat16), bfloat16(1), arch="sm_90")
-    assert launch_table(spec) is None
+    assert launch_table(launch_plan(spec)) is None
 
 
 def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> None:
@@ -398,7 +434,7 @@ def test_with_kerneldsl_c_launch_0_every_call_takes_the_python_path() -> None:
         check=True,
         cwd=Path(__file__).parent.parent,
     )
-    assert out.stdout.split() == ["False", "PyFront"]
+    assert out.stdout.split() == ["False", "PythonPathCallable"]
 
 
 def test_an_op_with_out_runs_from_c_after_its_first_call_and_returns_out(s: kd.Session, drv: FakeDriver) -> None:
@@ -442,9 +478,9 @@ def test_a_result_allocated_from_c_is_freed_like_any_dropped_array(s: kd.Session
     a = s.zeros(64, np.float32)
     kd.ops.negative(a)
     ptr = kd.ops.negative(a).ptr  # from C, dropped at once: its free is queued, not done
-    assert drv.c_launches == 1 and list(s._deferred) == [("mem", ptr)] and ptr in drv.mem
+    assert drv.c_launches == 1 and list(s.owned.deferred) == [("mem", ptr)] and ptr in drv.mem
     kept = kd.ops.negative(a)  # the C path's allocation frees what was queued first
-    assert drv.c_launches == 2 and ptr not in drv.mem and not s._deferred and kept.ptr in drv.mem
+    assert drv.c_launches == 2 and ptr not in drv.mem and not s.owned.deferred and kept.ptr in drv.mem
 
 
 def _slot_values(a: DeviceArray) -> dict[str, object]:
@@ -461,16 +497,16 @@ def test_a_result_allocated_in_c_is_an_owning_array_like_the_python_allocators(s
     assert drv.c_allocs == allocs + 1 and drv.c_launches == 1
     assert _slot_values(made) == _slot_values(python) and not made.closed
     assert made._raw == made.ptr and made.ptr in drv.mem
-    assert s._handles[id(made._ref)] == (made._ref, "mem", made.ptr)
+    assert s.owned.handles[id(made._ref)] == (made._ref, "mem", made.ptr)
     made.close()
-    assert made.ptr not in drv.mem and id(made._ref) not in s._handles
+    assert made.ptr not in drv.mem and id(made._ref) not in s.owned.handles
 
 
 def test_empty_makes_its_array_in_c_like_the_constructor(s: kd.Session, drv: FakeDriver) -> None:
     made = s.empty((4, 8), np.float16)
     python = DeviceArray(s, (4, 8), np.float16)
     assert drv.c_allocs == 1 and _slot_values(made) == _slot_values(python)
-    assert s._handles[id(made._ref)] == (made._ref, "mem", made.ptr) and made.ptr in drv.mem
+    assert s.owned.handles[id(made._ref)] == (made._ref, "mem", made.ptr) and made.ptr in drv.mem
 
 
 @pytest.mark.parametrize("shape", [[4, 8], 0, (3, 0)], ids=["list", "zero-size", "zero-size 2-d"])
@@ -524,7 +560,7 @@ def test_results_allocated_in_c_free_the_queued_memory_in_c(s: kd.Session, drv: 
     a = s.zeros(64, np.float32)
     for _ in range(4):
         kd.ops.negative(a)  # each result dropped at once: its free is queued
-    assert drv.c_frees == 3 and len(s._deferred) == 1  # the last one's is still queued
+    assert drv.c_frees == 3 and len(s.owned.deferred) == 1  # the last one's is still queued
 
 
 def test_with_a_second_stream_queued_frees_take_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
@@ -544,7 +580,7 @@ def test_queued_frees_of_other_kinds_take_the_python_path(s: kd.Session, drv: Fa
     s.synchronize()  # queues its events for destruction
     destroyed, allocs = drv.count("cuEventDestroy"), drv.c_allocs
     kept = kd.ops.negative(a)
-    assert drv.c_allocs == allocs and drv.count("cuEventDestroy") > destroyed and not s._deferred
+    assert drv.c_allocs == allocs and drv.count("cuEventDestroy") > destroyed and not s.owned.deferred
     kd.ops.negative(a)
     assert drv.c_allocs == allocs + 1 and kept.ptr in drv.mem
 
@@ -571,7 +607,7 @@ def test_a_free_failing_in_c_goes_back_to_the_queue_for_the_python_path(s: kd.Se
     frees, c_frees = drv.count("cuMemFreeAsync"), drv.c_frees
     drv.fail_next("cuMemFreeAsync", 1)  # CUDA_ERROR_INVALID_VALUE once: the Python path frees it again
     result = kd.ops.negative(a)
-    assert drv.count("cuMemFreeAsync") == frees + 2 and ptr not in drv.mem and not s._deferred
+    assert drv.count("cuMemFreeAsync") == frees + 2 and ptr not in drv.mem and not s.owned.deferred
     assert drv.c_frees == c_frees and drv.c_allocs == allocs + 1 and {kept.ptr, result.ptr} <= drv.mem.keys()
 
 
@@ -590,7 +626,7 @@ def test_an_allocating_op_declined_by_c_after_allocating_frees_that_result(s: kd
     result = kd.ops.negative(a)
     assert result.ptr in drv.mem and len(drv.launches) == 2  # the first call's and the Python path's
     assert drv.count("cuMemAllocFromPoolAsync") == 4  # a, the first result, the declined one, result
-    assert drv.count("cuMemFreeAsync") == 2 and not s._deferred  # the first result and the declined one
+    assert drv.count("cuMemFreeAsync") == 2 and not s.owned.deferred  # the first result and the declined one
 
 
 def test_an_allocation_failing_in_the_c_path_raises_the_python_paths_error(s: kd.Session, drv: FakeDriver) -> None:

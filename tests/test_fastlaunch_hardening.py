@@ -15,14 +15,16 @@ from typing import Any
 
 import numpy as np
 import pytest
+from blas_double import install
 from conftest import installed_driver
 from driver_double import FakeDriver
-from test_blas import FakeCublas, FakeCublasLt
 
 import kerneldsl as kd
-from kerneldsl import blas, blas_lt, fastpath
+from kerneldsl import blas, fastpath
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError, KernelDSLError
-from kerneldsl.runtime.memory import DeviceArray
+from kerneldsl.launch_plan import launch_plan
+from kerneldsl.runtime.limits import LAUNCH_LIMITS
 from kerneldsl.specialize import bind_declared
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
@@ -134,12 +136,7 @@ def test_a_conversion_that_closes_what_the_call_uses_gets_the_closed_error(
 @pytest.fixture
 def lt(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """cuBLAS and cuBLASLt doubles whose matmul is a C function pointer (as in test_blas)."""
-    fake = FakeCublas(drv)
-    lt = FakeCublasLt(fake)
-    monkeypatch.setattr(blas, "_lib", fake)
-    monkeypatch.setattr(blas_lt, "_lib", lt)
-    monkeypatch.setattr(blas_lt, "matmul_address", lt.matmul_address)
-    yield lt
+    yield install(drv, monkeypatch).lt
     blas.gemm._forget_launches()
 
 
@@ -167,10 +164,6 @@ def test_a_gemm_alpha_that_closes_the_session_gets_the_closed_error(s: kd.Sessio
 
 
 # --- 2. tables past the C limits --------------------------------------------------------------------
-
-
-def test_the_limits_are_the_c_modules() -> None:
-    assert {name: getattr(_fastlaunch, name) for name in fastpath.LIMITS} == fastpath.LIMITS
 
 
 def _generated_kernel(params: list[str], **decorator: Any) -> kd.Kernel:
@@ -201,7 +194,7 @@ def test_a_kernel_past_the_c_limits_launches_once_per_call_from_python(
             assert len(drv.launches) == calls
         assert drv.c_launches == 0 and kernel._remembered_launches == 0
         (bound,) = kernel._bound.values()
-        assert fastpath.launch_table(bound.build.specialization) is None
+        assert fastpath.launch_table(bound.build.launch_plan) is None
     finally:
         kernel._bound.clear()
 
@@ -225,7 +218,7 @@ def test_other_tables_past_the_c_limits_are_not_made(s: kd.Session, case: str) -
     decorator, shape = PAST_LIMITS[case]
     dims = ", ".join(f'"n{i}"' if i else '"n"' for i in range(len(shape)))
     fill = _generated_kernel([f"y: kd.Out[kd.float32, ({dims},)]"], **decorator)
-    assert fastpath.launch_table(fill.specialize(s.zeros(shape, np.float32), arch="sm_90")) is None
+    assert fastpath.launch_table(launch_plan(fill.specialize(s.zeros(shape, np.float32), arch="sm_90"))) is None
 
 
 def test_an_entry_that_cannot_be_made_is_logged_and_the_call_stands(caplog: pytest.LogCaptureFixture) -> None:
@@ -234,7 +227,7 @@ def test_an_entry_that_cannot_be_made_is_logged_and_the_call_stands(caplog: pyte
 
     slot = fastpath.CLaunchSlot()
     with caplog.at_level(logging.DEBUG, logger="kerneldsl.fastpath"):
-        fastpath.remember(fastpath.PyFront(), slot, broken)
+        fastpath.remember(fastpath.PythonPathCallable(), slot, broken)
     assert slot.entry is False and "too large" in caplog.text
 
 
@@ -309,13 +302,42 @@ def test_dimensions_cuda_would_refuse_are_left_to_the_python_path(s: kd.Session,
         kernel._bound.clear()
 
 
+def test_the_c_path_launches_only_within_the_limits_it_was_handed(s: kd.Session, drv: FakeDriver) -> None:
+    kernel = _sized_kernel({"grid": 1, "block": kd.sym("n")})
+    drv.snapshot_slots = 0
+    try:
+        kernel(s.zeros(32, np.float32))
+        kernel(s.zeros(32, np.float32))
+        assert drv.c_launches == 1
+        _fastlaunch.set_launch_limits(LAUNCH_LIMITS._replace(block=(16, 1024, 64)))
+        kernel(s.zeros(32, np.float32))
+        assert drv.c_launches == 1 and len(drv.launches) == 3  # launched, by the Python path
+    finally:
+        _fastlaunch.set_launch_limits(LAUNCH_LIMITS)
+        kernel._bound.clear()
+
+
+def test_a_malformed_set_of_limits_leaves_the_previous_one(s: kd.Session, drv: FakeDriver) -> None:
+    kernel = _sized_kernel({"grid": 1, "block": kd.sym("n")})
+    drv.snapshot_slots = 0
+    try:
+        kernel(s.zeros(32, np.float32))
+        with pytest.raises(TypeError, match="3-tuple"):
+            _fastlaunch.set_launch_limits(LAUNCH_LIMITS._replace(grid=(1, 1), block=(16, 1024, 64)))
+        kernel(s.zeros(32, np.float32))
+        assert drv.c_launches == 1
+    finally:
+        _fastlaunch.set_launch_limits(LAUNCH_LIMITS)
+        kernel._bound.clear()
+
+
 def test_a_64_bit_build_launches_more_threads_from_c(s: kd.Session, drv: FakeDriver) -> None:
     kernel = _sized_kernel({"grid": kd.sym("n") * 2**21, "block": 512})
     drv.snapshot_slots = 0
     try:
         kernel(s.zeros(1, np.float32))
         (bound,) = kernel._bound.values()
-        *rest, bits = fastpath.launch_table(bound.build.specialization) or ()
+        *rest, bits = fastpath.launch_table(bound.build.launch_plan) or ()
         assert bits == 32
         wide = _fastlaunch.Launch(
             table=(*rest, 64),
@@ -337,5 +359,5 @@ def test_a_64_bit_build_launches_more_threads_from_c(s: kd.Session, drv: FakeDri
 @pytest.mark.parametrize("bits", [32, 64])
 def test_the_table_carries_the_index_width(bits: int) -> None:
     spec = bind_declared(scale.signature, {}, {}, "sm_90", bits)
-    table = fastpath.launch_table(spec)
+    table = fastpath.launch_table(launch_plan(spec))
     assert table is not None and table[-1] == bits

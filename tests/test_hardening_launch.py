@@ -21,9 +21,9 @@ from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import fastpath
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError
 from kerneldsl.runtime import memory
-from kerneldsl.runtime.memory import DeviceArray
 
 SLOTS = 4  # parameter slots each launch records
 

@@ -17,8 +17,8 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import ops
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.dtypes import all_element_types
-from kerneldsl.runtime.memory import DeviceArray
 
 pytestmark = pytest.mark.gpu
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import installed_driver
 from driver_double import FakeDriver
 
 import kerneldsl as kd
@@ -237,3 +238,30 @@ def test_a_warm_scan_launches_one_block_per_tile(drv: FakeDriver) -> None:
     ops.cumsum(y)
     ops.cumsum(y)
     assert drv.launches[-1][1] == (ops.cumsum.strategy(np.zeros(1 << 20, np.float32)).tiles, 1, 1)
+
+
+class _SixteenSMs(FakeDriver):
+    """A device double with 16 SMs: plans that size grids by the SM count differ from an H200's."""
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        if attr == self.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+            return self._r(self._enter("cuDeviceGetAttribute"), 16)
+        return super().cuDeviceGetAttribute(attr, dev)
+
+
+def test_strategy_plans_for_the_sm_count_of_the_device_a_call_runs_on() -> None:
+    x = _shape(8192, 8192)
+    with installed_driver(_SixteenSMs()):
+        planned = ops.sum.strategy(x, axis=0)
+        scan = ops.cumsum.strategy(_shape(64, 1 << 20), axis=1)
+    assert planned == ops.sum.strategy(x, axis=0, multiprocessors=16)
+    assert planned != ops.sum.strategy(x, axis=0, multiprocessors=132)
+    assert scan == ops.cumsum.strategy(_shape(64, 1 << 20), axis=1, multiprocessors=16)
+
+
+def test_strategy_without_a_device_plans_for_the_inspect_sm_count(monkeypatch) -> None:
+    from kerneldsl.array.reduction import INSPECT_MULTIPROCESSORS, strategy
+
+    monkeypatch.setattr(strategy.driver, "driver_available", lambda: False)
+    x = _shape(8192, 8192)
+    assert ops.sum.strategy(x, axis=0) == ops.sum.strategy(x, axis=0, multiprocessors=INSPECT_MULTIPROCESSORS)

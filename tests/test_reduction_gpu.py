@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 import kerneldsl as kd
 from kerneldsl import ops
-from kerneldsl.array.scratch import multiprocessors
 
 pytestmark = pytest.mark.gpu
 
@@ -59,7 +58,7 @@ STRATEGY_CASES = [
 @pytest.mark.parametrize(("shape", "axis", "expected"), STRATEGY_CASES)
 def test_every_strategy_sums_like_numpy(session, shape, axis, expected) -> None:
     x = np.random.default_rng(sum(shape)).standard_normal(shape).astype(np.float32)
-    step = ops.sum.strategy(x, axis=axis, multiprocessors=multiprocessors(session.device))
+    step = ops.sum.strategy(x, axis=axis, multiprocessors=session.gpu.multiprocessors)
     assert (step.variant.stage, step.variant.split) == expected
     _check_sum(session, x, axis)
 

@@ -183,7 +183,7 @@ def test_pinned_async_copies(s: Session) -> None:
     gc.collect()
     assert st.synchronize()
     np.testing.assert_array_equal(dst.array, np.arange(n, dtype=np.float32))
-    assert all(entry[1] is not st for entry in s._inflight)  # released by the stream sync
+    assert all(entry[1] is not st for entry in s.order.inflight)  # released by the stream sync
 
 
 # -- launches ---------------------------------------------------------------------------------------
@@ -500,7 +500,7 @@ def test_soak_no_growth(s: Session, mod: Module) -> None:
 
 def test_launch_overhead_close_to_raw(s: Session, mod: Module) -> None:
     """Host enqueue cost while a spin kernel holds the stream; printed for the record."""
-    d = s._d
+    d = s.api
     fn, k = mod.function("noop"), 500  # below the launch queue depth: no blocking
     p = Params()
     hs = s.stream._cu

@@ -16,6 +16,7 @@ import pytest
 from conftest import in_threads
 from driver_double import FakeDriver
 
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import (
     ClosedError,
     CudaError,
@@ -30,16 +31,15 @@ from kerneldsl.errors import (
     WrongSessionError,
 )
 from kerneldsl.runtime import (
-    DeviceArray,
     Session,
     as_device_view,
     default_session,
     driver,
     interop,
     open_sessions,
+    session_registry,
     use_driver,
 )
-from kerneldsl.runtime import session as session_mod
 from kerneldsl.runtime.interop import DLManagedTensor
 
 ILLEGAL_ADDRESS = 700
@@ -270,7 +270,7 @@ def test_dropped_buffer_is_freed_at_the_next_call_not_by_the_finalizer(s: Sessio
     del a
     gc.collect()
     assert drv.count("cuMemFreeAsync") == 0 and ptr in drv.mem
-    assert list(s._deferred) == [("mem", ptr)]
+    assert list(s.owned.deferred) == [("mem", ptr)]
     mark = len(drv.calls)
     s.empty(4)
     assert after(drv.calls, mark).index("cuMemFreeAsync") < after(drv.calls, mark).index("cuMemAllocFromPoolAsync")
@@ -281,9 +281,9 @@ def test_dropped_objects_of_every_kind_are_queued(s: Session, drv: FakeDriver) -
     objs = [s.create_event(), s.create_stream(), s.pinned_empty(3)]
     del objs
     gc.collect()
-    assert sorted(k for k, _ in s._deferred) == ["event", "host", "stream"]
+    assert sorted(k for k, _ in s.owned.deferred) == ["event", "host", "stream"]
     s.synchronize()
-    assert not s._deferred or all(k == "event" for k, _ in s._deferred)
+    assert not s.owned.deferred or all(k == "event" for k, _ in s.owned.deferred)
     assert drv.count("cuStreamDestroy") == 1 and drv.count("cuMemFreeHost") == 1
 
 
@@ -300,11 +300,11 @@ def test_interrupted_sync_keeps_host_buffer_until_a_later_sync(s: Session, drv: 
     drv.on_query = interrupt
     with pytest.raises(KeyboardInterrupt):
         a.copy_from_host(host)
-    assert any(entry[2] is host for entry in s._inflight)
+    assert any(entry[2] is host for entry in s.order.inflight)
     assert drv.pushes == drv.pops
     drv.pending_queries = 0
     s.synchronize()
-    assert not s._inflight
+    assert not s.order.inflight
 
 
 def test_synchronize_polls_until_done(s: Session, drv: FakeDriver) -> None:
@@ -324,9 +324,9 @@ def test_pinned_async_copy_keeps_pinned_alive_until_stream_sync(s: Session, drv:
     dev.copy_from_host_async(pinned, st)
     out = s.pinned_empty((2, 3), np.int32)
     dev.copy_to_host_async(out, st)
-    assert len(s._inflight) == 2
+    assert len(s.order.inflight) == 2
     st.synchronize()
-    assert not s._inflight
+    assert not s.order.inflight
     np.testing.assert_array_equal(out.array, np.arange(6).reshape(2, 3))
 
 
@@ -334,7 +334,7 @@ def test_pinned_view_keeps_memory_alive(s: Session, drv: FakeDriver) -> None:
     view = s.pinned_empty(4, np.float32).array
     gc.collect()
     view[:] = 1.5  # the PinnedArray is alive through the view's base
-    assert drv.count("cuMemFreeHost") == 0 and not s._deferred
+    assert drv.count("cuMemFreeHost") == 0 and not s.owned.deferred
 
 
 # -- close ---------------------------------------------------------------------------------------------
@@ -499,7 +499,7 @@ def test_atexit_hook_closes_sessions_silently(drv: FakeDriver, capsys: pytest.Ca
     s1, s2 = Session(0), Session(0)
     s2.empty(4)
     drv.fail_next("cuMemFreeAsync", 1)  # a failing close must not raise or print
-    session_mod._close_all_at_exit()
+    session_registry._close_all_at_exit()
     assert s1.closed and s2.closed and not open_sessions()
     assert capsys.readouterr() == ("", "")
 
@@ -617,7 +617,7 @@ def test_failed_capture_body_ends_capture(s: Session, drv: FakeDriver) -> None:
         with s.capture():
             raise RuntimeError("boom")
     assert drv.count("cuStreamEndCapture") == 1 and drv.count("cuGraphDestroy") == 1
-    assert not s._captures
+    assert not s.captures
 
 
 # -- interchange ---------------------------------------------------------------------------------------
@@ -736,10 +736,10 @@ def test_dlpack_view_without_consumer_stream_waits_for_the_legacy_stream(s: Sess
 def test_a_thread_without_context_is_left_with_ours_current(s: Session, drv: FakeDriver) -> None:
     drv._stack().clear()
     s.memory_info()
-    assert drv._stack() == [s._ctx]
+    assert drv._stack() == [s.context.handle]
     pushes = drv.pushes
     s.memory_info()
-    assert drv.pushes == pushes and drv._stack() == [s._ctx]
+    assert drv.pushes == pushes and drv._stack() == [s.context.handle]
 
 
 def test_another_current_context_is_pushed_over_and_restored(s: Session, drv: FakeDriver) -> None:

@@ -297,7 +297,8 @@ def scalars(a: kd.Out["float32", "n"], f: kd.Scalar["float32"], i: kd.Scalar["in
     [(0.1, 3), (np.float32(0.1), np.int8(3)), (np.float64(0.5), np.int64(3)), (np.int16(7), True), (1 << 30, -128)],
 )
 def test_python_numbers_safe_numpy_types_and_exact_values_bind(f: Any, i: Any) -> None:
-    bind(scalars.signature, (np.zeros(2, np.float32), f, i), {}, "sm_90")
+    spec = bind(scalars.signature, (np.zeros(2, np.float32), f, i), {}, "sm_90")
+    assert dict(spec.param_types) == {"a": "float32", "f": "float32", "i": "int8"}  # the declared types
 
 
 @pytest.mark.parametrize(
@@ -318,4 +319,5 @@ def test_a_scalar_that_would_change_value_is_refused_naming_both_types(f: Any, i
 
 
 def test_a_nan_of_another_float_type_converts() -> None:
-    bind(scalars.signature, (np.zeros(2, np.float32), np.float64("nan"), 1), {}, "sm_90")
+    spec = bind(scalars.signature, (np.zeros(2, np.float32), np.float64("nan"), 1), {}, "sm_90")
+    assert dict(spec.param_types)["f"] == "float32"

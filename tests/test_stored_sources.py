@@ -23,7 +23,7 @@ import kerneldsl.codegen
 import kerneldsl.compiler
 from kerneldsl.build import SOURCE_OUTPUT, Build, build, source_material
 from kerneldsl.cache import cache_key, default_secret_path, get_default_cache, signing_key
-from kerneldsl.codegen import Plan, plan
+from kerneldsl.codegen import GenerationPlan, plan_generation
 from kerneldsl.compiler import CompiledCode
 from kerneldsl.specialize import Specialization, bind_declared
 
@@ -100,7 +100,7 @@ def test_the_stored_text_is_kept_under_its_own_entry(counts: Counts) -> None:
 
 def test_an_image_whose_text_was_evicted_renders_the_text_again(counts: Counts) -> None:
     first = build_scaled()
-    planned = plan(spec_of(), scaled.body)
+    planned = plan_generation(spec_of(), scaled.body)
     material = source_material(spec_of(), planned)
     get_default_cache().evict(cache_key(material), "test")
     again = build_scaled()
@@ -111,7 +111,7 @@ def test_an_image_whose_text_was_evicted_renders_the_text_again(counts: Counts) 
 
 def test_stored_text_of_another_shape_is_rendered_again(counts: Counts) -> None:
     first = build_scaled()
-    planned = plan(spec_of(), scaled.body)
+    planned = plan_generation(spec_of(), scaled.body)
     material = source_material(spec_of(), planned)
     get_default_cache().put(cache_key(material), b'{"cuda_source": 1}', material)
     again = build_scaled()
@@ -183,25 +183,25 @@ def test_other_options_miss_the_image(counts: Counts) -> None:
 # --- the key of a plan ----------------------------------------------------------------------------------------
 
 
-def _with_context(planned: Plan, **changes: Any) -> Plan:
-    return Plan(**{**planned.__dict__, "adapter_context": {**planned.adapter_context, **changes}})
+def _with_context(planned: GenerationPlan, **changes: Any) -> GenerationPlan:
+    return GenerationPlan(**{**planned.__dict__, "adapter_context": {**planned.adapter_context, **changes}})
 
 
 def test_plan_identity_tells_apart_what_a_template_can_tell_apart() -> None:
-    planned = plan(spec_of(), scaled.body)
+    planned = plan_generation(spec_of(), scaled.body)
     variants = [1, True, 1.0, "1", [1], (1,), {"1": 1}, None]
     identities = [_with_context(planned, extra=v).identity() for v in variants]
     assert len({repr(i) for i in identities}) == len(variants)
 
 
 def test_plan_identity_refuses_a_context_value_it_cannot_key_exactly() -> None:
-    planned = plan(spec_of(), scaled.body)
+    planned = plan_generation(spec_of(), scaled.body)
     with pytest.raises(TypeError, match="int64"):
         _with_context(planned, extra=np.int64(1)).identity()
 
 
 def test_source_material_records_every_input_of_the_text() -> None:
-    material = source_material(spec_of(), plan(spec_of(), scaled.body))
+    material = source_material(spec_of(), plan_generation(spec_of(), scaled.body))
     components = {"format", "fingerprint", "renderer", "kernel", "arch", "output", "bindings", "abi", "contexts"}
     assert set(material) == components
     assert material["renderer"].startswith("jinja2 ") and material["output"] == SOURCE_OUTPUT
@@ -210,7 +210,7 @@ def test_source_material_records_every_input_of_the_text() -> None:
 # --- the seal: stored text is executed only if this user's kerneldsl wrote it ---------------------------------
 
 
-def _forge(planned: Plan, adapter_source: str, seal: str) -> None:
+def _forge(planned: GenerationPlan, adapter_source: str, seal: str) -> None:
     """Store, under the real key and material, text that this user's kerneldsl did not write."""
     material = source_material(spec_of(), planned)
     payload = {"cuda_source": "", "adapter_source": adapter_source, "seal": seal}
@@ -219,7 +219,7 @@ def _forge(planned: Plan, adapter_source: str, seal: str) -> None:
 
 def test_stored_text_without_this_users_seal_is_rendered_again_not_run(counts: Counts) -> None:
     first = build_scaled()
-    _forge(plan(spec_of(), scaled.body), "raise SystemExit('forged adapter ran')", "0" * 64)
+    _forge(plan_generation(spec_of(), scaled.body), "raise SystemExit('forged adapter ran')", "0" * 64)
     again = build_scaled()
     assert counts.renders == 4
     assert again.generated == first.generated
@@ -257,7 +257,7 @@ def test_the_secret_is_made_once_private_to_the_user(tmp_path: Path, monkeypatch
     path = default_secret_path()
     assert key is not None and len(key) == 32 and path.read_bytes() == key
     assert stat.S_IMODE(path.stat().st_mode) == 0o600 and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
-    kerneldsl.cache._secrets.clear()
+    kerneldsl.cache.secret._secrets.clear()
     assert signing_key() == key  # read back, not made again
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import pkgutil
 from pathlib import Path
 
 import pytest
 
 import kerneldsl
-from kerneldsl import fastpath
+from kerneldsl.codegen import templates_dir
 
 PACKAGE = Path(kerneldsl.__file__).parent
 
@@ -58,7 +59,8 @@ def _driver_touches(source: str, label: str, private: set[str]) -> list[str]:
             found.append(f"{where} imports the CUDA driver bindings")
         elif isinstance(node, ast.Attribute):
             owner = node.value.id if isinstance(node.value, ast.Name) else None
-            if node.attr == "_d" or (owner == "driver" and node.attr in ("api", "ensure_init", "check")):
+            bindings = node.attr == "api" and _is_session(node.value)  # Session.api: the driver bindings
+            if bindings or (owner == "driver" and node.attr in ("api", "ensure_init", "check")):
                 found.append(f"{where} calls the driver directly ({node.attr})")
             elif node.attr in private and owner != "self":
                 found.append(f"{where} reads Session.{node.attr}")
@@ -67,7 +69,7 @@ def _driver_touches(source: str, label: str, private: set[str]) -> list[str]:
 
 def test_only_the_runtime_touches_the_driver_or_private_session_state() -> None:
     private = _session_private_names()
-    assert {"_captures", "_deferred", "_stream_cu", "_lock"} <= private  # the scan sees what it must
+    assert {"_deferred", "_state", "_poison", "_activation"} <= private  # the scan sees what it must
     touches = [
         t
         for path in _library_files()
@@ -77,10 +79,261 @@ def test_only_the_runtime_touches_the_driver_or_private_session_state() -> None:
 
 
 def test_the_driver_door_check_catches_private_reads_and_driver_calls() -> None:
-    offender = "from cuda.bindings import driver\ndef f(session):\n    return session._captures, session._d.cuInit(0)\n"
+    offender = "from cuda.bindings import driver\ndef f(session):\n    return session._state, session.api.cuInit(0)\n"
     assert len(_driver_touches(offender, "offender.py", _session_private_names())) == 3
 
 
-def test_the_c_module_agrees_with_the_launch_tables() -> None:
-    compiled = pytest.importorskip("kerneldsl._fastlaunch")
-    assert (compiled.OPCODES, compiled.SLOT_KINDS) == (fastpath.OPCODES, fastpath.SLOT_KINDS)
+# Names a session goes by in the package: ``session._x``, ``s._x``, ``self.session._x``, ...
+_SESSION_NAMES = frozenset({"session", "sess", "s", "s1", "s2", "owner"})
+
+
+def _is_session(node: ast.expr) -> bool:
+    """Whether ``node`` reads like a session object (a heuristic on its name)."""
+    if isinstance(node, ast.Name):
+        return node.id in _SESSION_NAMES
+    return isinstance(node, ast.Attribute) and node.attr in ("session", "_session")
+
+
+def _session_private_reads(source: str, label: str) -> list[str]:
+    """``file:line`` of every ``<session>._x`` in ``source`` (dunders aside)."""
+    return [
+        f"{label}:{node.lineno} reads {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+        and _is_session(node.value)
+    ]
+
+
+def test_only_the_session_modules_read_private_members_of_a_session() -> None:
+    outside = [p for p in PACKAGE.rglob("*.py") if not (p.parent.name == "runtime" and p.name.startswith("session"))]
+    reads = [r for p in outside for r in _session_private_reads(p.read_text(), str(p.relative_to(PACKAGE)))]
+    assert reads == []
+
+
+def test_the_session_privacy_check_names_each_private_read() -> None:
+    offender = "def f(session, s):\n    return session._deferred, s._lock, self.session._d, session.__class__, s.api\n"
+    assert _session_private_reads(offender, "offender.py") == [
+        "offender.py:2 reads session._deferred",
+        "offender.py:2 reads s._lock",
+        "offender.py:2 reads self.session._d",
+    ]
+
+
+def test_the_launch_limits_and_the_table_encoding_are_written_once() -> None:
+    """``runtime/limits.py`` spells the launch limits (the C path is handed them when configured)
+    and ``_fastlaunch.c`` the table encoding and sizes (``fastpath`` reads them from the module);
+    no other module, nor the adapter template, restates either."""
+    limits = ("65535", "48 * 1024", "2147483647", "MAX_GRID =", "MAX_BLOCK =", "MAX_BLOCK_XY", "MAX_GRID_X")
+    encoding = ('"MAX_ARGS": 64', '"sym32": 1', '"floordiv": 6')
+    python = [p for p in PACKAGE.rglob("*.py") if "bench" not in p.relative_to(PACKAGE).parts]
+    sources = [*python, PACKAGE / "_fastlaunch.c", templates_dir() / "adapter.py.j2"]
+    texts = {p.name if p.suffix != ".py" else str(p.relative_to(PACKAGE)): p.read_text() for p in sources}
+    assert [name for name, text in texts.items() if any(s in text for s in limits)] == ["runtime/limits.py"]
+    assert [name for name, text in texts.items() if any(s in text for s in encoding)] == []
+
+
+MODULE_LINES, CLASS_LINES = 600, 300  # issue 19: one concern a module, one role a class
+
+
+def _too_long(source: str, label: str) -> list[str]:
+    """``label`` if the module is over MODULE_LINES, and each class in it over CLASS_LINES."""
+    lines = source.count("\n")
+    found = [f"{label}: {lines} lines"] if lines > MODULE_LINES else []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef) and node.end_lineno is not None:
+            length = node.end_lineno - node.lineno + 1
+            if length > CLASS_LINES:
+                found.append(f"{label}:{node.lineno} class {node.name}: {length} lines")
+    return found
+
+
+def test_no_module_is_over_600_lines_and_no_class_over_300() -> None:
+    """The C launch path aside; generated template modules (an installed package's) are not ours to split."""
+    from kerneldsl.template_options import COMPILED_DIR
+
+    offenders = [
+        found
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if COMPILED_DIR not in path.parts
+        for found in _too_long(path.read_text(), str(path.relative_to(PACKAGE)))
+    ]
+    assert offenders == [], "split by concern:\n" + "\n".join(offenders)
+
+
+def test_the_length_check_names_a_long_module_and_a_long_class() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(CLASS_LINES))
+    source = f"class Big:\n{body}\n" + "\n" * (MODULE_LINES - CLASS_LINES)
+    assert _too_long(source, "big.py") == ["big.py: 601 lines", f"big.py:1 class Big: {CLASS_LINES + 1} lines"]
+
+
+def test_the_type_stub_names_exactly_the_public_api() -> None:
+    """``__init__.pyi`` gives checkers every lazy name, from its home, as an explicit re-export."""
+    tree = ast.parse((PACKAGE / "__init__.pyi").read_text())
+    imports = [node for node in tree.body if isinstance(node, ast.ImportFrom)]
+    declared = {("." + (node.module or ""), alias.name, alias.asname) for node in imports for alias in node.names}
+    homes = {"__version__": "._version", **{name: home or "." for name, home in kerneldsl._HOMES.items()}}
+    assert declared == {(home, name, name) for name, home in homes.items()}
+    (names,) = [node.value for node in tree.body if isinstance(node, ast.Assign)]
+    assert ast.literal_eval(names) == kerneldsl.__all__
+
+
+def test_reduction_templates_are_one_a_stage_with_the_accumulator_chosen_in_python() -> None:
+    """Issue 19 item 4: a template per stage over shared macros; whether the accumulator carries
+    an index is decided by which macro file Python hands the template, never by a template test."""
+    import re
+
+    from kerneldsl.array.reduction import kernel
+
+    templates = sorted(set(kernel._TEMPLATES.values()))
+    assert templates == [f"reduction_{s}.cu.j2" for s in ("columns", "full", "gather", "rows")]
+    shared = ["reduction.cuh.j2", "reduction_value.cuh.j2", "reduction_indexed.cuh.j2"]
+    for name in templates + shared:
+        text = (templates_dir() / name).read_text()
+        tests = re.findall(r"{%-?\s*(?:el)?if\s+([^%]*)%}", text)
+        assert len(tests) <= 4, (name, tests)
+        assert not any("indexed" in t for t in tests), (name, tests)
+
+
+# -- the runtime imports nothing above it (issue 19 item 1) ----------------------------------------
+
+_ABOVE_THE_RUNTIME = ("kerneldsl.array", "kerneldsl.ops", "kerneldsl.blas", "kerneldsl.distributed")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(source: str, module: str, *, is_package: bool, skip: str | None = None) -> list[tuple[int, str]]:
+    """``(line, absolute name)`` of everything ``source`` imports, wherever the statement is (in a
+    function, under TYPE_CHECKING), ``importlib.import_module("...")`` included; ``from X import a``
+    gives ``X`` and ``X.a`` (``a`` may be a module). The body of the function named ``skip`` is left out."""
+    package = module if is_package else module.rpartition(".")[0]
+    tree = ast.parse(source)
+    skipped = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == skip for n in ast.walk(f)}
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            source_name = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            found += [(node.lineno, source_name), *((node.lineno, f"{source_name}.{a.name}") for a in node.names)]
+        elif (
+            isinstance(node, ast.Call)
+            and (getattr(node.func, "attr", None) or getattr(node.func, "id", None)) in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.append((node.lineno, importlib.util.resolve_name(node.args[0].value, package)))
+    return found
+
+
+def _upward_imports(source: str, label: str, module: str, *, is_package: bool = False) -> list[str]:
+    """``file:line`` of each import in a runtime module of the array layer, ops, blas or distributed."""
+    return sorted(
+        {
+            f"{label}:{line} imports {name}"
+            for line, name in _imports(source, module, is_package=is_package)
+            if any(name == above or name.startswith(f"{above}.") for above in _ABOVE_THE_RUNTIME)
+        }
+    )
+
+
+def test_the_runtime_imports_nothing_from_the_layers_above_it() -> None:
+    """No module under runtime/ imports the array layer, ops, blas or distributed: not at import
+    time, not lazily in a function, not under TYPE_CHECKING (the array layer registers its
+    DeviceArray with the runtime instead)."""
+    runtime = sorted((PACKAGE / "runtime").rglob("*.py"))
+    assert len(runtime) > 10  # the scan sees the runtime
+    found = [
+        hit
+        for path in runtime
+        for hit in _upward_imports(
+            path.read_text(), str(path.relative_to(PACKAGE)), _module_name(path), is_package=path.name == "__init__.py"
+        )
+    ]
+    assert found == []
+
+
+def test_the_upward_import_check_names_each_import_of_a_layer_above() -> None:
+    offender = (
+        "from typing import TYPE_CHECKING\n"
+        "from ..errors import ClosedError\n"
+        "if TYPE_CHECKING:\n"
+        "    from ..array.ndarray import DeviceArray\n"
+        "def f():\n"
+        "    from .. import ops\n"
+        "    import kerneldsl.blas\n"
+        "    return importlib.import_module('kerneldsl.distributed')\n"
+    )
+    assert _upward_imports(offender, "runtime/offender.py", "kerneldsl.runtime.offender") == [
+        "runtime/offender.py:4 imports kerneldsl.array.ndarray",
+        "runtime/offender.py:4 imports kerneldsl.array.ndarray.DeviceArray",
+        "runtime/offender.py:6 imports kerneldsl.ops",
+        "runtime/offender.py:7 imports kerneldsl.blas",
+        "runtime/offender.py:8 imports kerneldsl.distributed",
+    ]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, by every import statement (lazy ones and
+    TYPE_CHECKING ones included) but the lazy facade (``kerneldsl.__getattr__``); importing a
+    module imports its packages too."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        is_package = path.name == "__init__.py"
+        skip = "__getattr__" if module == "kerneldsl" else None
+        targets: set[str] = set()
+        for _, name in _imports(path.read_text(), module, is_package=is_package, skip=skip):
+            parts = name.split(".")
+            known = [".".join(parts[:n]) for n in range(1, len(parts) + 1) if ".".join(parts[:n]) in paths]
+            targets.update(t for t in known if not module.startswith(f"{t}.") and t != module)
+        graph[module] = targets
+    return graph
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def _cycles_leaving_the_runtime(graph: dict[str, set[str]]) -> list[str]:
+    """``runtime module <-> outside module`` for each pair on one import cycle."""
+    reach = {m: _reachable(graph, m) for m in graph}
+    runtime = [m for m in graph if m.startswith("kerneldsl.runtime")]
+    return sorted(
+        f"{r} <-> {m}" for r in runtime for m in reach[r] if not m.startswith("kerneldsl.runtime") and r in reach[m]
+    )
+
+
+def test_no_import_cycle_runs_through_the_runtime_and_a_layer_outside_it() -> None:
+    """The runtime sits at the bottom of the house: nothing it imports, however indirectly,
+    imports it back (cycles among the runtime's own modules, annotations naming each other, stay
+    inside it)."""
+    graph = _import_graph()
+    assert "kerneldsl.array.ndarray" in graph["kerneldsl.array"]  # the graph sees what it must
+    assert "kerneldsl.runtime.memory" in graph["kerneldsl.array.ndarray"]
+    assert _cycles_leaving_the_runtime(graph) == []
+
+
+def test_the_cycle_check_names_a_runtime_module_on_a_loop_with_an_upper_one() -> None:
+    graph = {
+        "kerneldsl.runtime.memory": {"kerneldsl.ops"},
+        "kerneldsl.ops": {"kerneldsl.array.ndarray"},
+        "kerneldsl.array.ndarray": {"kerneldsl.runtime.memory"},
+        "kerneldsl.runtime.session": {"kerneldsl.runtime.memory"},
+    }
+    assert _cycles_leaving_the_runtime(graph) == [
+        "kerneldsl.runtime.memory <-> kerneldsl.array.ndarray",
+        "kerneldsl.runtime.memory <-> kerneldsl.ops",
+    ]

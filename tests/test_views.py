@@ -214,9 +214,9 @@ def test_a_view_of_a_view_has_the_owner_as_its_base(s: kd.Session) -> None:
 def test_closing_a_view_leaves_the_memory_to_its_owner(s: kd.Session) -> None:
     a = s.to_device(np.arange(6, dtype=np.int32))
     view = a[::2]
-    frees = s._d.calls.count("cuMemFreeAsync")
+    frees = s.api.calls.count("cuMemFreeAsync")
     view.close()
-    assert view.closed and not a.closed and s._d.calls.count("cuMemFreeAsync") == frees
+    assert view.closed and not a.closed and s.api.calls.count("cuMemFreeAsync") == frees
     with pytest.raises(ClosedError):
         view.to_host()
     np.testing.assert_array_equal(a.to_host(), np.arange(6))
@@ -264,9 +264,9 @@ def test_copy_from_host_into_a_contiguous_view_writes_only_its_elements(s: kd.Se
 
 def test_a_strided_view_goes_through_a_copy_kernel_to_the_host(s: kd.Session) -> None:
     a = s.empty((4, 6), np.float32)
-    launches = len(s._d.launches)
+    launches = len(s.api.launches)
     a[:, ::2].to_host()
-    assert len(s._d.launches) == launches + 1
+    assert len(s.api.launches) == launches + 1
 
 
 def test_the_cuda_array_interface_of_a_strided_view_has_its_strides(s: kd.Session) -> None:
@@ -287,12 +287,24 @@ def test_repr_says_what_the_array_is(s: kd.Session) -> None:
     assert "shape=(6, 4) dtype=float32 view strides=(4, 24)" in repr(a.T)
 
 
-def test_setitem_writes_through_a_view_and_augmented_assignment_works(s: kd.Session) -> None:
-    a = s.empty((4, 6), np.float32)
-    a[1:3] += 1  # __getitem__, __iadd__ into the view, then __setitem__ of the view onto itself
-    a[0] = 2.5
-    a[:, 0] = np.arange(4)
-    a[3] = a[2]
+def test_setitem_through_a_view_is_one_kernel_and_augmented_assignment_writes_in_place(drv: FakeDriver) -> None:
+    """Each assignment is one kernel writing through a view of ``a`` (the values: test_views_gpu);
+    the closing ``__setitem__`` of ``a[1:3] += 1`` (the view onto itself) enqueues nothing."""
+
+    def enqueued() -> tuple[int, int]:
+        return len(drv.launches), drv.count("cuMemcpyDtoDAsync")
+
+    with kd.Session(0) as s:
+        a = s.empty((4, 6), np.float32)
+        start = enqueued()
+        a[1:3] += 1  # __getitem__, __iadd__ into the view, then __setitem__ of the view onto itself
+        assert enqueued() == (start[0] + 1, start[1])
+        a[0] = 2.5
+        assert enqueued() == (start[0] + 2, start[1])
+        a[:, 0] = np.arange(4)
+        assert enqueued() == (start[0] + 3, start[1])
+        a[3] = a[2]
+        assert enqueued() == (start[0] + 4, start[1])
 
 
 # --- kernels: layouts and refusals ---------------------------------------------------------------------
@@ -332,27 +344,27 @@ def test_a_strided_view_runs_one_kernel_whatever_its_strides(s: kd.Session) -> N
 def test_an_input_overlapping_out_at_other_elements_is_copied_first(s: kd.Session) -> None:
     a = s.empty(64, np.float32)
     ops.add(a[1:], 1.0, out=a[:-1])  # shifted: a copy of the input, then the op
-    assert s._d.calls.count("cuMemcpyDtoDAsync") == 1
+    assert s.api.calls.count("cuMemcpyDtoDAsync") == 1
     ops.add(a[::-1], 1.0, out=a)  # reversed: a copy kernel, then the op
     ops.add(a[1:], 1.0, out=a[1:])  # exactly the output: in place
-    assert s._d.calls.count("cuMemcpyDtoDAsync") == 1 and len(s._d.launches) == 4
+    assert s.api.calls.count("cuMemcpyDtoDAsync") == 1 and len(s.api.launches) == 4
 
 
 def test_a_reduction_of_a_strided_view_reduces_a_contiguous_copy(s: kd.Session) -> None:
     a = s.empty((64, 64), np.float32)
     ops.sum(a[:, 1])
-    assert len(s._d.launches) == 2  # the copy, the reduction
+    assert len(s.api.launches) == 2  # the copy, the reduction
     ops.sum(a[:, 1])
-    assert len(s._d.launches) == 4
+    assert len(s.api.launches) == 4
 
 
 def test_a_reduction_into_a_strided_out_writes_through_a_temporary(s: kd.Session) -> None:
     a, b = s.empty((64, 64), np.float32), s.empty((64, 2), np.float32)
     ops.sum(a, axis=0, out=b[:, 0])  # the first call also compiles and may allocate scratch
-    allocations, frees = s._d.calls.count("cuMemAllocFromPoolAsync"), s._d.calls.count("cuMemFreeAsync")
+    allocations, frees = s.api.calls.count("cuMemAllocFromPoolAsync"), s.api.calls.count("cuMemFreeAsync")
     ops.sum(a, axis=0, out=b[:, 1])
-    assert s._d.calls.count("cuMemAllocFromPoolAsync") == allocations + 1  # the temporary
-    assert s._d.calls.count("cuMemFreeAsync") == frees + 1  # freed after the copy into the view
+    assert s.api.calls.count("cuMemAllocFromPoolAsync") == allocations + 1  # the temporary
+    assert s.api.calls.count("cuMemFreeAsync") == frees + 1  # freed after the copy into the view
 
 
 def test_a_kernel_parameter_refuses_a_strided_view_with_the_way_out(s: kd.Session) -> None:
@@ -363,9 +375,9 @@ def test_a_kernel_parameter_refuses_a_strided_view_with_the_way_out(s: kd.Sessio
     a = s.empty((8, 8), np.float32)
     with pytest.raises(StridedArrayError, match=r"argument 'x' of kernel 'twice'.*strided view.*x\.copy\(\)"):
         twice(s.empty(8, np.float32), a[:, 0])
-    launches = len(s._d.launches)
+    launches = len(s.api.launches)
     twice(s.empty(8, np.float32), a[3])  # a contiguous view is fine
-    assert len(s._d.launches) == launches + 1
+    assert len(s.api.launches) == launches + 1
 
 
 def test_a_kernel_parameter_declared_strided_takes_views_and_their_element_strides(s: kd.Session) -> None:
@@ -375,10 +387,10 @@ def test_a_kernel_parameter_declared_strided_takes_views_and_their_element_strid
 
     a = s.empty((8, 6), np.float32)
     assert ("x_stride0", "long long") in first_column.inspect(s.empty(6, np.float32), a.T).generated.abi
-    s._d.snapshot_slots = 4  # y, x, x_stride0, x_stride1
+    s.api.snapshot_slots = 4  # y, x, x_stride0, x_stride1
     first_column(s.empty(6, np.float32), a.T)
     first_column(s.empty(4, np.float32), a[::2, ::-1])
-    strides = [np.frombuffer(b[16:32], np.int64).tolist() for b in s._d.param_bytes]
+    strides = [np.frombuffer(b[16:32], np.int64).tolist() for b in s.api.param_bytes]
     assert strides == [[1, 6], [12, -1]]
 
 

@@ -183,3 +183,13 @@ def test_a_kernel_declared_strided_reads_a_transposed_view(session: Any) -> None
         out = poisoned(session, want.shape, np.float32)
         scaled(out, view, np.float32(2))
         assert_same(out.to_host(), 2 * want)
+
+
+def test_setitem_writes_through_a_view_and_augmented_assignment_works(session: Any) -> None:
+    a, want = session.zeros((4, 6), np.float32), np.zeros((4, 6), np.float32)
+    for target in (a, want):
+        target[1:3] += 1  # __getitem__, __iadd__ into the view, then __setitem__ of the view onto itself
+        target[0] = 2.5
+        target[:, 0] = np.arange(4)
+        target[3] = target[2]
+    assert_same(a.to_host(), want)

@@ -1,5 +1,8 @@
 """The array core: what ``kd.ops``, ``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share.
 
+- ``ndarray``: ``DeviceArray``, the user-facing array (operators, ``astype``, ``fill``), registered
+  with the runtime on import, so importing any part of this package makes arrays DeviceArrays;
+- ``creation``: ``kd.asarray``, ``kd.empty`` and the other NumPy-style constructors;
 - ``program``: the per-element IR (leaves and operator nodes) and the builder that traces it;
 - ``placement``: where a call runs (host or which session), adopting foreign arrays, ``out=`` rules;
 - ``plan``: one compiled program for one argument specialization, and the bounded plan cache;
@@ -9,3 +12,5 @@
 Every kernel made here is an ordinary ``Kernel``: same binding, NVRTC, disk cache, adapter and
 C launch path as ``@kd.kernel``.
 """
+
+from . import ndarray as ndarray

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from ..runtime.foreign import adopt, is_foreign
-from ..runtime.memory import DeviceArray
 from ..runtime.session import Session, default_session
+from .ndarray import DeviceArray, as_array
 
 
 def _session(session: Session | None) -> Session:
@@ -23,21 +23,18 @@ def asarray(obj: Any, dtype: Any = None, session: Session | None = None) -> Devi
     if type(obj) is DeviceArray and (session is None or obj.session is session):
         if dtype is None or np.dtype(dtype) == obj.dtype:
             return obj
-        from ..ops import astype
-
-        result: DeviceArray = astype(obj, dtype)
-        return result
+        return obj.astype(dtype)
     if is_foreign(obj) and not isinstance(obj, np.ndarray) and dtype is None:
-        return adopt(obj, session, "kd.asarray", None)
-    return _session(session).to_device(np.asarray(obj, dtype=dtype))
+        return as_array(adopt(obj, session, "kd.asarray", None))
+    return as_array(_session(session).to_device(np.asarray(obj, dtype=dtype)))
 
 
 def empty(shape: Any, dtype: Any = np.float32, session: Session | None = None) -> DeviceArray:
-    return _session(session).empty(shape, dtype)
+    return as_array(_session(session).empty(shape, dtype))
 
 
 def zeros(shape: Any, dtype: Any = np.float32, session: Session | None = None) -> DeviceArray:
-    return _session(session).zeros(shape, dtype)
+    return as_array(_session(session).zeros(shape, dtype))
 
 
 def ones(shape: Any, dtype: Any = np.float32, session: Session | None = None) -> DeviceArray:
@@ -46,7 +43,7 @@ def ones(shape: Any, dtype: Any = np.float32, session: Session | None = None) ->
 
 def full(shape: Any, fill_value: Any, dtype: Any = None, session: Session | None = None) -> DeviceArray:
     """``shape`` filled with ``fill_value`` (dtype: ``dtype``, else numpy's for the value)."""
-    return _session(session).to_device(np.full(shape, fill_value, dtype=dtype))
+    return as_array(_session(session).to_device(np.full(shape, fill_value, dtype=dtype)))
 
 
 def arange(
@@ -54,7 +51,7 @@ def arange(
 ) -> DeviceArray:
     """``numpy.arange``'s values on the device."""
     values = np.arange(start, stop, step, dtype=dtype) if stop is not None else np.arange(start, dtype=dtype)
-    return _session(session).to_device(values)
+    return as_array(_session(session).to_device(values))
 
 
 def empty_like(a: Any, dtype: Any = None, session: Session | None = None) -> DeviceArray:

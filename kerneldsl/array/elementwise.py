@@ -43,8 +43,9 @@ from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import DeclarationError, FusionError
-from ..runtime.memory import DeviceArray
+from ..runtime.limits import MAX_GRID
 from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
+from .ndarray import DeviceArray
 
 if TYPE_CHECKING:
     from ..distributed.handles import RemoteArray
@@ -69,7 +70,7 @@ from .placement import check_out, check_placement, shares_memory, unalias
 from .plan import Plan, PlanCache, host_target
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype
 
-MAX_BLOCKS = 2**31 - 1  # grid.x's limit: one 16-byte vector per thread up to it, then a grid-stride loop
+MAX_BLOCKS = MAX_GRID[0]  # one 16-byte vector per thread up to grid.x's limit, then a grid-stride loop
 
 
 # --- kernels ------------------------------------------------------------------------------------------
@@ -270,7 +271,7 @@ def plan_elementwise(
 # --- elementwise functions: ops and user expressions ----------------------------------------------------
 
 
-class ElementwiseFunction(fastpath.Front):
+class ElementwiseFunction(fastpath.FastPathCallable):
     """Something that maps operands to one result element by element (an op or a user expression).
 
     Subclasses give ``params`` (the names the expression uses), ``resolve`` (result and loop
@@ -289,7 +290,7 @@ class ElementwiseFunction(fastpath.Front):
     def __init__(self) -> None:
         self._plans = PlanCache()
 
-    if TYPE_CHECKING:  # at run time __call__ stays the C (or Py) Front's; see ``operands``
+    if TYPE_CHECKING:  # at run time __call__ stays the FastPathCallable's; see ``operands``
 
         @overload
         def __call__(  # type: ignore[overload-overlap]
@@ -310,7 +311,7 @@ class ElementwiseFunction(fastpath.Front):
         def __call__(self, *operands: Any, out: Any = None, stream: Any = None) -> Any: ...
 
     def _call(self, *operands: Any, out: Any = None, stream: Any = None) -> Any:
-        """The Python path of a call (``fastpath.Front`` first tries what the C path remembered).
+        """The Python path of a call (``fastpath.FastPathCallable`` first tries what the C path remembered).
         ``stream``: launch there instead of on the session stream (device operands)."""
         if len(operands) != len(self.params):
             raise TypeError(

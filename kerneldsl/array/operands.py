@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from ..distributed.handles import RemoteArray
-    from ..runtime.memory import DeviceArray
+    from .ndarray import DeviceArray
     from .program import Traced
 
     class CudaArray(Protocol):

@@ -17,7 +17,7 @@ import numpy as np
 from .. import promotion
 from ..routing import is_remote
 from ..runtime.foreign import adopt, is_foreign
-from ..runtime.memory import DeviceArray
+from .ndarray import DeviceArray
 from .program import SCALAR_TYPES
 
 

@@ -37,12 +37,14 @@ from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out
 from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype, unsigned_ctype
-from .reduction import INSPECT_MULTIPROCESSORS, REDUCERS, Reducer, normalize_axes, user_reducer
-from .scratch import SCRATCH, multiprocessors
+from .reduction.axes import normalize_axes
+from .reduction.reducers import REDUCERS, SHUFFLE, Reducer, user_reducer
+from .reduction.strategy import INSPECT_MULTIPROCESSORS, device_multiprocessors, planning_multiprocessors
+from .scratch import SCRATCH
 
 if TYPE_CHECKING:
     from ..distributed.handles import RemoteArray
-    from ..runtime.memory import DeviceArray
+    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
@@ -50,7 +52,6 @@ WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and 
 ITEMS_BYTES = 128  # accumulator bytes each thread of a look-back tile holds (and stages in shared memory)
 MAX_ITEMS = 32  # values per thread at most
 
-_SHUFFLE = {"bool": "int", "int8": "int", "int16": "int", "uint8": "unsigned int", "uint16": "unsigned int"}
 _UINT32 = np.dtype(np.uint32)
 _UINT64 = np.dtype(np.uint64)
 _INT64 = np.dtype(np.int64)
@@ -112,7 +113,7 @@ def _build(
             acc={
                 "cctype": compute_ctype(acc),
                 "kdU": unsigned_ctype(acc),
-                "shfl": _SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
+                "shfl": SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
             },
             result={"storage": storage_ctype(result), "cctype": compute_ctype(result)},
             combine=reducer.expression(acc),
@@ -217,7 +218,7 @@ class ScanPlan(Plan):
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         if out.size == 0:
             return
-        step = self.step(multiprocessors(session.device))
+        step = self.step(device_multiprocessors(session))
         (value,) = values
         outer, count, inner = self.extents
         if step.variant.stage == "lines":
@@ -290,9 +291,12 @@ class Scan:
         """The Build of the kernel a call with this operand runs; no GPU needed."""
         return self._plan((x,), axis, out, exclusive).inspect((x,), out, arch)
 
-    def strategy(self, x: Any, axis: Any = None, exclusive: bool = False, multiprocessors: int = 132) -> ScanStep:
-        """The launch a call with this operand makes (stage, items per thread, tiles)."""
-        return self._plan((x,), axis, None, exclusive).step(multiprocessors)
+    def strategy(
+        self, x: Any, axis: Any = None, exclusive: bool = False, multiprocessors: int | None = None
+    ) -> ScanStep:
+        """The launch a call with this operand makes (stage, items per thread, tiles) on a GPU with
+        ``multiprocessors`` SMs (by default the device a call would run on, as for reductions)."""
+        return self._plan((x,), axis, None, exclusive).step(planning_multiprocessors(multiprocessors))
 
     def _plan(self, values: Sequence[Any], axis: Any, out: Any, exclusive: bool) -> ScanPlan:
         (x,) = values

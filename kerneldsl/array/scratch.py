@@ -13,8 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..runtime import driver
-from ..runtime.memory import DeviceArray
+from .ndarray import DeviceArray
 
 EPOCH_LIMIT = 1 << 30  # scan flags hold the epoch in 30 bits: past it, the flags start over zeroed
 
@@ -47,13 +46,3 @@ class Scratch:
 
 
 SCRATCH = Scratch()
-
-_sm_counts: dict[int, int] = {}
-
-
-def multiprocessors(device: int) -> int:
-    """Device ``device``'s SM count, asked once."""
-    found = _sm_counts.get(device)
-    if found is None:
-        found = _sm_counts[device] = driver.multiprocessor_count(device)
-    return found

@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from .. import blas, blas_lt
-from ..runtime import Session, default_session
+from ..array.sessions import Session, default_session
+from ..blas.matmul import _gemm as python_path
 from .report import Report, print_report
 from .runtime_bench import interleaved_enqueue_costs, spin
 
@@ -126,7 +127,7 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
 
     contenders: dict[str, Callable[[], Any]] = {
         "kerneldsl": lambda: blas.gemm(da, db, out),
-        "kerneldsl, Python path": lambda: blas._gemm(da, db, out),
+        "kerneldsl, Python path": lambda: python_path(da, db, out),
     }
     blas.gemm(da, db, out)  # makes the handle, the matmul configuration and the C path's entry
     h = blas.handle(s)
@@ -176,9 +177,9 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
         blas.COMPUTE_32F,
         blas.GEMM_DEFAULT,
     )
-    gemm_ex = h._lib.gemm_ex
+    gemm_ex = h.lib.gemm_ex
     with s.activated():
-        h._bind(None, blas.POINTER_MODE_HOST)  # the classic handle on the session stream, as the binding needs
+        h.bind(None, blas.POINTER_MODE_HOST)  # the classic handle on the session stream, as the binding needs
     contenders["nvmath cublas gemm_ex binding direct"] = lambda: gemm_ex(*gemm_ex_args)
     scopes: list[Any] = []
     if cp is not None:

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from ..array.ndarray import DeviceArray, as_array
 from ..dispatch import Kernel
 from ..errors import (
     BindingError,
@@ -40,7 +41,6 @@ from ..errors import (
     StickyCudaError,
 )
 from ..runtime.driver import pci_bus_id
-from ..runtime.memory import DeviceArray
 from ..runtime.session import Session, default_session
 from ..signature import ArrayParam
 
@@ -314,7 +314,7 @@ def _sendable(exc: Exception) -> Exception:
 
 def upload(host: Any) -> DeviceArray:
     """``to_device`` on the worker: into its warm session."""
-    return default_session(0).to_device(host)
+    return as_array(default_session(0).to_device(host))
 
 
 def download(array: DeviceArray) -> Any:

@@ -3,6 +3,7 @@
 Driver-facing only: nothing here imports the compiler or code generator.
 """
 
+from .device import Device
 from .driver import (
     compute_capability,
     device_count,
@@ -16,13 +17,15 @@ from .driver import (
 from .graph import Graph
 from .handle import Handle, check_same_session
 from .interop import DeviceView, as_device_view
-from .memory import DeviceArray, PinnedArray
+from .memory import DeviceBuffer, PinnedArray
 from .module import FunctionAttributes, Module
-from .session import Session, default_session, open_sessions, reset_device
+from .session import Session, default_session
+from .session_registry import open_sessions, reset_device
 from .stream import Event, Stream
 
 __all__ = [
-    "DeviceArray",
+    "DeviceBuffer",
+    "Device",
     "DeviceView",
     "Event",
     "FunctionAttributes",

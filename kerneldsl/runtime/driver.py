@@ -235,13 +235,6 @@ def compute_capability(ordinal: int) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def multiprocessor_count(ordinal: int) -> int:
-    """How many SMs device ``ordinal`` has: what grid sizes that fill the GPU are made of."""
-    d = api()
-    attr = d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-    return int(check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(attr, device(ordinal))))
-
-
 def entry_point(name: str) -> int:
     """The address of driver function ``name`` (e.g. ``cuLaunchKernel``), for the C launch path;
     0 when the driver offers none."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import BindingError, ReadOnlyArrayError, StridedArrayError, WrongSessionError
+from . import memory
 from .interop import as_device_view
-from .memory import DeviceArray
+from .memory import DeviceBuffer
 from .session import Session, default_session
 
 
@@ -16,7 +17,7 @@ def is_foreign(value: Any) -> bool:
     return hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__")
 
 
-def adopt(value: Any, session: Session | None, what: str, param: str | None, *, writes: bool = False) -> DeviceArray:
+def adopt(value: Any, session: Session | None, what: str, param: str | None, *, writes: bool = False) -> DeviceBuffer:
     """``value`` as a DeviceArray on ``session`` (None: the default session of its device).
 
     ``what`` and ``param`` name the callee and the argument in the errors: not device memory
@@ -40,4 +41,4 @@ def adopt(value: Any, session: Session | None, what: str, param: str | None, *, 
         )
     if writes and view.readonly:
         raise ReadOnlyArrayError(what, param, "is a read-only foreign array but the kernel writes it")
-    return DeviceArray.borrow(session, view)
+    return memory.array_type.borrow(session, view)

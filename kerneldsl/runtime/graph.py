@@ -50,7 +50,7 @@ class Graph(Handle):
         stream._check()
         check_same_session(self, stream)
         with session.activated():
-            err = session._d.cuGraphLaunch(self._exec, stream._cu)[0]
+            err = session.api.cuGraphLaunch(self._exec, stream._cu)[0]
             if err:
                 raise driver.error("cuGraphLaunch", err, launch=True)
             session.keep_alive(self, stream)
@@ -65,16 +65,16 @@ def capture(session: Session, stream: Stream | None = None) -> Iterator[Graph]:
     stream = session.stream if stream is None else stream
     stream._check()
     check_same_session(session.stream, stream)
-    d = session._d
+    d = session.api
     graph = Graph(session)
     mode = d.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
     with session.activated():
         check("cuStreamBeginCapture", d.cuStreamBeginCapture(stream._cu, mode))
-        session._captures.append(graph)
+        session.captures.append(graph)
     try:
         yield graph
     except BaseException:
-        with session._raw_activation:
+        with session.activated_unchecked():
             _end_capture(session, graph)
             err, raw_graph = d.cuStreamEndCapture(stream._cu)
             if not err:
@@ -93,5 +93,5 @@ def capture(session: Session, stream: Stream | None = None) -> Iterator[Graph]:
 
 
 def _end_capture(session: Session, graph: Graph) -> None:
-    if graph in session._captures:
-        session._captures.remove(graph)
+    if graph in session.captures:
+        session.captures.remove(graph)

@@ -3,7 +3,7 @@
 A handle records who owns it (session, fork generation, pid, device) so each entry point can
 say precisely why it cannot run. Its finalizer never calls the driver: it queues the raw
 handle on the session, which frees it at the next call, sync or close. The finalizer is a plain
-weak reference with a callback, registered in the session's ``_handles`` (one dict entry, cheap
+weak reference with a callback, registered in the session's ``owned`` handles (one dict entry, cheap
 enough for an allocation per array operation); whoever pops the entry first (the callback, the
 handle's own close, or the session's close) frees the raw handle, exactly once.
 """
@@ -42,15 +42,13 @@ class Handle:
         """Take ownership of ``raw``: from now on it is freed by close() or via the deferred queue."""
         self._raw = raw
         session = self.session
-        ref = weakref.ref(self, session._handle_dropped)
-        self._ref = ref
-        session._handles[id(ref)] = (ref, self.kind, raw)
+        self._ref = session.owned.own(self, raw)
 
     def _take(self) -> Any:
         """Mark closed and hand back the raw handle to free (``None`` when nothing is owned)."""
         self._closed = True
         ref, self._ref = self._ref, None
-        if ref is None or self.session._handles.pop(id(ref), None) is None:
+        if ref is None or not self.session.owned.disown(ref):
             return None
         return self._raw
 
@@ -58,7 +56,7 @@ class Handle:
         """Raise the specific reason this handle cannot be used now (closed, forked, poisoned)."""
         session = self.session
         if not session.usable:
-            session._raise_unusable()
+            session.raise_unusable()
         if self._closed:
             raise ClosedError(f"{type(self).__name__} was closed (session {session.session_id}, device {self.device})")
 
@@ -75,7 +73,7 @@ class Handle:
         with session.activated():
             raw = self._take()
             if raw is not None:
-                session._release(self.kind, raw)
+                session.owned.release(self.kind, raw)
 
 
 def check_same_session(*handles: Handle) -> Session:

@@ -1,10 +1,12 @@
-"""Device arrays and pinned host arrays owned by a session.
+"""Device buffers and pinned host arrays owned by a session.
 
-Copies from pageable numpy memory run on the session stream and wait for it before returning:
-that orders them after queued kernels (the session stream does not synchronize with the legacy
-default stream, so a plain ``cuMemcpyHtoD`` would race with them) and means the host buffer is
-never read after the call returns. Async copies take kerneldsl pinned buffers, kept alive by
-the session until a synchronization proves the copy finished.
+A ``DeviceBuffer`` is the runtime's array: memory, layout, views and transfers. The user-facing
+``DeviceArray`` (operators, ``astype``, ``fill``; ``kerneldsl.array.ndarray``) subclasses it and
+registers itself with ``use_array_type`` when the array layer is imported: every array the
+runtime makes from then on (``Session.empty``, ``to_device``, views, foreign memory, the C
+path's allocations) is of that class. The runtime never imports the array layer.
+
+Its transfers (host, device and pinned copies, zero fills) are ``transfers.Transfers``.
 """
 
 from __future__ import annotations
@@ -12,20 +14,21 @@ from __future__ import annotations
 import math
 import operator
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..dtypes import INT32_MAX
-from ..errors import StridedArrayError, WrongSessionError
+from ..errors import WrongSessionError
 from . import interop, views
 from .driver import check
-from .handle import Handle, check_same_session
+from .handle import Handle
 from .interop import c_strides
+from .transfers import Transfers
 
 if TYPE_CHECKING:
     from .session import Session
-    from .stream import Stream
 
 Shape = tuple[int, ...]
 
@@ -45,20 +48,8 @@ def _dtype(dtype: Any) -> np.dtype[Any]:
     return dt
 
 
-def _host_buffer(arr: Any, shape: Shape, dtype: np.dtype, *, writable: bool) -> np.ndarray:
-    """Validate a host array that a copy reads (or writes): same shape and dtype, C-contiguous."""
-    if not isinstance(arr, np.ndarray):
-        raise TypeError(f"expected a numpy.ndarray, got {type(arr).__name__}")
-    if arr.dtype != dtype:
-        raise TypeError(f"dtype mismatch: host {arr.dtype}, device {dtype}")
-    if arr.shape != shape:
-        raise ValueError(f"shape mismatch: host {arr.shape}, device {shape}")
-    if writable and not (arr.flags.c_contiguous and arr.flags.writeable):
-        raise ValueError("the host output array must be C-contiguous and writeable")
-    return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
-
-
 _L = TypeVar("_L", bound="_Layout")
+_B = TypeVar("_B", bound="DeviceBuffer")
 
 _LayoutSlots = tuple[Shape, np.dtype, int, int, int, tuple[int, ...]]
 _layouts: dict[Any, _LayoutSlots] = {}  # by (type of shape, shape, dtype) as the caller gave them
@@ -111,7 +102,7 @@ class _Layout:
 _dispatch_tags: dict[tuple[Any, ...], int] = {}
 
 
-def _dispatch_tag(a: DeviceArray, borrowed: bool = False) -> int:
+def _dispatch_tag(a: DeviceBuffer, borrowed: bool = False) -> int:
     """What selecting a kernel specialization needs of an array, computed once (the layout never
     changes): session, dtype, 16-byte alignment, whether 32-bit indexing can address it, and
     whether it is an owning array, borrowed foreign memory, a contiguous view or a strided view
@@ -123,7 +114,7 @@ def _dispatch_tag(a: DeviceArray, borrowed: bool = False) -> int:
     return _dispatch_tags.setdefault(layout, len(_dispatch_tags))
 
 
-class DeviceArray(_Layout, Handle):
+class DeviceBuffer(_Layout, Transfers):
     """Device memory: ``ptr`` (of the first element), ``shape``, ``dtype``, ``strides`` (bytes,
     possibly negative), ``nbytes``.
 
@@ -131,7 +122,8 @@ class DeviceArray(_Layout, Handle):
     indexing, ``reshape``, ``transpose`` and the like return views that share it: ``base`` is
     the owning array, kept alive by the view. Closing a view closes only that handle; closing
     the owner frees the memory and closes every view of it. Zero-size owners have ``ptr == 0``
-    and never allocate.
+    and never allocate. The runtime makes arrays as ``array_type``; copies and fills of strided
+    views run as kernels, which the array layer's subclass provides (``_copy_by_kernel``).
     """
 
     kind = "mem"
@@ -166,13 +158,13 @@ class DeviceArray(_Layout, Handle):
         nbytes = self._init_layout(shape, dtype)
         self.ptr = 0
         self._owner: Any = None
-        self.base: DeviceArray | None = None
+        self.base: DeviceBuffer | None = None
         self.is_contiguous = True
-        self._views: weakref.WeakValueDictionary[int, DeviceArray] | None = None  # by id: == is elementwise
+        self._views: weakref.WeakValueDictionary[int, DeviceBuffer] | None = None  # by id: == is elementwise
         return nbytes
 
     @classmethod
-    def template(cls, session: Session, shape: Any, dtype: Any) -> DeviceArray:
+    def template(cls: type[_B], session: Session, shape: Any, dtype: Any) -> _B:
         """What the C launch path copies into the results it allocates itself (see
         ``Session.fast_allocation``): an array of ``shape`` and ``dtype`` that owns no memory,
         with the dispatch tag of a pool allocation (aligned). It is closed, so it is refused
@@ -184,8 +176,8 @@ class DeviceArray(_Layout, Handle):
         return arr
 
     @classmethod
-    def borrow(cls, session: Session, view: interop.DeviceView) -> DeviceArray:
-        """A non-owning DeviceArray over foreign C-contiguous memory; never freed by kerneldsl.
+    def borrow(cls: type[_B], session: Session, view: interop.DeviceView) -> _B:
+        """A non-owning array over foreign C-contiguous memory; never freed by kerneldsl.
 
         ``view.owner`` lives as long as the result. If the view names a producer stream, work
         later queued on the session stream waits for what the producer queued so far.
@@ -206,16 +198,16 @@ class DeviceArray(_Layout, Handle):
         arr._views = None
         arr.dispatch_tag = _dispatch_tag(arr, borrowed=True)
         if view.stream is not None and view.stream != session.stream.handle:
-            session._order_streams(session._stream_cu, view.stream)
+            session.order.order(session.raw_stream, view.stream)
         return arr
 
     # -- views: the same memory, another layout (NumPy's rules) -------------------------------
 
-    def _view(self, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> DeviceArray:
+    def _view(self: _B, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> _B:
         """A view of this array's memory with ``shape`` and byte ``strides``, its first element
-        ``offset`` bytes after this array's."""
+        ``offset`` bytes after this array's (of this array's class)."""
         root = self if self.base is None else self.base
-        view = DeviceArray.__new__(DeviceArray)
+        view = type(self).__new__(type(self))
         Handle.__init__(view, self.session)
         view.shape, view.strides, view.dtype = shape, strides, self.dtype
         view.ndim = len(shape)
@@ -227,7 +219,7 @@ class DeviceArray(_Layout, Handle):
         view.is_contiguous = views.is_c_contiguous(shape, strides, self.dtype.itemsize)
         view._views = None
         view.dispatch_tag = _dispatch_tag(view)
-        with self.session._lock:  # what _take holds: a view is registered before its owner closes, or refused
+        with self.session.lock:  # what _take holds: a view is registered before its owner closes, or refused
             self._check()
             if root._views is None:
                 root._views = weakref.WeakValueDictionary()
@@ -242,136 +234,33 @@ class DeviceArray(_Layout, Handle):
             view._closed = True
         return raw
 
-    def __getitem__(self, key: Any) -> DeviceArray:
+    def __getitem__(self: _B, key: Any) -> _B:
         """Basic indexing (ints, slices, ``...``, ``None``) as a view; advanced indexing raises IndexError."""
         return self._view(*views.index(self.shape, self.strides, key))
 
-    def __setitem__(self, key: Any, value: Any) -> None:
-        """``a[key] = value``: ``value`` (a scalar, a host or device array) broadcast into the view
-        ``a[key]`` and cast to its dtype as NumPy does; enqueued on the session stream."""
-        target = self[key]
-        if isinstance(value, (bool, int, float, np.generic)):
-            target.fill(value)
-            return
-        if type(value) is DeviceArray:
-            if value.same_elements(target):  # ``a[k] += 1`` stores the view into itself
-                return
-            if value.dtype != target.dtype:
-                value = value.astype(target.dtype)
-        elif isinstance(value, np.ndarray) or not hasattr(value, "shape"):
-            value = np.asarray(value, dtype=target.dtype)  # host data: cast here, uploaded by the op
-        _ops().where(True, value, target, out=target)
-
-    def reshape(self, *shape: Any) -> DeviceArray:
+    def reshape(self: _B, *shape: Any) -> _B:
         """A view with another shape (one extent may be -1); ``ViewError`` where NumPy would copy."""
         dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)) else shape
         return self._view(*views.reshape(self.shape, self.strides, self.itemsize, _shape_spec(dims)))
 
-    def ravel(self) -> DeviceArray:
-        """The elements as a 1-D array: a view when the layout allows one, else a copy (as NumPy)."""
-        if self.is_contiguous:
-            return self.reshape(-1)
-        return self.copy().reshape(-1)
-
-    def transpose(self, *axes: Any) -> DeviceArray:
+    def transpose(self: _B, *axes: Any) -> _B:
         """A view with the axes permuted (reversed when none are given)."""
         order = axes[0] if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], (tuple, list))) else axes
         return self._view(*views.transpose(self.shape, self.strides, order or None))
 
     @property
-    def T(self) -> DeviceArray:
+    def T(self: _B) -> _B:
         return self.transpose()
 
-    def squeeze(self, axis: Any = None) -> DeviceArray:
+    def squeeze(self: _B, axis: Any = None) -> _B:
         """A view without extent-1 axes (those of ``axis`` only, when given)."""
         return self._view(*views.squeeze(self.shape, self.strides, axis))
 
-    def expand_dims(self, axis: Any) -> DeviceArray:
+    def expand_dims(self: _B, axis: Any) -> _B:
         """A view with new extent-1 axes at ``axis`` (an int or a tuple), as ``np.expand_dims``."""
         return self._view(*views.expand_dims(self.shape, self.strides, self.itemsize, axis))
 
-    # -- copies and fills through kernels (kd.ops: imported on first use) -------------------------
-
-    def copy(self) -> DeviceArray:
-        """A new C-contiguous array with the same contents (enqueued on the session stream)."""
-        self._check()
-        return copy(self.session, self)
-
-    def astype(self, dtype: Any) -> DeviceArray:
-        """A new array converted to ``dtype`` with NumPy's ``astype`` semantics."""
-        result: DeviceArray = _ops().astype(self, dtype)
-        return result
-
-    def fill(self, value: Any) -> None:
-        """Enqueue setting every element to ``value``, converted to this dtype as NumPy's ``fill`` does."""
-        self._check()
-        scalar = np.asarray(value, dtype=self.dtype)[()]
-        _ops().where(True, scalar, self, out=self)
-
-    # -- host transfers (blocking) ---------------------------------------------------------
-
-    def _blocking_copy(self, api: str, call: Any, host: np.ndarray) -> None:
-        """Enqueue ``call`` on the session stream, then wait; ``host`` survives an interrupted wait."""
-        session = self.session
-        with session.activated():
-            check(api, call(session.stream._cu))
-            session.keep_alive(host, session.stream)
-        session.stream.synchronize()
-
-    def copy_from_host(self, arr: np.ndarray) -> None:
-        """Overwrite with ``arr`` (same shape and dtype); returns when the copy is done."""
-        self._check()
-        src = _host_buffer(np.asarray(arr), self.shape, self.dtype, writable=False)
-        if not self.is_contiguous:
-            staged = to_device(self.session, src)
-            try:
-                staged.copy_to(self)
-            finally:
-                staged.close()  # a stream-ordered free: after the copy kernel
-            return
-        if self.nbytes:
-            d, ptr, n = self.session._d, self.ptr, self.nbytes
-            self._blocking_copy("cuMemcpyHtoDAsync", lambda s: d.cuMemcpyHtoDAsync(ptr, src.ctypes.data, n, s), src)
-
-    def copy_to_host(self, out: np.ndarray) -> np.ndarray:
-        """Copy into ``out`` (same shape and dtype, C-contiguous) after queued work; returns ``out``."""
-        self._check()
-        dst = _host_buffer(out, self.shape, self.dtype, writable=True)
-        if not self.is_contiguous:
-            contiguous = self.copy()
-            try:
-                contiguous.copy_to_host(dst)
-            finally:
-                contiguous.close()
-            return out
-        if self.nbytes:
-            d, ptr, n = self.session._d, self.ptr, self.nbytes
-            self._blocking_copy("cuMemcpyDtoHAsync", lambda s: d.cuMemcpyDtoHAsync(dst.ctypes.data, ptr, n, s), dst)
-        return out
-
-    def to_host(self) -> np.ndarray:
-        """A new numpy array with the contents, after the work queued on the session stream."""
-        return self.copy_to_host(np.empty(self.shape, self.dtype))
-
-    # -- device and pinned transfers (async on a stream) -------------------------------------
-
-    def copy_to(self, other: DeviceArray, stream: Stream | None = None) -> None:
-        """Enqueue a device-to-device copy into ``other`` (same shape and dtype)."""
-        self._check()
-        other._check()
-        session = check_same_session(self, other)
-        if (other.shape, other.dtype) != (self.shape, self.dtype):
-            raise ValueError(f"cannot copy {self.shape} {self.dtype} into {other.shape} {other.dtype}")
-        stream = _stream(session, stream)
-        if not (self.is_contiguous and other.is_contiguous):
-            _on_session_stream(session, stream, "DeviceArray.copy_to")
-            _ops().astype(self, self.dtype, out=other)
-            return
-        if self.nbytes:
-            with session.activated():
-                check("cuMemcpyDtoDAsync", session._d.cuMemcpyDtoDAsync(other.ptr, self.ptr, self.nbytes, stream._cu))
-
-    def overlaps(self, other: DeviceArray) -> bool:
+    def overlaps(self, other: DeviceBuffer) -> bool:
         """Whether the byte ranges the two arrays' elements span intersect (an empty range
         intersects nothing; strided views that interleave count as overlapping)."""
         if not (self.nbytes and other.nbytes):
@@ -386,56 +275,9 @@ class DeviceArray(_Layout, Handle):
         low, high = views.byte_span(self.shape, self.strides, self.itemsize)
         return (self.ptr + low, self.ptr + high)
 
-    def same_elements(self, other: DeviceArray) -> bool:
+    def same_elements(self, other: DeviceBuffer) -> bool:
         """Whether element ``i`` of both arrays is the same memory for every index ``i``."""
         return (self.ptr, self.shape, self.strides, self.dtype) == (other.ptr, other.shape, other.strides, other.dtype)
-
-    def fill_zero(self, stream: Stream | None = None) -> None:
-        """Enqueue setting every byte to zero on ``stream`` (default: the session stream)."""
-        self._check()
-        session = self.session
-        stream = _stream(session, stream)
-        if not self.is_contiguous:
-            _on_session_stream(session, stream, "DeviceArray.fill_zero")
-            self.fill(0)
-            return
-        if self.nbytes:
-            with session.activated():
-                check("cuMemsetD8Async", session._d.cuMemsetD8Async(self.ptr, 0, self.nbytes, stream._cu))
-                if session.capturing:
-                    session.keep_alive(self)
-
-    def copy_from_host_async(self, pinned: PinnedArray, stream: Stream | None = None) -> None:
-        """Enqueue a copy from ``pinned``; it stays alive until a sync of ``stream`` or the session."""
-        self._pinned_copy(pinned, stream, to_device=True)
-
-    def copy_to_host_async(self, pinned: PinnedArray, stream: Stream | None = None) -> None:
-        """Enqueue a copy into ``pinned``; read it only after synchronizing ``stream``."""
-        self._pinned_copy(pinned, stream, to_device=False)
-
-    def _pinned_copy(self, pinned: PinnedArray, stream: Stream | None, *, to_device: bool) -> None:
-        self._check()
-        pinned._check()
-        session = check_same_session(self, pinned)
-        if not self.is_contiguous:
-            raise StridedArrayError(
-                "DeviceArray.copy_to_host_async" if not to_device else "DeviceArray.copy_from_host_async",
-                None,
-                f"a strided view of shape {self.shape} (strides {self.strides}) cannot take an async pinned copy: "
-                "copy it to a contiguous array first (.copy())",
-            )
-        if (pinned.shape, pinned.dtype) != (self.shape, self.dtype):
-            raise ValueError(f"pinned {pinned.shape} {pinned.dtype} does not match device {self.shape} {self.dtype}")
-        stream = _stream(session, stream)
-        if not self.nbytes:
-            return
-        d = session._d
-        with session.activated():
-            if to_device:
-                check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(self.ptr, pinned.ptr, self.nbytes, stream._cu))
-            else:
-                check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(pinned.ptr, self.ptr, self.nbytes, stream._cu))
-            session.keep_alive((pinned, self), stream)
 
     # -- interchange ---------------------------------------------------------------------------
 
@@ -474,7 +316,7 @@ class DeviceArray(_Layout, Handle):
             raise BufferError(f"a strided view (strides {self.strides}) exports as a contiguous copy: pass copy=None")
         source = self.session.copy(self) if copy or not self.is_contiguous else self
         if stream != -1:
-            source.session._order_streams(1 if stream is None else stream, source.session._stream_cu)
+            source.session.order.order(1 if stream is None else stream, source.session.raw_stream)
         return interop.to_dlpack(source.ptr, source.shape, source.dtype, source.device, owner=source)
 
     def device_view(self) -> interop.DeviceView:
@@ -486,7 +328,7 @@ class DeviceArray(_Layout, Handle):
         state = "closed" if self.closed else f"ptr=0x{self.ptr:x}"
         layout = "" if self.base is None else f" view strides={self.strides}"
         return (
-            f"<DeviceArray shape={self.shape} dtype={self.dtype}{layout} {state} "
+            f"<{type(self).__name__} shape={self.shape} dtype={self.dtype}{layout} {state} "
             f"session={self.session.session_id} device={self.device}>"
         )
 
@@ -498,134 +340,11 @@ class DeviceArray(_Layout, Handle):
         """Host conversion is explicit, as in CuPy: a silent device-to-host copy would hide a sync."""
         raise TypeError("a DeviceArray is device memory: call .to_host() for a numpy array")
 
-    # -- operators: kd.ops (the array layer sits above the runtime, so it is imported on first use)
-
-    def __add__(self, other: Any) -> Any:
-        return _ops().add(self, other)
-
-    def __radd__(self, other: Any) -> Any:
-        return _ops().add(other, self)
-
-    def __iadd__(self, other: Any) -> Any:
-        return _ops().add(self, other, out=self)
-
-    def __sub__(self, other: Any) -> Any:
-        return _ops().subtract(self, other)
-
-    def __rsub__(self, other: Any) -> Any:
-        return _ops().subtract(other, self)
-
-    def __isub__(self, other: Any) -> Any:
-        return _ops().subtract(self, other, out=self)
-
-    def __mul__(self, other: Any) -> Any:
-        return _ops().multiply(self, other)
-
-    def __rmul__(self, other: Any) -> Any:
-        return _ops().multiply(other, self)
-
-    def __imul__(self, other: Any) -> Any:
-        return _ops().multiply(self, other, out=self)
-
-    def __truediv__(self, other: Any) -> Any:
-        return _ops().divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> Any:
-        return _ops().divide(other, self)
-
-    def __itruediv__(self, other: Any) -> Any:
-        return _ops().divide(self, other, out=self)
-
-    def __floordiv__(self, other: Any) -> Any:
-        return _ops().floor_divide(self, other)
-
-    def __rfloordiv__(self, other: Any) -> Any:
-        return _ops().floor_divide(other, self)
-
-    def __ifloordiv__(self, other: Any) -> Any:
-        return _ops().floor_divide(self, other, out=self)
-
-    def __mod__(self, other: Any) -> Any:
-        return _ops().remainder(self, other)
-
-    def __rmod__(self, other: Any) -> Any:
-        return _ops().remainder(other, self)
-
-    def __imod__(self, other: Any) -> Any:
-        return _ops().remainder(self, other, out=self)
-
-    def __pow__(self, other: Any) -> Any:
-        return _ops().power(self, other)
-
-    def __rpow__(self, other: Any) -> Any:
-        return _ops().power(other, self)
-
-    def __ipow__(self, other: Any) -> Any:
-        return _ops().power(self, other, out=self)
-
-    def __matmul__(self, other: Any) -> Any:
-        from .. import blas  # the kerneldsl[blas] extra
-
-        return blas.gemm(_contiguous(self), _contiguous(other))
-
-    def __neg__(self) -> Any:
-        return _ops().negative(self)
-
-    def __abs__(self) -> Any:
-        return _ops().abs(self)
-
-    def __lt__(self, other: Any) -> Any:
-        return _ops().less(self, other)
-
-    def __le__(self, other: Any) -> Any:
-        return _ops().less_equal(self, other)
-
-    def __gt__(self, other: Any) -> Any:
-        return _ops().greater(self, other)
-
-    def __ge__(self, other: Any) -> Any:
-        return _ops().greater_equal(self, other)
-
-    def __eq__(self, other: Any) -> Any:  # elementwise, like numpy's
-        return _ops().equal(self, other)
-
-    def __ne__(self, other: Any) -> Any:
-        return _ops().not_equal(self, other)
-
-    __hash__ = Handle.__hash__  # by identity: sessions keep their arrays in weak sets
-
-
-def _ops() -> Any:
-    """``kerneldsl.ops``, which DeviceArray's operators are (imported on the first operator: the
-    array layer sits above the runtime; then kept, as an operator's import costs a lookup)."""
-    ops = _imported.get("ops")
-    if ops is None:
-        from .. import ops
-
-        _imported["ops"] = ops
-    return ops
-
-
-_imported: dict[str, Any] = {}
-
-
-def _contiguous(a: Any) -> Any:
-    """``a`` itself, or a contiguous copy of a strided view (for callees that read memory linearly)."""
-    return a.copy() if type(a) is DeviceArray and not a.is_contiguous else a
-
 
 def _shape_spec(dims: Any) -> tuple[int, ...]:
     """A reshape argument (an int or a sequence of ints, -1 allowed) as a tuple of ints."""
     items = (dims,) if isinstance(dims, (int, np.integer)) else tuple(dims)
     return tuple(operator.index(n) for n in items)
-
-
-def _on_session_stream(session: Session, stream: Stream, what: str) -> None:
-    """Strided copies and fills run as kernels on the session stream: refuse another stream."""
-    if stream is not session.stream:
-        raise StridedArrayError(
-            what, None, "strided views are copied and filled by kernels on the session stream; omit stream="
-        )
 
 
 class _HostView:
@@ -657,7 +376,7 @@ class PinnedArray(_Layout, Handle):
         self.ptr = 0
         if nbytes:
             with session.activated():
-                raw = check("cuMemHostAlloc", session._d.cuMemHostAlloc(nbytes, 0), requested=nbytes)
+                raw = check("cuMemHostAlloc", session.api.cuMemHostAlloc(nbytes, 0), requested=nbytes)
                 self._own(raw)
             self.ptr = int(raw)
 
@@ -673,12 +392,30 @@ class PinnedArray(_Layout, Handle):
         return f"<PinnedArray {self.shape} {self.dtype} session={self.session.session_id}>"
 
 
-def _stream(session: Session, stream: Stream | None) -> Stream:
-    if stream is None:
-        return session.stream
-    stream._check()
-    check_same_session(session.stream, stream)
-    return stream
+array_type: type[DeviceBuffer] = DeviceBuffer  # the class arrays are made as (see use_array_type)
+ARRAY_TYPES = {DeviceBuffer}  # every class arrays were made as, for the layers below the array layer
+_array_type_hooks: list[Callable[[type[DeviceBuffer]], object]] = []
+
+
+def use_array_type(cls: type[DeviceBuffer]) -> None:
+    """Make every array from now on as ``cls``: the array layer's user-facing subclass, which
+    declares no slots of its own (the C path reads arrays by slot offsets). Registered when
+    ``kerneldsl.array`` is imported, which ``kerneldsl``'s public names do before they make arrays;
+    arrays made earlier through ``kerneldsl.runtime`` alone stay DeviceBuffers."""
+    global array_type
+    if cls.__dictoffset__ or cls.__basicsize__ != DeviceBuffer.__basicsize__:
+        raise TypeError(f"{cls.__name__} must add no instance fields to DeviceBuffer (declare __slots__ = ())")
+    array_type = cls
+    ARRAY_TYPES.add(cls)
+    for hook in _array_type_hooks:
+        hook(cls)
+
+
+def on_array_type(hook: Callable[[type[DeviceBuffer]], object]) -> None:
+    """Call ``hook`` with the array class now and whenever ``use_array_type`` changes it (the C
+    path's ``configure``)."""
+    _array_type_hooks.append(hook)
+    hook(array_type)
 
 
 native_allocator_type: Any = None  # the C path's Allocator class, once kerneldsl.fastpath registers it
@@ -691,7 +428,7 @@ def use_native_allocator(allocator_type: Any) -> None:
     native_allocator_type = allocator_type
 
 
-def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceArray:
+def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:
     """Uninitialized device memory: made in C when the session's native allocator can (see
     ``Session.fast_allocation``), else by the constructor, which decides everything unusual."""
     allocator = session.native_allocator() if session.usable else None
@@ -701,33 +438,33 @@ def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceArray:
         except TypeError:  # an unhashable spelling of the shape (a list): the constructor takes it
             template = None
         if template is not None and template.nbytes:
-            made: DeviceArray | None = allocator.make(template)
+            made: DeviceBuffer | None = allocator.make(template)
             if made is not None:
                 return made
-    return DeviceArray(session, shape, dtype)
+    return array_type(session, shape, dtype)
 
 
-def zeros(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceArray:
+def zeros(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:
     """Device memory set to zero bytes (enqueued on the session stream)."""
     arr = empty(session, shape, dtype)
     arr.fill_zero()
     return arr
 
 
-def to_device(session: Session, host: Any) -> DeviceArray:
+def to_device(session: Session, host: Any) -> DeviceBuffer:
     """Copy a host array (any layout; materialized C-contiguous) to new device memory."""
     src = np.asarray(host)
     if not src.flags.c_contiguous:
         src = src.copy(order="C")
-    arr = DeviceArray(session, src.shape, src.dtype)
+    arr = array_type(session, src.shape, src.dtype)
     arr.copy_from_host(src)
     return arr
 
 
-def copy(session: Session, src: DeviceArray) -> DeviceArray:
+def copy(session: Session, src: DeviceBuffer) -> DeviceBuffer:
     """A new C-contiguous device array with the contents of ``src`` (enqueued on the session
     stream): a memcpy, or a copy kernel for a strided view."""
-    out = DeviceArray(session, src.shape, src.dtype)
+    out = array_type(session, src.shape, src.dtype)
     src.copy_to(out)
     return out
 

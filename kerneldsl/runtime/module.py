@@ -37,9 +37,9 @@ class Module(Handle):
         super().__init__(session)
         self._functions: dict[str, Any] = {}
         with session.activated():
-            raw = check("cuModuleLoadData", session._d.cuModuleLoadData(bytes(cubin)))
+            raw = check("cuModuleLoadData", session.api.cuModuleLoadData(bytes(cubin)))
             self._own(raw)
-        session._modules.append(self)
+        session.modules.append(self)
 
     def function(self, name: str) -> Any:
         """The CUfunction handle of the ``extern "C"`` kernel ``name`` (``int()`` gives its
@@ -49,7 +49,7 @@ class Module(Handle):
         if fn is None:
             session = self.session
             with session.activated():
-                fn = check("cuModuleGetFunction", session._d.cuModuleGetFunction(self._raw, name.encode()))
+                fn = check("cuModuleGetFunction", session.api.cuModuleGetFunction(self._raw, name.encode()))
             self._functions[name] = fn
         return fn
 
@@ -57,7 +57,7 @@ class Module(Handle):
         """Registers, static shared bytes, max threads per block, local and constant bytes of ``fn``."""
         handle = self.function(fn) if isinstance(fn, str) else fn
         session = self.session
-        d = session._d
+        d = session.api
         a = d.CUfunction_attribute
         with session.activated():
             values = [
@@ -75,8 +75,8 @@ class Module(Handle):
     def close(self) -> None:
         """Unload now; function handles taken from this module become invalid."""
         super().close()
-        if self in self.session._modules:
-            self.session._modules.remove(self)
+        if self in self.session.modules:
+            self.session.modules.remove(self)
         self._functions.clear()
 
     def __repr__(self) -> str:

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from . import memory
 from .driver import check
 from .interop import DeviceView, c_strides
-from .memory import DeviceArray, PinnedArray
+from .memory import DeviceBuffer, PinnedArray
 from .stream import Event, wait_event
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ def _aligned(n: int) -> int:
 
 
 # One array's place in a buffer: device memory, and pinned host memory (a view and its address).
-Region = tuple[DeviceArray, np.ndarray, int]
+Region = tuple[DeviceBuffer, np.ndarray, int]
 MAX_LAYOUTS = 8  # argument layouts whose regions a buffer keeps
 
 
@@ -60,7 +61,7 @@ class StagingBuffer:
         try:
             self.pinned = PinnedArray(session, capacity, np.uint8)
             made.append(self.pinned)
-            self.device = DeviceArray(session, capacity, np.uint8)
+            self.device = DeviceBuffer(session, capacity, np.uint8)
             made.append(self.device)
             self.event = Event(session, timing=False)
         except BaseException:
@@ -97,7 +98,7 @@ class StagingBuffer:
             shape, n = h.shape, h.nbytes
             view = DeviceView(base + offset, shape, c_strides(shape, h.dtype.itemsize), h.dtype, None, False, self)
             host_view = pinned[offset : offset + n].view(h.dtype).reshape(shape)
-            regions.append((DeviceArray.borrow(session, view), host_view, self.pinned.ptr + offset))
+            regions.append((memory.array_type.borrow(session, view), host_view, self.pinned.ptr + offset))
             offset += _aligned(n)
         return regions
 
@@ -111,7 +112,7 @@ class StagingBuffer:
         under one activation, the uploads, ``launch()`` and the downloads; wait (interruptibly) for
         them, then copy the downloaded regions into their host arrays."""
         session = self.pinned.session
-        d, stream = session._d, session._stream_cu
+        d, stream = session.api, session.raw_stream
         with session.activated():
             for (device, pinned, address), host in uploads:
                 if device.nbytes:
@@ -123,9 +124,9 @@ class StagingBuffer:
                     check("cuMemcpyDtoHAsync", d.cuMemcpyDtoHAsync(address, device.ptr, device.nbytes, stream))
             check("cuEventRecord", d.cuEventRecord(self.event._cu, stream))
         wait_event(session, self.event._cu)
-        with session._lock:  # a close() in another thread frees the buffer: never read it after that
+        with session.lock:  # a close() in another thread frees the buffer: never read it after that
             if not session.usable:
-                session._raise_unusable()
+                session.raise_unusable()
             for (_, pinned, _), host in downloads:
                 np.copyto(host, pinned)
 

@@ -30,8 +30,8 @@ def wait_event(session: Session, raw_event: Any, timeout: float | None = None, *
     Each query holds the session lock only for the query itself, so other threads keep
     launching while one waits. ``checked=False`` lets ``close()`` wait on a closing session.
     """
-    d = session._d
-    activation = session._activation if checked else session._raw_activation
+    d = session.api
+    activation = session.activated() if checked else session.activated_unchecked()
     start = time.perf_counter()
     delay = _MIN_SLEEP_S
     while True:
@@ -54,7 +54,7 @@ def record_sync_event(session: Session, stream_cu: Any) -> Any:
 
     Call with the session activated.
     """
-    d = session._d
+    d = session.api
     raw = check("cuEventCreate", d.cuEventCreate(CU_EVENT_DISABLE_TIMING))
     try:
         check("cuEventRecord", d.cuEventRecord(raw, stream_cu))
@@ -73,9 +73,9 @@ class Stream(Handle):
     def __init__(self, session: Session) -> None:
         super().__init__(session)
         with session.activated():
-            raw = check("cuStreamCreate", session._d.cuStreamCreate(CU_STREAM_NON_BLOCKING))
+            raw = check("cuStreamCreate", session.api.cuStreamCreate(CU_STREAM_NON_BLOCKING))
             self._own(raw)
-        session._streams.add(self)
+        session.order.add(self)
         self._cu = raw
         self.handle = int(raw)
 
@@ -87,7 +87,7 @@ class Stream(Handle):
     def synchronize(self, timeout: float | None = None) -> bool:
         """Wait (interruptibly) for all work queued so far; False if ``timeout`` ran out."""
         self._check()
-        return self.session._wait_streams([self], timeout, session_wide=False)
+        return self.session.order.wait([self], timeout, session_wide=False)
 
     def wait(self, event: Event) -> None:
         """Make later work on this stream wait until ``event`` completes (no host block)."""
@@ -95,7 +95,7 @@ class Stream(Handle):
         event._check()
         session = check_same_session(self, event)
         with session.activated():
-            check("cuStreamWaitEvent", session._d.cuStreamWaitEvent(self._cu, event._cu, 0))
+            check("cuStreamWaitEvent", session.api.cuStreamWaitEvent(self._cu, event._cu, 0))
 
     def close(self) -> None:
         """Destroy the stream (queued work still completes); the default stream closes with its session."""
@@ -118,7 +118,7 @@ class Event(Handle):
         self.timing = timing
         flags = 0 if timing else CU_EVENT_DISABLE_TIMING
         with session.activated():
-            raw = check("cuEventCreate", session._d.cuEventCreate(flags))
+            raw = check("cuEventCreate", session.api.cuEventCreate(flags))
             self._own(raw)
         self._cu = raw
 
@@ -129,7 +129,7 @@ class Event(Handle):
         stream._check()
         session = check_same_session(self, stream)
         with session.activated():
-            check("cuEventRecord", session._d.cuEventRecord(self._cu, stream._cu))
+            check("cuEventRecord", session.api.cuEventRecord(self._cu, stream._cu))
         return self
 
     def query(self) -> bool:
@@ -137,7 +137,7 @@ class Event(Handle):
         self._check()
         session = self.session
         with session.activated():
-            err = session._d.cuEventQuery(self._cu)[0]
+            err = session.api.cuEventQuery(self._cu)[0]
             if err and err != driver.ERROR_NOT_READY:
                 raise driver.error("cuEventQuery", err)
         return not err
@@ -160,7 +160,7 @@ class Event(Handle):
         if not (start.timing and end.timing):
             raise ValueError("elapsed time needs events created with timing=True")
         with session.activated():
-            return float(check("cuEventElapsedTime", session._d.cuEventElapsedTime(start._cu, end._cu)))
+            return float(check("cuEventElapsedTime", session.api.cuEventElapsedTime(start._cu, end._cu)))
 
     def __repr__(self) -> str:
         return f"<Event session={self.session.session_id} device={self.device} timing={self.timing}>"

@@ -23,6 +23,12 @@ def host(y: np.ndarray, x: np.ndarray) -> None:
 
 def device(s: kd.Session, y: np.ndarray) -> None:
     dy, dx = s.to_device(y), s.to_device(y)
+    assert_type(dy, kd.DeviceArray)  # a session's factories make the array layer's arrays
+    assert_type(s.empty((4, 4))[1:].T, kd.DeviceArray)
+    assert_type(kd.default_session().zeros(4), kd.DeviceArray)
+    with kd.Session(device=0) as opened:
+        assert_type(opened, kd.Session)
+        assert_type(opened.copy(dy), kd.DeviceArray)
     assert_type(saxpy(dy, dx, np.float32(2.0)), None)
     assert_type(saxpy.launch(grid=7, block=128, stream=s.create_stream())(dy, dx, 2.0), None)
     saxpy(dy, dx, 2.0, grid=7, block=128)  # the keyword spelling runs and type-checks (loosely)

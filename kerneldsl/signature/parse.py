@@ -1,17 +1,6 @@
-"""Declarations: the annotations a kernel signature is written with, and their validation.
-
-``kd.In[dtype, *shape]``, ``kd.Out[...]``, ``kd.InOut[...]``, ``kd.Scalar[dtype]`` and
-``kd.Const[type]`` annotate the parameters of a decorated function. ``parse_signature`` turns
-the function into a frozen ``Signature`` and rejects every invalid declaration at decoration
-time, naming the parameter at fault.
-
-Two spellings mean the same declaration. The checked one, which mypy and pyright accept:
-dtype variables are ``typing.TypeVar``s, shape symbols ``typing.NewType(name, int)``s, fixed
-extents ``Literal[k]``, dtypes numpy scalar types (``kd.float32``) and a constant's default a
-Python default (``TILE: kd.Const[int] = 16``); for checkers the annotations are generic classes
-with the attributes the body function sees (``x.strides``, ``x.ctype``). The string one:
-``kd.In["T", ("m", "n")]``, ``kd.Const[int, 16]``.
-"""
+"""``parse_signature``: a decorated function into a frozen ``Signature`` of parameters and
+launch dimensions, every invalid declaration rejected at decoration time, naming the parameter
+at fault."""
 
 from __future__ import annotations
 
@@ -20,18 +9,18 @@ import inspect
 import keyword
 import operator
 import re
-import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
+from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .errors import BindingError, DeclarationError
+from .. import dtypes
+from ..errors import BindingError, DeclarationError
+from .dims import Dim, Expr, as_expr, plain_identifier
+from .spelling import ANNOTATION_CLASSES, NO_DEFAULT, ArrayAnnotation, ConstAnnotation, ScalarAnnotation
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII; always used with fullmatch
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what C's long long holds
 
 # C++ keywords, CUDA built-ins and names kerneldsl's generated code defines itself.
@@ -51,268 +40,7 @@ RESERVED_NAMES = frozenset(
     """.split()
 )
 
-# What a launch dimension may be written with; a shape symbol declared ``n = NewType("n", int)``
-# is, to a type checker, a callable from int.
-Dim = Union[int, str, "Expr", TypeVar, Callable[[int], int]]
-
-
-def spelled(value: Any) -> Any:
-    """The plain spelling of a checked-spelling object: a TypeVar or NewType becomes its name,
-    ``Literal[k]`` becomes ``k``; anything else is returned as it is (and checked later)."""
-    if isinstance(value, (TypeVar, typing.NewType)):
-        return value.__name__
-    if typing.get_origin(value) is Literal and len(typing.get_args(value)) == 1:
-        return typing.get_args(value)[0]
-    return value
-
-
-# --- launch-dimension expressions ---------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Expr:
-    """A small integer expression over shape symbols and constants, for grid/block/shared."""
-
-    op: str  # "int", "sym", "add", "sub", "mul", "floordiv", "cdiv", "min", "max"
-    args: tuple[Any, ...]
-
-    def __post_init__(self) -> None:
-        """Checked here, so that no expression, even one built by hand, carries text into generated code."""
-        object.__setattr__(self, "args", _checked_args(self.op, self.args))
-
-    def __add__(self, other: Dim) -> Expr:
-        return Expr("add", (self, as_expr(other)))
-
-    def __radd__(self, other: Dim) -> Expr:
-        return Expr("add", (as_expr(other), self))
-
-    def __sub__(self, other: Dim) -> Expr:
-        return Expr("sub", (self, as_expr(other)))
-
-    def __mul__(self, other: Dim) -> Expr:
-        return Expr("mul", (self, as_expr(other)))
-
-    def __rmul__(self, other: Dim) -> Expr:
-        return Expr("mul", (as_expr(other), self))
-
-    def __floordiv__(self, other: Dim) -> Expr:
-        return Expr("floordiv", (self, as_expr(other)))
-
-    def symbols(self) -> set[str]:
-        if self.op == "sym":
-            return {self.args[0]}
-        if self.op == "int":
-            return set()
-        return set().union(*(a.symbols() for a in self.args))
-
-    def evaluate(self, values: dict[str, int]) -> int:
-        """Value of the expression; used for defaults that code generation folds in."""
-        if self.op == "int":
-            return int(self.args[0])
-        if self.op == "sym":
-            return int(values[self.args[0]])
-        a, b = (x.evaluate(values) for x in self.args)
-        return _EVALUATORS[self.op](a, b)
-
-
-_EVALUATORS: dict[str, Callable[[int, int], int]] = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "floordiv": lambda a, b: a // b,
-    "cdiv": lambda a, b: -(-a // b),
-    "min": min,
-    "max": max,
-}
-
-
-def _checked_args(op: Any, args: Any) -> tuple[Any, ...]:
-    """``args`` with every leaf a plain int or an ASCII identifier; TypeError for anything else."""
-    if type(op) is str and isinstance(args, tuple):
-        if op == "int" and len(args) == 1:
-            return (plain_int(args[0], "launch dimension"),)
-        if op == "sym" and len(args) == 1:
-            return (plain_identifier(args[0], "launch dimension symbol"),)
-        if op in _EVALUATORS and len(args) == 2 and all(isinstance(a, Expr) for a in args):
-            return args
-    raise TypeError(f"not a launch-dimension expression: op {op!r} with arguments {args!r}")
-
-
-def plain_int(value: Any, what: str) -> int:
-    """``value`` as an exact int (``operator.index``): an int subclass's ``__str__`` never renders."""
-    if isinstance(value, bool):
-        raise TypeError(f"{what} must be an int, not {value!r}")
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what} must be an int, not {value!r}") from None
-
-
-def plain_identifier(value: Any, what: str) -> str:
-    """``value`` as an exact str that fully matches ``[A-Za-z_][A-Za-z0-9_]*``."""
-    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
-        raise TypeError(f"{what} {value!r} is not an identifier (ASCII [A-Za-z_][A-Za-z0-9_]*)")
-    return str.__str__(value)
-
-
-def as_expr(value: Dim) -> Expr:
-    """An int, a symbol (name, NewType or TypeVar) or an expression as an expression; TypeError
-    for anything else."""
-    if isinstance(value, Expr):
-        return value
-    value = spelled(value)
-    return Expr("sym", (value,)) if isinstance(value, str) else Expr("int", (value,))
-
-
-def sym(name: Dim) -> Expr:
-    """A shape symbol or constant, for arithmetic in launch dimensions: ``kd.sym(n) * 2``."""
-    return as_expr(name) if not isinstance(name, str) else Expr("sym", (name,))
-
-
-def cdiv(a: Dim, b: Dim) -> Expr:
-    """Ceiling division, the usual grid size: ``grid=kd.cdiv("n", 256)``."""
-    return Expr("cdiv", (as_expr(a), as_expr(b)))
-
-
-def dmin(a: Dim, b: Dim) -> Expr:
-    return Expr("min", (as_expr(a), as_expr(b)))
-
-
-def dmax(a: Dim, b: Dim) -> Expr:
-    return Expr("max", (as_expr(a), as_expr(b)))
-
-
-# --- annotations ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ArrayAnnotation:
-    direction: str
-    dtype: Any
-    shape: Any
-    strided: bool = False  # kerneldsl's own kernels: takes strided views (strides passed separately)
-
-
-@dataclass(frozen=True)
-class ScalarAnnotation:
-    dtype: Any
-
-
-_NO_DEFAULT = object()
-
-
-@dataclass(frozen=True)
-class ConstAnnotation:
-    type: Any
-    default: Any = _NO_DEFAULT
-
-
-class _ArrayDirection:
-    direction = ""
-
-    def __class_getitem__(cls, item: Any) -> ArrayAnnotation:
-        """``[dtype]``, ``[dtype, shape]`` (a symbol, an extent or a tuple) or ``[dtype, *dims]``."""
-        items = item if isinstance(item, tuple) else (item,)
-        dtype, dims = spelled(items[0]), items[1:]
-        if not dims:
-            shape: Any = None
-        elif len(dims) == 1 and not isinstance(dims[0], tuple):
-            shape = spelled(dims[0])
-        else:
-            shape = tuple(spelled(d) for d in (dims[0] if len(dims) == 1 else dims))
-        return ArrayAnnotation(cls.direction, dtype, shape)
-
-
-if TYPE_CHECKING:
-    from typing import Annotated, Protocol
-
-    from typing_extensions import TypeVarTuple, Unpack
-
-    _DT_co = TypeVar("_DT_co", covariant=True)  # protocols: a dtype variable constrains nothing
-    _C = TypeVar("_C")
-    _Shape = TypeVarTuple("_Shape")
-
-    # For checkers, a parameter's annotation is both what a call passes and what the body sees:
-    # a protocol an argument satisfies (arrays: anything with a ``shape``, such as numpy arrays,
-    # DeviceArrays, RemoteArrays and CUDA Array Interface objects; scalars: anything with
-    # ``__float__``, numbers and numpy scalars) on a plain base class that carries the proxy's
-    # attributes. Protocol members come from protocol bases only, so arguments need not have the
-    # proxy's attributes, and the body still sees them (mypy and pyright agree on both).
-
-    class _ArrayProxyAttributes:
-        """What the body function sees of an array parameter (``codegen.ArrayProxy``)."""
-
-        name: str
-        direction: str
-        dtype: np.dtype[Any]
-        ctype: str
-        ndim: int
-        strides: tuple[str, ...]
-        aligned16: bool
-
-    class _ArrayArgument(_ArrayProxyAttributes, Protocol[_DT_co, Unpack[_Shape]]):  # type: ignore[misc]
-        @property
-        def shape(self) -> tuple[Any, ...]: ...  # the proxy's: the symbols' C names
-
-    class In(_ArrayArgument[_DT_co, Unpack[_Shape]], Protocol): ...
-
-    class Out(_ArrayArgument[_DT_co, Unpack[_Shape]], Protocol): ...
-
-    class InOut(_ArrayArgument[_DT_co, Unpack[_Shape]], Protocol): ...
-
-    class _ScalarProxyAttributes:
-        """What the body function sees of a scalar parameter (``codegen.ScalarProxy``)."""
-
-        name: str
-        dtype: np.dtype[Any]
-        ctype: str
-
-    class Scalar(_ScalarProxyAttributes, Protocol[_DT_co]):  # type: ignore[misc]
-        def __float__(self) -> float: ...
-
-    Const = Annotated[_C, "kd.Const"]  # the body function gets the constant's value itself
-    _ANNOTATION_CLASSES: tuple[type, ...]
-else:
-
-    class In(_ArrayDirection):
-        """An array the kernel reads: ``kd.In[T, n]`` (``kd.In["T", "n"]``)."""
-
-        direction = "in"
-
-    class Out(_ArrayDirection):
-        """An array the kernel writes: ``kd.Out[T, m, n]`` (``kd.Out["T", ("m", "n")]``)."""
-
-        direction = "out"
-
-    class InOut(_ArrayDirection):
-        """An array the kernel reads and writes."""
-
-        direction = "inout"
-
-    class Scalar:
-        """A scalar passed by value: ``kd.Scalar[T]`` or ``kd.Scalar[kd.float32]``."""
-
-        def __class_getitem__(cls, item: Any) -> ScalarAnnotation:
-            return ScalarAnnotation(spelled(item))
-
-    class Const:
-        """A compile-time constant: ``kd.Const[int]`` (a default as the parameter's default), or
-        ``kd.Const[int, 256]``."""
-
-        def __class_getitem__(cls, item: Any) -> ConstAnnotation:
-            if isinstance(item, tuple):
-                if len(item) != 2:
-                    raise TypeError("kd.Const takes [type] or [type, default]")
-                return ConstAnnotation(item[0], item[1])
-            return ConstAnnotation(item)
-
-    _ANNOTATION_CLASSES = (_ArrayDirection, Scalar, Const)
-
-
 CONST_TYPES: dict[type, str] = {bool: "bool", int: "long long", float: "double"}
-
-
-# --- the parsed signature --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -332,18 +60,18 @@ class ArrayParam:
 class ScalarParam:
     name: str
     dtype: str
-    default: Any = _NO_DEFAULT  # taken when a call leaves the scalar out
+    default: Any = NO_DEFAULT  # taken when a call leaves the scalar out
 
 
 @dataclass(frozen=True)
 class ConstParam:
     name: str
     type: type
-    default: Any = _NO_DEFAULT
+    default: Any = NO_DEFAULT
 
     @property
     def has_default(self) -> bool:
-        return self.default is not _NO_DEFAULT
+        return self.default is not NO_DEFAULT
 
 
 Param = ArrayParam | ScalarParam | ConstParam
@@ -393,7 +121,7 @@ class Signature:
         for p in runtime[len(args) :]:
             if p.name in rest:
                 placed.append(rest.pop(p.name))
-            elif isinstance(p, ScalarParam) and p.default is not _NO_DEFAULT:
+            elif isinstance(p, ScalarParam) and p.default is not NO_DEFAULT:
                 placed.append(p.default)
             else:
                 raise BindingError(self.name, p.name, "is missing (pass it by position or by name)")
@@ -531,7 +259,7 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
         return ScalarParam(name, _dtype_spelling(kernel, name, ann.dtype), _scalar_default(kernel, name, p.default))
     if isinstance(ann, ConstAnnotation):
         return _const_param(kernel, name, p.default, ann)
-    if isinstance(ann, type) and issubclass(ann, _ANNOTATION_CLASSES):
+    if isinstance(ann, type) and issubclass(ann, ANNOTATION_CLASSES):
         raise DeclarationError(kernel, p.name, f"{ann.__name__} needs its type: {ann.__name__}[...]")
     if ann is inspect.Parameter.empty:
         raise DeclarationError(kernel, p.name, "has no annotation; use kd.In/Out/InOut/Scalar/Const")
@@ -548,7 +276,7 @@ def _parse_param(kernel: str, p: inspect.Parameter) -> Param:
 def _scalar_default(kernel: str, param: str, default: Any) -> Any:
     """A scalar's default, used when a call leaves it out: a plain bool, int or float."""
     if default is inspect.Parameter.empty:
-        return _NO_DEFAULT
+        return NO_DEFAULT
     if not isinstance(default, (bool, int, float, np.bool_, np.integer, np.floating)):
         raise DeclarationError(kernel, param, f"a scalar's default must be a number, not {default!r}")
     return default.item() if isinstance(default, np.generic) else default
@@ -605,7 +333,7 @@ def _const_param(kernel: str, name: str, default: Any, ann: ConstAnnotation) -> 
         raise DeclarationError(kernel, name, f"constant type must be int, float or bool, not {ann.type!r}")
     if default is inspect.Parameter.empty:
         default = ann.default
-    if default is _NO_DEFAULT:
+    if default is NO_DEFAULT:
         return ConstParam(name, ann.type)
     try:  # the rules binding applies to a passed value (bool is no int, an int is a float)
         return ConstParam(name, ann.type, const_value(ann.type, default))

@@ -1,0 +1,108 @@
+# The public API of kerneldsl/__init__.py's _PUBLIC table, eagerly, for type checkers (the module
+# itself imports each name on first use). tests/test_structure.py proves the two name the same.
+
+from . import blas as blas
+from . import cache as cache
+from . import distributed as distributed
+from . import errors as errors
+from . import ops as ops
+from ._version import __version__ as __version__
+from .array.creation import arange as arange
+from .array.creation import asarray as asarray
+from .array.creation import empty as empty
+from .array.creation import empty_like as empty_like
+from .array.creation import full as full
+from .array.creation import full_like as full_like
+from .array.creation import ones as ones
+from .array.creation import ones_like as ones_like
+from .array.creation import zeros as zeros
+from .array.creation import zeros_like as zeros_like
+from .array.elementwise import elementwise as elementwise
+from .array.fusion import fuse as fuse
+from .array.ndarray import DeviceArray as DeviceArray
+from .array.reduction import reduction as reduction
+from .array.scan import scan as scan
+from .array.sessions import Session as Session
+from .array.sessions import default_session as default_session
+from .dispatch import Kernel as Kernel
+from .dispatch import kernel as kernel
+from .dtypes import bool_ as bool_
+from .dtypes import float16 as float16
+from .dtypes import float32 as float32
+from .dtypes import float64 as float64
+from .dtypes import int8 as int8
+from .dtypes import int16 as int16
+from .dtypes import int32 as int32
+from .dtypes import int64 as int64
+from .dtypes import uint8 as uint8
+from .dtypes import uint16 as uint16
+from .dtypes import uint32 as uint32
+from .dtypes import uint64 as uint64
+from .runtime import Event as Event
+from .runtime import PinnedArray as PinnedArray
+from .runtime import Stream as Stream
+from .runtime import reset_device as reset_device
+from .signature import Const as Const
+from .signature import In as In
+from .signature import InOut as InOut
+from .signature import Out as Out
+from .signature import Scalar as Scalar
+from .signature import cdiv as cdiv
+from .signature import dmax as dmax
+from .signature import dmin as dmin
+from .signature import sym as sym
+from .target import resolve_arch as resolve_arch
+
+__all__ = [
+    "__version__",
+    "blas",
+    "cache",
+    "distributed",
+    "errors",
+    "ops",
+    "arange",
+    "asarray",
+    "empty",
+    "empty_like",
+    "full",
+    "full_like",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
+    "elementwise",
+    "fuse",
+    "DeviceArray",
+    "reduction",
+    "scan",
+    "Session",
+    "default_session",
+    "Kernel",
+    "kernel",
+    "bool_",
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "Event",
+    "PinnedArray",
+    "Stream",
+    "reset_device",
+    "Const",
+    "In",
+    "InOut",
+    "Out",
+    "Scalar",
+    "cdiv",
+    "dmax",
+    "dmin",
+    "sym",
+    "resolve_arch",
+]

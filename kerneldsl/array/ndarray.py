@@ -1,0 +1,199 @@
+"""The user-facing device array: ``kd.DeviceArray``, a ``runtime.memory.DeviceBuffer`` that
+programs like a NumPy array.
+
+The runtime owns the memory, its layout and views; this class adds what runs kernels: the
+operators (``kd.ops`` calls; ``@`` is ``kd.blas.gemm``), ``astype``, ``fill``, ``copy``,
+``ravel``, item assignment, and the kernels that copy and fill strided views. Importing it
+registers it with the runtime (``memory.use_array_type``), so that every array the runtime makes
+from then on, the C path's included, is a DeviceArray. It declares no slots: the C path reads
+arrays at the DeviceBuffer's slot offsets.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+
+from ..runtime import memory
+from ..runtime.memory import DeviceBuffer
+from ..runtime.transfers import Transfers
+
+
+class DeviceArray(DeviceBuffer):
+    """Device memory that behaves like a NumPy array where that costs nothing: operators map to
+    ``kd.ops``, basic indexing and reshaping give views, host conversion is explicit
+    (``to_host()``). See ``DeviceBuffer`` for the memory, layout, views and transfers."""
+
+    __slots__ = ()
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``a[key] = value``: ``value`` (a scalar, a host or device array) broadcast into the view
+        ``a[key]`` and cast to its dtype as NumPy does; enqueued on the session stream."""
+        target = self[key]
+        if isinstance(value, (bool, int, float, np.generic)):
+            target.fill(value)
+            return
+        if type(value) is DeviceArray:
+            if value.same_elements(target):  # ``a[k] += 1`` stores the view into itself
+                return
+            if value.dtype != target.dtype:
+                value = value.astype(target.dtype)
+        elif isinstance(value, np.ndarray) or not hasattr(value, "shape"):
+            value = np.asarray(value, dtype=target.dtype)  # host data: cast here, uploaded by the op
+        _ops().where(True, value, target, out=target)
+
+    def ravel(self) -> DeviceArray:
+        """The elements as a 1-D array: a view when the layout allows one, else a copy (as NumPy)."""
+        if self.is_contiguous:
+            return self.reshape(-1)
+        return self.copy().reshape(-1)
+
+    # -- copies and fills through kernels (kd.ops: imported on first use) -------------------------
+
+    def copy(self) -> DeviceArray:
+        """A new C-contiguous array with the same contents (enqueued on the session stream)."""
+        self._check()
+        return as_array(memory.copy(self.session, self))
+
+    def astype(self, dtype: Any) -> DeviceArray:
+        """A new array converted to ``dtype`` with NumPy's ``astype`` semantics."""
+        result: DeviceArray = _ops().astype(self, dtype)
+        return result
+
+    def fill(self, value: Any) -> None:
+        """Enqueue setting every element to ``value``, converted to this dtype as NumPy's ``fill`` does."""
+        self._check()
+        scalar = np.asarray(value, dtype=self.dtype)[()]
+        _ops().where(True, scalar, self, out=self)
+
+    def _copy_by_kernel(self, other: Transfers) -> None:
+        _ops().astype(self, self.dtype, out=other)
+
+    def _fill_by_kernel(self, value: Any) -> None:
+        self.fill(value)
+
+    # -- operators: kd.ops ---------------------------------------------------------------------
+
+    def __add__(self, other: Any) -> Any:
+        return _ops().add(self, other)
+
+    def __radd__(self, other: Any) -> Any:
+        return _ops().add(other, self)
+
+    def __iadd__(self, other: Any) -> Any:
+        return _ops().add(self, other, out=self)
+
+    def __sub__(self, other: Any) -> Any:
+        return _ops().subtract(self, other)
+
+    def __rsub__(self, other: Any) -> Any:
+        return _ops().subtract(other, self)
+
+    def __isub__(self, other: Any) -> Any:
+        return _ops().subtract(self, other, out=self)
+
+    def __mul__(self, other: Any) -> Any:
+        return _ops().multiply(self, other)
+
+    def __rmul__(self, other: Any) -> Any:
+        return _ops().multiply(other, self)
+
+    def __imul__(self, other: Any) -> Any:
+        return _ops().multiply(self, other, out=self)
+
+    def __truediv__(self, other: Any) -> Any:
+        return _ops().divide(self, other)
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return _ops().divide(other, self)
+
+    def __itruediv__(self, other: Any) -> Any:
+        return _ops().divide(self, other, out=self)
+
+    def __floordiv__(self, other: Any) -> Any:
+        return _ops().floor_divide(self, other)
+
+    def __rfloordiv__(self, other: Any) -> Any:
+        return _ops().floor_divide(other, self)
+
+    def __ifloordiv__(self, other: Any) -> Any:
+        return _ops().floor_divide(self, other, out=self)
+
+    def __mod__(self, other: Any) -> Any:
+        return _ops().remainder(self, other)
+
+    def __rmod__(self, other: Any) -> Any:
+        return _ops().remainder(other, self)
+
+    def __imod__(self, other: Any) -> Any:
+        return _ops().remainder(self, other, out=self)
+
+    def __pow__(self, other: Any) -> Any:
+        return _ops().power(self, other)
+
+    def __rpow__(self, other: Any) -> Any:
+        return _ops().power(other, self)
+
+    def __ipow__(self, other: Any) -> Any:
+        return _ops().power(self, other, out=self)
+
+    def __matmul__(self, other: Any) -> Any:
+        from .. import blas  # the kerneldsl[blas] extra
+
+        return blas.gemm(_contiguous(self), _contiguous(other))
+
+    def __neg__(self) -> Any:
+        return _ops().negative(self)
+
+    def __abs__(self) -> Any:
+        return _ops().abs(self)
+
+    def __lt__(self, other: Any) -> Any:
+        return _ops().less(self, other)
+
+    def __le__(self, other: Any) -> Any:
+        return _ops().less_equal(self, other)
+
+    def __gt__(self, other: Any) -> Any:
+        return _ops().greater(self, other)
+
+    def __ge__(self, other: Any) -> Any:
+        return _ops().greater_equal(self, other)
+
+    def __eq__(self, other: Any) -> Any:  # elementwise, like numpy's
+        return _ops().equal(self, other)
+
+    def __ne__(self, other: Any) -> Any:
+        return _ops().not_equal(self, other)
+
+    __hash__ = DeviceBuffer.__hash__  # by identity (defining __eq__ drops it): sessions keep arrays in weak sets
+
+
+def _ops() -> Any:
+    """``kerneldsl.ops``, which DeviceArray's operators are (imported on the first operator: the op
+    table imports this module; then kept, as an operator's import costs a lookup)."""
+    ops = _imported.get("ops")
+    if ops is None:
+        from .. import ops
+
+        _imported["ops"] = ops
+    return ops
+
+
+_imported: dict[str, Any] = {}
+
+
+def _contiguous(a: Any) -> Any:
+    """``a`` itself, or a contiguous copy of a strided view (for callees that read memory linearly)."""
+    return a.copy() if type(a) is DeviceArray and not a.is_contiguous else a
+
+
+def as_array(buffer: DeviceBuffer) -> DeviceArray:
+    """An array the runtime made, typed as what it is once this module is imported (the runtime's
+    factories are annotated with the class it knows, DeviceBuffer, where a session is not a
+    ``kd.Session``)."""
+    return cast(DeviceArray, buffer)
+
+
+memory.use_array_type(DeviceArray)

@@ -1,0 +1,145 @@
+"""The public face of reductions: ``Reduction`` (what ``kd.ops.sum`` and friends are) and
+``kd.reduction``, which declares one from C expressions. A call with numpy, device or remote
+operands runs a plan (``plan.py``); a call on traced values (inside ``@kd.fuse``) records the
+reduction for the fused program."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, overload
+
+from ...build import Build
+from ...errors import FusionError
+from ...routing import public
+from ..elementwise import ElementwiseFunction
+from ..plan import PlanCache
+from ..program import ProgramBuilder, Traced
+from .axes import check_keepdims, normalize_axes, result_shape
+from .plan import ReductionPlan, plan_reduction
+from .reducers import Reducer, user_reducer
+from .strategy import Step, planning_multiprocessors
+
+if TYPE_CHECKING:
+    from ...distributed.handles import RemoteArray
+    from ..ndarray import DeviceArray
+    from ..operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
+
+
+class Reduction:
+    """A callable reduction: ``f(x, axis=None, out=None)`` (``map`` may take several operands)."""
+
+    def __init__(
+        self, reducer: Reducer, map: ElementwiseFunction | None = None, operands: int = 1, home: str | None = None
+    ) -> None:
+        """``home``: the module that holds this reduction under its name (``kd.ops``'s pickle by name)."""
+        self.home = home
+        self.reducer = reducer
+        self.name = reducer.name
+        self.__name__ = reducer.name
+        self.map = map
+        self.operands = operands
+        self._plans = PlanCache()
+
+    def __repr__(self) -> str:
+        return f"<kd reduction {self.name}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles by name when a module holds it, else as its declaration, without the plans compiled here."""
+        if self.home is not None:
+            return (public, (self.home, self.name))
+        return (Reduction, (self.reducer, self.map, self.operands))
+
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, *operands: HostOperand, axis: Any = None, out: HostArray | None = None, keepdims: bool = False
+    ) -> HostArray: ...
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, *operands: TracedOperand, axis: Any = None, out: None = None, keepdims: bool = False
+    ) -> Traced: ...
+    @overload
+    def __call__(  # type: ignore[overload-overlap]
+        self, *operands: RemoteOperand, axis: Any = None, out: RemoteArray | None = None, keepdims: bool = False
+    ) -> RemoteArray: ...
+    @overload
+    def __call__(
+        self, *operands: DeviceOperand, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False
+    ) -> DeviceArray: ...
+    def __call__(self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
+        """The operands' kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
+        if len(operands) != self.operands:
+            raise TypeError(f"{self.name}() takes {self.operands} operand(s), got {len(operands)}")
+        keepdims = check_keepdims(keepdims, self.name)
+        if any(isinstance(o, Traced) for o in operands):
+            return self._trace(operands, axis, out, keepdims)
+        make = lambda values, o: self._plan(values, axis, o, keepdims)  # noqa: E731
+        remote = {k: v for k, v in (("axis", axis), ("keepdims", keepdims)) if v is not None and v is not False}
+        return self._plans.call(self.name, operands, out, (axis, keepdims), make, remote=(self, remote))
+
+    def inspect(
+        self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False, arch: str | None = None
+    ) -> Build:
+        """The Build (source, cubin, ``decisions``) of the kernel a call with these operands runs;
+        no GPU needed. Operands may be numpy arrays or anything with ``shape`` and ``dtype``
+        (and ``ptr`` to control alignment)."""
+        return self._plan(operands, axis, out, keepdims).inspect(operands, out, arch)
+
+    def strategy(
+        self, *operands: Any, axis: Any = None, keepdims: bool = False, multiprocessors: int | None = None
+    ) -> Step:
+        """The launch a call with these operands makes on a GPU with ``multiprocessors`` SMs (by
+        default the device a call would run on; without one, ``INSPECT_MULTIPROCESSORS``): the
+        kernel's variant (stage, lanes, split), its grid and how many blocks share an output."""
+        return self._plan(operands, axis, None, keepdims).step(planning_multiprocessors(multiprocessors))
+
+    def _root(self, builder: ProgramBuilder, traced: Sequence[Any]) -> Traced:
+        if self.map is not None:
+            return builder.apply(self.map, traced)
+        (root,) = traced
+        if not isinstance(root, Traced):
+            raise TypeError(f"{self.name}: expected an array, got {type(root).__name__}")
+        return root
+
+    def _trace(self, operands: Sequence[Any], axis: Any, out: Any, keepdims: bool) -> Traced:
+        if out is not None:
+            raise FusionError(f"{self.name}: out= cannot be used inside a fused function")
+        t = next(o for o in operands if isinstance(o, Traced))
+        for o in operands:
+            if isinstance(o, Traced) and o.reduction is not None:
+                raise FusionError(
+                    f"{self.name} is applied to the result of reduction {o.reduction[0].name!r}: "
+                    "a reduction can only end a fused chain"
+                )
+        root = self._root(t.builder, operands)
+        if root.argument is not None:
+            raise FusionError(f"{self.name}: a scalar argument cannot be reduced")
+        axes = normalize_axes(axis, root.ndim, self.name, single=self.reducer.indexed)
+        shape = result_shape(tuple(root.shape), tuple(range(root.ndim)) if axes is None else axes, keepdims)
+        result = t.builder.value(root.id, self.reducer.result(root.dtype), shape)
+        result.reduction = (self, axis, keepdims, root)
+        return result
+
+    def _plan(self, values: Sequence[Any], axis: Any, out: Any, keepdims: bool = False) -> ReductionPlan:
+        builder = ProgramBuilder(self.name)
+        root = self._root(builder, builder.operands(values, self.name))
+        builder.scalars_from_arguments(values)
+        return plan_reduction(builder, root, self.reducer, axis, out, keepdims)
+
+
+def reduction(
+    map: str = "x",
+    reduce: str = "a + b",
+    identity: str = "0",
+    post: str = "r",
+    dtype: Any = None,
+    name: str = "reduction",
+) -> Reduction:
+    """Declare a reduction from C expressions.
+
+    ``map``: the contribution of element ``x`` (in the accumulation type); ``reduce``: combines two
+    partial results ``a`` and ``b`` (must be associative and commutative); ``identity``: the
+    neutral value (C expression, or ``"max"`` / ``"min"`` for the dtype's largest / smallest);
+    ``post``: the output from the total ``r`` and the count ``n``. The accumulation dtype is the
+    input's (float16/bfloat16 -> float32); the result dtype is ``dtype`` or the input's.
+    """
+    return Reduction(user_reducer(name, reduce, identity, map, dtype, post))

@@ -1,0 +1,140 @@
+"""Reduction kernels: the parameters a variant takes and its body rendered from the stage's
+template (``reduction_full``, ``_rows``, ``_columns``, ``_gather``.cu.j2, sharing
+``reduction.cuh.j2``), with the accumulator's macros chosen here: ``reduction_value.cuh.j2`` or,
+for argmax/argmin, ``reduction_indexed.cuh.j2``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ... import dtypes
+from ...codegen import Decisions, GeneratedBody, render
+from ...dispatch import Kernel
+from ..kernels import (
+    BLOCK,
+    KERNELS,
+    all_aligned,
+    array_leaves,
+    array_param,
+    leaf_params,
+    loads,
+    make_kernel,
+    scalar_param,
+    vector_width,
+)
+from ..program import Program, compute_ctype, program_context, storage_ctype, unsigned_ctype
+from .reducers import SHUFFLE, Reducer
+from .strategy import Variant
+
+_INT64 = np.dtype(np.int64)
+_TEMPLATES = {
+    "direct": "reduction_full.cu.j2",
+    "partial": "reduction_full.cu.j2",
+    "rows": "reduction_rows.cu.j2",
+    "columns": "reduction_columns.cu.j2",
+    "gather": "reduction_gather.cu.j2",
+}
+_FULL = ("direct", "partial")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """What a reduction kernel's parameters depend on: the value's rank, whether its leaves
+    broadcast (and each leaf's rank), and the rank of the output it writes."""
+
+    ndim: int
+    broadcast: bool
+    ranks: tuple[int | None, ...]
+    out_rank: int
+
+
+def reduction_kernel(
+    program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
+) -> Kernel:
+    key = ("reduction", program, reducer, geometry, variant, acc, result)
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(program, reducer, geometry, variant, acc, result))
+    return kernel
+
+
+def _params(
+    program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
+) -> list[tuple[str, Any]]:
+    """The value leaves; the partials, their indices and tickets (split stages); the output; the
+    count; outer, inner and splits (axis stages); the value's extents."""
+    params = leaf_params(program, ("broadcast", geometry.ndim, geometry.ranks))
+    if variant.stage == "partial" or variant.split:
+        params.append(("kdpart", array_param("out", acc, "kdm")))
+        if reducer.indexed:
+            params.append(("kdpidx", array_param("out", _INT64, "kdmi")))
+        params.append(("kdticket", array_param("inout", np.dtype(np.uint32), "kdt")))
+    params.append(("kdout", array_param("out", result, tuple(f"kdq{j}" for j in range(geometry.out_rank)))))
+    params.append(("kdcount", scalar_param(_INT64)))
+    if variant.stage not in _FULL:
+        params += [(f"kd{name}", scalar_param(_INT64)) for name in ("outer", "inner", "splits")]
+    params += [(f"kdd{j}", scalar_param(_INT64)) for j in range(geometry.ndim)]
+    return params
+
+
+def _context(
+    program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
+) -> dict[str, Any]:
+    """What every stage template is given, but the load choice (``vector``, ``width``)."""
+    return dict(
+        name=reducer.name,
+        stage=variant.stage,
+        lanes=variant.lanes,
+        block=BLOCK,
+        split=variant.split,
+        broadcast=geometry.broadcast,
+        vec=vector_width(program),
+        accumulator="reduction_indexed.cuh.j2" if reducer.indexed else "reduction_value.cuh.j2",
+        size_expr=" * ".join(f"(index_t)kdd{j}" for j in range(geometry.ndim)) or "1",
+        dims=[f"kdd{j}" for j in range(geometry.ndim)],
+        kept=[j for j in range(geometry.ndim) if j not in variant.reduced],
+        reduced=list(variant.reduced),
+        arrays=array_leaves(program, ("broadcast", geometry.ndim, geometry.ranks)),
+        program=program_context(program),
+        vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
+        flat_loads=loads(program, lambda i: f"kdp{i}[kdflat]"),
+        offset_loads=loads(program, lambda i: f"kdp{i}[kdoff{i}]"),
+        accumulation={
+            "cctype": compute_ctype(acc),
+            "kdU": unsigned_ctype(acc),
+            "shfl": SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
+        },
+        result={"storage": storage_ctype(result), "cctype": compute_ctype(result)},
+        combine=reducer.expression(acc),
+        better=reducer.expression(acc),
+        identity=reducer.identity_text(acc),
+        pre=reducer.pre,
+        pre_param=reducer.pre_param,
+        post=reducer.post,
+    )
+
+
+def _build(
+    program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
+) -> Kernel:
+    context = _context(program, reducer, geometry, variant, acc, result)
+    vec = context["vec"]
+    stage = variant.stage
+
+    def body(proxies: dict[str, Any]) -> GeneratedBody:
+        aligned = all_aligned(proxies, [a["param"] for a in context["arrays"]])
+        vector = not geometry.broadcast and aligned and vec > 1 and (stage in _FULL or variant.vector)
+        text = render(_TEMPLATES[stage], vector=vector, width=vec if vector else 1, **context)
+        decisions = Decisions(
+            layout="broadcast" if geometry.broadcast else "flat",
+            vector_width=vec if vector else 1,
+            stage=stage,
+            accumulation=acc,
+            group=variant.lanes if stage not in _FULL else None,
+            split=variant.split,
+        )
+        return GeneratedBody(text, decisions)
+
+    name = f"{program.name}_{reducer.name}_{stage}"
+    return make_kernel(name, _params(program, reducer, geometry, variant, acc, result), body)

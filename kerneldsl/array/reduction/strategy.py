@@ -1,0 +1,204 @@
+"""Reduction strategy: which kernel variant a shape takes and how it is launched (grid, splits,
+partials, tickets), from the extents and the device's SM count alone. Pure decisions: no
+templates, no sessions, so a launch table (the C path) or a fused pipeline can take them as
+they are.
+
+- all axes: "direct" (one block) for small inputs, else "partial" (blocks fold grid-stride
+  slices, the last block to finish folds their partials in the same launch);
+- reduced axes innermost ("rows", outer x count): a few lanes of a warp per output for short
+  rows, a block per output for long ones, and when rows are few and long, each row split over
+  several blocks so that the GPU fills;
+- kept axes after the reduced ones ("columns", outer x count x inner): threads across the kept
+  axis read whole rows coalesced, the block's other threads and, when tiles are few, other
+  blocks split the reduced axis;
+- reduced axes that kept ones interleave ("gather"): a warp per output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...dispatch import Kernel
+from ...runtime import driver
+from ..kernels import BLOCK
+
+DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
+PARTIAL_BLOCKS_PER_SM = 8  # blocks that fill one SM: what a split reduction aims for
+COLUMN_BLOCKS_PER_SM = 2  # split columns with many partials per thread aim lower (8 loads in flight each)
+COLUMN_LANES_WIDE = 64  # from this many threads across the kept axis, ...
+COLUMN_DOWN_WIDE = 4  # ... this many rows of threads share the reduced axis,
+ROWS_PER_COLUMN_THREAD = 16  # unless that leaves a thread fewer rows than this
+FINAL_FOLDS = 16  # partials per thread the last block of a split column tile folds at most, by choice
+GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
+ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
+LOADS_PER_THREAD = 16  # fewest loads per thread worth splitting a row over one more block
+ROWS_PER_THREAD = 8  # fewest rows per thread worth splitting columns over one more block
+COLUMN_BYTES_PER_THREAD = 64  # accumulator bytes per thread up to which columns use 16-byte loads
+INSPECT_MULTIPROCESSORS = 132  # inspect() (and strategy() without a GPU) plans for an H100/H200
+
+
+def device_multiprocessors(session: Any) -> int:
+    """The SM count of the device ``session`` launches on: the one place reductions and scans
+    ask for it (its Device asks the driver once)."""
+    n: int = session.gpu.multiprocessors
+    return n
+
+
+def planning_multiprocessors(multiprocessors: int | None) -> int:
+    """The SM count ``strategy()`` plans for: ``multiprocessors`` if given, else that of the
+    device a call would run on, else (no GPU here) ``INSPECT_MULTIPROCESSORS``."""
+    if multiprocessors is not None:
+        return multiprocessors
+    if driver.driver_available() and driver.device_count() > 0:
+        from ...runtime.session import default_session  # a session only where a device exists
+
+        return device_multiprocessors(default_session())
+    return INSPECT_MULTIPROCESSORS
+
+
+@dataclass(frozen=True)
+class Extents:
+    """A reduction seen as ``outer`` x ``count`` x ``inner`` values (kept, reduced, kept axes), or
+    ``count`` values per output of ``outer`` gathered ones when ``gather`` names reduced axes that
+    kept axes interleave."""
+
+    outer: int
+    count: int
+    inner: int
+    gather: tuple[int, ...] = ()
+
+
+def extents(shape: tuple[int, ...], axes: tuple[int, ...]) -> Extents:
+    """The (outer, count, inner) view of reducing ``axes`` of ``shape``; axes of extent 1 are
+    neither kept nor reduced, so ``(a, 1, b)`` over axes (0, 2) is still one block."""
+    before = count = after = 1
+    state = "before"
+    for j, d in enumerate(shape):
+        if d == 1:
+            continue
+        if j in axes:
+            if state == "after":
+                kept = [k for k in range(len(shape)) if k not in axes]
+                outputs = int(np.prod([shape[k] for k in kept], dtype=np.int64))
+                reduced = int(np.prod([shape[k] for k in axes], dtype=np.int64))
+                return Extents(outputs, reduced, 1, axes)
+            state = "reduced"
+            count *= d
+        elif state == "before":
+            before *= d
+        else:
+            state = "after"
+            after *= d
+    return Extents(before, count, after)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The compile-time choices of one reduction kernel.
+
+    ``stage``: "direct" (one block folds everything), "partial" (blocks fold slices, the last to
+    finish folds their partials), "rows" (the reduced axes are innermost: ``lanes`` threads per
+    output, a whole block when ``lanes == BLOCK``), "columns" (kept axes follow the reduced ones:
+    ``lanes`` threads across the kept extent, the rest of the block down the reduced one) or
+    "gather" (reduced axes interleaved with kept ones; ``reduced`` names them).
+    ``vector``: 16-byte loads; ``split``: several blocks share an output and the last of them to
+    finish folds their partials in index order (deterministic, no float atomics)."""
+
+    stage: str
+    lanes: int = BLOCK
+    vector: bool = False
+    split: bool = False
+    reduced: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Step:
+    """The one launch a reduction call makes: its kernel, grid, and for split stages how many
+    blocks share an output and how many partials and tickets they need."""
+
+    variant: Variant
+    kernel: Kernel
+    blocks: int
+    splits: int = 1
+    partials: int = 0
+    tickets: int = 0
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _pow2_at_most(n: int) -> int:
+    return 1 << (n.bit_length() - 1)
+
+
+def full_variant(size: int) -> Variant:
+    return Variant("direct" if size <= DIRECT_MAX else "partial")
+
+
+def full_blocks(size: int, vec: int, sms: int) -> int:
+    return 1 if size <= DIRECT_MAX else min(sms * PARTIAL_BLOCKS_PER_SM, _ceil(size, BLOCK * vec))
+
+
+def rows_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int]:
+    """Rows (inner == 1): a block per row, split over several blocks when rows are few and long;
+    a power-of-two group of a warp's lanes per row when rows are short."""
+    vector = vec > 1 and e.count % vec == 0
+    units = _ceil(e.count, vec if vector else 1)  # loads per row
+    cap = sms * GRID_BLOCKS_PER_SM
+    if e.count >= ROWS_BLOCK_MIN:
+        splits = max(1, min(_ceil(units, BLOCK * LOADS_PER_THREAD), sms * PARTIAL_BLOCKS_PER_SM // e.outer))
+        return Variant("rows", BLOCK, vector, splits > 1), min(e.outer * splits, cap), splits
+    lanes = min(32, _pow2_at_least(units))
+    return Variant("rows", lanes, vector), min(_ceil(e.outer, BLOCK // lanes), cap), 1
+
+
+def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Variant, int, int, int]:
+    """Columns (inner > 1): threads across the kept extent read coalesced rows, the block's other
+    threads and, when tiles are few, other blocks split the reduced extent. Returns the variant,
+    blocks, splits and tiles."""
+    vector = vec > 1 and e.inner % vec == 0 and vec * acc_bytes <= COLUMN_BYTES_PER_THREAD
+    width = vec if vector else 1
+    needed = _pow2_at_least(_ceil(e.inner, width))  # threads that cover the kept extent
+    down = BLOCK // min(needed, BLOCK) if needed < COLUMN_LANES_WIDE else COLUMN_DOWN_WIDE
+    down = min(down, _pow2_at_most(max(1, e.count // ROWS_PER_COLUMN_THREAD)))
+    across = BLOCK // down
+    tiles = e.outer * _ceil(e.inner, across * width)
+    # Enough blocks to fill the GPU in one wave, unless the last block of a tile would then fold more than
+    # FINAL_FOLDS partials per thread: then as few as fill it at COLUMN_BLOCKS_PER_SM.
+    one_wave = max(1, sms * PARTIAL_BLOCKS_PER_SM // tiles)
+    wanted = min(one_wave, max(_ceil(sms * COLUMN_BLOCKS_PER_SM, tiles), down * FINAL_FOLDS))
+    splits = max(1, min(wanted, _ceil(e.count, down * ROWS_PER_THREAD)))
+    return Variant("columns", across, vector, splits > 1), min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, tiles
+
+
+def decide(
+    e: Extents, vec: int, broadcast: bool, acc_bytes: int, sms: int, kernel: Callable[[Variant], Kernel]
+) -> Step:
+    """The launch for extents ``e`` on ``sms`` SMs: ``vec`` is the program's vector width (rows and
+    columns load vectors only when no leaf broadcasts), ``acc_bytes`` an accumulator's bytes
+    (value and index), ``kernel`` makes the chosen variant's kernel."""
+    if e.gather:
+        variant = Variant("gather", 32, reduced=e.gather)
+        return Step(variant, kernel(variant), min(_ceil(e.outer, BLOCK // 32), sms * GRID_BLOCKS_PER_SM))
+    if e.outer * e.inner == 1:
+        variant = full_variant(e.count)
+        blocks = full_blocks(e.count, vec, sms)
+        partials = blocks if variant.stage == "partial" else 0
+        return Step(variant, kernel(variant), blocks, 1, partials, 1 if partials else 0)
+    axis_vec = 1 if broadcast else vec
+    if e.inner == 1:
+        variant, blocks, splits = rows_step(e, axis_vec, sms)
+        partials, tickets = (e.outer * splits, e.outer) if variant.split else (0, 0)
+        return Step(variant, kernel(variant), blocks, splits, partials, tickets)
+    variant, blocks, splits, tiles = columns_step(e, axis_vec, acc_bytes, sms)
+    partials, tickets = (e.outer * e.inner * splits, tiles) if variant.split else (0, 0)
+    return Step(variant, kernel(variant), blocks, splits, partials, tickets)

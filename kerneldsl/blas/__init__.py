@@ -1,0 +1,70 @@
+"""cuBLAS on session buffers: gemm, batched gemm, gemv, axpy, dot, nrm2 (the ``kerneldsl[blas]`` extra).
+
+Every operation is asynchronous on a session stream (default: the session stream), so it
+orders with kernels, copies and graph capture like any launch. Nothing here imports
+nvmath-python until the first call: ``import kerneldsl`` works without the extra.
+
+Layout: arrays are row-major, cuBLAS is column-major. A row-major ``(r, c)`` buffer *is* the
+column-major ``(c, r)`` matrix, its transpose, with leading dimension ``c``. So
+``C = op(A) @ op(B)`` is computed as ``C^T = op(B)^T @ op(A)^T``: the operands swap, each
+``trans_*`` flag keeps its meaning, and every leading dimension is a buffer's row length.
+Nothing is ever copied or transposed in memory.
+
+Precision: float16 and bfloat16 multiply with float32 accumulation (``CUBLAS_COMPUTE_32F``,
+alpha and beta are float32); float32 uses full float32 (``tf32=True`` opts into TF32 tensor
+cores); float64 uses ``CUBLAS_COMPUTE_64F``.
+
+One module per concern: ``binding`` (the library and its ABI values), ``handles`` (the
+per-session handle, its streams, workspaces and scalars), ``checks`` (validation),
+``matmul`` (gemm, gemm_batched) and ``vector`` (levels 1 and 2).
+"""
+
+from __future__ import annotations
+
+from .binding import (
+    COMPUTE_32F,
+    COMPUTE_32F_FAST_TF32,
+    COMPUTE_64F,
+    GEMM_DEFAULT,
+    OP_N,
+    OP_T,
+    POINTER_MODE_DEVICE,
+    POINTER_MODE_HOST,
+    R_16BF,
+    R_16F,
+    R_32F,
+    R_64F,
+    available,
+    library,
+    status_name,
+)
+from .handles import WORKSPACE_BYTES, BlasHandle, handle
+from .matmul import gemm, gemm_batched
+from .vector import axpy, dot, gemv, nrm2
+
+__all__ = [
+    "COMPUTE_32F",
+    "COMPUTE_32F_FAST_TF32",
+    "COMPUTE_64F",
+    "GEMM_DEFAULT",
+    "OP_N",
+    "OP_T",
+    "POINTER_MODE_DEVICE",
+    "POINTER_MODE_HOST",
+    "R_16BF",
+    "R_16F",
+    "R_32F",
+    "R_64F",
+    "WORKSPACE_BYTES",
+    "BlasHandle",
+    "available",
+    "axpy",
+    "dot",
+    "gemm",
+    "gemm_batched",
+    "gemv",
+    "handle",
+    "library",
+    "nrm2",
+    "status_name",
+]

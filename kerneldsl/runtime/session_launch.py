@@ -1,0 +1,152 @@
+"""A session's launches: ``Session.launch`` (the warm path every generated adapter calls) and
+what it needs, written as functions of the session and bound in the class body (``launch =
+session_launch.launch``), so a launch costs what a method costs and the Session class stays
+about its state. Launch validation reads the limits once defined in ``limits``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import LaunchConfigError, StickyCudaError, WrongSessionError
+from . import driver
+from .driver import check
+from .limits import DEFAULT_SHARED_LIMIT, MAX_BLOCK, MAX_BLOCK_THREADS, MAX_GRID
+from .stream import Stream
+
+if TYPE_CHECKING:
+    from .session import Session
+
+
+def check_launch_dims(grid: Any, block: Any, shared: Any) -> bool:
+    """Whether a launch of ``grid`` x ``block`` with ``shared`` bytes has threads to run (False for
+    an empty grid); LaunchConfigError naming the dimension and its limit for one no device runs.
+    Needs no device, so ``Kernel.inspect`` refuses exactly what a call would (a device's own
+    shared-memory limit is checked at the launch)."""
+    dims = [(f"grid.{a}", v, limit) for a, v, limit in zip("xyz", grid, MAX_GRID)]
+    dims += [(f"block.{a}", v, limit) for a, v, limit in zip("xyz", block, MAX_BLOCK)]
+    for name, value, limit in dims:
+        if type(value) is not int or not 0 <= value <= limit:
+            raise LaunchConfigError(f"{name} = {value!r} is outside 0..{limit}")
+    if type(shared) is not int or shared < 0:
+        raise LaunchConfigError(f"shared = {shared!r} must be a non-negative int (bytes of dynamic shared memory)")
+    if 0 in grid:
+        return False
+    threads = block[0] * block[1] * block[2]
+    if not 0 < threads <= MAX_BLOCK_THREADS:
+        raise LaunchConfigError(f"block {tuple(block)} has {threads} threads; a block holds 1..{MAX_BLOCK_THREADS}")
+    return True
+
+
+def launch(
+    self: Session,
+    function: Any,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared: int,
+    stream: Stream | None,
+    params: int,
+) -> None:
+    """cuLaunchKernel on ``stream`` (default: the session stream) with ``params`` the address
+    of a ``void*[]`` kernel-parameter array. The warm path: attribute reads, no allocation.
+
+    A CUfunction carries its context, so the launch needs no context switch; a driver that
+    asks for a current context anyway (CUDA_ERROR_INVALID_CONTEXT) gets one, pushed and popped.
+    An empty grid (zero-size arrays) is nothing to do: the call succeeds without a launch.
+    """
+    with self.lock:
+        if not self.usable:
+            self.raise_unusable()
+        gx, gy, gz = grid
+        bx, by, bz = block
+        all_ints = type(gx) is int and type(gy) is int and type(gz) is int and type(shared) is int
+        all_ints = all_ints and type(bx) is int and type(by) is int and type(bz) is int
+        if not (
+            all_ints
+            and 0 < gx <= MAX_GRID[0]
+            and 0 < gy <= MAX_GRID[1]
+            and 0 < gz <= MAX_GRID[2]
+            and 0 < bx * by * bz <= MAX_BLOCK_THREADS
+            and bx <= MAX_BLOCK[0]
+            and by <= MAX_BLOCK[1]
+            and bz <= MAX_BLOCK[2]
+            and 0 <= shared <= DEFAULT_SHARED_LIMIT
+        ) and not unusual_launch(self, function, grid, block, shared):
+            return
+        if stream is None:
+            h = self.raw_stream
+        elif stream.session is self and not stream._closed:
+            h = stream._cu
+        else:
+            bad_stream(self, stream)
+        if self._deferred:
+            with self._activation:  # entering an activation frees what finalizers queued
+                pass
+        err = self.api.cuLaunchKernel(
+            function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, h, params, 0
+        )[0]
+        if err == driver.ERROR_INVALID_CONTEXT:
+            with self._raw_activation:
+                err = self.api.cuLaunchKernel(
+                    function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared, h, params, 0
+                )[0]
+        if err:
+            launch_failed(self, err)
+
+
+def unusual_launch(self: Session, function: Any, grid: Any, block: Any, shared: Any) -> bool:
+    """The slow path of a launch outside what cuLaunchKernel takes without an opt-in
+    (``limits``): False for an empty grid (nothing to launch), True once dynamic shared
+    memory above 48 KiB is allowed for ``function``; LaunchConfigError for anything the
+    device cannot run."""
+    if not check_launch_dims(grid, block, shared):
+        return False
+    if shared > DEFAULT_SHARED_LIMIT:
+        allow_dynamic_shared(self, function, shared)
+    return True
+
+
+def allow_dynamic_shared(self: Session, function: Any, nbytes: int) -> None:
+    """Opt ``function`` in to ``nbytes`` of dynamic shared memory (above 48 KiB CUDA asks for it)."""
+    key = int(function)
+    if self._shared_granted.get(key, 0) >= nbytes:
+        return
+    d = self.api
+    with self._raw_activation:
+        optin = self.gpu.max_shared_per_block_optin
+        static = int(
+            check(
+                "cuFuncGetAttribute",
+                d.cuFuncGetAttribute(d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function),
+            )
+        )
+        if static + nbytes > optin:
+            raise LaunchConfigError(
+                f"shared = {nbytes} bytes of dynamic shared memory (plus {static} static) exceeds the "
+                f"{optin} bytes a block may use on device {self.device}"
+            )
+        attribute = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        check("cuFuncSetAttribute", d.cuFuncSetAttribute(function, attribute, nbytes))
+    self._shared_granted[key] = nbytes
+
+
+def entry_point(self: Session, name: str) -> int:
+    """Address of driver function ``name`` for the C launch path; 0 when there is none."""
+    address = self._entry_points.get(name)
+    if address is None:
+        with self._activation:
+            address = self._entry_points[name] = driver.entry_point(name)
+    return address
+
+
+def bad_stream(self: Session, stream: Stream) -> None:
+    stream._check()
+    raise WrongSessionError(
+        f"stream of session {stream.session.session_id} used to launch in session {self.session_id}"
+    )
+
+
+def launch_failed(self: Session, err: int) -> None:
+    exc = driver.error("cuLaunchKernel", err, launch=True)
+    if isinstance(exc, StickyCudaError):
+        self.poison(exc)
+    raise exc

@@ -1,0 +1,64 @@
+"""How a session closes: wait for its work, then free in order, or leak where freeing is unsafe.
+
+Order: library handles first (they may use buffers and streams), what they dropped, then live
+handles kind by kind (``owned.RELEASE_ORDER``), the pool last (the driver orders the frees
+before its destruction). A poisoned context, or work that did not finish in time, leaks instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import CudaError, StickyCudaError
+from .owned import RELEASE_ORDER
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["abandon", "finish_work", "free_all"]
+
+
+def finish_work(session: Session, timeout: float | None, errors: list[BaseException]) -> bool:
+    """Wait for every stream; False when the memory must leak (timeout or sticky error)."""
+    order = session.order
+    try:
+        if order.wait(order.live(), timeout, checked=False):
+            return True
+        errors.append(TimeoutError(f"work on session {session.session_id} did not finish within {timeout} s"))
+    except StickyCudaError as exc:
+        session.poison(exc)
+        errors.append(exc)
+    except CudaError as exc:
+        errors.append(exc)
+        return True
+    return False
+
+
+def free_all(session: Session, errors: list[BaseException]) -> None:
+    """Free everything the session owns, collecting failures into ``errors``."""
+    owned = session.owned
+    with session.activated_unchecked():
+        session.captures.clear()
+        owned.drain(errors)
+        session.vendors.release_all(errors)
+        owned.drain(errors)  # what the library handles dropped (their workspaces)
+        taken = owned.take_all()
+        for kind in RELEASE_ORDER:
+            for k, raw in taken:
+                if k != kind:
+                    continue
+                try:
+                    owned.release(kind, raw)
+                except CudaError as exc:
+                    errors.append(exc)
+        try:
+            session.pool.destroy()
+        except CudaError as exc:
+            errors.append(exc)
+
+
+def abandon(session: Session) -> None:
+    """Forget every handle without calling the driver (forked child, poisoned context)."""
+    session.vendors.abandon_all()
+    session.owned.take_all()
+    session.owned.deferred.clear()

@@ -1,0 +1,132 @@
+"""Launch dimensions: ``Expr``, a small integer expression over shape symbols and constants
+(``kd.cdiv("n", 256)``, ``kd.sym(n) * 2``), checked so that no leaf carries text into generated
+code."""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar, Union
+
+from .spelling import spelled
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII; always used with fullmatch
+
+# What a launch dimension may be written with; a shape symbol declared ``n = NewType("n", int)``
+# is, to a type checker, a callable from int.
+Dim = Union[int, str, "Expr", TypeVar, Callable[[int], int]]
+
+
+@dataclass(frozen=True)
+class Expr:
+    """A small integer expression over shape symbols and constants, for grid/block/shared."""
+
+    op: str  # "int", "sym", "add", "sub", "mul", "floordiv", "cdiv", "min", "max"
+    args: tuple[Any, ...]
+
+    def __post_init__(self) -> None:
+        """Checked here, so that no expression, even one built by hand, carries text into generated code."""
+        object.__setattr__(self, "args", _checked_args(self.op, self.args))
+
+    def __add__(self, other: Dim) -> Expr:
+        return Expr("add", (self, as_expr(other)))
+
+    def __radd__(self, other: Dim) -> Expr:
+        return Expr("add", (as_expr(other), self))
+
+    def __sub__(self, other: Dim) -> Expr:
+        return Expr("sub", (self, as_expr(other)))
+
+    def __mul__(self, other: Dim) -> Expr:
+        return Expr("mul", (self, as_expr(other)))
+
+    def __rmul__(self, other: Dim) -> Expr:
+        return Expr("mul", (as_expr(other), self))
+
+    def __floordiv__(self, other: Dim) -> Expr:
+        return Expr("floordiv", (self, as_expr(other)))
+
+    def symbols(self) -> set[str]:
+        if self.op == "sym":
+            return {self.args[0]}
+        if self.op == "int":
+            return set()
+        return set().union(*(a.symbols() for a in self.args))
+
+    def evaluate(self, values: dict[str, int]) -> int:
+        """Value of the expression; used for defaults that code generation folds in."""
+        if self.op == "int":
+            return int(self.args[0])
+        if self.op == "sym":
+            return int(values[self.args[0]])
+        a, b = (x.evaluate(values) for x in self.args)
+        return _EVALUATORS[self.op](a, b)
+
+
+_EVALUATORS: dict[str, Callable[[int, int], int]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "floordiv": lambda a, b: a // b,
+    "cdiv": lambda a, b: -(-a // b),
+    "min": min,
+    "max": max,
+}
+
+
+def _checked_args(op: Any, args: Any) -> tuple[Any, ...]:
+    """``args`` with every leaf a plain int or an ASCII identifier; TypeError for anything else."""
+    if type(op) is str and isinstance(args, tuple):
+        if op == "int" and len(args) == 1:
+            return (plain_int(args[0], "launch dimension"),)
+        if op == "sym" and len(args) == 1:
+            return (plain_identifier(args[0], "launch dimension symbol"),)
+        if op in _EVALUATORS and len(args) == 2 and all(isinstance(a, Expr) for a in args):
+            return args
+    raise TypeError(f"not a launch-dimension expression: op {op!r} with arguments {args!r}")
+
+
+def plain_int(value: Any, what: str) -> int:
+    """``value`` as an exact int (``operator.index``): an int subclass's ``__str__`` never renders."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an int, not {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an int, not {value!r}") from None
+
+
+def plain_identifier(value: Any, what: str) -> str:
+    """``value`` as an exact str that fully matches ``[A-Za-z_][A-Za-z0-9_]*``."""
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise TypeError(f"{what} {value!r} is not an identifier (ASCII [A-Za-z_][A-Za-z0-9_]*)")
+    return str.__str__(value)
+
+
+def as_expr(value: Dim) -> Expr:
+    """An int, a symbol (name, NewType or TypeVar) or an expression as an expression; TypeError
+    for anything else."""
+    if isinstance(value, Expr):
+        return value
+    value = spelled(value)
+    return Expr("sym", (value,)) if isinstance(value, str) else Expr("int", (value,))
+
+
+def sym(name: Dim) -> Expr:
+    """A shape symbol or constant, for arithmetic in launch dimensions: ``kd.sym(n) * 2``."""
+    return as_expr(name) if not isinstance(name, str) else Expr("sym", (name,))
+
+
+def cdiv(a: Dim, b: Dim) -> Expr:
+    """Ceiling division, the usual grid size: ``grid=kd.cdiv("n", 256)``."""
+    return Expr("cdiv", (as_expr(a), as_expr(b)))
+
+
+def dmin(a: Dim, b: Dim) -> Expr:
+    return Expr("min", (as_expr(a), as_expr(b)))
+
+
+def dmax(a: Dim, b: Dim) -> Expr:
+    return Expr("max", (as_expr(a), as_expr(b)))
