@@ -18,7 +18,7 @@ from ._version import __version__
 # The public API, written once: home module -> the names it defines ("" lists modules named by
 # themselves). Type checkers read __init__.pyi, which tests/test_structure.py proves lists the same.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "": ("blas", "cache", "distributed", "errors", "ops"),
+    "": ("blas", "cache", "distributed", "errors", "ops", "random"),
     ".array.creation": (
         "arange",
         "asarray",
@@ -33,10 +33,13 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     ".array.elementwise": ("elementwise",),
     ".array.fusion": ("fuse",),
+    ".array.manipulation": ("broadcast_to", "concatenate", "expand_dims", "flip", "moveaxis", "squeeze", "stack"),
     ".array.ndarray": ("DeviceArray",),
     ".array.reduction": ("reduction",),
     ".array.scan": ("scan",),
     ".array.sessions": ("Session", "default_session"),
+    ".blas.np_matmul": ("matmul",),
+    ".device_code": ("DeviceFunction", "device_function"),
     ".dispatch": ("Kernel", "kernel"),
     ".dtypes": (
         "bool_",

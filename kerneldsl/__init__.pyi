@@ -6,6 +6,7 @@ from . import cache as cache
 from . import distributed as distributed
 from . import errors as errors
 from . import ops as ops
+from . import random as random
 from ._version import __version__ as __version__
 from .array.creation import arange as arange
 from .array.creation import asarray as asarray
@@ -19,11 +20,21 @@ from .array.creation import zeros as zeros
 from .array.creation import zeros_like as zeros_like
 from .array.elementwise import elementwise as elementwise
 from .array.fusion import fuse as fuse
+from .array.manipulation import broadcast_to as broadcast_to
+from .array.manipulation import concatenate as concatenate
+from .array.manipulation import expand_dims as expand_dims
+from .array.manipulation import flip as flip
+from .array.manipulation import moveaxis as moveaxis
+from .array.manipulation import squeeze as squeeze
+from .array.manipulation import stack as stack
 from .array.ndarray import DeviceArray as DeviceArray
 from .array.reduction import reduction as reduction
 from .array.scan import scan as scan
 from .array.sessions import Session as Session
 from .array.sessions import default_session as default_session
+from .blas.np_matmul import matmul as matmul
+from .device_code import DeviceFunction as DeviceFunction
+from .device_code import device_function as device_function
 from .dispatch import Kernel as Kernel
 from .dispatch import kernel as kernel
 from .dtypes import bool_ as bool_
@@ -60,6 +71,7 @@ __all__ = [
     "distributed",
     "errors",
     "ops",
+    "random",
     "arange",
     "asarray",
     "empty",
@@ -72,11 +84,21 @@ __all__ = [
     "zeros_like",
     "elementwise",
     "fuse",
+    "broadcast_to",
+    "concatenate",
+    "expand_dims",
+    "flip",
+    "moveaxis",
+    "squeeze",
+    "stack",
     "DeviceArray",
     "reduction",
     "scan",
     "Session",
     "default_session",
+    "matmul",
+    "DeviceFunction",
+    "device_function",
     "Kernel",
     "kernel",
     "bool_",

@@ -24,7 +24,9 @@ from . import logs
 from ._version import __version__
 from .codegen import Decisions, Generated, GenerationPlan, plan_generation, renderer_identity, template_digest
 from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_identity, require_supported
+from .device_code import NO_DEVICE_CODE, DeviceCode
 from .errors import InvalidCacheEntryError, KernelCompileError
+from .headers import NO_HEADERS, Headers, resolve
 from .launch_plan import LaunchPlan
 from .specialize import Specialization
 
@@ -40,6 +42,8 @@ _CODEGEN_MODULES = (
     "launch_plan.py",
     "codegen.py",
     "compiler.py",
+    "device_code.py",
+    "headers.py",
     "dtypes.py",
     "template_options.py",
 )
@@ -55,8 +59,11 @@ def fingerprint() -> str:
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 
-def key_material(spec: Specialization, generated: Generated, options: Sequence[str], output: str) -> dict[str, Any]:
-    """Everything the compiled image depends on, and nothing unstable (no paths, times, pids)."""
+def key_material(
+    spec: Specialization, generated: Generated, options: Sequence[str], output: str, headers: Headers = NO_HEADERS
+) -> dict[str, Any]:
+    """Everything the compiled image depends on, and nothing unstable (no paths, times, pids):
+    the headers it includes by the wheels' versions and each user header's digest."""
     return {
         "format": disk_cache.CACHE_FORMAT_VERSION,
         "fingerprint": fingerprint(),
@@ -68,6 +75,7 @@ def key_material(spec: Specialization, generated: Generated, options: Sequence[s
         "arch": spec.arch,
         "output": output,
         "bindings": bindings(spec),
+        "headers": headers.material(),
     }
 
 
@@ -278,8 +286,10 @@ def build(
     user_options: Sequence[str],
     output: str = "cubin",
     use_disk: bool = True,
+    code: DeviceCode = NO_DEVICE_CODE,
 ) -> Build:
-    planned = plan_generation(spec, body)
+    planned = plan_generation(spec, body, code)
+    headers = resolve(code, planned.includes)
     options = build_options(spec.arch, output, user_options)
     store = disk_cache.get_default_cache() if use_disk else None
     texts_material = source_material(spec, planned)
@@ -288,7 +298,7 @@ def build(
     rendered = generated is None
     if generated is None:
         generated = planned.render()
-    material = key_material(spec, generated, options, output)
+    material = key_material(spec, generated, options, output, headers)
     key = disk_cache.cache_key(material)
     if store is not None:
         found = _stored_image(store, key, material, output)
@@ -298,7 +308,7 @@ def build(
                 _store_sources(store, generated, texts_key, texts_material)
             return Build(spec, generated, options, material, key, found, "disk", 0.0)
     start = time.perf_counter()
-    compiled = _compile(spec, generated, body, options, output)
+    compiled = _compile(spec, generated, body, options + headers.options(), output)
     seconds = time.perf_counter() - start
     log.debug("compiled %s in %.1f ms", spec.describe(), seconds * 1e3)
     if store is not None:

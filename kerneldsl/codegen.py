@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._version import __version__
+from .device_code import NO_DEVICE_CODE, DeviceCode
 from .dtypes import ELEMENT_TYPES, ElementType
 from .errors import DeclarationError, ProxyAttributeError
+from .headers import hoist_includes
 from .installed import dist_info_pattern, first_version
 from .launch_plan import SLOT_BYTES, LaunchPlan, Slot, launch_plan
 from .runtime.limits import MAX_INDEX32_THREADS
@@ -234,6 +236,7 @@ class GenerationPlan:
     decisions: Decisions
     kernel_context: dict[str, Any]
     adapter_context: dict[str, Any]
+    includes: tuple[str, ...] = ()  # what the body's and device functions' #include lines name
 
     @property
     def abi(self) -> tuple[tuple[str, str], ...]:
@@ -282,10 +285,19 @@ def _exact(value: Any) -> Any:
     raise TypeError(f"cannot key a template context holding a {kind.__name__}")
 
 
-def plan_generation(spec: Specialization, body: Callable[..., Any]) -> GenerationPlan:
-    """Call the body and decide everything the templates are given; renders nothing."""
+def plan_generation(
+    spec: Specialization, body: Callable[..., Any], code: DeviceCode = NO_DEVICE_CODE
+) -> GenerationPlan:
+    """Call the body and decide everything the templates are given; renders nothing. The body's
+    and device functions' ``#include`` lines move to file scope (blanked where they were)."""
     sig = spec.signature
     body_text, decisions = call_body(spec, body)
+    body_text, includes = hoist_includes(body_text)
+    functions = []
+    for function in code.ordered():
+        text, more = hoist_includes(textwrap.dedent(function.text).strip("\n"))
+        functions.append({"name": function.name, "text": text})
+        includes += more
     entry = f"kd_{sig.name}"
     body_file = f"{sig.name}.body"
     launch = launch_plan(spec)
@@ -305,6 +317,8 @@ def plan_generation(spec: Specialization, body: Callable[..., Any]) -> Generatio
         "arrays": [{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
         "body_file": body_file,
         "body": body_text,
+        "includes": list(dict.fromkeys(includes)),
+        "device_functions": functions,
     }
     return GenerationPlan(
         entry=entry,
@@ -314,6 +328,7 @@ def plan_generation(spec: Specialization, body: Callable[..., Any]) -> Generatio
         decisions=decisions,
         kernel_context=kernel_context,
         adapter_context=adapter_context(launch, spec.arch),
+        includes=tuple(dict.fromkeys(includes)),
     )
 
 
@@ -341,13 +356,15 @@ def adapter_context(launch: LaunchPlan, arch: str) -> dict[str, Any]:
         "grid": launch.dims[0:3],
         "block": launch.dims[3:6],
         "shared": launch.dims[6],
+        "cooperative": launch.cooperative,
+        "cluster": launch.cluster,
         "conversions": [{"name": s.param, "kind": s.conversion} for s in launch.slots if s.source == "scalar"],
         "slots": [{"source": s.source, "param": s.param, "axis": s.axis, "itemsize": s.itemsize} for s in launch.slots],
     }
 
 
-def generate(spec: Specialization, body: Callable[..., Any]) -> Generated:
-    return plan_generation(spec, body).render()
+def generate(spec: Specialization, body: Callable[..., Any], code: DeviceCode = NO_DEVICE_CODE) -> Generated:
+    return plan_generation(spec, body, code).render()
 
 
 def _uses(spec: Specialization, type_name: str) -> bool:

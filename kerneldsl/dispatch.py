@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from threading import get_ident
@@ -22,6 +23,7 @@ import numpy as np
 
 from . import fastpath
 from .compiler import check_options
+from .device_code import NO_DEVICE_CODE, DeviceCode, DeviceFunction, declared
 from .dtypes import INT32_MAX
 from .errors import (
     BindingError,
@@ -110,12 +112,14 @@ class Kernel(fastpath.FastPathCallable, Generic[_P]):
         signature: Signature,
         options: Sequence[str] = (),
         precompile: Sequence[Mapping[str, Any]] = (),
+        code: DeviceCode = NO_DEVICE_CODE,
     ) -> None:
         functools.update_wrapper(self, func)
         self.body: Callable[_P, str | GeneratedBody] = func
         self.signature = signature
         self.options = check_options(options)
         self.precompile = tuple(_checked_precompile(signature, p) for p in precompile)
+        self.code = code  # includes=, include_dirs= and uses=, validated
         self._builds: dict[tuple[Specialization, str], Build] = {}
         self._build_locks: dict[tuple[Specialization, str], threading.Lock] = {}
         self._guard = threading.Lock()
@@ -130,7 +134,7 @@ class Kernel(fastpath.FastPathCallable, Generic[_P]):
     def __reduce__(self) -> tuple[Any, ...]:
         """A kernel pickles as its declaration (body, signature, options): whoever unpickles it
         specializes and compiles for its own device, or finds the build in its disk cache."""
-        return (Kernel, (self.body, self.signature, self.options, self.precompile))
+        return (Kernel, (self.body, self.signature, self.options, self.precompile, self.code))
 
     # --- building --------------------------------------------------------------------------------
 
@@ -147,7 +151,7 @@ class Kernel(fastpath.FastPathCallable, Generic[_P]):
             if found is None:
                 from .build import build
 
-                found = build(spec, self.body, self.options, output)
+                found = build(spec, self.body, self.options, output, code=self.code)
                 self._builds[key] = found
             return found
 
@@ -200,13 +204,15 @@ class Kernel(fastpath.FastPathCallable, Generic[_P]):
         """Why these arguments would hit or miss the disk cache."""
         from .build import key_material
         from .cache import get_default_cache
-        from .codegen import generate
+        from .codegen import plan_generation
         from .compiler import build_options
+        from .headers import resolve
 
         spec = self.specialize(*args, arch=arch, **consts)
-        generated = generate(spec, self.body)
+        planned = plan_generation(spec, self.body, self.code)
         options = build_options(spec.arch, "cubin", self.options)
-        return get_default_cache().explain(key_material(spec, generated, options, "cubin"))
+        headers = resolve(self.code, planned.includes)
+        return get_default_cache().explain(key_material(spec, planned.render(), options, "cubin", headers))
 
     # --- calling ---------------------------------------------------------------------------------
 
@@ -347,7 +353,7 @@ class Kernel(fastpath.FastPathCallable, Generic[_P]):
         from .build import build
         from .cache import get_default_cache
 
-        fresh = build(spec, self.body, self.options, use_disk=False)
+        fresh = build(spec, self.body, self.options, use_disk=False, code=self.code)
         get_default_cache().put(fresh.cache_key, fresh.compiled.to_bytes(), fresh.key_material)
         self._builds[(spec, "cubin")] = fresh
         return BoundLaunch(fresh, session)
@@ -424,15 +430,42 @@ def kernel(
     allow_alias: bool = False,
     precompile: Sequence[Mapping[str, Any]] = (),
     strided: Sequence[str] = (),
+    cooperative: bool = False,
+    cluster: Dim | tuple[Dim, ...] | None = None,
+    includes: Sequence[str] = (),
+    include_dirs: Sequence[str | os.PathLike[str]] = (),
+    uses: Sequence[DeviceFunction] = (),
 ) -> Callable[[Callable[_Q, str | GeneratedBody]], Kernel[_Q]]:
     """Declare a kernel. The decorated function returns the CUDA body; its annotations declare the rest.
 
     ``strided=("x",)``: array ``x`` may be a strided view (``a.T``, ``a[::2]``); the body indexes
     it with ``{x.strides[k]}``, its element strides, passed at launch. Other arrays must be
-    C-contiguous (a strided view there is a ``StridedArrayError``)."""
+    C-contiguous (a strided view there is a ``StridedArrayError``).
+
+    ``cooperative=True``: every block is resident at once (checked against the occupancy at each
+    launch, a ``LaunchConfigError`` if the grid does not fit), so a grid-wide barrier works.
+    ``cluster=(x, y, z)``: blocks launch in thread-block clusters of that shape (sm_90+), from
+    shape symbols and constants as ``grid`` is; the grid must be a multiple of it. Both launch
+    through ``cuLaunchKernelEx`` on the Python launch path.
+
+    ``#include`` lines in the body reach the CUDA headers of the ``kerneldsl[headers]`` extra
+    (CUB, cooperative groups, libcu++) and the user's ``include_dirs=`` (absolute directories);
+    ``includes=("cub",)`` asks for the extra's headers without an ``#include`` in the body.
+    ``uses=(f,)``: ``kd.device_function`` objects rendered above the kernel. Every header and
+    device function is part of the cache key."""
 
     def decorate(func: Callable[_Q, str | GeneratedBody]) -> Kernel[_Q]:
-        sig = parse_signature(func, grid, block, shared, tuple(specialize), allow_alias, tuple(strided))
-        return Kernel(func, sig, options, precompile)
+        sig = parse_signature(
+            func,
+            grid,
+            block,
+            shared,
+            tuple(specialize),
+            allow_alias,
+            tuple(strided),
+            cooperative=cooperative,
+            cluster=cluster,
+        )
+        return Kernel(func, sig, options, precompile, declared(sig.name, includes, include_dirs, uses))
 
     return decorate

@@ -93,6 +93,16 @@ class ViewError(KernelDSLError, ValueError):
     """A view was asked for that the array's memory cannot express (a reshape that needs a copy)."""
 
 
+class ArrayScalarError(KernelDSLError, TypeError):
+    """An array that is not one value converted to a Python scalar (``float(a)``, ``int(a)``,
+    ``operator.index(a)``): NumPy's TypeError, with its message."""
+
+
+class ArraySizeError(KernelDSLError, ValueError):
+    """An array of other than one element where one value is needed (``bool(a)``, ``a.item()``):
+    NumPy's ValueError, with its message."""
+
+
 # --- compilation -------------------------------------------------------------------------
 
 
@@ -241,8 +251,18 @@ class DistributedNotAvailableError(ExtraNotInstalledError):
     """The optional ``kerneldsl[distributed]`` extra (Dask distributed, cloudpickle, cryptography) is not installed."""
 
 
+class HeadersNotAvailableError(ExtraNotInstalledError):
+    """A build includes CUDA headers (CUB, cooperative groups, libcu++) and the optional
+    ``kerneldsl[headers]`` extra (nvidia-cuda-runtime, nvidia-cuda-cccl) is not installed."""
+
+
 class FusionError(KernelDSLError, TypeError):
     """A ``@kd.fuse`` function used something that cannot be fused."""
+
+
+class OperandDtypeError(KernelDSLError, TypeError):
+    """An op was given operand dtypes it is not defined for (``bitwise_and`` of floats,
+    ``sign`` of bools): NumPy refuses the same combination."""
 
 
 # --- the remote plane (kerneldsl.distributed) -----------------------------------------------------

@@ -222,10 +222,11 @@ def launch_table(plan: LaunchPlan) -> tuple[Any, ...] | None:
     - ``slots``: per 8-byte parameter slot, ``(SLOT_KINDS kind, array/argument/symbol index)``;
     - ``index_bits``: 32 or 64; a 32-bit build cannot address more than 2**31-1 threads per axis.
 
-    None without the C module, when the plan needs something only the adapter does, or when it
-    exceeds ``LIMITS``; such calls stay on the Python path.
+    None without the C module, when the plan needs something only the adapter does (a
+    cooperative or cluster launch, ``plan.extended``), or when it exceeds ``LIMITS``; such calls
+    stay on the Python path.
     """
-    if _fastlaunch is None or not plan.arrays:
+    if _fastlaunch is None or not plan.arrays or plan.extended:
         return None
     arg_index = {name: i for i, name in enumerate(plan.params)}
     array_index = {a.name: j for j, a in enumerate(plan.arrays)}

@@ -6,7 +6,9 @@ extents are checked, which arrays may not overlap, the launch dimensions, and wh
 8-byte parameter slot. Both launch paths are generated from it, as Triton generates one binder
 per signature: ``codegen.adapter_context`` turns it into the host adapter template's context,
 ``fastpath.launch_table`` into the integer table the C path runs. A new launch feature
-(clusters, cooperative launches) is one field here, read by those two functions.
+(clusters, cooperative launches: ``cooperative`` and ``cluster`` here) is a field here, read by
+those two functions; the C path declines a plan that is ``extended`` (it launches with
+``cuLaunchKernel`` only), so such calls take the adapter, which calls ``Session.launch_ex``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import ElementType
+from .errors import DeclarationError
+from .runtime.limits import CLUSTER_MIN_MAJOR
 from .signature import ArrayParam, Expr, Signature
 from .specialize import Specialization
 
@@ -85,6 +89,13 @@ class LaunchPlan:
     dims: tuple[Expr, ...]  # grid x, y, z, block x, y, z, shared bytes
     constants: tuple[tuple[str, int], ...]  # names the dims may use besides bound symbols
     slots: tuple[Slot, ...]
+    cooperative: bool = False  # all blocks co-resident: launched by cuLaunchKernelEx, occupancy-checked
+    cluster: tuple[Expr, ...] = ()  # thread-block cluster x, y, z (cuLaunchKernelEx); () for none
+
+    @property
+    def extended(self) -> bool:
+        """Whether the launch needs ``cuLaunchKernelEx`` attributes (the C path declines these)."""
+        return self.cooperative or bool(self.cluster)
 
     @property
     def struct_format(self) -> str:
@@ -117,7 +128,20 @@ def launch_plan(spec: Specialization) -> LaunchPlan:
         dims=launch_dims(sig),
         constants=tuple(constants.items()),
         slots=_slots(spec),
+        cooperative=sig.cooperative,
+        cluster=_cluster(spec),
     )
+
+
+def _cluster(spec: Specialization) -> tuple[Expr, ...]:
+    """The declared cluster shape, for an arch that has clusters (sm_90 and newer)."""
+    cluster = spec.signature.cluster
+    digits = spec.arch.removeprefix("sm_").rstrip("af")
+    if cluster and (not digits.isdigit() or int(digits) // 10 < CLUSTER_MIN_MAJOR):
+        raise DeclarationError(
+            spec.signature.name, None, f"cluster= needs sm_{CLUSTER_MIN_MAJOR}0 or newer; this build is for {spec.arch}"
+        )
+    return cluster
 
 
 def alias_pairs(sig: Signature) -> tuple[tuple[str, str], ...]:

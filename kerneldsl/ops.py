@@ -30,6 +30,7 @@ from .array.reduction import REDUCERS, Reduction
 from .array.scan import Scan
 from .array.scan import cumprod as cumprod
 from .array.scan import cumsum as cumsum
+from .errors import OperandDtypeError
 
 if TYPE_CHECKING:
     from .array.ndarray import DeviceArray
@@ -52,13 +53,31 @@ _REMAINDER_F = (
     "[&]() -> kdT { if (b == 0) return fmod(a, b); kdT m = fmod(a, b); "
     "if (m != 0 && ((b < 0) != (m < 0))) m += b; return m != 0 ? m : copysign((kdT)0, b); }()"
 )
+# A divisor of -1 is taken apart: the most negative value divided by it overflows (NumPy wraps).
 _FLOORDIV_I = (
-    "[&]() -> kdT { if (b == 0) return 0; kdT q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }()"
+    "[&]() -> kdT { if (b == 0) return 0; if (b == (kdT)-1) return (kdT)(0u - (kdU)a); "
+    "kdT q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }()"
 )
 _REMAINDER_I = (
-    "[&]() -> kdT { if (b == 0) return 0; kdT r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }()"
+    "[&]() -> kdT { if (b == 0 || b == (kdT)-1) return 0; kdT r = a % b; "
+    "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }()"
 )
 _CLIP = "[&]() -> kdT { kdT t = (a > lo || a != a) ? a : lo; return (t < hi || t != t) ? t : hi; }()"
+# NumPy's shifts (npy_lshift / npy_rshift): a count outside [0, bits) shifts everything out, so a
+# right shift of a negative value gives -1; left shifts wrap through the unsigned twin.
+_SHIFT_COUNT_OK = "(unsigned long long)b < sizeof(kdT) * 8"
+_LSHIFT = f"{_SHIFT_COUNT_OK} ? (kdT)((kdU)a << b) : (kdT)0"
+_RSHIFT_I = f"{_SHIFT_COUNT_OK} ? (kdT)(a >> b) : (kdT)(a < 0 ? -1 : 0)"
+_RSHIFT_U = f"{_SHIFT_COUNT_OK} ? (kdT)(a >> b) : (kdT)0"
+_SIGN_F = "a > 0 ? (kdT)1 : (a < 0 ? (kdT)-1 : (a == 0 ? (kdT)0 : a))"  # NaN stays NaN, -0.0 gives 0.0
+
+
+def _floats_else(floats: str, others: str) -> str:
+    """A predicate that tests the operand's type (the result is bool whatever the operand is):
+    ``floats`` where ``a`` is floating, ``others`` for bool and integers (where CUDA's ``isinf`` /
+    ``signbit`` overloads are ambiguous). A generic lambda, so the branch not taken is never compiled."""
+    test = "(decltype(a))1.5 != (decltype(a))1"
+    return f"[](auto a) -> bool {{ if constexpr ({test}) return {floats}; else return {others}; }}(a)"
 
 
 def _axpy_dtype(a: Any, x: Any, y: Any) -> Any:
@@ -73,6 +92,11 @@ def _same(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
 def _compared(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
     """Operands compared in their common dtype, as NumPy's comparison loops do (the result is bool)."""
     return (promotion.result_dtype(np.maximum, *operands),) * len(operands)
+
+
+def _own(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
+    """Predicates: each operand is read in its own dtype (the result is bool)."""
+    return tuple(promotion.supported(o if isinstance(o, np.dtype) else np.asarray(o).dtype) for o in operands)
 
 
 def _condition_first(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
@@ -100,7 +124,11 @@ class Op(ElementwiseFunction):
         self.inputs = inputs
 
     def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
-        result = promotion.result_dtype(self.rule, *operands)
+        try:
+            result = promotion.result_dtype(self.rule, *operands)
+        except TypeError as exc:
+            described = ", ".join(str(o) if isinstance(o, np.dtype) else type(o).__name__ for o in operands)
+            raise OperandDtypeError(f"kd.ops.{self.name} is not defined for operands ({described}): {exc}") from None
         return result, self.inputs(result, operands)
 
     def expression(self, dtype: np.dtype) -> str:
@@ -157,6 +185,55 @@ fma = Op(
     {"f": "a * b + c", "iu": "(kdT)(0u + 1u * (kdU)a * (kdU)b + (kdU)c)", "b": "(a && b) || c"},
 )
 
+# NumPy's math beyond the arithmetic: float functions (integers promote as NumPy's loops do), then
+# rounding, predicates, logic and bits; erf/erfc follow sin's dtype rule (NumPy has no erf ufunc).
+log1p = Op(("a",), np.log1p, {"f": "log1p(a)"})
+expm1 = Op(("a",), np.expm1, {"f": "expm1(a)"})
+sinh = Op(("a",), np.sinh, {"f": "sinh(a)"})
+cosh = Op(("a",), np.cosh, {"f": "cosh(a)"})
+arcsinh = Op(("a",), np.arcsinh, {"f": "asinh(a)"})
+arccosh = Op(("a",), np.arccosh, {"f": "acosh(a)"})
+arctanh = Op(("a",), np.arctanh, {"f": "atanh(a)"})
+arcsin = Op(("a",), np.arcsin, {"f": "asin(a)"})
+arccos = Op(("a",), np.arccos, {"f": "acos(a)"})
+arctan = Op(("a",), np.arctan, {"f": "atan(a)"})
+erf = Op(("a",), np.sin, {"f": "erf(a)"})
+erfc = Op(("a",), np.sin, {"f": "erfc(a)"})
+arctan2 = Op(("a", "b"), np.arctan2, {"f": "atan2(a, b)"})
+hypot = Op(("a", "b"), np.hypot, {"f": "hypot(a, b)"})
+copysign = Op(("a", "b"), np.copysign, {"f": "copysign(a, b)"})
+deg2rad = Op(("a",), np.deg2rad, {"f": "a * ((kdT)3.14159265358979323846 / (kdT)180)"})
+rad2deg = Op(("a",), np.rad2deg, {"f": "a * ((kdT)180 / (kdT)3.14159265358979323846)"})
+fmod = Op(
+    ("a", "b"),
+    np.fmod,
+    {"f": "fmod(a, b)", "i": "(b == 0 || b == (kdT)-1) ? (kdT)0 : (kdT)(a % b)", "u": "b == 0 ? (kdT)0 : (kdT)(a % b)"},
+)
+fmax = Op(("a", "b"), np.fmax, {"fiub": "(a > b || b != b) ? a : b"})  # NaN ignored; equal: b, as NumPy's loops
+fmin = Op(("a", "b"), np.fmin, {"fiub": "(a < b || b != b) ? a : b"})
+reciprocal = Op(("a",), np.reciprocal, {"f": "(kdT)1 / a", "iu": "a == 0 ? (kdT)0 : (kdT)(1 / a)"})
+positive = Op(("a",), np.positive, {"fiu": "a"})
+sign = Op(("a",), np.sign, {"f": _SIGN_F, "i": "(kdT)((a > 0) - (a < 0))", "u": "(kdT)(a > 0)"})
+floor = Op(("a",), np.floor, {"f": "floor(a)", "iub": "a"})
+ceil = Op(("a",), np.ceil, {"f": "ceil(a)", "iub": "a"})
+trunc = Op(("a",), np.trunc, {"f": "trunc(a)", "iub": "a"})
+rint = Op(("a",), np.rint, {"f": "rint(a)"})
+round = Op(("a",), np.round, {"f": "rint(a)", "iu": "a"})  # decimals=0: half to even, as NumPy
+isnan = Op(("a",), np.isnan, {"b": "a != a"}, _own)
+isinf = Op(("a",), np.isinf, {"b": _floats_else("isinf(a)", "false")}, _own)
+isfinite = Op(("a",), np.isfinite, {"b": _floats_else("isfinite(a)", "true")}, _own)
+signbit = Op(("a",), np.signbit, {"b": _floats_else("signbit(a)", "a < 0")}, _own)
+logical_and = Op(("a", "b"), np.logical_and, {"b": "a && b"})
+logical_or = Op(("a", "b"), np.logical_or, {"b": "a || b"})
+logical_xor = Op(("a", "b"), np.logical_xor, {"b": "a != b"})
+logical_not = Op(("a",), np.logical_not, {"b": "!a"})
+bitwise_and = Op(("a", "b"), np.bitwise_and, {"iub": "a & b"})
+bitwise_or = Op(("a", "b"), np.bitwise_or, {"iub": "a | b"})
+bitwise_xor = Op(("a", "b"), np.bitwise_xor, {"iub": "a ^ b"})
+invert = Op(("a",), np.invert, {"iu": "(kdT)~a", "b": "!a"})
+left_shift = Op(("a", "b"), np.left_shift, {"iu": _LSHIFT})
+right_shift = Op(("a", "b"), np.right_shift, {"i": _RSHIFT_I, "u": _RSHIFT_U})
+
 
 def _named_rows(namespace: dict[str, Any]) -> dict[str, Op]:
     """Name every Op after the variable it is defined as (before any alias is bound)."""
@@ -173,6 +250,13 @@ COMPARISONS = frozenset(name for name, op in TABLE.items() if op.inputs is _comp
 mod = remainder
 true_divide = divide
 absolute = abs
+around = round
+bitwise_not = bitwise_invert = invert
+bitwise_left_shift = left_shift
+bitwise_right_shift = right_shift
+asin, acos, atan, atan2 = arcsin, arccos, arctan, arctan2
+asinh, acosh, atanh = arcsinh, arccosh, arctanh
+pow = power
 
 
 class AsType(ElementwiseFunction):

@@ -42,6 +42,7 @@ _CONTEXT_FREE = {
     "cuGetErrorName",
     "cuPointerGetAttribute",
     "cuLaunchKernel",  # a CUfunction carries its context (checked on the H200 by the gpu tests)
+    "cuLaunchKernelEx",
     "cuGetProcAddress",
 }
 
@@ -90,6 +91,8 @@ class FakeDriver:
         self.c_frees = 0  # queued frees the C launch path made itself
         self.function_attributes: dict[tuple[int, int], int] = {}  # set by cuFuncSetAttribute
         self._c_entries: dict[bytes, Any] = {}
+        self.blocks_per_sm = 4  # what cuOccupancyMaxActiveBlocksPerMultiprocessor answers
+        self.ex_launches: list[tuple] = []  # cuLaunchKernelEx: (f, grid, block, shared, stream, attributes)
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -446,6 +449,28 @@ class FakeDriver:
                 self.launches.append((f, (gx, gy, gz), (bx, by, bz), shared, stream, params))
                 self._snapshot(params)
         return self._r(code)
+
+    def cuLaunchKernelEx(self, config: Any, f: Any, params: int, extra: int) -> tuple:
+        """Records the launch and its attributes by name: ``{"cooperative": 1, "cluster": (x, y, z)}``."""
+        code = self._enter("cuLaunchKernelEx")
+        if not code:
+            ids = _real.CUlaunchAttributeID
+            attributes: dict[str, Any] = {}
+            for a in config.attrs[: config.numAttrs]:
+                if a.id == ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+                    attributes["cooperative"] = a.value.cooperative
+                elif a.id == ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+                    dim = a.value.clusterDim
+                    attributes["cluster"] = (dim.x, dim.y, dim.z)
+            grid = (config.gridDimX, config.gridDimY, config.gridDimZ)
+            block = (config.blockDimX, config.blockDimY, config.blockDimZ)
+            with self._lock:
+                self.ex_launches.append((f, grid, block, config.sharedMemBytes, config.hStream, attributes))
+                self._snapshot(params)
+        return self._r(code)
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, f: Any, block_size: int, shared: int) -> tuple:
+        return self._r(self._enter("cuOccupancyMaxActiveBlocksPerMultiprocessor"), self.blocks_per_sm)
 
     def _snapshot(self, params: int) -> None:
         """Copy ``snapshot_slots`` 8-byte parameter slots out of a launch's ``void*[]``."""

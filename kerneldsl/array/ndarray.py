@@ -2,8 +2,10 @@
 programs like a NumPy array.
 
 The runtime owns the memory, its layout and views; this class adds what runs kernels: the
-operators (``kd.ops`` calls; ``@`` is ``kd.blas.gemm``), ``astype``, ``fill``, ``copy``,
-``ravel``, item assignment, and the kernels that copy and fill strided views. Importing it
+operators (``kd.ops`` calls; ``@`` is ``kd.matmul``), ``astype``, ``fill``, ``copy``,
+``ravel``, item assignment, and the kernels that copy and fill strided views; NumPy's
+reduction methods (``array/methods.py``) and the scalar and Array API protocol
+(``array/protocol.py``) are mixins. Importing it
 registers it with the runtime (``memory.use_array_type``), so that every array the runtime makes
 from then on, the C path's included, is a DeviceArray. It declares no slots: the C path reads
 arrays at the DeviceBuffer's slot offsets.
@@ -18,12 +20,16 @@ import numpy as np
 from ..runtime import memory
 from ..runtime.memory import DeviceBuffer
 from ..runtime.transfers import Transfers
+from .methods import ReductionMethods
+from .protocol import ArrayProtocol
 
 
-class DeviceArray(DeviceBuffer):
+class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol):
     """Device memory that behaves like a NumPy array where that costs nothing: operators map to
     ``kd.ops``, basic indexing and reshaping give views, host conversion is explicit
-    (``to_host()``). See ``DeviceBuffer`` for the memory, layout, views and transfers."""
+    (``to_host()``; ``item()`` and ``float(a)`` of one element synchronize). NumPy's reduction
+    methods (``ReductionMethods``) and the Array API protocol (``ArrayProtocol``) are mixed in.
+    See ``DeviceBuffer`` for the memory, layout, views and transfers."""
 
     __slots__ = ()
 
@@ -138,10 +144,31 @@ class DeviceArray(DeviceBuffer):
     def __ipow__(self, other: Any) -> Any:
         return _ops().power(self, other, out=self)
 
-    def __matmul__(self, other: Any) -> Any:
-        from .. import blas  # the kerneldsl[blas] extra
+    def __matmul__(self, other: DeviceArray | np.ndarray) -> DeviceArray:
+        """``kd.matmul(self, other)``; two 2-D C-contiguous arrays of one dtype go straight to
+        ``kd.blas.gemm`` with a new ``out`` (the C launch path once warm)."""
+        products = _matmul()
+        if (
+            type(other) is DeviceArray
+            and self.ndim == 2
+            and other.ndim == 2
+            and self.is_contiguous
+            and other.is_contiguous
+            and self.dtype is other.dtype
+            and self.dtype in products.GEMM_TYPES
+            and self.session is other.session
+            and self.shape[1] == other.shape[0]
+        ):
+            out = self.session.empty((self.shape[0], other.shape[1]), self.dtype)
+            return products.gemm(self, other, out)  # type: ignore[no-any-return]
+        return products.matmul(self, other)  # type: ignore[no-any-return]
 
-        return blas.gemm(_contiguous(self), _contiguous(other))
+    def __rmatmul__(self, other: np.ndarray) -> DeviceArray:
+        return _matmul().matmul(other, self)  # type: ignore[no-any-return]
+
+    def __imatmul__(self, other: DeviceArray | np.ndarray) -> DeviceArray:
+        """``a @= b``: NumPy's in-place matmul (the product, through a temporary, written into ``a``)."""
+        return _matmul().matmul(self, other, out=self)  # type: ignore[no-any-return]
 
     def __neg__(self) -> Any:
         return _ops().negative(self)
@@ -184,9 +211,14 @@ def _ops() -> Any:
 _imported: dict[str, Any] = {}
 
 
-def _contiguous(a: Any) -> Any:
-    """``a`` itself, or a contiguous copy of a strided view (for callees that read memory linearly)."""
-    return a.copy() if type(a) is DeviceArray and not a.is_contiguous else a
+def _matmul() -> Any:
+    """``kerneldsl.blas.np_matmul`` (the kerneldsl[blas] extra, imported on the first ``@``, then kept)."""
+    products = _imported.get("matmul")
+    if products is None:
+        from ..blas import np_matmul as products
+
+        _imported["matmul"] = products
+    return products
 
 
 def as_array(buffer: DeviceBuffer) -> DeviceArray:

@@ -111,6 +111,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",
     ),
+    "random": Benchmark(
+        "GPU: kd.random.normal / uniform of 2^28 float32 vs torch.randn / rand and cupy.random",
+        "kerneldsl.bench.random_bench",
+        gpu=True,
+        modules={"cupy": "CuPy", "torch": "PyTorch"},
+        install=f"{_CUPY} torch",
+    ),
     "distributed": Benchmark(
         "GPU: remote kernel call vs Dask actor and task round trips, pipelining, two GPUs vs one, worker cold start",
         "kerneldsl.bench.distributed_bench",

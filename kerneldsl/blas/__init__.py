@@ -16,7 +16,8 @@ cores); float64 uses ``CUBLAS_COMPUTE_64F``.
 
 One module per concern: ``binding`` (the library and its ABI values), ``handles`` (the
 per-session handle, its streams, workspaces and scalars), ``checks`` (validation),
-``matmul`` (gemm, gemm_batched) and ``vector`` (levels 1 and 2).
+``matmul`` (gemm, gemm_batched), ``vector`` (levels 1 and 2) and ``np_matmul`` (``kd.matmul``
+and ``@``: NumPy's matmul on those calls).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ which ``cache list`` shows."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, TypeGuard
 
 from ..errors import CacheError
 from .keys import canonical
@@ -33,12 +34,42 @@ def differences(stored: Mapping[str, object], wanted: Mapping[str, object]) -> l
     """What differs, in words: each binding by name (``constant TILE: 128 -> 256``), then every
     other component of the key material, which a binding may have changed too (source, abi)."""
     named = _binding_differences(stored.get("bindings"), wanted.get("bindings"))
+    headers = _header_differences(stored.get("headers"), wanted.get("headers"))
     others = [
         _describe(name, stored.get(name, _ABSENT), wanted.get(name, _ABSENT))
         for name in _differing(stored, wanted)
-        if not (name == "bindings" and named)
+        if not (name == "bindings" and named) and not (name == "headers" and headers)
     ]
-    return named + others
+    return named + headers + others
+
+
+def _header_differences(stored: object, wanted: object) -> list[str]:
+    """``header 0:tile.cuh changed``, ``CUDA headers nvidia-cuda-cccl 13.0 -> ...``; nothing
+    unless both sides carry headers of the shape ``build.key_material`` writes."""
+    if not _well_formed_headers(stored) or not _well_formed_headers(wanted):
+        return []
+    found = []
+    if stored["system"] != wanted["system"]:
+        found.append(f"CUDA headers {stored['system'] or 'none'} -> {wanted['system'] or 'none'}")
+    old, new = stored["user"], wanted["user"]
+    for name in sorted(set(old) | set(new)):
+        if name not in old:
+            found.append(f"header {name} added")
+        elif name not in new:
+            found.append(f"header {name} no longer included")
+        elif old[name] != new[name]:
+            found.append(f"header {name} changed")
+    return found
+
+
+def _well_formed_headers(headers: object) -> TypeGuard[dict[str, Any]]:
+    return (
+        isinstance(headers, dict)
+        and headers.keys() == {"system", "user"}
+        and (headers["system"] is None or type(headers["system"]) is str)
+        and isinstance(headers["user"], dict)
+        and all(type(k) is str and type(v) is str for k, v in headers["user"].items())
+    )
 
 
 _BINDING_LABELS = {  # field -> how explain() names one of its bindings

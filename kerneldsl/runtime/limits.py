@@ -15,6 +15,8 @@ MAX_BLOCK = (1024, 1024, 64)
 MAX_BLOCK_THREADS = 1024
 DEFAULT_SHARED_LIMIT = 48 * 1024  # dynamic shared memory above this needs a per-function opt-in
 MAX_INDEX32_THREADS = 2**31 - 1  # threads along an axis a 32-bit index_t can number
+MAX_CLUSTER_BLOCKS = 8  # the portable thread-block cluster size (larger needs a non-portable opt-in)
+CLUSTER_MIN_MAJOR = 9  # thread-block clusters need compute capability 9.0 (sm_90) or newer
 
 
 class LaunchLimits(NamedTuple):

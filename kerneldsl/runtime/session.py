@@ -217,6 +217,7 @@ class Session(Generic[ArrayT]):
     # -- launch hot path (session_launch.py: the same functions, bound as methods) -------------
 
     launch = session_launch.launch
+    launch_ex = session_launch.launch_ex  # cooperative and cluster launches (cuLaunchKernelEx)
     launch_failed = session_launch.launch_failed  # the C path's launches raise through it
     entry_point = session_launch.entry_point
 

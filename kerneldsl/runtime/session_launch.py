@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import LaunchConfigError, StickyCudaError, WrongSessionError
 from . import driver
 from .driver import check
-from .limits import DEFAULT_SHARED_LIMIT, MAX_BLOCK, MAX_BLOCK_THREADS, MAX_GRID
+from .limits import (
+    DEFAULT_SHARED_LIMIT,
+    MAX_BLOCK,
+    MAX_BLOCK_THREADS,
+    MAX_CLUSTER_BLOCKS,
+    MAX_GRID,
+)
 from .stream import Stream
 
 if TYPE_CHECKING:
@@ -91,6 +97,118 @@ def launch(
                 )[0]
         if err:
             launch_failed(self, err)
+
+
+def launch_ex(
+    self: Session,
+    function: Any,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared: int,
+    stream: Stream | None,
+    params: int,
+    cooperative: bool,
+    cluster: tuple[int, ...],
+) -> None:
+    """A launch with ``cuLaunchKernelEx`` attributes: ``cooperative`` (every block co-resident,
+    refused with LaunchConfigError when the occupancy says the grid does not fit) and ``cluster``
+    (thread-block cluster dimensions; () for none). Off the warm path: it checks the device and
+    builds the launch configuration on every call, as a kernel needing either does enough work
+    per launch that a microsecond does not show."""
+    with self.lock:
+        if not self.usable:
+            self.raise_unusable()
+        if not unusual_launch(self, function, grid, block, shared):
+            return
+        if stream is None:
+            h = self.raw_stream
+        elif stream.session is self and not stream._closed:
+            h = stream._cu
+        else:
+            bad_stream(self, stream)
+        if cluster:
+            check_cluster(self, grid, cluster)
+        if cooperative:
+            check_co_resident(self, function, grid, block, shared)
+        if self._deferred:
+            with self._activation:
+                pass
+        config = launch_config(self.api, grid, block, shared, h, cooperative, cluster)
+        err = self.api.cuLaunchKernelEx(config, function, params, 0)[0]
+        if err == driver.ERROR_INVALID_CONTEXT:
+            with self._raw_activation:
+                err = self.api.cuLaunchKernelEx(config, function, params, 0)[0]
+        if err:
+            launch_failed(self, err)
+
+
+def check_cluster(self: Session, grid: tuple[int, ...], cluster: tuple[int, ...]) -> None:
+    """LaunchConfigError unless ``cluster`` holds 1..8 blocks and divides ``grid`` axis by axis
+    (a build for a device without clusters, before sm_90, is refused when it is planned)."""
+    blocks = 1
+    for axis, g, c in zip("xyz", grid, cluster):
+        if type(c) is not int or c < 1:
+            raise LaunchConfigError(f"cluster.{axis} = {c!r} must be a positive int")
+        if g % c:
+            raise LaunchConfigError(f"grid.{axis} = {g} is not a multiple of cluster.{axis} = {c}")
+        blocks *= c
+    if blocks > MAX_CLUSTER_BLOCKS:
+        raise LaunchConfigError(
+            f"cluster {tuple(cluster)} has {blocks} blocks; a portable cluster holds at most {MAX_CLUSTER_BLOCKS}"
+        )
+
+
+def check_co_resident(self: Session, function: Any, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:
+    """LaunchConfigError unless all of ``grid``'s blocks can be resident at once, as a cooperative
+    launch needs (blocks per SM at this block size and shared memory, times the SM count)."""
+    d = self.api
+    threads = block[0] * block[1] * block[2]
+    with self._raw_activation:
+        per_sm = int(
+            check(
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+                d.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shared),
+            )
+        )
+    fits = per_sm * self.gpu.multiprocessors
+    blocks = grid[0] * grid[1] * grid[2]
+    if blocks > fits:
+        raise LaunchConfigError(
+            f"a cooperative launch of {blocks} blocks of {threads} threads ({shared} bytes of shared memory) "
+            f"cannot be co-resident: device {self.device} holds {per_sm} such block(s) per SM x "
+            f"{self.gpu.multiprocessors} SMs = {fits}"
+        )
+
+
+def launch_config(
+    d: Any,
+    grid: tuple[int, ...],
+    block: tuple[int, ...],
+    shared: int,
+    stream: Any,
+    cooperative: bool,
+    cluster: tuple[int, ...],
+) -> Any:
+    """The ``CUlaunchConfig`` of one extended launch, with its cooperative and cluster attributes."""
+    config = d.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared
+    config.hStream = stream
+    attributes = []
+    if cooperative:
+        a = d.CUlaunchAttribute()
+        a.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        a.value.cooperative = 1
+        attributes.append(a)
+    if cluster:
+        a = d.CUlaunchAttribute()
+        a.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+        attributes.append(a)
+    config.attrs = attributes
+    config.numAttrs = len(attributes)
+    return config
 
 
 def unusual_launch(self: Session, function: Any, grid: Any, block: Any, shared: Any) -> bool:

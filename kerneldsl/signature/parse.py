@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BindingError, DeclarationError
+from ..runtime.limits import MAX_CLUSTER_BLOCKS
 from .dims import Dim, Expr, as_expr, plain_identifier
 from .spelling import ANNOTATION_CLASSES, NO_DEFAULT, ArrayAnnotation, ConstAnnotation, ScalarAnnotation
 
@@ -89,6 +90,8 @@ class Signature:
     specialize: tuple[str, ...] = ()
     allow_alias: bool = False
     symbols: dict[str, tuple[str, int]] = field(default_factory=dict)  # symbol -> first (param, axis)
+    cooperative: bool = False  # launched co-resident (cuLaunchKernelEx, cooperative attribute)
+    cluster: tuple[Expr, ...] = ()  # thread-block cluster dimensions (sm_90+); () for none
 
     @cached_property
     def arrays(self) -> tuple[ArrayParam, ...]:
@@ -147,6 +150,9 @@ def parse_signature(
     specialize: tuple[str, ...] = (),
     allow_alias: bool = False,
     strided: tuple[str, ...] = (),
+    *,
+    cooperative: bool = False,
+    cluster: Dim | tuple[Dim, ...] | None = None,
 ) -> Signature:
     name = _kernel_name(func)
     params = _mark_strided(name, tuple(_parse_param(name, p) for p in _parameters(func)), strided)
@@ -157,8 +163,11 @@ def parse_signature(
         "grid": _launch_dims(name, "grid", grid),
         "block": _launch_dims(name, "block", block),
         "shared": (_launch_dim(name, "shared", shared),),
+        "cluster": () if cluster is None else _cluster_dims(name, cluster),
     }
-    for what, dims in launch.items():
+    if type(cooperative) is not bool:
+        raise DeclarationError(name, None, f"cooperative must be True or False, got {cooperative!r}")
+    for what, dims in launch.items():  # cluster= reads symbols and constants as grid= does
         for dim in dims:
             undefined = dim.symbols() - set(symbols) - set(consts)
             if undefined:
@@ -176,6 +185,8 @@ def parse_signature(
         specialize=specialized,
         allow_alias=allow_alias,
         symbols=symbols,
+        cooperative=cooperative,
+        cluster=launch["cluster"],
     )
 
 
@@ -231,6 +242,20 @@ def _launch_dims(kernel: str, what: str, value: Dim | tuple[Dim, ...]) -> tuple[
     if not 1 <= len(dims) <= 3:
         raise DeclarationError(kernel, None, f"{what} needs 1, 2 or 3 dimensions, got {len(dims)}")
     return tuple(_launch_dim(kernel, what, d) for d in dims)
+
+
+def _cluster_dims(kernel: str, value: Dim | tuple[Dim, ...]) -> tuple[Expr, ...]:
+    """A cluster's dimensions, padded to three; one given as integers must hold 1..8 blocks, the
+    portable cluster size (a computed one is checked at the launch)."""
+    dims = _launch_dims(kernel, "cluster", value)
+    dims += (Expr("int", (1,)),) * (3 - len(dims))
+    if all(d.op == "int" for d in dims):
+        sizes = [d.args[0] for d in dims]
+        if min(sizes) < 1 or sizes[0] * sizes[1] * sizes[2] > MAX_CLUSTER_BLOCKS:
+            raise DeclarationError(
+                kernel, None, f"cluster {tuple(sizes)} must hold 1..{MAX_CLUSTER_BLOCKS} blocks (the portable size)"
+            )
+    return dims
 
 
 def _launch_dim(kernel: str, what: str, value: Dim) -> Expr:

@@ -57,3 +57,33 @@ def ops(d: kd.DeviceArray, r: RemoteArray) -> None:
 def redeclared() -> None:
     again = kd.kernel(grid=1, block=1, options=["-Xptxas=-v"])(saxpy.body)
     assert_type(again(np.ones(4), np.ones(4), 1.0), None)
+
+
+def matmul(d: kd.DeviceArray) -> None:
+    y = np.ones((4, 4), np.float32)
+    assert_type(d @ d, kd.DeviceArray)
+    assert_type(d @ y, kd.DeviceArray)
+    assert_type(kd.matmul(d, d), kd.DeviceArray)
+    assert_type(kd.matmul(d, y, out=d), kd.DeviceArray)
+    assert_type(kd.matmul(y, d), kd.DeviceArray)
+    d @= d
+
+
+def array_methods(d: kd.DeviceArray) -> None:
+    assert_type(d.sum(axis=(0, 1), keepdims=True), kd.DeviceArray)
+    assert_type(d.mean(dtype=np.float64), kd.DeviceArray)
+    assert_type(d.std(ddof=1), kd.DeviceArray)
+    assert_type(d.argmax(axis=-1), kd.DeviceArray)
+    assert_type(d.any(), kd.DeviceArray)
+    assert_type(d.cumsum(axis=0, dtype=np.int64), kd.DeviceArray)
+    assert_type(d.mT, kd.DeviceArray)
+    assert_type(d.to_device(0), kd.DeviceArray)
+    assert_type(d.item(), Any)
+    assert_type(float(d.sum()), float)
+    assert_type(d.device, int)
+
+
+def random_draws(s: kd.Session) -> None:
+    assert_type(kd.random.normal((4, 4), seed=1, session=s), kd.DeviceArray)
+    assert_type(kd.random.uniform(8, dtype=np.float64), kd.DeviceArray)
+    assert_type(kd.random.Generator(3).integers(8, 0, 10, dtype=np.int32, session=s), kd.DeviceArray)

@@ -1,0 +1,137 @@
+"""Cooperative and cluster launches: declared on ``kd.kernel``, checked when declared and at each
+launch, and launched through ``cuLaunchKernelEx`` with the matching attributes (the driver
+double records them); the C launch path declines them, so they take the adapter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import installed_driver
+from driver_double import FakeDriver
+
+import kerneldsl as kd
+from kerneldsl import fastpath
+from kerneldsl.errors import DeclarationError, LaunchConfigError
+from kerneldsl.signature import Expr
+
+BODY = "index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] = 1.0f;"
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128, cooperative=True)
+def together(y: kd.Out[kd.float32, "n"]):
+    return BODY.format(y=y)
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128, cluster=("c", 1))
+def clustered(y: kd.Out[kd.float32, "n"], c: kd.Const[int] = 2):
+    return BODY.format(y=y)
+
+
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def plain(y: kd.Out[kd.float32, "n"]):
+    return BODY.format(y=y)
+
+
+@pytest.fixture
+def drv() -> Any:
+    with installed_driver(FakeDriver(), together, clustered, plain) as fake:
+        yield fake
+
+
+@pytest.fixture
+def s(drv: FakeDriver) -> Any:
+    with kd.Session(0) as session:
+        yield session
+
+
+def test_a_cooperative_kernel_launches_with_the_cooperative_attribute(s: kd.Session, drv: FakeDriver) -> None:
+    together(s.zeros(1024, np.float32))
+    together(s.zeros(1024, np.float32))  # warm: still the adapter, the C path declines it
+    assert not drv.launches and not drv.c_launches
+    [_, (_, grid, block, _, stream, attributes)] = drv.ex_launches
+    assert (grid, block, attributes) == ((8, 1, 1), (128, 1, 1), {"cooperative": 1})
+    assert int(stream) == int(s.raw_stream)
+
+
+def test_a_cooperative_grid_that_cannot_be_co_resident_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+    drv.blocks_per_sm = 1  # the double's device has 132 SMs: 132 blocks fit
+    with pytest.raises(LaunchConfigError, match=r"cannot be co-resident.*1 such block\(s\) per SM x 132 SMs = 132"):
+        together(s.zeros(133 * 128, np.float32))
+    assert not drv.ex_launches and not s.poisoned
+    together(s.zeros(132 * 128, np.float32))
+    assert len(drv.ex_launches) == 1
+
+
+def test_a_cluster_kernel_launches_with_its_cluster_dimensions(s: kd.Session, drv: FakeDriver) -> None:
+    clustered(s.zeros(1024, np.float32), c=4)
+    [(_, grid, _, _, _, attributes)] = drv.ex_launches
+    assert grid == (8, 1, 1) and attributes == {"cluster": (4, 1, 1)}
+
+
+def test_a_grid_that_is_not_a_multiple_of_the_cluster_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+    with pytest.raises(LaunchConfigError, match="grid.x = 3 is not a multiple of cluster.x = 2"):
+        clustered(s.zeros(3 * 128, np.float32))
+    assert not drv.ex_launches
+
+
+def test_a_computed_cluster_past_the_portable_size_is_refused_at_launch(s: kd.Session, drv: FakeDriver) -> None:
+    with pytest.raises(LaunchConfigError, match="at most 8"):
+        clustered(s.zeros(16 * 128, np.float32), c=16)
+    assert not drv.ex_launches
+
+
+def test_a_cluster_on_a_device_older_than_sm_90_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+    s.gpu._facts["COMPUTE_CAPABILITY_MAJOR"] = 8  # the call builds for the device's sm_80
+    with pytest.raises(DeclarationError, match="cluster= needs sm_90 or newer; this build is for sm_80"):
+        clustered(s.zeros(1024, np.float32))
+    assert not drv.ex_launches
+
+
+def test_a_plain_kernel_still_launches_with_cuLaunchKernel(s: kd.Session, drv: FakeDriver) -> None:
+    plain(s.zeros(1024, np.float32))
+    assert len(drv.launches) == 1 and not drv.ex_launches
+
+
+def test_the_c_launch_path_declines_extended_launches() -> None:
+    plan = together.inspect(np.zeros(256, np.float32), arch="sm_90").launch_plan
+    assert plan.cooperative and plan.extended
+    assert fastpath.launch_table(plan) is None
+
+
+def test_cluster_declared_as_integers_must_hold_one_to_eight_blocks() -> None:
+    def body(y: kd.Out[kd.float32, "n"]) -> str:
+        return ""
+
+    with pytest.raises(DeclarationError, match="must hold 1..8 blocks"):
+        kd.kernel(grid=16, block=32, cluster=(4, 4))(body)
+
+
+def test_cluster_may_use_only_defined_symbols() -> None:
+    def body(y: kd.Out[kd.float32, "n"]) -> str:
+        return ""
+
+    with pytest.raises(DeclarationError, match=r"cluster uses \['m'\]"):
+        kd.kernel(grid=16, block=32, cluster="m")(body)
+
+
+def test_cooperative_must_be_a_bool() -> None:
+    def body(y: kd.Out[kd.float32, "n"]) -> str:
+        return ""
+
+    with pytest.raises(DeclarationError, match="cooperative must be True or False"):
+        kd.kernel(cooperative=1)(body)  # type: ignore[arg-type]
+
+
+def test_a_cluster_build_for_an_arch_before_sm_90_is_refused() -> None:
+    with pytest.raises(DeclarationError, match="cluster= needs sm_90 or newer"):
+        clustered.inspect(np.zeros(256, np.float32), arch="sm_80")
+
+
+def test_the_launch_plan_carries_the_declared_cluster() -> None:
+    clustered_plan = clustered.inspect(np.zeros(256, np.float32), arch="sm_90").launch_plan
+    plain_plan = plain.inspect(np.zeros(256, np.float32), arch="sm_90").launch_plan
+    one = Expr("int", (1,))
+    assert clustered_plan.cluster == (Expr("sym", ("c",)), one, one) and clustered_plan.extended
+    assert plain_plan.cluster == () and not plain_plan.extended

@@ -1,0 +1,107 @@
+"""Cooperative and cluster launches on the GPU: a grid-wide barrier (hand-written and
+cooperative_groups' ``this_grid().sync()``) sees every block's write, a grid too large to be
+co-resident is refused with a LaunchConfigError before the launch, and a cluster launch gives
+each block the rank in its cluster that the grid position implies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl.errors import HeadersNotAvailableError, LaunchConfigError
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def session() -> Any:
+    s = kd.Session(0)
+    yield s
+    s.close()
+
+
+@kd.kernel(grid="g", block=128, cooperative=True)
+def barrier_neighbours(out: kd.Out[kd.int32, "g"], ids: kd.InOut[kd.int32, "g"], arrived: kd.InOut[kd.uint32, 1]):
+    return f"""
+    if (threadIdx.x == 0) {{
+        volatile int* v = {ids};
+        v[blockIdx.x] = blockIdx.x + 1;
+        __threadfence();
+        atomicAdd({arrived}, 1u);
+        while (atomicAdd({arrived}, 0u) < gridDim.x) {{ }}
+        __threadfence();
+        {out}[blockIdx.x] = v[(blockIdx.x + 1) % gridDim.x];
+    }}
+    """
+
+
+@kd.kernel(grid="g", block=128, cooperative=True)
+def grid_sync_neighbours(out: kd.Out[kd.int32, "g"], ids: kd.InOut[kd.int32, "g"]):
+    return f"""
+    #include <cooperative_groups.h>
+    if (threadIdx.x == 0) {ids}[blockIdx.x] = blockIdx.x + 1;
+    cooperative_groups::this_grid().sync();
+    if (threadIdx.x == 0) {out}[blockIdx.x] = {ids}[(blockIdx.x + 1) % gridDim.x];
+    """
+
+
+@kd.kernel(grid="g", block=1024, cooperative=True)
+def wide_blocks(out: kd.Out[kd.int32, "g"]):
+    return f"if (threadIdx.x == 0) {out}[blockIdx.x] = 1;"
+
+
+@kd.kernel(grid="g", block=32, cluster=("c", 1, 1))
+def cluster_ranks(rank: kd.Out[kd.uint32, "g"], size: kd.Out[kd.uint32, "g"], c: kd.Const[int] = 4):
+    return f"""
+    unsigned int r, n;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    if (threadIdx.x == 0) {{ {rank}[blockIdx.x] = r; {size}[blockIdx.x] = n; }}
+    """
+
+
+def _neighbours(g: int) -> list[int]:
+    return [(b + 1) % g + 1 for b in range(g)]
+
+
+def test_a_cooperative_grid_passes_a_hand_written_grid_barrier(session: kd.Session) -> None:
+    g = 2 * session.gpu.multiprocessors
+    out = session.zeros(g, np.int32)
+    barrier_neighbours(out, session.zeros(g, np.int32), session.zeros(1, np.uint32))
+    assert out.to_host().tolist() == _neighbours(g)
+
+
+def test_a_cooperative_grid_passes_cooperative_groups_grid_sync(session: kd.Session) -> None:
+    g = 2 * session.gpu.multiprocessors
+    out = session.zeros(g, np.int32)
+    try:
+        grid_sync_neighbours(out, session.zeros(g, np.int32))
+    except HeadersNotAvailableError as exc:
+        pytest.skip(f"the headers extra is not installed: {exc}")
+    assert out.to_host().tolist() == _neighbours(g)
+
+
+def test_a_cooperative_grid_that_cannot_be_co_resident_is_refused(session: kd.Session) -> None:
+    g = 64 * session.gpu.multiprocessors  # 64 blocks of 1024 threads fit on no SM
+    with pytest.raises(LaunchConfigError, match="cannot be co-resident"):
+        wide_blocks(session.zeros(g, np.int32))
+    out = session.zeros(session.gpu.multiprocessors, np.int32)
+    wide_blocks(out)  # one block per SM fits, and the session is fine after the refusal
+    assert out.to_host().tolist() == [1] * session.gpu.multiprocessors
+
+
+@pytest.mark.parametrize("c", [2, 4, 8])
+def test_a_cluster_launch_ranks_blocks_within_their_cluster(session: kd.Session, c: int) -> None:
+    g = 64
+    rank, size = session.zeros(g, np.uint32), session.zeros(g, np.uint32)
+    cluster_ranks(rank, size, c=c)
+    assert rank.to_host().tolist() == [b % c for b in range(g)]
+    assert size.to_host().tolist() == [c] * g
+
+
+def test_a_grid_that_is_not_a_multiple_of_the_cluster_is_refused(session: kd.Session) -> None:
+    with pytest.raises(LaunchConfigError, match="not a multiple of cluster.x = 4"):
+        cluster_ranks(session.zeros(6, np.uint32), session.zeros(6, np.uint32))
