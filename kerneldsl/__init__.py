@@ -63,9 +63,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
 # public name -> the module that defines it
 _HOMES = {name: home for home, names in _PUBLIC.items() for name in names}
 
-# homes whose names make arrays: the array layer is imported first, so that it registers
-# DeviceArray with the runtime and every array they make has operators
-_MAKE_ARRAYS = (".runtime", ".dispatch")
+# names that make no arrays; every other name imports the array class first, so that it
+# registers DeviceArray with the runtime and every array made from then on has operators
+_MAKE_NO_ARRAYS = {".device_code", ".dtypes", ".signature", ".target", "cache", "errors"}
 
 
 def __getattr__(name: str) -> object:
@@ -74,8 +74,8 @@ def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if home in _MAKE_ARRAYS:
-        importlib.import_module(".array", __name__)
+    if (home or name) not in _MAKE_NO_ARRAYS:
+        importlib.import_module(".array.ndarray", __name__)
     module = importlib.import_module(home or f".{name}", __name__)
     value = module if not home else getattr(module, name)
     globals()[name] = value

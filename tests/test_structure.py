@@ -206,13 +206,19 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(source: str, module: str, *, is_package: bool, skip: str | None = None) -> list[tuple[int, str]]:
+def _imports(
+    source: str, module: str, *, is_package: bool, skip: str | None = None, for_checkers: bool = True
+) -> list[tuple[int, str]]:
     """``(line, absolute name)`` of everything ``source`` imports, wherever the statement is (in a
     function, under TYPE_CHECKING), ``importlib.import_module("...")`` included; ``from X import a``
-    gives ``X`` and ``X.a`` (``a`` may be a module). The body of the function named ``skip`` is left out."""
+    gives ``X`` and ``X.a`` (``a`` may be a module). The body of the function named ``skip`` is left
+    out, and so are TYPE_CHECKING blocks unless ``for_checkers`` (imports that never run)."""
     package = module if is_package else module.rpartition(".")[0]
     tree = ast.parse(source)
     skipped = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name == skip for n in ast.walk(f)}
+    if not for_checkers:
+        checker_only = [n for n in ast.walk(tree) if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test)]
+        skipped |= {id(n) for block in checker_only for n in ast.walk(block)}
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if id(node) in skipped:
@@ -280,17 +286,17 @@ def test_the_upward_import_check_names_each_import_of_a_layer_above() -> None:
     ]
 
 
-def _import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports, by every import statement (lazy ones and
-    TYPE_CHECKING ones included) but the lazy facade (``kerneldsl.__getattr__``); importing a
-    module imports its packages too."""
+def _import_graph(for_checkers: bool = True) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, by every import statement (lazy ones, and
+    TYPE_CHECKING ones ``for_checkers``) but the lazy facade (``kerneldsl.__getattr__``);
+    importing a module imports its packages too."""
     paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
         is_package = path.name == "__init__.py"
         skip = "__getattr__" if module == "kerneldsl" else None
         targets: set[str] = set()
-        for _, name in _imports(path.read_text(), module, is_package=is_package, skip=skip):
+        for _, name in _imports(path.read_text(), module, is_package=is_package, skip=skip, for_checkers=for_checkers):
             parts = name.split(".")
             known = [".".join(parts[:n]) for n in range(1, len(parts) + 1) if ".".join(parts[:n]) in paths]
             targets.update(t for t in known if not module.startswith(f"{t}.") and t != module)
@@ -321,9 +327,33 @@ def test_no_import_cycle_runs_through_the_runtime_and_a_layer_outside_it() -> No
     imports it back (cycles among the runtime's own modules, annotations naming each other, stay
     inside it)."""
     graph = _import_graph()
-    assert "kerneldsl.array.ndarray" in graph["kerneldsl.array"]  # the graph sees what it must
+    assert "kerneldsl.array.ndarray" in graph["kerneldsl.array.sessions"]  # the graph sees what it must
     assert "kerneldsl.runtime.memory" in graph["kerneldsl.array.ndarray"]
     assert _cycles_leaving_the_runtime(graph) == []
+
+
+def _modules_on_cycles(graph: dict[str, set[str]]) -> list[str]:
+    reach = {m: _reachable(graph, m) for m in graph}
+    return sorted(m for m in graph if m in reach[m])
+
+
+def test_no_import_that_runs_closes_a_loop_anywhere_in_the_package() -> None:
+    """Every import that runs, at import time or lazily in a function, points down the house:
+    ``DeviceArray`` calls the engine and cuBLAS, which know it through the runtime's registration
+    (``array.arraytype``); only annotations (TYPE_CHECKING) may name a module above."""
+    graph = _import_graph(for_checkers=False)
+    assert "kerneldsl.ops" in graph["kerneldsl.array.ndarray"]  # the lazy imports are in the graph
+    assert _modules_on_cycles(graph) == []
+
+
+def test_the_loop_check_names_the_modules_on_a_lazy_loop() -> None:
+    graph = {
+        "kerneldsl.array.ndarray": {"kerneldsl.ops"},
+        "kerneldsl.ops": {"kerneldsl.array.elementwise"},
+        "kerneldsl.array.elementwise": {"kerneldsl.array.ndarray", "kerneldsl.runtime.memory"},
+        "kerneldsl.runtime.memory": set(),
+    }
+    assert _modules_on_cycles(graph) == ["kerneldsl.array.elementwise", "kerneldsl.array.ndarray", "kerneldsl.ops"]
 
 
 def test_the_cycle_check_names_a_runtime_module_on_a_loop_with_an_upper_one() -> None:

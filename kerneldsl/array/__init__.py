@@ -1,7 +1,9 @@
 """The array core: what ``kd.ops``, ``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share.
 
-- ``ndarray``: ``DeviceArray``, the user-facing array (operators, ``astype``, ``fill``), registered
-  with the runtime on import, so importing any part of this package makes arrays DeviceArrays;
+- ``ndarray``: ``DeviceArray``, the user-facing array (operators, ``astype``, ``fill``, the
+  ``methods`` and ``protocol`` mixins), at the top of this layer: it calls the engine below and
+  cuBLAS, which know it only through the runtime's registration (``arraytype``); it registers
+  itself when imported, which every public ``kd`` name that makes arrays does first;
 - ``creation``: ``kd.asarray``, ``kd.empty`` and the other NumPy-style constructors;
 - ``program``: the per-element IR (leaves and operator nodes) and the builder that traces it;
 - ``placement``: where a call runs (host or which session), adopting foreign arrays, ``out=`` rules;
@@ -12,5 +14,3 @@
 Every kernel made here is an ordinary ``Kernel``: same binding, NVRTC, disk cache, adapter and
 C launch path as ``@kd.kernel``.
 """
-
-from . import ndarray as ndarray

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.session import Session, default_session
-from .ndarray import DeviceArray, as_array
+from .arraytype import as_array
+from .ndarray import DeviceArray
 
 
 def _session(session: Session | None) -> Session:

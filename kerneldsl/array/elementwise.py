@@ -43,13 +43,15 @@ from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import DeclarationError, FusionError
+from ..runtime import memory
 from ..runtime.limits import MAX_GRID
+from ..runtime.memory import DeviceBuffer
 from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
-from .ndarray import DeviceArray
 
 if TYPE_CHECKING:
     from ..distributed.handles import RemoteArray
     from ..runtime.stream import Stream
+    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
     from .program import Traced
 from .kernels import (
@@ -179,14 +181,16 @@ class ElementwisePlan(Plan):
         if session is None or not self.direct or skip or session.capturing:
             return
         if out is None:
-            if stream is None and self.size and type(result) is DeviceArray:
-                allocate = functools.partial(DeviceArray, session, self.shape, self.dtype)
+            if stream is None and self.size and isinstance(result, memory.DeviceBuffer):
+                if type(result) is not memory.array_type:  # made before ``ndarray`` registered its class
+                    return
+                allocate = functools.partial(memory.array_type, session, self.shape, self.dtype)
                 fastpath.remember(front, self.c_alloc_slot, lambda: self._c_launch(values, result, None, allocate))
         elif fastpath.stream_entry_ok(stream, session):
             fastpath.remember(front, self.c_slot.on_stream(stream), lambda: self._c_launch(values, out, stream))
 
     def _c_launch(
-        self, values: Sequence[Any], out: Any, stream: Any, allocate: Callable[[], DeviceArray] | None = None
+        self, values: Sequence[Any], out: Any, stream: Any, allocate: Callable[[], DeviceBuffer] | None = None
     ) -> Any:
         found = self.kernel.lookup((*values, out), {})
         if found is None or found[1]:  # foreign or host operands: the Python path
@@ -249,7 +253,7 @@ def plan_elementwise(
         check_out(out, shape, out_dtype, program.name)
         out_dtype = np.dtype(out.dtype)
     sources = tuple(builder.sources)
-    arrays = [a for a in (*(args[i] for k, i in sources if k == "arg"), out) if type(a) is DeviceArray]
+    arrays = [a for a in (*(args[i] for k, i in sources if k == "arg"), out) if type(a) is memory.array_type]
     strided = any(not a.is_contiguous for a in arrays)
     layout = layout_of(builder.shapes, shape, strided)
     return ElementwisePlan(

@@ -132,6 +132,6 @@ def _dtyped() -> Any:
 
 
 def _ops() -> Any:
-    from .ndarray import _ops
+    from .. import ops  # below the array class whose methods these are
 
-    return _ops()
+    return ops

@@ -13,13 +13,14 @@ arrays at the DeviceBuffer's slot offsets.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from ..runtime import memory
 from ..runtime.memory import DeviceBuffer
 from ..runtime.transfers import Transfers
+from .arraytype import as_array
 from .methods import ReductionMethods
 from .protocol import ArrayProtocol
 
@@ -219,13 +220,6 @@ def _matmul() -> Any:
 
         _imported["matmul"] = products
     return products
-
-
-def as_array(buffer: DeviceBuffer) -> DeviceArray:
-    """An array the runtime made, typed as what it is once this module is imported (the runtime's
-    factories are annotated with the class it knows, DeviceBuffer, where a session is not a
-    ``kd.Session``)."""
-    return cast(DeviceArray, buffer)
 
 
 memory.use_array_type(DeviceArray)

@@ -10,24 +10,28 @@ the operands do.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import promotion
 from ..routing import is_remote
+from ..runtime import memory
 from ..runtime.foreign import adopt, is_foreign
-from .ndarray import DeviceArray
+from ..runtime.memory import DeviceBuffer
+
+if TYPE_CHECKING:
+    from .ndarray import DeviceArray
 from .program import SCALAR_TYPES
 
 
 def is_array(value: Any) -> bool:
-    return isinstance(value, (DeviceArray, np.ndarray)) or is_foreign(value)
+    return isinstance(value, (memory.DeviceBuffer, np.ndarray)) or is_foreign(value)
 
 
 def place(values: Sequence[Any], what: str) -> tuple[list[Any], Any]:
     """``(values, session)``: the operands as the call uses them; session None for the numpy path."""
-    session = next((v.session for v in values if type(v) is DeviceArray), None)
+    session = next((v.session for v in values if type(v) is memory.array_type), None)
     if session is None:
         foreign = next((v for v in values if not isinstance(v, (np.ndarray, *SCALAR_TYPES)) and is_array(v)), None)
         if foreign is None:
@@ -39,7 +43,7 @@ def place(values: Sequence[Any], what: str) -> tuple[list[Any], Any]:
             d = session.to_device(v)
             session.keep_alive(d, session.stream)
             out.append(d)
-        elif type(v) is DeviceArray or isinstance(v, SCALAR_TYPES):
+        elif type(v) is memory.array_type or isinstance(v, SCALAR_TYPES):
             out.append(v)
         else:
             out.append(adopt(v, session, what, None))
@@ -51,7 +55,7 @@ def fast_place(values: Sequence[Any], what: str) -> tuple[Sequence[Any], Any]:
     session = None
     for v in values:
         t = type(v)
-        if t is DeviceArray:
+        if t is memory.array_type:
             session = v.session
         elif t is not float and t is not int and t is not bool and not isinstance(v, np.generic):
             return place(values, what)
@@ -71,7 +75,7 @@ def check_placement(out: Any, session: Any, what: str) -> None:
     """Host operands write host results, device operands device results."""
     if session is None and not isinstance(out, np.ndarray):
         raise TypeError(f"{what}: the operands are on the host, so out= must be a numpy array")
-    if session is not None and type(out) is not DeviceArray:
+    if session is not None and type(out) is not memory.array_type:
         raise TypeError(f"{what}: the operands are on the device, so out= must be a kerneldsl DeviceArray")
 
 
@@ -80,12 +84,12 @@ def unalias(value: Any, out: DeviceArray, session: Any) -> Any:
     reversed view, foreign memory adopted twice) would be overwritten while still read: copy it.
     The test is the byte extents, whatever made the arrays. The output itself is safe: each
     element is read and written by the same thread."""
-    if type(value) is DeviceArray and value.overlaps(out) and not value.same_elements(out):
+    if type(value) is memory.array_type and value.overlaps(out) and not value.same_elements(out):
         return session.copy(value)
     return value
 
 
-def shares_memory(a: DeviceArray) -> bool:
+def shares_memory(a: DeviceBuffer) -> bool:
     """Whether ``a`` may share bytes with another array: a view, or borrowed foreign memory
     (which kerneldsl cannot tell from another adoption of the same buffer). An array that owns
     its allocation overlaps only itself. Both keep what holds their memory in ``_owner`` (the
@@ -95,7 +99,7 @@ def shares_memory(a: DeviceArray) -> bool:
 
 def is_strided(value: Any) -> bool:
     """Whether ``value`` is a DeviceArray view that is not C-contiguous."""
-    return type(value) is DeviceArray and not value.is_contiguous
+    return type(value) is memory.array_type and not value.is_contiguous
 
 
 def contiguous(values: Sequence[Any]) -> list[Any]:
@@ -111,7 +115,7 @@ def arg_key(value: Any) -> Any:
     plan's key decides everything the kernel's own dispatch would.
     """
     t = type(value)
-    if t is DeviceArray:
+    if t is memory.array_type:
         return (value.dispatch_tag, value.shape)
     if t is np.ndarray:
         return (t, value.dtype, value.shape)

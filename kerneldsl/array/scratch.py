@@ -9,11 +9,12 @@ use it, or, for scan flags, tagged with a per-launch epoch so it never needs cle
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .ndarray import DeviceArray
+if TYPE_CHECKING:
+    from .ndarray import DeviceArray
 
 EPOCH_LIMIT = 1 << 30  # scan flags hold the epoch in 30 bits: past it, the flags start over zeroed
 

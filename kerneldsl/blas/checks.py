@@ -6,11 +6,15 @@ enqueued nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..array.ndarray import DeviceArray, as_array
+from ..array.arraytype import as_array
+from ..runtime import memory
+
+if TYPE_CHECKING:
+    from ..array.ndarray import DeviceArray
 from ..dtypes import ELEMENT_TYPES, INT32_MAX, add_bfloat16
 from ..errors import AliasingError, BindingError, ShapeMismatchError, StridedArrayError
 from ..routing import RemoteArguments, is_remote
@@ -38,7 +42,7 @@ VECTOR_PREFIX: dict[np.dtype, str] = {F32: "s", F64: "d"}
 def session_of(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], stream: Stream | None) -> Session:
     """The one session owning every array and ``stream``; specific errors for foreign, closed or mixed ones."""
     for name, a in zip(names, arrays):
-        if a is not None and type(a) is not DeviceArray:
+        if a is not None and type(a) is not memory.array_type:
             if is_remote(a):
                 raise RemoteArguments(a)
             raise BindingError(

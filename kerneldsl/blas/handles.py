@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import blas_lt
-from ..array.ndarray import DeviceArray
+from ..array.arraytype import as_array
+from ..runtime import memory
+
+if TYPE_CHECKING:
+    from ..array.ndarray import DeviceArray
 from ..errors import BlasNotAvailableError, ClosedError
 from ..runtime.session import Session, default_session
 from ..runtime.stream import Stream
@@ -169,7 +173,8 @@ class BlasHandle:
         workspace = self._workspaces.get(stream)
         if workspace is None:
             refuse_during_capture(self.session, "allocate the cuBLAS workspace of a new stream")
-            workspace = self._workspaces[stream] = DeviceArray(self.session, WORKSPACE_BYTES, np.uint8)
+            workspace = as_array(memory.array_type(self.session, WORKSPACE_BYTES, np.uint8))
+            self._workspaces[stream] = workspace
         return workspace
 
     def lt(self) -> blas_lt.LtHandle:

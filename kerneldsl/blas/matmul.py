@@ -9,10 +9,13 @@ swapped: ``C^T = op(B)^T @ op(A)^T`` (see the package docstring).
 from __future__ import annotations
 
 import functools
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import blas_lt, fastpath
-from ..array.ndarray import DeviceArray
+from ..runtime import memory
+
+if TYPE_CHECKING:
+    from ..array.ndarray import DeviceArray
 from ..errors import ShapeMismatchError
 from ..routing import RemoteArguments, public, route, routed
 from ..runtime.session import Session
@@ -36,9 +39,11 @@ class _Problem(NamedTuple):
 
 def _fast_ok(a: Any, b: Any, out: Any, stream: Any, ndim: int) -> bool:
     """The warm-path test: device arrays of one open session, ``ndim``-D, one supported dtype."""
-    if type(a) is not DeviceArray or type(b) is not DeviceArray or a.ndim != ndim or b.ndim != ndim:
+    if type(a) is not memory.array_type or type(b) is not memory.array_type or a.ndim != ndim or b.ndim != ndim:
         return False
-    if not (a.is_contiguous and b.is_contiguous and (out is None or type(out) is not DeviceArray or out.is_contiguous)):
+    if not (
+        a.is_contiguous and b.is_contiguous and (out is None or type(out) is not memory.array_type or out.is_contiguous)
+    ):
         return False
     session, dt = a.session, a.dtype
     if b.session is not session or not session.usable or a.closed or b.closed or dt not in GEMM_TYPES:
@@ -46,7 +51,7 @@ def _fast_ok(a: Any, b: Any, out: Any, stream: Any, ndim: int) -> bool:
     if b.dtype is not dt and b.dtype != dt:
         return False
     if out is not None and (
-        type(out) is not DeviceArray
+        type(out) is not memory.array_type
         or out.session is not session
         or out.closed
         or (out.dtype is not dt and out.dtype != dt)

@@ -19,13 +19,17 @@ numpy (``np.matmul``'s result, a numpy scalar for 1-D @ 1-D).
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 
 from ..array import placement
-from ..array.ndarray import DeviceArray, as_array
-from ..array.sessions import default_session
+from ..array.arraytype import as_array
+from ..runtime import memory
+from ..runtime.session import default_session
+
+if TYPE_CHECKING:
+    from ..array.ndarray import DeviceArray
 from ..errors import BindingError, ShapeMismatchError
 from ..routing import RemoteArguments, find_remote, routed
 from ..runtime.handle import check_same_session
@@ -68,7 +72,7 @@ def matmul(a: Any, b: Any, out: Any = None) -> Any:
     if remote is not None:
         raise RemoteArguments(remote)
     values = [v if placement.is_array(v) else np.asarray(v) for v in (a, b)]
-    if all(isinstance(v, (DeviceArray, np.ndarray)) for v in values):
+    if all(isinstance(v, (memory.DeviceBuffer, np.ndarray)) for v in values):
         result_of(*values)  # refused before anything is uploaded
     placed, session = placement.place(values, OP)
     if session is None:
@@ -85,7 +89,7 @@ def _on_host(a: np.ndarray, b: np.ndarray, out: Any) -> Any:
         _, shape, dt = result_of(a, b)
         placement.check_out(out, shape, dt, OP)
     session = default_session()
-    result = device_matmul(session, session.to_device(a), session.to_device(b), None).to_host()
+    result = device_matmul(session, as_array(session.to_device(a)), as_array(session.to_device(b)), None).to_host()
     if out is None:
         return result[()] if result.ndim == 0 else result
     out[...] = result

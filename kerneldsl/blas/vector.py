@@ -6,9 +6,10 @@ so no call waits on the host.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..array.ndarray import DeviceArray
+if TYPE_CHECKING:
+    from ..array.ndarray import DeviceArray
 from ..errors import ShapeMismatchError
 from ..routing import routed
 from ..runtime.session import Session

@@ -27,7 +27,8 @@ from typing import Any, NamedTuple
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..array.ndarray import DeviceArray, as_array
+from ..array.arraytype import as_array
+from ..array.ndarray import DeviceArray
 from ..dispatch import Kernel
 from ..errors import (
     BindingError,
