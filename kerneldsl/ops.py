@@ -72,14 +72,6 @@ _RSHIFT_U = f"{_SHIFT_COUNT_OK} ? (kdT)(a >> b) : (kdT)0"
 _SIGN_F = "a > 0 ? (kdT)1 : (a < 0 ? (kdT)-1 : (a == 0 ? (kdT)0 : a))"  # NaN stays NaN, -0.0 gives 0.0
 
 
-def _floats_else(floats: str, others: str) -> str:
-    """A predicate that tests the operand's type (the result is bool whatever the operand is):
-    ``floats`` where ``a`` is floating, ``others`` for bool and integers (where CUDA's ``isinf`` /
-    ``signbit`` overloads are ambiguous). A generic lambda, so the branch not taken is never compiled."""
-    test = "(decltype(a))1.5 != (decltype(a))1"
-    return f"[](auto a) -> bool {{ if constexpr ({test}) return {floats}; else return {others}; }}(a)"
-
-
 def _axpy_dtype(a: Any, x: Any, y: Any) -> Any:
     return np.add(np.multiply(a, x), y)
 
@@ -220,9 +212,9 @@ trunc = Op(("a",), np.trunc, {"f": "trunc(a)", "iub": "a"})
 rint = Op(("a",), np.rint, {"f": "rint(a)"})
 round = Op(("a",), np.round, {"f": "rint(a)", "iu": "a"})  # decimals=0: half to even, as NumPy
 isnan = Op(("a",), np.isnan, {"b": "a != a"}, _own)
-isinf = Op(("a",), np.isinf, {"b": _floats_else("isinf(a)", "false")}, _own)
-isfinite = Op(("a",), np.isfinite, {"b": _floats_else("isfinite(a)", "true")}, _own)
-signbit = Op(("a",), np.signbit, {"b": _floats_else("signbit(a)", "a < 0")}, _own)
+isinf = Op(("a",), np.isinf, {"b": "kd_isinf(a)"}, _own)  # the prelude's, for every dtype
+isfinite = Op(("a",), np.isfinite, {"b": "kd_isfinite(a)"}, _own)
+signbit = Op(("a",), np.signbit, {"b": "kd_signbit(a)"}, _own)
 logical_and = Op(("a", "b"), np.logical_and, {"b": "a && b"})
 logical_or = Op(("a", "b"), np.logical_or, {"b": "a || b"})
 logical_xor = Op(("a", "b"), np.logical_xor, {"b": "a != b"})

@@ -30,6 +30,22 @@ struct __align__(2) kd_half {
     __device__ kd_half(int v) : kd_half(static_cast<float>(v)) {}
     __device__ operator float() const { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits)); return f; }
 };
+// NumPy's isinf / isfinite / signbit for every dtype (CUDA's take floating types only, and are
+// ambiguous for integers): a template that tests the type, and the 16-bit floats by overload.
+template <typename T> __device__ __forceinline__ bool kd_isinf(T a) {
+    if constexpr ((T)1.5 != (T)1) return isinf((double)a); else return false;
+}
+template <typename T> __device__ __forceinline__ bool kd_isfinite(T a) {
+    if constexpr ((T)1.5 != (T)1) return isfinite((double)a); else return true;
+}
+template <typename T> __device__ __forceinline__ bool kd_signbit(T a) {
+    if constexpr ((T)1.5 != (T)1) return signbit((double)a);
+    else if constexpr ((T)-1 < (T)0) return a < (T)0;
+    else return false;
+}
+__device__ __forceinline__ bool kd_isinf(kd_half a) { return isinf(static_cast<float>(a)); }
+__device__ __forceinline__ bool kd_isfinite(kd_half a) { return isfinite(static_cast<float>(a)); }
+__device__ __forceinline__ bool kd_signbit(kd_half a) { return (a.bits & 0x8000u) != 0; }
 // Philox4x32-10 (Salmon et al., SC'11; Random123's philox4x32 with 10 rounds): a counter-based
 // generator, stateless, so a value depends only on (seed, subsequence, offset). kd_philox gives
 // the four 32-bit words of counter (offset, subsequence) under key seed; the helpers turn words

@@ -22,6 +22,19 @@ typedef unsigned long long uint64_t;
 #define INT_MAX 2147483647
 #define INT_MIN (-2147483647 - 1)
 #endif
+// NumPy's isinf / isfinite / signbit for every dtype (CUDA's take floating types only, and are
+// ambiguous for integers): a template that tests the type, and the 16-bit floats by overload.
+template <typename T> __device__ __forceinline__ bool kd_isinf(T a) {
+    if constexpr ((T)1.5 != (T)1) return isinf((double)a); else return false;
+}
+template <typename T> __device__ __forceinline__ bool kd_isfinite(T a) {
+    if constexpr ((T)1.5 != (T)1) return isfinite((double)a); else return true;
+}
+template <typename T> __device__ __forceinline__ bool kd_signbit(T a) {
+    if constexpr ((T)1.5 != (T)1) return signbit((double)a);
+    else if constexpr ((T)-1 < (T)0) return a < (T)0;
+    else return false;
+}
 // Philox4x32-10 (Salmon et al., SC'11; Random123's philox4x32 with 10 rounds): a counter-based
 // generator, stateless, so a value depends only on (seed, subsequence, offset). kd_philox gives
 // the four 32-bit words of counter (offset, subsequence) under key seed; the helpers turn words
