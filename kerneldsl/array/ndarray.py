@@ -34,6 +34,11 @@ class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol):
 
     __slots__ = ()
 
+    # NumPy's operators with a DeviceArray on the right defer to it (``host + d`` is ``d.__radd__``,
+    # run on the device with the host operand uploaded, as kd.ops does); a NumPy ufunc called on a
+    # DeviceArray raises TypeError, since host conversion is explicit.
+    __array_ufunc__ = None
+
     def __setitem__(self, key: Any, value: Any) -> None:
         """``a[key] = value``: ``value`` (a scalar, a host or device array) broadcast into the view
         ``a[key]`` and cast to its dtype as NumPy does; enqueued on the session stream."""
