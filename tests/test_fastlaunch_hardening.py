@@ -18,6 +18,7 @@ import pytest
 from blas_double import install
 from conftest import installed_driver
 from driver_double import FakeDriver
+from scalar_hooks import Hook, HookFloat32, HookInt32
 
 import kerneldsl as kd
 from kerneldsl import blas, fastpath
@@ -57,30 +58,6 @@ def s(drv: FakeDriver) -> Iterator[kd.Session]:
 
 
 # --- 1. argument conversions that run Python code ----------------------------------------------
-
-
-class Hook:
-    """What a scalar's conversion does once armed: the test sets ``action``."""
-
-    action: Callable[[], None] | None = None
-
-    @classmethod
-    def fire(cls) -> None:
-        action, cls.action = cls.action, None  # once: the Python path converts the value again
-        if action is not None:
-            action()
-
-
-class HookFloat32(np.float32):
-    def __float__(self) -> float:
-        Hook.fire()
-        return float(np.float32(self))
-
-
-class HookInt32(np.int32):
-    def __index__(self) -> int:
-        Hook.fire()
-        return int(np.int32(self))
 
 
 def _forget(kernel: kd.Kernel) -> Callable[[], None]:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import installed_driver
 from driver_double import FakeDriver
+from scalar_hooks import Hook, HookFloat32, HookInt32
 
 import kerneldsl as kd
 from kerneldsl import fastpath
@@ -83,30 +84,6 @@ def launches_after_free(drv: FakeDriver) -> list[tuple[int, ...]]:
         elif freed.intersection(values):
             used.append(values)
     return used
-
-
-class Hook:
-    """What a scalar's conversion does once armed: the test sets ``action``."""
-
-    action: Callable[[], Any] | None = None
-
-    @classmethod
-    def fire(cls) -> None:
-        action, cls.action = cls.action, None
-        if action is not None:
-            action()
-
-
-class HookFloat32(np.float32):
-    def __float__(self) -> float:
-        Hook.fire()
-        return float(np.float32(self))
-
-
-class HookInt32(np.int32):
-    def __index__(self) -> int:
-        Hook.fire()
-        return int(np.int32(self))
 
 
 KERNELS = {"__float__": (scale, np.float32, HookFloat32), "__index__": (shift, np.int32, HookInt32)}
