@@ -131,14 +131,7 @@ def test_exact_float_ops_match_numpy_bit_for_bit(session: Any, rng: Any, name: s
 
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("name", EXACT_FLOAT_BINARY)
-def test_exact_binary_float_ops_match_numpy_bit_for_bit(
-    session: Any, rng: Any, name: str, dt: Any, request: pytest.FixtureRequest
-) -> None:
-    if name == "copysign" and np.dtype(dt) == np.float16:
-        # Seen on the H200 (one element of 185): copysign(x, -nan) in float16 came back positive.
-        # 16-bit floats are computed in float32, and the load of a -NaN seems to lose its sign
-        # (cvt.f32.f16 giving the canonical NaN). Strict: fixing it makes this test fail until unmarked.
-        request.applymarker(pytest.mark.xfail(strict=True, reason="a float16 -NaN loses its sign on load"))
+def test_exact_binary_float_ops_match_numpy_bit_for_bit(session: Any, rng: Any, name: str, dt: Any) -> None:
     a, b = floats(rng, dt), floats(rng, dt)[::-1].copy()
     b.flat[20] = 0.0  # fmod by zero: NaN
     if name in ("fmax", "fmin"):  # which zero of two equal ones comes back is unspecified (IEEE maxNum)

@@ -25,10 +25,17 @@ typedef unsigned long long uint64_t;
 struct __align__(2) kd_half {
     unsigned short bits;
     kd_half() = default;
-    __device__ kd_half(float f) { asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f)); }
+    __device__ kd_half(float f) {  // cvt makes every NaN the canonical positive one: keep its sign
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+        if (f != f) bits = (unsigned short)(0x7e00u | ((__float_as_uint(f) >> 16) & 0x8000u));
+    }
     __device__ kd_half(double f) : kd_half(static_cast<float>(f)) {}
     __device__ kd_half(int v) : kd_half(static_cast<float>(v)) {}
-    __device__ operator float() const { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits)); return f; }
+    __device__ operator float() const {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+        return f == f ? f : __uint_as_float(0x7fc00000u | ((unsigned int)(bits & 0x8000u) << 16));
+    }
 };
 // NumPy's isinf / isfinite / signbit for every dtype (CUDA's take floating types only, and are
 // ambiguous for integers): a template that tests the type, and the 16-bit floats by overload.
