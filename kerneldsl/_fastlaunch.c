@@ -32,6 +32,27 @@ typedef int (*launch_fn)(void *function, unsigned gx, unsigned gy, unsigned gz, 
                          unsigned by, unsigned bz, unsigned shared, void *stream, void **params,
                          void **extra);
 
+/* cuLaunchKernelEx and the parts of cuda.h's CUlaunchConfig / CUlaunchAttribute it reads: the
+ * layout is the driver ABI (an attribute is its 4-byte id, padding to 8, a 64-byte value). */
+typedef struct {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int cooperative;
+        struct { unsigned x, y, z; } cluster;
+    } value;
+} launch_attribute;
+typedef struct {
+    unsigned grid[3], block[3], shared;
+    void *stream;
+    launch_attribute *attrs;
+    unsigned nattrs;
+} launch_config;
+typedef int (*launch_ex_fn)(const launch_config *config, void *function, void **params, void **extra);
+#define ATTRIBUTE_COOPERATIVE 2
+#define ATTRIBUTE_CLUSTER_DIMENSION 4
+
 #define MAX_ARGS 64
 #define MAX_ARRAYS 16
 #define MAX_NDIM 8
@@ -147,6 +168,14 @@ typedef struct {
     /* Or an array made here like template, by the session's Allocator; NULL: always allocate(). */
     PyObject *allocator, *template;
     int index_bits;  /* the specialization's indexing: 32-bit builds cannot address more threads */
+    /* Cooperative and cluster launches (cuLaunchKernelEx; NULL: cuLaunchKernel). Their block and
+     * shared memory are constants, so what the Python path checked once holds for every call but
+     * the grid: a cooperative grid of more than co_resident blocks, or one that is not a multiple
+     * of cluster (0: none), is the Python path's to refuse. */
+    launch_ex_fn launch_ex;
+    int cooperative;
+    unsigned cluster[3];
+    unsigned long long co_resident;
     int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
     char is_array[MAX_ARGS];
     int array_arg[MAX_ARRAYS], array_ndim[MAX_ARRAYS];
@@ -631,20 +660,36 @@ static int load_table(Launch *L, PyObject *table)
 
 static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *names[] = {"table",       "session",       "guards", "launch", "function", "stream",
-                            "out_keyword", "stream_object", "allocate", "template", "allocator", NULL};
+    static char *names[] = {"table",    "session",  "guards",    "launch",   "function",
+                            "stream",   "out_keyword", "stream_object", "allocate", "template",
+                            "allocator", "extended", NULL};
     PyObject *table, *session, *guards, *stream_object = Py_None, *allocate = Py_None, *template = Py_None,
-             *allocator = Py_None;
+             *allocator = Py_None, *extended = Py_None;
     unsigned long long launch, function, stream;
     int out_keyword = 0;
     if (layout == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "_fastlaunch.configure(DeviceArray) was not called");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pOOOO:Launch", names, &PyTuple_Type, &table, &session,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OO!KKK|pOOOOO:Launch", names, &PyTuple_Type, &table, &session,
                                      &PyTuple_Type, &guards, &launch, &function, &stream, &out_keyword,
-                                     &stream_object, &allocate, &template, &allocator))
+                                     &stream_object, &allocate, &template, &allocator, &extended))
         return NULL;
+    unsigned long long launch_ex = 0, co_resident = 0;
+    int cooperative = 0;
+    unsigned cluster[3] = {0, 0, 0};
+    if (extended != Py_None &&
+        (!PyTuple_Check(extended) ||
+         !PyArg_ParseTuple(extended, "KpIIIK:extended", &launch_ex, &cooperative, &cluster[0], &cluster[1],
+                           &cluster[2], &co_resident) ||
+         launch_ex == 0 || (cluster[0] == 0) != (cluster[1] == 0) || (cluster[0] == 0) != (cluster[2] == 0) ||
+         (!cooperative && cluster[0] == 0))) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError,
+                            "extended= is (cuLaunchKernelEx, cooperative, cluster x, y, z, co-resident blocks): "
+                            "an entry point, and a cooperative launch or a cluster (all three, or all 0)");
+        return NULL;
+    }
     Layout *Y = (Layout *)Py_NewRef(layout); /* after parsing (p runs __bool__): the one this entry reads by */
     if (check_stream_object(Y, stream_object) < 0) {
         Py_DECREF(Y);
@@ -676,6 +721,10 @@ static PyObject *launch_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     L->layout = Y;
     L->attempt = launch_attempt;
+    L->launch_ex = (launch_ex_fn)(uintptr_t)launch_ex;
+    L->cooperative = cooperative;
+    memcpy(L->cluster, cluster, sizeof cluster);
+    L->co_resident = co_resident;
     memset(L->is_array, 0, sizeof L->is_array);
     if (load_table(L, table) < 0)
         goto fail;
@@ -903,6 +952,32 @@ static int dims_launchable(const Launch *L, const unsigned dims[7])
 }
 
 /* An exact int as a long long; 0 for anything else (whose conversion could run Python code). */
+/* A cooperative or cluster launch of these dimensions, through cuLaunchKernelEx; -1 when the
+ * grid is not one the Python path checked for (too many blocks to be co-resident, or not a
+ * multiple of the cluster), so the caller declines and that path refuses it. */
+static int launch_extended(const Launch *L, const unsigned dims[7], void **params)
+{
+    launch_attribute attrs[2];
+    unsigned n = 0;
+    memset(attrs, 0, sizeof attrs);
+    if (L->cooperative) {
+        if ((unsigned long long)dims[0] * dims[1] * dims[2] > L->co_resident)
+            return -1;
+        attrs[n].id = ATTRIBUTE_COOPERATIVE;
+        attrs[n++].value.cooperative = 1;
+    }
+    if (L->cluster[0]) {
+        if (dims[0] % L->cluster[0] || dims[1] % L->cluster[1] || dims[2] % L->cluster[2])
+            return -1;
+        attrs[n].id = ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[n].value.cluster.x = L->cluster[0];
+        attrs[n].value.cluster.y = L->cluster[1];
+        attrs[n++].value.cluster.z = L->cluster[2];
+    }
+    launch_config config = {{dims[0], dims[1], dims[2]}, {dims[3], dims[4], dims[5]}, dims[6], L->stream, attrs, n};
+    return L->launch_ex(&config, L->function, params, NULL);
+}
+
 static int exact_int(PyObject *v, long long *out)
 {
     if (!PyLong_CheckExact(v))
@@ -1044,8 +1119,11 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
             break;
         }
     }
-    int err = L->launch(L->function, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5], dims[6],
-                        L->stream, params, NULL);
+    int err = L->launch_ex != NULL ? launch_extended(L, dims, params)
+                                   : L->launch(L->function, dims[0], dims[1], dims[2], dims[3], dims[4], dims[5],
+                                               dims[6], L->stream, params, NULL);
+    if (err == -1)
+        goto decline;
     if (err == 0) {
         *result = L->out_keyword ? args[L->nargs - 1] : Py_None;
         if (fresh == NULL)

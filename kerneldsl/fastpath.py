@@ -178,12 +178,14 @@ def kernel_launch(
     session allows it; with ``stream`` the calls pass that very stream as ``stream=`` (kernels).
     Calls whose numpy scalars need a value check (``BoundLaunch.scalar_checks``) get none."""
     module = native()
-    table = launch_table(bound.build.launch_plan) if module is not None and not bound.scalar_checks else None
+    plan = bound.build.launch_plan
+    table = _table(plan) if module is not None and not bound.scalar_checks else None
     if module is None or table is None:
         return None
     session = bound.session
     entry = session.entry_point("cuLaunchKernel")
-    if not entry:
+    extended = extended_launch(bound) if plan.extended else None
+    if not entry or (plan.extended and extended is None):
         return None
     guards = tuple(a.dispatch_tag if type(a) in ARRAY_TYPES else type(a) for a in args)
     return module.Launch(
@@ -198,7 +200,30 @@ def kernel_launch(
         allocate=allocate,
         template=template,
         allocator=None if template is None else session.native_allocator(),
+        extended=extended,
     )
+
+
+def extended_launch(bound: BoundLaunch) -> tuple[int, bool, int, int, int, int] | None:
+    """What the C path needs for a cooperative or cluster launch, ``(cuLaunchKernelEx, cooperative,
+    cluster x, y, z, co-resident blocks)``: only for a plan whose block, shared memory and cluster
+    are constants (then the first call's checks hold for every call but the grid's, which the C
+    path makes); None otherwise, and such calls stay on the Python path."""
+    plan = bound.build.launch_plan
+    constants = dict(plan.constants)
+    try:
+        block = [d.evaluate(constants) for d in plan.dims[3:6]]
+        shared = plan.dims[6].evaluate(constants)
+        cluster = [c.evaluate(constants) for c in plan.cluster] or [0, 0, 0]
+    except KeyError:  # a dimension read from the call's shapes
+        return None
+    session = bound.session
+    launch_ex = session.entry_point("cuLaunchKernelEx")
+    if not launch_ex:
+        return None
+    threads = block[0] * block[1] * block[2]
+    co_resident = session.co_resident_blocks(bound.function, threads, shared) if plan.cooperative else 0
+    return (launch_ex, plan.cooperative, cluster[0], cluster[1], cluster[2], co_resident)
 
 
 # --- the launch plan as tables --------------------------------------------------------------------
@@ -223,10 +248,15 @@ def launch_table(plan: LaunchPlan) -> tuple[Any, ...] | None:
     - ``index_bits``: 32 or 64; a 32-bit build cannot address more than 2**31-1 threads per axis.
 
     None without the C module, when the plan needs something only the adapter does (a
-    cooperative or cluster launch, ``plan.extended``), or when it exceeds ``LIMITS``; such calls
-    stay on the Python path.
+    cooperative or cluster launch, ``plan.extended``, whose table goes with ``extended_launch``),
+    or when it exceeds ``LIMITS``; such calls stay on the Python path.
     """
-    if _fastlaunch is None or not plan.arrays or plan.extended:
+    return None if plan.extended else _table(plan)
+
+
+def _table(plan: LaunchPlan) -> tuple[Any, ...] | None:
+    """``launch_table`` for any plan, extended ones included."""
+    if _fastlaunch is None or not plan.arrays:
         return None
     arg_index = {name: i for i, name in enumerate(plan.params)}
     array_index = {a.name: j for j, a in enumerate(plan.arrays)}

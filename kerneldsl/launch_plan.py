@@ -7,8 +7,8 @@ extents are checked, which arrays may not overlap, the launch dimensions, and wh
 per signature: ``codegen.adapter_context`` turns it into the host adapter template's context,
 ``fastpath.launch_table`` into the integer table the C path runs. A new launch feature
 (clusters, cooperative launches: ``cooperative`` and ``cluster`` here) is a field here, read by
-those two functions; the C path declines a plan that is ``extended`` (it launches with
-``cuLaunchKernel`` only), so such calls take the adapter, which calls ``Session.launch_ex``.
+those two functions; a plan that is ``extended`` launches with ``cuLaunchKernelEx``: the
+adapter through ``Session.launch_ex``, the C path with ``fastpath.extended_launch``'s facts.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class LaunchPlan:
 
     @property
     def extended(self) -> bool:
-        """Whether the launch needs ``cuLaunchKernelEx`` attributes (the C path declines these)."""
+        """Whether the launch needs ``cuLaunchKernelEx`` attributes."""
         return self.cooperative or bool(self.cluster)
 
     @property

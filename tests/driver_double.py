@@ -53,6 +53,28 @@ _C_LAUNCH = ctypes.CFUNCTYPE(
 
 
 _C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class _CLaunchAttribute(ctypes.Structure):
+    """cuda.h's CUlaunchAttribute: a 4-byte id, padding to 8, a 64-byte value."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class _CLaunchConfig(ctypes.Structure):
+    """cuda.h's CUlaunchConfig, as the C launch path hands it to cuLaunchKernelEx."""
+
+    _fields_ = [
+        ("dims", ctypes.c_uint * 7),  # grid x, y, z, block x, y, z, shared bytes
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_CLaunchAttribute)),
+        ("nattrs", ctypes.c_uint),
+    ]
+
+
+_C_LAUNCH_EX = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.POINTER(_CLaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+)
 _C_POOL_ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
 _C_FREE_ASYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p)
 
@@ -92,6 +114,11 @@ class FakeDriver:
         self.function_attributes: dict[tuple[int, int], int] = {}  # set by cuFuncSetAttribute
         self._c_entries: dict[bytes, Any] = {}
         self.blocks_per_sm = 4  # what cuOccupancyMaxActiveBlocksPerMultiprocessor answers
+        self.cluster_blocks = 8  # what cuOccupancyMaxPotentialClusterSize answers
+        self.potential_block = (512, 264)  # what cuOccupancyMaxPotentialBlockSize answers: (block, min grid)
+        # cuFuncGetAttribute's answers by attribute name (CU_FUNC_ATTRIBUTE_<name>); others are 0
+        self.func_values: dict[str, int] = {"NUM_REGS": 32, "MAX_THREADS_PER_BLOCK": 1024}
+        self.elapsed: Callable[[], float] = lambda: 1.5  # what cuEventElapsedTime answers, in ms
         self.ex_launches: list[tuple] = []  # cuLaunchKernelEx: (f, grid, block, shared, stream, attributes)
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -164,10 +191,17 @@ class FakeDriver:
 
     def cuDeviceGetAttribute(self, attr: Any, dev: int) -> tuple:
         a = _real.CUdevice_attribute
-        values = {
+        values = {  # an H200's (sm_90): grids sized per SM are not empty, occupancy is the H200's
             a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
             a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448,
-            a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,  # an H200's: grids sized per SM are not empty
+            a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: 132,
+            a.CU_DEVICE_ATTRIBUTE_WARP_SIZE: 32,
+            a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: 2048,
+            a.CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: 32,
+            a.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: 65536,
+            a.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: 65536,
+            a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: 233472,
+            a.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: 1024,
         }
         return self._r(self._enter("cuDeviceGetAttribute"), values.get(attr, 0))
 
@@ -277,7 +311,7 @@ class FakeDriver:
         return self._r(code)
 
     def cuEventElapsedTime(self, start: int, end: int) -> tuple:
-        return self._r(self._enter("cuEventElapsedTime"), 1.5)
+        return self._r(self._enter("cuEventElapsedTime"), self.elapsed())
 
     # -- memory ----------------------------------------------------------------------------
 
@@ -419,9 +453,8 @@ class FakeDriver:
         return self._r(code)
 
     def cuFuncGetAttribute(self, attr: Any, fn: int) -> tuple:
-        a = _real.CUfunction_attribute
-        values = {a.CU_FUNC_ATTRIBUTE_NUM_REGS: 32, a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024}
-        return self._r(self._enter("cuFuncGetAttribute"), values.get(attr, 0))
+        name = _real.CUfunction_attribute(attr).name.removeprefix("CU_FUNC_ATTRIBUTE_")
+        return self._r(self._enter("cuFuncGetAttribute"), self.func_values.get(name, 0))
 
     def cuFuncSetAttribute(self, fn: Any, attr: Any, value: int) -> tuple:
         code = self._enter("cuFuncSetAttribute")
@@ -465,12 +498,20 @@ class FakeDriver:
             grid = (config.gridDimX, config.gridDimY, config.gridDimZ)
             block = (config.blockDimX, config.blockDimY, config.blockDimZ)
             with self._lock:
-                self.ex_launches.append((f, grid, block, config.sharedMemBytes, config.hStream, attributes))
+                stream = _real.CUstream(int(config.hStream))  # a copy: the config's memory goes with it
+                self.ex_launches.append((f, grid, block, config.sharedMemBytes, stream, attributes))
                 self._snapshot(params)
         return self._r(code)
 
     def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, f: Any, block_size: int, shared: int) -> tuple:
         return self._r(self._enter("cuOccupancyMaxActiveBlocksPerMultiprocessor"), self.blocks_per_sm)
+
+    def cuOccupancyMaxPotentialClusterSize(self, f: Any, config: Any) -> tuple:
+        return self._r(self._enter("cuOccupancyMaxPotentialClusterSize"), self.cluster_blocks)
+
+    def cuOccupancyMaxPotentialBlockSize(self, f: Any, to_shared: Any, shared: int, limit: int) -> tuple:
+        block, grid = self.potential_block
+        return self._r(self._enter("cuOccupancyMaxPotentialBlockSize"), grid, block)
 
     def _snapshot(self, params: int) -> None:
         """Copy ``snapshot_slots`` 8-byte parameter slots out of a launch's ``void*[]``."""
@@ -484,6 +525,7 @@ class FakeDriver:
         code = self._enter("cuGetProcAddress")
         if not self._c_entries:
             self._c_entries[b"cuLaunchKernel"] = _C_LAUNCH(self._launch_from_c)
+            self._c_entries[b"cuLaunchKernelEx"] = _C_LAUNCH_EX(self._launch_ex_from_c)
             self._c_entries[b"cuCtxGetCurrent"] = _C_CURRENT(self._current_from_c)
             self._c_entries[b"cuMemAllocFromPoolAsync"] = _C_POOL_ALLOC(self._alloc_from_c)
             self._c_entries[b"cuMemFreeAsync"] = _C_FREE_ASYNC(self._free_from_c)
@@ -527,6 +569,26 @@ class FakeDriver:
     ) -> int:
         self.c_launches += 1
         return int(self.cuLaunchKernel(_real.CUfunction(f), gx, gy, gz, bx, by, bz, shared, stream, params, extra)[0])
+
+    def _launch_ex_from_c(self, config: Any, f: int, params: int, extra: int) -> int:
+        """Records a C path cuLaunchKernelEx like ``cuLaunchKernelEx`` does, counted in ``c_launches``."""
+        code = self._enter("cuLaunchKernelEx")
+        if code:
+            return code
+        c = config.contents
+        ids = _real.CUlaunchAttributeID
+        attributes: dict[str, Any] = {}
+        for a in c.attrs[: c.nattrs]:
+            if a.id == int(ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE):
+                attributes["cooperative"] = a.value[0]
+            elif a.id == int(ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION):
+                attributes["cluster"] = tuple(a.value[:3])
+        with self._lock:
+            self.c_launches += 1
+            grid, block = tuple(c.dims[:3]), tuple(c.dims[3:6])
+            self.ex_launches.append((_real.CUfunction(f), grid, block, c.dims[6], c.stream, attributes))
+            self._snapshot(params)
+        return 0
 
     # -- graphs -----------------------------------------------------------------------------------
 

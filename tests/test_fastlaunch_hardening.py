@@ -338,3 +338,31 @@ def test_the_table_carries_the_index_width(bits: int) -> None:
     spec = bind_declared(scale.signature, {}, {}, "sm_90", bits)
     table = fastpath.launch_table(launch_plan(spec))
     assert table is not None and table[-1] == bits
+
+
+@pytest.mark.parametrize(
+    "extended",
+    [
+        (0, True, 0, 0, 0, 132),  # no cuLaunchKernelEx entry point
+        (1, False, 0, 0, 0, 0),  # neither cooperative nor a cluster
+        (1, False, 2, 0, 1, 0),  # a cluster with a zero axis
+        (1, True, 0, 0),  # too short
+    ],
+)
+def test_a_malformed_extended_launch_is_refused_when_made(s: kd.Session, drv: FakeDriver, extended: Any) -> None:
+    kernel = _sized_kernel({"grid": 1, "block": 32})
+    try:
+        kernel(s.zeros(32, np.float32))
+        (bound,) = kernel._bound.values()
+        with pytest.raises((ValueError, TypeError), match="extended"):
+            _fastlaunch.Launch(
+                table=fastpath.launch_table(bound.build.launch_plan),
+                session=s,
+                guards=(s.zeros(2, np.float32).dispatch_tag,),
+                launch=s.entry_point("cuLaunchKernel"),
+                function=int(bound.function),
+                stream=int(s.stream.handle),
+                extended=extended,
+            )
+    finally:
+        kernel._bound.clear()

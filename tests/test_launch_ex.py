@@ -1,6 +1,7 @@
 """Cooperative and cluster launches: declared on ``kd.kernel``, checked when declared and at each
 launch, and launched through ``cuLaunchKernelEx`` with the matching attributes (the driver
-double records them); the C launch path declines them, so they take the adapter."""
+double records them). Warm calls take the C launch path when block, shared memory and cluster
+are constants; a grid the first call's checks do not cover goes back to the adapter."""
 
 from __future__ import annotations
 
@@ -48,11 +49,63 @@ def s(drv: FakeDriver) -> Any:
 
 def test_a_cooperative_kernel_launches_with_the_cooperative_attribute(s: kd.Session, drv: FakeDriver) -> None:
     together(s.zeros(1024, np.float32))
-    together(s.zeros(1024, np.float32))  # warm: still the adapter, the C path declines it
-    assert not drv.launches and not drv.c_launches
-    [_, (_, grid, block, _, stream, attributes)] = drv.ex_launches
+    [(_, grid, block, _, stream, attributes)] = drv.ex_launches
     assert (grid, block, attributes) == ((8, 1, 1), (128, 1, 1), {"cooperative": 1})
-    assert int(stream) == int(s.raw_stream)
+    assert int(stream) == int(s.raw_stream) and not drv.launches
+
+
+def test_a_warm_cooperative_call_launches_from_c_with_the_cooperative_attribute(s: kd.Session, drv: FakeDriver) -> None:
+    together(s.zeros(1024, np.float32))
+    together(s.zeros(2048, np.float32))
+    assert drv.c_launches == 1 and not drv.launches
+    [first, (_, grid, block, _, stream, attributes)] = drv.ex_launches
+    assert (grid, block, attributes) == ((16, 1, 1), (128, 1, 1), {"cooperative": 1})
+    assert int(stream) == int(s.raw_stream) and first[5] == attributes
+
+
+def test_a_warm_cooperative_grid_past_co_residency_is_refused_by_the_python_path(
+    s: kd.Session, drv: FakeDriver
+) -> None:
+    drv.blocks_per_sm = 1
+    together(s.zeros(1024, np.float32))
+    with pytest.raises(LaunchConfigError, match="cannot be co-resident"):
+        together(s.zeros(133 * 128, np.float32))
+    assert drv.c_launches == 0 and len(drv.ex_launches) == 1 and not s.poisoned
+
+
+def test_a_warm_cluster_call_launches_from_c_with_its_cluster_dimensions(s: kd.Session, drv: FakeDriver) -> None:
+    clustered(s.zeros(1024, np.float32))
+    clustered(s.zeros(4096, np.float32))
+    assert drv.c_launches == 1
+    [_, (_, grid, _, _, _, attributes)] = drv.ex_launches
+    assert grid == (32, 1, 1) and attributes == {"cluster": (2, 1, 1)}
+
+
+def test_a_warm_grid_that_is_not_a_multiple_of_the_cluster_is_refused_by_the_python_path(
+    s: kd.Session, drv: FakeDriver
+) -> None:
+    clustered(s.zeros(1024, np.float32))
+    with pytest.raises(LaunchConfigError, match="grid.x = 3 is not a multiple of cluster.x = 2"):
+        clustered(s.zeros(3 * 128, np.float32))
+    assert drv.c_launches == 0 and len(drv.ex_launches) == 1
+
+
+def test_a_cluster_larger_than_the_device_schedules_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+    drv.cluster_blocks = 2  # cuOccupancyMaxPotentialClusterSize's answer for this kernel
+    with pytest.raises(LaunchConfigError, match="schedules clusters of at most 2 blocks of this kernel"):
+        clustered(s.zeros(1024, np.float32), c=4)
+    assert not drv.ex_launches and not s.poisoned
+
+
+def test_a_cluster_read_from_the_call_shapes_stays_on_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+    @kd.kernel(grid=kd.cdiv("n", 128), block=128, cluster=("m", 1))
+    def by_shape(y: kd.Out[kd.float32, "n"], pick: kd.In[kd.float32, "m"]):
+        return BODY.format(y=y)
+
+    for _ in range(2):
+        by_shape(s.zeros(1024, np.float32), s.zeros(2, np.float32))
+    assert len(drv.ex_launches) == 2 and drv.c_launches == 0
+    assert drv.ex_launches[1][5] == {"cluster": (2, 1, 1)}
 
 
 def test_a_cooperative_grid_that_cannot_be_co_resident_is_refused(s: kd.Session, drv: FakeDriver) -> None:

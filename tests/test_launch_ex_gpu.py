@@ -105,3 +105,29 @@ def test_a_cluster_launch_ranks_blocks_within_their_cluster(session: kd.Session,
 def test_a_grid_that_is_not_a_multiple_of_the_cluster_is_refused(session: kd.Session) -> None:
     with pytest.raises(LaunchConfigError, match="not a multiple of cluster.x = 4"):
         cluster_ranks(session.zeros(6, np.uint32), session.zeros(6, np.uint32))
+
+
+def test_warm_cooperative_calls_launch_from_c_and_still_pass_the_barrier(session: kd.Session) -> None:
+    sms = session.gpu.multiprocessors
+    for g in (sms, 2 * sms, sms // 2, 2 * sms):
+        out = session.zeros(g, np.int32)
+        barrier_neighbours(out, session.zeros(g, np.int32), session.zeros(1, np.uint32))
+        assert out.to_host().tolist() == _neighbours(g)
+    assert barrier_neighbours._remembered_launches == 1
+
+
+def test_a_warm_cooperative_grid_past_co_residency_is_still_refused(session: kd.Session) -> None:
+    sms = session.gpu.multiprocessors
+    wide_blocks(session.zeros(sms, np.int32))
+    wide_blocks(session.zeros(sms, np.int32))
+    with pytest.raises(LaunchConfigError, match="cannot be co-resident"):
+        wide_blocks(session.zeros(64 * sms, np.int32))
+
+
+def test_warm_cluster_calls_launch_from_c_with_their_cluster(session: kd.Session) -> None:
+    for g in (64, 128, 64):
+        rank, size = session.zeros(g, np.uint32), session.zeros(g, np.uint32)
+        cluster_ranks(rank, size)  # the default c=4, positional: the C path takes it
+        assert rank.to_host().tolist() == [b % 4 for b in range(g)]
+        assert size.to_host().tolist() == [4] * g
+    assert cluster_ranks._remembered_launches >= 1

@@ -218,6 +218,7 @@ class Session(Generic[ArrayT]):
 
     launch = session_launch.launch
     launch_ex = session_launch.launch_ex  # cooperative and cluster launches (cuLaunchKernelEx)
+    co_resident_blocks = session_launch.co_resident_blocks
     launch_failed = session_launch.launch_failed  # the C path's launches raise through it
     entry_point = session_launch.entry_point
 

@@ -128,6 +128,7 @@ def launch_ex(
             bad_stream(self, stream)
         if cluster:
             check_cluster(self, grid, cluster)
+            check_cluster_fits(self, function, grid, block, shared, cluster)
         if cooperative:
             check_co_resident(self, function, grid, block, shared)
         if self._deferred:
@@ -158,19 +159,43 @@ def check_cluster(self: Session, grid: tuple[int, ...], cluster: tuple[int, ...]
         )
 
 
-def check_co_resident(self: Session, function: Any, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:
-    """LaunchConfigError unless all of ``grid``'s blocks can be resident at once, as a cooperative
-    launch needs (blocks per SM at this block size and shared memory, times the SM count)."""
+def check_cluster_fits(
+    self: Session, function: Any, grid: tuple[int, ...], block: tuple[int, ...], shared: int, cluster: tuple[int, ...]
+) -> None:
+    """LaunchConfigError when the device cannot schedule a cluster of this many blocks of this
+    kernel at this block size and shared memory (``cuOccupancyMaxPotentialClusterSize``)."""
     d = self.api
-    threads = block[0] * block[1] * block[2]
+    config = launch_config(d, grid, block, shared, self.raw_stream, False, ())
+    with self._raw_activation:
+        most = int(check("cuOccupancyMaxPotentialClusterSize", d.cuOccupancyMaxPotentialClusterSize(function, config)))
+    blocks = cluster[0] * cluster[1] * cluster[2]
+    if blocks > most:
+        threads = block[0] * block[1] * block[2]
+        raise LaunchConfigError(
+            f"cluster {tuple(cluster)} has {blocks} blocks; device {self.device} schedules clusters of at most "
+            f"{most} blocks of this kernel at {threads} threads and {shared} bytes of shared memory"
+        )
+
+
+def co_resident_blocks(self: Session, function: Any, threads: int, shared: int) -> int:
+    """How many blocks of ``function`` (``threads`` each, ``shared`` bytes of dynamic shared
+    memory) the device holds at once: blocks per SM by the occupancy API, times the SMs."""
     with self._raw_activation:
         per_sm = int(
             check(
                 "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                d.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shared),
+                self.api.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shared),
             )
         )
-    fits = per_sm * self.gpu.multiprocessors
+    return per_sm * self.gpu.multiprocessors
+
+
+def check_co_resident(self: Session, function: Any, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:
+    """LaunchConfigError unless all of ``grid``'s blocks can be resident at once, as a cooperative
+    launch needs (blocks per SM at this block size and shared memory, times the SM count)."""
+    threads = block[0] * block[1] * block[2]
+    fits = co_resident_blocks(self, function, threads, shared)
+    per_sm = fits // self.gpu.multiprocessors
     blocks = grid[0] * grid[1] * grid[2]
     if blocks > fits:
         raise LaunchConfigError(
