@@ -111,12 +111,24 @@ BENCHMARKS: dict[str, Benchmark] = {
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",
     ),
+    "fuse": Benchmark(
+        "GPU: @kd.fuse softmax, log-softmax, logsumexp, layer and RMS norm vs torch eager, torch.compile, Triton, copy floor",
+        "kerneldsl.bench.fuse_bench",
+        gpu=True,
+        modules={"torch": "PyTorch"},
+        install="pip install torch",
+    ),
     "random": Benchmark(
         "GPU: kd.random.normal / uniform of 2^28 float32 vs torch.randn / rand and cupy.random",
         "kerneldsl.bench.random_bench",
         gpu=True,
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",
+    ),
+    "kernels": Benchmark(
+        "GPU: a cooperative grid.sync sum and a cub::BlockReduce sum of 2^28 float32 vs kd.ops.sum",
+        "kerneldsl.bench.kernels_bench",
+        gpu=True,  # the headers extra too: without it the first compile names it (HeadersNotAvailableError)
     ),
     "distributed": Benchmark(
         "GPU: remote kernel call vs Dask actor and task round trips, pipelining, two GPUs vs one, worker cold start",
