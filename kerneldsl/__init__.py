@@ -43,6 +43,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".dispatch": ("Kernel", "kernel"),
     ".dtypes": (
         "bool_",
+        "complex64",
+        "complex128",
         "float16",
         "float32",
         "float64",
@@ -56,8 +58,10 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "uint64",
     ),
     ".runtime": ("Event", "PinnedArray", "Stream", "reset_device"),
+    ".runtime.nvtx": ("profile",),
     ".signature": ("Const", "In", "InOut", "Out", "Scalar", "cdiv", "dmax", "dmin", "sym"),
     ".target": ("resolve_arch",),
+    ".tune": ("Autotuned", "autotune"),
 }
 
 # public name -> the module that defines it
@@ -65,7 +69,7 @@ _HOMES = {name: home for home, names in _PUBLIC.items() for name in names}
 
 # names that make no arrays; every other name imports the array class first, so that it
 # registers DeviceArray with the runtime and every array made from then on has operators
-_MAKE_NO_ARRAYS = {".device_code", ".dtypes", ".signature", ".target", "cache", "errors"}
+_MAKE_NO_ARRAYS = {".device_code", ".dtypes", ".runtime.nvtx", ".signature", ".target", "cache", "errors"}
 
 
 def __getattr__(name: str) -> object:

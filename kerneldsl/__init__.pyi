@@ -38,6 +38,8 @@ from .device_code import device_function as device_function
 from .dispatch import Kernel as Kernel
 from .dispatch import kernel as kernel
 from .dtypes import bool_ as bool_
+from .dtypes import complex64 as complex64
+from .dtypes import complex128 as complex128
 from .dtypes import float16 as float16
 from .dtypes import float32 as float32
 from .dtypes import float64 as float64
@@ -53,6 +55,7 @@ from .runtime import Event as Event
 from .runtime import PinnedArray as PinnedArray
 from .runtime import Stream as Stream
 from .runtime import reset_device as reset_device
+from .runtime.nvtx import profile as profile
 from .signature import Const as Const
 from .signature import In as In
 from .signature import InOut as InOut
@@ -63,6 +66,8 @@ from .signature import dmax as dmax
 from .signature import dmin as dmin
 from .signature import sym as sym
 from .target import resolve_arch as resolve_arch
+from .tune import Autotuned as Autotuned
+from .tune import autotune as autotune
 
 __all__ = [
     "__version__",
@@ -102,6 +107,8 @@ __all__ = [
     "Kernel",
     "kernel",
     "bool_",
+    "complex64",
+    "complex128",
     "float16",
     "float32",
     "float64",
@@ -117,6 +124,7 @@ __all__ = [
     "PinnedArray",
     "Stream",
     "reset_device",
+    "profile",
     "Const",
     "In",
     "InOut",
@@ -127,4 +135,6 @@ __all__ = [
     "dmin",
     "sym",
     "resolve_arch",
+    "Autotuned",
+    "autotune",
 ]

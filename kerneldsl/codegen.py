@@ -158,10 +158,14 @@ class Decisions:
 
     layout: str | None = None  # "flat" (every array has the result's shape) or "broadcast"
     vector_width: int = 1  # elements per 16-byte access; 1: the scalar path
-    stage: str | None = None  # a reduction's kernel: "direct", "partial", "rows", "columns" or "gather"
+    stage: str | None = None  # a reduction's kernel: "direct", "partial", "rows", "columns", "segments", "lines" or "gather"
     accumulation: np.dtype | None = None  # the dtype a reduction accumulates in
     group: int | None = None  # a reduction's lanes per row (rows, gather) or across columns (columns)
     split: bool = False  # several blocks share one output; the last to finish folds their partials
+    strategy: str | None = None  # a fused pipeline's: "row-per-warp" or "row-per-block"
+    passes: int | None = None  # a fused pipeline's reads of each row from memory (1: held in registers)
+    items: int | None = None  # a fused pipeline's units per thread held in registers (None: re-read)
+    copy: str | None = None  # a reduction's: why its operands were read from a contiguous copy (None: in place)
 
 
 @dataclass(frozen=True)
@@ -309,6 +313,12 @@ def plan_generation(
         "index_ctype": "int" if spec.index_bits == 32 else "long long",
         "uses_half": _uses(spec, "float16"),
         "uses_bfloat16": _uses(spec, "bfloat16"),
+        "uses_complex": _uses(spec, "complex64") or _uses(spec, "complex128"),
+        "complex_scalars": [
+            {"name": s.param, "ctype": ELEMENT_TYPES[s.element].ctype, "parts": (s.name, imag.name)}
+            for s, imag in zip(launch.slots, launch.slots[1:])
+            if s.part == "real"
+        ],
         "type_vars": [(v, ELEMENT_TYPES[t].ctype) for v, t in spec.type_vars],
         "consts": [_const_decl(n, v) for n, v in spec.consts],
         "fixed_symbols": [{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
@@ -358,8 +368,13 @@ def adapter_context(launch: LaunchPlan, arch: str) -> dict[str, Any]:
         "shared": launch.dims[6],
         "cooperative": launch.cooperative,
         "cluster": launch.cluster,
-        "conversions": [{"name": s.param, "kind": s.conversion} for s in launch.slots if s.source == "scalar"],
-        "slots": [{"source": s.source, "param": s.param, "axis": s.axis, "itemsize": s.itemsize} for s in launch.slots],
+        "conversions": [
+            {"name": s.param, "kind": s.conversion} for s in launch.slots if s.source == "scalar" and s.part != "imag"
+        ],
+        "slots": [
+            {"source": s.source, "param": s.param, "axis": s.axis, "itemsize": s.itemsize, "part": s.part}
+            for s in launch.slots
+        ],
     }
 
 

@@ -30,8 +30,8 @@ class ElementType:
     name: str
     numpy: np.dtype
     ctype: str
-    pack: str  # struct code of a scalar of this type in a kernel parameter buffer
-    kind: str  # "b" bool, "i" signed, "u" unsigned, "f" floating
+    pack: str  # struct code of a scalar of this type in a kernel parameter buffer (complex: of each part)
+    kind: str  # "b" bool, "i" signed, "u" unsigned, "f" floating, "c" complex
 
     @property
     def itemsize(self) -> int:
@@ -52,6 +52,8 @@ def _table() -> dict[str, ElementType]:
         ("float16", np.dtype(np.float16), "kd_half", "e", "f"),
         ("float32", np.dtype(np.float32), "float", "f", "f"),
         ("float64", np.dtype(np.float64), "double", "d", "f"),
+        ("complex64", np.dtype(np.complex64), "kd_complex64", "f", "c"),
+        ("complex128", np.dtype(np.complex128), "kd_complex128", "d", "c"),
     ]
     return {name: ElementType(name, dt, ctype, pack, kind) for name, dt, ctype, pack, kind in rows}
 
@@ -102,6 +104,8 @@ uint64 = np.uint64
 float16 = np.float16
 float32 = np.float32
 float64 = np.float64
+complex64 = np.complex64
+complex128 = np.complex128
 
 
 def is_dtype_name(name: str) -> bool:
@@ -150,7 +154,24 @@ def scalar_element_type(value: Any) -> ElementType:
         return ELEMENT_TYPES["int64"]
     if isinstance(value, float):
         return ELEMENT_TYPES["float64"]
+    if isinstance(value, complex):
+        return ELEMENT_TYPES["complex128"]
     raise KeyError(f"cannot bind a dtype variable from a value of type {type(value).__name__}")
+
+
+def complex_part_ctype(et: ElementType) -> str:
+    """The C type of a complex type's real and imaginary parts (each its own parameter slot)."""
+    return {"complex64": "float", "complex128": "double"}[et.name]
+
+
+def to_complex(value: Any) -> complex:
+    """A scalar as the Python complex a complex parameter packs, without parsing strings as
+    ``complex()`` would (a number's own ``__complex__`` / ``__float__`` / ``__index__`` runs)."""
+    if type(value) is complex:
+        return value
+    if isinstance(value, (str, bytes, bytearray)):
+        raise TypeError(f"a complex parameter takes a number, not {type(value).__name__}")
+    return complex(value)
 
 
 def to_bfloat16_bits(value: Any) -> int:

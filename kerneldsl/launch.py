@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dtypes import to_bfloat16_bits
+from .dtypes import to_bfloat16_bits, to_complex
 from .errors import (
     AliasingError,
     BindingError,
@@ -58,6 +58,7 @@ ADAPTER_RUNTIME = types.SimpleNamespace(
     AliasingError=AliasingError,
     unusable_array=unusable_array,
     to_bfloat16_bits=to_bfloat16_bits,
+    to_complex=to_complex,
     index=operator.index,
     ldexp=math.ldexp,
 )
@@ -117,6 +118,14 @@ def planned_launch(
         tuple(dims[3:6]) if block is None else block,
         dims[6] if shared is None else shared,
     )
+
+
+def dim3(kernel: str, what: str, value: Any) -> tuple[int, ...]:
+    """``value`` as three ints (x, y, z), the missing ones 1."""
+    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
+        raise BindingError(kernel, None, f"{what} override must be 1 to 3 non-negative ints, got {value!r}")
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
 
 
 def needs_wide_index(grid: tuple[int, ...], block: tuple[int, ...]) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import ElementType
+from .dtypes import ElementType, complex_part_ctype
 from .errors import DeclarationError
 from .runtime.limits import CLUSTER_MIN_MAJOR
 from .signature import ArrayParam, Expr, Signature
@@ -72,7 +72,8 @@ class Slot:
     axis: int = 0
     itemsize: int = 0
     element: str = ""  # a scalar's element type
-    conversion: str = ""  # a scalar's: "bfloat16", "bool", "float" or "int" (see ``scalar_conversion``)
+    conversion: str = ""  # a scalar's: "bfloat16", "bool", "complex", "float" or "int" (``scalar_conversion``)
+    part: str = ""  # a complex scalar's "real" or "imag": its two parts are two slots
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,13 @@ def _slots(spec: Specialization) -> tuple[Slot, ...]:
                 for axis in range(len(p.shape)):
                     name = f"{p.name}_stride{axis}"
                     slots.append(Slot(name, "long long", _slot_code("q"), "stride", p.name, axis, et.numpy.itemsize))
+        elif et.kind == "c":  # the kernel rebuilds the value from its parts (kernel.cu.j2)
+            part_ctype = complex_part_ctype(et)
+            for part, suffix in (("real", "re"), ("imag", "im")):
+                name = complex_part_name(p.name, suffix)
+                slots.append(
+                    Slot(name, part_ctype, _slot_code(et.pack), "scalar", p.name, 0, 0, et.name, "complex", part)
+                )
         else:
             conversion = scalar_conversion(et)
             slots.append(
@@ -199,6 +207,11 @@ def _slots(spec: Specialization) -> tuple[Slot, ...]:
     index_code = _slot_code("i" if spec.index_bits == 32 else "q")
     slots.extend(Slot(s, "index_t", index_code, "symbol", s) for s in spec.signature.symbols if s not in fixed)
     return tuple(slots)
+
+
+def complex_part_name(param: str, suffix: str) -> str:
+    """The C parameter holding one part ("re" or "im") of complex scalar ``param``."""
+    return f"kd_{param}_{suffix}"
 
 
 def scalar_conversion(et: ElementType) -> str:
@@ -213,4 +226,4 @@ def scalar_conversion(et: ElementType) -> str:
     """
     if et.name in ("bfloat16", "bool"):
         return et.name
-    return "float" if et.kind == "f" else "int"
+    return {"f": "float", "c": "complex"}.get(et.kind, "int")

@@ -5,7 +5,7 @@ The rule is exactly NumPy 2's (NEP 50): array dtypes are strong, Python scalars 
 are strong. Instead of a hand-written table that could drift, the ufunc (or function) is
 called on empty arrays of the operand dtypes and its result dtype is taken; a combination
 NumPy refuses (``subtract`` of bools) raises NumPy's TypeError. A result kerneldsl cannot
-store (complex, object, ...) raises TypeError.
+store (object, ...) or does not compute in yet (complex) raises TypeError.
 """
 
 from __future__ import annotations
@@ -21,11 +21,18 @@ Operand = Any  # an np.dtype (array operand) or a Python / numpy scalar
 
 
 def supported(dtype: Any) -> np.dtype:
-    """``dtype`` as a numpy dtype, or TypeError naming the supported types."""
+    """``dtype`` as a numpy dtype the array layer computes in, or TypeError naming the supported
+    types. Complex types are kernels' (``@kd.kernel`` arrays and scalars) but not yet the ops'."""
     try:
-        return dtypes.element_type(dtype).numpy
+        et = dtypes.element_type(dtype)
     except KeyError as exc:
         raise TypeError(exc.args[0]) from None
+    if et.kind == "c":
+        raise TypeError(
+            f"{et.name}: complex arrays work in @kd.kernel bodies (kd_complex64 / kd_complex128); "
+            "kd.ops, reductions and @kd.fuse take real and integer dtypes only"
+        )
+    return et.numpy
 
 
 def _probe(operand: Operand) -> Any:
@@ -62,6 +69,9 @@ def _cached(func: Callable[..., Any], key: tuple[Any, ...], operands: tuple[Oper
 
 
 def _result(func: Callable[..., Any], operands: tuple[Operand, ...]) -> np.dtype:
+    for operand in operands:
+        if isinstance(operand, (np.dtype, np.generic)):
+            supported(operand if isinstance(operand, np.dtype) else operand.dtype)
     with np.errstate(all="ignore"):
         value = func(*(_probe(o) for o in operands))
     return supported(np.asarray(value).dtype)

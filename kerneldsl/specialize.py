@@ -284,10 +284,16 @@ def _check_scalar_kind(sig: Signature, param: str, et: ElementType, value: Any) 
     a numpy scalar that the declared type cannot hold exactly: see ``check_scalar_value``)."""
     if isinstance(value, (bool, np.bool_, int, np.integer)):
         pass
-    elif isinstance(value, (float, np.floating)) and et.kind == "f":
+    elif isinstance(value, (float, np.floating)) and et.kind in "fc":
         pass
-    elif isinstance(value, np.generic) and et.kind == "f" and _is_float_scalar(value):
+    elif isinstance(value, np.generic) and et.kind in "fc" and _is_float_scalar(value):
         pass  # ml_dtypes scalars (bfloat16) are np.generic but not np.floating
+    elif isinstance(value, (complex, np.complexfloating)) and et.kind == "c":
+        pass
+    elif isinstance(value, (complex, np.complexfloating)):
+        given = _type_name(value)
+        message = f"expected a {et.name} scalar, got {given} {value}: a complex for a real is refused, pass z.real"
+        raise ScalarConversionError(sig.name, param, et.name, given, message)
     elif isinstance(value, (float, np.generic)):
         given = _type_name(value)
         message = f"expected a {et.name} scalar, got {given} {value}: a float for an integer is refused, pass int(x)"

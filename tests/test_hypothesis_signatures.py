@@ -148,8 +148,10 @@ def test_random_valid_signature_binds_and_renders(case: Case) -> None:
 @given(cases())
 def test_struct_format_has_one_8_byte_slot_per_kernel_parameter(case: Case) -> None:
     sig, func = declare(case)
-    generated = generate(bind(sig, call_arguments(sig, case), case.consts, "sm_90"), func)
-    expected_slots = len(sig.runtime_params) + len(set(sig.symbols) - set(case.specialize))
+    args = call_arguments(sig, case)
+    generated = generate(bind(sig, args, case.consts, "sm_90"), func)
+    complex_parts = sum(isinstance(a, np.complexfloating) for a in args)  # a complex scalar's second slot
+    expected_slots = len(sig.runtime_params) + complex_parts + len(set(sig.symbols) - set(case.specialize))
     assert len(generated.abi) == expected_slots
     assert struct.calcsize(generated.struct_format) == SLOT_BYTES * expected_slots
     assert generated.struct_format.startswith("<")  # no native alignment padding
@@ -172,13 +174,16 @@ class _DeviceArray:
         self._closed = False
 
 
-def _packed(arg: Any) -> Any:
-    """What the adapter writes for one argument: a pointer, bfloat16 bits, or the scalar's value."""
+def _packed(arg: Any) -> list[Any]:
+    """What the adapter writes for one argument: a pointer, bfloat16 bits, the scalar's value, or
+    a complex scalar's two parts."""
     if isinstance(arg, _DeviceArray):
-        return arg.ptr
+        return [arg.ptr]
     if isinstance(arg, np.generic) and arg.dtype.name == "bfloat16":
-        return to_bfloat16_bits(arg)
-    return arg.item() if isinstance(arg, np.generic) else arg
+        return [to_bfloat16_bits(arg)]
+    if isinstance(arg, np.complexfloating):
+        return [arg.real.item(), arg.imag.item()]
+    return [arg.item() if isinstance(arg, np.generic) else arg]
 
 
 @FAST
@@ -196,7 +201,9 @@ def test_adapter_packs_pointers_scalars_and_extents_in_abi_order(case: Case) -> 
     buffer = bytearray(generated.param_bytes)
     namespace["make_launch"](ADAPTER_RUNTIME, session, "f", buffer, "p")(*device_args, None, None, None, None)
     packed = struct.unpack(generated.struct_format, buffer)
-    expected = [_packed(a) for a in device_args] + [case.extents[s] for s in sig.symbols if s not in case.specialize]
+    expected = [v for a in device_args for v in _packed(a)] + [
+        case.extents[s] for s in sig.symbols if s not in case.specialize
+    ]
     assert list(packed) == expected
     assert session.launched[1][1:] == (1, 1) and session.launched[2] == (128, 1, 1)
 
