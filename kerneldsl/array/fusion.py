@@ -3,11 +3,13 @@
 The function is traced once per argument specialization (dtypes and shapes): array arguments
 become ``Tracer`` values, every op call records a node instead of running, and the returned
 value's program is compiled as one elementwise kernel (no temporaries) or, when the chain ends
-in a reduction (``kd.ops.sum`` ...), as one elementwise-plus-reduction kernel. Kernels are
-cached per dtypes and layout, so a new shape re-traces (cheap) but does not recompile.
+in a reduction (``kd.ops.sum`` ...), as one elementwise-plus-reduction kernel. When reduction
+results feed later work (softmax, norms: ``keepdims=True`` or broadcast back by shape) or the
+function returns a tuple, the pipeline is one kernel over rows (``pipeline``, ``fused_rows``).
+Kernels are cached per dtypes and layout, so a new shape re-traces (cheap) but does not recompile.
 
 What cannot be fused raises ``FusionError`` at trace time, naming the culprit: a numpy function
-called on a traced value, a reduction in the middle of the chain, Python control flow on traced
+called on a traced value, reductions over different axis sets in one pipeline, Python control flow on traced
 values (``if x``, ``bool(x)``, ``float(x)``), a traced value handed to a ``@kd.kernel`` or
 another library, arrays captured from outside instead of passed as arguments.
 
@@ -29,9 +31,11 @@ from .. import ops
 from ..build import Build
 from ..errors import FusionError
 from .elementwise import plan_elementwise
+from .fused_plan import plan_fused_rows
+from .pipeline import PipelineBuilder, analyze
 from .placement import is_array
 from .plan import Plan, PlanCache
-from .program import SCALAR_TYPES, ProgramBuilder, Traced
+from .program import SCALAR_TYPES, Traced
 from .reduction import plan_reduction
 
 
@@ -105,8 +109,17 @@ class Tracer(Traced):
     def astype(self, dtype: Any) -> Any:
         return ops.astype(self, dtype)
 
-    def sum(self, axis: Any = None) -> Any:
-        return ops.sum(self, axis=axis)
+    def sum(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return ops.sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return ops.mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return ops.max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Any:
+        return ops.min(self, axis=axis, keepdims=keepdims)
 
     def __bool__(self) -> bool:
         _refuse("Python control flow on a traced value (if / while / and / or / bool())")
@@ -165,9 +178,10 @@ class Fused:
         """Pickles as the function it fuses: the receiver traces and compiles for itself."""
         return (Fused, (self.func,))
 
-    def trace(self, *args: Any) -> tuple[ProgramBuilder, Tracer]:
-        """Run the function on tracers; returns the builder and the traced result."""
-        builder = ProgramBuilder(self.name, make=Tracer)
+    def trace(self, *args: Any) -> tuple[PipelineBuilder, tuple[Tracer, ...], bool]:
+        """Run the function on tracers; returns the builder, the traced results and whether the
+        function returned one array (not a tuple)."""
+        builder = PipelineBuilder(self.name, make=Tracer)
         traced: list[Any] = []
         t: Traced
         for i, a in enumerate(args):
@@ -182,19 +196,33 @@ class Fused:
                 )
             traced.append(t)
         result = self.func(*traced)
-        if not isinstance(result, Tracer) or result.builder is not builder or result.argument is not None:
-            raise FusionError(
-                f"{self.name} must return one array computed from its array arguments by kd.ops / @kd.elementwise "
-                f"calls, not {type(result).__name__}"
-            )
-        return builder, result
+        single = not isinstance(result, tuple)
+        results = (result,) if single else result
+        for r in results:
+            if not isinstance(r, Tracer) or r.builder is not builder or r.argument is not None:
+                raise FusionError(
+                    f"{self.name} must return an array, or a tuple of arrays, computed from its array arguments "
+                    f"by kd.ops / @kd.elementwise calls, not {type(r).__name__}"
+                )
+        if not results:
+            raise FusionError(f"{self.name} must return an array or a non-empty tuple of arrays")
+        return builder, results, single
 
     def plan(self, values: Any, out: Any) -> Plan:
-        builder, result = self.trace(*values)
-        if result.reduction is not None:
-            reduction, axis, keepdims, root = result.reduction
-            return plan_reduction(builder, root, reduction.reducer, axis, out, keepdims)
-        return plan_elementwise(builder, result, values, out)
+        builder, results, single = self.trace(*values)
+        if single and not builder.reductions:
+            (result,) = results
+            if result.reduction is not None:  # one reduction that ends the chain: the reduction kernels
+                reduction, axis, keepdims, root = result.reduction
+                return plan_reduction(builder, root, reduction.reducer, axis, out, keepdims)
+            return plan_elementwise(builder, result, values, out)
+        outputs = [builder.reduced(r) if r.reduction is not None else r for r in results]
+        if not builder.reductions:
+            raise FusionError(
+                f"{self.name} returns a tuple without a reduction: several outputs come from pipelines "
+                "through a reduction; return one array, or call one fused function per output"
+            )
+        return plan_fused_rows(analyze(builder, outputs), values, out, single)
 
     def inspect(self, *args: Any, out: Any = None, arch: str | None = None) -> Build:
         """The Build a call with these arguments runs: ``.cuda_source``, ``.host_adapter_source``,

@@ -79,6 +79,9 @@ def make_kernel(
     body: Callable[[dict[str, Any]], GeneratedBody],
     grid: Expr | int = 1,
     source: Callable[..., object] | None = None,
+    block: int = BLOCK,
+    options: tuple[str, ...] = OPTIONS,
+    cluster: tuple[int, int, int] | None = None,
 ) -> Kernel:
     """A ``Kernel`` over generated parameters whose body comes from ``body(proxies)``; compile
     errors are reported at ``source``'s lines (the user function the code came from) when given."""
@@ -92,8 +95,8 @@ def make_kernel(
     kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typeshed: functions lack it
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params]
     )
-    sig = parse_signature(kernel_body, grid=grid, block=BLOCK, allow_alias=True)
-    return Kernel(kernel_body, sig, OPTIONS)
+    sig = parse_signature(kernel_body, grid=grid, block=block, allow_alias=True, cluster=cluster)
+    return Kernel(kernel_body, sig, options)
 
 
 def leaf_dims(layout: Layout, i: int) -> tuple[str, ...]:

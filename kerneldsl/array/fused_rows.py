@@ -1,0 +1,384 @@
+"""Fused pipelines over rows: one kernel for a ``@kd.fuse`` function whose reductions (over one
+axis set) feed later elementwise work and later reductions (softmax, norms, logsumexp).
+
+Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows them, no GPU):
+
+- a *row* is the reduced axes' values of one output position (rows of a matrix for ``axis=-1``);
+  rows up to ``WARP_MAX`` elements take a group of up to 32 lanes of a warp (row-per-warp, several
+  rows per block), longer ones a whole block of 256, 512 or 1024 threads (row-per-block);
+- few long rows (fewer than ``SPLIT_ROWS_PER_SM`` per SM, sm_90+) take a thread-block cluster of
+  up to ``SPLIT_MAX`` blocks each (split): every block folds its share, then reads the cluster's
+  partials from their shared memory in rank order (distributed shared memory, cluster barriers),
+  so the fold is deterministic and the row still one kernel and one pass;
+- the row's full inputs are loaded once into registers when they fit (``items`` units of
+  16 bytes per thread, a compile-time constant, at most ``HOLD_BYTES`` per thread), so every
+  reduction and the outputs read them there: one pass over memory; a full value a later phase
+  needs again (softmax's ``exp(x - m)``) is kept in registers too when held inputs and kept values
+  fit in ``HOLD_BYTES`` (else recomputed: spilling would cost more). Rows that do not fit are read
+  again by each phase (from L2 when they fit there), ``passes`` says how many times;
+- each reduction is a fixed tree (per-thread folds in element order, butterfly shuffles, the
+  warps in order), so results are the same bits run to run and every thread holds them;
+- reduced axes innermost (``layout="rows"``) read 16-byte vectors when the row length is a
+  multiple of the vector and every pointer is aligned; other axis sets (``layout="permuted"``)
+  decompose offsets per element: correct for every axis set, not tuned.
+
+Values follow NumPy's dtypes per op, as unfused ``kd.ops`` calls do; float16/bfloat16
+reductions accumulate in float32 and round once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import dtypes
+from ..codegen import Decisions, GeneratedBody
+from ..dispatch import Kernel
+from .body_store import rendered
+from .kernels import KERNELS, OPTIONS, all_aligned, array_param, make_kernel, scalar_param
+from .pipeline import Phase, Pipeline, phase
+from .program import Leaf, compute_ctype, program_context, storage_ctype, unsigned_ctype
+from .reduction import SHUFFLE
+
+WARP_MAX = 1024  # rows up to this many elements take (part of) a warp each
+HOLD_BYTES = 128  # register bytes per thread that may hold a row's inputs
+BLOCKS = (256, 512, 1024)  # row-per-block sizes, the smallest that holds the row wins
+WARP_BLOCK = 256  # threads per block for row-per-warp
+SPLIT_MIN = 8192  # rows from this many elements may be split over a cluster of blocks ...
+SPLIT_ROWS_PER_SM = 2  # ... when there are fewer rows than this many per SM
+SPLIT_MAX = 8  # blocks per cluster (the portable limit)
+SPLIT_UNITS = 512  # fewest units a block of a split row takes
+CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
+REGISTERS = 64  # per thread: 1024 threads per SM stay resident, their loads in flight hide memory latency
+_INT64 = np.dtype(np.int64)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """The compile-time choices of a fused rows kernel."""
+
+    strategy: str  # "row-per-warp", "row-per-block" or "split" (a row per cluster of ``cluster`` blocks)
+    lanes: int  # threads per row in one block
+    threads: int  # per block
+    width: int  # elements per unit (16 bytes of the widest full array)
+    items: int | None  # units per thread held in registers; None: each phase re-reads the row
+    passes: int
+    cluster: int = 1
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def decide(count: int, width: int, held_bytes: int, reads: int, rows: int, sms: int, clusters: bool) -> Strategy:
+    """The strategy for ``rows`` rows of ``count`` elements whose held inputs take ``held_bytes``
+    per element on ``sms`` SMs (``clusters``: the device has thread-block clusters); ``reads``:
+    the phases that read the row (the passes when it is not held)."""
+    units = max(1, _ceil(count, width))
+    cluster = 1
+    if count <= WARP_MAX:
+        lanes = min(32, 1 << (units - 1).bit_length())
+        threads, name = WARP_BLOCK, "row-per-warp"
+    else:
+        if clusters and count >= SPLIT_MIN and rows < sms * SPLIT_ROWS_PER_SM:
+            cluster = min(SPLIT_MAX, 1 << (_ceil(sms * SPLIT_ROWS_PER_SM, rows) - 1).bit_length())
+            while cluster > 1 and units < cluster * SPLIT_UNITS:
+                cluster //= 2
+        per = _ceil(units, cluster)
+        fits = [t for t in BLOCKS if _ceil(per, t) * width * held_bytes <= HOLD_BYTES]
+        lanes = threads = fits[0] if fits else BLOCKS[-1]
+        name = "split" if cluster > 1 else "row-per-block"
+    items = _ceil(_ceil(units, cluster), lanes)
+    if held_bytes == 0 or items * width * held_bytes > HOLD_BYTES:
+        return Strategy(name, lanes, threads, width, None, reads, cluster)
+    return Strategy(name, lanes, threads, width, items, 1, cluster)
+
+
+# --- the kernel ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a kernel's text depends on besides the pipeline's values: each value's class (full or
+    per row), each array leaf's rank and the axes of the reduced shape it varies along, each
+    output's dtype and class, whether rows divide into units, and the strategy."""
+
+    axes: tuple[int, ...]
+    ndim: int
+    full: tuple[bool, ...]  # per value
+    leaves: tuple[tuple[int, int, tuple[bool, ...]], ...]  # per array leaf: (value id, rank, varies)
+    outputs: tuple[tuple[np.dtype, bool], ...]  # per output: (dtype, full)
+    divisible: bool  # the row length is a multiple of ``strategy.width``
+    strategy: Strategy
+
+    @property
+    def rows_layout(self) -> bool:
+        """The reduced axes are the innermost ones."""
+        return self.axes == tuple(range(self.ndim - len(self.axes), self.ndim))
+
+
+def _array(layout: Layout, id: str, param: str, dtype: np.dtype, rank: int, varies: tuple[bool, ...]) -> dict[str, Any]:
+    """An array's offsets: its stride along each axis of the reduced shape it varies along, and
+    whether its column offset is the element index itself (rows laid out last, no broadcast)."""
+    ndim = layout.ndim
+    strides = [f"{param}_stride{j - (ndim - rank)}" if varies[j] else None for j in range(ndim)]
+    full = any(varies[a] for a in layout.axes)
+    plain = layout.rows_layout and all(varies[a] for a in layout.axes)
+    return {
+        "id": id,
+        "param": param,
+        "storage": storage_ctype(dtype),
+        "itemsize": dtype.itemsize,
+        "strides": strides,
+        "full": full,
+        "general": full and not plain,
+        "rowmajor": plain and all(varies),
+        "col": "kdc" if plain else f"kdcoloff{id}",
+    }
+
+
+def fused_rows_kernel(pipeline: Pipeline, layout: Layout) -> Kernel:
+    """The (cached) kernel of ``pipeline`` for ``layout``: a new row count with the same layout reuses it."""
+    kinds = tuple(s if s[0] == "reduced" else s[0] for s in pipeline.sources)  # not the constants' values
+    key = ("fused_rows", pipeline.values, kinds, pipeline.reductions, pipeline.outputs, layout)
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(pipeline, layout))
+    return kernel
+
+
+def _params(pipeline: Pipeline, layout: Layout) -> list[tuple[str, Any]]:
+    """Per leaf an input array or a scalar (reduced leaves are none); per output an array; the
+    reduced shape's extents."""
+    ranks = {v: rank for v, rank, _ in layout.leaves}
+    params: list[tuple[str, Any]] = []
+    for v in pipeline.leaf_ids:
+        leaf = _leaf(pipeline, v)
+        if leaf.kind == "array":
+            params.append((f"kdp{v}", array_param("in", leaf.dtype, tuple(f"kds{v}x{m}" for m in range(ranks[v])))))
+        elif leaf.kind == "scalar":
+            params.append((f"kdp{v}", scalar_param(leaf.dtype)))
+    for k, (dtype, full) in enumerate(layout.outputs):
+        rank = layout.ndim if full else len(pipeline.output_shapes[k])
+        params.append((f"kdout{k}", array_param("out", dtype, tuple(f"kdq{k}x{m}" for m in range(rank)))))
+    params += [(f"kdd{j}", scalar_param(_INT64)) for j in range(layout.ndim)]
+    return params
+
+
+def _leaf(pipeline: Pipeline, v: int) -> Leaf:
+    value = pipeline.values[v]
+    assert isinstance(value, Leaf)
+    return value
+
+
+def phases(pipeline: Pipeline, outputs_full: Sequence[bool], carry: bool = False) -> tuple[list[Phase], Phase]:
+    """Each reduction's pass and the outputs' pass; ``carry``: a full value an earlier pass computed
+    is read from the registers it left it in (rows held in registers), not computed again."""
+    available: set[int] = set()
+    reductions = []
+    for r in pipeline.reductions:
+        reductions.append(phase(pipeline, [r.root], carried=available))
+        if carry:
+            available |= {v for v, _ in reductions[-1].computed}
+    full = [o for o, f in zip(pipeline.outputs, outputs_full) if f]
+    row = [o for o, f in zip(pipeline.outputs, outputs_full) if not f]
+    return reductions, phase(pipeline, full, row, carried=available)
+
+
+def held_leaves(
+    pipeline: Pipeline, leaves: Sequence[tuple[int, int, tuple[bool, ...]]], axes: tuple[int, ...]
+) -> list[int]:
+    """The array leaves a row's threads can hold in registers: used per element, laid out like
+    the reduced shape itself with the reduced axes innermost."""
+    reduction_phases, last = phases(pipeline, [pipeline.full(o) for o in pipeline.outputs])
+    used = {v for ph in (*reduction_phases, last) for v in ph.element_leaves}
+    ndim = len(pipeline.shape)
+    rows_layout = axes == tuple(range(ndim - len(axes), ndim))
+    return [v for v, _, varies in leaves if v in used and rows_layout and all(varies)]
+
+
+def reads(pipeline: Pipeline) -> int:
+    """The passes over a row that read it element by element."""
+    reduction_phases, last = phases(pipeline, [pipeline.full(o) for o in pipeline.outputs])
+    return sum(1 for ph in (*reduction_phases, last) if ph.element is not None)
+
+
+class _Context:
+    """The template's context for one pipeline and layout (what each phase evaluates and loads)."""
+
+    def __init__(self, pipeline: Pipeline, layout: Layout) -> None:
+        self.pipeline = pipeline
+        self.layout = layout
+        self.arrays: dict[int | str, dict[str, Any]] = {}
+        for v, rank, varies in layout.leaves:
+            self.arrays[v] = _array(layout, str(v), f"kdp{v}", _leaf(pipeline, v).dtype, rank, varies)
+        for k, (dtype, full) in enumerate(layout.outputs):
+            if full:
+                varies = (True,) * layout.ndim  # the reduced shape itself: every stride exists
+                self.arrays[f"o{k}"] = _array(layout, f"o{k}", f"kdout{k}", dtype, layout.ndim, varies)
+        items = layout.strategy.items
+        held = held_leaves(pipeline, layout.leaves, layout.axes) if items else []
+        self._passes(carry=items is not None)
+        if items is not None:  # carried values must fit beside the held inputs, or they spill
+            per_unit = sum(_leaf(pipeline, v).dtype.itemsize for v in held) + 4 * len(self.carried)
+            if items * layout.strategy.width * per_unit > HOLD_BYTES:
+                self._passes(carry=False)
+        self.held = [self.arrays[v] for v in held]
+        self.held_ids = {str(v) for v in held}
+
+    def _passes(self, carry: bool) -> None:
+        """The passes, and which full values each leaves in registers for a later one (``carry``)."""
+        self.phases, self.last = phases(self.pipeline, [full for _, full in self.layout.outputs], carry=carry)
+        everything = (*self.phases, self.last)
+        read_later = {v for k, ph in enumerate(everything) for v in ph.element_leaves if k}
+        self.stores = [[(v, local) for v, local in ph.computed if v in read_later] for ph in everything]
+        self.carried = {v for stores in self.stores for v, _ in stores}
+
+    def _row_loads(self, ph: Phase) -> dict[int, str]:
+        reduced = {r.leaf: k for k, r in enumerate(self.pipeline.reductions)}
+        loads = {}
+        for local, v in enumerate(ph.row_leaves):
+            leaf = _leaf(self.pipeline, v)
+            if leaf.kind == "scalar":
+                loads[local] = f"kdp{v}"
+            elif leaf.kind == "reduced":
+                loads[local] = f"kdred{reduced[v]}"
+            else:
+                loads[local] = f"kdp{v}[kdrowoff{v}]"
+        return loads
+
+    def _element_loads(self, ph: Phase, vector: bool) -> dict[int, str]:
+        loads = {}
+        for local, v in enumerate(ph.element_leaves):
+            value = self.pipeline.values[v]
+            if isinstance(value, Leaf) and value.kind == "scalar":
+                loads[local] = f"kdp{v}"
+            elif v in self.carried:
+                loads[local] = f"kdcar{v}[kdit][kdk]"
+            elif not self.pipeline.full(v):
+                loads[local] = f"kdrv{v}"
+            elif str(v) in self.held_ids:
+                loads[local] = f"kdh{v}[kdit].v[kdk]"
+            elif vector:
+                loads[local] = f"kdl{v}.v[kdk]"
+            else:
+                a = self.arrays[v]
+                loads[local] = f"kdp{v}[kdrowoff{v} + {a['col']}]"
+        return loads
+
+    def phase_context(self, ph: Phase, vector: bool, stores: list[tuple[int, int]]) -> dict[str, Any]:
+        p = self.pipeline
+        streamed = [
+            self.arrays[v] for v in ph.element_leaves if p.full(v) and v in self.arrays and str(v) not in self.held_ids
+        ]
+        return {
+            "row_program": program_context(ph.row),
+            "row_loads": self._row_loads(ph),
+            "row_exports": list(ph.row_exports),
+            "row_ctypes": {v: compute_ctype(p.values[v].dtype) for v, _ in ph.row_exports},
+            "element_program": None if ph.element is None else program_context(ph.element),
+            "element_loads": {} if ph.element is None else self._element_loads(ph, vector),
+            "element_roots": list(ph.element_roots),
+            "streamed": streamed,
+            "stores": [{"value": v, "local": local} for v, local in stores],
+            "full_outputs": [],
+            "row_outputs": [],
+        }
+
+    def render(self, vector: bool) -> str:
+        p, layout, s = self.pipeline, self.layout, self.layout.strategy
+        phases = []
+        for k, (r, ph) in enumerate(zip(p.reductions, self.phases)):
+            acc = r.reducer.accumulate(p.values[r.root].dtype)
+            result = p.values[r.leaf].dtype
+            phases.append(
+                {
+                    **self.phase_context(ph, vector, self.stores[k]),
+                    "k": k,
+                    "reducer": r.reducer.name,
+                    "root": r.root,
+                    "acc": compute_ctype(acc),
+                    "kdU": unsigned_ctype(acc),
+                    "shfl": SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
+                    "combine": r.reducer.expression(acc),
+                    "identity": r.reducer.identity_text(acc),
+                    "pre": r.reducer.pre,
+                    "pre_param": r.reducer.pre_param,
+                    "post": r.reducer.post,
+                    "storage": storage_ctype(result),
+                    "cctype": compute_ctype(result),
+                }
+            )
+        last = self.phase_context(self.last, vector, [])
+        locals_ = dict(zip(self.last_full_ids(), self.last.element_roots))
+        for k, (o, (dtype, full)) in enumerate(zip(p.outputs, layout.outputs)):
+            entry = {"k": k, "value": o, "storage": storage_ctype(dtype), "cctype": compute_ctype(dtype)}
+            if full:
+                a = self.arrays[f"o{k}"]
+                last["full_outputs"].append({**entry, **a, "local": locals_[o]})
+            else:
+                last["row_outputs"].append(entry)
+        dims = [f"kdd{j}" for j in range(layout.ndim)]
+        arrays = list(self.arrays.values())
+        return rendered(
+            "fused_rows.cu.j2",
+            dict(
+                name=p.name,
+                strategy=s.strategy,
+                cluster=s.cluster,
+                lanes=s.lanes,
+                threads=s.threads,
+                width=s.width,
+                items=s.items,
+                passes=s.passes,
+                vector=vector,
+                dims=dims,
+                kept=list(p.kept),
+                reduced=list(layout.axes),
+                count_expr=" * ".join(f"(index_t){dims[a]}" for a in layout.axes) or "1",
+                rows_expr=" * ".join(f"(index_t){dims[j]}" for j in p.kept) or "1",
+                arrays=arrays,
+                general_arrays=[a for a in arrays if a["general"]],
+                held=self.held if s.items else [],
+                carried=[{"value": v, "cctype": compute_ctype(p.values[v].dtype)} for v in sorted(self.carried)],
+                phases=phases,
+                last=last,
+            ),
+        )
+
+    def last_full_ids(self) -> list[int]:
+        """The outputs written per element (the others are one value per row)."""
+        return [o for o, (_, full) in zip(self.pipeline.outputs, self.layout.outputs) if full]
+
+
+def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
+    context = _Context(pipeline, layout)
+    s = layout.strategy
+    full_arrays = [f"kdp{v}" for v, _, varies in layout.leaves if any(varies[a] for a in layout.axes)]
+    full_arrays += [f"kdout{k}" for k, (_, full) in enumerate(layout.outputs) if full]
+    vectorable = (
+        s.width > 1 and layout.divisible and not any(a["general"] for a in context.arrays.values() if a["full"])
+    )
+
+    def body(proxies: dict[str, Any]) -> GeneratedBody:
+        vector = vectorable and all_aligned(proxies, full_arrays)
+        first = pipeline.reductions[0]
+        decisions = Decisions(
+            layout="rows" if layout.rows_layout else "permuted",
+            vector_width=s.width if vector else 1,
+            stage="fused",
+            accumulation=first.reducer.accumulate(pipeline.values[first.root].dtype),
+            group=s.lanes,
+            split=s.cluster > 1,
+            strategy=s.strategy,
+            passes=s.passes,
+            items=s.items,
+        )
+        return GeneratedBody(context.render(vector), decisions)
+
+    # at most REGISTERS per thread: 1024 threads of an SM stay resident (and a block fits one SM)
+    options = (*OPTIONS, f"--maxrregcount={REGISTERS}")
+    name = f"{pipeline.name}_fused_rows"
+    cluster = (s.cluster, 1, 1) if s.cluster > 1 else None
+    return make_kernel(name, _params(pipeline, layout), body, block=s.threads, options=options, cluster=cluster)

@@ -1,0 +1,305 @@
+"""@kd.fuse through reductions on CPU: what traces into one kernel over rows, the strategy each
+shape gets (read from Build.decisions), tuple outputs, and the FusionError for what cannot fuse."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl.array.fused_plan import FusedRowsPlan
+from kerneldsl.bench import fuse_bench
+from kerneldsl.errors import FusionError
+
+ARCH = "sm_90"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache(isolated_cache_module):  # type: ignore[no-untyped-def]
+    yield
+
+
+@kd.fuse
+def softmax(x: Any) -> Any:
+    m = kd.ops.max(x, axis=-1, keepdims=True)
+    e = kd.ops.exp(x - m)
+    return e / kd.ops.sum(e, axis=-1, keepdims=True)
+
+
+@kd.fuse
+def layer_norm(x: Any, w: Any, b: Any) -> Any:
+    mean = kd.ops.mean(x, axis=-1, keepdims=True)
+    xc = x - mean
+    rstd = 1.0 / kd.ops.sqrt(kd.ops.mean(xc * xc, axis=-1, keepdims=True) + 1e-5)
+    return xc * rstd * w + b, mean, rstd
+
+
+@kd.fuse
+def column_softmax(x: Any) -> Any:
+    e = kd.ops.exp(x - kd.ops.max(x, axis=0, keepdims=True))
+    return e / kd.ops.sum(e, axis=0)  # broadcast back by shape: the reduced axis leads
+
+
+def _decisions(fused: Any, *args: Any) -> Any:
+    return fused.inspect(*args, arch=ARCH).decisions
+
+
+def _f32(*shape: int) -> np.ndarray:
+    return np.ones(shape, np.float32)
+
+
+def test_softmax_is_one_kernel_reading_its_rows_once() -> None:
+    build = softmax.inspect(_f32(4096, 4096), arch=ARCH)
+    assert build.cuda_source.count("__global__") == 1
+    d = build.decisions
+    assert (d.stage, d.strategy, d.group, d.items, d.passes) == ("fused", "row-per-block", 256, 4, 1)
+    assert (d.layout, d.vector_width, d.accumulation) == ("rows", 4, np.dtype(np.float32))
+
+
+def test_rows_up_to_1024_elements_take_a_warp_each() -> None:
+    d = _decisions(softmax, _f32(16384, 1024))
+    assert (d.strategy, d.group, d.items, d.passes) == ("row-per-warp", 32, 8, 1)
+
+
+def test_short_rows_take_part_of_a_warp() -> None:
+    d = _decisions(softmax, _f32(100, 7))
+    assert (d.strategy, d.group, d.vector_width) == ("row-per-warp", 2, 1)  # 7 is no multiple of 4
+
+
+def test_long_rows_take_a_block_that_holds_them_in_registers() -> None:
+    assert (_decisions(softmax, _f32(1024, 32768)).group, _decisions(softmax, _f32(1024, 32768)).items) == (1024, 8)
+    bf16 = _decisions(softmax, np.ones((1024, 32768), ml_dtypes.bfloat16))
+    assert (bf16.group, bf16.items, bf16.vector_width, bf16.accumulation) == (512, 8, 8, np.dtype(np.float32))
+
+
+def test_rows_too_long_for_registers_are_read_again_per_phase() -> None:
+    d = _decisions(softmax, _f32(300, 100_000))
+    assert (d.strategy, d.items, d.passes) == ("row-per-block", None, 3)  # max, sum, the outputs
+
+
+def test_few_long_rows_are_split_over_a_cluster_of_blocks() -> None:
+    d = _decisions(softmax, _f32(8, 100_000))
+    assert (d.strategy, d.split, d.group, d.items, d.passes) == ("split", True, 512, 7, 1)
+    plan = softmax.plan((_f32(8, 100_000),), None)
+    assert (plan.step(132, True).strategy.cluster, plan.step(132, True).blocks) == (8, 64)
+
+
+def test_without_clusters_few_rows_take_a_block_each() -> None:
+    plan = softmax.plan((_f32(8, 100_000),), None)
+    assert (plan.step(108, False).strategy.strategy, plan.step(108, False).blocks) == ("row-per-block", 8)
+
+
+def test_split_rows_too_long_for_registers_are_read_again() -> None:
+    d = _decisions(softmax, _f32(3, 2_000_000))
+    assert (d.strategy, d.items, d.passes) == ("split", None, 3)
+
+
+def test_layer_norm_returns_its_mean_and_rstd_from_the_same_kernel() -> None:
+    args = (_f32(32768, 768), _f32(768), _f32(768))
+    plan = layer_norm.plan(args, None)
+    assert isinstance(plan, FusedRowsPlan)
+    assert plan.shapes == ((32768, 768), (32768, 1), (32768, 1))
+    assert plan.dtypes == (np.dtype(np.float32),) * 3
+    build = layer_norm.inspect(*args, arch=ARCH)
+    assert build.cuda_source.count("__global__") == 1
+    assert (build.decisions.strategy, build.decisions.items, build.decisions.passes) == ("row-per-warp", 6, 1)
+
+
+def test_a_new_row_count_reuses_the_kernel() -> None:
+    assert softmax.plan((_f32(64, 1024),), None).kernel is softmax.plan((_f32(96, 1024),), None).kernel
+
+
+def test_the_bench_pipelines_are_one_kernel_each() -> None:
+    x, w = _f32(4096, 4096), _f32(4096)
+    for fused, args in [
+        (fuse_bench.softmax, (x,)),
+        (fuse_bench.log_softmax, (x,)),
+        (fuse_bench.logsumexp, (x,)),
+        (fuse_bench.layer_norm, (x, w, w)),
+        (fuse_bench.rms_norm, (x, w)),
+    ]:
+        assert (_decisions(fused, *args).strategy, _decisions(fused, *args).passes) == ("row-per-block", 1)
+
+
+def test_other_axes_are_reduced_through_strided_offsets() -> None:
+    d = _decisions(column_softmax, _f32(37, 5))
+    assert (d.layout, d.vector_width, d.items) == ("permuted", 1, None)
+    plan = column_softmax.plan((_f32(37, 5),), None)
+    assert plan.shapes == ((37, 5),)
+
+
+def test_the_last_two_axes_reduce_as_one_row() -> None:
+    @kd.fuse
+    def normalize(x: Any) -> Any:
+        return x - kd.ops.mean(x, axis=(1, 2), keepdims=True)
+
+    d = _decisions(normalize, _f32(6, 8, 32))
+    assert (d.layout, d.strategy, d.group) == ("rows", "row-per-warp", 32)
+
+
+def test_a_reduction_result_returned_without_keepdims_is_one_value_per_row() -> None:
+    @kd.fuse
+    def lse(x: Any) -> Any:
+        m = kd.ops.max(x, axis=-1, keepdims=True)
+        return kd.ops.log(kd.ops.sum(kd.ops.exp(x - m), axis=-1)), kd.ops.max(x, axis=-1)
+
+    plan = lse.plan((_f32(10, 300),), None)
+    assert plan.shapes == ((10,), (10,))
+
+
+@pytest.mark.parametrize("shape", [(5, 1), (0, 7), (3, 0), (1, 1)])
+def test_rows_of_one_element_and_empty_arrays_compile(shape: tuple[int, int]) -> None:
+    assert _decisions(softmax, _f32(*shape)).stage == "fused"
+
+
+def test_a_chain_ending_in_its_one_reduction_keeps_the_reduction_kernels() -> None:
+    @kd.fuse
+    def sum_of_squares(x: Any) -> Any:
+        return kd.ops.sum(x * x, axis=-1)
+
+    assert _decisions(sum_of_squares, _f32(64, 64)).stage == "rows"
+
+
+def _error(func: Any, *args: Any) -> str:
+    with pytest.raises(FusionError) as info:
+        kd.fuse(func).inspect(*args, arch=ARCH)
+    return str(info.value)
+
+
+def test_reductions_over_different_axis_sets_are_refused_naming_both() -> None:
+    message = _error(
+        lambda x: x - kd.ops.sum(x, axis=0, keepdims=True) + kd.ops.max(x, axis=1, keepdims=True), _f32(4, 6)
+    )
+    assert "'max'" in message and "'sum'" in message and "axis set" in message
+
+
+def test_a_result_without_keepdims_paired_with_other_rows_is_refused() -> None:
+    message = _error(lambda x: x - kd.ops.sum(x, axis=-1), _f32(4, 4))  # NumPy would pair row j's sum with column j
+    assert "subtract" in message and "keepdims=True" in message
+
+
+def test_an_index_reduction_cannot_feed_later_work() -> None:
+    assert "argmax" in _error(lambda x: kd.ops.argmax(x, axis=-1) + 1, _f32(4, 4))
+
+
+def test_arguments_larger_than_the_reduced_shape_are_refused() -> None:
+    message = _error(lambda x, y: x / kd.ops.sum(x, axis=-1, keepdims=True) + y, _f32(4, 8), _f32(3, 4, 8))
+    assert "argument 1" in message and "(3, 4, 8)" in message
+
+
+def test_out_is_refused_for_tuple_outputs() -> None:
+    args = (_f32(4, 8), _f32(8), _f32(8))
+    with pytest.raises(FusionError, match="tuple"):
+        layer_norm.plan(args, np.empty((4, 8), np.float32))
+
+
+def test_a_fused_call_launches_once_with_the_planned_grid(drv: Any) -> None:
+    s = kd.Session(0)
+    x = s.zeros((4096, 1024), np.float32)
+    softmax(x)
+    grid, block = drv.launches[-1][1], drv.launches[-1][2]
+    assert (grid, block) == ((4096 // 8, 1, 1), (256, 1, 1))  # 8 rows of 1024 per 256-thread block
+    y, mean, rstd = layer_norm(x, s.zeros(1024, np.float32), s.zeros(1024, np.float32))
+    assert (y.shape, mean.shape, rstd.shape) == ((4096, 1024), (4096, 1), (4096, 1))
+
+
+def test_an_empty_max_has_no_identity_as_in_numpy(drv: Any) -> None:
+    s = kd.Session(0)
+    with pytest.raises(ValueError, match="zero-size array"):
+        softmax(s.zeros((3, 0), np.float32))
+
+
+def test_no_rows_launch_nothing(drv: Any) -> None:
+    s = kd.Session(0)
+    before = len(drv.launches)
+    assert softmax(s.zeros((0, 5), np.float32)).shape == (0, 5)
+    assert len(drv.launches) == before
+
+
+def test_rows_of_no_elements_still_launch_to_write_their_reductions(drv: Any) -> None:
+    @kd.fuse
+    def share(x: Any) -> Any:
+        total = kd.ops.sum(x, axis=-1, keepdims=True)
+        return x / total, total
+
+    s = kd.Session(0)
+    before = len(drv.launches)
+    y, total = share(s.zeros((3, 0), np.float32))
+    assert (y.shape, total.shape, len(drv.launches)) == ((3, 0), (3, 1), before + 1)
+
+
+FRESH_PROCESS = """
+import json, sys, time
+import numpy as np
+start = time.perf_counter()
+import kerneldsl as kd
+@kd.fuse
+def softmax(x):
+    m = kd.ops.max(x, axis=-1, keepdims=True)
+    e = kd.ops.exp(x - m)
+    return e / kd.ops.sum(e, axis=-1, keepdims=True)
+build = softmax.inspect(np.ones((64, 1024), np.float32), arch="sm_90")
+loaded = sorted(m for m in ("jinja2", "cuda.bindings.nvrtc") if m in sys.modules)
+print(json.dumps({"origin": build.origin, "loaded": loaded, "seconds": time.perf_counter() - start}))
+"""
+
+
+def test_a_disk_hit_in_a_fresh_process_renders_no_template_and_loads_no_nvrtc(tmp_path: Any) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "KERNELDSL_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run() -> Any:
+        done = subprocess.run(
+            [sys.executable, "-c", FRESH_PROCESS], capture_output=True, text=True, env=env, check=True
+        )
+        return json.loads(done.stdout)
+
+    first, second = run(), run()
+    assert (first["origin"], second["origin"]) == ("nvrtc", "disk")
+    assert second["loaded"] == []
+
+
+def test_the_fuse_bench_has_a_section_per_pipeline_and_parses_its_options() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    fuse_bench.add_arguments(parser)
+    args = parser.parse_args(["--only", "softmax", "--dtype", "bfloat16", "--no-compile", "--reps", "3"])
+    assert (args.only, args.dtype, args.no_compile, args.reps) == (["softmax"], ["bfloat16"], True, 3)
+    assert list(fuse_bench.SECTIONS) == ["softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm"]
+    assert fuse_bench.ROW_SHAPES == ((4096, 4096), (16384, 1024), (1024, 32768))
+    assert fuse_bench.NORM_SHAPES == ((4096, 4096), (32768, 768))
+
+
+def test_constants_of_the_trace_are_parameters_not_part_of_the_kernel() -> None:
+    def rms(eps: float) -> Any:
+        return kd.fuse(lambda x: x / kd.ops.sqrt(kd.ops.mean(x * x, axis=-1, keepdims=True) + eps))
+
+    assert rms(1e-5).plan((_f32(8, 64),), None).kernel is rms(1e-6).plan((_f32(8, 64),), None).kernel
+
+
+def test_a_split_row_launches_in_clusters_of_its_blocks(drv: Any) -> None:
+    s = kd.Session(0)
+    softmax(s.zeros((8, 100_000), np.float32))
+    f, grid, block, shared, stream, attributes = drv.ex_launches[-1]
+    assert (grid, block, attributes["cluster"]) == ((64, 1, 1), (512, 1, 1), (8, 1, 1))
+
+
+def test_the_reduction_methods_of_a_traced_array_fuse_like_the_functions() -> None:
+    @kd.fuse
+    def centered(x: Any) -> Any:
+        return (x - x.mean(axis=-1, keepdims=True)) / (x.max(axis=-1, keepdims=True) - x.min(axis=-1, keepdims=True))
+
+    plan = centered.plan((_f32(16, 256),), None)
+    assert isinstance(plan, FusedRowsPlan) and [r.reducer.name for r in plan.pipeline.reductions] == [
+        "mean",
+        "max",
+        "min",
+    ]

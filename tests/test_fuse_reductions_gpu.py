@@ -1,0 +1,312 @@
+"""@kd.fuse through reductions on the GPU: every strategy (asserted through Build.decisions first,
+so a change of heuristics cannot silently stop covering one) against NumPy.
+
+References: float32 pipelines against the same formula in float64 (rtol 2e-5 and 2e-6 of the
+largest value absolute: CUDA's expf/logf are within 2 ulp, sums fold in a fixed tree); float16 and
+bfloat16 against NumPy running the same ops in that dtype (each op computed in float32 and
+rounded, as kd does), reductions accumulated in float64 and rounded once, within 4 ulp of the
+dtype relative and 4 ulp of the largest value absolute (CUDA's and NumPy's exp differ in the
+last float32 bits, which can move a rounding, and a 1-ulp mean moves every centered value).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+
+pytestmark = pytest.mark.gpu
+
+ARCH = "sm_90"
+EPS = 1e-5
+
+
+@pytest.fixture(scope="module")
+def session():  # type: ignore[no-untyped-def]
+    s = kd.Session(0)
+    yield s
+    s.close()
+
+
+@kd.fuse
+def softmax(x: Any) -> Any:
+    m = kd.ops.max(x, axis=-1, keepdims=True)
+    e = kd.ops.exp(x - m)
+    return e / kd.ops.sum(e, axis=-1, keepdims=True)
+
+
+@kd.fuse
+def log_softmax(x: Any) -> Any:
+    s = x - kd.ops.max(x, axis=-1, keepdims=True)
+    return s - kd.ops.log(kd.ops.sum(kd.ops.exp(s), axis=-1, keepdims=True))
+
+
+@kd.fuse
+def logsumexp(x: Any) -> Any:
+    m = kd.ops.max(x, axis=-1, keepdims=True)
+    return m + kd.ops.log(kd.ops.sum(kd.ops.exp(x - m), axis=-1, keepdims=True))
+
+
+@kd.fuse
+def layer_norm(x: Any, w: Any, b: Any) -> Any:
+    mean = kd.ops.mean(x, axis=-1, keepdims=True)
+    xc = x - mean
+    rstd = 1.0 / kd.ops.sqrt(kd.ops.mean(xc * xc, axis=-1, keepdims=True) + EPS)
+    return xc * rstd * w + b, mean, rstd
+
+
+@kd.fuse
+def rms_norm(x: Any, w: Any) -> Any:
+    return x / kd.ops.sqrt(kd.ops.mean(x * x, axis=-1, keepdims=True) + EPS) * w
+
+
+@kd.fuse
+def column_softmax(x: Any) -> Any:
+    e = kd.ops.exp(x - kd.ops.max(x, axis=0, keepdims=True))
+    return e / kd.ops.sum(e, axis=0)
+
+
+@kd.fuse
+def standardize(x: Any) -> Any:  # over axes 0 and 2, which axis 1 interleaves
+    mean = kd.ops.mean(x, axis=(0, 2), keepdims=True)
+    xc = x - mean
+    return xc / kd.ops.sqrt(kd.ops.mean(xc * xc, axis=(0, 2), keepdims=True) + EPS)
+
+
+# --- references: the same ops in NumPy, in the input dtype, reductions accumulated in float64 ---------
+
+
+def _sum(v: np.ndarray, axis: Any = -1) -> np.ndarray:
+    return np.asarray(v.astype(np.float64).sum(axis=axis, keepdims=True)).astype(v.dtype)
+
+
+def _mean(v: np.ndarray, axis: Any = -1) -> np.ndarray:
+    n = np.prod([v.shape[a] for a in (axis if isinstance(axis, tuple) else (axis,))])
+    return np.asarray(v.astype(np.float64).sum(axis=axis, keepdims=True) / n).astype(v.dtype)
+
+
+def _softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / _sum(e, axis)
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    s = x - x.max(-1, keepdims=True)
+    return s - np.log(_sum(np.exp(s)))
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    m = x.max(-1, keepdims=True)
+    return m + np.log(_sum(np.exp(x - m)))
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
+    mean = _mean(x)
+    xc = x - mean
+    rstd = x.dtype.type(1) / np.sqrt(_mean(xc * xc) + x.dtype.type(EPS))
+    return xc * rstd * w + b, mean, rstd
+
+
+def _rms_norm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return x / np.sqrt(_mean(x * x) + x.dtype.type(EPS)) * w
+
+
+def _ulp(dt: np.dtype) -> float:
+    return 2.0**-7 if dt.name == "bfloat16" else float(np.finfo(dt).eps)
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.shape == want.shape and got.dtype == want.dtype
+    # an absolute part scaled to the largest value: where a sum cancels (y = t + b near 0, log-softmax
+    # near 0) the error is that of its largest term
+    dt, wide = want.dtype, want.astype(np.float64)
+    scale = max(1.0, float(np.nanmax(np.abs(wide[np.isfinite(wide)]), initial=0.0)))
+    rtol, atol = (2e-5, 2e-6) if dt == np.float32 else (4 * _ulp(dt), 4 * _ulp(dt))
+    np.testing.assert_allclose(got.astype(np.float64), wide, rtol=rtol, atol=atol * scale)
+
+
+def _data(shape: tuple[int, ...], dt: Any, seed: int) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_normal(shape) * 3).astype(dt)
+
+
+def _reference_f32(fn: Any, *args: np.ndarray) -> Any:
+    """``fn`` run in float64 on float32 data, returned as float32."""
+    out = fn(*(a.astype(np.float64) for a in args))
+    return tuple(o.astype(np.float32) for o in out) if isinstance(out, tuple) else out.astype(np.float32)
+
+
+STRATEGIES = [
+    ((333, 4096), ("row-per-block", 256, 4, 1)),  # a block per row, held in registers
+    ((1001, 1024), ("row-per-warp", 32, 8, 1)),  # a warp per row
+    ((2000, 37), ("row-per-warp", 16, 1, 1)),  # part of a warp, scalar loads (37 is no multiple of 4)
+    ((300, 32768), ("row-per-block", 1024, 8, 1)),  # long rows: 1024 threads hold 32 values each
+    ((300, 100_003), ("row-per-block", 1024, None, 3)),  # too long to hold: every phase reads the row again
+    ((8, 100_000), ("split", 512, 7, 1)),  # few long rows: a row per cluster of 8 blocks
+    ((3, 2_000_003), ("split", 1024, None, 3)),  # split and read again
+]
+
+
+@pytest.mark.parametrize(("shape", "expected"), STRATEGIES)
+def test_every_strategy_computes_softmax_like_numpy(session, shape, expected) -> None:  # type: ignore[no-untyped-def]
+    x = _data(shape, np.float32, sum(shape))
+    d = softmax.inspect(x, arch=ARCH).decisions
+    assert (d.strategy, d.group, d.items, d.passes) == expected
+    _close(softmax(session.to_device(x)).to_host(), _reference_f32(_softmax, x))
+
+
+@pytest.mark.parametrize("shape", [(77, 3000), (513, 768)])
+def test_log_softmax_and_logsumexp_match_numpy(session, shape) -> None:  # type: ignore[no-untyped-def]
+    x = _data(shape, np.float32, 3)
+    d = session.to_device(x)
+    _close(log_softmax(d).to_host(), _reference_f32(_log_softmax, x))
+    _close(logsumexp(d).to_host(), _reference_f32(_logsumexp, x))
+
+
+@pytest.mark.parametrize("shape", [(300, 4096), (1000, 768), (7, 33)])
+def test_layer_norm_returns_output_mean_and_rstd_from_one_kernel(session, shape) -> None:  # type: ignore[no-untyped-def]
+    x, w, b = _data(shape, np.float32, 4), _data(shape[-1:], np.float32, 5), _data(shape[-1:], np.float32, 6)
+    got = layer_norm(session.to_device(x), session.to_device(w), session.to_device(b))
+    for g, want in zip(got, _reference_f32(_layer_norm, x, w, b)):
+        _close(g.to_host(), want)
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("shape", [(64, 4096), (200, 1000), (50, 77)])
+def test_half_precision_pipelines_accumulate_in_float32_and_store_their_dtype(session, dt, shape) -> None:  # type: ignore[no-untyped-def]
+    x, w, b = _data(shape, dt, 7), _data(shape[-1:], dt, 8), _data(shape[-1:], dt, 9)
+    assert softmax.inspect(x, arch=ARCH).decisions.accumulation == np.float32
+    dx, dw, db = (session.to_device(a) for a in (x, w, b))
+    _close(softmax(dx).to_host(), _softmax(x))
+    _close(rms_norm(dx, dw).to_host(), _rms_norm(x, w))
+    for g, want in zip(layer_norm(dx, dw, db), _layer_norm(x, w, b)):
+        _close(g.to_host(), want)
+
+
+def test_a_leading_axis_is_reduced_through_strided_offsets(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data((513, 37), np.float32, 10)
+    assert column_softmax.inspect(x, arch=ARCH).decisions.layout == "permuted"
+    _close(column_softmax(session.to_device(x)).to_host(), _reference_f32(lambda v: _softmax(v, 0), x))
+
+
+def test_interleaved_axes_reduce_as_one_row(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data((6, 9, 40), np.float32, 11)
+    assert standardize.inspect(x, arch=ARCH).decisions.layout == "permuted"
+
+    def reference(v: np.ndarray) -> np.ndarray:
+        xc = v - v.mean(axis=(0, 2), keepdims=True)
+        return xc / np.sqrt((xc * xc).mean(axis=(0, 2), keepdims=True) + EPS)
+
+    _close(standardize(session.to_device(x)).to_host(), _reference_f32(reference, x))
+
+
+def test_rows_with_minus_infinity_and_all_minus_infinity_rows_give_numpys_nan(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data((6, 300), np.float32, 12)
+    x[1, ::3] = -np.inf
+    x[2, :] = -np.inf
+    x[3, 5] = np.inf
+    with np.errstate(invalid="ignore"):
+        want = _reference_f32(_softmax, x)
+    got = softmax(session.to_device(x)).to_host()
+    assert np.isnan(got[2]).all() and np.isnan(want[2]).all()
+    assert (got[1, ::3] == 0).all()
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)  # NaN where NumPy has NaN
+
+
+def test_rows_of_one_element(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data((50, 1), np.float32, 13)
+    np.testing.assert_array_equal(softmax(session.to_device(x)).to_host(), np.ones((50, 1), np.float32))
+    _close(logsumexp(session.to_device(x)).to_host(), x)
+
+
+def test_empty_arrays(session) -> None:  # type: ignore[no-untyped-def]
+    @kd.fuse
+    def share(x: Any) -> Any:
+        total = kd.ops.sum(x, axis=-1, keepdims=True)
+        return x / total, total
+
+    assert softmax(session.to_device(np.zeros((0, 5), np.float32))).shape == (0, 5)
+    y, total = share(session.to_device(np.zeros((3, 0), np.float32)))
+    assert y.shape == (3, 0)
+    np.testing.assert_array_equal(total.to_host(), np.zeros((3, 1), np.float32))
+    with pytest.raises(ValueError, match="zero-size"):
+        softmax(session.to_device(np.zeros((3, 0), np.float32)))
+
+
+def test_numpy_operands_give_a_tuple_of_numpy_results(session) -> None:  # type: ignore[no-untyped-def]
+    x, w, b = _data((40, 96), np.float32, 14), _data((96,), np.float32, 15), _data((96,), np.float32, 16)
+    got = layer_norm(x, w, b)
+    assert isinstance(got, tuple) and all(isinstance(g, np.ndarray) for g in got)
+    for g, want in zip(got, _reference_f32(_layer_norm, x, w, b)):
+        _close(g, want)
+
+
+def test_the_same_input_gives_the_same_bits_every_run(session) -> None:  # type: ignore[no-untyped-def]
+    d = session.to_device(_data((64, 32768), np.float32, 17))
+    first = softmax(d).to_host()
+    np.testing.assert_array_equal(softmax(d).to_host(), first)
+
+
+def test_strided_views_are_read_through_a_copy(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data((64, 2048), np.float32, 18)
+    view = session.to_device(x)[:, ::2]
+    _close(softmax(view).to_host(), _reference_f32(_softmax, np.ascontiguousarray(x[:, ::2])))
+
+
+def test_out_receives_a_single_output(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data((128, 1024), np.float32, 19)
+    out = session.empty((128, 1024), np.float32)
+    assert softmax(session.to_device(x), out=out) is out
+    _close(out.to_host(), _reference_f32(_softmax, x))
+
+
+def test_operands_broadcast_per_row_and_per_column(session) -> None:  # type: ignore[no-untyped-def]
+    @kd.fuse
+    def weighted(x: Any, s: Any, c: Any) -> Any:
+        v = x * s + c
+        return v / kd.ops.sum(kd.ops.abs(v), axis=-1, keepdims=True)
+
+    x, s, c = _data((2, 7, 3000), np.float32, 20), _data((7, 1), np.float32, 21), _data((2, 1, 3000), np.float32, 22)
+
+    def reference(x: np.ndarray, s: np.ndarray, c: np.ndarray) -> np.ndarray:
+        v = x * s + c
+        return v / np.abs(v).sum(-1, keepdims=True)
+
+    got = weighted(*(session.to_device(a) for a in (x, s, c))).to_host()
+    _close(got, _reference_f32(reference, x, s, c))
+
+
+def test_a_cross_entropy_loss_is_one_value_per_row(session) -> None:  # type: ignore[no-untyped-def]
+    @kd.fuse
+    def cross_entropy(logits: Any, onehot: Any) -> Any:
+        m = kd.ops.max(logits, axis=-1, keepdims=True)
+        lse = m + kd.ops.log(kd.ops.sum(kd.ops.exp(logits - m), axis=-1, keepdims=True))
+        return kd.ops.sum((lse - logits) * onehot, axis=-1)
+
+    logits = _data((300, 1000), np.float32, 23)
+    onehot = np.eye(1000, dtype=np.float32)[np.random.default_rng(24).integers(0, 1000, 300)]
+    got = cross_entropy(session.to_device(logits), session.to_device(onehot)).to_host()
+    want = (_logsumexp(logits.astype(np.float64)) - logits.astype(np.float64))[onehot.astype(bool)]
+    _close(got, want.astype(np.float32))
+
+
+@pytest.mark.parametrize("shape", [(64, 4096), (64, 1000), (7, 3)])
+def test_several_reductions_of_one_value_and_a_tuple_of_outputs(session, shape) -> None:  # type: ignore[no-untyped-def]
+    @kd.fuse
+    def twice(x: Any) -> Any:
+        e = kd.ops.exp(x - kd.ops.max(x, axis=-1, keepdims=True))
+        return e / kd.ops.sum(e, axis=-1, keepdims=True) + kd.ops.max(e, axis=-1, keepdims=True), kd.ops.min(
+            e * 2, axis=-1
+        )
+
+    def reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True) + e.max(-1, keepdims=True), (e * 2).min(-1)
+
+    x = _data(shape, np.float32, 25)
+    got = twice(session.to_device(x))
+    for g, want in zip(got, _reference_f32(reference, x)):
+        _close(g.to_host(), want)
