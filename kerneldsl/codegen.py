@@ -158,7 +158,7 @@ class Decisions:
 
     layout: str | None = None  # "flat" (every array has the result's shape) or "broadcast"
     vector_width: int = 1  # elements per 16-byte access; 1: the scalar path
-    stage: str | None = None  # a reduction's kernel: "direct", "partial", "rows", "columns", "segments", "lines" or "gather"
+    stage: str | None = None  # a reduction kernel: direct, partial, rows, columns, segments, lines or gather
     accumulation: np.dtype | None = None  # the dtype a reduction accumulates in
     group: int | None = None  # a reduction's lanes per row (rows, gather) or across columns (columns)
     split: bool = False  # several blocks share one output; the last to finish folds their partials

@@ -111,10 +111,10 @@ def test_middle_axis_is_a_columns_reduction_with_an_outer_extent() -> None:
     assert ops.sum.strategy(_shape(256, 1024, 256), axis=1).variant.stage == "columns"
 
 
-def test_interleaved_axes_are_gathered() -> None:
+def test_interleaved_axes_read_segments_along_the_innermost_reduced_axis() -> None:
     assert extents((4, 5, 6), (0, 2)).gather == (0, 2)
     step = ops.sum.strategy(_shape(4, 5, 6), axis=(0, 2))
-    assert step.variant.stage == "gather" and step.variant.reduced == (0, 2)
+    assert step.variant.stage == "segments" and step.variant.groups == (1, 1)
 
 
 def test_axes_of_extent_one_do_not_interleave() -> None:

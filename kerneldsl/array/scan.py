@@ -32,6 +32,7 @@ from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import FusionError
 from ..routing import public
+from ..runtime import memory, nvtx
 from ..runtime.session import default_session
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out
@@ -40,6 +41,7 @@ from .program import Traced, compute_ctype, storage_ctype, unsigned_ctype
 from .reduction.axes import normalize_axes
 from .reduction.reducers import REDUCERS, SHUFFLE, Reducer, user_reducer
 from .reduction.strategy import INSPECT_MULTIPROCESSORS, device_multiprocessors, planning_multiprocessors
+from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, warm_key
 from .scratch import SCRATCH
 
 if TYPE_CHECKING:
@@ -220,10 +222,13 @@ class ScanPlan(Plan):
             return
         step = self.step(device_multiprocessors(session))
         (value,) = values
+        step.kernel(value, out, *self._after(step, session), grid=(step.blocks, 1, 1))
+
+    def _after(self, step: ScanStep, session: Any) -> tuple[Any, ...]:
+        """The arguments after the output: the extents, and for look-back its scratch and epoch."""
         outer, count, inner = self.extents
         if step.variant.stage == "lines":
-            step.kernel(value, out, count, outer, inner, grid=(step.blocks, 1, 1))
-            return
+            return (count, outer, inner)
         epoch, wrapped = SCRATCH.next_epoch(session)
         words = status_words(self.acc)
         roles = self.status_roles
@@ -232,7 +237,26 @@ class ScanPlan(Plan):
                 SCRATCH.discard(session, role, _UINT64)
         status = tuple(SCRATCH.get(session, role, _UINT64, step.tiles * words, zeroed=True) for role in roles)
         counter = SCRATCH.get(session, "scan-counter", _UINT32, 1, zeroed=True)
-        step.kernel(value, out, *status, counter, count, outer, epoch, grid=(step.blocks, 1, 1))
+        return (*status, counter, count, outer, epoch)
+
+    def remember(
+        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
+    ) -> None:
+        """Leave ``front`` (a ``WarmSlot``) the prebuilt launch of calls like this one (contiguous
+        operand and result, outside graph capture), as reductions do."""
+        if not isinstance(front, WarmSlot) or session is None or stream is not None or session.capturing:
+            return
+        if nvtx.ON or self.copies or type(result) is not memory.array_type or not result.size:
+            return
+        step = self.step(device_multiprocessors(session))
+        after = self._after(step, session)
+        found = step.kernel.lookup((*values, result, *after), {})
+        if found is None or found[1]:
+            return
+        lookback = step.variant.stage == "lookback"
+        scratch = after[:3] if lookback else ()
+        epochs = self.status_roles if lookback else ()
+        front.store(WarmLaunch(found[0], (), after, scratch, (step.blocks, 1, 1), self.shape, self.dtype, epochs))
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         step = self.step(INSPECT_MULTIPROCESSORS)
@@ -254,6 +278,7 @@ class Scan:
         self.name = self.__name__ = reducer.name
         self.home = home
         self._plans = PlanCache()
+        self._warm = WarmLaunches()  # reduction.warm: prebuilt launches of calls a plan ran once
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles by name when a module holds it, else as its declaration, without its plans."""
@@ -280,10 +305,18 @@ class Scan:
         """The operand's kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
         if isinstance(x, Traced):
             raise FusionError(f"{self.name}: a scan cannot be fused; call it on the fused function's result")
+        key = warm_key(x, axis, out, exclusive)
+        if key is not None:
+            launch = self._warm.get(key)
+            if launch is not None:
+                result = launch(x, out)
+                if result is not None:
+                    return result
         exclusive = _check_flag(exclusive, "exclusive", self.name)
         make = lambda values, o: self._plan(values, axis, o, exclusive)  # noqa: E731
         remote = {k: v for k, v in (("axis", axis), ("exclusive", exclusive)) if v is not None and v is not False}
-        return self._plans.call(self.name, (x,), out, (axis, exclusive), make, remote=(self, remote))
+        front = None if key is None else WarmSlot(self._warm, key)
+        return self._plans.call(self.name, (x,), out, (axis, exclusive), make, front, remote=(self, remote))
 
     def inspect(
         self, x: Any, axis: Any = None, out: Any = None, exclusive: bool = False, arch: str | None = None

@@ -7,6 +7,8 @@
   device-to-device copy bandwidth measured in the same run (target <= 1.5x).
 - full: the full sum of 2^28 float32 against ``cupy.sum`` (target: kd/cupy <= 1/0.97).
 - cumsum: 2^28 float32 against ``torch.cumsum`` (target: throughput >= 0.9x) and ``cupy.cumsum``.
+- table, sweep, views, host: issue 21's (``reduce_layouts_bench``): every axis set, strided
+  views and the host cost of small reductions and gemv.
 
 Every result is checked against a float64 NumPy reference first.
 """
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
+from kerneldsl.bench import reduce_layouts_bench as layouts
 from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer
 from kerneldsl.bench.report import Report, Section, run_sections
 
@@ -32,8 +35,13 @@ THREE_D = (256, 1024, 256)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=20, help="timed repetitions per measurement (median reported)")
     parser.add_argument(
-        "--only", choices=["axes", "full", "cumsum"], action="append", help="run only these sections (repeatable)"
+        "--only",
+        choices=["axes", "full", "cumsum", "table", "sweep", "views", "host"],
+        action="append",
+        help="run only these sections (repeatable)",
     )
+    parser.add_argument("--sweep", type=int, default=layouts.SWEEP_CASES, help="random cases in the sweep section")
+    parser.add_argument("--seed", type=int, default=layouts.SWEEP_SEED, help="the sweep's seed")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -149,6 +157,10 @@ SECTIONS: dict[str, Section] = {
     "axes": ("sum over one axis, 2^26 float32", bench_axes),
     "full": ("full sum 2^28 float32", bench_full),
     "cumsum": ("cumsum 2^28 float32", bench_cumsum),
+    "table": ("issue 21's table: kd / cupy / torch (ms, allocating)", layouts.bench_table),
+    "sweep": ("seeded random shapes and axis sets (ms, allocating)", layouts.bench_sweep),
+    "views": ("strided views of (8192, 8192) float32 (ms, allocating)", layouts.bench_views),
+    "host": ("host cost per warm allocating call (µs)", layouts.bench_host),
 }
 
 

@@ -18,6 +18,7 @@ from .axes import check_keepdims, normalize_axes, result_shape
 from .plan import ReductionPlan, plan_reduction
 from .reducers import Reducer, user_reducer
 from .strategy import Step, planning_multiprocessors
+from .warm import WarmLaunches, WarmSlot, warm_key
 
 if TYPE_CHECKING:
     from ...distributed.handles import RemoteArray
@@ -39,6 +40,7 @@ class Reduction:
         self.map = map
         self.operands = operands
         self._plans = PlanCache()
+        self._warm = WarmLaunches()  # warm.py: prebuilt launches of calls a plan ran once
 
     def __repr__(self) -> str:
         return f"<kd reduction {self.name}>"
@@ -67,6 +69,13 @@ class Reduction:
     ) -> DeviceArray: ...
     def __call__(self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
         """The operands' kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
+        key = warm_key(operands[0], axis, out, keepdims) if len(operands) == self.operands == 1 else None
+        if key is not None:
+            launch = self._warm.get(key)
+            if launch is not None:
+                result = launch(operands[0], out)
+                if result is not None:
+                    return result
         if len(operands) != self.operands:
             raise TypeError(f"{self.name}() takes {self.operands} operand(s), got {len(operands)}")
         keepdims = check_keepdims(keepdims, self.name)
@@ -74,7 +83,8 @@ class Reduction:
             return self._trace(operands, axis, out, keepdims)
         make = lambda values, o: self._plan(values, axis, o, keepdims)  # noqa: E731
         remote = {k: v for k, v in (("axis", axis), ("keepdims", keepdims)) if v is not None and v is not False}
-        return self._plans.call(self.name, operands, out, (axis, keepdims), make, remote=(self, remote))
+        front = None if key is None else WarmSlot(self._warm, key)
+        return self._plans.call(self.name, operands, out, (axis, keepdims), make, front, remote=(self, remote))
 
     def inspect(
         self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False, arch: str | None = None
@@ -89,8 +99,11 @@ class Reduction:
     ) -> Step:
         """The launch a call with these operands makes on a GPU with ``multiprocessors`` SMs (by
         default the device a call would run on; without one, ``INSPECT_MULTIPROCESSORS``): the
-        kernel's variant (stage, lanes, split), its grid and how many blocks share an output."""
-        return self._plan(operands, axis, None, keepdims).step(planning_multiprocessors(multiprocessors))
+        kernel's variant (stage, lanes, split), its grid and how many blocks share an output. A
+        strided DeviceArray view gets the launch that reads it in place, or the contiguous one
+        with ``variant.copy`` saying why it is copied first."""
+        plan = self._plan(operands, axis, None, keepdims)
+        return plan.choose(plan.values(operands), planning_multiprocessors(multiprocessors))
 
     def _root(self, builder: ProgramBuilder, traced: Sequence[Any]) -> Traced:
         if self.map is not None:

@@ -1,5 +1,5 @@
 """Reduction kernels: the parameters a variant takes and its body rendered from the stage's
-template (``reduction_full``, ``_rows``, ``_columns``, ``_gather``.cu.j2, sharing
+template (``reduction_full``, ``_rows``, ``_columns``, ``_segments``, ``_lines``, ``_gather``.cu.j2, sharing
 ``reduction.cuh.j2``), with the accumulator's macros chosen here: ``reduction_value.cuh.j2`` or,
 for argmax/argmin, ``reduction_indexed.cuh.j2``."""
 
@@ -28,6 +28,7 @@ from ..kernels import (
 from ..program import Program, compute_ctype, program_context, storage_ctype, unsigned_ctype
 from .reducers import SHUFFLE, Reducer
 from .strategy import Variant
+from .strided import group_names
 
 _INT64 = np.dtype(np.int64)
 _TEMPLATES = {
@@ -36,8 +37,11 @@ _TEMPLATES = {
     "rows": "reduction_rows.cu.j2",
     "columns": "reduction_columns.cu.j2",
     "gather": "reduction_gather.cu.j2",
+    "segments": "reduction_segments.cu.j2",
+    "lines": "reduction_lines.cu.j2",
 }
 _FULL = ("direct", "partial")
+_CANONICAL = ("segments", "lines")  # stages over canonical groups: leaves read as strided views
 
 
 @dataclass(frozen=True)
@@ -64,7 +68,8 @@ def _params(
 ) -> list[tuple[str, Any]]:
     """The value leaves; the partials, their indices and tickets (split stages); the output; the
     count; outer, inner and splits (axis stages); the value's extents."""
-    params = leaf_params(program, ("broadcast", geometry.ndim, geometry.ranks))
+    layout = "strided" if variant.stage in _CANONICAL else "broadcast"
+    params = leaf_params(program, (layout, geometry.ndim, geometry.ranks))
     if variant.stage == "partial" or variant.split:
         params.append(("kdpart", array_param("out", acc, "kdm")))
         if reducer.indexed:
@@ -74,8 +79,27 @@ def _params(
     params.append(("kdcount", scalar_param(_INT64)))
     if variant.stage not in _FULL:
         params += [(f"kd{name}", scalar_param(_INT64)) for name in ("outer", "inner", "splits")]
+    if variant.stage in _CANONICAL:
+        return params + [(name, scalar_param(_INT64)) for name in group_names(variant)]
     params += [(f"kdd{j}", scalar_param(_INT64)) for j in range(geometry.ndim)]
     return params
+
+
+def _groups(variant: Variant, ndim: int) -> dict[str, Any]:
+    """The index groups a stage's template decomposes: per group, its extent's and strides' names
+    (``strided.group_names``); for gather, the kept and reduced axes."""
+    kept, reduced = variant.groups
+    if variant.stage == "segments":
+        return dict(
+            kept=[{"extent": f"kdke{j}", "strides": [f"kdks{j}"]} for j in range(kept)],
+            others=[{"extent": f"kdqe{j}", "strides": [f"kdqs{j}", f"kdql{j}"]} for j in range(reduced)],
+        )
+    if variant.stage == "lines":
+        return dict(
+            kept=[{"extent": f"kdke{j}", "strides": [f"kdks{j}", f"kdko{j}"]} for j in range(kept)],
+            reduced=[{"extent": f"kdre{j}", "strides": [f"kdrs{j}"]} for j in range(reduced)],
+        )
+    return dict(kept=[j for j in range(ndim) if j not in variant.reduced], reduced=list(variant.reduced))
 
 
 def _context(
@@ -93,8 +117,9 @@ def _context(
         accumulator="reduction_indexed.cuh.j2" if reducer.indexed else "reduction_value.cuh.j2",
         size_expr=" * ".join(f"(index_t)kdd{j}" for j in range(geometry.ndim)) or "1",
         dims=[f"kdd{j}" for j in range(geometry.ndim)],
-        kept=[j for j in range(geometry.ndim) if j not in variant.reduced],
-        reduced=list(variant.reduced),
+        team=variant.team,
+        wide=variant.wide,
+        **_groups(variant, geometry.ndim),
         arrays=array_leaves(program, ("broadcast", geometry.ndim, geometry.ranks)),
         program=program_context(program),
         vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
@@ -133,6 +158,7 @@ def _build(
             accumulation=acc,
             group=variant.lanes if stage not in _FULL else None,
             split=variant.split,
+            copy=variant.copy or None,
         )
         return GeneratedBody(text, decisions)
 

@@ -1,10 +1,14 @@
 """Reduction plans: a reduction compiled for one combination of argument dtypes and shapes, its
-launch decided once per SM count (``strategy.decide``) and made from the session's scratch."""
+launch decided once per SM count (``strategy.decide``, or ``strided.strided_step`` for axis sets
+the plain stages do not take) and made from the session's scratch. Strided views are read in
+place, their launch decided once per (SM count, strides); a copy is made only where the kernels
+cannot read the view (a reversed axis, leaves of different layouts, broadcast leaves) and the
+variant says why (``Variant.copy``, ``Build.decisions.copy``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -12,20 +16,29 @@ import numpy as np
 
 from ...build import Build
 from ...dispatch import Kernel
+from ...runtime import memory, nvtx
 from ...runtime.session import default_session
-from ..kernels import vector_width
-from ..placement import check_out
+from ..kernels import MAX_ENTRIES, vector_width
+from ..placement import check_out, contiguous, into_strided
 from ..plan import Plan
 from ..program import Program, ProgramBuilder, Traced
 from ..scratch import SCRATCH
 from .axes import normalize_axes, result_shape
+from .canonical import Canonical, c_strides, canonicalize
 from .kernel import Geometry, reduction_kernel
 from .reducers import Reducer
 from .strategy import INSPECT_MULTIPROCESSORS, Extents, Step, Variant, decide, device_multiprocessors, extents
+from .strided import strided_step
+from .warm import WarmLaunch, WarmSlot
 
 _INT64 = np.dtype(np.int64)
 _UINT32 = np.dtype(np.uint32)
 _FULL = ("direct", "partial")
+_CANONICAL = ("segments", "lines")
+COPY_REVERSED = "a reversed (negative-stride) axis: read from a contiguous copy"
+COPY_LAYOUTS = "operands of different layouts: read from contiguous copies"
+COPY_BROADCAST = "broadcast operands of a strided view: read from contiguous copies"
+COPY_EMPTY = "an empty view: nothing to read in place"
 
 
 @dataclass(eq=False)
@@ -43,6 +56,8 @@ class ReductionPlan(Plan):
     acc: np.dtype
     dtype: np.dtype  # of the output
     _steps: dict[int, Step] = field(default_factory=dict, init=False, repr=False)  # by SM count
+    _views: dict[tuple[Any, ...], Step] = field(default_factory=dict, init=False, repr=False)  # by SMs, strides
+    strided_operands = True  # views are read in place, or copied here where the kernels cannot (``Variant.copy``)
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()
@@ -65,24 +80,60 @@ class ReductionPlan(Plan):
         self._check_not_empty(out.size)
         if out.size == 0:
             return
-        step = self.step(device_multiprocessors(session))
-        scratch: tuple[Any, ...] = ()
-        if step.partials:
-            scratch = (SCRATCH.get(session, "values", self.acc, step.partials),)
-            if self.reducer.indexed:
-                scratch += (SCRATCH.get(session, "indices", _INT64, step.partials),)
-            scratch += (SCRATCH.get(session, "tickets", _UINT32, step.tickets, zeroed=True),)
+        step = self.choose(values, device_multiprocessors(session))
+        if step.variant.copy:
+            values = contiguous(values)
+        if out.is_contiguous:
+            self._launch(step, values, out, session)
+        else:
+            into_strided(lambda v, o, s: self._launch(step, v, o, s), values, out, session)
+
+    def _launch(self, step: Step, values: list[Any], out: Any, session: Any) -> None:
+        scratch = self._scratch(step, session)
         step.kernel(*values, *self._output_arguments(step, scratch, out), grid=(step.blocks, 1, 1))
+
+    def _scratch(self, step: Step, session: Any) -> tuple[Any, ...]:
+        if not step.partials:
+            return ()
+        scratch: tuple[Any, ...] = (SCRATCH.get(session, "values", self.acc, step.partials),)
+        if self.reducer.indexed:
+            scratch += (SCRATCH.get(session, "indices", _INT64, step.partials),)
+        return (*scratch, SCRATCH.get(session, "tickets", _UINT32, step.tickets, zeroed=True))
+
+    def remember(
+        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
+    ) -> None:
+        """Leave ``front`` (a ``warm.WarmSlot``) the prebuilt launch of calls like this one: one
+        device operand read in place, a contiguous non-empty result, outside graph capture."""
+        if not isinstance(front, WarmSlot) or session is None or stream is not None or session.capturing:
+            return
+        if nvtx.ON or self.sources != (("arg", 0),) or type(result) is not memory.array_type:
+            return
+        if not result.size or not result.is_contiguous or not self.extents.count:
+            return
+        step = self.choose(values, device_multiprocessors(session))
+        if step.variant.copy:
+            return
+        scratch = self._scratch(step, session)
+        args = (*values, *self._output_arguments(step, scratch, result))
+        found = step.kernel.lookup(args, {})
+        if found is None or found[1]:
+            return
+        after = args[len(values) + len(scratch) + 1 :]
+        front.store(WarmLaunch(found[0], scratch, after, scratch, (step.blocks, 1, 1), self.shape, self.dtype))
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         """The Build of the kernel a call with these operands runs (``decisions.stage`` names it)."""
-        step = self.step(INSPECT_MULTIPROCESSORS)
+        values = self.values(args)
+        step = self.choose(values, INSPECT_MULTIPROCESSORS)
+        if step.variant.copy:
+            values = [np.empty(v.shape, v.dtype) if type(v) is memory.array_type else v for v in values]
         scratch: tuple[Any, ...] = ()
         if step.partials:
             index = [np.empty(1, np.int64)] if self.reducer.indexed else []
             scratch = (np.empty(1, self.acc), *index, np.zeros(1, np.uint32))
         target = out if out is not None else np.empty(self.shape, self.dtype)
-        return step.kernel.inspect(*self.values(args), *self._output_arguments(step, scratch, target), arch=arch)
+        return step.kernel.inspect(*values, *self._output_arguments(step, scratch, target), arch=arch)
 
     def _check_not_empty(self, outputs: int) -> None:
         if self.extents.count == 0 and self.reducer.needs_values and (outputs or not self.shape):
@@ -91,6 +142,8 @@ class ReductionPlan(Plan):
     def _output_arguments(self, step: Step, before: tuple[Any, ...], out: Any) -> tuple[Any, ...]:
         """The arguments from the partials on: ``before``, the output, counts and extents."""
         e = self.extents
+        if step.variant.stage in _CANONICAL:
+            return (*before, out, *step.args)
         if step.variant.stage in _FULL:
             return (*before, out, e.count, *self.value_shape)
         return (*before, out, e.count, e.outer, e.inner, step.splits, *self.value_shape)
@@ -107,11 +160,61 @@ class ReductionPlan(Plan):
         decided once per plan and SM count: warm calls only look it up."""
         found = self._steps.get(sms)
         if found is None:
-            acc_bytes = self.acc.itemsize + (8 if self.reducer.indexed else 0)
+            acc_bytes = self._acc_bytes
             vec = vector_width(self.program)
-            found = decide(self.extents, vec, self.geometry.broadcast, acc_bytes, sms, self._kernel)
+            canonical = None
+            if not self.geometry.broadcast and all(self.value_shape):
+                canonical = canonicalize(self.value_shape, c_strides(self.value_shape), self.axes)
+            if canonical is None or canonical.plain:
+                found = decide(self.extents, vec, self.geometry.broadcast, acc_bytes, sms, self._kernel)
+            else:
+                found = self._strided_step(canonical, sms)
             self._steps[sms] = found
         return found
+
+    @property
+    def _acc_bytes(self) -> int:
+        return self.acc.itemsize + (8 if self.reducer.indexed else 0)
+
+    def _strided_step(self, canonical: Canonical, sms: int) -> Step:
+        vec = vector_width(self.program)
+        return strided_step(canonical, vec, self._acc_bytes, self.reducer.indexed, sms, self._kernel)
+
+    def choose(self, values: Sequence[Any], sms: int) -> Step:
+        """The launch for these leaf values on ``sms`` SMs: ``step(sms)`` when every array leaf
+        is C-contiguous, else the strided views' launch, decided once per (SM count, strides)."""
+        views = [v for v in values if type(v) is memory.array_type and not v.is_contiguous]
+        if not views:
+            return self.step(sms)
+        arrays = [v for v in values if type(v) is memory.array_type]
+        key = (sms, *(a.strides for a in arrays))
+        found = self._views.get(key)
+        if found is None:
+            if len(self._views) >= MAX_ENTRIES:
+                self._views.clear()
+            found = self._views[key] = self._view_step(arrays, sms)
+        return found
+
+    def _view_step(self, arrays: list[Any], sms: int) -> Step:
+        """A view's launch: in place on the canonical groups of its strides, or (``Variant.copy``
+        says why) the contiguous launch on copies."""
+        layouts = {(tuple(a.shape), tuple(s // a.dtype.itemsize for s in a.strides)) for a in arrays}
+        canonical = None
+        if self.geometry.broadcast:
+            copy = COPY_BROADCAST
+        elif len(layouts) > 1:
+            copy = COPY_LAYOUTS
+        elif not all(self.value_shape):
+            copy = COPY_EMPTY
+        else:
+            ((_, strides),) = layouts
+            canonical = canonicalize(self.value_shape, strides, self.axes)
+            copy = COPY_REVERSED if canonical is None else ""
+        if canonical is None or canonical.plain:
+            contiguous_step = self.step(sms)
+            variant = replace(contiguous_step.variant, copy=copy or COPY_LAYOUTS)
+            return replace(contiguous_step, variant=variant, kernel=self._kernel(variant))
+        return self._strided_step(canonical, sms)
 
 
 def plan_reduction(

@@ -11,7 +11,9 @@ they are.
 - kept axes after the reduced ones ("columns", outer x count x inner): threads across the kept
   axis read whole rows coalesced, the block's other threads and, when tiles are few, other
   blocks split the reduced axis;
-- reduced axes that kept ones interleave ("gather"): a warp per output.
+- reduced axes that kept ones interleave, or a strided view: ``canonical`` groups on the
+  ``segments`` or ``lines`` stages (``strided``); with broadcast leaves, "gather": a warp per
+  output.
 """
 
 from __future__ import annotations
@@ -104,21 +106,31 @@ class Variant:
     finish folds their partials), "rows" (the reduced axes are innermost: ``lanes`` threads per
     output, a whole block when ``lanes == BLOCK``), "columns" (kept axes follow the reduced ones:
     ``lanes`` threads across the kept extent, the rest of the block down the reduced one) or
-    "gather" (reduced axes interleaved with kept ones; ``reduced`` names them).
+    "gather" (broadcast leaves with reduced axes interleaved with kept ones; ``reduced`` names
+    them), "segments" or "lines" (canonical groups, see ``strided``: ``groups`` counts the kept
+    and reduced groups the kernel indexes, ``wide`` says offsets need 64 bits, ``team`` is
+    "block" or "warp": who folds one output).
     ``vector``: 16-byte loads; ``split``: several blocks share an output and the last of them to
-    finish folds their partials in index order (deterministic, no float atomics)."""
+    finish folds their partials in index order (deterministic, no float atomics); ``copy``: why
+    the operands were read from a contiguous copy ("" when read in place)."""
 
     stage: str
     lanes: int = BLOCK
     vector: bool = False
     split: bool = False
     reduced: tuple[int, ...] = ()
+    groups: tuple[int, int] = (0, 0)
+    wide: bool = False
+    team: str = "block"
+    copy: str = ""
 
 
 @dataclass(frozen=True)
 class Step:
     """The one launch a reduction call makes: its kernel, grid, and for split stages how many
-    blocks share an output and how many partials and tickets they need."""
+    blocks share an output and how many partials and tickets they need; ``args``: the integer
+    arguments after the output of the segments and lines stages (counts, group extents and
+    strides, in ``strided.group_names`` order)."""
 
     variant: Variant
     kernel: Kernel
@@ -126,6 +138,7 @@ class Step:
     splits: int = 1
     partials: int = 0
     tickets: int = 0
+    args: tuple[int, ...] = ()
 
 
 def _ceil(a: int, b: int) -> int:

@@ -1,0 +1,135 @@
+"""The warm path of a reduction: one dict lookup, then a prebuilt launch.
+
+A device call ``r(x, axis=..., keepdims=..., out=...)`` whose plan ran once leaves a
+``WarmLaunch`` under the key of what it was called with: the operand's dispatch tag (session,
+dtype, alignment, index width, kind), shape and strides, the axis and keepdims exactly as given
+(ints and tuples of ints, a bool), ``out=``'s tag, shape and strides, and the thread (whose
+scratch it holds). The next such call allocates its result from the pool and calls the bound
+kernel's adapter with the scratch, counts and grid decided once: no plan-cache key, placement,
+strategy or scratch lookup, no dispatch. Anything the entry cannot vouch for (a closed scratch
+buffer, a graph capture, a launch needing a 64-bit index) goes back to the full path, which
+raises what it raises for the call: both paths accept and refuse the same calls.
+"""
+
+from __future__ import annotations
+
+from threading import get_ident
+from typing import Any
+
+import numpy as np
+
+from ...launch import BoundLaunch, WideIndexNeeded
+from ...runtime import memory
+from ..kernels import BoundedCache
+from ..scratch import SCRATCH
+
+Key = tuple[Any, ...]
+_UINT64 = np.dtype(np.uint64)
+
+
+def _exact_axis(axis: Any) -> bool:
+    """Axes spelled so that equal keys mean equal calls (``True == 1`` and ``1.0 == 1`` do not)."""
+    if axis is None or type(axis) is int:
+        return True
+    return type(axis) is tuple and all(type(a) is int for a in axis)
+
+
+def warm_key(operand: Any, axis: Any, out: Any, keepdims: Any) -> Key | None:
+    """The warm-path key of a call on one operand, or None when only the full path takes it
+    (``keepdims``: a scan's ``exclusive``)."""
+    if type(operand) is not memory.array_type or type(keepdims) is not bool or not _exact_axis(axis):
+        return None
+    if out is None:
+        target: Any = None
+    elif type(out) is memory.array_type:
+        target = (out.dispatch_tag, out.shape, out.strides)
+    else:
+        return None
+    return (operand.dispatch_tag, operand.shape, operand.strides, axis, keepdims, target, get_ident())
+
+
+class WarmLaunch:
+    """One call shape's launch, bound once: the kernel's adapter, the arguments ``before`` and
+    ``after`` the output, the ``scratch`` buffers among them, its grid, and the result's shape
+    and dtype (when the call allocates it).
+    ``epochs``: the scratch roles of a look-back scan, whose last argument is then the launch's
+    epoch, taken per call (when the epochs start over, those roles' buffers are dropped and the
+    full path makes zeroed ones)."""
+
+    __slots__ = (
+        "bound",
+        "session",
+        "before",
+        "after",
+        "scratch",
+        "grid",
+        "shape",
+        "dtype",
+        "allocator",
+        "template",
+        "epochs",
+    )
+
+    def __init__(
+        self,
+        bound: BoundLaunch,
+        before: tuple[Any, ...],
+        after: tuple[Any, ...],
+        scratch: tuple[Any, ...],
+        grid: tuple[int, int, int],
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        epochs: tuple[str, ...] = (),
+    ) -> None:
+        self.bound = bound
+        self.session = bound.session
+        self.before = before
+        self.after = after
+        self.scratch = scratch
+        self.grid = grid
+        self.shape = shape
+        self.dtype = dtype
+        self.allocator = self.session.native_allocator()  # allocates in C from the pool, like the template
+        self.template = self.session.template(shape, dtype)
+        self.epochs = epochs
+
+    def __call__(self, operand: Any, out: Any) -> Any:
+        """The call's result, or None: the full path takes this call."""
+        session = self.session
+        if not session.usable or session.capturing or any(s.closed for s in self.scratch):
+            return None
+        after = self.after
+        if self.epochs:
+            epoch, wrapped = SCRATCH.next_epoch(session)
+            if wrapped:
+                for role in self.epochs:
+                    SCRATCH.discard(session, role, _UINT64)
+                return None
+            after = (*after[:-1], epoch)
+        if out is None:
+            allocator = self.allocator
+            out = None if allocator is None else allocator.make(self.template)
+            if out is None:
+                out = memory.array_type(session, self.shape, self.dtype)
+        try:
+            self.bound.call(operand, *self.before, out, *after, self.grid, None, None, None)
+        except WideIndexNeeded:
+            return None
+        return out
+
+
+class WarmLaunches(BoundedCache):
+    """A reduction's warm entries by ``warm_key``."""
+
+
+class WarmSlot:
+    """Where a plan's ``remember`` leaves the entry for the call that made it."""
+
+    __slots__ = ("launches", "key")
+
+    def __init__(self, launches: WarmLaunches, key: Key) -> None:
+        self.launches = launches
+        self.key = key
+
+    def store(self, launch: WarmLaunch) -> None:
+        self.launches.put(self.key, launch)

@@ -1,0 +1,220 @@
+"""Issue 21's sections of ``kerneldsl bench reduce``: any axis set, strided views and host cost,
+side by side with CuPy and PyTorch in one process (GPU required).
+
+- table: every row of the issue's table (interleaved axis sets, views, (37, 1000, 129) float16
+  along each axis, (4194304, 16) axis 1 and (8192, 8192) axis 0), kd / the faster of cupy and
+  torch (target <= 1.1) and, for inputs of 64 MiB or more, kd / reading the input once at the
+  device-to-device copy bandwidth (target <= 1.5);
+- sweep: seeded random 1-D..4-D shapes with odd extents, tuple and negative axes, float16,
+  float32 and int32, the worst ratio printed;
+- views: ``x.T``, ``x[::2]``, ``x[:, ::2]``, ``x[..., 1:-1]`` of an (8192, 8192) float32 array
+  against torch on the same view (target <= 1.1);
+- host: the per-call host cost of a warm allocating ``kd.ops.sum`` on 1024 float32 and on
+  (64, 1024) along each axis against ``torch.sum``, and of ``kd.blas.gemv`` allocating its
+  result against torch ``A @ v`` (target <= 1.0).
+
+Every result is checked against a float64 NumPy reference first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import kerneldsl as kd
+from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer
+
+BIG = 64 << 20  # inputs from this many bytes are also held to the copy bandwidth
+SWEEP_CASES = 24
+SWEEP_SEED = 21
+HOST_CALLS = 200
+
+View = Callable[[Any], Any]
+Case = tuple[str, tuple[int, ...], Any, Any, View]  # name, shape, dtype, axis, view
+
+_VIEWS: dict[str, View] = {
+    "x.T": lambda a: a.T,
+    "x[::2]": lambda a: a[::2],
+    "x[:, ::2]": lambda a: a[:, ::2],
+    "x[..., 1:-1]": lambda a: a[..., 1:-1],
+}
+_PLAIN: View = lambda a: a  # noqa: E731
+
+
+def _table_cases() -> list[Case]:
+    f16, f32 = np.float16, np.float32
+    cases: list[Case] = [
+        ("float16 (1001, 7, 513) axis (0, 2)", (1001, 7, 513), f16, (0, 2), _PLAIN),
+        ("float32 (129, 77, 1025) axis (0, 2)", (129, 77, 1025), f32, (0, 2), _PLAIN),
+        ("float16 (3, 5, 1000003) axis (0, 2)", (3, 5, 1000003), f16, (0, 2), _PLAIN),
+        ("x.T of (8192, 8192) float32 axis 0", (8192, 8192), f32, 0, _VIEWS["x.T"]),
+        ("x[::2] of (8192, 8192) float32 axis 0", (8192, 8192), f32, 0, _VIEWS["x[::2]"]),
+        ("x[:, ::2] of (8192, 8192) float32 axis 1", (8192, 8192), f32, 1, _VIEWS["x[:, ::2]"]),
+    ]
+    cases += [(f"float16 (37, 1000, 129) axis {a}", (37, 1000, 129), f16, a, _PLAIN) for a in range(3)]
+    cases.append(("float32 (4194304, 16) axis 1", (4194304, 16), f32, 1, _PLAIN))
+    cases.append(("float32 (8192, 8192) axis 0", (8192, 8192), f32, 0, _PLAIN))
+    return cases
+
+
+def _sweep_cases(count: int, seed: int) -> list[Case]:
+    """Random shapes of 2^20..2^24 elements with odd extents, random axis sets (tuples, negative)."""
+    rng = np.random.default_rng(seed)
+    cases: list[Case] = []
+    while len(cases) < count:
+        ndim = int(rng.choice(4, p=[0.1, 0.3, 0.3, 0.3])) + 1
+        target = 2 ** rng.uniform(20, 24)
+        weights = rng.dirichlet(np.ones(ndim))
+        shape = tuple(int(max(1, round(target**w))) | 1 for w in weights)  # odd extents
+        dt = rng.choice(np.array([np.float16, np.float32, np.int32], dtype=object))
+        k = int(rng.integers(1, ndim + 1))
+        picked = sorted(int(a) for a in rng.choice(ndim, k, replace=False))
+        axes = tuple(a - ndim if rng.random() < 0.5 else a for a in picked)  # some negative
+        axis = axes[0] if len(axes) == 1 else axes
+        cases.append((f"{np.dtype(dt).name} {shape} axis {axis}", shape, dt, axis, _PLAIN))
+    return cases
+
+
+def _data(shape: tuple[int, ...], dt: Any, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if np.dtype(dt).kind == "i":
+        return rng.integers(-100, 100, shape, dtype=np.int32)
+    return (2 * rng.random(shape, dtype=np.float32) - 1).astype(dt)  # sums of either sign: no float16 overflow
+
+
+def _compare(case: Case, reps: int, timers: tuple[Any, Any, Any], cp: Any, torch: Any) -> dict[str, float]:
+    """kd, cupy and torch ms (allocating results) on one case, after checking all three."""
+    name, shape, dt, axis, view = case
+    kd_time, cp_time, torch_time = timers
+    s = kd.default_session()
+    x = _data(shape, dt, sum(shape))
+    hx = view(x)
+    dx: kd.DeviceArray = view(s.to_device(x))
+    cx, tx = view(cp.asarray(x)), view(torch.from_numpy(x).cuda())
+    dim = axis if isinstance(axis, int) else tuple(axis)
+    want = np.sum(hx.astype(np.float64), axis=axis)
+    tol = 0.0
+    if hx.dtype.kind == "f":  # float32 accumulation over n values, then the result's own rounding
+        n = max(2, hx.size // max(1, want.size))
+        mag = float(np.max(np.sum(np.abs(hx.astype(np.float64)), axis=axis)))
+        out_eps = float(np.finfo(hx.dtype).eps)
+        tol = (np.log2(n) + 2) * float(np.finfo(np.float32).eps) * mag + out_eps * float(np.max(np.abs(want)))
+    _check(f"kd sum {name}", kd.ops.sum(dx, axis=axis).to_host().astype(np.float64), want, atol=tol)
+    loose = 10 * tol  # the baselines' own summation orders: only a wrong result stops the run
+    _check(f"cupy sum {name}", cp.asnumpy(cp.sum(cx, axis=axis)).astype(np.float64), want, atol=loose)
+    _check(f"torch sum {name}", torch.sum(tx, dim=dim).cpu().numpy().astype(np.float64), want, atol=loose)
+    ours = kd_time(lambda: kd.ops.sum(dx, axis=axis), reps)
+    cupy_ms = cp_time(lambda: cp.sum(cx, axis=axis), reps)
+    torch_ms = torch_time(lambda: torch.sum(tx, dim=dim), reps)
+    row = {"kd": ours, "cupy": cupy_ms, "torch": torch_ms, "ratio": ours / min(cupy_ms, torch_ms)}
+    if hx.nbytes >= BIG:
+        flat = torch.empty(hx.size, dtype=tx.dtype, device="cuda")
+        copy_dst = torch.empty_like(flat)
+        row["read"] = ours / (torch_time(lambda: copy_dst.copy_(flat), reps) / 2)  # a copy reads and writes
+    return row
+
+
+def _rows(cases: list[Case], args: argparse.Namespace) -> dict[str, float]:
+    import cupy as cp
+    import torch
+
+    timers = (_kd_timer(kd.default_session()), _cupy_timer(cp), _torch_timer(torch))
+    results: dict[str, float] = {}
+    worst, worst_read, worst_name = 0.0, 0.0, ""
+    for case in cases:
+        row = _compare(case, args.reps, timers, cp, torch)
+        name = case[0]
+        results[f"{name}: kd (ms)"] = row["kd"]
+        results[f"{name}: cupy (ms)"] = row["cupy"]
+        results[f"{name}: torch (ms)"] = row["torch"]
+        results[f"{name}: kd / faster (target <= 1.1)"] = row["ratio"]
+        if "read" in row:
+            results[f"{name}: kd / read once (target <= 1.5)"] = row["read"]
+            worst_read = max(worst_read, row["read"])
+        if row["ratio"] > worst:
+            worst, worst_name = row["ratio"], name
+        cp.get_default_memory_pool().free_all_blocks()
+        torch.cuda.empty_cache()
+    results[f"worst kd / faster (target <= 1.1): {worst_name}"] = worst
+    if worst_read:
+        results["worst kd / read once, inputs >= 64 MiB (target <= 1.5)"] = worst_read
+    return results
+
+
+def bench_table(args: argparse.Namespace) -> dict[str, float]:
+    return _rows(_table_cases(), args)
+
+
+def bench_sweep(args: argparse.Namespace) -> dict[str, float]:
+    return _rows(_sweep_cases(args.sweep, args.seed), args)
+
+
+def bench_views(args: argparse.Namespace) -> dict[str, float]:
+    cases: list[Case] = [
+        (f"{v} of (8192, 8192) float32 axis {a}", (8192, 8192), np.float32, a, view)
+        for v, view in _VIEWS.items()
+        for a in (0, 1)
+    ]
+    return _rows(cases, args)
+
+
+def _per_call(
+    contenders: dict[str, tuple[Callable[[], Any], Callable[[], Any]]], calls: int, reps: int
+) -> dict[str, float]:
+    """Median host µs per call of ``calls`` back-to-back calls, contenders taking turns; the sync
+    after each loop is not timed (fewer calls than a stream queues: the host never waits)."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    for run, sync in contenders.values():
+        run()
+        sync()
+    for _ in range(reps):
+        for name, (run, sync) in contenders.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+            sync()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def bench_host(args: argparse.Namespace) -> dict[str, float]:
+    import torch
+
+    s = kd.default_session()
+    results: dict[str, float] = {}
+    for shape, axis in (((1024,), None), ((64, 1024), 1), ((1024, 64), 0), ((64, 1024), 0), ((1024, 64), 1)):
+        x = np.random.default_rng(1).random(shape, dtype=np.float32)
+        dx, tx = s.to_device(x), torch.from_numpy(x).cuda()
+        _check(f"kd sum {shape}", kd.ops.sum(dx, axis=axis).to_host(), np.asarray(np.sum(x, axis=axis)), rtol=1e-5)
+
+        def ours(dx: kd.DeviceArray = dx, axis: int | None = axis) -> Any:
+            return kd.ops.sum(dx, axis=axis)
+
+        def theirs(tx: Any = tx, axis: int | None = axis) -> Any:
+            return torch.sum(tx) if axis is None else torch.sum(tx, dim=axis)
+
+        costs = _per_call(
+            {"kd": (ours, s.synchronize), "torch": (theirs, torch.cuda.synchronize)}, HOST_CALLS, args.reps
+        )
+        name = f"sum {shape} axis {axis}, allocating"
+        results[f"{name}: kd (µs)"] = costs["kd"]
+        results[f"{name}: torch.sum (µs)"] = costs["torch"]
+        results[f"{name}: kd / torch (target <= 1.0)"] = costs["kd"] / costs["torch"]
+    a = np.random.default_rng(2).random((4096, 4096), dtype=np.float32)
+    v = np.random.default_rng(3).random(4096, dtype=np.float32)
+    da, dv, ta, tv = s.to_device(a), s.to_device(v), torch.from_numpy(a).cuda(), torch.from_numpy(v).cuda()
+    _check("kd gemv", kd.blas.gemv(da, dv).to_host(), a.astype(np.float64) @ v, rtol=1e-4)
+    costs = _per_call(
+        {"kd": (lambda: kd.blas.gemv(da, dv), s.synchronize), "torch": (lambda: ta @ tv, torch.cuda.synchronize)},
+        HOST_CALLS,
+        args.reps,
+    )
+    results["gemv 4096^2 allocating: kd (µs)"] = costs["kd"]
+    results["gemv 4096^2 allocating: torch A @ v (µs)"] = costs["torch"]
+    results["gemv 4096^2 allocating: kd / torch (target <= 1.0)"] = costs["kd"] / costs["torch"]
+    return results

@@ -1,0 +1,131 @@
+"""Reductions over any axis set and strided views on the GPU, against NumPy (float64 reference):
+the issue's shapes, views read in place (``x.T``, ``x[::2]``, ``x[:, ::2]``, ``x[..., 1:-1]``),
+and hypothesis (seeded) over random 1-D..4-D shapes, axis sets, views and dtypes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import kerneldsl as kd
+from kerneldsl import ops
+
+pytestmark = pytest.mark.gpu
+
+VIEWS = {
+    "T": lambda a: a.T,
+    "rows2": lambda a: a[::2],
+    "cols2": lambda a: a[:, ::2],
+    "inner": lambda a: a[..., 1:-1],
+    "mixed": lambda a: a[1::3, ::-1][:, ::2].T,
+}
+
+
+@pytest.fixture(scope="module")
+def session():  # type: ignore[no-untyped-def]
+    s = kd.Session(0)
+    yield s
+    s.close()
+
+
+def _axes(axis: object, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(a % ndim for a in (axis if isinstance(axis, tuple) else (axis,)))  # type: ignore[attr-defined]
+
+
+def _check(got: np.ndarray, x: np.ndarray, axis: object) -> None:
+    want = np.sum(x, axis=axis)  # type: ignore[call-overload]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if x.dtype.kind != "f":
+        np.testing.assert_array_equal(got, want)
+        return
+    n = max(2, math.prod(x.shape[a] for a in _axes(axis, x.ndim)))
+    exact = np.sum(x.astype(np.float64), axis=axis)  # type: ignore[call-overload]
+    mag = np.sum(np.abs(x.astype(np.float64)), axis=axis)  # type: ignore[call-overload]
+    eps = np.finfo(np.float32 if x.dtype.itemsize <= 4 else np.float64).eps
+    bound = (math.log2(n) + 2) * eps * mag + np.finfo(got.dtype).eps * np.abs(exact) + 1e-30
+    assert np.all(np.abs(got.astype(np.float64) - exact) <= bound)
+
+
+def _data(rng: np.random.Generator, shape: tuple[int, ...], dt: type) -> np.ndarray:
+    if np.dtype(dt).kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    if dt == np.bool_:
+        return rng.integers(0, 2, shape).astype(dt)
+    return rng.integers(-50, 50, shape).astype(dt)
+
+
+@pytest.mark.parametrize(
+    ("shape", "dt"), [((1001, 7, 513), np.float16), ((129, 77, 1025), np.float32), ((3, 5, 1000003), np.float16)]
+)
+def test_the_issue_shapes_sum_over_interleaved_axes_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(1), shape, dt)
+    assert ops.sum.strategy(x, axis=(0, 2)).variant.stage == "segments"
+    _check(ops.sum(session.to_device(x), axis=(0, 2)).to_host(), x, (0, 2))
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+@pytest.mark.parametrize("axis", [0, 1, None, -1])
+def test_views_are_reduced_like_numpy(session, view, axis) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(2), (300, 514), np.float32)
+    dv = VIEWS[view](session.to_device(x))
+    _check(ops.sum(dv, axis=axis).to_host(), VIEWS[view](x), axis)
+
+
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_argmax_and_min_of_views_follow_numpy(session, view) -> None:  # type: ignore[no-untyped-def]
+    x = np.random.default_rng(3).integers(-20, 20, (130, 66)).astype(np.float32)  # ties: the first index wins
+    dv, hv = VIEWS[view](session.to_device(x)), VIEWS[view](x)
+    for axis in (0, 1, None):
+        np.testing.assert_array_equal(ops.argmax(dv, axis=axis).to_host(), np.argmax(hv, axis=axis))
+        np.testing.assert_array_equal(ops.min(dv, axis=axis).to_host(), np.min(hv, axis=axis))
+
+
+def test_a_large_transposed_view_sums_in_place_like_numpy(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(4), (2048, 4096), np.float32)
+    dv = session.to_device(x).T
+    assert ops.sum.strategy(dv, axis=0).variant.copy == ""
+    _check(ops.sum(dv, axis=0).to_host(), x.T, 0)
+
+
+def test_interleaved_split_reductions_give_the_same_bits_every_run(session) -> None:  # type: ignore[no-untyped-def]
+    x = session.to_device(_data(np.random.default_rng(5), (3, 5, 200003), np.float32))
+    first = ops.sum(x, axis=(0, 2)).to_host()
+    for _ in range(3):
+        assert ops.sum(x, axis=(0, 2)).to_host().tobytes() == first.tobytes()
+
+
+def test_a_reduction_into_a_strided_out_writes_only_the_view(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(6), (40, 7, 513), np.float32)
+    target = session.zeros((7, 2), np.float32)
+    ops.sum(session.to_device(x), axis=(0, 2), out=target[:, 0])
+    got = target.to_host()
+    _check(got[:, 0], x, (0, 2))
+    assert not got[:, 1].any()
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shape=st.lists(st.integers(1, 37), min_size=1, max_size=4),
+    data=st.data(),
+    dt=st.sampled_from([np.float32, np.float16, np.int32, np.bool_, np.float64]),
+    view=st.sampled_from(["none", "T", "step", "inner"]),
+)
+def test_random_shapes_axes_views_and_dtypes_match_numpy(session, shape, data, dt, view) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(len(shape)), tuple(shape), dt)
+    dx = session.to_device(x)
+    if view == "T":
+        x, dx = x.T, dx.T
+    elif view == "step" and x.shape[0] > 1:
+        x, dx = x[::2], dx[::2]
+    elif view == "inner" and x.shape[-1] > 2:
+        x, dx = x[..., 1:-1], dx[..., 1:-1]
+    ndim = x.ndim
+    axes = data.draw(st.lists(st.integers(-ndim, ndim - 1), unique_by=lambda a: a % ndim, max_size=ndim))
+    axis = None if not axes else tuple(axes) if len(axes) > 1 else axes[0]
+    _check(ops.sum(dx, axis=axis).to_host(), x, axis)
