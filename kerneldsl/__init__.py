@@ -18,7 +18,7 @@ from ._version import __version__
 # The public API, written once: home module -> the names it defines ("" lists modules named by
 # themselves). Type checkers read __init__.pyi, which tests/test_structure.py proves lists the same.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "": ("blas", "cache", "distributed", "errors", "ops", "random"),
+    "": ("array_api", "blas", "cache", "distributed", "errors", "ops", "random"),
     ".array.creation": (
         "arange",
         "asarray",

@@ -1,6 +1,7 @@
 # The public API of kerneldsl/__init__.py's _PUBLIC table, eagerly, for type checkers (the module
 # itself imports each name on first use). tests/test_structure.py proves the two name the same.
 
+from . import array_api as array_api
 from . import blas as blas
 from . import cache as cache
 from . import distributed as distributed
@@ -71,6 +72,7 @@ from .tune import autotune as autotune
 
 __all__ = [
     "__version__",
+    "array_api",
     "blas",
     "cache",
     "distributed",

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import cache as disk_cache
 from . import logs
@@ -28,7 +28,11 @@ from .device_code import NO_DEVICE_CODE, DeviceCode
 from .errors import InvalidCacheEntryError, KernelCompileError
 from .headers import NO_HEADERS, Headers, resolve
 from .launch_plan import LaunchPlan
+from .runtime import nvtx
 from .specialize import Specialization
+
+if TYPE_CHECKING:
+    from .resources import Resources
 
 log = logs.get("build")
 
@@ -183,6 +187,7 @@ class Build:
     origin: str  # "nvrtc" or "disk": where the image came from
     compile_seconds: float
     _launch_factory: Callable[..., Any] | None = field(default=None, repr=False)
+    resources_by_session: dict[int, Any] = field(default_factory=dict, repr=False)  # session id -> Resources
 
     @property
     def cuda_source(self) -> str:
@@ -216,6 +221,14 @@ class Build:
     @property
     def shared_bytes(self) -> int | None:
         return self.compiled.shared_bytes
+
+    def resources(self, session: Any = None) -> Resources:
+        """The driver's attributes of this image loaded in ``session`` (default: the default
+        session): registers, static/const/local bytes, max threads per block, PTX and binary
+        versions, max dynamic shared bytes (``kerneldsl.resources.Resources``)."""
+        from .resources import build_resources
+
+        return build_resources(self, session)
 
     @property
     def arch(self) -> str:
@@ -323,7 +336,8 @@ def _compile(
 ) -> CompiledCode:
     require_supported(spec.arch)
     try:
-        return compile_source(generated.cuda_source, f"{generated.entry}.cu", options, output)
+        with nvtx.span("compile", spec):
+            return compile_source(generated.cuda_source, f"{generated.entry}.cu", options, output)
     except NvrtcFailure as failure:
         from .diagnostics import BodyOrigin, map_log  # only a failed compile maps lines onto the source
 

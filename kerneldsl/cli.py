@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import Any
 
 from . import __version__, fastpath
 from .bench import BENCHMARKS, plot
@@ -29,6 +29,7 @@ from .cache import DiskCache, default_cache_dir, get_default_cache
 from .compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
 from .dispatch import Kernel
 from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
+from .progress import Progress
 from .runtime import driver
 from .target import ARCH_ENV, device_arch, resolve_arch
 
@@ -189,11 +190,14 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
         }
         for e in entries
     ]
+    tunings = _tuning_rows(store, entries)
+    rows = [r for r in rows if r["output"] != "tuning"]
     if args.json:
-        print(json.dumps(rows, indent=2))
-    elif not rows:
+        print(json.dumps(rows + tunings, indent=2))
+        return 0
+    if not rows and not tunings:
         print(f"the cache is empty ({_where(store)})")
-    else:
+    if rows:
         print(
             _table(
                 ("KERNEL", "ARCH", "OUTPUT", "SIZE", "KEY", "STORED", "BINDINGS", "PARAMETERS"),
@@ -212,7 +216,33 @@ def cmd_cache_list(args: argparse.Namespace) -> int:
                 ],
             )
         )
+    if tunings:
+        print(("\n" if rows else "") + "tuning records:")
+        print(
+            _table(
+                ("KERNEL", "DEVICE", "KEY", "WINNER", "MS", "CONFIGS", "STORED"),
+                [
+                    (
+                        t["kernel"],
+                        t["device"],
+                        t["tuning"]["key"],
+                        t["tuning"]["winner"] or "-",
+                        "-" if t["tuning"]["winner_ms"] is None else f"{t['tuning']['winner_ms']:.4f}",
+                        f"{t['tuning']['measured']} measured, {t['tuning']['skipped']} skipped",
+                        _stamp(t["stored_at"]),
+                    )
+                    for t in tunings
+                ],
+            )
+        )
     return 0
+
+
+def _tuning_rows(store: DiskCache | None, entries: list[Any]) -> list[dict[str, Any]]:
+    """The tuning records (``kerneldsl.tune.records``) among ``entries``, one row per key."""
+    from .tune import records
+
+    return records.listed(store, entries) if store is not None else []
 
 
 def _entry_bindings(bindings: dict[str, Any] | None) -> str:
@@ -274,40 +304,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
     for line in skipped:
         print(line)
     return 0
-
-
-class Progress:
-    """``[3/8] kernel bindings arch, 1.2 s`` redrawn in place on stderr while builds run.
-
-    Only for more than a few builds (a few finish before anyone waits) and only on a
-    terminal: a log file or a pipe gets the table alone, without carriage returns.
-    """
-
-    MIN_BUILDS = 4
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total, self.stream, self.done = total, stream, 0
-        self.enabled = total >= self.MIN_BUILDS and stream.isatty()
-        self.start = time.perf_counter()
-        self.width = 0
-
-    def show(self, current: str) -> None:
-        """Announce the next build: ``current`` is what it compiles."""
-        self.done += 1
-        if self.enabled:
-            elapsed = time.perf_counter() - self.start
-            self._draw(f"[{self.done}/{self.total}] {current}, {elapsed:.1f} s")
-
-    def close(self) -> None:
-        if self.enabled:
-            self._draw("")
-
-    def _draw(self, line: str) -> None:
-        self.stream.write("\r" + line.ljust(self.width))
-        if not line:
-            self.stream.write("\r")
-        self.stream.flush()
-        self.width = len(line)
 
 
 def _spelled(bindings: dict[str, Any]) -> str:
@@ -391,6 +387,35 @@ def _bindings(spec: Any) -> str:
     return ",".join(parts) or "-"
 
 
+# --- tune ------------------------------------------------------------------------------------
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    """Tune every module-level ``@kd.autotune`` kernel for its ``tune_for=`` entries, on this
+    GPU, into the disk cache: one line per key with the winner and whether it was measured now."""
+    from .tune import Autotuned
+
+    module = import_target(args.target)
+    tuned = [(name, v) for name, v in vars(module).items() if isinstance(v, Autotuned)]
+    if not tuned:
+        raise KernelDSLError(f"{args.target} defines no @kd.autotune kernels at module level")
+    rows, skipped = [], []
+    for name, t in tuned:
+        if not t.tune_for:
+            skipped.append(f"{name}: skipped: no tune_for=[...] entries declared")
+            continue
+        start = time.perf_counter()
+        for choice in t.tune_ahead():
+            took = f"{time.perf_counter() - start:.2f} s"
+            rows.append((name, choice.key, choice.config.label, f"{choice.ms:.4f}", choice.source, took))
+            start = time.perf_counter()
+    if rows:
+        print(_table(("KERNEL", "KEY", "WINNER", "MS", "TIMINGS", "TIME"), rows))
+    for line in skipped:
+        print(line)
+    return 0
+
+
 # --- bench -----------------------------------------------------------------------------------
 
 
@@ -467,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--arch", help=f"comma-separated targets, e.g. sm_80,sm_90 (default: the device's, else ${ARCH_ENV})"
     )
     compile_.add_argument("--output", choices=OUTPUTS, default="cubin", help="image kind (default: cubin)")
+
+    tune = _command(commands, "tune", cmd_tune, "tune the declared tune_for keys of @kd.autotune kernels (GPU)")
+    tune.add_argument("target", metavar="MODULE_OR_FILE", help="dotted module name or path to a .py file")
 
     bench = commands.add_parser("bench", help="measure kerneldsl's own costs on this machine")
     benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")

@@ -38,11 +38,14 @@ from .launch import (
     BoundLaunch,
     WideIndexNeeded,
     check_host_arguments,
+    dim3,
     needs_wide_index,
     planned_launch,
     stage_host_call,
 )
+from .resources import KernelResources
 from .routing import find_remote, is_remote, route
+from .runtime import nvtx
 from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import ARRAY_TYPES
 from .runtime.session import default_session
@@ -74,7 +77,7 @@ _ANY_ARCH = "sm_90"  # binding checks a call's arguments the same way for every 
 _scalar_types: set[type] = {int, float, bool}  # grows with the scalar types calls pass
 
 
-class Kernel(fastpath.FastPathCallable, Generic[_P]):
+class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
     """A declared kernel: call it like a function, or ``inspect``/``compile``/``explain`` it.
 
     Calls enter through ``fastpath.FastPathCallable``: the C launch path takes warm calls it recognises
@@ -183,8 +186,8 @@ class Kernel(fastpath.FastPathCallable, Generic[_P]):
         args, consts = self.signature.place_arguments(args, consts)
         spec = bind(self.signature, args, consts, arch)
         name = self.signature.name
-        grid = None if grid is None else _dim3(name, "grid", grid)
-        block = None if block is None else _dim3(name, "block", block)
+        grid = None if grid is None else dim3(name, "grid", grid)
+        block = None if block is None else dim3(name, "block", block)
         check_host_arguments(self.signature, args)
         grid, block, shared = planned_launch(spec, args, grid, block, shared)
         check_launch_dims(grid, block, shared)
@@ -255,10 +258,8 @@ class Kernel(fastpath.FastPathCallable, Generic[_P]):
         if found is None:  # foreign arrays: adopt them as DeviceArrays, then dispatch again
             return self(*self._adopt_foreign(args), grid=grid, block=block, shared=shared, stream=stream, **consts)
         bound, staged = found
-        if grid is not None:
-            grid = _dim3(self.signature.name, "grid", grid)
-        if block is not None:
-            block = _dim3(self.signature.name, "block", block)
+        grid = None if grid is None else dim3(self.signature.name, "grid", grid)
+        block = None if block is None else dim3(self.signature.name, "block", block)
         if staged:
             check_host_arguments(self.signature, args)
             try:
@@ -267,13 +268,14 @@ class Kernel(fastpath.FastPathCallable, Generic[_P]):
                 stage_host_call(self._wide(bound), self.signature, args, grid, block, shared, stream)
             return
         try:
-            bound.call(*args, grid, block, shared, stream)
+            call = nvtx.ranged(bound.call, "launch", bound.build.specialization) if nvtx.ON else bound.call
+            call(*args, grid, block, shared, stream)
         except WideIndexNeeded:
             bound = self._wide(bound)
             bound.call(*args, grid, block, shared, stream)
         if bound.session.capturing:
             bound.session.keep_alive(args)
-        elif grid is None and block is None and shared is None and not consts and self._c_path:
+        elif grid is None and block is None and shared is None and not consts and self._c_path and not nvtx.ON:
             if fastpath.stream_entry_ok(stream, bound.session):
                 slot = bound.c_slot.on_stream(stream)
                 fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, stream=stream))
@@ -411,14 +413,6 @@ def _checked_precompile(sig: Signature, bindings: Mapping[str, Any]) -> dict[str
     except BindingError as exc:
         raise DeclarationError(sig.name, None, f"precompile entry {dict(bindings)!r}: {exc}") from None
     return dict(bindings)
-
-
-def _dim3(kernel: str, what: str, value: Any) -> tuple[int, ...]:
-    """``value`` as three ints (x, y, z), the missing ones 1."""
-    dims = tuple(value) if isinstance(value, (tuple, list)) else (value,)
-    if not 1 <= len(dims) <= 3 or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in dims):
-        raise BindingError(kernel, None, f"{what} override must be 1 to 3 non-negative ints, got {value!r}")
-    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
 
 
 def kernel(

@@ -256,6 +256,20 @@ class HeadersNotAvailableError(ExtraNotInstalledError):
     ``kerneldsl[headers]`` extra (nvidia-cuda-runtime, nvidia-cuda-cccl) is not installed."""
 
 
+class NvtxNotAvailableError(ExtraNotInstalledError):
+    """NVTX ranges were asked for (``KERNELDSL_NVTX=1`` or ``kd.profile()``) and the optional
+    ``kerneldsl[nvtx]`` extra (the ``nvtx`` package) is not installed."""
+
+
+class AutotuneError(KernelDSLError, RuntimeError):
+    """No configuration of a ``@kd.autotune`` kernel compiled and launched for a call's key:
+    ``failures`` maps each configuration's label to why it was skipped."""
+
+    def __init__(self, message: str, failures: dict[str, str]) -> None:
+        super().__init__(message)
+        self.failures = failures
+
+
 class FusionError(KernelDSLError, TypeError):
     """A ``@kd.fuse`` function used something that cannot be fused."""
 

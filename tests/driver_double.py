@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import mmap
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +47,18 @@ _CONTEXT_FREE = {
     "cuLaunchKernelEx",
     "cuGetProcAddress",
 }
+
+
+_SHARED_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+
+
+def _unmap(buf: Any) -> None:
+    """Close a shared mapping; one still viewed (a numpy array over it) goes with its views."""
+    if isinstance(buf, mmap.mmap):
+        try:
+            buf.close()
+        except BufferError:
+            pass
 
 
 _C_LAUNCH = ctypes.CFUNCTYPE(
@@ -96,6 +110,8 @@ class FakeDriver:
         self.pops = 0
         self.primary_refs: dict[int, int] = {}
         self.mem: dict[int, bytearray] = {}
+        self.shared: dict[int, str] = {}  # cuMemAlloc pointer -> the file backing it (IPC-exportable)
+        self.opened: set[int] = set()  # pointers cuIpcOpenMemHandle mapped and not yet closed
         self.host: dict[int, Any] = {}
         self.streams: set[int] = set()
         self.events: set[int] = set()
@@ -118,7 +134,10 @@ class FakeDriver:
         self.potential_block = (512, 264)  # what cuOccupancyMaxPotentialBlockSize answers: (block, min grid)
         # cuFuncGetAttribute's answers by attribute name (CU_FUNC_ATTRIBUTE_<name>); others are 0
         self.func_values: dict[str, int] = {"NUM_REGS": 32, "MAX_THREADS_PER_BLOCK": 1024}
-        self.elapsed: Callable[[], float] = lambda: 1.5  # what cuEventElapsedTime answers, in ms
+        # with it set, cuEventElapsedTime answers the sum of launch_ms(launch) over the launches
+        # made between the two events' records (a launch as in ``launches``); else 1.5 ms
+        self.launch_ms: Callable[[tuple], float] | None = None
+        self._event_marks: dict[int, int] = {}  # event -> len(launches) at its last record
         self.ex_launches: list[tuple] = []  # cuLaunchKernelEx: (f, grid, block, shared, stream, attributes)
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -292,7 +311,10 @@ class FakeDriver:
         return self._r(code, h)
 
     def cuEventRecord(self, event: int, stream: int) -> tuple:
-        return self._r(self._enter("cuEventRecord"))
+        code = self._enter("cuEventRecord")
+        if not code:
+            self._event_marks[int(event)] = len(self.launches)
+        return self._r(code)
 
     def cuEventQuery(self, event: int) -> tuple:
         code = self._enter("cuEventQuery")
@@ -311,7 +333,11 @@ class FakeDriver:
         return self._r(code)
 
     def cuEventElapsedTime(self, start: int, end: int) -> tuple:
-        return self._r(self._enter("cuEventElapsedTime"), self.elapsed())
+        code = self._enter("cuEventElapsedTime")
+        if self.launch_ms is None:
+            return self._r(code, 1.5)
+        between = self.launches[self._event_marks[int(start)] : self._event_marks[int(end)]]
+        return self._r(code, float(sum(self.launch_ms(launch) for launch in between)))
 
     # -- memory ----------------------------------------------------------------------------
 
@@ -376,6 +402,63 @@ class FakeDriver:
         if not code:
             with self._lock:
                 self.pool_cached[self.pool_of.pop(int(ptr))] += len(self.mem.pop(int(ptr)))
+        return self._r(code)
+
+    def cuMemAlloc(self, n: int) -> tuple:
+        """Legacy device memory, backed by a shared file (``/dev/shm``) so that another process's
+        double can map it by the handle ``cuIpcGetMemHandle`` gives (CUDA IPC across processes)."""
+        code = self._enter("cuMemAlloc")
+        if code:
+            return self._r(code, 0)
+        with self._lock:
+            if self._in_use() + sum(self.pool_cached.values()) + n > self.total_memory:
+                return self._r(2, 0)
+            ptr = self._next_ptr
+            self._next_ptr += (n + 0xFFF) & ~0xFFF
+            path = f"{_SHARED_DIR}/kd-fake-{os.getpid()}-{ptr:x}"
+            with open(path, "w+b") as f:
+                f.truncate(n)
+                self.mem[ptr] = mmap.mmap(f.fileno(), n)  # type: ignore[assignment]
+            self.shared[ptr] = path
+        return self._r(0, ptr)
+
+    def cuMemFree(self, ptr: int) -> tuple:
+        code = self._enter("cuMemFree")
+        if not code:
+            with self._lock:
+                _unmap(self.mem.pop(int(ptr)))
+                os.unlink(self.shared.pop(int(ptr)))
+        return self._r(code)
+
+    def cuIpcGetMemHandle(self, ptr: int) -> tuple:
+        code = self._enter("cuIpcGetMemHandle")
+        path = self.shared.get(int(ptr))
+        if not code and path is None:
+            code = 1  # INVALID_VALUE: not a cuMemAlloc base pointer (pool memory is not exportable)
+        handle = _real.CUipcMemHandle()
+        if not code:
+            ctypes.memmove(handle.getPtr(), path.encode().ljust(64, b"\0"), 64)  # type: ignore[union-attr]
+        return self._r(code, handle)
+
+    def cuIpcOpenMemHandle(self, handle: Any, flags: int) -> tuple:
+        code = self._enter("cuIpcOpenMemHandle")
+        path = ctypes.string_at(handle.getPtr(), 64).rstrip(b"\0").decode()
+        if code or not os.path.exists(path):
+            return self._r(code or 400, 0)  # INVALID_HANDLE: its exporter freed it
+        with self._lock, open(path, "r+b") as f:
+            ptr = self._next_ptr
+            size = os.fstat(f.fileno()).st_size
+            self._next_ptr += (size + 0xFFF) & ~0xFFF
+            self.mem[ptr] = mmap.mmap(f.fileno(), size)  # type: ignore[assignment]
+            self.opened.add(ptr)
+        return self._r(0, ptr)
+
+    def cuIpcCloseMemHandle(self, ptr: int) -> tuple:
+        code = self._enter("cuIpcCloseMemHandle")
+        if not code:
+            with self._lock:
+                self.opened.remove(int(ptr))
+                _unmap(self.mem.pop(int(ptr)))
         return self._r(code)
 
     def cuMemGetInfo(self) -> tuple:

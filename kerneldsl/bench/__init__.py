@@ -105,14 +105,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         install=f"{_CUPY} torch",
     ),
     "reduce": Benchmark(
-        "GPU: kd.ops.sum over every axis, the full sum and cumsum vs CuPy and torch, and vs the copy bandwidth",
+        "GPU: kd.ops.sum over any axis set and strided views, full sum, cumsum, host cost vs CuPy and torch",
         "kerneldsl.bench.reduce_bench",
         gpu=True,
         modules={"cupy": "CuPy", "torch": "PyTorch"},
         install=f"{_CUPY} torch",
     ),
     "fuse": Benchmark(
-        "GPU: @kd.fuse softmax, log-softmax, logsumexp, layer and RMS norm vs torch eager, torch.compile, Triton, copy floor",
+        "GPU: @kd.fuse softmax, log-softmax, logsumexp, layer/RMS norm vs torch, torch.compile, Triton, copy floor",
         "kerneldsl.bench.fuse_bench",
         gpu=True,
         modules={"torch": "PyTorch"},
@@ -130,8 +130,14 @@ BENCHMARKS: dict[str, Benchmark] = {
         "kerneldsl.bench.kernels_bench",
         gpu=True,  # the headers extra too: without it the first compile names it (HeadersNotAvailableError)
     ),
+    "tune": Benchmark(
+        "GPU: @kd.autotune on a tiled matmul and row sums: per-config table, winner, tuning time, warm call cost",
+        "kerneldsl.bench.tune_bench",
+        gpu=True,
+    ),
     "distributed": Benchmark(
-        "GPU: remote kernel call vs Dask actor and task round trips, pipelining, two GPUs vs one, worker cold start",
+        "GPU: remote kernel call vs Dask actor and task round trips, pipelining, worker-to-worker copies, "
+        "scaling over 1..N GPUs, a sharded sum, worker cold start",
         "kerneldsl.bench.distributed_bench",
         gpu=True,
         modules={"distributed": "Dask distributed"},

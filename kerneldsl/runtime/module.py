@@ -7,23 +7,14 @@ module loaded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from .driver import check
 from .handle import Handle
+from .occupancy import FunctionAttributes, function_attributes
 
 if TYPE_CHECKING:
     from .session import Session
-
-
-class FunctionAttributes(NamedTuple):
-    """Static resource use of a kernel, as the driver reports it."""
-
-    registers: int
-    shared_bytes: int
-    max_threads: int
-    local_bytes: int
-    const_bytes: int
 
 
 class Module(Handle):
@@ -54,23 +45,8 @@ class Module(Handle):
         return fn
 
     def function_attributes(self, fn: Any) -> FunctionAttributes:
-        """Registers, static shared bytes, max threads per block, local and constant bytes of ``fn``."""
-        handle = self.function(fn) if isinstance(fn, str) else fn
-        session = self.session
-        d = session.api
-        a = d.CUfunction_attribute
-        with session.activated():
-            values = [
-                int(check("cuFuncGetAttribute", d.cuFuncGetAttribute(attr, handle)))
-                for attr in (
-                    a.CU_FUNC_ATTRIBUTE_NUM_REGS,
-                    a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-                    a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
-                    a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
-                    a.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
-                )
-            ]
-        return FunctionAttributes(*values)
+        """The driver's attributes of ``fn`` (a kernel name or a handle from ``function``)."""
+        return function_attributes(self.session, self.function(fn) if isinstance(fn, str) else fn)
 
     def close(self) -> None:
         """Unload now; function handles taken from this module become invalid."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import StridedArrayError
+from . import nvtx
 from .driver import check
 from .handle import Handle, check_same_session
 
@@ -41,7 +42,7 @@ class Transfers(Handle):
     def _blocking_copy(self, api: str, call: Any, host: np.ndarray) -> None:
         """Enqueue ``call`` on the session stream, then wait; ``host`` survives an interrupted wait."""
         session = self.session
-        with session.activated():
+        with nvtx.span(api, host.nbytes), session.activated():
             check(api, call(session.stream._cu))
             session.keep_alive(host, session.stream)
         session.stream.synchronize()
@@ -148,7 +149,8 @@ class Transfers(Handle):
         if not self.nbytes:
             return
         d = session.api
-        with session.activated():
+        api = "cuMemcpyHtoDAsync" if to_device else "cuMemcpyDtoHAsync"
+        with nvtx.span(api, self.nbytes), session.activated():
             if to_device:
                 check("cuMemcpyHtoDAsync", d.cuMemcpyHtoDAsync(self.ptr, pinned.ptr, self.nbytes, stream._cu))
             else:

@@ -14,3 +14,6 @@ n = NewType("n", int)
 def saxpy(y: kd.InOut[T, n], x: kd.In[T, n], alpha: kd.Scalar[T], TILE: kd.Const[int] = 256) -> str:
     # The body sees proxies: their attributes type-check here.
     return f"if (threadIdx.x < TILE) {y}[0] = ({y.ctype}){alpha} * {x}[{x.strides[0]}] + {alpha.ctype}(0);"
+
+
+tuned_saxpy = kd.autotune(configs={"TILE": [128, 256]}, key=(T, n))(saxpy)  # typed as saxpy is

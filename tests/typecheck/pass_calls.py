@@ -10,7 +10,7 @@ from typing_extensions import assert_type
 import kerneldsl as kd
 from kerneldsl.distributed.handles import RemoteArray, RemoteFuture
 
-from .kernels import saxpy
+from .kernels import saxpy, tuned_saxpy
 
 HostArray = np.ndarray[Any, Any]
 
@@ -32,6 +32,13 @@ def device(s: kd.Session, y: np.ndarray) -> None:
     assert_type(saxpy(dy, dx, np.float32(2.0)), None)
     assert_type(saxpy.launch(grid=7, block=128, stream=s.create_stream())(dy, dx, 2.0), None)
     saxpy(dy, dx, 2.0, grid=7, block=128)  # the keyword spelling runs and type-checks (loosely)
+
+
+def tuned(y: np.ndarray, x: np.ndarray) -> None:
+    assert_type(tuned_saxpy(y, x, 2.0), None)
+    assert_type(tuned_saxpy.explain(y, x, 2.0), str)
+    assert_type(tuned_saxpy.tune(y, x, 2.0).ms, float)
+    assert_type(tuned_saxpy.kernel.occupancy(y, x, 2.0, block=128).blocks_per_sm, int)
 
 
 def remote(ry: RemoteArray, rx: RemoteArray) -> None:
