@@ -165,6 +165,7 @@ class Decisions:
     strategy: str | None = None  # a fused pipeline's: "row-per-warp" or "row-per-block"
     passes: int | None = None  # a fused pipeline's reads of each row from memory (1: held in registers)
     items: int | None = None  # a fused pipeline's units per thread held in registers (None: re-read)
+    fast_math: bool = False  # built with --use_fast_math (fused pipelines: PyTorch's arithmetic, not NumPy's)
     copy: str | None = None  # a reduction's: why its operands were read from a contiguous copy (None: in place)
 
 

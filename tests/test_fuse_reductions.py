@@ -59,6 +59,17 @@ def test_softmax_is_one_kernel_reading_its_rows_once() -> None:
     assert (d.layout, d.vector_width, d.accumulation) == ("rows", 4, np.dtype(np.float32))
 
 
+def test_a_fused_pipeline_is_built_with_pytorchs_fast_arithmetic() -> None:
+    build = softmax.inspect(_f32(64, 512), arch=ARCH)
+    assert build.decisions.fast_math and "--use_fast_math" in build.options
+
+
+def test_half_precision_intermediates_stay_in_float32_until_stored() -> None:
+    half = softmax.inspect(np.ones((64, 512), np.float16), arch=ARCH)
+    assert half.decisions.accumulation == np.float32
+    assert half.cuda_source.count("(kd_half)(") == 1  # the one conversion is the output's store
+
+
 def test_rows_up_to_1024_elements_take_a_warp_each() -> None:
     d = _decisions(softmax, _f32(16384, 1024))
     assert (d.strategy, d.group, d.items, d.passes) == ("row-per-warp", 32, 8, 1)

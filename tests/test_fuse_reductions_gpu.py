@@ -107,12 +107,12 @@ def _logsumexp(x: np.ndarray) -> np.ndarray:
 def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
     mean = _mean(x)
     xc = x - mean
-    rstd = x.dtype.type(1) / np.sqrt(_mean(xc * xc) + x.dtype.type(EPS))
+    rstd = 1.0 / np.sqrt(_mean(xc * xc) + EPS)  # Python floats, as the fused functions: NumPy's rule decides
     return xc * rstd * w + b, mean, rstd
 
 
 def _rms_norm(x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    return x / np.sqrt(_mean(x * x) + x.dtype.type(EPS)) * w
+    return x / np.sqrt(_mean(x * x) + EPS) * w
 
 
 def _ulp(dt: np.dtype) -> float:

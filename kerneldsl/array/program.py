@@ -93,8 +93,9 @@ def kind(dt: np.dtype) -> str:
     return dtypes.element_type(dt).kind
 
 
-def program_context(p: Program) -> dict[str, Any]:
-    """What the ``element`` template macro needs of a program."""
+def program_context(p: Program, round_halves: bool = True) -> dict[str, Any]:
+    """What the ``element`` template macro needs of a program. ``round_halves=False`` keeps
+    float16/bfloat16 intermediates in float32 (rounded only where stored), as fused kernels do."""
     leaves = [{"id": i, "cctype": compute_ctype(leaf.dtype)} for i, leaf in enumerate(p.leaves)]
     nodes = []
     for k, n in enumerate(p.nodes):
@@ -110,7 +111,7 @@ def program_context(p: Program) -> dict[str, Any]:
                     {"name": pn, "cctype": compute_ctype(dt), "src": a} for pn, a, dt in zip(n.params, n.args, n.loop)
                 ],
                 "expr": n.expr,
-                "round": storage_ctype(n.dtype) if name in _HALF else None,
+                "round": storage_ctype(n.dtype) if round_halves and name in _HALF else None,
             }
         )
     return {"leaves": leaves, "nodes": nodes, "root": p.root}
