@@ -69,6 +69,11 @@ _SHIFT_COUNT_OK = "(unsigned long long)b < sizeof(kdT) * 8"
 _LSHIFT = f"{_SHIFT_COUNT_OK} ? (kdT)((kdU)a << b) : (kdT)0"
 _RSHIFT_I = f"{_SHIFT_COUNT_OK} ? (kdT)(a >> b) : (kdT)(a < 0 ? -1 : 0)"
 _RSHIFT_U = f"{_SHIFT_COUNT_OK} ? (kdT)(a >> b) : (kdT)0"
+# NumPy's npy_logaddexp: equal operands (infinities included) give a + log(2); NaN propagates.
+_LOGADDEXP = (
+    "[&]() -> kdT { if (a == b) return a + (kdT)0.693147180559945309417232121458176568; kdT t = a - b; "
+    "if (t > 0) return a + log1p(exp(-t)); if (t <= 0) return b + log1p(exp(t)); return t; }()"
+)
 _SIGN_F = "a > 0 ? (kdT)1 : (a < 0 ? (kdT)-1 : (a == 0 ? (kdT)0 : a))"  # NaN stays NaN, -0.0 gives 0.0
 
 
@@ -189,6 +194,11 @@ arctanh = Op(("a",), np.arctanh, {"f": "atanh(a)"})
 arcsin = Op(("a",), np.arcsin, {"f": "asin(a)"})
 arccos = Op(("a",), np.arccos, {"f": "acos(a)"})
 arctan = Op(("a",), np.arctan, {"f": "atan(a)"})
+tan = Op(("a",), np.tan, {"f": "tan(a)"})
+log2 = Op(("a",), np.log2, {"f": "log2(a)"})
+log10 = Op(("a",), np.log10, {"f": "log10(a)"})
+logaddexp = Op(("a", "b"), np.logaddexp, {"f": _LOGADDEXP})
+nextafter = Op(("a", "b"), np.nextafter, {"f": "nextafter(a, b)"})  # float16/bfloat16: float32's neighbour, rounded
 erf = Op(("a",), np.sin, {"f": "erf(a)"})
 erfc = Op(("a",), np.sin, {"f": "erfc(a)"})
 arctan2 = Op(("a", "b"), np.arctan2, {"f": "atan2(a, b)"})
@@ -263,7 +273,10 @@ class AsType(ElementwiseFunction):
 
     def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
         (a,) = operands
-        return self.dtype, (promotion.supported(a if isinstance(a, np.dtype) else np.asarray(a).dtype),)
+        given = a if isinstance(a, np.dtype) else np.asarray(a).dtype
+        if given == self.dtype:  # a copy (of a view, say): every element type moves, complex ones too
+            return self.dtype, (promotion.copyable(given),)
+        return promotion.supported(self.dtype), (promotion.supported(given),)
 
     def expression(self, dtype: np.dtype) -> str:
         return "(kdT)a"
@@ -276,8 +289,8 @@ _astypes: dict[np.dtype, AsType] = {}
 
 
 def _astype_op(dtype: Any) -> AsType:
-    """The conversion to ``dtype``, one per dtype."""
-    dt = promotion.supported(dtype)
+    """The conversion to ``dtype``, one per dtype (to a complex one: copies only, see ``resolve``)."""
+    dt = promotion.copyable(dtype)
     op = _astypes.get(dt)
     if op is None:
         op = _astypes[dt] = AsType(dt)

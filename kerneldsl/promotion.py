@@ -20,13 +20,18 @@ from . import dtypes
 Operand = Any  # an np.dtype (array operand) or a Python / numpy scalar
 
 
+def copyable(dtype: Any) -> np.dtype:
+    """``dtype`` as a numpy dtype kernels can hold and copy (complex ones included), or TypeError."""
+    try:
+        return dtypes.element_type(dtype).numpy
+    except KeyError as exc:
+        raise TypeError(exc.args[0]) from None
+
+
 def supported(dtype: Any) -> np.dtype:
     """``dtype`` as a numpy dtype the array layer computes in, or TypeError naming the supported
     types. Complex types are kernels' (``@kd.kernel`` arrays and scalars) but not yet the ops'."""
-    try:
-        et = dtypes.element_type(dtype)
-    except KeyError as exc:
-        raise TypeError(exc.args[0]) from None
+    et = dtypes.element_type(copyable(dtype))
     if et.kind == "c":
         raise TypeError(
             f"{et.name}: complex arrays work in @kd.kernel bodies (kd_complex64 / kd_complex128); "

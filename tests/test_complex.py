@@ -98,3 +98,13 @@ def test_the_array_layer_refuses_complex_operands_by_name() -> None:
 
 def test_the_complex_types_are_numpys() -> None:
     assert kd.complex64 is np.complex64 and kd.complex128 is np.complex128
+
+
+@pytest.mark.parametrize("dt", [np.complex64, np.complex128], ids=["complex64", "complex128"])
+def test_a_copy_of_a_complex_view_compiles_and_conversions_stay_refused(dt: Any) -> None:
+    view = np.ones((8, 6), dt)[:, ::2]
+    assert ops.AsType(np.dtype(dt)).inspect(view, arch="sm_90").cubin
+    with pytest.raises(TypeError, match="complex arrays work in @kd.kernel bodies"):
+        ops.AsType(np.dtype(np.float32)).resolve([np.dtype(dt)])
+    with pytest.raises(TypeError, match="complex arrays work in @kd.kernel bodies"):
+        ops.AsType(np.dtype(dt)).resolve([np.dtype(np.float32)])

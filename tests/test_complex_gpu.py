@@ -61,3 +61,12 @@ def test_a_numpy_call_with_complex_arrays_and_a_python_complex_scalar() -> None:
     out = np.zeros((5, 257), np.complex128)
     complex_ops(out, x, y, 2 - 3j)
     np.testing.assert_allclose(out, _expected(x, y, 2 - 3j), rtol=1e-13, atol=0)
+
+
+@pytest.mark.parametrize("dt", [np.complex64, np.complex128], ids=["complex64", "complex128"])
+def test_views_of_complex_arrays_copy_to_the_host_and_on_the_device(dt: Any) -> None:
+    host = (np.arange(60) + 1j * np.arange(60)[::-1]).astype(dt).reshape(6, 10)
+    with kd.Session(0) as s:
+        view = s.to_device(host)[1:5, ::3].T
+        np.testing.assert_array_equal(view.to_host(), host[1:5, ::3].T)
+        np.testing.assert_array_equal(kd.ops.astype(view, dt).to_host(), host[1:5, ::3].T)

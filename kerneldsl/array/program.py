@@ -163,7 +163,7 @@ class ProgramBuilder:
 
     def array(self, position: int, operand: Any) -> Traced:
         """A leaf for the array argument at ``position`` (anything with ``shape`` and ``dtype``)."""
-        dt = promotion.supported(operand.dtype)
+        dt = promotion.copyable(operand.dtype)  # what an op takes, its resolve decides
         shape = tuple(operand.shape)
         return self.value(self.leaf("array", dt, ("arg", position), shape), dt, shape)
 
