@@ -100,3 +100,17 @@ def failed_records(dask_worker: Any) -> int:
     from kerneldsl.distributed import GPUActor
 
     return sum(len(a._failed) for a in dask_worker.state.actors.values() if isinstance(a, GPUActor))
+
+
+def ipc_state() -> dict[str, int]:
+    """Run on a worker: its driver double's CUDA IPC calls so far, and what is still held (exported
+    cuMemAlloc copies, mappings opened from other processes)."""
+    from kerneldsl.runtime import driver
+
+    d = driver.api()
+    return {
+        "exports": d.count("cuIpcGetMemHandle"),
+        "opens": d.count("cuIpcOpenMemHandle"),
+        "held": len(d.shared),
+        "mapped": len(d.opened),
+    }

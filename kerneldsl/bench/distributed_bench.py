@@ -6,8 +6,11 @@
   started with ``security=False`` (plain TCP), the two taking turns.
 - pipelining: many small kernel calls one at a time (waiting for each) vs sent back to back
   with ``max_in_flight`` bounding what is in flight.
-- scaling (two GPUs or more): a batch of independent compute-bound calls on one GPU vs spread
-  over two, each finished on the device (session synchronized).
+- worker-to-worker copies (64 MiB, 1 GiB): ``to_worker`` by CUDA IPC vs through the client vs
+  torch (``x.to("cuda:1")``; with one GPU the two workers share it and torch's same-device copy).
+- scaling: a batch of independent compute-bound calls on 1..N GPUs, each finished on the device.
+- sharded sum: the sum of a large float32 array (``--sum-gib``) split over every GPU's worker,
+  partials reduced on one, vs all of it on one GPU.
 - cold start: a worker killed, then its replacement's process start to its first warm kernel
   call, the kernel's build already in the shared disk cache.
 """
@@ -24,8 +27,10 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
+from kerneldsl.bench import distributed_data as data
 from kerneldsl.bench.report import Report, print_report, wall_median
 from kerneldsl.errors import WorkerLostError
+from kerneldsl.runtime import driver
 
 
 @kd.kernel(grid=kd.cdiv("n", 256), block=256)
@@ -60,11 +65,6 @@ def noop() -> None:
     return None
 
 
-def synchronize() -> None:
-    """Run on a worker: wait until its GPU finished what was launched."""
-    kd.default_session(0).synchronize()
-
-
 def exit_process() -> None:
     os._exit(1)
 
@@ -77,6 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--iters", type=int, default=200_000, help="inner iterations per thread of the compute-bound kernel"
     )
+    parser.add_argument("--copy-mib", default="64,1024", help="sizes of the worker-to-worker copies, in MiB")
+    parser.add_argument("--sum-gib", type=float, default=16.0, help="GiB of float32 in the sharded sum")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
@@ -93,13 +95,15 @@ def run(args: argparse.Namespace) -> Report:
         report["round trip (ms, median)"] = _round_trip(client, gpus, names[0], args.reps)
         report["TLS (warm remote kernel call, ms, median)"] = _tls_cost(gpus, names[0], cluster.devices[0], args.reps)
         report["pipelining (calls per second)"] = _pipelining(gpus, names[0], args.calls)
-        distinct = sorted(set(cluster.devices))
-        if len(distinct) >= 2:
-            by_gpu = [worker_name(cluster.devices.index(g)) for g in distinct[:2]]
-            report["two GPUs vs one (batch of compute-bound calls)"] = _scaling(gpus, by_gpu, args.batch, args.iters)
-        else:
-            print("(one GPU: the two-GPU scaling section needs --gpus with two distinct GPUs)")
+        by_gpu = [worker_name(cluster.devices.index(g)) for g in sorted(set(cluster.devices))]
+        report["scaling (batch of compute-bound calls, 1..N GPUs)"] = data.scaling(
+            gpus, by_gpu, args.batch, args.iters, spin
+        )
+        report[f"sharded sum over {len(by_gpu)} GPU(s) vs one"] = data.sharded_sum(gpus, by_gpu, args.sum_gib)
         report["cold start (s, warm disk cache)"] = _cold_start(gpus, names[-1])
+    gpu_count = len(set(cluster.devices)) if args.gpus != "all" else driver.device_count()
+    sizes = tuple(int(m) for m in args.copy_mib.split(","))
+    report["worker-to-worker copy (gpu-0 -> gpu-1)"] = data.copy_bandwidth(gpu_count, sizes)
     print_report(report, args.json)
     return report
 
@@ -159,25 +163,6 @@ def _pipelining(gpus: Any, worker: str, calls: int) -> dict[str, float]:
         f"pipelined (max_in_flight={gpus.max_in_flight})": pipelined,
         "speedup": pipelined / one_at_a_time,
     }
-
-
-def _scaling(gpus: Any, workers: list[str], batch: int, iters: int) -> dict[str, float]:
-    host = np.full(1 << 20, 0.5, np.float32)
-    arrays = {w: gpus.to_device(host, worker=w) for w in workers}
-
-    def batch_on(targets: list[str]) -> float:
-        start = time.perf_counter()
-        calls = [spin(arrays[targets[k % len(targets)]], np.int32(iters)) for k in range(batch)]
-        for c in calls:
-            c.result()
-        for w in targets:
-            gpus.submit(synchronize, worker=w).result()
-        return time.perf_counter() - start
-
-    batch_on(workers)  # compile (or load) and warm both
-    one = statistics.median(batch_on(workers[:1]) for _ in range(3))
-    two = statistics.median(batch_on(workers) for _ in range(3))
-    return {"one GPU (s)": one, "two GPUs (s)": two, "speedup": one / two}
 
 
 def _cold_start(gpus: Any, worker: str) -> dict[str, float]:

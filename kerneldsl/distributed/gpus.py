@@ -38,6 +38,7 @@ from ..errors import (
     WorkerLostError,
     WrongWorkerError,
 )
+from . import parallel
 from .handles import RemoteArray, RemoteFuture
 from .profiles import Profile, checked_profiles
 from .worker import GPUActor, GPUSessionPlugin, Ref, download, upload, worker_info
@@ -246,6 +247,24 @@ class GPUs:
         else:
             inc = self.incarnation(self._pick(worker, profile))
         return self._send(inc, fn, args, kwargs, profile, block, array=False)
+
+    # --- data-parallel helpers (kerneldsl.distributed.parallel) ----------------------------------
+
+    def scatter(self, host: Any, axis: int = 0, workers: list[str] | None = None) -> list[RemoteArray]:
+        """``host`` split along ``axis``, one shard per worker (default: all, by name)."""
+        return parallel.scatter(self, host, axis, workers)
+
+    def map(self, fn: Any, shards: list[RemoteArray], *args: Any, **kwargs: Any) -> list[RemoteArray]:
+        """``fn(shard, *args, **kwargs)`` on each shard's worker; returned arrays stay there."""
+        return parallel.map_shards(self, fn, shards, *args, **kwargs)
+
+    def gather(self, parts: list[RemoteArray], axis: int = 0, worker: str | None = None) -> Any:
+        """The parts joined along ``axis``: here as numpy, or on ``worker`` (moved device to device)."""
+        return parallel.gather(self, parts, axis, worker)
+
+    def reduce(self, parts: list[RemoteArray], worker: str | None = None, op: Any = None) -> RemoteArray:
+        """The parts summed (or combined by ``op``) on ``worker``, moved there device to device."""
+        return parallel.reduce(self, parts, worker, op)
 
     def route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RemoteFuture:
         """A kerneldsl callable met remote arrays: run it on their worker. A kernel launch gives a

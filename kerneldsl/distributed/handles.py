@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import CallCancelledError, RemoteArrayLostError
+from .moves import MOVE_TIMEOUT_S, move
 
 _UNSET = object()
 
@@ -152,9 +153,14 @@ class RemoteArray(RemoteFuture):
             return self.to_host(timeout)
         return super().result(timeout)
 
-    def to_worker(self, worker: str) -> RemoteArray:
-        """A copy on ``worker`` (through this client: the data crosses the network twice)."""
-        return self._gpus.to_device(self.to_host(), worker=worker, profile=self.profile)
+    def to_worker(self, worker: str, via: str = "auto", timeout: float | None = None) -> RemoteArray:
+        """A C-contiguous copy on ``worker``, made after the calls before it on both workers and
+        before the later ones: GPU to GPU through CUDA IPC between workers of one host, else
+        fetched by ``worker`` from this array's worker over Dask's comms (``via="ipc"``,
+        ``"comms"`` or ``"client"``, through this process, force one). A worker lost during the
+        copy fails the new array with ``WorkerLostError``; waits are bounded by ``timeout``
+        (default ``moves.MOVE_TIMEOUT_S``)."""
+        return move(self._gpus, self, worker, via, MOVE_TIMEOUT_S if timeout is None else timeout)
 
     def __repr__(self) -> str:
         return f"<RemoteArray {self.key!r} on {self.worker}{' (lost)' if self.lost else ''}>"

@@ -44,6 +44,7 @@ from ..errors import (
 from ..runtime.driver import pci_bus_id
 from ..runtime.session import Session, default_session
 from ..signature import ArrayParam
+from . import exports
 
 PLUGIN_NAME = "kerneldsl-gpu-session"
 POISONED_EXIT_CODE = 75  # the nanny restarts a worker process that exits
@@ -76,6 +77,7 @@ class GPUSessionPlugin(WorkerPlugin):
         global _installed
         _installed = self
         self.worker_name = str(worker.name)
+        self.worker = worker  # its connection pool reaches other workers (moves between them)
         self.loop = worker.loop
         self.exit_later = lambda: worker.loop.call_later(_EXIT_DELAY_S, os._exit, POISONED_EXIT_CODE)
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="kerneldsl-gpu")
@@ -110,6 +112,7 @@ class GPUSessionPlugin(WorkerPlugin):
             "session_device": None if s is None else s.device,
             "pci_bus_id": None if s is None else pci_bus_id(s.device),
             "context": None if s is None else s.context_address,
+            "ipc_host": exports.host_identity(),  # equal on two workers: moves between them take CUDA IPC
             "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}",
             "live_arrays": sum(len(a.store) for a in list(self.actors)),
         }
@@ -179,6 +182,19 @@ class GPUActor:
     async def cancel(self, seq: int) -> None:
         """Skip call ``seq`` if it has not started (one that runs already finishes)."""
         self._cancelled.add(seq)
+
+    async def identity(self) -> str:
+        """Which processes can open this one's CUDA IPC handles (``exports.host_identity``): asked
+        out of call order, so a busy worker answers at once."""
+        return exports.host_identity()
+
+    async def exported(self, tid: str, timeout: float) -> Any:
+        """A destination asks for move ``tid``'s export (``kerneldsl.distributed.moves``)."""
+        return await exports.exported(tid, timeout)
+
+    async def release(self, tid: str, why: str | None) -> None:
+        """Free move ``tid``'s export: its destination is done, or the move failed (``why``)."""
+        await exports.release(tid, why)
 
     def _run(
         self,
