@@ -108,3 +108,10 @@ def test_a_copy_of_a_complex_view_compiles_and_conversions_stay_refused(dt: Any)
         ops.AsType(np.dtype(np.float32)).resolve([np.dtype(dt)])
     with pytest.raises(TypeError, match="complex arrays work in @kd.kernel bodies"):
         ops.AsType(np.dtype(dt)).resolve([np.dtype(np.float32)])
+
+
+def test_a_strided_complex_view_plans_its_copy_to_the_host(drv: Any) -> None:
+    host = (np.arange(60) + 1j).astype(np.complex64).reshape(6, 10)
+    with kd.Session(0) as s:
+        view = s.to_device(host)[1:5, ::3].T
+        assert view.to_host().shape == (4, 4) and ops.astype(view, np.complex64).dtype == np.complex64

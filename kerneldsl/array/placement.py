@@ -68,7 +68,7 @@ def check_out(out: Any, shape: tuple[int, ...], result: np.dtype, what: str) -> 
         raise ValueError(f"{what}: out= has shape {tuple(out.shape)}, the result has shape {shape}")
     if not np.can_cast(result, out.dtype, "same_kind"):
         raise TypeError(f"{what}: cannot cast the {result} result to out= dtype {out.dtype} (casting rule 'same_kind')")
-    promotion.supported(out.dtype)
+    promotion.copyable(out.dtype)  # the result dtype was decided (and refused) by the op
 
 
 def check_placement(out: Any, session: Any, what: str) -> None:
