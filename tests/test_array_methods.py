@@ -193,9 +193,10 @@ def test_len_of_a_0d_array_is_a_type_error(s: kd.Session) -> None:
 # -- the Array API protocol ------------------------------------------------------------------------
 
 
-def test_the_array_namespace_is_kerneldsl(s: kd.Session) -> None:
+def test_the_array_namespace_is_kerneldsl_array_api(s: kd.Session) -> None:
     a = s.empty(3, np.float32)
-    assert a.__array_namespace__() is kd and a.__array_namespace__(api_version="2024.12") is kd
+    assert a.__array_namespace__() is kd.array_api
+    assert a.__array_namespace__(api_version="2024.12") is kd.array_api
     with pytest.raises(kd.errors.InvalidOptionError, match="2019.01"):
         a.__array_namespace__(api_version="2019.01")
 

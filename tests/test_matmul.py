@@ -124,6 +124,19 @@ def test_vector_at_vector_is_dot_into_a_0d_array(s: Session, lib: FakeCublas) ->
 
 
 @pytest.mark.parametrize("shapes", [((5,), (5, 3)), ((4, 5), (5,)), ((5,), (5,))])
+def test_at_with_a_vector_goes_straight_to_gemv_or_dot(
+    s: Session, lib: FakeCublas, monkeypatch: pytest.MonkeyPatch, shapes: tuple[tuple[int, ...], tuple[int, ...]]
+) -> None:
+    """Contiguous float32/float64 operands skip kd.matmul's general path (a CG iteration's host cost)."""
+    from kerneldsl.blas import np_matmul
+
+    a, b = rand(shapes[0]), rand(shapes[1], seed=1)
+    da, db = s.to_device(a), s.to_device(b)
+    monkeypatch.setattr(np_matmul, "matmul", None)  # the general path is not called
+    check(da @ db, a, b)
+
+
+@pytest.mark.parametrize("shapes", [((5,), (5, 3)), ((4, 5), (5,)), ((5,), (5,))])
 def test_half_precision_vector_products_are_a_batch_of_one(
     s: Session, lib: FakeCublas, shapes: tuple[tuple[int, ...], tuple[int, ...]]
 ) -> None:

@@ -151,22 +151,30 @@ class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol):
         return _ops().power(self, other, out=self)
 
     def __matmul__(self, other: DeviceArray | np.ndarray) -> DeviceArray:
-        """``kd.matmul(self, other)``; two 2-D C-contiguous arrays of one dtype go straight to
-        ``kd.blas.gemm`` with a new ``out`` (the C launch path once warm)."""
+        """``kd.matmul(self, other)``; C-contiguous operands of one dtype and session skip its
+        general checks: two 2-D ones go straight to ``kd.blas.gemm`` with a new ``out`` (the C
+        launch path once warm), float32/float64 ones with a 1-D operand to ``gemv`` or ``dot``
+        (the result a new vector, or a 0-d array that stays on the device)."""
         products = _matmul()
         if (
             type(other) is DeviceArray
-            and self.ndim == 2
-            and other.ndim == 2
             and self.is_contiguous
             and other.is_contiguous
             and self.dtype is other.dtype
-            and self.dtype in products.GEMM_TYPES
             and self.session is other.session
-            and self.shape[1] == other.shape[0]
+            and 0 < self.ndim <= 2
+            and 0 < other.ndim <= 2
+            and self.shape[-1] == other.shape[0]
         ):
-            out = self.session.empty((self.shape[0], other.shape[1]), self.dtype)
-            return products.gemm(self, other, out)  # type: ignore[no-any-return]
+            if self.ndim == 2 and other.ndim == 2 and self.dtype in products.GEMM_TYPES:
+                out = self.session.empty((self.shape[0], other.shape[1]), self.dtype)
+                return products.gemm(self, other, out)  # type: ignore[no-any-return]
+            if self.dtype in products.VECTOR_PREFIX and (self.ndim == 1 or other.ndim == 1):
+                if self.ndim == other.ndim:
+                    return products.dot(self, other)  # type: ignore[no-any-return]
+                if other.ndim == 1:
+                    return products.gemv(self, other)  # type: ignore[no-any-return]
+                return products.gemv(other, self, trans_a=True)  # type: ignore[no-any-return]
         return products.matmul(self, other)  # type: ignore[no-any-return]
 
     def __rmatmul__(self, other: np.ndarray) -> DeviceArray:

@@ -1,7 +1,8 @@
 """The Python and Array API protocol of ``kd.DeviceArray``: scalar conversions (``item()``,
-``float``/``int``/``bool``/``operator.index``), ``__array_namespace__``, ``.mT`` and
-``to_device``. ``.device`` is the array's device ordinal (an int), which ``to_device`` and
-``kd.default_session`` take.
+``float``/``int``/``bool``/``operator.index``), ``__array_namespace__``, ``.mT``,
+``to_device`` and the Array API's operators NumPy's arithmetic leaves out (``+x``, ``~x``,
+``& | ^ << >>`` with their reflected and in-place forms). ``.device`` is the array's device
+ordinal (an int), which ``to_device`` and ``kd.default_session`` take.
 
 Scalar conversions synchronize: they wait for the work queued on the session stream and copy
 one element to the host. Which arrays convert is NumPy's rule, decided on a host stand-in of
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from .ndarray import DeviceArray
 
 API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
-"""Array API revisions ``__array_namespace__`` accepts (the namespace is ``kerneldsl`` for each)."""
+"""Array API revisions ``__array_namespace__`` accepts (the namespace is ``kerneldsl.array_api`` for each)."""
 
 
 def _converted(a: DeviceArray, convert: Callable[[Any], Any]) -> Any:
@@ -90,12 +91,65 @@ class ArrayProtocol:
         return value
 
     def __array_namespace__(self, *, api_version: str | None = None) -> ModuleType:
-        """The Array API namespace of these arrays: ``kerneldsl`` itself."""
+        """The Array API namespace of these arrays: ``kerneldsl.array_api``."""
         if api_version is not None and api_version not in API_VERSIONS:
             raise InvalidOptionError(f"unsupported Array API version {api_version!r}; supported: {API_VERSIONS}")
         import kerneldsl
 
-        return kerneldsl
+        return kerneldsl.array_api
+
+    # the Array API's operators beyond NumPy's arithmetic (ndarray.py): unary + and ~, bitwise, shifts
+
+    def __pos__(self) -> Any:
+        return _ops().positive(self)
+
+    def __invert__(self) -> Any:
+        return _ops().invert(self)
+
+    def __and__(self, other: Any) -> Any:
+        return _ops().bitwise_and(self, other)
+
+    def __rand__(self, other: Any) -> Any:
+        return _ops().bitwise_and(other, self)
+
+    def __iand__(self, other: Any) -> Any:
+        return _ops().bitwise_and(self, other, out=self)
+
+    def __or__(self, other: Any) -> Any:
+        return _ops().bitwise_or(self, other)
+
+    def __ror__(self, other: Any) -> Any:
+        return _ops().bitwise_or(other, self)
+
+    def __ior__(self, other: Any) -> Any:
+        return _ops().bitwise_or(self, other, out=self)
+
+    def __xor__(self, other: Any) -> Any:
+        return _ops().bitwise_xor(self, other)
+
+    def __rxor__(self, other: Any) -> Any:
+        return _ops().bitwise_xor(other, self)
+
+    def __ixor__(self, other: Any) -> Any:
+        return _ops().bitwise_xor(self, other, out=self)
+
+    def __lshift__(self, other: Any) -> Any:
+        return _ops().left_shift(self, other)
+
+    def __rlshift__(self, other: Any) -> Any:
+        return _ops().left_shift(other, self)
+
+    def __ilshift__(self, other: Any) -> Any:
+        return _ops().left_shift(self, other, out=self)
+
+    def __rshift__(self, other: Any) -> Any:
+        return _ops().right_shift(self, other)
+
+    def __rrshift__(self, other: Any) -> Any:
+        return _ops().right_shift(other, self)
+
+    def __irshift__(self, other: Any) -> Any:
+        return _ops().right_shift(self, other, out=self)
 
     @property
     def mT(self) -> DeviceArray:
@@ -105,10 +159,11 @@ class ArrayProtocol:
             raise ViewError(f"matrix transpose with ndim < 2 is undefined (the array has shape {a.shape})")
         return a.transpose(*range(a.ndim - 2), a.ndim - 1, a.ndim - 2)
 
-    def to_device(self, device: int | Session[Any], /) -> DeviceArray:
+    def to_device(self, device: int | Session[Any], /, *, stream: Any = None) -> DeviceArray:
         """This array on ``device`` (an ordinal: its default session unless it is this array's
         device; or a Session): the array itself when it is already there, else a copy through
-        the host (synchronizes)."""
+        the host (synchronizes, so no ``stream`` needs to order it: the Array API's argument is
+        accepted and not used)."""
         a = _array(self)
         if isinstance(device, Session):
             target = device
@@ -120,3 +175,9 @@ class ArrayProtocol:
             return a
         moved: DeviceArray = target.to_device(a.to_host())
         return moved
+
+
+def _ops() -> Any:
+    from .. import ops  # the op table imports the array layer: imported on first use
+
+    return ops

@@ -12,6 +12,8 @@
 - keywords: host cost of ``gemm(a, b, out=c)``, ``alpha=``/``beta=`` and ``stream=`` against
   ``gemm(a, b, c)``, of a kernel called with ``stream=`` and of ``kd.ops.add(out=, stream=)``,
   against their plain spellings, the stream each runs on held by a spin kernel.
+- cg, matmul, roundtrip: NumPy code as written (``arrays_numpy_code``): the CuPy CG solver per
+  iteration, an allocating ``a @ b``'s host cost, and numpy -> device -> numpy round trips.
 
 Each section ends with its ratios named after the issue's targets. Results are checked against
 NumPy before anything is timed.
@@ -29,7 +31,7 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.bench import ops_bench, runtime_bench
+from kerneldsl.bench import arrays_numpy_code, ops_bench, runtime_bench
 from kerneldsl.bench.report import Report, Section, run_sections
 from kerneldsl.errors import BlasNotAvailableError
 
@@ -306,6 +308,9 @@ SECTIONS: dict[str, Section] = {
     "alloc": ("allocate + free 1 MiB, host cost", bench_alloc),
     "numpy": ("numpy -> @kd.kernel -> numpy", bench_numpy),
     "keywords": ("C-path spellings, host cost per call", bench_keywords),
+    "cg": ("conjugate gradients as CuPy spells it, 4096² SPD, per iteration", arrays_numpy_code.bench_cg),
+    "matmul": ("allocating a @ b, host cost, 128² and 1024² float32", arrays_numpy_code.bench_matmul),
+    "roundtrip": ("numpy -> device -> x * 2 -> numpy, 1k..64M float32", arrays_numpy_code.bench_roundtrip),
 }
 
 
