@@ -169,6 +169,7 @@ def kernel_launch(
     stream: Stream | None = None,
     allocate: Callable[[], DeviceBuffer] | None = None,
     template: DeviceBuffer | None = None,
+    pinned: dict[str, int] | None = None,
 ) -> Any | None:
     """A C Launch of ``bound`` for calls dispatched like ``args``; None when the C path cannot
     take it (disabled, a specialization it does not cover, a driver without an entry point).
@@ -176,10 +177,14 @@ def kernel_launch(
     with ``allocate`` as well, calls pass no ``out=`` and get ``allocate()``'s new array (like
     the last of ``args``), made in C like ``template`` (``DeviceBuffer.template``) where the
     session allows it; with ``stream`` the calls pass that very stream as ``stream=`` (kernels).
-    Calls whose numpy scalars need a value check (``BoundLaunch.scalar_checks``) get none."""
+    Calls whose numpy scalars need a value check (``BoundLaunch.scalar_checks``) get none. With
+    ``pinned`` (shape symbol: extent) the entry takes only calls of those extents (a tuned
+    kernel's key), declining the others to the caller's Python path."""
     module = native()
     plan = bound.build.launch_plan
     table = _table(plan) if module is not None and not bound.scalar_checks else None
+    if table is not None and pinned:
+        table = _pinned(plan, table, pinned)
     if module is None or table is None:
         return None
     session = bound.session
@@ -202,6 +207,18 @@ def kernel_launch(
         allocator=None if template is None else session.native_allocator(),
         extended=extended,
     )
+
+
+def _pinned(plan: LaunchPlan, table: tuple[Any, ...], pinned: dict[str, int]) -> tuple[Any, ...] | None:
+    """``table`` with a check per pinned symbol: the extent it is read from equals the value."""
+    array_index = {a.name: j for j, a in enumerate(plan.arrays)}
+    read_at = {b.symbol: (array_index[b.array], b.axis) for b in plan.binds}
+    if not pinned.keys() <= read_at.keys():
+        return None  # a symbol the specialization fixed: no entry, the Python path decides
+    nargs, arrays, binds, checks, *rest = table
+    pins = tuple((*read_at[s], -1, v) for s, v in sorted(pinned.items()))
+    widened = (nargs, arrays, binds, checks + pins, *rest)
+    return widened if _within_limits(widened) else None
 
 
 def extended_launch(bound: BoundLaunch) -> tuple[int, bool, int, int, int, int] | None:

@@ -248,6 +248,33 @@ def test_a_dtype_key_keeps_the_winner_on_the_c_launch_path(drv: Any) -> None:
         assert tuned._remembered_launches == 1 and drv.c_launches > 0
 
 
+@pytest.mark.skipif(not fastpath.ENABLED, reason="the C launch path is off")
+def test_a_shape_key_keeps_each_keys_winner_on_the_c_launch_path(drv: Any) -> None:
+    s = kd.default_session()
+    pairs = {n: (s.to_device(np.ones(n, np.float32)), s.zeros(n, np.float32)) for n in (1000, 5000)}
+    tuned = kd.autotune(configs=BLOCKS, key=("n",))(add)
+    drv.launch_ms = by_block({128: 1.0, 256: 2.0})
+    tuned(*pairs[1000])
+    drv.launch_ms = by_block({128: 2.0, 256: 1.0})
+    tuned(*pairs[5000])
+    tuned(*pairs[1000])  # each key's first warm call makes its entry, pinned to its extent
+    tuned(*pairs[5000])
+    before = drv.c_launches
+    for n in (1000, 5000, 1000, 5000):
+        tuned(*pairs[n])
+    assert drv.c_launches - before == 4 and tuned._remembered_launches == 2
+    assert [launch[2][0] for launch in drv.launches[-4:]] == [128, 256, 128, 256]
+
+
+def test_a_pinned_entry_declines_another_extent() -> None:
+    plan = add.inspect(np.ones(1000, np.float32), np.ones(1000, np.float32), arch="sm_90").launch_plan
+    table = fastpath.launch_table(plan)
+    if table is None:
+        pytest.skip("the C launch path is off")
+    pinned = fastpath._pinned(plan, table, {"n": 1000})
+    assert pinned is not None and pinned[3][-1] == (0, 0, -1, 1000) and len(pinned[3]) == len(table[3]) + 1
+
+
 # --- remembered ----------------------------------------------------------------------------------
 
 

@@ -86,6 +86,17 @@ class TuningKey:
         """Whether the key is made of dtypes alone, which the C launch path's guards tell apart."""
         return all(kind in ("dtype", "scalar type") for kind in self._kinds)
 
+    @property
+    def c_checkable(self) -> bool:
+        """Whether the C launch path can tell keys apart: dtypes (its guards) and extents (a check
+        pinning each one in the winner's entry), no values or functions of the arguments."""
+        return all(kind in ("dtype", "scalar type", "extent") for kind in self._kinds)
+
+    def extents(self, raw: Any) -> dict[str, int]:
+        """The shape symbols of a call's key and their values: what its C entry pins."""
+        parts = (raw,) if len(self._getters) == 1 else raw
+        return {n: int(v) for n, kind, v in zip(self.names, self._kinds, parts) if kind == "extent"}
+
     def values(self, raw: Any) -> list[Any]:
         """The key of a call as JSON values, in declaration order (dtypes by name)."""
         parts = (raw,) if len(self._getters) == 1 else raw

@@ -2,9 +2,10 @@
 their key, measured once per (kernel, key, device) and remembered in the disk cache.
 
 Each configuration is a *variant* ``Kernel`` (``config.variant``), so a call dispatches to an
-ordinary kernel object and stays on its C launch path; with a key of dtype variables only (which
-the C path's guards already tell apart) the tuned kernel remembers the winner's C entry itself,
-and a warm call costs what an untuned one does.
+ordinary kernel object and stays on its C launch path; with a key of dtype variables and shape
+symbols (which the C path tells apart: its guards, and a check pinning each key extent) the tuned
+kernel remembers each key's winner as a C entry of its own, and a warm call costs what an untuned
+one does (for up to ``fastpath.STREAM_SLOTS`` keys; further keys take one Python lookup).
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
         }
         self._arity = len(kernel.signature.runtime_params)
         self._raw = self.key.raw
-        self._c_key = self.key.tag_only  # the C path's guards decide the key: remember the winner's entry here
+        self._c_key = self.key.c_checkable  # the C path can decide the key: remember the winner's entry here
+        self._c_slots: dict[Any, fastpath.CLaunchSlot] = {}  # per key: its entry pins the key's extents
         self._chosen: dict[Any, Kernel[Any]] = {}
         self._choices: dict[Any, Choice] = {}
         self._lock = threading.Lock()
@@ -156,7 +158,7 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
             if warm is not None:
                 warm(*args)
                 if self._c_key and not nvtx.ON:
-                    self._remember(warm, args)
+                    self._remember(warm, args, self._raw(args))
                 return
         args, consts, raw = self._place(args, kwargs)
         chosen = self._chosen.get(raw)
@@ -167,7 +169,7 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
         else:
             chosen(*args, stream=stream, **consts)
         if self._c_key and stream is None and not consts and not nvtx.ON:
-            self._remember(chosen, args)
+            self._remember(chosen, args, raw)
 
     def tune(self, *args: Any, **kwargs: Any) -> Choice:
         """Tune for these arguments (what a first call would) without the real call; the choice."""
@@ -227,12 +229,19 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
             raise
         return args, consts, (raw, const_key(sorted(consts.items()))) if consts else raw
 
-    def _remember(self, chosen: Kernel[Any], args: tuple[Any, ...]) -> None:
+    def _remember(self, chosen: Kernel[Any], args: tuple[Any, ...], raw: Any) -> None:
+        """Have the C path launch ``chosen`` for calls of this key: an entry of its own per key
+        (at most ``fastpath.STREAM_SLOTS`` keys), whose checks pin the key's extents."""
         found = chosen.lookup(args, {})
         if found is None or found[1] or not chosen._c_path:
             return
-        bound = found[0]
-        fastpath.remember(self, bound.c_slot, lambda: fastpath.kernel_launch(bound, args))
+        slot = self._c_slots.get(raw)
+        if slot is None:
+            if len(self._c_slots) >= fastpath.STREAM_SLOTS:
+                return  # the C path tries this many entries; more keys take the Python lookup
+            slot = self._c_slots[raw] = fastpath.CLaunchSlot()
+        bound, pinned = found[0], self.key.extents(raw)
+        fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, pinned=pinned))
 
     # --- tuning ----------------------------------------------------------------------------------
 
