@@ -92,6 +92,18 @@ def _planned(x: np.ndarray, axis: tuple[int, ...]) -> Step:
 # -- canonical groups -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(("shape", "axis"), [((93011, 11, 5), 1), ((181, 13, 273, 3), (1, 2)), ((64, 7, 3), 1)])
+def test_columns_narrower_than_a_warp_take_flat_lines(shape: tuple[int, ...], axis: object) -> None:
+    step = ops.sum.strategy(np.ones(shape, np.float32), axis=axis)
+    assert (step.variant.stage, step.variant.flat) == ("lines", True)
+    assert step.variant.lanes >= 32  # a tile spans outputs of several kept indices, no idle warps
+
+
+def test_wide_columns_keep_the_columns_stage() -> None:
+    step = ops.sum.strategy(np.ones((64, 11, 512), np.float32), axis=1)
+    assert step.variant.stage == "columns" and not step.variant.flat
+
+
 def test_adjacent_axes_of_one_class_in_one_run_merge() -> None:
     c = canonicalize((4, 5, 6, 7), c_strides((4, 5, 6, 7)), (2, 3))
     assert c is not None and c.groups == (Group(20, 42, False), Group(42, 1, True))

@@ -69,6 +69,18 @@ def test_the_issue_shapes_sum_over_interleaved_axes_like_numpy(session, shape, d
     _check(ops.sum(session.to_device(x), axis=(0, 2)).to_host(), x, (0, 2))
 
 
+@pytest.mark.parametrize(
+    ("shape", "axis", "dt"),
+    [((93011, 11, 5), 1, np.float16), ((181, 13, 273, 3), (1, 2), np.float32), ((64, 7, 3), 1, np.int32)],
+)
+def test_columns_narrower_than_a_warp_sum_in_flat_lines_like_numpy(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(3), shape, dt)
+    assert ops.sum.strategy(x, axis=axis).variant.flat
+    _check(ops.sum(session.to_device(x), axis=axis).to_host(), x, axis)
+    got = ops.argmax(session.to_device(x), axis=axis if isinstance(axis, int) else None).to_host()
+    np.testing.assert_array_equal(got, np.argmax(x, axis=axis if isinstance(axis, int) else None))
+
+
 @pytest.mark.parametrize("view", list(VIEWS))
 @pytest.mark.parametrize("axis", [0, 1, None, -1])
 def test_views_are_reduced_like_numpy(session, view, axis) -> None:  # type: ignore[no-untyped-def]

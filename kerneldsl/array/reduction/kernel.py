@@ -119,6 +119,7 @@ def _context(
         dims=[f"kdd{j}" for j in range(geometry.ndim)],
         team=variant.team,
         wide=variant.wide,
+        flat=variant.flat,
         **_groups(variant, geometry.ndim),
         arrays=array_leaves(program, ("broadcast", geometry.ndim, geometry.ranks)),
         program=program_context(program),

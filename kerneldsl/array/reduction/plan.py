@@ -28,7 +28,7 @@ from .canonical import Canonical, c_strides, canonicalize
 from .kernel import Geometry, reduction_kernel
 from .reducers import Reducer
 from .strategy import INSPECT_MULTIPROCESSORS, Extents, Step, Variant, decide, device_multiprocessors, extents
-from .strided import strided_step
+from .strided import FLAT_BELOW, strided_step
 from .warm import WarmLaunch, WarmSlot
 
 _INT64 = np.dtype(np.int64)
@@ -165,10 +165,10 @@ class ReductionPlan(Plan):
             canonical = None
             if not self.geometry.broadcast and all(self.value_shape):
                 canonical = canonicalize(self.value_shape, c_strides(self.value_shape), self.axes)
-            if canonical is None or canonical.plain:
-                found = decide(self.extents, vec, self.geometry.broadcast, acc_bytes, sms, self._kernel)
-            else:
+            if canonical is not None and (not canonical.plain or _short_columns(self.extents)):
                 found = self._strided_step(canonical, sms)
+            else:
+                found = decide(self.extents, vec, self.geometry.broadcast, acc_bytes, sms, self._kernel)
             self._steps[sms] = found
         return found
 
@@ -215,6 +215,12 @@ class ReductionPlan(Plan):
             variant = replace(contiguous_step.variant, copy=copy or COPY_LAYOUTS)
             return replace(contiguous_step, variant=variant, kernel=self._kernel(variant))
         return self._strided_step(canonical, sms)
+
+
+def _short_columns(e: Extents) -> bool:
+    """Columns too narrow for a warp, repeated along a kept outer axis: the flat lines stage
+    numbers their outputs together (the columns stage would leave most threads idle)."""
+    return e.outer > 1 and 1 < e.inner < FLAT_BELOW
 
 
 def plan_reduction(

@@ -109,7 +109,8 @@ class Variant:
     "gather" (broadcast leaves with reduced axes interleaved with kept ones; ``reduced`` names
     them), "segments" or "lines" (canonical groups, see ``strided``: ``groups`` counts the kept
     and reduced groups the kernel indexes, ``wide`` says offsets need 64 bits, ``team`` is
-    "block" or "warp": who folds one output).
+    "block" or "warp": who folds one output; ``flat``: lines whose fastest kept group is shorter
+    than a warp number the outputs of all kept groups together).
     ``vector``: 16-byte loads; ``split``: several blocks share an output and the last of them to
     finish folds their partials in index order (deterministic, no float atomics); ``copy``: why
     the operands were read from a contiguous copy ("" when read in place)."""
@@ -123,6 +124,7 @@ class Variant:
     wide: bool = False
     team: str = "block"
     copy: str = ""
+    flat: bool = False  # lines: a tile is consecutive outputs of every kept group, not of the fastest one
 
 
 @dataclass(frozen=True)

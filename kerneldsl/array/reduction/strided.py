@@ -10,7 +10,8 @@ extents and strides) the kernel reads, in the order ``group_names`` gives.
   finish folds the partials in index order: the (3, 5, 1000003) over (0, 2) class).
 - ``lines``: the group with the smallest stride is kept. Consecutive threads take consecutive
   outputs along it and walk the reduced groups, as ``columns`` does, split over blocks down the
-  reduced extent when tiles are few.
+  reduced extent when tiles are few; when that group is shorter than a warp (``flat``), along
+  all the kept groups together (the (93011, 11, 5) over axis 1 class, plain layouts included).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from .strategy import (
 )
 
 INT32_MAX = 2**31 - 1
+FLAT_BELOW = 32  # a fastest kept group shorter than a warp: lines number all the kept outputs together
 _LANES = (256, 128, 64, 32, 16, 8, 4, 2)  # threads along a segment's run in a block, widest first
 
 
@@ -127,13 +129,16 @@ def lines_step(c: Canonical, acc_bytes: int, sms: int, kernel: Callable[[Variant
     others = [(c.groups[j], out_strides[j]) for j in positions if j != c.fastest]
     reduced = c.reduced
     outer = c.outputs // f.extent
-    columns, blocks, splits, tiles = columns_step(Extents(outer, c.count, f.extent), 1, acc_bytes, sms)
+    flat = f.extent < FLAT_BELOW and outer > 1  # threads across the fastest group alone would idle
+    e = Extents(1, c.count, c.outputs) if flat else Extents(outer, c.count, f.extent)
+    columns, blocks, splits, tiles = columns_step(e, 1, acc_bytes, sms)
     variant = Variant(
         "lines",
         columns.lanes,
         split=columns.split,
         groups=(len(others), len(reduced)),
         wide=c.span > INT32_MAX,
+        flat=flat,
     )
     args: list[int] = [f.stride, out_strides[c.fastest]]
     for g, step in others:
