@@ -170,6 +170,7 @@ def kernel_launch(
     allocate: Callable[[], DeviceBuffer] | None = None,
     template: DeviceBuffer | None = None,
     pinned: dict[str, int] | None = None,
+    grid: tuple[int, int, int] | None = None,
 ) -> Any | None:
     """A C Launch of ``bound`` for calls dispatched like ``args``; None when the C path cannot
     take it (disabled, a specialization it does not cover, a driver without an entry point).
@@ -179,12 +180,15 @@ def kernel_launch(
     session allows it; with ``stream`` the calls pass that very stream as ``stream=`` (kernels).
     Calls whose numpy scalars need a value check (``BoundLaunch.scalar_checks``) get none. With
     ``pinned`` (shape symbol: extent) the entry takes only calls of those extents (a tuned
-    kernel's key), declining the others to the caller's Python path."""
+    kernel's key), declining the others to the caller's Python path; with ``grid`` it launches
+    that grid, decided once (a reduction's warm entry), instead of the plan's."""
     module = native()
     plan = bound.build.launch_plan
     table = _table(plan) if module is not None and not bound.scalar_checks else None
     if table is not None and pinned:
         table = _pinned(plan, table, pinned)
+    if table is not None and grid is not None:
+        table = _with_grid(table, grid)
     if module is None or table is None:
         return None
     session = bound.session
@@ -218,6 +222,22 @@ def _pinned(plan: LaunchPlan, table: tuple[Any, ...], pinned: dict[str, int]) ->
     nargs, arrays, binds, checks, *rest = table
     pins = tuple((*read_at[s], -1, v) for s, v in sorted(pinned.items()))
     widened = (nargs, arrays, binds, checks + pins, *rest)
+    return widened if _within_limits(widened) else None
+
+
+def _with_grid(table: tuple[Any, ...], grid: tuple[int, int, int]) -> tuple[Any, ...] | None:
+    """``table`` whose grid x, y and z programs are the constants ``grid``."""
+    nargs, arrays, binds, checks, aliases, programs, slots, bits = table
+    end = (OPCODES["end"], 0)
+    dims: list[tuple[tuple[int, int], ...]] = []
+    current: list[tuple[int, int]] = []
+    for op in programs:
+        current.append(op)
+        if op == end:
+            dims.append(tuple(current))
+            current = []
+    fixed = [((OPCODES["int"], g), end) for g in grid] + dims[3:]
+    widened = (nargs, arrays, binds, checks, aliases, tuple(op for d in fixed for op in d), slots, bits)
     return widened if _within_limits(widened) else None
 
 

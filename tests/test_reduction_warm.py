@@ -13,7 +13,7 @@ import pytest
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import ops
+from kerneldsl import fastpath, ops
 from kerneldsl.array.reduction import REDUCERS, Reduction
 from kerneldsl.array.scan import Scan
 
@@ -45,6 +45,28 @@ def test_a_second_call_takes_the_warm_entry_and_launches_what_the_first_did(drv,
     first = _outcome(drv, lambda: r(x, axis=axis, keepdims=keepdims))
     assert len(r._warm) == 1
     assert _outcome(drv, lambda: r(x, axis=axis, keepdims=keepdims)) == first
+
+
+@pytest.mark.skipif(not fastpath.ENABLED, reason="the C launch path is off")
+@pytest.mark.parametrize(("shape", "axis"), [((1024,), None), ((64, 1024), 1), ((1024, 64), 0)])
+def test_a_warm_reduction_launches_from_c_at_the_grid_its_plan_decided(drv, shape, axis) -> None:  # type: ignore[no-untyped-def]
+    s = kd.Session(0)
+    x = s.zeros(shape, np.float32)
+    r = Reduction(REDUCERS["sum"])
+    first = _outcome(drv, lambda: r(x, axis=axis))
+    r(x, axis=axis)  # the warm entry's first call: through the adapter, then it has a C entry
+    before = drv.c_launches
+    assert _outcome(drv, lambda: r(x, axis=axis)) == first and drv.c_launches == before + 1
+
+
+@pytest.mark.skipif(not fastpath.ENABLED, reason="the C launch path is off")
+def test_a_warm_scan_launches_from_c(drv: FakeDriver) -> None:
+    s = kd.Session(0)
+    x = s.zeros(1024, np.float32)
+    first = _outcome(drv, lambda: ops.cumsum(x))
+    ops.cumsum(x)
+    before = drv.c_launches
+    assert _outcome(drv, lambda: ops.cumsum(x))[:3] == first[:3] and drv.c_launches > before
 
 
 def test_a_view_gets_its_own_warm_entry(drv: FakeDriver) -> None:
