@@ -144,3 +144,20 @@ def test_astype_and_kd_exports() -> None:
 def test_op_arity_is_checked() -> None:
     with pytest.raises(TypeError, match="takes 2 operand"):
         ops.add(np.ones(2))
+
+
+def test_a_0d_operand_keeps_the_flat_vectorized_layout() -> None:
+    build = ops.multiply.inspect(np.ones((), np.float32), np.ones(4096, np.float32), arch=ARCH)
+    assert (build.decisions.layout, build.decisions.vector_width) == ("flat", 4)
+    assert ops.add.inspect(np.ones((3, 1), np.float32), np.ones((3, 5)), arch=ARCH).decisions.layout == "broadcast"
+
+
+@pytest.mark.skipif(not kd.fastpath.ENABLED, reason="the C launch path is off")
+def test_a_warm_op_with_a_0d_operand_launches_from_c_and_declines_other_shapes(drv) -> None:  # type: ignore[no-untyped-def]
+    s = kd.Session(0)
+    alpha, x = s.to_device(np.float32(2.0)), s.zeros(4096, np.float32)
+    ops.multiply(alpha, x)
+    ops.multiply(alpha, x)
+    before = drv.c_launches
+    assert ops.multiply(alpha, x).shape == (4096,) and drv.c_launches == before + 1
+    assert ops.multiply(alpha, s.zeros(7, np.float32)).shape == (7,) and drv.c_launches == before + 1

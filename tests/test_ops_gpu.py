@@ -618,3 +618,14 @@ def test_fused_reduction_and_broadcast(session, rng) -> None:
             atol=_reduction_tolerance(x, np.dtype(np.float32), np.dtype(np.float32), x.size) * 3,
         )
     assert len({p.program for p in total._plans.values()}) == 1
+
+
+@pytest.mark.parametrize("dt", [np.float16, np.float32, np.float64, np.int32], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("n", [1, 7, 4099, 1 << 20])
+def test_0d_operands_broadcast_like_numpy_in_the_flat_layout(session, rng, dt, n: int) -> None:  # type: ignore[no-untyped-def]
+    x = rand(rng, np.dtype(dt), (n,))
+    a, b = rand(rng, np.dtype(dt), (1,)).reshape(()), rand(rng, np.dtype(dt), (1,)).reshape(())
+    da, db, dx = session.to_device(a), session.to_device(b), session.to_device(x)
+    assert da.shape == () and kd.ops.multiply.inspect(a, x).decisions.layout == "flat"
+    for _ in range(3):  # the Python path, then the C path
+        assert_same(kd.ops.add(kd.ops.multiply(da, dx), db).to_host(), a * x + b)

@@ -79,13 +79,17 @@ MAX_BLOCKS = MAX_GRID[0]  # one 16-byte vector per thread up to grid.x's limit, 
 
 
 def layout_of(shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ...], strided: bool = False) -> Layout:
-    """``("flat", ndim)`` when every array has the result's shape, else ``("broadcast", ndim, ranks)``;
-    ``("strided", ndim, ranks)`` when some array is a strided view."""
+    """``("flat", ndim)`` when every array has the result's shape, ``("flat", ndim, zero_d)``
+    when the others are 0-d arrays (leaf ids ``zero_d``, read at their one element: ``alpha * x``
+    with a 0-d ``alpha`` stays flat, vectorized and on the C launch path), else ``("broadcast",
+    ndim, ranks)``; ``("strided", ndim, ranks)`` when some array is a strided view."""
     ranks = tuple(None if s is None else len(s) for s in shapes)
     if strided:
         return ("strided", len(out_shape), ranks)
     if all(s is None or s == out_shape for s in shapes):
         return ("flat", len(out_shape))
+    if all(s is None or s == out_shape or s == () for s in shapes):
+        return ("flat", len(out_shape), tuple(i for i, s in enumerate(shapes) if s == ()))
     return ("broadcast", len(out_shape), ranks)
 
 
@@ -105,9 +109,13 @@ def _build_elementwise(
     strided = layout[0] == "strided"
     params = leaf_params(program, layout)
     params.append(("kdout", array_param("out", out_dtype, out_dims(layout), strided)))
-    arrays = array_leaves(program, layout)
+    zero_d = set(layout[2]) if layout[0] == "flat" and len(layout) > 2 else set()
+    arrays = [a for a in array_leaves(program, layout) if a["id"] not in zero_d]  # streamed, element by element
     vec = vector_width(program, out_dtype)
     flat = layout[0] == "flat"
+
+    def load(i: int, streamed: str) -> str:
+        return f"kdp{i}[0]" if i in zero_d else streamed
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         vector = flat and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
@@ -130,8 +138,8 @@ def _build_elementwise(
             },
             out_dims=out_dims(layout),
             program=program_context(program),
-            vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
-            scalar_loads=loads(program, lambda i: f"kdp{i}[kdi]" if flat else f"kdp{i}[kdoff{i}]"),
+            vector_loads=loads(program, lambda i: load(i, f"kdl{i}.v[kdk]")),
+            scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
         )
         return GeneratedBody(text, Decisions(layout=layout[0], vector_width=vec if vector else 1))
 

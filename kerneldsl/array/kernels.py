@@ -26,7 +26,7 @@ BLOCK = 256
 OPTIONS = ("--fmad=false",)  # NumPy rounds a*b+c twice; so do we
 MAX_ENTRIES = 4096  # kernel and plan caches start over past this many entries
 
-Layout = tuple[Any, ...]  # ("flat", ndim) or ("broadcast" | "strided", ndim, per-leaf ranks)
+Layout = tuple[Any, ...]  # ("flat", ndim[, 0-d leaf ids]) or ("broadcast" | "strided", ndim, per-leaf ranks)
 
 
 class BoundedCache:
@@ -101,7 +101,7 @@ def make_kernel(
 
 def leaf_dims(layout: Layout, i: int) -> tuple[str, ...]:
     if layout[0] == "flat":
-        return tuple(f"kdn{j}" for j in range(layout[1]))
+        return () if len(layout) > 2 and i in layout[2] else tuple(f"kdn{j}" for j in range(layout[1]))
     return tuple(f"kds{i}x{m}" for m in range(layout[2][i] or 0))
 
 
