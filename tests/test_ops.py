@@ -153,11 +153,12 @@ def test_a_0d_operand_keeps_the_flat_vectorized_layout() -> None:
 
 
 @pytest.mark.skipif(not kd.fastpath.ENABLED, reason="the C launch path is off")
-def test_a_warm_op_with_a_0d_operand_launches_from_c_and_declines_other_shapes(drv) -> None:  # type: ignore[no-untyped-def]
+def test_a_warm_op_with_a_0d_operand_launches_from_c_for_any_length(drv) -> None:  # type: ignore[no-untyped-def]
     s = kd.Session(0)
     alpha, x = s.to_device(np.float32(2.0)), s.zeros(4096, np.float32)
     ops.multiply(alpha, x)
     ops.multiply(alpha, x)
     before = drv.c_launches
     assert ops.multiply(alpha, x).shape == (4096,) and drv.c_launches == before + 1
-    assert ops.multiply(alpha, s.zeros(7, np.float32)).shape == (7,) and drv.c_launches == before + 1
+    assert ops.multiply(alpha, s.zeros(7, np.float32)).shape == (7,) and drv.c_launches == before + 2
+    assert drv.launches[-1][1] == (1, 1, 1)  # the grid of 7 elements, computed by the C path
