@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
+from kerneldsl.bench.fuse_bench import EPS, log_softmax, logsumexp, rms_norm, softmax  # the bench's pipelines
 
 pytestmark = pytest.mark.gpu
 
 ARCH = "sm_90"
-EPS = 1e-5
 
 
 @pytest.fixture(scope="module")
@@ -33,35 +33,11 @@ def session():  # type: ignore[no-untyped-def]
 
 
 @kd.fuse
-def softmax(x: Any) -> Any:
-    m = kd.ops.max(x, axis=-1, keepdims=True)
-    e = kd.ops.exp(x - m)
-    return e / kd.ops.sum(e, axis=-1, keepdims=True)
-
-
-@kd.fuse
-def log_softmax(x: Any) -> Any:
-    s = x - kd.ops.max(x, axis=-1, keepdims=True)
-    return s - kd.ops.log(kd.ops.sum(kd.ops.exp(s), axis=-1, keepdims=True))
-
-
-@kd.fuse
-def logsumexp(x: Any) -> Any:
-    m = kd.ops.max(x, axis=-1, keepdims=True)
-    return m + kd.ops.log(kd.ops.sum(kd.ops.exp(x - m), axis=-1, keepdims=True))
-
-
-@kd.fuse
 def layer_norm(x: Any, w: Any, b: Any) -> Any:
     mean = kd.ops.mean(x, axis=-1, keepdims=True)
     xc = x - mean
     rstd = 1.0 / kd.ops.sqrt(kd.ops.mean(xc * xc, axis=-1, keepdims=True) + EPS)
     return xc * rstd * w + b, mean, rstd
-
-
-@kd.fuse
-def rms_norm(x: Any, w: Any) -> Any:
-    return x / kd.ops.sqrt(kd.ops.mean(x * x, axis=-1, keepdims=True) + EPS) * w
 
 
 @kd.fuse

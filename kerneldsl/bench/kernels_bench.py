@@ -45,16 +45,23 @@ _SHARE = """
 """
 
 
-@kd.kernel(grid=kd.sym("g"), block=BLOCK, cooperative=True)
-def grid_sum(total: kd.Out[kd.float32, Literal[1]], partial: kd.InOut[kd.float32, g], x: kd.In[kd.float32, n]) -> str:
+def _block_sum(x: Any, partial: Any) -> str:
+    """Each block's grid-stride share of ``x`` folded with cub::BlockReduce into ``partial[blockIdx.x]``."""
     return f"""
-    #include <cooperative_groups.h>
     #include <cub/block/block_reduce.cuh>
     typedef cub::BlockReduce<float, {BLOCK}> Reduce;
     __shared__ typename Reduce::TempStorage scratch;
     {_SHARE.format(x=x)}
     const float block_total = Reduce(scratch).Sum(acc);
     if (threadIdx.x == 0) {partial}[blockIdx.x] = block_total;
+    """
+
+
+@kd.kernel(grid=kd.sym("g"), block=BLOCK, cooperative=True)
+def grid_sum(total: kd.Out[kd.float32, Literal[1]], partial: kd.InOut[kd.float32, g], x: kd.In[kd.float32, n]) -> str:
+    return f"""
+    #include <cooperative_groups.h>
+    {_block_sum(x, partial)}
     cooperative_groups::this_grid().sync();
     if (blockIdx.x == 0) {{
         float folded = 0.0f;
@@ -68,14 +75,7 @@ def grid_sum(total: kd.Out[kd.float32, Literal[1]], partial: kd.InOut[kd.float32
 
 @kd.kernel(grid=kd.sym("g"), block=BLOCK)
 def cub_block_sums(partial: kd.Out[kd.float32, g], x: kd.In[kd.float32, n]) -> str:
-    return f"""
-    #include <cub/block/block_reduce.cuh>
-    typedef cub::BlockReduce<float, {BLOCK}> Reduce;
-    __shared__ typename Reduce::TempStorage scratch;
-    {_SHARE.format(x=x)}
-    const float block_total = Reduce(scratch).Sum(acc);
-    if (threadIdx.x == 0) {partial}[blockIdx.x] = block_total;
-    """
+    return _block_sum(x, partial)
 
 
 def _data(session: kd.Session) -> tuple[Any, float]:
