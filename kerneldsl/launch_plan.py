@@ -192,11 +192,11 @@ def _slots(spec: Specialization) -> tuple[Slot, ...]:
                     name = f"{p.name}_stride{axis}"
                     slots.append(Slot(name, "long long", _slot_code("q"), "stride", p.name, axis, et.numpy.itemsize))
         elif et.kind == "c":  # the kernel rebuilds the value from its parts (kernel.cu.j2)
-            part_ctype = complex_part_ctype(et)
+            code, part_ctype = _slot_code(et.pack), complex_part_ctype(et)
             for part, suffix in (("real", "re"), ("imag", "im")):
                 name = complex_part_name(p.name, suffix)
                 slots.append(
-                    Slot(name, part_ctype, _slot_code(et.pack), "scalar", p.name, 0, 0, et.name, "complex", part)
+                    Slot(name, part_ctype, code, "scalar", p.name, element=et.name, conversion="complex", part=part)
                 )
         else:
             conversion = scalar_conversion(et)

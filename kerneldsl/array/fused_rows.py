@@ -38,14 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
 from ..codegen import Decisions, GeneratedBody
 from ..dispatch import Kernel
 from .body_store import rendered
 from .kernels import KERNELS, all_aligned, array_param, make_kernel, scalar_param
 from .pipeline import Phase, Pipeline, phase
-from .program import Leaf, compute_ctype, program_context, storage_ctype, unsigned_ctype
-from .reduction import SHUFFLE
+from .program import Leaf, compute_ctype, program_context, storage_ctype
+from .reduction.reducers import accumulator_context
 
 WARP_MAX = 1024  # rows up to this many elements take (part of) a warp each
 HOLD_BYTES = 128  # register bytes per thread that may hold a row's inputs
@@ -295,6 +294,7 @@ class _Context:
         phases = []
         for k, (r, ph) in enumerate(zip(p.reductions, self.phases)):
             acc = r.reducer.accumulate(p.values[r.root].dtype)
+            accumulator = accumulator_context(acc)
             result = p.values[r.leaf].dtype
             phases.append(
                 {
@@ -302,9 +302,9 @@ class _Context:
                     "k": k,
                     "reducer": r.reducer.name,
                     "root": r.root,
-                    "acc": compute_ctype(acc),
-                    "kdU": unsigned_ctype(acc),
-                    "shfl": SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
+                    "acc": accumulator["cctype"],
+                    "kdU": accumulator["kdU"],
+                    "shfl": accumulator["shfl"],
                     "combine": r.reducer.expression(acc),
                     "identity": r.reducer.identity_text(acc),
                     "pre": r.reducer.pre,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .. import dtypes, promotion
+from .. import promotion
 from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
@@ -37,9 +37,9 @@ from ..runtime.session import default_session
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out
 from .plan import Plan, PlanCache
-from .program import Traced, compute_ctype, storage_ctype, unsigned_ctype
+from .program import Traced, compute_ctype, storage_ctype
 from .reduction.axes import normalize_axes
-from .reduction.reducers import REDUCERS, SHUFFLE, Reducer, user_reducer
+from .reduction.reducers import REDUCERS, Reducer, accumulator_context, user_reducer
 from .reduction.strategy import INSPECT_MULTIPROCESSORS, device_multiprocessors, planning_multiprocessors
 from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, warm_key
 from .scratch import SCRATCH
@@ -112,11 +112,7 @@ def _build(
             window=WINDOW,
             status_words=status_words(acc),
             input={"cctype": compute_ctype(value), "storage": storage_ctype(value), "itemsize": value.itemsize},
-            acc={
-                "cctype": compute_ctype(acc),
-                "kdU": unsigned_ctype(acc),
-                "shfl": SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
-            },
+            acc=accumulator_context(acc),
             result={"storage": storage_ctype(result), "cctype": compute_ctype(result)},
             combine=reducer.expression(acc),
             identity=reducer.identity_text(acc),

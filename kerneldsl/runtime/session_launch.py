@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LaunchConfigError, StickyCudaError, WrongSessionError
-from . import driver
+from . import driver, occupancy
 from .driver import check
 from .limits import (
     DEFAULT_SHARED_LIMIT,
@@ -180,14 +180,7 @@ def check_cluster_fits(
 def co_resident_blocks(self: Session, function: Any, threads: int, shared: int) -> int:
     """How many blocks of ``function`` (``threads`` each, ``shared`` bytes of dynamic shared
     memory) the device holds at once: blocks per SM by the occupancy API, times the SMs."""
-    with self._raw_activation:
-        per_sm = int(
-            check(
-                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-                self.api.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, threads, shared),
-            )
-        )
-    return per_sm * self.gpu.multiprocessors
+    return occupancy.active_blocks(self, function, threads, shared) * self.gpu.multiprocessors
 
 
 def check_co_resident(self: Session, function: Any, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:

@@ -152,13 +152,14 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
         call with positional arguments only computes its key and calls the winner."""
         if not kwargs and stream is None and len(args) == self._arity:
             try:
-                warm = self._chosen.get(self._raw(args))
+                raw = self._raw(args)
+                warm = self._chosen.get(raw)
             except Exception:  # a wrong call: the path below raises the kernel's own error
                 warm = None
             if warm is not None:
                 warm(*args)
                 if self._c_key and not nvtx.ON:
-                    self._remember(warm, args, self._raw(args))
+                    self._remember(warm, args, raw)
                 return
         args, consts, raw = self._place(args, kwargs)
         chosen = self._chosen.get(raw)
@@ -232,16 +233,16 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
     def _remember(self, chosen: Kernel[Any], args: tuple[Any, ...], raw: Any) -> None:
         """Have the C path launch ``chosen`` for calls of this key: an entry of its own per key
         (at most ``fastpath.STREAM_SLOTS`` keys), whose checks pin the key's extents."""
+        slot = self._c_slots.get(raw)
+        if slot is None and len(self._c_slots) >= fastpath.STREAM_SLOTS:
+            return  # the C path tries this many entries; more keys take the Python lookup
         found = chosen.lookup(args, {})
         if found is None or found[1] or not chosen._c_path:
             return
-        slot = self._c_slots.get(raw)
         if slot is None:
-            if len(self._c_slots) >= fastpath.STREAM_SLOTS:
-                return  # the C path tries this many entries; more keys take the Python lookup
             slot = self._c_slots[raw] = fastpath.CLaunchSlot()
-        bound, pinned = found[0], self.key.extents(raw)
-        fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, pinned=pinned))
+        bound, key = found[0], self.key
+        fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, pinned=key.extents(raw)))
 
     # --- tuning ----------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from .api import Reduction, reduction
 from .axes import check_keepdims, normalize_axes, result_shape
 from .kernel import Geometry, reduction_kernel
 from .plan import ReductionPlan, plan_reduction
-from .reducers import REDUCERS, SHUFFLE, Reducer, accumulation_dtype, identity_literal, user_reducer
+from .reducers import REDUCERS, Reducer, accumulation_dtype, identity_literal, user_reducer
 from .strategy import (
     DIRECT_MAX,
     INSPECT_MULTIPROCESSORS,
@@ -50,7 +50,6 @@ __all__ = [
     "INSPECT_MULTIPROCESSORS",
     "REDUCERS",
     "ROWS_BLOCK_MIN",
-    "SHUFFLE",
     "Extents",
     "Geometry",
     "Reducer",

@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from ... import dtypes
 from ...codegen import Decisions, GeneratedBody, render
 from ...dispatch import Kernel
 from ..kernels import (
@@ -25,8 +24,8 @@ from ..kernels import (
     scalar_param,
     vector_width,
 )
-from ..program import Program, compute_ctype, program_context, storage_ctype, unsigned_ctype
-from .reducers import SHUFFLE, Reducer
+from ..program import Program, compute_ctype, program_context, storage_ctype
+from .reducers import Reducer, accumulator_context
 from .strategy import Variant
 from .strided import group_names
 
@@ -126,11 +125,7 @@ def _context(
         vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
         flat_loads=loads(program, lambda i: f"kdp{i}[kdflat]"),
         offset_loads=loads(program, lambda i: f"kdp{i}[kdoff{i}]"),
-        accumulation={
-            "cctype": compute_ctype(acc),
-            "kdU": unsigned_ctype(acc),
-            "shfl": SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
-        },
+        accumulation=accumulator_context(acc),
         result={"storage": storage_ctype(result), "cctype": compute_ctype(result)},
         combine=reducer.expression(acc),
         better=reducer.expression(acc),

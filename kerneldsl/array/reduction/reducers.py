@@ -16,10 +16,21 @@ from typing import Any
 import numpy as np
 
 from ... import dtypes, promotion
+from ..program import compute_ctype, unsigned_ctype
 
 _HALF = ("float16", "bfloat16")
 SHUFFLE = {"bool": "int", "int8": "int", "int16": "int", "uint8": "unsigned int", "uint16": "unsigned int"}
 """The C type a warp shuffle moves an accumulator of these dtypes as (shuffles take 32 bits at least)."""
+
+
+def accumulator_context(acc: np.dtype) -> dict[str, str]:
+    """What the reduction templates name an accumulator's C types: its compute type ``cctype``,
+    the unsigned ``kdU`` of its width, and ``shfl``, the type a warp shuffle moves it as."""
+    return {
+        "cctype": compute_ctype(acc),
+        "kdU": unsigned_ctype(acc),
+        "shfl": SHUFFLE.get(dtypes.element_type(acc).name, compute_ctype(acc)),
+    }
 
 
 def accumulation_dtype(dt: np.dtype) -> np.dtype:

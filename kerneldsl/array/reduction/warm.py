@@ -118,8 +118,11 @@ class WarmLaunch:
     def __call__(self, operand: Any, out: Any) -> Any:
         """The call's result, or None: the full path takes this call."""
         session = self.session
-        if not session.usable or session.capturing or any(s.closed for s in self.scratch):
+        if not session.usable or session.capturing:
             return None
+        for buffer in self.scratch:  # a loop, not any(...): no generator on the warm path
+            if buffer.closed:
+                return None
         after = self.after
         if self.epochs:
             epoch, wrapped = SCRATCH.next_epoch(session)
