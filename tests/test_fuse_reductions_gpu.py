@@ -299,3 +299,19 @@ def test_several_reductions_of_one_value_and_a_tuple_of_outputs(session, shape) 
     got = twice(session.to_device(x))
     for g, want in zip(got, _reference_f32(reference, x)):
         _close(g.to_host(), want)
+
+
+@pytest.mark.parametrize("shape", [(300, 4096), (1000, 768), (7, 33), (16, 40000)])
+def test_warm_calls_launch_from_their_entry_and_read_each_calls_data(session, shape) -> None:  # type: ignore[no-untyped-def]
+    w, b = _data(shape[-1:], np.float32, 5), _data(shape[-1:], np.float32, 6)
+    dw, db = session.to_device(w), session.to_device(b)
+    dx, out = session.empty(shape, np.float32), session.empty(shape, np.float32)
+    for seed in range(4):  # the first call plans, the second makes the C entry, the rest launch from C
+        x = _data(shape, np.float32, 20 + seed)
+        dx.copy_from_host(x)
+        _close(softmax(dx).to_host(), _reference_f32(_softmax, x))
+        assert softmax(dx, out=out) is out
+        _close(out.to_host(), _reference_f32(_softmax, x))
+        for g, want in zip(layer_norm(dx, dw, db), _reference_f32(_layer_norm, x, w, b)):
+            _close(g.to_host(), want)
+    assert len(softmax._warm) >= 2 and len(layer_norm._warm) >= 1

@@ -186,6 +186,8 @@ class ElementwisePlan(Plan):
         (from the pool in C, or through a ``DeviceArray`` constructor bound to this plan's shape
         and dtype)."""
         skip = self.broadcast or self.shares_memory or self.plain
+        if not isinstance(front, fastpath.FastPathCallable):  # a fused function's slot: its rows plans only
+            return
         if session is None or not self.direct or skip or session.capturing:
             return
         if out is None:

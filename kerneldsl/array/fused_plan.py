@@ -13,8 +13,10 @@ import numpy as np
 from ..build import Build
 from ..dispatch import Kernel
 from ..errors import FusionError
+from ..runtime import memory, nvtx
 from ..runtime.session import default_session
 from .fused_rows import CLUSTER_MAJOR, Layout, Strategy, decide, fused_rows_kernel, held_leaves, reads
+from .fused_warm import FusedSlot, FusedWarm
 from .pipeline import Leaf, Pipeline
 from .placement import check_out, check_placement, contiguous, is_strided
 from .plan import Plan
@@ -106,6 +108,31 @@ class FusedRowsPlan(Plan):
         gpu = session.gpu
         step = self.step(device_multiprocessors(session), gpu.compute_capability[0] >= CLUSTER_MAJOR)
         step.kernel(*values, *out, *self.pipeline.shape, grid=(step.blocks, 1, 1))
+
+    def remember(
+        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
+    ) -> None:
+        """Leave ``front`` (a ``fused_warm.FusedSlot``) the prebuilt launch of calls like this one:
+        device arguments that are the kernel's first leaves in call order (its constants after
+        them), read in place, contiguous outputs, outside graph capture."""
+        if not isinstance(front, FusedSlot) or session is None or stream is not None or session.capturing:
+            return
+        n = sum(kind == "arg" for kind, _ in self.sources)
+        constants = tuple(value for _, value in self.sources[n:])
+        in_order = self.sources[:n] == tuple(("arg", i) for i in range(n)) and n == len(values)
+        if nvtx.ON or self.copies or not in_order or not self.pipeline.rows:
+            return
+        outs = [result] if self.single else list(result)
+        if not all(type(o) is memory.array_type and o.is_contiguous for o in outs):
+            return
+        gpu = session.gpu
+        step = self.step(device_multiprocessors(session), gpu.compute_capability[0] >= CLUSTER_MAJOR)
+        extents = tuple(self.pipeline.shape)
+        found = step.kernel.lookup((*values, *constants, *outs, *extents), {})
+        if found is None or found[1]:
+            return
+        outputs = tuple(zip(self.shapes, self.dtypes))
+        front.store(FusedWarm(found[0], (step.blocks, 1, 1), constants, extents, outputs, self.single))
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()

@@ -32,6 +32,7 @@ from ..build import Build
 from ..errors import FusionError
 from .elementwise import plan_elementwise
 from .fused_plan import plan_fused_rows
+from .fused_warm import FusedSlot, FusedWarmLaunches, fused_key
 from .pipeline import PipelineBuilder, analyze
 from .placement import is_array
 from .plan import Plan, PlanCache
@@ -167,12 +168,21 @@ class Fused:
         self.func = func
         self.name = func.__name__
         self._plans = PlanCache()
+        self._warm = FusedWarmLaunches()  # fused_warm.py: prebuilt launches of calls a rows plan ran once
 
     def __repr__(self) -> str:
         return f"<kd.fuse {self.name}>"
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        return self._plans.call(self.name, args, out, None, self.plan, remote=(self, {}))
+        key = fused_key(args, out)
+        if key is not None:
+            launch = self._warm.get(key)
+            if launch is not None:
+                result = launch(args, out)
+                if result is not None:
+                    return result
+        front = None if key is None else FusedSlot(self._warm, key)
+        return self._plans.call(self.name, args, out, None, self.plan, front, remote=(self, {}))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as the function it fuses: the receiver traces and compiles for itself."""
