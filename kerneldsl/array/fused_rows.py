@@ -134,6 +134,7 @@ def _array(layout: Layout, id: str, param: str, dtype: np.dtype, rank: int, vari
         "id": id,
         "param": param,
         "storage": storage_ctype(dtype),
+        "compute": compute_ctype(dtype),
         "itemsize": dtype.itemsize,
         "strides": strides,
         "full": full,
@@ -229,6 +230,16 @@ class _Context:
                 self._passes(carry=False)
         self.held = [self.arrays[v] for v in held]
         self.held_ids = {str(v) for v in held}
+        self.widened = items is not None and self._widen(held, items)
+
+    def _widen(self, held: list[int], items: int) -> bool:
+        """Whether held 16-bit inputs are converted to float32 once, as they are loaded, rather than
+        in every phase that reads them: when the wider copies fit in ``HOLD_BYTES`` beside the
+        carried values (a float16 conversion that keeps a NaN's sign is several instructions)."""
+        if not any(_leaf(self.pipeline, v).dtype.itemsize == 2 for v in held):
+            return False
+        per_unit = 4 * (len(held) + len(self.carried))
+        return items * self.layout.strategy.width * per_unit <= HOLD_BYTES
 
     def _passes(self, carry: bool) -> None:
         """The passes, and which full values each leaves in registers for a later one (``carry``)."""
@@ -262,7 +273,7 @@ class _Context:
             elif not self.pipeline.full(v):
                 loads[local] = f"kdrv{v}"
             elif str(v) in self.held_ids:
-                loads[local] = f"kdh{v}[kdit].v[kdk]"
+                loads[local] = f"kdhw{v}[kdit][kdk]" if self.widened else f"kdh{v}[kdit].v[kdk]"
             elif vector:
                 loads[local] = f"kdl{v}.v[kdk]"
             else:
@@ -344,6 +355,7 @@ class _Context:
                 arrays=arrays,
                 general_arrays=[a for a in arrays if a["general"]],
                 held=self.held if s.items else [],
+                widened=self.widened,
                 carried=[{"value": v, "cctype": compute_ctype(p.values[v].dtype)} for v in sorted(self.carried)],
                 phases=phases,
                 last=last,
