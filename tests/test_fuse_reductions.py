@@ -87,8 +87,13 @@ def test_long_rows_take_a_block_that_holds_them_in_registers() -> None:
 
 
 def test_rows_too_long_for_registers_are_read_again_per_phase() -> None:
-    d = _decisions(softmax, _f32(300, 100_000))
+    d = _decisions(softmax, _f32(300, 1_000_000))
     assert (d.strategy, d.items, d.passes) == ("row-per-block", None, 3)  # max, sum, the outputs
+
+
+def test_rows_too_long_for_one_block_but_not_for_a_cluster_are_split_to_be_held() -> None:
+    d = _decisions(softmax, _f32(512, 65536))
+    assert (d.strategy, d.split, d.group, d.items, d.passes) == ("split", True, 256, 8, 1)
 
 
 def test_few_long_rows_are_split_over_a_cluster_of_blocks() -> None:

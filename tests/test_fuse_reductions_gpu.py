@@ -120,7 +120,8 @@ STRATEGIES = [
     ((1001, 1024), ("row-per-warp", 32, 8, 1)),  # a warp per row
     ((2000, 37), ("row-per-warp", 16, 1, 1)),  # part of a warp, scalar loads (37 is no multiple of 4)
     ((300, 32768), ("row-per-block", 1024, 8, 1)),  # long rows: 1024 threads hold 32 values each
-    ((300, 100_003), ("row-per-block", 1024, None, 3)),  # too long to hold: every phase reads the row again
+    ((264, 262_147), ("row-per-block", 1024, None, 3)),  # too long to hold: every phase reads the row again
+    ((512, 65_536), ("split", 256, 8, 1)),  # too long for one block's registers: a cluster of 8 holds it
     ((8, 100_000), ("split", 512, 7, 1)),  # few long rows: a row per cluster of 8 blocks
     ((3, 2_000_003), ("split", 1024, None, 3)),  # split and read again
 ]

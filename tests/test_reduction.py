@@ -68,10 +68,11 @@ def test_full_reduction_uses_vector_loads_when_aligned() -> None:
     assert ops.sum.inspect(np.ones(1 << 20, np.float32), arch=ARCH).decisions.vector_width == 4
 
 
-def test_rows_use_a_block_for_long_rows_and_a_warp_for_short_ones() -> None:
+def test_rows_use_a_block_for_long_rows_and_part_of_a_warp_for_short_ones() -> None:
     short = ops.sum.inspect(np.ones((4, 100), np.float32), axis=1, arch=ARCH).decisions
     long = ops.sum.inspect(np.ones((4, ROWS_BLOCK_MIN), np.float32), axis=1, arch=ARCH).decisions
-    assert (short.stage, short.group) == ("rows", 32) and (long.stage, long.group) == ("rows", 256)
+    assert (short.stage, short.group) == ("rows", 8)  # 25 loads of 4 floats: up to SHORT_ROW_LOADS per lane
+    assert (long.stage, long.group) == ("rows", 256)
 
 
 def _shape(*dims: int) -> np.ndarray:
@@ -86,8 +87,13 @@ def test_few_long_rows_split_each_row_over_blocks() -> None:
 
 
 def test_many_short_rows_give_each_row_a_few_lanes() -> None:
-    step = ops.sum.strategy(_shape(1 << 22, 16), axis=1)
+    step = ops.sum.strategy(_shape(1 << 22, 64), axis=1)
     assert (step.variant.stage, step.variant.lanes, step.variant.vector) == ("rows", 4, True)
+
+
+def test_a_row_of_a_few_vectors_is_one_lanes_work() -> None:
+    step = ops.sum.strategy(_shape(1 << 22, 16), axis=1)
+    assert (step.variant.stage, step.variant.lanes, step.variant.vector) == ("rows", 1, True)
 
 
 def test_a_leading_axis_reduces_as_coalesced_columns_split_over_blocks() -> None:

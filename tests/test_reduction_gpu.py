@@ -44,7 +44,7 @@ def _check_sum(session, x: np.ndarray, axis: object, keepdims: bool = False) -> 
 STRATEGY_CASES = [
     ((16, 1 << 20), 1, ("rows", True)),  # few long rows: split over blocks
     ((300, 5000), 1, ("rows", False)),  # a block per row
-    ((1 << 16, 16), 1, ("rows", False)),  # short rows: 4 lanes each
+    ((1 << 16, 16), 1, ("rows", False)),  # short rows: a few lanes (here one) each
     ((1000, 7), 1, ("rows", False)),  # unaligned rows: scalar loads
     ((4096, 4096), 0, ("columns", True)),  # a leading axis: coalesced columns split over blocks
     ((16, 1 << 20), 0, ("columns", False)),  # a short leading axis over many columns

@@ -6,7 +6,8 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
 - a *row* is the reduced axes' values of one output position (rows of a matrix for ``axis=-1``);
   rows up to ``WARP_MAX`` elements take a group of up to 32 lanes of a warp (row-per-warp, several
   rows per block), longer ones a whole block of 256, 512 or 1024 threads (row-per-block);
-- few long rows (fewer than ``SPLIT_ROWS_PER_SM`` per SM, sm_90+) take a thread-block cluster of
+- few long rows (fewer than ``SPLIT_ROWS_PER_SM`` per SM, sm_90+), and rows too long for one
+  block's registers, take a thread-block cluster of
   up to ``SPLIT_MAX`` blocks each (split): every block folds its share, then reads the cluster's
   partials from their shared memory in rank order (distributed shared memory, cluster barriers),
   so the fold is deterministic and the row still one kernel and one pass;
@@ -52,6 +53,7 @@ BLOCKS = (256, 512, 1024)  # row-per-block sizes, the smallest that holds the ro
 WARP_BLOCK = 256  # threads per block for row-per-warp
 SPLIT_MIN = 8192  # rows from this many elements may be split over a cluster of blocks ...
 SPLIT_ROWS_PER_SM = 2  # ... when there are fewer rows than this many per SM
+UNHELD_SPLIT_ROWS_PER_SM = 16  # ... or than this many when one block's registers cannot hold a row
 SPLIT_MAX = 8  # blocks per cluster (the portable limit)
 SPLIT_UNITS = 512  # fewest units a block of a split row takes
 CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
@@ -86,10 +88,18 @@ def decide(count: int, width: int, held_bytes: int, reads: int, rows: int, sms: 
         lanes = min(32, 1 << (units - 1).bit_length())
         threads, name = WARP_BLOCK, "row-per-warp"
     else:
-        if clusters and count >= SPLIT_MIN and rows < sms * SPLIT_ROWS_PER_SM:
-            cluster = min(SPLIT_MAX, 1 << (_ceil(sms * SPLIT_ROWS_PER_SM, rows) - 1).bit_length())
+        unheld = held_bytes > 0 and _ceil(units, BLOCKS[-1]) * width * held_bytes > HOLD_BYTES
+        per_sm = UNHELD_SPLIT_ROWS_PER_SM if unheld else SPLIT_ROWS_PER_SM
+        if clusters and count >= SPLIT_MIN and rows < sms * per_sm:
+            cluster = min(SPLIT_MAX, 1 << (_ceil(sms * per_sm, rows) - 1).bit_length())
             while cluster > 1 and units < cluster * SPLIT_UNITS:
                 cluster //= 2
+            if (
+                unheld
+                and rows >= sms * SPLIT_ROWS_PER_SM
+                and _ceil(units, cluster * BLOCKS[-1]) * width * held_bytes > HOLD_BYTES
+            ):
+                cluster = 1  # not even a cluster holds the row: the GPU is full without splitting it
         per = _ceil(units, cluster)
         fits = [t for t in BLOCKS if _ceil(per, t) * width * held_bytes <= HOLD_BYTES]
         lanes = threads = fits[0] if fits else BLOCKS[-1]

@@ -37,6 +37,7 @@ ROWS_PER_COLUMN_THREAD = 4  # unless that leaves a thread fewer rows than this
 FINAL_FOLDS = 64  # partials per thread the last block of a split column tile folds at most, by choice
 GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
+SHORT_ROW_LOADS = 4  # loads per lane of a short row: its lanes' loads are in flight together
 LOADS_PER_THREAD = 16  # fewest loads per thread worth splitting a row over one more block
 ROWS_PER_THREAD = 8  # fewest rows per thread worth splitting columns over one more block
 COLUMN_BYTES_PER_THREAD = 64  # accumulator bytes per thread up to which columns use 16-byte loads
@@ -165,14 +166,15 @@ def full_blocks(size: int, vec: int, sms: int) -> int:
 
 def rows_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int]:
     """Rows (inner == 1): a block per row, split over several blocks when rows are few and long;
-    a power-of-two group of a warp's lanes per row when rows are short."""
+    a power-of-two group of a warp's lanes per row when rows are short, each lane taking up to
+    ``SHORT_ROW_LOADS`` of the row's loads (one load per lane leaves too little in flight)."""
     vector = vec > 1 and e.count % vec == 0
     units = _ceil(e.count, vec if vector else 1)  # loads per row
     cap = sms * GRID_BLOCKS_PER_SM
     if e.count >= ROWS_BLOCK_MIN:
         splits = max(1, min(_ceil(units, BLOCK * LOADS_PER_THREAD), sms * PARTIAL_BLOCKS_PER_SM // e.outer))
         return Variant("rows", BLOCK, vector, splits > 1), min(e.outer * splits, cap), splits
-    lanes = min(32, _pow2_at_least(units))
+    lanes = min(32, _pow2_at_least(_ceil(units, SHORT_ROW_LOADS)))
     return Variant("rows", lanes, vector), min(_ceil(e.outer, BLOCK // lanes), cap), 1
 
 
