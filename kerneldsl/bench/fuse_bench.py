@@ -9,7 +9,8 @@ Triton kernel written like Triton's fused-softmax tutorial, and the copy floor: 
 device-to-device copy of the input (the same bytes in and out). Ratio columns: kd over the
 fastest baseline (target <= 1.0) and kd over the copy floor (target <= 1.3).
 
-Every kd result is checked against NumPy float64 on its first rows first.
+Every kd result is checked against NumPy float64 on its first rows first. ``--only first``: the
+first call's time in a fresh process, with an empty and with a warm disk cache (``fuse_first_call``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
+from kerneldsl.bench.fuse_first_call import bench_first_call
 from kerneldsl.bench.ops_bench import _kd_timer, _torch_timer
 from kerneldsl.bench.report import Report, Section, run_sections
 
@@ -216,6 +218,7 @@ SECTIONS: dict[str, Section] = {
     "logsumexp": ("logsumexp over the last axis", _section("logsumexp", ROW_SHAPES)),
     "layer_norm": ("layer norm over the last axis", _section("layer_norm", NORM_SHAPES)),
     "rms_norm": ("RMS norm over the last axis", _section("rms_norm", NORM_SHAPES)),
+    "first": ("a fused softmax's first call in a fresh process", bench_first_call),
 }
 
 

@@ -1,0 +1,59 @@
+"""``kerneldsl bench fuse --only first``: a fused softmax's first call in a fresh process (GPU required).
+
+Each figure is the median over fresh interpreter processes of the first ``softmax(x)`` on a
+(4096, 4096) float32 device array, synchronized, timed from the call (the session and the upload
+come before it): with an empty disk cache (trace, render, NVRTC, load, launch) and with the cache
+that run filled (trace, disk hit, load, launch). The warm-cache process also says whether the call
+imported Jinja or NVRTC, which a disk hit should not need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+PROCESSES = 3  # fresh processes per figure (the median is reported)
+
+SCRIPT = """
+import sys, time
+import numpy as np
+import kerneldsl as kd
+from kerneldsl.bench.fuse_bench import softmax
+s = kd.default_session()
+x = s.to_device(np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32))
+s.synchronize()
+jinja, nvrtc = "jinja2" in sys.modules, "cuda.bindings.nvrtc" in sys.modules
+start = time.perf_counter()
+softmax(x)
+s.synchronize()
+elapsed = time.perf_counter() - start
+print(elapsed, int("jinja2" in sys.modules and not jinja), int("cuda.bindings.nvrtc" in sys.modules and not nvrtc))
+"""
+
+
+def _first_call(cache_dir: str) -> tuple[float, int, int]:
+    """(seconds, whether the call imported jinja2, whether it imported NVRTC) in a fresh process."""
+    env = {**os.environ, "KERNELDSL_CACHE_DIR": cache_dir}
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
+    seconds, jinja, nvrtc = done.stdout.split()[-3:]
+    return float(seconds), int(jinja), int(nvrtc)
+
+
+def bench_first_call(args: argparse.Namespace) -> dict[str, float]:
+    cold, warm, imports = [], [], []
+    for _ in range(PROCESSES):
+        with tempfile.TemporaryDirectory() as cache_dir:
+            cold.append(_first_call(cache_dir)[0])
+            seconds, jinja, nvrtc = _first_call(cache_dir)
+            warm.append(seconds)
+            imports.append((jinja, nvrtc))
+    return {
+        "first call, empty disk cache (s, target < 0.2)": statistics.median(cold),
+        "first call, disk hit (s, target < 0.2)": statistics.median(warm),
+        "disk-hit calls that imported jinja2": float(sum(j for j, _ in imports)),
+        "disk-hit calls that imported NVRTC": float(sum(n for _, n in imports)),
+    }
