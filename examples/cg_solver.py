@@ -1,7 +1,7 @@
 """Conjugate gradients written once, the CuPy way, run on kerneldsl arrays and on NumPy's.
 
-``cg`` is CuPy's spelling line for line: ``@`` is ``kd.matmul`` (a gemv for ``A @ p``, a dot for
-``p @ Ap`` whose 0-d result stays on the device), and the scalars ``alpha``/``beta`` are 0-d
+``cg`` is CuPy's spelling line for line: ``@`` is ``kd.matmul`` (a dot reduction over A's rows for
+``A @ p``, one for ``p @ Ap`` whose 0-d result stays on the device), and the scalars ``alpha``/``beta`` are 0-d
 device arrays broadcast into the vector ops, so an iteration never waits for the GPU. The same
 function runs on numpy arrays, and on torch or CuPy tensors (``kerneldsl bench arrays --only cg``
 times it against both).

@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #if PY_VERSION_HEX < 0x030B0000
 #define PyFloat_Pack2 _PyFloat_Pack2
@@ -121,6 +122,10 @@ static PyObject *str_acquire, *str_release, *str_popleft, *str_appendleft;
 typedef int (*pool_alloc_fn)(unsigned long long *ptr, size_t bytes, void *pool, void *stream);
 typedef int (*async_free_fn)(unsigned long long ptr, void *stream);
 typedef int (*current_context_fn)(void **context);
+typedef int (*copy_to_device_fn)(unsigned long long dst, const void *src, size_t bytes, void *stream);
+typedef int (*copy_to_host_fn)(void *dst, unsigned long long src, size_t bytes, void *stream);
+typedef int (*stream_query_fn)(void *stream);
+#define NOT_READY 600
 
 #define SLOT(obj, offset) (*(PyObject **)((char *)(obj) + (offset)))
 
@@ -148,6 +153,13 @@ typedef struct {
     current_context_fn current_context;
     void *pool, *context, *stream;
     int enabled;
+    /* Host transfers (upload/download): cuMemcpyHtoDAsync, cuMemcpyDtoHAsync, cuStreamQuery, and
+     * how long a copy's wait may spin here (ns); copies 0: some entry point is missing. */
+    copy_to_device_fn copy_to_device;
+    copy_to_host_fn copy_to_host;
+    stream_query_fn stream_query;
+    unsigned long long spin_ns;
+    int copies;
 } Allocator;
 
 static PyTypeObject AllocatorType;
@@ -338,9 +350,55 @@ static int drain_here(Allocator *A)
     return queued <= 0;
 }
 
+/* Take the session lock without waiting, as an activation would: 1 when taken (no exception either way). */
+static int lock_here(Allocator *A)
+{
+    PyObject *taken = PyObject_CallMethodOneArg(A->lock, str_acquire, Py_False);
+    if (taken == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(taken);
+    return taken == Py_True;
+}
+
+/* Release what lock_here took, keeping the exception being raised, if any; -1 only when releasing
+ * fails, which cannot happen: this thread holds the RLock. */
+static int unlock_here(Allocator *A)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *released = PyObject_CallMethodNoArgs(A->lock, str_release);
+    if (released == NULL) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return -1;
+    }
+    Py_DECREF(released);
+    PyErr_Restore(type, value, tb);
+    return 0;
+}
+
+/* With the lock held: a new array like template (nbytes > 0) at *ptr, when the session's context
+ * is current on this thread, the queued frees are done and cuMemAllocFromPoolAsync on the session
+ * stream grants it; else NULL, with an exception only when Python is out of memory. */
+static PyObject *allocate_locked(Allocator *A, PyObject *template, long long nbytes, unsigned long long *ptr)
+{
+    PyObject *made = NULL;
+    void *current = NULL;
+    *ptr = 0;
+    if (A->current_context(&current) == 0 && current == A->context && drain_here(A) &&
+        A->pool_alloc(ptr, (size_t)nbytes, A->pool, A->stream) == 0) {
+        made = adopt(A, template, *ptr);
+        if (made != NULL && *ptr % 16 != 0) /* the template's dispatch tag says aligned: drop it (a queued free) */
+            Py_CLEAR(made);
+    }
+    return made;
+}
+
 /* A new array like template, made here: holding the session lock (taken without waiting,
- * as an activation would), with the session's context current on this thread, after the queued
- * frees, cuMemAllocFromPoolAsync on the session stream. NULL without an exception when any of it
+ * as an activation would), allocate_locked. NULL without an exception when any of it
  * is not so or the driver refuses (out of memory included): the Python path (DeviceArray's
  * constructor) then decides (trims and retries, raises OutOfMemoryError, poisons). NULL with an exception only when
  * Python is out of memory. The caller checked that the session is usable and not capturing; the
@@ -348,38 +406,160 @@ static int drain_here(Allocator *A)
 static PyObject *allocate_here(Allocator *A, PyObject *template)
 {
     long long nbytes;
+    unsigned long long ptr;
     if (Py_TYPE(template) != A->layout->type || !exact_int(SLOT(template, A->layout->nbytes), &nbytes) || nbytes <= 0)
         return NULL;
-    PyObject *taken = PyObject_CallMethodOneArg(A->lock, str_acquire, Py_False);
-    if (taken == NULL) {
-        PyErr_Clear();
+    if (!lock_here(A))
         return NULL;
-    }
-    Py_DECREF(taken);
-    if (taken != Py_True)
-        return NULL;
-    PyObject *made = NULL;
-    void *current = NULL;
-    unsigned long long ptr = 0;
-    if (A->current_context(&current) == 0 && current == A->context && drain_here(A) &&
-        A->pool_alloc(&ptr, (size_t)nbytes, A->pool, A->stream) == 0) {
-        made = adopt(A, template, ptr);
-        if (made != NULL && ptr % 16 != 0) /* the template's dispatch tag says aligned: drop it (a queued free) */
-            Py_CLEAR(made);
-    }
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyObject *released = PyObject_CallMethodNoArgs(A->lock, str_release);
-    if (released == NULL) { /* cannot happen: this thread holds the RLock */
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
+    PyObject *made = allocate_locked(A, template, nbytes, &ptr);
+    if (unlock_here(A) < 0) {
         Py_XDECREF(made);
         return NULL;
     }
-    Py_DECREF(released);
-    PyErr_Restore(type, value, tb);
     return made;
+}
+
+/* Called without the GIL, the lock held: poll cuStreamQuery for at most spin_ns until the session
+ * stream has done its work. 1 when it has; 0 when it has not yet, or the query failed (the Python
+ * path's interruptible wait then waits, or reports the error). */
+static int spin_until_done(const Allocator *A)
+{
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    for (;;) {
+        int err = A->stream_query(A->stream);
+        if (err != NOT_READY)
+            return err == 0;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long spent = (long long)(now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec);
+        if (spent < 0 || (unsigned long long)spent >= A->spin_ns)
+            return 0;
+    }
+}
+
+/* What a copy made here returns: (array, done) for an upload, done for a download (True: the copy
+ * has finished; False: it may still run, the caller waits for the stream keeping the host memory
+ * alive); the CUresult as an int when the driver refused the copy (an upload's array is dropped,
+ * a queued free); None when the Python path should do it all (nothing was done). */
+static PyObject *copy_result(PyObject *made, int err, int done)
+{
+    if (err != 0) {
+        Py_XDECREF(made);
+        return PyLong_FromLong(err);
+    }
+    PyObject *flag = Py_NewRef(done ? Py_True : Py_False);
+    if (made == NULL)
+        return flag;
+    PyObject *pair = PyTuple_Pack(2, made, flag);
+    Py_DECREF(made);
+    Py_DECREF(flag);
+    return pair;
+}
+
+/* upload(template, host): a new array like template (a DeviceArray.template of the session) with
+ * host's bytes (an object exporting a C-contiguous buffer of the template's size), made and
+ * filled here under one hold of the session lock: allocate_locked, then cuMemcpyHtoDAsync on the
+ * session stream and spin_until_done, both without the GIL. See copy_result. */
+static PyObject *allocator_upload(Allocator *A, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || Py_TYPE(args[0]) != A->layout->type || SLOT(args[0], A->layout->session) != A->session) {
+        PyErr_SetString(PyExc_TypeError, "upload() takes a DeviceArray.template of the allocator's session and a host buffer");
+        return NULL;
+    }
+    PyObject *template = args[0], *size = SLOT(template, A->layout->nbytes);
+    long long nbytes;
+    if (!A->copies || size == NULL || !exact_int(size, &nbytes) || nbytes <= 0 ||
+        !session_ready(A->session, NULL, A->captures))
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *made = NULL;
+    unsigned long long ptr = 0;
+    int err = 0, done = 0, locked = view.len == nbytes && lock_here(A);
+    if (locked && session_ready(A->session, NULL, A->captures)) /* again, now that close() cannot run */
+        made = allocate_locked(A, template, nbytes, &ptr);
+    if (made != NULL) {
+        const void *src = view.buf;
+        Py_BEGIN_ALLOW_THREADS
+        err = A->copy_to_device(ptr, src, (size_t)nbytes, A->stream);
+        done = err == 0 && spin_until_done(A);
+        Py_END_ALLOW_THREADS
+    }
+    PyObject *result = made == NULL ? NULL : copy_result(made, err, done);
+    if (locked && unlock_here(A) < 0)
+        Py_CLEAR(result);
+    PyBuffer_Release(&view);
+    if (result == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return result;
+}
+
+/* Copy between array (an open DeviceArray of the session, which the caller checked is contiguous)
+ * and host (an object exporting a C-contiguous buffer of its size, writable for a download) here,
+ * under the session lock with the context current: cuMemcpyHtoDAsync (to_device) or
+ * cuMemcpyDtoHAsync on the session stream, after the work queued there, and spin_until_done, both
+ * without the GIL. See copy_result. */
+static PyObject *copy_existing(Allocator *A, PyObject *const *args, Py_ssize_t nargs, int to_device)
+{
+    const Layout *Y = A->layout;
+    if (nargs != 2 || Py_TYPE(args[0]) != Y->type) {
+        PyErr_SetString(PyExc_TypeError, "download() and upload_into() take a DeviceArray and a host buffer");
+        return NULL;
+    }
+    PyObject *array = args[0];
+    if (!A->copies || SLOT(array, Y->session) != A->session || !session_ready(A->session, NULL, A->captures))
+        Py_RETURN_NONE;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, to_device ? PyBUF_C_CONTIGUOUS : PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    PyObject *result = NULL;
+    if (lock_here(A)) { /* read the array under the lock: no other thread closes it meanwhile */
+        PyObject *address = SLOT(array, Y->ptr), *size = SLOT(array, Y->nbytes);
+        long long nbytes;
+        unsigned long long ptr = 0;
+        void *current = NULL;
+        if (session_ready(A->session, NULL, A->captures) && SLOT(array, Y->closed) == Py_False && address != NULL &&
+            PyLong_CheckExact(address) && size != NULL &&
+            exact_int(size, &nbytes) && nbytes > 0 && nbytes == view.len &&
+            A->current_context(&current) == 0 && current == A->context) {
+            ptr = PyLong_AsUnsignedLongLong(address);
+            if (ptr == (unsigned long long)-1 && PyErr_Occurred())
+                PyErr_Clear();
+            else {
+                void *buf = view.buf;
+                int err, done;
+                Py_BEGIN_ALLOW_THREADS
+                err = to_device ? A->copy_to_device(ptr, buf, (size_t)nbytes, A->stream)
+                                : A->copy_to_host(buf, ptr, (size_t)nbytes, A->stream);
+                done = err == 0 && spin_until_done(A);
+                Py_END_ALLOW_THREADS
+                result = copy_result(NULL, err, done);
+            }
+        }
+        if (unlock_here(A) < 0)
+            Py_CLEAR(result);
+    }
+    PyBuffer_Release(&view);
+    if (result == NULL && !PyErr_Occurred())
+        Py_RETURN_NONE;
+    return result;
+}
+
+/* download(array, out): copy_existing from the device into out. */
+static PyObject *allocator_download(Allocator *A, PyObject *const *args, Py_ssize_t nargs)
+{
+    return copy_existing(A, args, nargs, 0);
+}
+
+/* upload_into(array, host): copy_existing from host into the array. */
+static PyObject *allocator_upload_into(Allocator *A, PyObject *const *args, Py_ssize_t nargs)
+{
+    return copy_existing(A, args, nargs, 1);
 }
 
 /* --- Allocator: a session's pool, allocated from here ------------------------------------------- */
@@ -408,12 +588,14 @@ static PyObject *allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwd
     PyObject *given = PyObject_CallMethod(session, "fast_allocation", NULL);
     if (given == NULL)
         return NULL;
-    unsigned long long alloc, free_, current, pool, context, stream;
+    unsigned long long alloc, free_, current, pool, context, stream, htod, dtoh, query, spin_ns;
     PyObject *lock = NULL, *handles = NULL, *dropped = NULL, *streams = NULL;
     Allocator *A = NULL;
     if (read_address(given, "alloc", &alloc) == 0 && read_address(given, "free", &free_) == 0 &&
         read_address(given, "current", &current) == 0 && read_address(given, "pool", &pool) == 0 &&
         read_address(given, "context", &context) == 0 && read_address(given, "stream", &stream) == 0 &&
+        read_address(given, "copy_to_device", &htod) == 0 && read_address(given, "copy_to_host", &dtoh) == 0 &&
+        read_address(given, "stream_query", &query) == 0 && read_address(given, "spin_ns", &spin_ns) == 0 &&
         (lock = PyObject_GetAttrString(given, "lock")) != NULL &&
         (handles = PyObject_GetAttrString(given, "handles")) != NULL &&
         (dropped = PyObject_GetAttrString(given, "dropped")) != NULL &&
@@ -437,6 +619,11 @@ static PyObject *allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwd
         A->pool = (void *)(uintptr_t)pool;
         A->context = (void *)(uintptr_t)context;
         A->stream = (void *)(uintptr_t)stream;
+        A->copies = A->enabled && htod && dtoh && query;
+        A->copy_to_device = (copy_to_device_fn)(uintptr_t)htod;
+        A->copy_to_host = (copy_to_host_fn)(uintptr_t)dtoh;
+        A->stream_query = (stream_query_fn)(uintptr_t)query;
+        A->spin_ns = spin_ns;
         if (take_session_queues(session, &A->deferred, &A->captures) < 0)
             Py_CLEAR(A);
     }
@@ -498,11 +685,18 @@ static PyObject *allocator_make(Allocator *A, PyObject *template)
 
 static PyMethodDef allocator_methods[] = {
     {"make", (PyCFunction)allocator_make, METH_O, "A new array like the template, or None: the Python path makes it."},
+    {"upload", (PyCFunction)(void (*)(void))allocator_upload, METH_FASTCALL,
+     "A new array like the template holding the host buffer's bytes: (array, done), a CUresult, or None."},
+    {"download", (PyCFunction)(void (*)(void))allocator_download, METH_FASTCALL,
+     "Copy the array into the host buffer: done (a bool), a CUresult, or None."},
+    {"upload_into", (PyCFunction)(void (*)(void))allocator_upload_into, METH_FASTCALL,
+     "Copy the host buffer into the array: done (a bool), a CUresult, or None."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyMemberDef allocator_members[] = {
     {"enabled", T_INT, offsetof(Allocator, enabled), READONLY, "Whether the driver has the entry points it calls."},
+    {"copies", T_INT, offsetof(Allocator, copies), READONLY, "Whether it has those upload() and download() call too."},
     {NULL, 0, 0, 0, NULL},
 };
 

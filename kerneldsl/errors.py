@@ -279,6 +279,11 @@ class OperandDtypeError(KernelDSLError, TypeError):
     ``sign`` of bools): NumPy refuses the same combination."""
 
 
+class ComplexUnsupportedError(OperandDtypeError):
+    """A complex operand where the op, reduction or scan has no complex meaning in kerneldsl
+    (ordering: ``less``, ``maximum``, ``min``, ``argmax``; rounding: ``floor``): the message names both."""
+
+
 # --- the remote plane (kerneldsl.distributed) -----------------------------------------------------
 
 

@@ -7,13 +7,19 @@ inside ``@kd.fuse`` records itself into the fused kernel instead of running.
 Elementwise ops are rows of ``TABLE``: operand names, the NumPy function whose dtype rule they
 follow (``kerneldsl.promotion``) and one short C expression per dtype kind (``b`` bool, ``i``
 signed, ``u`` unsigned, ``f`` float; ``kdT`` is the type the op computes in, ``kdU`` its
-unsigned twin so that integer overflow wraps like NumPy's instead of being undefined).
+unsigned twin so that integer overflow wraps like NumPy's instead of being undefined). Kind
+``c`` is the expression used when an operand is complex (``kd_complex<R>``, the prelude's, with
+its functions ``kd_exp``, ``kd_abs``...); an op without one refuses complex operands with
+``ComplexUnsupportedError`` (ordering and rounding have no complex meaning here).
 
 Deviations from NumPy, all documented: integer ``power`` with a negative exponent gives 0 (or
 +-1 for a base of +-1) where NumPy raises; float -> int ``astype`` of NaN / out-of-range values
-is undefined in NumPy and saturates on the GPU; math functions (exp, log, sin, cos, tanh,
-power) are CUDA's, within a few ulp of NumPy's; ``fma`` / ``axpy`` round twice (``a*b`` then
-``+c``), exactly like NumPy's ``a * b + c``.
+is undefined in NumPy and saturates on the GPU; float ``floor_divide`` with an infinite operand
+is the quotient ``a / b`` (``inf // 2`` is inf, ``-1 // inf`` is -0.0: the Array API standard's
+values) where NumPy gives NaN and -1.0; math functions (exp, log, sin, cos, tanh,
+power) are CUDA's, within a few ulp of NumPy's (their complex forms are the prelude's textbook
+formulas, a few ulp from NumPy's, without C99 Annex G's rules for infinities); ``fma`` /
+``axpy`` round twice (``a*b`` then ``+c``), exactly like NumPy's ``a * b + c``.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from .array.reduction import REDUCERS, Reduction
 from .array.scan import Scan
 from .array.scan import cumprod as cumprod
 from .array.scan import cumsum as cumsum
-from .errors import OperandDtypeError
+from .errors import ComplexUnsupportedError, OperandDtypeError
 
 if TYPE_CHECKING:
     from .array.ndarray import DeviceArray
@@ -43,9 +49,10 @@ _IPOW = (
     "x = (kdU)(1u * x * x); } return (kdT)r; }()"
 )
 # NumPy's floor division and remainder (npy_divmod): the remainder takes the divisor's sign, the
-# quotient is floored; a zero integer divisor gives 0, as NumPy does (with a warning there).
+# quotient is floored; a zero integer divisor gives 0, as NumPy does (with a warning there). An
+# infinite float operand gives the IEEE quotient a / b, as the Array API standard asks.
 _FLOORDIV_F = (
-    "[&]() -> kdT { if (b == 0) return a / b; kdT m = fmod(a, b), d = (a - m) / b; "
+    "[&]() -> kdT { if (b == 0 || kd_isinf(a) || kd_isinf(b)) return a / b; kdT m = fmod(a, b), d = (a - m) / b; "
     "if (m != 0 && ((b < 0) != (m < 0))) d -= 1; if (d == 0) return copysign((kdT)0, a / b); "
     "kdT f = floor(d); return d - f > (kdT)0.5 ? f + 1 : f; }()"
 )
@@ -96,8 +103,15 @@ def _own(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
     return tuple(promotion.supported(o if isinstance(o, np.dtype) else np.asarray(o).dtype) for o in operands)
 
 
+def _parts(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
+    """``abs``/``real``/``imag``: a complex operand is read as itself (the result is its parts'
+    dtype), any other in the result's."""
+    return tuple(dt if promotion.is_complex(dt) else result for dt in map(promotion.operand_dtype, operands))
+
+
 def _condition_first(result: np.dtype, operands: Sequence[Any]) -> tuple[np.dtype, ...]:
     """``where``: a bool condition, then two operands in the result's dtype."""
+    promotion.refuse_complex("kd.ops.where's condition", promotion.operand_dtype(operands[0]), why="pass z != 0")
     return (np.dtype(np.bool_), result, result)
 
 
@@ -121,6 +135,9 @@ class Op(ElementwiseFunction):
         self.inputs = inputs
 
     def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
+        if not any("c" in kinds for kinds in self.exprs):
+            given = [promotion.operand_dtype(o) for o in operands if isinstance(o, (np.dtype, np.generic, complex))]
+            promotion.refuse_complex(f"kd.ops.{self.name}", *given, why="it has no complex form in kerneldsl")
         try:
             result = promotion.result_dtype(self.rule, *operands)
         except TypeError as exc:
@@ -128,12 +145,13 @@ class Op(ElementwiseFunction):
             raise OperandDtypeError(f"kd.ops.{self.name} is not defined for operands ({described}): {exc}") from None
         return result, self.inputs(result, operands)
 
-    def expression(self, dtype: np.dtype) -> str:
-        k = kind(dtype)
+    def expression(self, dtype: np.dtype, loops: tuple[np.dtype, ...] = ()) -> str:
+        """The row's expression for the result's kind, or its ``c`` one when an operand is complex."""
+        k = "c" if any(promotion.is_complex(dt) for dt in (*loops, dtype)) else kind(dtype)
         for kinds, expr in self.exprs.items():
             if k in kinds:
                 return expr
-        raise TypeError(f"kd.ops.{self.name} does not support dtype {dtype}")
+        raise ComplexUnsupportedError(f"kd.ops.{self.name} is not defined for {dtype} operands")
 
     def __repr__(self) -> str:
         return f"<kd.ops.{self.name}>"
@@ -145,56 +163,58 @@ class Op(ElementwiseFunction):
 
 # -- the elementwise ops: one row each, named once (by the variable) -----------------------------------
 
-add = Op(("a", "b"), np.add, {"f": "a + b", "iu": "(kdT)(0u + (kdU)a + (kdU)b)", "b": "a || b"})
-subtract = Op(("a", "b"), np.subtract, {"f": "a - b", "iu": "(kdT)(0u + (kdU)a - (kdU)b)"})
-multiply = Op(("a", "b"), np.multiply, {"f": "a * b", "iu": "(kdT)(1u * (kdU)a * (kdU)b)", "b": "a && b"})
-divide = Op(("a", "b"), np.true_divide, {"f": "a / b"})
+add = Op(("a", "b"), np.add, {"fc": "a + b", "iu": "(kdT)(0u + (kdU)a + (kdU)b)", "b": "a || b"})
+subtract = Op(("a", "b"), np.subtract, {"fc": "a - b", "iu": "(kdT)(0u + (kdU)a - (kdU)b)"})
+multiply = Op(("a", "b"), np.multiply, {"fc": "a * b", "iu": "(kdT)(1u * (kdU)a * (kdU)b)", "b": "a && b"})
+divide = Op(("a", "b"), np.true_divide, {"fc": "a / b"})
 floor_divide = Op(("a", "b"), np.floor_divide, {"f": _FLOORDIV_F, "i": _FLOORDIV_I, "u": "b == 0 ? (kdT)0 : a / b"})
 remainder = Op(("a", "b"), np.remainder, {"f": _REMAINDER_F, "i": _REMAINDER_I, "u": "b == 0 ? (kdT)0 : a % b"})
-negative = Op(("a",), np.negative, {"f": "-a", "iu": "(kdT)(0u - (kdU)a)"})
-abs = Op(("a",), np.absolute, {"f": "fabs(a)", "i": "a < 0 ? (kdT)(0u - (kdU)a) : a", "ub": "a"})
-square = Op(("a",), np.square, {"f": "a * a", "iu": "(kdT)(1u * (kdU)a * (kdU)a)", "b": "a"})
+negative = Op(("a",), np.negative, {"fc": "-a", "iu": "(kdT)(0u - (kdU)a)"})
+abs = Op(
+    ("a",), np.absolute, {"f": "fabs(a)", "i": "a < 0 ? (kdT)(0u - (kdU)a) : a", "ub": "a", "c": "kd_abs(a)"}, _parts
+)
+square = Op(("a",), np.square, {"fc": "a * a", "iu": "(kdT)(1u * (kdU)a * (kdU)a)", "b": "a"})
 minimum = Op(("a", "b"), np.minimum, {"fiub": "(a < b || a != a) ? a : b"})
 maximum = Op(("a", "b"), np.maximum, {"fiub": "(a > b || a != a) ? a : b"})
 power = Op(("a", "b"), np.power, {"f": "pow(a, b)", "iu": _IPOW})
-exp = Op(("a",), np.exp, {"f": "exp(a)"})
-log = Op(("a",), np.log, {"f": "log(a)"})
-sqrt = Op(("a",), np.sqrt, {"f": "sqrt(a)"})
-sin = Op(("a",), np.sin, {"f": "sin(a)"})
-cos = Op(("a",), np.cos, {"f": "cos(a)"})
-tanh = Op(("a",), np.tanh, {"f": "tanh(a)"})
+exp = Op(("a",), np.exp, {"f": "exp(a)", "c": "kd_exp(a)"})
+log = Op(("a",), np.log, {"f": "log(a)", "c": "kd_log(a)"})
+sqrt = Op(("a",), np.sqrt, {"f": "sqrt(a)", "c": "kd_sqrt(a)"})
+sin = Op(("a",), np.sin, {"f": "sin(a)", "c": "kd_sin(a)"})
+cos = Op(("a",), np.cos, {"f": "cos(a)", "c": "kd_cos(a)"})
+tanh = Op(("a",), np.tanh, {"f": "tanh(a)", "c": "kd_tanh(a)"})
 clip = Op(("a", "lo", "hi"), np.clip, {"fiub": _CLIP})
-where = Op(("c", "a", "b"), np.where, {"fiub": "c ? a : b"}, _condition_first)
+where = Op(("c", "a", "b"), np.where, {"fiubc": "c ? a : b"}, _condition_first)
 axpy = Op(
     ("alpha", "x", "y"),
     _axpy_dtype,
-    {"f": "alpha * x + y", "iu": "(kdT)(0u + 1u * (kdU)alpha * (kdU)x + (kdU)y)", "b": "(alpha && x) || y"},
+    {"fc": "alpha * x + y", "iu": "(kdT)(0u + 1u * (kdU)alpha * (kdU)x + (kdU)y)", "b": "(alpha && x) || y"},
 )
 less = Op(("a", "b"), np.less, {"fiub": "a < b"}, _compared)
 less_equal = Op(("a", "b"), np.less_equal, {"fiub": "a <= b"}, _compared)
 greater = Op(("a", "b"), np.greater, {"fiub": "a > b"}, _compared)
 greater_equal = Op(("a", "b"), np.greater_equal, {"fiub": "a >= b"}, _compared)
-equal = Op(("a", "b"), np.equal, {"fiub": "a == b"}, _compared)
-not_equal = Op(("a", "b"), np.not_equal, {"fiub": "a != b"}, _compared)
+equal = Op(("a", "b"), np.equal, {"fiubc": "a == b"}, _compared)
+not_equal = Op(("a", "b"), np.not_equal, {"fiubc": "a != b"}, _compared)
 fma = Op(
     ("a", "b", "c"),
     _axpy_dtype,
-    {"f": "a * b + c", "iu": "(kdT)(0u + 1u * (kdU)a * (kdU)b + (kdU)c)", "b": "(a && b) || c"},
+    {"fc": "a * b + c", "iu": "(kdT)(0u + 1u * (kdU)a * (kdU)b + (kdU)c)", "b": "(a && b) || c"},
 )
 
 # NumPy's math beyond the arithmetic: float functions (integers promote as NumPy's loops do), then
 # rounding, predicates, logic and bits; erf/erfc follow sin's dtype rule (NumPy has no erf ufunc).
 log1p = Op(("a",), np.log1p, {"f": "log1p(a)"})
 expm1 = Op(("a",), np.expm1, {"f": "expm1(a)"})
-sinh = Op(("a",), np.sinh, {"f": "sinh(a)"})
-cosh = Op(("a",), np.cosh, {"f": "cosh(a)"})
+sinh = Op(("a",), np.sinh, {"f": "sinh(a)", "c": "kd_sinh(a)"})
+cosh = Op(("a",), np.cosh, {"f": "cosh(a)", "c": "kd_cosh(a)"})
 arcsinh = Op(("a",), np.arcsinh, {"f": "asinh(a)"})
 arccosh = Op(("a",), np.arccosh, {"f": "acosh(a)"})
 arctanh = Op(("a",), np.arctanh, {"f": "atanh(a)"})
 arcsin = Op(("a",), np.arcsin, {"f": "asin(a)"})
 arccos = Op(("a",), np.arccos, {"f": "acos(a)"})
 arctan = Op(("a",), np.arctan, {"f": "atan(a)"})
-tan = Op(("a",), np.tan, {"f": "tan(a)"})
+tan = Op(("a",), np.tan, {"f": "tan(a)", "c": "kd_tan(a)"})
 log2 = Op(("a",), np.log2, {"f": "log2(a)"})
 log10 = Op(("a",), np.log10, {"f": "log10(a)"})
 logaddexp = Op(("a", "b"), np.logaddexp, {"f": _LOGADDEXP})
@@ -213,18 +233,21 @@ fmod = Op(
 )
 fmax = Op(("a", "b"), np.fmax, {"fiub": "(a > b || b != b) ? a : b"})  # NaN ignored; equal: b, as NumPy's loops
 fmin = Op(("a", "b"), np.fmin, {"fiub": "(a < b || b != b) ? a : b"})
-reciprocal = Op(("a",), np.reciprocal, {"f": "(kdT)1 / a", "iu": "a == 0 ? (kdT)0 : (kdT)(1 / a)"})
-positive = Op(("a",), np.positive, {"fiu": "a"})
+reciprocal = Op(("a",), np.reciprocal, {"fc": "(kdT)1 / a", "iu": "a == 0 ? (kdT)0 : (kdT)(1 / a)"})
+positive = Op(("a",), np.positive, {"fiuc": "a"})
 sign = Op(("a",), np.sign, {"f": _SIGN_F, "i": "(kdT)((a > 0) - (a < 0))", "u": "(kdT)(a > 0)"})
 floor = Op(("a",), np.floor, {"f": "floor(a)", "iub": "a"})
 ceil = Op(("a",), np.ceil, {"f": "ceil(a)", "iub": "a"})
 trunc = Op(("a",), np.trunc, {"f": "trunc(a)", "iub": "a"})
 rint = Op(("a",), np.rint, {"f": "rint(a)"})
 round = Op(("a",), np.round, {"f": "rint(a)", "iu": "a"})  # decimals=0: half to even, as NumPy
-isnan = Op(("a",), np.isnan, {"b": "a != a"}, _own)
-isinf = Op(("a",), np.isinf, {"b": "kd_isinf(a)"}, _own)  # the prelude's, for every dtype
-isfinite = Op(("a",), np.isfinite, {"b": "kd_isfinite(a)"}, _own)
+isnan = Op(("a",), np.isnan, {"bc": "a != a"}, _own)
+isinf = Op(("a",), np.isinf, {"bc": "kd_isinf(a)"}, _own)  # the prelude's, for every dtype
+isfinite = Op(("a",), np.isfinite, {"bc": "kd_isfinite(a)"}, _own)
 signbit = Op(("a",), np.signbit, {"b": "kd_signbit(a)"}, _own)
+conj = Op(("a",), np.conjugate, {"fiub": "a", "c": "kd_conj(a)"})
+real = Op(("a",), np.real, {"fiub": "a", "c": "a.re"}, _parts)
+imag = Op(("a",), np.imag, {"fiub": "(kdT)0", "c": "a.im"}, _parts)
 logical_and = Op(("a", "b"), np.logical_and, {"b": "a && b"})
 logical_or = Op(("a", "b"), np.logical_or, {"b": "a || b"})
 logical_xor = Op(("a", "b"), np.logical_xor, {"b": "a != b"})
@@ -259,6 +282,7 @@ bitwise_right_shift = right_shift
 asin, acos, atan, atan2 = arcsin, arccos, arctan, arctan2
 asinh, acosh, atanh = arcsinh, arccosh, arctanh
 pow = power
+conjugate = conj
 
 
 class AsType(ElementwiseFunction):
@@ -274,12 +298,15 @@ class AsType(ElementwiseFunction):
     def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
         (a,) = operands
         given = a if isinstance(a, np.dtype) else np.asarray(a).dtype
-        if given == self.dtype:  # a copy (of a view, say): every element type moves, complex ones too
+        if given == self.dtype:  # a copy (of a view, say)
             return self.dtype, (promotion.copyable(given),)
         return promotion.supported(self.dtype), (promotion.supported(given),)
 
-    def expression(self, dtype: np.dtype) -> str:
-        return "(kdT)a"
+    def expression(self, dtype: np.dtype, loops: tuple[np.dtype, ...] = ()) -> str:
+        """NumPy's casts; from complex to real the imaginary part is dropped (``z != 0`` for bool)."""
+        if not loops or not promotion.is_complex(loops[0]) or promotion.is_complex(dtype):
+            return "(kdT)a"
+        return "(kdT)(a.re != 0 || a.im != 0)" if kind(dtype) == "b" else "(kdT)a.re"
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_astype_op, (self.dtype,))
@@ -289,7 +316,7 @@ _astypes: dict[np.dtype, AsType] = {}
 
 
 def _astype_op(dtype: Any) -> AsType:
-    """The conversion to ``dtype``, one per dtype (to a complex one: copies only, see ``resolve``)."""
+    """The conversion to ``dtype``, one per dtype."""
     dt = promotion.copyable(dtype)
     op = _astypes.get(dt)
     if op is None:

@@ -5,7 +5,9 @@ The rule is exactly NumPy 2's (NEP 50): array dtypes are strong, Python scalars 
 are strong. Instead of a hand-written table that could drift, the ufunc (or function) is
 called on empty arrays of the operand dtypes and its result dtype is taken; a combination
 NumPy refuses (``subtract`` of bools) raises NumPy's TypeError. A result kerneldsl cannot
-store (object, ...) or does not compute in yet (complex) raises TypeError.
+store (object, ...) raises TypeError. Complex dtypes are computed in (``kd_complex<R>``); what
+a complex value has no meaning for (ordering, rounding, scans) is refused where it is asked,
+through ``refuse_complex``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
+from .errors import ComplexUnsupportedError
 
 Operand = Any  # an np.dtype (array operand) or a Python / numpy scalar
 
@@ -29,15 +32,29 @@ def copyable(dtype: Any) -> np.dtype:
 
 
 def supported(dtype: Any) -> np.dtype:
-    """``dtype`` as a numpy dtype the array layer computes in, or TypeError naming the supported
-    types. Complex types are kernels' (``@kd.kernel`` arrays and scalars) but not yet the ops'."""
-    et = dtypes.element_type(copyable(dtype))
-    if et.kind == "c":
-        raise TypeError(
-            f"{et.name}: complex arrays work in @kd.kernel bodies (kd_complex64 / kd_complex128); "
-            "kd.ops, reductions and @kd.fuse take real and integer dtypes only"
-        )
-    return et.numpy
+    """``dtype`` as a numpy dtype the array layer computes in (every dtype kernels hold, complex
+    ones included), or TypeError naming the supported types."""
+    return copyable(dtype)
+
+
+def is_complex(dtype: np.dtype) -> bool:
+    return dtypes.element_type(dtype).kind == "c"
+
+
+def operand_dtype(operand: Operand) -> np.dtype:
+    """An operand's own dtype: an array's, a numpy scalar's, a Python scalar's default."""
+    if isinstance(operand, np.dtype):
+        return operand
+    if isinstance(operand, np.generic):
+        return operand.dtype
+    return np.dtype(complex) if isinstance(operand, complex) else np.dtype(np.float64)
+
+
+def refuse_complex(what: str, *dtypes_: np.dtype, why: str = "complex numbers have no order") -> None:
+    """ComplexUnsupportedError naming ``what`` and the first complex dtype among ``dtypes_``."""
+    for dt in dtypes_:
+        if is_complex(dt):
+            raise ComplexUnsupportedError(f"{what} is not defined for {np.dtype(dt).name} operands: {why}")
 
 
 def _probe(operand: Operand) -> Any:

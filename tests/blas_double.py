@@ -22,7 +22,13 @@ from kerneldsl.blas import binding
 from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
 
 BF16 = ELEMENT_TYPES["bfloat16"].numpy if add_bfloat16() else None
-_CUDA_TYPES = {0: np.dtype(np.float32), 1: np.dtype(np.float64), 2: np.dtype(np.float16)}
+_CUDA_TYPES = {
+    0: np.dtype(np.float32),
+    1: np.dtype(np.float64),
+    2: np.dtype(np.float16),
+    4: np.dtype(np.complex64),
+    5: np.dtype(np.complex128),
+}
 if BF16 is not None:
     _CUDA_TYPES[14] = BF16
 
@@ -81,8 +87,12 @@ class FakeCublas:
         return np.lib.stride_tricks.as_strided(flat, (rows, cols), (dt.itemsize, ld * dt.itemsize))
 
     @staticmethod
-    def _scalar(ptr: int, double: bool) -> float:
-        return (ctypes.c_double if double else ctypes.c_float).from_address(ptr).value
+    def _scalar(ptr: int, double: bool, complex_type: int = 0) -> Any:
+        """The host scalar at ``ptr``: float or double, or (for cudaDataType 4/5) a complex of two."""
+        part = ctypes.c_double if double else ctypes.c_float
+        if complex_type not in (4, 5):
+            return part.from_address(ptr).value
+        return complex(part.from_address(ptr).value, part.from_address(ptr + ctypes.sizeof(part)).value)
 
     def _gemm(
         self,
@@ -103,12 +113,13 @@ class FakeCublas:
         dtc: np.dtype,
         ldc: int,
     ) -> None:
-        A = self._matrix(a, k if ta else m, m if ta else k, lda, dta).astype(np.float64)
-        B = self._matrix(b, n if tb else k, k if tb else n, ldb, dtb).astype(np.float64)
+        wide = np.complex128 if dtc.kind == "c" else np.float64
+        A = self._matrix(a, k if ta else m, m if ta else k, lda, dta).astype(wide)
+        B = self._matrix(b, n if tb else k, k if tb else n, ldb, dtb).astype(wide)
         C = self._matrix(c, m, n, ldc, dtc)
         result = alpha * ((A.T if ta else A) @ (B.T if tb else B))
         if beta != 0:  # BLAS: with beta == 0, C is not read (it may hold NaN)
-            result += beta * C.astype(np.float64)
+            result += beta * C.astype(wide)
         C[...] = result.astype(dtc)
 
     # -- handle and configuration ----------------------------------------------------------------
@@ -167,14 +178,14 @@ class FakeCublas:
             m,
             n,
             k,
-            self._scalar(alpha, double),
+            self._scalar(alpha, double, ct),
             a,
             _CUDA_TYPES[at],
             lda,
             b,
             _CUDA_TYPES[bt],
             ldb,
-            self._scalar(beta, double),
+            self._scalar(beta, double, ct),
             c,
             _CUDA_TYPES[ct],
             ldc,
@@ -216,14 +227,14 @@ class FakeCublas:
                 m,
                 n,
                 k,
-                self._scalar(alpha, double),
+                self._scalar(alpha, double, ct),
                 a + i * sa * dta.itemsize,
                 dta,
                 lda,
                 b + i * sb * dtb.itemsize,
                 dtb,
                 ldb,
-                self._scalar(beta, double),
+                self._scalar(beta, double, ct),
                 c + i * sc * dtc.itemsize,
                 dtc,
                 ldc,

@@ -91,6 +91,9 @@ _C_LAUNCH_EX = ctypes.CFUNCTYPE(
 )
 _C_POOL_ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
 _C_FREE_ASYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p)
+_C_COPY_TO_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+_C_COPY_TO_HOST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+_C_STREAM_QUERY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 
 class FakeDriver:
@@ -127,6 +130,7 @@ class FakeDriver:
         self.c_launches = 0  # launches that came through the C launch path
         self.c_allocs = 0  # pool allocations the C launch path made itself
         self.c_frees = 0  # queued frees the C launch path made itself
+        self.c_copies = 0  # host copies the C path made itself (kd.asarray, to_host)
         self.function_attributes: dict[tuple[int, int], int] = {}  # set by cuFuncSetAttribute
         self._c_entries: dict[bytes, Any] = {}
         self.blocks_per_sm = 4  # what cuOccupancyMaxActiveBlocksPerMultiprocessor answers
@@ -603,8 +607,9 @@ class FakeDriver:
             self.param_bytes.append(b"".join(ctypes.string_at(p, 8) for p in pointers))
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple:
-        """cuLaunchKernel, cuCtxGetCurrent, cuMemAllocFromPoolAsync and cuMemFreeAsync as C
-        function pointers, called like the real ones by the C path (``c_entries_off`` hides them)."""
+        """cuLaunchKernel, cuCtxGetCurrent, cuMemAllocFromPoolAsync, cuMemFreeAsync and the host
+        copies' cuMemcpyHtoDAsync, cuMemcpyDtoHAsync and cuStreamQuery as C function pointers,
+        called like the real ones by the C path (``c_entries_off`` hides them)."""
         code = self._enter("cuGetProcAddress")
         if not self._c_entries:
             self._c_entries[b"cuLaunchKernel"] = _C_LAUNCH(self._launch_from_c)
@@ -612,6 +617,9 @@ class FakeDriver:
             self._c_entries[b"cuCtxGetCurrent"] = _C_CURRENT(self._current_from_c)
             self._c_entries[b"cuMemAllocFromPoolAsync"] = _C_POOL_ALLOC(self._alloc_from_c)
             self._c_entries[b"cuMemFreeAsync"] = _C_FREE_ASYNC(self._free_from_c)
+            self._c_entries[b"cuMemcpyHtoDAsync"] = _C_COPY_TO_DEVICE(self._copy_to_device_from_c)
+            self._c_entries[b"cuMemcpyDtoHAsync"] = _C_COPY_TO_HOST(self._copy_to_host_from_c)
+            self._c_entries[b"cuStreamQuery"] = _C_STREAM_QUERY(self._stream_query_from_c)
         if code or symbol not in self._c_entries or symbol in self.c_entries_off:
             return self._r(code, 0, 0)
         return self._r(0, ctypes.cast(self._c_entries[symbol], ctypes.c_void_p).value, 0)
@@ -629,6 +637,26 @@ class FakeDriver:
         code = int(self.cuMemFreeAsync(ptr, stream)[0])
         if not code:
             self.c_frees += 1
+        return code
+
+    def _copy_to_device_from_c(self, dst: int, src: int, n: int, stream: int) -> int:
+        code = int(self.cuMemcpyHtoDAsync(dst, src, n, stream)[0])
+        if not code:
+            self.c_copies += 1
+        return code
+
+    def _copy_to_host_from_c(self, dst: int, src: int, n: int, stream: int) -> int:
+        code = int(self.cuMemcpyDtoHAsync(dst, src, n, stream)[0])
+        if not code:
+            self.c_copies += 1
+        return code
+
+    def _stream_query_from_c(self, stream: int) -> int:
+        """Done, unless a test holds the session's waits (``pending_queries``, ``on_query``): then
+        not ready, so the C path leaves the wait to the Python path's event queries."""
+        code = self._enter("cuStreamQuery")
+        if not code and (self.pending_queries > 0 or self.on_query is not None):
+            code = NOT_READY
         return code
 
     def _current_from_c(self, out: int) -> int:

@@ -289,7 +289,7 @@ def test_the_fuse_bench_has_a_section_per_pipeline_and_parses_its_options() -> N
     fuse_bench.add_arguments(parser)
     args = parser.parse_args(["--only", "softmax", "--dtype", "bfloat16", "--no-compile", "--reps", "3"])
     assert (args.only, args.dtype, args.no_compile, args.reps) == (["softmax"], ["bfloat16"], True, 3)
-    assert list(fuse_bench.SECTIONS) == ["softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm"]
+    assert list(fuse_bench.SECTIONS) == ["softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm", "first"]
     assert fuse_bench.ROW_SHAPES == ((4096, 4096), (16384, 1024), (1024, 32768))
     assert fuse_bench.NORM_SHAPES == ((4096, 4096), (32768, 768))
 

@@ -22,7 +22,7 @@ from kerneldsl.dtypes import all_element_types
 
 pytestmark = pytest.mark.gpu
 
-DTYPES = [et.numpy for et in all_element_types().values() if et.kind != "c"]  # complex: kernels (and copies) only
+DTYPES = [et.numpy for et in all_element_types().values() if et.kind != "c"]  # complex: test_complex_arrays_gpu.py
 FLOATS = [dt for dt in DTYPES if dt.kind == "f" or dt.name == "bfloat16"]
 INTS = [dt for dt in DTYPES if dt.kind in "iu"]
 EXACT_BINARY = ("add", "subtract", "multiply", "divide", "minimum", "maximum")

@@ -271,3 +271,9 @@ def test_strategy_without_a_device_plans_for_the_inspect_sm_count(monkeypatch) -
     monkeypatch.setattr(strategy.driver, "driver_available", lambda: False)
     x = _shape(8192, 8192)
     assert ops.sum.strategy(x, axis=0) == ops.sum.strategy(x, axis=0, multiprocessors=INSPECT_MULTIPROCESSORS)
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((5, 0), 0), ((0, 5), 1), ((3, 0, 4), 1), ((0, 7, 9), (0, 2))])
+def test_strategy_answers_for_an_empty_result_too(shape, axis) -> None:  # type: ignore[no-untyped-def]
+    step = ops.sum.strategy(np.zeros(shape, np.float32), axis=axis, multiprocessors=132)
+    assert step.variant.stage in ("rows", "columns", "segments", "lines", "gather", "direct", "partial")

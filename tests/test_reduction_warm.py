@@ -167,7 +167,7 @@ def test_a_closed_scratch_buffer_sends_the_call_back_to_the_full_path(drv: FakeD
     (launch,) = r._warm.values()
     assert launch.scratch
     SCRATCH.discard(s, "values", np.dtype(np.float32))
-    assert launch(x, None) is None
+    assert launch((x,), None) is None
     assert _outcome(drv, lambda: r(x, axis=1))[0] == "ok"
 
 

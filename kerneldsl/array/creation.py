@@ -21,6 +21,8 @@ def _session(session: Session | None) -> Session:
 def asarray(obj: Any, dtype: Any = None, session: Session | None = None) -> DeviceArray:
     """``obj`` on the device: a DeviceArray of the session as it is (no copy unless ``dtype``
     differs), a CuPy/PyTorch array adopted without a copy, anything else through numpy."""
+    if type(obj) is np.ndarray and dtype is None:  # the common upload, without probing protocols
+        return as_array(_session(session).to_device(obj))
     if type(obj) is DeviceArray and (session is None or obj.session is session):
         if dtype is None or np.dtype(dtype) == obj.dtype:
             return obj

@@ -42,7 +42,7 @@ from .. import dtypes, fastpath, promotion
 from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
-from ..errors import DeclarationError, FusionError
+from ..errors import ComplexUnsupportedError, DeclarationError, FusionError
 from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
@@ -298,7 +298,8 @@ class ElementwiseFunction(fastpath.FastPathCallable):
     def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
         raise NotImplementedError
 
-    def expression(self, dtype: np.dtype) -> str:
+    def expression(self, dtype: np.dtype, loops: tuple[np.dtype, ...] = ()) -> str:
+        """C text computing a ``dtype`` result from operands converted to ``loops``."""
         raise NotImplementedError
 
     def __init__(self) -> None:
@@ -436,9 +437,15 @@ class Elementwise(ElementwiseFunction):
         def concrete(spec: str) -> np.dtype:
             return bound[spec] if spec in bound else dtypes.ELEMENT_TYPES[spec].numpy
 
-        return concrete(self._out), tuple(concrete(d) for d in self._decls)
+        inputs = tuple(concrete(d) for d in self._decls)
+        for param, o, dt in zip(self.params, operands, inputs):
+            if promotion.is_complex(promotion.operand_dtype(o)) and not promotion.is_complex(dt):
+                raise ComplexUnsupportedError(
+                    f"{self.name}: a complex operand for {dt} parameter {param!r}: pass z.real, or declare it complex"
+                )
+        return concrete(self._out), inputs
 
-    def expression(self, dtype: np.dtype) -> str:
+    def expression(self, dtype: np.dtype, loops: tuple[np.dtype, ...] = ()) -> str:
         return self._expr
 
     def __repr__(self) -> str:

@@ -4,8 +4,8 @@ programs like a NumPy array.
 The runtime owns the memory, its layout and views; this class adds what runs kernels: the
 operators (``kd.ops`` calls; ``@`` is ``kd.matmul``), ``astype``, ``fill``, ``copy``,
 ``ravel``, item assignment, and the kernels that copy and fill strided views; NumPy's
-reduction methods (``array/methods.py``) and the scalar and Array API protocol
-(``array/protocol.py``) are mixins. Importing it
+reduction methods (``array/methods.py``), the scalar and Array API protocol
+(``array/protocol.py``) and the complex parts (``array/complex_parts.py``) are mixins. Importing it
 registers it with the runtime (``memory.use_array_type``), so that every array the runtime makes
 from then on, the C path's included, is a DeviceArray. It declares no slots: the C path reads
 arrays at the DeviceBuffer's slot offsets.
@@ -21,11 +21,12 @@ from ..runtime import memory
 from ..runtime.memory import DeviceBuffer
 from ..runtime.transfers import Transfers
 from .arraytype import as_array
+from .complex_parts import ComplexParts
 from .methods import ReductionMethods
 from .protocol import ArrayProtocol
 
 
-class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol):
+class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol, ComplexParts):
     """Device memory that behaves like a NumPy array where that costs nothing: operators map to
     ``kd.ops``, basic indexing and reshaping give views, host conversion is explicit
     (``to_host()``; ``item()`` and ``float(a)`` of one element synchronize). NumPy's reduction
@@ -151,30 +152,26 @@ class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol):
         return _ops().power(self, other, out=self)
 
     def __matmul__(self, other: DeviceArray | np.ndarray) -> DeviceArray:
-        """``kd.matmul(self, other)``; C-contiguous operands of one dtype and session skip its
-        general checks: two 2-D ones go straight to ``kd.blas.gemm`` with a new ``out`` (the C
-        launch path once warm), float32/float64 ones with a 1-D operand to ``gemv`` or ``dot``
-        (the result a new vector, or a 0-d array that stays on the device)."""
+        """``kd.matmul(self, other)``; device operands of one dtype and session skip its general
+        checks: two contiguous 2-D ones go straight to ``kd.blas.gemm`` with a new ``out`` (the C
+        launch path once warm); a real float product with a 1-D operand (``A @ v``, ``v @ A``,
+        ``v @ w``) is the ``dot`` reduction over A's rows or columns, launched from C once warm
+        (``kerneldsl.blas.reduced``; ``v @ w`` a 0-d array that stays on the device)."""
         products = _matmul()
         if (
             type(other) is DeviceArray
-            and self.is_contiguous
-            and other.is_contiguous
             and self.dtype is other.dtype
             and self.session is other.session
             and 0 < self.ndim <= 2
             and 0 < other.ndim <= 2
             and self.shape[-1] == other.shape[0]
         ):
-            if self.ndim == 2 and other.ndim == 2 and self.dtype in products.GEMM_TYPES:
+            if self.ndim == 1 or other.ndim == 1:
+                if self.dtype in products.REDUCED:
+                    return products.vector_product(self, other)  # type: ignore[no-any-return]
+            elif self.is_contiguous and other.is_contiguous and self.dtype in products.GEMM_TYPES:
                 out = self.session.empty((self.shape[0], other.shape[1]), self.dtype)
                 return products.gemm(self, other, out)  # type: ignore[no-any-return]
-            if self.dtype in products.VECTOR_PREFIX and (self.ndim == 1 or other.ndim == 1):
-                if self.ndim == other.ndim:
-                    return products.dot(self, other)  # type: ignore[no-any-return]
-                if other.ndim == 1:
-                    return products.gemv(self, other)  # type: ignore[no-any-return]
-                return products.gemv(other, self, trans_a=True)  # type: ignore[no-any-return]
         return products.matmul(self, other)  # type: ignore[no-any-return]
 
     def __rmatmul__(self, other: np.ndarray) -> DeviceArray:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         def __dlpack__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     HostArray: TypeAlias = np.ndarray[Any, Any]
-    Scalar: TypeAlias = bool | int | float | np.generic
+    Scalar: TypeAlias = bool | int | float | complex | np.generic
     HostOperand: TypeAlias = HostArray | Scalar
     DeviceOperand: TypeAlias = DeviceArray | CudaArray | DLPackArray | HostOperand
     RemoteOperand: TypeAlias = RemoteArray | HostOperand

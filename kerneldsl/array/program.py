@@ -23,7 +23,7 @@ from ..errors import FusionError
 if TYPE_CHECKING:
     from .elementwise import ElementwiseFunction
 
-SCALAR_TYPES = (bool, int, float, np.generic)
+SCALAR_TYPES = (bool, int, float, complex, np.generic)
 
 _HALF = ("float16", "bfloat16")
 _UNSIGNED = {
@@ -210,7 +210,8 @@ class ProgramBuilder:
             else:
                 args.append(o.id)
         shape = broadcast_shape([o.shape for o in operands if isinstance(o, Traced)], fn.name)
-        self.values.append(Node(fn.name, fn.params, fn.expression(result), tuple(args), tuple(loops), result))
+        converted = tuple(loops)
+        self.values.append(Node(fn.name, fn.params, fn.expression(result, converted), tuple(args), converted, result))
         return self.value(len(self.values) - 1, result, shape)
 
     def program(self, root: Traced) -> Program:

@@ -75,6 +75,11 @@ class ArrayProtocol:
         value: float = _converted(_array(self), float)
         return value
 
+    def __complex__(self) -> complex:
+        """The value of a 0-d array (synchronizes)."""
+        value: complex = _converted(_array(self), complex)
+        return value
+
     def __int__(self) -> int:
         """The value of a 0-d array, truncated as ``int(numpy_array)`` (synchronizes)."""
         value: int = _converted(_array(self), int)

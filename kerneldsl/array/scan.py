@@ -301,11 +301,11 @@ class Scan:
         """The operand's kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
         if isinstance(x, Traced):
             raise FusionError(f"{self.name}: a scan cannot be fused; call it on the fused function's result")
-        key = warm_key(x, axis, out, exclusive)
+        key = warm_key((x,), axis, out, exclusive)
         if key is not None:
             launch = self._warm.get(key)
             if launch is not None:
-                result = launch(x, out)
+                result = launch((x,), out)
                 if result is not None:
                     return result
         exclusive = _check_flag(exclusive, "exclusive", self.name)
@@ -332,6 +332,7 @@ class Scan:
         if not (hasattr(x, "shape") and hasattr(x, "dtype")) or isinstance(x, (bool, int, float, complex)):
             raise TypeError(f"{self.name}: expected an array, got {type(x).__name__}")
         value = promotion.supported(x.dtype)
+        promotion.refuse_complex(self.name, value, why="scans take real and integer dtypes only")
         shape = tuple(int(d) for d in x.shape)
         axes = normalize_axes(axis, len(shape), self.name, single=True) if shape else None
         ax = None if axes is None else axes[0]

@@ -60,6 +60,7 @@ from ._creation import (
     zeros_like,
 )
 from ._dtypes import __array_namespace_info__, astype, can_cast, finfo, iinfo, isdtype, result_type
+from ._elementwise import conj
 from ._gather import nonzero, take, take_along_axis
 from ._manipulation import (
     broadcast_arrays,
@@ -124,6 +125,7 @@ equal, not_equal, less, less_equal, greater, greater_equal = (
     _ops.greater_equal,
 )
 isfinite, isinf, isnan = _ops.isfinite, _ops.isinf, _ops.isnan
+real, imag = _ops.real, _ops.imag
 logical_and, logical_or, logical_xor, logical_not = (
     _ops.logical_and,
     _ops.logical_or,
@@ -167,6 +169,7 @@ __all__ = [
     "complex128",
     "complex64",
     "concat",
+    "conj",
     "copysign",
     "cos",
     "cosh",
@@ -196,6 +199,7 @@ __all__ = [
     "greater_equal",
     "hypot",
     "iinfo",
+    "imag",
     "inf",
     "int16",
     "int32",
@@ -241,6 +245,7 @@ __all__ = [
     "positive",
     "pow",
     "prod",
+    "real",
     "reciprocal",
     "remainder",
     "repeat",

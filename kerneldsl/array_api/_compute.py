@@ -75,13 +75,15 @@ def count_nonzero(x: Any, /, *, axis: Any = None, keepdims: bool = False) -> Dev
 
 
 def _cumulative(scan: Any, x: Any, axis: int | None, dtype: Any, include_initial: bool, initial: int) -> DeviceArray:
+    """The scan method ``scan`` of ``x`` along ``axis``, accumulating and returning ``dtype`` when given
+    (the standard's rule: ``dtype`` is the result's, whatever ``x``'s), else NumPy's ``cumsum``
+    dtypes, which are the standard's defaults (integers widen to int64/uint64, floats stay)."""
     if axis is None:
         if x.ndim > 1:
             raise ValueError("axis must be given for an array of more than one dimension")
         axis = 0
     axis = normalize_axis(axis, x.ndim)
-    source = x if dtype is None else x.astype(dtype)
-    result: DeviceArray = scan(source, axis=axis)
+    result: DeviceArray = scan(x, axis=axis, dtype=dtype)
     if include_initial:
         edge = full((*x.shape[:axis], 1, *x.shape[axis + 1 :]), initial, result.dtype, result.session)
         result = concat([edge, result], axis=axis)
@@ -91,15 +93,15 @@ def _cumulative(scan: Any, x: Any, axis: int | None, dtype: Any, include_initial
 def cumulative_sum(
     x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
 ) -> DeviceArray:
-    """Running sums along ``axis`` (NumPy's dtypes; ``include_initial``: a leading 0)."""
-    return _cumulative(ops.cumsum, x, axis, dtype, include_initial, 0)
+    """Running sums along ``axis`` (``include_initial``: a leading 0)."""
+    return _cumulative(DeviceArray.cumsum, x, axis, dtype, include_initial, 0)
 
 
 def cumulative_prod(
     x: Any, /, *, axis: int | None = None, dtype: Any = None, include_initial: bool = False
 ) -> DeviceArray:
     """Running products along ``axis`` (``include_initial``: a leading 1)."""
-    return _cumulative(ops.cumprod, x, axis, dtype, include_initial, 1)
+    return _cumulative(DeviceArray.cumprod, x, axis, dtype, include_initial, 1)
 
 
 def diff(x: Any, /, *, axis: int = -1, n: int = 1, prepend: Any = None, append: Any = None) -> DeviceArray:
@@ -187,7 +189,7 @@ def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> DeviceArray:
     if -axis > x1.ndim or -axis > x2.ndim or x1.shape[axis] != x2.shape[axis]:
         raise ValueError(f"vecdot: shapes {x1.shape} and {x2.shape} differ along axis {axis}")
     dtype = np.result_type(x1.dtype, x2.dtype)
-    product: DeviceArray = ops.multiply(a, b)
+    product: DeviceArray = ops.multiply(ops.conj(a) if a.dtype.kind == "c" else a, b)  # the standard's conj(x1)
     return product.sum(axis=axis, dtype=dtype)
 
 

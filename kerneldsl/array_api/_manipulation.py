@@ -129,21 +129,20 @@ def tile(x: Any, repetitions: tuple[int, ...], /) -> DeviceArray:
 
 
 def repeat(x: Any, repeats: Any, /, *, axis: int | None = None) -> DeviceArray:
-    """Each element of ``x`` repeated ``repeats`` times along ``axis`` (the flattened array when None)."""
+    """Each element of ``x`` repeated ``repeats`` times along ``axis`` (the flattened array when
+    None): an int, or an array of counts of shape ``(1,)`` (one count for all) or ``(n,)``."""
     if axis is None:
         x = reshape(x, (-1,))
         axis = 0
     axis = normalize_axis(axis, x.ndim)
     n = x.shape[axis]
     if isinstance(repeats, (int, np.integer)) or (type(repeats) is DeviceArray and repeats.ndim == 0):
-        r = int(repeats)
-        if r < 0:
-            raise ValueError("repeat: repeats must be non-negative")
-        wide = broadcast_to(x.expand_dims(axis + 1), (*x.shape[: axis + 1], r, *x.shape[axis + 1 :]))
-        return wide.copy().reshape((*x.shape[:axis], n * r, *x.shape[axis + 1 :]))
+        return _repeat_each(x, int(repeats), axis)
     counts = repeats.to_host() if type(repeats) is DeviceArray else np.asarray(repeats)
+    if counts.shape == (1,):  # broadcast to (n,): the same count for every element
+        return _repeat_each(x, int(counts[0]), axis)
     if counts.shape != (n,):
-        raise ValueError(f"repeat: repeats must have shape ({n},), got {counts.shape}")
+        raise ValueError(f"repeat: repeats must have shape (1,) or ({n},), got {counts.shape}")
     if (counts < 0).any():
         raise ValueError("repeat: repeats must be non-negative")
     lead = (slice(None),) * axis
@@ -155,3 +154,12 @@ def repeat(x: Any, repeats: Any, /, *, axis: int | None = None) -> DeviceArray:
     if not pieces:
         return x.session.empty((*x.shape[:axis], 0, *x.shape[axis + 1 :]), x.dtype)  # type: ignore[no-any-return]
     return concat(pieces, axis=axis)
+
+
+def _repeat_each(x: DeviceArray, r: int, axis: int) -> DeviceArray:
+    """Every element of ``x`` ``r`` times along ``axis``: one broadcast copy."""
+    if r < 0:
+        raise ValueError("repeat: repeats must be non-negative")
+    n = x.shape[axis]
+    wide = broadcast_to(x.expand_dims(axis + 1), (*x.shape[: axis + 1], r, *x.shape[axis + 1 :]))
+    return wide.copy().reshape((*x.shape[:axis], n * r, *x.shape[axis + 1 :]))

@@ -1,10 +1,10 @@
 """The Array API's ``linalg`` extension, the part kerneldsl serves without a dense solver:
 ``matmul``, ``matrix_transpose``, ``vecdot``, ``tensordot`` (the main namespace's), ``outer``,
 ``diagonal`` (a view: one stride, the sum of the last two), ``trace``, ``vector_norm`` (one
-reduction over ``|x|`` or ``|x|**ord``), ``cross`` (three-component products of slices) and
-``matrix_power`` (repeated squaring, ``n >= 0``). Decompositions, solvers, ``matrix_norm``
-(its 2 and nuclear norms need an SVD) and the rest are not implemented: cuSOLVER is not bound
-(``.ci/array-api-skips.txt`` names each)."""
+reduction over ``|x|`` or ``|x|**ord``), ``cross`` (three-component products of slices), ``inv``
+(a Gauss-Jordan kernel, ``_inverse``) and ``matrix_power`` (repeated squaring; of the inverse
+for ``n < 0``). Decompositions, solvers, ``matrix_norm`` (its 2 and nuclear norms need an SVD)
+and the rest are not implemented: cuSOLVER is not bound (``.ci/array-api-skips.txt`` names each)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,13 @@ from ..array.ndarray import DeviceArray
 from ..runtime.views import normalize_axis
 from ._compute import matmul, matrix_transpose, tensordot, vecdot
 from ._creation import eye
+from ._inverse import inv
 from ._manipulation import broadcast_arrays, broadcast_to, stack
 
 __all__ = [
     "cross",
     "diagonal",
+    "inv",
     "matmul",
     "matrix_power",
     "matrix_transpose",
@@ -101,17 +103,21 @@ def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> DeviceArray:
 
 
 def matrix_power(x: Any, n: int, /) -> DeviceArray:
-    """``x`` (square matrices in the last two axes) multiplied by itself ``n`` times (``n >= 0``)."""
+    """``x`` (square matrices in the last two axes) multiplied by itself ``n`` times, by repeated
+    squaring (of its inverse for ``n < 0``; the identity for ``n == 0``); always a new array."""
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         raise ValueError(f"matrix_power needs square matrices in the last two axes, got shape {x.shape}")
-    if n < 0:
-        raise NotImplementedError("matrix_power with n < 0 needs an inverse: kerneldsl binds no dense solver")
-    result: DeviceArray = broadcast_to(eye(x.shape[-1], dtype=x.dtype, device=x.session), x.shape).copy()
-    square = x
+    if n == 0:
+        identity: DeviceArray = broadcast_to(eye(x.shape[-1], dtype=x.dtype, device=x.session), x.shape).copy()
+        return identity
+    square: DeviceArray = inv(x) if n < 0 else x
+    n = builtins.abs(n)
+    while not n & 1:  # square up to the lowest set bit of n: the first factor
+        square, n = matmul(square, square), n >> 1
+    result, n = square, n >> 1
     while n:
+        square = matmul(square, square)
         if n & 1:
             result = matmul(result, square)
         n >>= 1
-        if n:
-            square = matmul(square, square)
-    return result
+    return result.copy() if result is x else result

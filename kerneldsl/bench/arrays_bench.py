@@ -14,6 +14,8 @@
   against their plain spellings, the stream each runs on held by a spin kernel.
 - cg, matmul, roundtrip: NumPy code as written (``arrays_numpy_code``): the CuPy CG solver per
   iteration, an allocating ``a @ b``'s host cost, and numpy -> device -> numpy round trips.
+- transfers: uploads and downloads alone, and kerneldsl's direct copies against its pinned
+  pipeline (``arrays_transfers``).
 
 Each section ends with its ratios named after the issue's targets. Results are checked against
 NumPy before anything is timed.
@@ -31,7 +33,7 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.bench import arrays_numpy_code, ops_bench, runtime_bench
+from kerneldsl.bench import arrays_numpy_code, arrays_transfers, ops_bench, runtime_bench
 from kerneldsl.bench.report import Report, Section, run_sections
 from kerneldsl.errors import BlasNotAvailableError
 
@@ -311,6 +313,7 @@ SECTIONS: dict[str, Section] = {
     "cg": ("conjugate gradients as CuPy spells it, 4096² SPD, per iteration", arrays_numpy_code.bench_cg),
     "matmul": ("allocating a @ b, host cost, 128² and 1024² float32", arrays_numpy_code.bench_matmul),
     "roundtrip": ("numpy -> device -> x * 2 -> numpy, 1k..64M float32", arrays_numpy_code.bench_roundtrip),
+    "transfers": ("numpy -> device, device -> numpy alone; direct vs pipelined", arrays_transfers.bench_transfers),
 }
 
 

@@ -10,8 +10,9 @@ side by side with CuPy and PyTorch in one process (GPU required).
 - views: ``x.T``, ``x[::2]``, ``x[:, ::2]``, ``x[..., 1:-1]`` of an (8192, 8192) float32 array
   against torch on the same view (target <= 1.1);
 - host: the per-call host cost of a warm allocating ``kd.ops.sum`` on 1024 float32 and on
-  (64, 1024) along each axis against ``torch.sum``, and of ``kd.blas.gemv`` allocating its
-  result against torch ``A @ v`` (target <= 1.0).
+  (64, 1024) along each axis against ``torch.sum``, and of the allocating vector products of a
+  CG iteration against torch's ``@``: ``kd.blas.gemv`` and ``A @ v`` (4096^2 float32), ``p @ q``
+  (4096) (target <= 1.0).
 
 Every result is checked against a float64 NumPy reference first.
 """
@@ -208,13 +209,20 @@ def bench_host(args: argparse.Namespace) -> dict[str, float]:
     a = np.random.default_rng(2).random((4096, 4096), dtype=np.float32)
     v = np.random.default_rng(3).random(4096, dtype=np.float32)
     da, dv, ta, tv = s.to_device(a), s.to_device(v), torch.from_numpy(a).cuda(), torch.from_numpy(v).cuda()
-    _check("kd gemv", kd.blas.gemv(da, dv).to_host(), a.astype(np.float64) @ v, rtol=1e-4)
-    costs = _per_call(
-        {"kd": (lambda: kd.blas.gemv(da, dv), s.synchronize), "torch": (lambda: ta @ tv, torch.cuda.synchronize)},
-        HOST_CALLS,
-        args.reps,
-    )
-    results["gemv 4096^2 allocating: kd (µs)"] = costs["kd"]
-    results["gemv 4096^2 allocating: torch A @ v (µs)"] = costs["torch"]
-    results["gemv 4096^2 allocating: kd / torch (target <= 1.0)"] = costs["kd"] / costs["torch"]
+    # name -> (ours, theirs, the float64 reference): the vector products of a CG iteration
+    products: dict[str, tuple[Callable[[], Any], Callable[[], Any], np.ndarray]] = {
+        "gemv 4096^2": (lambda: kd.blas.gemv(da, dv), lambda: ta @ tv, a.astype(np.float64) @ v),
+        "A @ v 4096^2": (lambda: da @ dv, lambda: ta @ tv, a.astype(np.float64) @ v),
+        "p @ q 4096": (lambda: dv @ dv, lambda: tv @ tv, np.asarray(v.astype(np.float64) @ v)),
+    }
+    for name, (ours_product, torch_product, want) in products.items():
+        _check(f"kd {name}", ours_product().to_host(), want, rtol=1e-4)
+        costs = _per_call(
+            {"kd": (ours_product, s.synchronize), "torch": (torch_product, torch.cuda.synchronize)},
+            HOST_CALLS,
+            args.reps,
+        )
+        results[f"{name} allocating: kd (µs)"] = costs["kd"]
+        results[f"{name} allocating: torch @ (µs)"] = costs["torch"]
+        results[f"{name} allocating: kd / torch (target <= 1.0)"] = costs["kd"] / costs["torch"]
     return results

@@ -21,17 +21,21 @@ from ..routing import RemoteArguments, is_remote
 from ..runtime.handle import check_same_session
 from ..runtime.session import Session
 from ..runtime.stream import Stream
-from .binding import COMPUTE_32F, COMPUTE_64F, R_16BF, R_16F, R_32F, R_64F
+from .binding import C_32F, C_64F, COMPUTE_32F, COMPUTE_64F, R_16BF, R_16F, R_32F, R_64F
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 BF16 = ELEMENT_TYPES["bfloat16"].numpy if add_bfloat16() else None
 
-# dtype -> (cudaDataType, cublasComputeType); the compute type fixes alpha/beta's C type.
+# dtype -> (cudaDataType, cublasComputeType); the compute type fixes alpha/beta's C type (for
+# complex types: cuComplex / cuDoubleComplex, see ``BlasHandle.complex_scalars``).
 GEMM_TYPES: dict[np.dtype, tuple[int, int]] = {
     F16: (R_16F, COMPUTE_32F),
     F32: (R_32F, COMPUTE_32F),
     F64: (R_64F, COMPUTE_64F),
+    np.dtype(np.complex64): (C_32F, COMPUTE_32F),
+    np.dtype(np.complex128): (C_64F, COMPUTE_64F),
 }
+COMPLEX_GEMM_TYPES = frozenset((C_32F, C_64F))
 if BF16 is not None:
     GEMM_TYPES[BF16] = (R_16BF, COMPUTE_32F)
 

@@ -55,6 +55,8 @@ class BlasHandle:
         "_p64",
         "_s32",
         "_s64",
+        "_c32",
+        "_c64",
         "_lt",
     )
 
@@ -87,6 +89,8 @@ class BlasHandle:
         self._p32, self._p64 = (base32, base32 + 4), (base64, base64 + 8)
         self._s32: tuple[Any, Any] = (0.0, 0.0)
         self._s64: tuple[Any, Any] = (0.0, 0.0)
+        self._c32 = (ctypes.c_float * 4)()  # complex alpha and beta: (re, im) each
+        self._c64 = (ctypes.c_double * 4)()
         self._lt: blas_lt.LtHandle | None = None  # the cuBLASLt handle and matmul configurations, made on first use
 
     @property
@@ -167,6 +171,14 @@ class BlasHandle:
             self._f32[0], self._f32[1] = alpha, beta
             self._s32 = (alpha, beta)
         return self._p32
+
+    def complex_scalars(self, compute: int, alpha: Any, beta: Any) -> tuple[int, int]:
+        """Host addresses of complex alpha and beta (cuDoubleComplex for COMPUTE_64F, else cuComplex)."""
+        parts = self._c64 if compute == COMPUTE_64F else self._c32
+        a, b = complex(alpha), complex(beta)
+        parts[0], parts[1], parts[2], parts[3] = a.real, a.imag, b.real, b.imag
+        base = ctypes.addressof(parts)
+        return base, base + ctypes.sizeof(parts) // 2
 
     def workspace(self, stream: Stream) -> DeviceArray:
         """The workspace of ``stream``, allocated on its first use."""

@@ -21,7 +21,17 @@ from ..routing import RemoteArguments, public, route, routed
 from ..runtime.session import Session
 from ..runtime.stream import Stream
 from .binding import COMPUTE_32F_FAST_TF32, COMPUTE_64F, GEMM_DEFAULT, OP_N, OP_T, R_32F, blas_error
-from .checks import GEMM_TYPES, check_ndim, common_dtype, fill_zero, needs_64, no_alias, output, session_of
+from .checks import (
+    COMPLEX_GEMM_TYPES,
+    GEMM_TYPES,
+    check_ndim,
+    common_dtype,
+    fill_zero,
+    needs_64,
+    no_alias,
+    output,
+    session_of,
+)
 from .handles import BlasHandle, handle
 
 
@@ -125,8 +135,9 @@ def _gemm(
 ) -> DeviceArray:
     """``out = alpha * op(a) @ op(b) + beta * out`` with ``op(x) = x.T`` when ``trans_x``; returns ``out``.
 
-    2-D row-major arrays of one dtype (float16, bfloat16, float32, float64). Without ``out`` a
-    new array is allocated (``beta`` must then be 0). ``tf32=True`` lets float32 use TF32.
+    2-D row-major arrays of one dtype (float16, bfloat16, float32, float64, complex64,
+    complex128; complex ones run cublasGemmEx, with complex ``alpha``/``beta`` allowed). Without
+    ``out`` a new array is allocated (``beta`` must then be 0). ``tf32=True`` lets float32 use TF32.
     Runs ``cublasLtMatmul`` with a configuration made once per problem (``blas_lt``); a warm
     ``gemm(a, b, out)`` or ``gemm(a, b, out=out)``, with ``alpha=``, ``beta=`` and ``stream=`` as
     keywords, is then enqueued from C (one entry per stream).
@@ -137,8 +148,9 @@ def _gemm(
     session, h, m, n, k, ctype, compute = problem
     with session.activated():
         lt_handle = h.lt()
-        config = lt_handle.config(ctype, compute, a, b, out, trans_a, trans_b)
-        pa, pb = h.scalars(compute, alpha, beta)
+        complex_ = ctype in COMPLEX_GEMM_TYPES
+        config = None if complex_ else lt_handle.config(ctype, compute, a, b, out, trans_a, trans_b)
+        pa, pb = scalars(h, ctype, compute, alpha, beta)
         if config is None:
             _gemm_ex(h, stream, problem, a, b, out, trans_a, trans_b, pa, pb)
         else:
@@ -177,6 +189,13 @@ def _gemm(
                 lambda: _gemm_launch(session, lt_handle, config, double, operands, workspace, stream),
             )
     return out
+
+
+def scalars(h: BlasHandle, ctype: int, compute: int, alpha: Any, beta: Any) -> tuple[int, int]:
+    """Host addresses of alpha and beta in the C type cuBLAS reads for ``ctype``/``compute``."""
+    if ctype in COMPLEX_GEMM_TYPES:
+        return h.complex_scalars(compute, alpha, beta)
+    return h.scalars(compute, alpha, beta)
 
 
 def _gemm_ex(
@@ -294,7 +313,7 @@ def gemm_batched(
     session, h, m, n, k, ctype, compute = problem
     (batch, ra, lda), (_, rb, ldb) = a.shape, b.shape
     with session.activated():
-        pa, pb = h.scalars(compute, alpha, beta)
+        pa, pb = scalars(h, ctype, compute, alpha, beta)
         h.call(
             "gemm_strided_batched_ex_64" if needs_64(m, n, k, batch) else "gemm_strided_batched_ex",
             OP_T if trans_b else OP_N,

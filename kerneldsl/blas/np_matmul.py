@@ -5,9 +5,11 @@ the added axis dropped from the result (1-D @ 1-D is a 0-d array); the axes befo
 are batch axes, broadcast against each other. The result dtype is ``np.result_type`` of the
 operands (bfloat16 @ bfloat16 stays bfloat16); integer and bool results are refused.
 
-Which cuBLAS call: a 2-D product is ``kd.blas.gemm`` (cuBLASLt, and the C launch path once
-warm); float32/float64 products with a 1-D operand are ``gemv`` or ``dot``; everything else is
-one ``cublasGemmStridedBatchedEx``. Strided views are read in place where a leading dimension
+Which call: a 2-D product is ``kd.blas.gemm`` (cuBLASLt, and the C launch path once warm);
+an unbatched product with a 1-D operand (``A @ v``, ``v @ A``, ``v @ w``) of a real float dtype is
+a ``dot`` reduction (``reduced.py``: one launch from C once warm, where a cuBLAS gemv is Python
+into the handle on every call; float16/bfloat16 accumulate in float32); everything else is one
+``cublasGemmStridedBatchedEx``. Strided views are read in place where a leading dimension
 and a transpose flag describe them (``a.T``, a column slice); a broadcast batch axis is a batch
 stride of 0 when the whole batch collapses to one stride. Anything else is copied first.
 
@@ -35,10 +37,10 @@ from ..routing import RemoteArguments, find_remote, routed
 from ..runtime.handle import check_same_session
 from ..runtime.session import Session
 from .binding import GEMM_DEFAULT, OP_N, OP_T
-from .checks import GEMM_TYPES, VECTOR_PREFIX, needs_64
+from .checks import GEMM_TYPES, needs_64
 from .handles import handle
-from .matmul import gemm
-from .vector import dot, gemv
+from .matmul import gemm, scalars
+from .reduced import REDUCED, vector_product
 
 OP = "kd.matmul"
 SUPPORTED = ", ".join(str(d) for d in GEMM_TYPES)
@@ -63,7 +65,9 @@ def matmul(a: np.ndarray, b: DeviceArray, out: DeviceArray | None = None) -> Dev
 def matmul(a: Any, b: Any, out: Any = None) -> Any: ...
 @routed
 def matmul(a: Any, b: Any, out: Any = None) -> Any:
-    """``np.matmul(a, b, out=out)`` on the GPU through cuBLAS (float16, bfloat16, float32, float64).
+    """``np.matmul(a, b, out=out)`` on the GPU through cuBLAS (float16, bfloat16, float32, float64,
+    complex64, complex128), or a ``dot`` reduction for an unbatched real float product with a 1-D
+    operand (see the module docstring).
 
     Enqueued on the session stream like any op; the result is a new DeviceArray (0-d for two
     1-D operands) or ``out``. Numpy operands: see the module docstring.
@@ -131,7 +135,7 @@ def _dtype(da: Any, db: Any) -> np.dtype:
     except TypeError as exc:
         raise BindingError(OP, "b", f"dtypes {da} and {db} have no common dtype ({exc})") from None
     if dt not in GEMM_TYPES:
-        what = "complex dtypes are not supported yet" if dt.kind == "c" else f"the {dt} result is not supported"
+        what = f"the {dt} result is not supported"
         raise BindingError(OP, "a", f"{what}: matmul runs on cuBLAS, which serves {SUPPORTED} (a @ b of {da} and {db})")
     return dt
 
@@ -164,20 +168,10 @@ def _product(session: Session, a: DeviceArray, b: DeviceArray, batch: tuple[int,
     """Enqueue the non-empty ``target = a @ b`` (one dtype) as the one cuBLAS call that fits."""
     if a.shape[-1] == 0:  # an empty sum
         target.fill_zero()
-    elif not batch and (a.ndim == 1 or b.ndim == 1) and target.dtype in VECTOR_PREFIX:
-        _vector(a, b, target)
+    elif not batch and (a.ndim == 1 or b.ndim == 1) and target.dtype in REDUCED:
+        vector_product(a, b, target)
     elif not (a.ndim == 2 and b.ndim == 2 and _gemm2d(a, b, target)):
         _batched(session, a, b, batch, target)
-
-
-def _vector(a: DeviceArray, b: DeviceArray, target: DeviceArray) -> None:
-    """float32/float64 with a 1-D operand: gemv (the matrix read through its transpose flag) or dot."""
-    if a.ndim == 1 and b.ndim == 1:
-        dot(_contiguous(a), _contiguous(b), target)
-        return
-    matrix, x, left = (b, a, True) if a.ndim == 1 else (a, b, False)
-    base, trans = _plain(matrix)
-    gemv(base, _contiguous(x), target, trans_a=trans != left)  # x @ B is B^T x
 
 
 def _gemm2d(a: DeviceArray, b: DeviceArray, target: DeviceArray) -> bool:
@@ -204,7 +198,7 @@ def _batched(session: Session, a: DeviceArray, b: DeviceArray, batch: tuple[int,
     ctype, compute = GEMM_TYPES[target.dtype]
     h = handle(session)
     with session.activated():
-        pa, pb = h.scalars(compute, 1.0, 0.0)
+        pa, pb = scalars(h, ctype, compute, 1.0, 0.0)
         wide = needs_64(m, n, k, count, ma.ld, mb.ld, ma.stride, mb.stride, m * n)
         h.call(  # C^T (n x m) = op(B)^T @ op(A)^T: see the package docstring
             "gemm_strided_batched_ex_64" if wide else "gemm_strided_batched_ex",
@@ -291,17 +285,3 @@ def _broadcast_copy(session: Session, x: DeviceArray, batch: tuple[int, ...]) ->
     full = as_array(session.empty(batch + x.shape[-2:], x.dtype))
     full[...] = x
     return full
-
-
-def _plain(x: DeviceArray) -> tuple[DeviceArray, bool]:
-    """A 2-D ``x`` as a contiguous array and a transpose flag (a copy when neither fits)."""
-    if x.is_contiguous:
-        return x, False
-    layout = _layout(x)
-    if layout is not None and layout[0] and layout[1] == _natural(x, True):
-        return x.T, True
-    return x.copy(), False
-
-
-def _contiguous(x: DeviceArray) -> DeviceArray:
-    return x if x.is_contiguous else x.copy()

@@ -1,7 +1,14 @@
 """Levels 1 and 2 of kd.blas: ``gemv``, ``axpy``, ``dot``, ``nrm2`` (float32 and float64).
 
-``dot`` and ``nrm2`` run in device pointer mode: the GPU writes the result into a 0-d array,
-so no call waits on the host.
+``dot`` and ``nrm2`` write their result on the GPU into a 0-d array, so no call waits on the host.
+
+Which kernel: an allocating call (``out=None``; for gemv also ``alpha=1``, ``beta=0``; no
+``stream=``) is a reduction of the array layer (``reduced.py``): its warm call is one dict lookup
+and a launch from C with the result from the pool, where a cuBLAS call is Python into the handle
+on every call. A call whose arrays pass ``_lean_*`` (attribute tests only: a subset of what the
+full checks accept) skips the full checks. ``out=``, ``alpha``/``beta`` and
+``stream=`` run cuBLAS (device pointer mode for ``dot``/``nrm2``). Both read the same memory and
+accept and refuse the same calls.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ if TYPE_CHECKING:
     from ..array.ndarray import DeviceArray
 from ..errors import ShapeMismatchError
 from ..routing import routed
+from ..runtime import memory
 from ..runtime.session import Session
 from ..runtime.stream import Stream
 from .binding import COMPUTE_32F, COMPUTE_64F, OP_N, OP_T, POINTER_MODE_DEVICE
@@ -28,6 +36,7 @@ from .checks import (
     session_of,
 )
 from .handles import handle
+from .reduced import dot_reduction, matrix_vector, norm, vector_matrix
 
 
 @routed
@@ -41,7 +50,14 @@ def gemv(
     trans_a: bool = False,
     stream: Stream | None = None,
 ) -> DeviceArray:
-    """``out = alpha * op(a) @ x + beta * out`` for a 2-D ``a`` and 1-D ``x`` (float32, float64)."""
+    """``out = alpha * op(a) @ x + beta * out`` for a 2-D ``a`` and 1-D ``x`` (float32, float64).
+
+    A new ``op(a) @ x`` (``out=None``, ``alpha=1``, ``beta=0``, no ``stream``) is the ``dot``
+    reduction over a's rows (its columns for ``trans_a``), launched from C once warm; the rest
+    is cuBLAS's gemv (see the module docstring)."""
+    allocated = out is None and stream is None and alpha == 1 and beta == 0
+    if allocated and _lean_gemv(a, x, trans_a):
+        return vector_matrix(x, a) if trans_a else matrix_vector(a, x)
     op = "kd.blas.gemv"
     session = session_of(op, ("a", "x", "out"), (a, x, out), stream)
     check_ndim(op, "a", a, 2)
@@ -53,6 +69,8 @@ def gemv(
     n_in, n_out = (rows, cols) if trans_a else (cols, rows)
     if x.shape[0] != n_in:
         raise ShapeMismatchError(op, "x", f"op(a) is {n_out}x{n_in} but x has {x.shape[0]} elements")
+    if allocated:
+        return vector_matrix(x, a) if trans_a else matrix_vector(a, x)
     out = output(op, session, out, (n_out,), dt, beta)
     no_alias(op, out, a=a, x=x)
     if not n_out:
@@ -96,7 +114,12 @@ def dot(x: DeviceArray, y: DeviceArray, out: DeviceArray | None = None, *, strea
     """``sum(x * y)`` of two 1-D arrays, written on the device into a 0-d array (``out`` or new).
 
     The result stays on the device (no host synchronization); read it with ``.to_host()``.
+    A new result (``out=None``, no ``stream``) is the ``dot`` reduction, launched from C once
+    warm; ``out=`` or ``stream=`` is cuBLAS's dot (see the module docstring).
     """
+    allocated = out is None and stream is None
+    if allocated and _lean_dot(x, y):
+        return dot_reduction(x, y)
     op = "kd.blas.dot"
     session = session_of(op, ("x", "y", "out"), (x, y, out), stream)
     check_ndim(op, "x", x, 1)
@@ -104,6 +127,8 @@ def dot(x: DeviceArray, y: DeviceArray, out: DeviceArray | None = None, *, strea
     dt = common_dtype(op, VECTOR_PREFIX, ("x", "y", "out"), (x, y, out))
     if x.shape != y.shape:
         raise ShapeMismatchError(op, "y", f"{y.shape[0]} elements, x has {x.shape[0]}")
+    if allocated:
+        return dot_reduction(x, y)
     out = scalar_output(op, session, out, dt)
     if not x.size:
         return fill_zero(out, stream)
@@ -113,10 +138,21 @@ def dot(x: DeviceArray, y: DeviceArray, out: DeviceArray | None = None, *, strea
 
 @routed
 def nrm2(x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | None = None) -> DeviceArray:
-    """Euclidean norm over all elements of ``x`` (float32, float64), on the device into a 0-d array."""
+    """Euclidean norm over all elements of ``x`` (float32, float64), on the device into a 0-d array.
+
+    A new result (``out=None``, no ``stream``) is ``kd.ops.norm``'s reduction, launched from C once
+    warm: the square root of the sum of squares in ``x``'s dtype, without cuBLAS's scaling (so
+    elements beyond the square root of the dtype's largest value overflow to inf); ``out=`` or
+    ``stream=`` is cuBLAS's nrm2.
+    """
+    allocated = out is None and stream is None
+    if allocated and _lean_nrm2(x):
+        return norm(x)
     op = "kd.blas.nrm2"
     session = session_of(op, ("x", "out"), (x, out), stream)
     dt = common_dtype(op, VECTOR_PREFIX, ("x", "out"), (x, out))
+    if allocated:
+        return norm(x)
     out = scalar_output(op, session, out, dt)
     if not x.size:
         return fill_zero(out, stream)
@@ -132,3 +168,43 @@ def _reduce(
     with session.activated():
         h.call(name, *args, out.ptr, stream=stream, pointer_mode=POINTER_MODE_DEVICE, keep=keep)
     return out
+
+
+def _lean_gemv(a: Any, x: Any, trans_a: bool) -> bool:
+    """Whether ``gemv(a, x, trans_a=trans_a)`` passes its checks, from attributes alone: device
+    arrays of one session, contiguous, one supported dtype, matching extents (a closed array
+    is refused by the reduction as by ``session_of``)."""
+    array = memory.array_type
+    return (
+        type(a) is array
+        and type(x) is array
+        and a.ndim == 2
+        and x.ndim == 1
+        and a.is_contiguous
+        and x.is_contiguous
+        and a.dtype is x.dtype
+        and a.dtype in VECTOR_PREFIX
+        and a.session is x.session
+        and x.shape[0] == a.shape[0 if trans_a else 1]
+    )
+
+
+def _lean_dot(x: Any, y: Any) -> bool:
+    """Whether ``dot(x, y)`` passes its checks, from attributes alone (see ``_lean_gemv``)."""
+    array = memory.array_type
+    return (
+        type(x) is array
+        and type(y) is array
+        and x.ndim == 1
+        and x.shape == y.shape
+        and x.is_contiguous
+        and y.is_contiguous
+        and x.dtype is y.dtype
+        and x.dtype in VECTOR_PREFIX
+        and x.session is y.session
+    )
+
+
+def _lean_nrm2(x: Any) -> bool:
+    """Whether ``nrm2(x)`` passes its checks, from attributes alone (see ``_lean_gemv``)."""
+    return type(x) is memory.array_type and x.is_contiguous and x.dtype in VECTOR_PREFIX

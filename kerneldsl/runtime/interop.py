@@ -140,8 +140,11 @@ _export_deleter = DLDeleter(_delete_export)
 _capsule_destructor = _CapsuleDestructor(_destroy_capsule)
 
 
-def to_dlpack(ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, owner: Any) -> Any:
-    """A ``dltensor`` PyCapsule over C-contiguous CUDA memory; ``owner`` lives until the deleter runs."""
+def to_dlpack(
+    ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, owner: Any, device_type: int = DL_CUDA
+) -> Any:
+    """A ``dltensor`` PyCapsule over C-contiguous memory (CUDA, or ``device_type=DL_CPU`` for a
+    host copy); ``owner`` lives until the deleter runs."""
     code = _KIND_TO_DL.get(dtype.kind)
     if code is None or dtype.byteorder == ">":
         raise BufferError(f"dtype {dtype} has no DLPack equivalent")
@@ -149,7 +152,7 @@ def to_dlpack(ptr: int, shape: tuple[int, ...], dtype: np.dtype, device: int, ow
     shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
     t = managed.dl_tensor
     t.data = ptr or None
-    t.device = DLDevice(DL_CUDA, device)
+    t.device = DLDevice(device_type, device)
     t.ndim = len(shape)
     t.dtype = DLDataType(code, dtype.itemsize * 8, 1)
     t.shape = shape_arr

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..dtypes import INT32_MAX
 from ..errors import WrongSessionError
-from . import interop, views
+from . import host_copies, interop, views
 from .driver import check
 from .handle import Handle
 from .interop import c_strides
@@ -203,20 +203,24 @@ class DeviceBuffer(_Layout, Transfers):
 
     # -- views: the same memory, another layout (NumPy's rules) -------------------------------
 
-    def _view(self: _B, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0) -> _B:
+    def _view(
+        self: _B, shape: tuple[int, ...], strides: tuple[int, ...], offset: int = 0, dtype: np.dtype | None = None
+    ) -> _B:
         """A view of this array's memory with ``shape`` and byte ``strides``, its first element
-        ``offset`` bytes after this array's (of this array's class)."""
+        ``offset`` bytes after this array's (of this array's class); ``dtype``: its elements read
+        as another type (a complex array's real or imaginary parts), by default this array's."""
         root = self if self.base is None else self.base
         view = type(self).__new__(type(self))
         Handle.__init__(view, self.session)
-        view.shape, view.strides, view.dtype = shape, strides, self.dtype
+        dt = self.dtype if dtype is None else dtype
+        view.shape, view.strides, view.dtype = shape, strides, dt
         view.ndim = len(shape)
         view.size = math.prod(shape)
-        view.nbytes = view.size * self.dtype.itemsize
+        view.nbytes = view.size * dt.itemsize
         view.ptr = self.ptr + offset
         view._owner = root  # the memory lives as long as any view of it
         view.base = root
-        view.is_contiguous = views.is_c_contiguous(shape, strides, self.dtype.itemsize)
+        view.is_contiguous = views.is_c_contiguous(shape, strides, dt.itemsize)
         view._views = None
         view.dispatch_tag = _dispatch_tag(view)
         with self.session.lock:  # what _take holds: a view is registered before its owner closes, or refused
@@ -308,10 +312,17 @@ class DeviceBuffer(_Layout, Transfers):
         """A legacy ``dltensor`` capsule; the consumer's ``stream`` is made to wait for ours.
 
         ``max_version`` is accepted and ignored: an unversioned capsule is always valid.
+        ``dl_device=(1, 0)`` (kDLCPU, which the standard asks every library to offer) exports a
+        host copy, made after the queued work (it synchronizes; ``copy=False`` refuses it).
         """
         self._check()
-        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
-            raise BufferError(f"cannot export device {self.__dlpack_device__()} memory to {dl_device}")
+        if dl_device is not None and tuple(int(v) for v in dl_device) != self.__dlpack_device__():
+            if tuple(int(v) for v in dl_device) != (interop.DL_CPU, 0):
+                raise BufferError(f"cannot export device {self.__dlpack_device__()} memory to {dl_device}")
+            if copy is False:
+                raise BufferError("exporting device memory to the CPU (dl_device=(1, 0)) copies it: pass copy=None")
+            host = self.to_host()
+            return interop.to_dlpack(host.ctypes.data, host.shape, host.dtype, 0, host, interop.DL_CPU)
         if copy is False and not self.is_contiguous:
             raise BufferError(f"a strided view (strides {self.strides}) exports as a contiguous copy: pass copy=None")
         source = self.session.copy(self) if copy or not self.is_contiguous else self
@@ -452,10 +463,15 @@ def zeros(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer
 
 
 def to_device(session: Session, host: Any) -> DeviceBuffer:
-    """Copy a host array (any layout; materialized C-contiguous) to new device memory."""
+    """Copy a host array (any layout; materialized C-contiguous) to new device memory: in one C
+    call when the session can (``host_copies.upload``), else by the constructor and ``copy_from_host``."""
     src = np.asarray(host)
     if not src.flags.c_contiguous:
         src = src.copy(order="C")
+    if src.nbytes and session.usable:
+        made = host_copies.upload(session, src)
+        if made is not None:
+            return made
     arr = array_type(session, src.shape, src.dtype)
     arr.copy_from_host(src)
     return arr

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from . import driver
+from . import driver, host_copies
 from .driver import check
 
 if TYPE_CHECKING:
@@ -125,7 +125,9 @@ class FastAllocation:
     ``Allocator`` reads these attributes once, when it is made.
 
     ``alloc``, ``free`` and ``current`` are the entry points of cuMemAllocFromPoolAsync,
-    cuMemFreeAsync and cuCtxGetCurrent (0 when the driver has none); ``pool``, ``context`` and
+    cuMemFreeAsync and cuCtxGetCurrent (0 when the driver has none); ``copy_to_device``,
+    ``copy_to_host`` and ``stream_query`` those of cuMemcpyHtoDAsync, cuMemcpyDtoHAsync and
+    cuStreamQuery for the host copies, which spin at most ``spin_ns`` (see ``host_copies``); ``pool``, ``context`` and
     ``stream`` the addresses of the pool, the context and the session stream; ``lock``,
     ``handles``, ``dropped`` and ``streams`` the session lock, its handle registry, the finalizer
     (see ``handle.Handle._own``) and its set of streams.
@@ -137,11 +139,29 @@ class FastAllocation:
     left to ``DeviceBuffer``'s constructor (trim and retry, OutOfMemoryError).
     """
 
-    __slots__ = ("alloc", "free", "current", "pool", "context", "stream", "lock", "handles", "dropped", "streams")
+    __slots__ = (
+        "alloc",
+        "free",
+        "current",
+        "copy_to_device",
+        "copy_to_host",
+        "stream_query",
+        "spin_ns",
+        "pool",
+        "context",
+        "stream",
+        "lock",
+        "handles",
+        "dropped",
+        "streams",
+    )
 
     def __init__(self, session: Session) -> None:
         names = ("cuMemAllocFromPoolAsync", "cuMemFreeAsync", "cuCtxGetCurrent")
         self.alloc, self.free, self.current = (session.entry_point(name) for name in names)
+        copies = ("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuStreamQuery")
+        self.copy_to_device, self.copy_to_host, self.stream_query = (session.entry_point(name) for name in copies)
+        self.spin_ns = host_copies.SPIN_NS
         self.pool = int(session.pool.handle)
         self.context = session.context_address
         self.stream = int(session.raw_stream)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import StridedArrayError
-from . import nvtx
+from . import host_copies, nvtx
 from .driver import check
 from .handle import Handle, check_same_session
 
@@ -58,7 +58,7 @@ class Transfers(Handle):
             finally:
                 staged.close()  # a stream-ordered free: after the copy kernel
             return
-        if self.nbytes:
+        if self.nbytes and not host_copies.upload_into(self, src):
             d, ptr, n = self.session.api, self.ptr, self.nbytes
             self._blocking_copy("cuMemcpyHtoDAsync", lambda s: d.cuMemcpyHtoDAsync(ptr, src.ctypes.data, n, s), src)
 
@@ -74,14 +74,18 @@ class Transfers(Handle):
             finally:
                 contiguous.close()
             return out
-        if self.nbytes:
+        if self.nbytes and not host_copies.download(self, dst):
             d, ptr, n = self.session.api, self.ptr, self.nbytes
             self._blocking_copy("cuMemcpyDtoHAsync", lambda s: d.cuMemcpyDtoHAsync(dst.ctypes.data, ptr, n, s), dst)
         return out
 
     def to_host(self) -> np.ndarray:
-        """A new numpy array with the contents, after the work queued on the session stream."""
-        return self.copy_to_host(np.empty(self.shape, self.dtype))
+        """A new numpy array with the contents, after the work queued on the session stream: in one
+        C call when the session can (``host_copies.download``), else by ``copy_to_host``."""
+        out = np.empty(self.shape, self.dtype)
+        if self.nbytes and self.is_contiguous and host_copies.download(self, out):
+            return out
+        return self.copy_to_host(out)
 
     # -- device and pinned transfers (async on a stream) -------------------------------------
 

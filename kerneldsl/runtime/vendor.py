@@ -38,6 +38,10 @@ class VendorHandles:
                     handle = self._handles[key] = create(session)
         return handle
 
+    def forget(self, key: str) -> None:
+        """Drop the handle of ``key`` unreleased (whoever holds it frees it); the next ``get`` makes another."""
+        self._handles.pop(key, None)
+
     def release_all(self, errors: list[BaseException]) -> None:
         """Destroy every library handle (session activated); failures into ``errors``."""
         handles, self._handles = self._handles, {}

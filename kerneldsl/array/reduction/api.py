@@ -69,11 +69,11 @@ class Reduction:
     ) -> DeviceArray: ...
     def __call__(self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
         """The operands' kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
-        key = warm_key(operands[0], axis, out, keepdims) if len(operands) == self.operands == 1 else None
+        key = warm_key(operands, axis, out, keepdims) if len(operands) == self.operands else None
         if key is not None:
             launch = self._warm.get(key)
             if launch is not None:
-                result = launch(operands[0], out)
+                result = launch(operands, out)
                 if result is not None:
                     return result
         if len(operands) != self.operands:

@@ -57,6 +57,8 @@ def variance_dtypes(value: np.dtype, dtype: Any) -> tuple[np.dtype, np.dtype]:
     """NumPy's result dtype of ``var``/``std`` (``dtype``, else float64 for integers and bool,
     else the input's) and the float dtype it is computed in (float32 for float16/bfloat16,
     float64 for an integer ``dtype``)."""
+    given = (value,) if dtype is None else (value, promotion.supported(dtype))
+    promotion.refuse_complex("var/std", *given, why="the variance of complex values is not implemented")
     if dtype is not None:
         result = promotion.supported(dtype)
     elif dtypes.element_type(value).kind in "biu":

@@ -46,12 +46,16 @@ _CANONICAL = ("segments", "lines")  # stages over canonical groups: leaves read 
 @dataclass(frozen=True)
 class Geometry:
     """What a reduction kernel's parameters depend on: the value's rank, whether its leaves
-    broadcast (and each leaf's rank), and the rank of the output it writes."""
+    broadcast (and each leaf's rank), and the rank of the output it writes. ``along``: per leaf,
+    whether it is one line along the reduced axis of a 2-D value (``plan._along``), which the
+    ``along_stage`` stage reads at the reduced index, in vectors where the full leaves are."""
 
     ndim: int
     broadcast: bool
     ranks: tuple[int | None, ...]
     out_rank: int
+    along: tuple[bool, ...] = ()
+    along_stage: str = ""
 
 
 def reduction_kernel(
@@ -104,14 +108,20 @@ def _groups(variant: Variant, ndim: int) -> dict[str, Any]:
 def _context(
     program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
 ) -> dict[str, Any]:
-    """What every stage template is given, but the load choice (``vector``, ``width``)."""
+    """What every stage template is given, but the load choice (``vector``, ``width``).
+    ``along``: the leaves read at the reduced index (``Geometry.along``) when this stage is the
+    one that reads them so; the value is then indexed as flat, those leaves at ``kdalong``."""
+    along = [i for i, a in enumerate(geometry.along) if a] if variant.stage == geometry.along_stage else []
+    scalars = along if variant.stage == "columns" else []  # one value per reduced index, for every column
+    arrays = array_leaves(program, ("broadcast", geometry.ndim, geometry.ranks))
     return dict(
         name=reducer.name,
         stage=variant.stage,
         lanes=variant.lanes,
         block=BLOCK,
         split=variant.split,
-        broadcast=geometry.broadcast,
+        broadcast=geometry.broadcast and not along,
+        along=along,
         vec=vector_width(program),
         accumulator="reduction_indexed.cuh.j2" if reducer.indexed else "reduction_value.cuh.j2",
         size_expr=" * ".join(f"(index_t)kdd{j}" for j in range(geometry.ndim)) or "1",
@@ -120,10 +130,12 @@ def _context(
         wide=variant.wide,
         flat=variant.flat,
         **_groups(variant, geometry.ndim),
-        arrays=array_leaves(program, ("broadcast", geometry.ndim, geometry.ranks)),
+        arrays=arrays,
+        vector_arrays=[a for a in arrays if a["id"] not in scalars],
+        scalar_arrays=[a for a in arrays if a["id"] in scalars],
         program=program_context(program),
-        vector_loads=loads(program, lambda i: f"kdl{i}.v[kdk]"),
-        flat_loads=loads(program, lambda i: f"kdp{i}[kdflat]"),
+        vector_loads=loads(program, lambda i: f"kdl{i}s" if i in scalars else f"kdl{i}.v[kdk]"),
+        flat_loads=loads(program, lambda i: f"kdp{i}[kdalong]" if i in along else f"kdp{i}[kdflat]"),
         offset_loads=loads(program, lambda i: f"kdp{i}[kdoff{i}]"),
         accumulation=accumulator_context(acc),
         result={"storage": storage_ctype(result), "cctype": compute_ctype(result)},
@@ -145,7 +157,7 @@ def _build(
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         aligned = all_aligned(proxies, [a["param"] for a in context["arrays"]])
-        vector = not geometry.broadcast and aligned and vec > 1 and (stage in _FULL or variant.vector)
+        vector = not context["broadcast"] and aligned and vec > 1 and (stage in _FULL or variant.vector)
         text = render(_TEMPLATES[stage], vector=vector, width=vec if vector else 1, **context)
         decisions = Decisions(
             layout="broadcast" if geometry.broadcast else "flat",

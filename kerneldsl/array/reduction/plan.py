@@ -103,11 +103,12 @@ class ReductionPlan(Plan):
     def remember(
         self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
     ) -> None:
-        """Leave ``front`` (a ``warm.WarmSlot``) the prebuilt launch of calls like this one: one
-        device operand read in place, a contiguous non-empty result, outside graph capture."""
+        """Leave ``front`` (a ``warm.WarmSlot``) the prebuilt launch of calls like this one: device
+        operands read in place that are the kernel's leaves in call order (the warm call passes
+        them as they are), a contiguous non-empty result, outside graph capture."""
         if not isinstance(front, WarmSlot) or session is None or stream is not None or session.capturing:
             return
-        if nvtx.ON or self.sources != (("arg", 0),) or type(result) is not memory.array_type:
+        if nvtx.ON or self.sources != _in_order(len(values)) or type(result) is not memory.array_type:
             return
         if not result.size or not result.is_contiguous or not self.extents.count:
             return
@@ -168,7 +169,8 @@ class ReductionPlan(Plan):
             if canonical is not None and (not canonical.plain or _short_columns(self.extents)):
                 found = self._strided_step(canonical, sms)
             else:
-                found = decide(self.extents, vec, self.geometry.broadcast, acc_bytes, sms, self._kernel)
+                broadcast = self.geometry.broadcast and not self.geometry.along  # lines load as vectors
+                found = decide(self.extents, vec, broadcast, acc_bytes, sms, self._kernel)
             self._steps[sms] = found
         return found
 
@@ -217,6 +219,30 @@ class ReductionPlan(Plan):
         return self._strided_step(canonical, sms)
 
 
+def _in_order(n: int) -> tuple[tuple[str, int], ...]:
+    """The sources of a plan whose leaves are its ``n`` call operands, in order."""
+    return tuple(("arg", i) for i in range(n))
+
+
+def _along(
+    shapes: list[tuple[int, ...] | None], value_shape: tuple[int, ...], axes: tuple[int, ...]
+) -> tuple[tuple[bool, ...], str]:
+    """Per leaf, whether it is one line of a 2-D value along its one reduced axis, broadcast over
+    the kept one (``v`` of ``A * v`` over axis 1, ``u[:, None]`` of ``u[:, None] * A`` over axis
+    0: a matrix-vector product), and the stage that reads such leaves at the reduced index (rows,
+    columns) instead of decomposing every element's flat index; ``((), "")`` for other shapes."""
+    if len(value_shape) != 2 or len(axes) != 1:
+        return (), ""
+    rows, cols = value_shape
+    lines = [(cols,), (1, cols)] if axes == (1,) else [(rows, 1)]
+    along = []
+    for s in shapes:
+        if s is not None and s != value_shape and s not in lines:
+            return (), ""
+        along.append(s is not None and s != value_shape)
+    return tuple(along), ("rows" if axes == (1,) else "columns")
+
+
 def _short_columns(e: Extents) -> bool:
     """Columns too narrow for a warp, repeated along a kept outer axis: the flat lines stage
     numbers their outputs together (the columns stage would leave most threads idle)."""
@@ -234,6 +260,7 @@ def plan_reduction(
     reduced = tuple(range(ndim)) if axes is None else axes
     shape = result_shape(value_shape, reduced, keepdims)
     value = program.dtype
+    reducer.check(value)
     acc = reducer.accumulate(value)
     result = reducer.result(value)
     if out is not None:
@@ -242,7 +269,8 @@ def plan_reduction(
     shapes = builder.shapes
     broadcast = any(s is not None and s != value_shape for s in shapes)
     ranks = tuple(None if s is None else len(s) for s in shapes)
-    geometry = Geometry(ndim, broadcast, ranks, len(shape))
+    along, stage = _along(shapes, value_shape, reduced) if broadcast else ((), "")
+    geometry = Geometry(ndim, broadcast, ranks, len(shape), along, stage)
     return ReductionPlan(
         reducer.name, reducer, tuple(builder.sources), program, geometry, value_shape, reduced, shape, acc, result
     )

@@ -4,7 +4,10 @@ dtype rules, shared by reductions and scans.
 Accumulation dtype: NumPy's result dtype (``sum`` of int8 accumulates in int64, of uint8 in
 uint64, ``mean`` of ints in float64), except that float16 and bfloat16 always accumulate in
 float32 and round once at the end (NumPy sums float16 pairwise in float16: we are more
-accurate); float32 accumulates in float32, float64 in float64.
+accurate); float32 accumulates in float32, float64 in float64, complex64 in complex64 and
+complex128 in complex128 (as NumPy). Complex values fold where the combine has a ``c`` form
+(sum, prod, mean, dot); the others (min, max, argmin, argmax, norm, any, all, user reducers)
+refuse them with ``ComplexUnsupportedError``.
 """
 
 from __future__ import annotations
@@ -90,7 +93,14 @@ class Reducer:
     indexed: bool = False
     needs_values: bool = False  # an empty reduction has no result (min, max, argmax)
 
+    def check(self, value: np.dtype) -> None:
+        """ComplexUnsupportedError when complex values reach a reducer without a complex form."""
+        if not any("c" in kinds for kinds in self.combine):
+            why = "complex numbers have no order" if self.needs_values else "it has no complex form in kerneldsl"
+            promotion.refuse_complex(self.name, value, why=why)
+
     def expression(self, acc: np.dtype) -> str:
+        self.check(acc)
         k = dtypes.element_type(acc).kind
         for kinds, expr in self.combine.items():
             if k in kinds:
@@ -103,8 +113,9 @@ class Reducer:
         return f"(kdA)({self.identity})"
 
 
-_ADD = {"f": "a + b", "iu": "(kdA)(0u + (kdU)a + (kdU)b)", "b": "a || b"}
-_MUL = {"f": "a * b", "iu": "(kdA)(1u * (kdU)a * (kdU)b)", "b": "a && b"}
+_REAL_ADD = {"f": "a + b", "iu": "(kdA)(0u + (kdU)a + (kdU)b)", "b": "a || b"}
+_ADD = {**_REAL_ADD, "c": "a + b"}
+_MUL = {"f": "a * b", "iu": "(kdA)(1u * (kdU)a * (kdU)b)", "b": "a && b", "c": "a * b"}
 _MIN = {"fiub": "(a < b || a != a) ? a : b"}
 _MAX = {"fiub": "(a > b || a != a) ? a : b"}
 _ARGMAX = "b > a || (b != b && a == a) || ((b == a || (b != b && a != a)) && bi < ai)"
@@ -136,7 +147,7 @@ REDUCERS: dict[str, Reducer] = {
     ),
     "norm": Reducer(
         "norm",
-        _ADD,
+        _REAL_ADD,  # |v|^2 of a complex v is not v * v
         "0",
         _numpy_dtype(np.linalg.norm),
         lambda dt: accumulation_dtype(_numpy_dtype(np.linalg.norm)(dt)),

@@ -188,7 +188,7 @@ def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Varian
     down = BLOCK // min(needed, BLOCK) if needed < COLUMN_LANES_WIDE else COLUMN_DOWN_WIDE
     down = min(down, _pow2_at_most(max(1, e.count // ROWS_PER_COLUMN_THREAD)))
     across = BLOCK // down
-    tiles = e.outer * _ceil(e.inner, across * width)
+    tiles = max(1, e.outer * _ceil(e.inner, across * width))  # an empty output still plans a launch
     # Enough blocks to fill the GPU in one wave, unless the last block of a tile would then fold more than
     # FINAL_FOLDS partials per thread: then as few as fill it at COLUMN_BLOCKS_PER_SM.
     one_wave = max(1, sms * PARTIAL_BLOCKS_PER_SM // tiles)

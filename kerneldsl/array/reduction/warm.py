@@ -1,7 +1,7 @@
 """The warm path of a reduction: one dict lookup, then a prebuilt launch.
 
-A device call ``r(x, axis=..., keepdims=..., out=...)`` whose plan ran once leaves a
-``WarmLaunch`` under the key of what it was called with: the operand's dispatch tag (session,
+A device call ``r(x, ..., axis=..., keepdims=..., out=...)`` whose plan ran once leaves a
+``WarmLaunch`` under the key of what it was called with: each operand's dispatch tag (session,
 dtype, alignment, index width, kind), shape and strides, the axis and keepdims exactly as given
 (ints and tuples of ints, a bool), ``out=``'s tag, shape and strides, and the thread (whose
 scratch it holds). The next such call allocates its result from the pool and calls the bound
@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from ... import fastpath
 from ...launch import BoundLaunch, WideIndexNeeded
-from ...runtime import memory, nvtx
+from ...runtime import memory
 from ..kernels import BoundedCache
 from ..scratch import SCRATCH
+from ..warm_front import GridFront
 
 Key = tuple[Any, ...]
 _UINT64 = np.dtype(np.uint64)
@@ -35,10 +35,11 @@ def _exact_axis(axis: Any) -> bool:
     return type(axis) is tuple and all(type(a) is int for a in axis)
 
 
-def warm_key(operand: Any, axis: Any, out: Any, keepdims: Any) -> Key | None:
-    """The warm-path key of a call on one operand, or None when only the full path takes it
-    (``keepdims``: a scan's ``exclusive``)."""
-    if type(operand) is not memory.array_type or type(keepdims) is not bool or not _exact_axis(axis):
+def warm_key(operands: tuple[Any, ...], axis: Any, out: Any, keepdims: Any) -> Key | None:
+    """The warm-path key of a call on device ``operands``, or None when only the full path takes
+    it (``keepdims``: a scan's ``exclusive``). One and two operands (a sum, a dot product) are
+    spelled out: no loop, no list on their warm path."""
+    if type(keepdims) is not bool or not _exact_axis(axis):
         return None
     if out is None:
         target: Any = None
@@ -46,26 +47,24 @@ def warm_key(operand: Any, axis: Any, out: Any, keepdims: Any) -> Key | None:
         target = (out.dispatch_tag, out.shape, out.strides)
     else:
         return None
-    return (operand.dispatch_tag, operand.shape, operand.strides, axis, keepdims, target, get_ident())
-
-
-class _Front(fastpath.FastPathCallable):
-    """Calls one warm entry's kernel at its fixed grid: through the adapter the first time, then
-    from C (the grid decided once is a constant of the C entry), as a kernel's calls are."""
-
-    __slots__ = ("bound", "grid", "slot")
-
-    def __init__(self, bound: BoundLaunch, grid: tuple[int, int, int]) -> None:
-        super().__init__()
-        self.bound = bound
-        self.grid = grid
-        self.slot = fastpath.CLaunchSlot()
-
-    def _call(self, *args: Any) -> None:
-        bound, grid = self.bound, self.grid
-        bound.call(*args, grid, None, None, None)
-        if not nvtx.ON:
-            fastpath.remember(self, self.slot, lambda: fastpath.kernel_launch(bound, args, grid=grid))
+    array = memory.array_type
+    if len(operands) == 1:
+        (a,) = operands
+        if type(a) is not array:
+            return None
+        return (a.dispatch_tag, a.shape, a.strides, axis, keepdims, target, get_ident())
+    if len(operands) == 2:
+        a, b = operands
+        if type(a) is not array or type(b) is not array:
+            return None
+        ident = get_ident()
+        return (a.dispatch_tag, a.shape, a.strides, b.dispatch_tag, b.shape, b.strides, axis, keepdims, target, ident)
+    layouts: list[Any] = []
+    for o in operands:
+        if type(o) is not array:
+            return None
+        layouts += (o.dispatch_tag, o.shape, o.strides)
+    return (*layouts, axis, keepdims, target, get_ident())
 
 
 class WarmLaunch:
@@ -113,10 +112,12 @@ class WarmLaunch:
         self.allocator = self.session.native_allocator()  # allocates in C from the pool, like the template
         self.template = self.session.template(shape, dtype)
         self.epochs = epochs
-        self.front = _Front(bound, grid)
+        self.front = GridFront(bound, grid)
 
-    def __call__(self, operand: Any, out: Any) -> Any:
-        """The call's result, or None: the full path takes this call."""
+    def __call__(self, operands: tuple[Any, ...], out: Any) -> Any:
+        """The call's result, or None: the full path takes this call. ``operands`` are the
+        kernel's leading arguments as they are (the plan remembers only calls whose leaves are
+        the call's operands in order)."""
         session = self.session
         if not session.usable or session.capturing:
             return None
@@ -137,7 +138,7 @@ class WarmLaunch:
             if out is None:
                 out = memory.array_type(session, self.shape, self.dtype)
         try:
-            self.front(operand, *self.before, out, *after)
+            self.front(*operands, *self.before, out, *after)
         except WideIndexNeeded:
             return None
         return out

@@ -1,0 +1,118 @@
+"""The warm host transfers: a numpy array into new device memory (or over an existing array), and
+device memory back into a numpy array, each one call into the C path (``Allocator.upload`` /
+``upload_into`` / ``download`` of ``_fastlaunch.c``, the session's ``native_allocator``).
+
+At a thousand elements a numpy -> device -> numpy roundtrip is all latency. The full path
+(``to_device`` through the constructor and ``copy_from_host``, ``copy_to_host``) costs per copy
+about 160-250 Python calls and up to eight driver calls (context queries for each activation, an
+event created, recorded, queried and destroyed for the wait); the event it leaves queued also sends
+the next op's result allocation from the C launch path to the Python constructor. Here one hold
+of the session lock covers the pool allocation (an upload), ``cuMemcpyHtoDAsync`` /
+``cuMemcpyDtoHAsync`` on the session stream and a ``cuStreamQuery`` spin, the last two without
+the GIL. A thread without the context current, or a session with events queued for destruction,
+is activated once (which makes the context current and drains the queue) and the C call made
+again; everything else unusual (a closed or capturing session, an array not contiguous, a driver
+that lacks an entry point, a pool that refuses) is left to the full path, which decides and raises.
+
+Staging, by size: below ``pinned_pipeline.MIN_BYTES`` (8 MiB) these copies read and write the
+caller's pageable memory directly, as PyTorch's ``from_numpy(x).cuda()`` and ``.cpu()`` do: a copy
+through a pinned buffer adds a host memcpy and pays only when it overlaps another chunk's DMA,
+which one chunk has none of. From ``MIN_BYTES`` up they go through the session's two pinned chunk
+buffers (``pinned_pipeline``), whose memcpy and DMA overlap. ``kerneldsl bench arrays --only
+transfers`` measures both at each size against PyTorch, the figures to move the threshold by. The
+pinned buffers of ``runtime.staging`` serve kernel calls on numpy arrays, whose several copies
+share one wait (``STAGE_LIMIT``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NoReturn
+
+import numpy as np
+
+from ..errors import StickyCudaError
+from . import driver, nvtx, pinned_pipeline
+
+if TYPE_CHECKING:
+    from .memory import DeviceBuffer
+    from .session import Session
+    from .transfers import Transfers
+
+# How long the C path may spin on cuStreamQuery, holding the session lock, for its copy to finish:
+# a copy of pageable memory has (nearly) finished when the driver returns; one of pinned memory
+# behind a long kernel is then waited for by the full path's interruptible wait, the lock free.
+SPIN_NS = 200_000
+
+
+def upload(session: Session, src: np.ndarray) -> DeviceBuffer | None:
+    """A new array of ``session`` holding C-contiguous ``src``, made by the C path; None when the
+    full path should make it (nothing was done): also while NVTX ranges are on (its copies range).
+    ``MIN_BYTES`` and up go through the pinned pipeline when it is free."""
+    if src.nbytes >= pinned_pipeline.MIN_BYTES:
+        staged = pinned_pipeline.upload(session, src)
+        if staged is not None:
+            return staged
+    allocator = None if nvtx.ON else session.native_allocator()
+    if allocator is None or not allocator.copies:
+        return None
+    try:
+        template = session.template(src.shape, src.dtype)
+    except TypeError:  # a dtype the runtime refuses: the full path says why
+        return None
+    made = allocator.upload(template, src)
+    if made is None:
+        with session.activated():  # what the C path declines for: the context not current here, events queued
+            made = allocator.upload(template, src)
+        if made is None:
+            return None
+    if type(made) is int:
+        copy_failed(session, "cuMemcpyHtoDAsync", made)
+    arr, done = made
+    if not done:
+        session.keep_alive(src, session.stream)
+        session.stream.synchronize()
+    return arr  # type: ignore[no-any-return]
+
+
+def download(arr: Transfers, out: np.ndarray) -> bool:
+    """Copy contiguous ``arr`` into ``out`` (writable, C-contiguous, of its size) by the C path;
+    False when the full path should (nothing was done), as for ``upload``."""
+    if arr.nbytes >= pinned_pipeline.MIN_BYTES and pinned_pipeline.download(arr, out):
+        return True
+    return _copy_existing(arr, out, "download", "cuMemcpyDtoHAsync")
+
+
+def upload_into(arr: Transfers, src: np.ndarray) -> bool:
+    """Copy C-contiguous ``src`` (of its size) into contiguous ``arr`` by the C path; False when
+    the full path should (nothing was done), as for ``upload``."""
+    if arr.nbytes >= pinned_pipeline.MIN_BYTES and pinned_pipeline.upload_into(arr, src):
+        return True
+    return _copy_existing(arr, src, "upload_into", "cuMemcpyHtoDAsync")
+
+
+def _copy_existing(arr: Transfers, host: np.ndarray, method: str, api: str) -> bool:
+    session = arr.session
+    allocator = None if nvtx.ON else session.native_allocator()
+    if allocator is None or not allocator.copies:
+        return False
+    copy = getattr(allocator, method)
+    done = copy(arr, host)
+    if done is None:
+        with session.activated():  # as in upload
+            done = copy(arr, host)
+        if done is None:
+            return False
+    if type(done) is int:
+        copy_failed(session, api, done)
+    if not done:
+        session.keep_alive(host, session.stream)
+        session.stream.synchronize()
+    return True
+
+
+def copy_failed(session: Session, api: str, code: int) -> NoReturn:
+    """Raise the typed error of a copy the driver refused (a sticky one poisons the session)."""
+    exc = driver.error(api, code)
+    if isinstance(exc, StickyCudaError):
+        session.poison(exc)
+    raise exc
