@@ -51,7 +51,7 @@ STRATEGY_CASES = [
     ((1 << 18, 16), 0, ("columns", True)),  # narrow columns, the block down the reduced axis
     ((5000, 3), 0, ("columns", True)),  # odd widths: scalar loads
     ((64, 513, 96), 1, ("columns", True)),  # the middle axis of 3-D
-    ((6, 7, 8, 9), (0, 2), ("lines", True)),  # interleaved axes, the fastest kept
+    ((60, 7, 80, 9), (0, 2), ("lines", True)),  # interleaved axes, the fastest kept
     ((40, 7, 513), (0, 2), ("segments", True)),  # interleaved axes, the fastest reduced
 ]
 

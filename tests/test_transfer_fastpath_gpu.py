@@ -128,7 +128,9 @@ def test_pinned_host_memory_round_trips(session: kd.Session) -> None:
 
 
 def test_a_strided_device_view_downloads_its_elements(session: kd.Session) -> None:
-    x = random_array((48, 40), np.dtype(np.float16), seed=11)
+    # finite values: a view is gathered by a copy kernel, which (as any 16-bit float op) keeps a
+    # NaN's sign but not its payload; random bytes would hold such NaNs
+    x = np.random.default_rng(11).standard_normal((48, 40)).astype(np.float16)
     a = kd.asarray(x, session=session)
     assert a[::2, 3:].to_host().tobytes() == np.ascontiguousarray(x[::2, 3:]).tobytes()
 
