@@ -300,7 +300,8 @@ def test_the_spin_budget_is_handed_to_the_c_path(s: kd.Session) -> None:
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
     """Chunks of 4 KiB, the pipeline from 8 KiB up; the chunk size."""
     monkeypatch.setattr(pinned_pipeline, "CHUNK_BYTES", 4096)
-    monkeypatch.setattr(pinned_pipeline, "MIN_BYTES", 8192)
+    monkeypatch.setattr(pinned_pipeline, "UPLOAD_MIN_BYTES", 8192)
+    monkeypatch.setattr(pinned_pipeline, "DOWNLOAD_MIN_BYTES", 8192)
     return 4096
 
 
@@ -328,7 +329,8 @@ def test_a_pipelined_roundtrip_is_identical_to_the_full_path(
     with installed_driver(FakeDriver()) as fake, kd.Session(0) as session:
         pipelined = roundtrip(session)
         assert fake.c_copies == 0 and fake.count("cuMemcpyHtoDAsync") == -(-(n // 2 * 2) // small_chunks)
-    monkeypatch.setattr(pinned_pipeline, "MIN_BYTES", 1 << 62)
+    monkeypatch.setattr(pinned_pipeline, "UPLOAD_MIN_BYTES", 1 << 62)
+    monkeypatch.setattr(pinned_pipeline, "DOWNLOAD_MIN_BYTES", 1 << 62)
     with installed_driver(_full_path_driver()), kd.Session(0) as session:
         full = roundtrip(session)
     assert pipelined.tobytes() == full.tobytes() == np.ascontiguousarray(host).tobytes()

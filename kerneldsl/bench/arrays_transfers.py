@@ -2,7 +2,8 @@
 device (``kd.asarray``) and device -> numpy (``to_host()``) alone, 1k to 64M float32, against
 PyTorch's ``from_numpy(x).cuda()`` and ``.cpu()``; at 1M elements and up also kerneldsl's two ways
 of moving the bytes, pageable memory copied directly and the pinned pipeline
-(``runtime.pinned_pipeline``), each forced, whose ratio says where ``MIN_BYTES`` belongs.
+(``runtime.pinned_pipeline``), each forced, whose ratios say where ``UPLOAD_MIN_BYTES`` and
+``DOWNLOAD_MIN_BYTES`` belong.
 
 Every copy is blocking (each library's call returns with the bytes moved); medians of the
 contenders taking turns every repetition; results checked against the source first.
@@ -30,12 +31,12 @@ COMPARE_FROM = 1 << 20  # elements: direct against pipelined from here
 @contextmanager
 def _pipeline_from(nbytes: int) -> Iterator[None]:
     """Transfers of ``nbytes`` and up take the pinned pipeline while the block runs."""
-    saved = pinned_pipeline.MIN_BYTES
-    pinned_pipeline.MIN_BYTES = nbytes
+    saved = pinned_pipeline.UPLOAD_MIN_BYTES, pinned_pipeline.DOWNLOAD_MIN_BYTES
+    pinned_pipeline.UPLOAD_MIN_BYTES = pinned_pipeline.DOWNLOAD_MIN_BYTES = nbytes
     try:
         yield
     finally:
-        pinned_pipeline.MIN_BYTES = saved
+        pinned_pipeline.UPLOAD_MIN_BYTES, pinned_pipeline.DOWNLOAD_MIN_BYTES = saved
 
 
 def _medians(calls: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:

@@ -14,12 +14,12 @@ is activated once (which makes the context current and drains the queue) and the
 again; everything else unusual (a closed or capturing session, an array not contiguous, a driver
 that lacks an entry point, a pool that refuses) is left to the full path, which decides and raises.
 
-Staging, by size: below ``pinned_pipeline.MIN_BYTES`` (8 MiB) these copies read and write the
-caller's pageable memory directly, as PyTorch's ``from_numpy(x).cuda()`` and ``.cpu()`` do: a copy
-through a pinned buffer adds a host memcpy and pays only when it overlaps another chunk's DMA,
-which one chunk has none of. From ``MIN_BYTES`` up they go through the session's two pinned chunk
-buffers (``pinned_pipeline``), whose memcpy and DMA overlap. ``kerneldsl bench arrays --only
-transfers`` measures both at each size against PyTorch, the figures to move the threshold by. The
+Staging, by size: below ``pinned_pipeline.UPLOAD_MIN_BYTES`` (256 MiB) and ``DOWNLOAD_MIN_BYTES``
+(64 MiB) these copies read and write the caller's pageable memory directly, as PyTorch's
+``from_numpy(x).cuda()`` and ``.cpu()`` do: the driver's own staging was faster up to those sizes
+on the H200. From them up they go through the session's two pinned chunk buffers
+(``pinned_pipeline``), whose memcpy and DMA overlap. ``kerneldsl bench arrays --only transfers``
+measures both at each size against PyTorch, the figures to move the thresholds by. The
 pinned buffers of ``runtime.staging`` serve kernel calls on numpy arrays, whose several copies
 share one wait (``STAGE_LIMIT``).
 """
@@ -47,8 +47,8 @@ SPIN_NS = 200_000
 def upload(session: Session, src: np.ndarray) -> DeviceBuffer | None:
     """A new array of ``session`` holding C-contiguous ``src``, made by the C path; None when the
     full path should make it (nothing was done): also while NVTX ranges are on (its copies range).
-    ``MIN_BYTES`` and up go through the pinned pipeline when it is free."""
-    if src.nbytes >= pinned_pipeline.MIN_BYTES:
+    ``UPLOAD_MIN_BYTES`` and up go through the pinned pipeline when it is free."""
+    if src.nbytes >= pinned_pipeline.UPLOAD_MIN_BYTES:
         staged = pinned_pipeline.upload(session, src)
         if staged is not None:
             return staged
@@ -77,7 +77,7 @@ def upload(session: Session, src: np.ndarray) -> DeviceBuffer | None:
 def download(arr: Transfers, out: np.ndarray) -> bool:
     """Copy contiguous ``arr`` into ``out`` (writable, C-contiguous, of its size) by the C path;
     False when the full path should (nothing was done), as for ``upload``."""
-    if arr.nbytes >= pinned_pipeline.MIN_BYTES and pinned_pipeline.download(arr, out):
+    if arr.nbytes >= pinned_pipeline.DOWNLOAD_MIN_BYTES and pinned_pipeline.download(arr, out):
         return True
     return _copy_existing(arr, out, "download", "cuMemcpyDtoHAsync")
 
@@ -85,7 +85,7 @@ def download(arr: Transfers, out: np.ndarray) -> bool:
 def upload_into(arr: Transfers, src: np.ndarray) -> bool:
     """Copy C-contiguous ``src`` (of its size) into contiguous ``arr`` by the C path; False when
     the full path should (nothing was done), as for ``upload``."""
-    if arr.nbytes >= pinned_pipeline.MIN_BYTES and pinned_pipeline.upload_into(arr, src):
+    if arr.nbytes >= pinned_pipeline.UPLOAD_MIN_BYTES and pinned_pipeline.upload_into(arr, src):
         return True
     return _copy_existing(arr, src, "upload_into", "cuMemcpyHtoDAsync")
 

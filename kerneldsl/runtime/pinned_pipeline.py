@@ -3,12 +3,11 @@ overlapping the DMA of the other.
 
 A copy of pageable memory makes the driver stage it through small pinned buffers of its own, one
 after the other: on the H200 that moved 7.4 GB/s host to device and 12.1 GB/s back, against 54 GB/s
-from and into pinned memory (README, the runtime benchmark). A transfer of at least ``MIN_BYTES``
-moves instead in ``CHUNK_BYTES`` pieces through two page-locked buffers the session keeps (made on
-first use, freed at close): while the copy engine moves chunk k from (or into) one buffer, the host
-copies chunk k+1 into (or chunk k-1 out of) the other, so the transfer runs at about the host's
-memcpy speed. Smaller transfers copy pageable memory directly (``host_copies``): with one chunk or
-less there is nothing to overlap, and a direct copy is one call.
+from and into pinned memory (README, the runtime benchmark). A transfer of at least
+``UPLOAD_MIN_BYTES`` / ``DOWNLOAD_MIN_BYTES`` moves instead in ``CHUNK_BYTES`` pieces through two
+page-locked buffers the session keeps (made on first use, freed at close): while the copy engine
+moves chunk k from (or into) one buffer, the host copies chunk k+1 into (or chunk k-1 out of) the
+other. Smaller transfers copy pageable memory directly (``host_copies``), which measured faster.
 
 One transfer at a time uses the buffers; a second thread meanwhile, a capture, NVTX ranges or an
 unusable session take the other paths. A wait the caller interrupts leaves the buffers to the DMA
@@ -32,7 +31,11 @@ if TYPE_CHECKING:
     from .session import Session
     from .transfers import Transfers
 
-MIN_BYTES = 8 << 20  # transfers this large and up are chunked (see the module docstring)
+# From these sizes up transfers are chunked (see the module docstring): where the pipeline beat a
+# direct pageable copy on the H200 (``bench arrays --only transfers``, 2026-12-01): downloads 1.26x
+# at 64 MiB (0.63x at 16 MiB), uploads 1.03x at 256 MiB (0.78x at 64 MiB).
+DOWNLOAD_MIN_BYTES = 64 << 20
+UPLOAD_MIN_BYTES = 256 << 20
 CHUNK_BYTES = 4 << 20  # each buffer's size: one chunk's DMA takes ~80 us at 54 GB/s
 KEY = "kerneldsl.pinned_pipeline"  # its Session.vendor_handle key
 
