@@ -145,3 +145,14 @@ def drv() -> Iterator[object]:
 
     with installed_driver(FakeDriver()) as fake:
         yield fake
+
+
+@pytest.fixture
+def lib(drv: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The cuBLAS double (``blas_double.FakeCublas``) in place of nvmath's binding, over ``drv``."""
+    from blas_double import install
+
+    from kerneldsl import blas
+
+    yield install(drv, monkeypatch)
+    blas.gemm._forget_launches()

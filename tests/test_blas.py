@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from blas_double import BF16, FakeCublas, install
+from blas_double import BF16, FakeCublas
 from conftest import in_threads
 from driver_double import FakeDriver
 
@@ -43,12 +43,6 @@ GEMM_DTYPES = [np.float16, np.float32, np.float64] + ([BF16] if BF16 is not None
 
 
 # -- fixtures ----------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def lib(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCublas]:
-    yield install(drv, monkeypatch)
-    blas.gemm._forget_launches()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from blas_double import FakeCublas, install
+from blas_double import FakeCublas
 from driver_double import FakeDriver
 
 import kerneldsl as kd
@@ -314,12 +314,6 @@ def test_the_complex_dot_reduction_compiles() -> None:
 
 
 # -- matmul through the cuBLAS double ---------------------------------------------------------------------
-
-
-@pytest.fixture
-def lib(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCublas]:
-    yield install(drv, monkeypatch)
-    blas.gemm._forget_launches()
 
 
 @pytest.fixture

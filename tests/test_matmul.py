@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from blas_double import BF16, FakeCublas, install
+from blas_double import BF16, FakeCublas
 from driver_double import FakeDriver
 
 import kerneldsl as kd
@@ -22,12 +22,6 @@ from kerneldsl import blas, fastpath
 from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import BindingError, ShapeMismatchError, WrongSessionError
 from kerneldsl.runtime import Session
-
-
-@pytest.fixture
-def lib(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCublas]:
-    yield install(drv, monkeypatch)
-    blas.gemm._forget_launches()
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from blas_double import BF16, FakeCublas, install
+from blas_double import BF16, FakeCublas
 from driver_double import FakeDriver
 
 import kerneldsl as kd
@@ -29,12 +29,6 @@ FLOATS = [np.float16, np.float32, np.float64] + ([BF16] if BF16 is not None else
 @pytest.fixture(autouse=True, scope="module")
 def _cache(isolated_cache_module):  # type: ignore[no-untyped-def]
     yield
-
-
-@pytest.fixture
-def lib(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCublas]:
-    yield install(drv, monkeypatch)
-    blas.gemm._forget_launches()
 
 
 @pytest.fixture
