@@ -147,6 +147,17 @@ def drv() -> Iterator[object]:
         yield fake
 
 
+def launch_outcome(drv: Any, call: Callable[[], Any]) -> tuple[Any, ...]:
+    """What a call on the driver double did: its result's shape, dtype and launched grids, or its
+    error (what the warm-path tests compare between the warm and the full path)."""
+    before = len(drv.launches)
+    try:
+        result = call()
+    except Exception as e:  # noqa: BLE001  # the error is the outcome compared
+        return ("error", type(e), str(e))
+    return ("ok", result.shape, result.dtype, tuple(launch[1] for launch in drv.launches[before:]))
+
+
 @pytest.fixture
 def lib(drv: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The cuBLAS double (``blas_double.FakeCublas``) in place of nvmath's binding, over ``drv``."""

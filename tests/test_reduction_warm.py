@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import launch_outcome as _outcome
 from driver_double import FakeDriver
 
 import kerneldsl as kd
@@ -21,17 +22,6 @@ from kerneldsl.array.scan import Scan
 @pytest.fixture(autouse=True, scope="module")
 def _cache(isolated_cache_module):  # type: ignore[no-untyped-def]
     yield
-
-
-def _outcome(drv: FakeDriver, call: Callable[[], Any]) -> tuple[Any, ...]:
-    """What a call did: its result's shape, dtype and launched grid, or its error."""
-    before = len(drv.launches)
-    try:
-        result = call()
-    except Exception as e:  # noqa: BLE001  # the error is the outcome compared
-        return ("error", type(e), str(e))
-    grids = tuple(launch[1] for launch in drv.launches[before:])
-    return ("ok", result.shape, result.dtype, grids)
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 from blas_double import BF16, FakeCublas
+from conftest import launch_outcome as _outcome
 from driver_double import FakeDriver
 
 import kerneldsl as kd
@@ -49,7 +50,7 @@ class Recorded:
             self.operands.append(operands)
             return ops._dot(*operands, axis=axis, out=out)
 
-        monkeypatch.setattr(reduced, "_dot", record)
+        monkeypatch.setattr(reduced, "dot_reduction", record)
         monkeypatch.setattr(vector, "dot_reduction", record)
 
     def stage(self) -> str:
@@ -330,16 +331,6 @@ def test_the_lean_blas_checks_accept_and_refuse_what_the_full_checks_do(
 
 def _dot() -> Reduction:
     return Reduction(REDUCERS["dot"], map=ops.multiply, operands=2)
-
-
-def _outcome(drv: FakeDriver, call: Callable[[], Any]) -> tuple[Any, ...]:
-    """What a call did: its result's shape, dtype and launched grids, or its error."""
-    before = len(drv.launches)
-    try:
-        result = call()
-    except Exception as e:  # noqa: BLE001  # the error is the outcome compared
-        return ("error", type(e), str(e))
-    return ("ok", result.shape, result.dtype, tuple(launch[1] for launch in drv.launches[before:]))
 
 
 CASES: dict[str, Callable[[Any], tuple[tuple[Any, ...], dict[str, Any]]]] = {

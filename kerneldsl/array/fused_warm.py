@@ -48,7 +48,7 @@ class FusedWarm:
     constants (its leaves after the arguments), the extents passed after the outputs, and each
     output's shape and dtype (for calls that allocate them)."""
 
-    __slots__ = ("session", "front", "constants", "after", "outputs", "templates", "allocator", "single")
+    __slots__ = ("session", "front", "constants", "after", "outputs", "allocator", "single")
 
     def __init__(
         self,
@@ -63,8 +63,7 @@ class FusedWarm:
         self.front = GridFront(bound, grid)
         self.constants = constants
         self.after = after
-        self.outputs = outputs
-        self.templates = tuple(self.session.template(shape, dtype) for shape, dtype in outputs)
+        self.outputs = tuple((shape, dtype, self.session.template(shape, dtype)) for shape, dtype in outputs)
         self.allocator = self.session.native_allocator()  # allocates in C from the pool
         self.single = single
 
@@ -73,10 +72,7 @@ class FusedWarm:
         session = self.session
         if not session.usable or session.capturing:
             return None
-        if out is not None:
-            outs: tuple[Any, ...] = (out,)
-        else:
-            outs = tuple(self._allocate(shape, dtype, t) for (shape, dtype), t in zip(self.outputs, self.templates))
+        outs = (out,) if out is not None else tuple([self._allocate(*output) for output in self.outputs])
         try:
             self.front(*args, *self.constants, *outs, *self.after)
         except WideIndexNeeded:

@@ -7,9 +7,9 @@ from C with its result from the pool (``reduction.warm``). The reduction's map m
 operands as they are read, so nothing is materialized:
 
 - ``A @ v`` of a row-major ``A`` reduces A's rows with ``v`` broadcast along them (the ``rows``
-  stage: ``_dot(A, v, axis=-1)``);
+  stage: ``dot_reduction(A, v, axis=-1)``);
 - ``v @ A`` reduces A's columns with ``v`` as a column (the ``columns`` stage:
-  ``_dot(v[:, None], A, axis=0)``);
+  ``dot_reduction(v[:, None], A, axis=0)``);
 - a transposed contiguous ``A`` (``B.T``) swaps the two: ``B.T @ v`` is ``v @ B``;
 - ``v @ w`` is a 0-d result of the ``direct`` stage (``partial`` for long vectors).
 
@@ -41,7 +41,6 @@ REDUCED: frozenset[np.dtype] = frozenset(dt for dt in (F16, BF16, F32, F64) if d
 
 dot_reduction = ops._dot
 """``sum(a * b)`` over an axis as one reduction (``kd.ops.dot``'s, without its 1-D checks)."""
-_dot = dot_reduction
 
 
 def vector_product(a: DeviceArray, b: DeviceArray, out: DeviceArray | None = None) -> DeviceArray:
@@ -50,7 +49,7 @@ def vector_product(a: DeviceArray, b: DeviceArray, out: DeviceArray | None = Non
     whose stage reads the matrix along its rows in memory."""
     if a.ndim == 1:
         if b.ndim == 1:
-            return _dot(a, b, out=out)
+            return dot_reduction(a, b, out=out)
         return vector_matrix(a, b, out)
     return matrix_vector(a, b, out)
 
@@ -60,8 +59,8 @@ def matrix_vector(m: DeviceArray, x: DeviceArray, out: DeviceArray | None = None
     if not m.is_contiguous:
         t = m.T
         if t.is_contiguous:
-            return _dot(x.expand_dims(-1), t, axis=0, out=out)
-    return _dot(m, x, axis=-1, out=out)
+            return dot_reduction(x.expand_dims(-1), t, axis=0, out=out)
+    return dot_reduction(m, x, axis=-1, out=out)
 
 
 def vector_matrix(x: DeviceArray, m: DeviceArray, out: DeviceArray | None = None) -> DeviceArray:
@@ -69,10 +68,5 @@ def vector_matrix(x: DeviceArray, m: DeviceArray, out: DeviceArray | None = None
     if not m.is_contiguous:
         t = m.T
         if t.is_contiguous:
-            return _dot(t, x, axis=-1, out=out)
-    return _dot(x.expand_dims(-1), m, axis=0, out=out)
-
-
-def norm(x: DeviceArray) -> DeviceArray:
-    """The Euclidean norm of all of ``x``'s elements, a new 0-d array (``kd.ops.norm``)."""
-    return ops.norm(x)
+            return dot_reduction(t, x, axis=-1, out=out)
+    return dot_reduction(x.expand_dims(-1), m, axis=0, out=out)

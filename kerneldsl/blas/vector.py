@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..array.ndarray import DeviceArray
+from .. import ops
 from ..errors import ShapeMismatchError
 from ..routing import routed
 from ..runtime import memory
@@ -36,7 +37,7 @@ from .checks import (
     session_of,
 )
 from .handles import handle
-from .reduced import dot_reduction, matrix_vector, norm, vector_matrix
+from .reduced import dot_reduction, matrix_vector, vector_matrix
 
 
 @routed
@@ -147,12 +148,12 @@ def nrm2(x: DeviceArray, out: DeviceArray | None = None, *, stream: Stream | Non
     """
     allocated = out is None and stream is None
     if allocated and _lean_nrm2(x):
-        return norm(x)
+        return ops.norm(x)
     op = "kd.blas.nrm2"
     session = session_of(op, ("x", "out"), (x, out), stream)
     dt = common_dtype(op, VECTOR_PREFIX, ("x", "out"), (x, out))
     if allocated:
-        return norm(x)
+        return ops.norm(x)
     out = scalar_output(op, session, out, dt)
     if not x.size:
         return fill_zero(out, stream)

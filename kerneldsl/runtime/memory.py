@@ -316,8 +316,9 @@ class DeviceBuffer(_Layout, Transfers):
         host copy, made after the queued work (it synchronizes; ``copy=False`` refuses it).
         """
         self._check()
-        if dl_device is not None and tuple(int(v) for v in dl_device) != self.__dlpack_device__():
-            if tuple(int(v) for v in dl_device) != (interop.DL_CPU, 0):
+        wanted = None if dl_device is None else tuple(int(v) for v in dl_device)
+        if wanted is not None and wanted != self.__dlpack_device__():
+            if wanted != (interop.DL_CPU, 0):
                 raise BufferError(f"cannot export device {self.__dlpack_device__()} memory to {dl_device}")
             if copy is False:
                 raise BufferError("exporting device memory to the CPU (dl_device=(1, 0)) copies it: pass copy=None")
