@@ -61,7 +61,23 @@ def test_a_fused_pipeline_is_built_with_pytorchs_fast_arithmetic() -> None:
 def test_half_precision_intermediates_stay_in_float32_until_stored() -> None:
     half = softmax.inspect(np.ones((64, 512), np.float16), arch=ARCH)
     assert half.decisions.accumulation == np.float32
-    assert half.cuda_source.count("(kd_half)(") == 1  # the one conversion is the output's store
+    stores = half.cuda_source.count("(kd_half)(") + half.cuda_source.count("kd_narrow(kdst")
+    assert stores == 1  # the one conversion is the output's store
+
+
+def test_a_bfloat16_row_held_in_few_units_takes_a_128_thread_block() -> None:
+    d = _decisions(softmax, np.zeros((4096, 4096), ml_dtypes.bfloat16))
+    assert (d.strategy, d.group, d.items, d.vector_width) == ("row-per-block", 128, 4, 8)
+
+
+def test_a_long_bfloat16_row_keeps_the_smallest_block_that_holds_it() -> None:
+    d = _decisions(softmax, np.zeros((2048, 32768), ml_dtypes.bfloat16))
+    assert (d.strategy, d.group, d.items) == ("row-per-block", 512, 8)
+
+
+def test_a_split_bfloat16_row_keeps_256_thread_blocks() -> None:
+    d = _decisions(softmax, np.zeros((64, 32768), ml_dtypes.bfloat16))
+    assert (d.strategy, d.group, d.items) == ("split", 256, 2)
 
 
 def test_rows_up_to_1024_elements_take_a_warp_each() -> None:

@@ -138,7 +138,7 @@ def _build_elementwise(
             },
             out_dims=out_dims(layout),
             program=program_context(program),
-            vector_loads=loads(program, lambda i: load(i, f"kdl{i}.v[kdk]")),
+            vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
         )
         return GeneratedBody(text, Decisions(layout=layout[0], vector_width=vec if vector else 1))
