@@ -2,8 +2,9 @@
 
 - the optional C launch path (kerneldsl/_fastlaunch.c): without a C compiler the package installs
   and runs in pure Python;
-- the Jinja templates compiled to Python modules inside the built package, so that an installed
-  kerneldsl renders without parsing templates (a checkout falls back to parsing them).
+- the Jinja templates compiled into their code cache (kerneldsl/template_cache.py) inside the built
+  package, or inside the checkout for an editable install or an in-place build
+  (``setup.py build_ext --inplace``), so that rendering parses no template.
 """
 
 import importlib.util
@@ -11,24 +12,45 @@ import os
 from types import ModuleType
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+CHECKOUT_TEMPLATES = os.path.join(ROOT, "templates")
 
 
 class BuildPyWithCompiledTemplates(build_py):
     def run(self) -> None:
         super().run()
-        import jinja2
-
-        options = _load_template_options()
-        env = options.make_environment(jinja2, jinja2.FileSystemLoader("templates"))
-        env.compile_templates(os.path.join(self.build_lib, "kerneldsl", options.COMPILED_DIR), zip=None)
+        # an editable install renders the checkout's templates: their code cache is the checkout's
+        installed = os.path.join(self.build_lib, "kerneldsl", "templates")
+        _compile_templates(CHECKOUT_TEMPLATES if self.editable_mode else installed)
 
 
-def _load_template_options() -> ModuleType:
-    """kerneldsl/template_options.py by its path: an isolated build cannot import the package
-    it is building (its dependencies are not installed there), and that module imports nothing."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kerneldsl", "template_options.py")
-    spec = importlib.util.spec_from_file_location("_kerneldsl_template_options", path)
+class BuildExtWithCompiledTemplates(build_ext):
+    def run(self) -> None:
+        super().run()
+        if self.inplace:  # a checkout's build step: its templates compile in place as well
+            _compile_templates(CHECKOUT_TEMPLATES)
+
+
+def _compile_templates(templates: str) -> None:
+    """The checkout's templates compiled into the code cache of the templates at ``templates``
+    (the same files, where they are installed)."""
+    import jinja2
+
+    options = _load_by_path("template_options")
+    code_cache = _load_by_path("template_cache")
+    cache = code_cache.TemplateCodeCache(os.path.join(templates, options.COMPILED_DIR))
+    loader = jinja2.FileSystemLoader(CHECKOUT_TEMPLATES)
+    code_cache.compile_all(options.make_environment(jinja2, loader, bytecode_cache=cache))
+
+
+def _load_by_path(name: str) -> ModuleType:
+    """kerneldsl/<name>.py by its path: an isolated build cannot import the package it is building
+    (its dependencies are not installed there); these modules import only Jinja and the standard
+    library."""
+    spec = importlib.util.spec_from_file_location(f"_kerneldsl_{name}", os.path.join(ROOT, "kerneldsl", f"{name}.py"))
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -37,5 +59,5 @@ def _load_template_options() -> ModuleType:
 
 setup(
     ext_modules=[Extension("kerneldsl._fastlaunch", ["kerneldsl/_fastlaunch.c"], optional=True)],
-    cmdclass={"build_py": BuildPyWithCompiledTemplates},
+    cmdclass={"build_py": BuildPyWithCompiledTemplates, "build_ext": BuildExtWithCompiledTemplates},
 )

@@ -42,20 +42,23 @@ def templates_dir() -> Path:
 
 
 def compiled_templates_dir() -> Path:
-    """Where an installed package keeps its templates compiled to Python (``setup.py``)."""
-    return Path(__file__).parent / COMPILED_DIR
+    """Where the templates' compiled code is kept (``template_cache``): beside them."""
+    return templates_dir() / COMPILED_DIR
 
 
 @lru_cache(maxsize=1)
 def _environment() -> jinja2.Environment:
-    """Jinja, imported on the first render; an installed package's templates come precompiled."""
+    """Jinja, imported on the first render; each template's compiled code comes from the code
+    cache when it was compiled from the template's current source."""
     import jinja2
 
-    compiled = compiled_templates_dir()
-    loader: jinja2.BaseLoader = (
-        jinja2.ModuleLoader(str(compiled)) if compiled.is_dir() else jinja2.FileSystemLoader(str(templates_dir()))
+    from .template_cache import TemplateCodeCache
+
+    loader = jinja2.FileSystemLoader(str(templates_dir()))
+    cache = TemplateCodeCache(str(compiled_templates_dir()))
+    environment: jinja2.Environment = make_environment(
+        jinja2, loader, undefined=jinja2.StrictUndefined, bytecode_cache=cache
     )
-    environment: jinja2.Environment = make_environment(jinja2, loader, undefined=jinja2.StrictUndefined)
     return environment
 
 

@@ -31,6 +31,7 @@ _ALLOWED_OPTIONS = re.compile(  # fullmatch: nothing after the option, not even 
     r"|--maxrregcount=[0-9]+|-maxrregcount=[0-9]+"
     r"|--extra-device-vectorization|-extra-device-vectorization"
     r"|--restrict|-restrict"
+    r"|--minimal|-minimal"
     r"|-G|--device-debug"
     r"|-Xptxas=.+"
     r"|--std=c\+\+(17|20)|-std=c\+\+(17|20))"
@@ -151,7 +152,8 @@ def check_options(options: Sequence[str]) -> tuple[str, ...]:
         if not isinstance(opt, str) or not _ALLOWED_OPTIONS.fullmatch(opt):
             raise InvalidOptionError(
                 f"compiler option {opt!r} is not accepted (allowed: -D/-U macros, --use_fast_math, -lineinfo, "
-                "--ftz/--prec-div/--prec-sqrt/--fmad=true|false, --maxrregcount=N, -Xptxas=..., -G, --std=c++17|20)"
+                "--ftz/--prec-div/--prec-sqrt/--fmad=true|false, --maxrregcount=N, -Xptxas=..., -G, --std=c++17|20, "
+                "--minimal)"
             )
     return tuple(options)
 

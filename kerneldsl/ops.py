@@ -9,16 +9,18 @@ follow (``kerneldsl.promotion``) and one short C expression per dtype kind (``b`
 signed, ``u`` unsigned, ``f`` float; ``kdT`` is the type the op computes in, ``kdU`` its
 unsigned twin so that integer overflow wraps like NumPy's instead of being undefined). Kind
 ``c`` is the expression used when an operand is complex (``kd_complex<R>``, the prelude's, with
-its functions ``kd_exp``, ``kd_abs``...); an op without one refuses complex operands with
-``ComplexUnsupportedError`` (ordering and rounding have no complex meaning here).
+the functions of ``templates/complex_math.cuh.j2``: ``kd_exp``, ``kd_abs``...); an op without one
+refuses complex operands with ``ComplexUnsupportedError`` (ordering, floor/ceil/trunc/rint have
+no complex meaning here; ``round`` rounds each part, as the Array API standard asks).
 
 Deviations from NumPy, all documented: integer ``power`` with a negative exponent gives 0 (or
 +-1 for a base of +-1) where NumPy raises; float -> int ``astype`` of NaN / out-of-range values
 is undefined in NumPy and saturates on the GPU; float ``floor_divide`` with an infinite operand
 is the quotient ``a / b`` (``inf // 2`` is inf, ``-1 // inf`` is -0.0: the Array API standard's
 values) where NumPy gives NaN and -1.0; math functions (exp, log, sin, cos, tanh,
-power) are CUDA's, within a few ulp of NumPy's (their complex forms are the prelude's textbook
-formulas, a few ulp from NumPy's, without C99 Annex G's rules for infinities); ``fma`` /
+power) are CUDA's, within a few ulp of NumPy's (their complex forms give the special values the
+Array API standard tabulates, C99 Annex G's, and finite values within a few ulp: the bounds are
+in tests/test_complex_math.py); ``fma`` /
 ``axpy`` round twice (``a*b`` then ``+c``), exactly like NumPy's ``a * b + c``.
 """
 
@@ -176,7 +178,7 @@ abs = Op(
 square = Op(("a",), np.square, {"fc": "a * a", "iu": "(kdT)(1u * (kdU)a * (kdU)a)", "b": "a"})
 minimum = Op(("a", "b"), np.minimum, {"fiub": "(a < b || a != a) ? a : b"})
 maximum = Op(("a", "b"), np.maximum, {"fiub": "(a > b || a != a) ? a : b"})
-power = Op(("a", "b"), np.power, {"f": "pow(a, b)", "iu": _IPOW})
+power = Op(("a", "b"), np.power, {"f": "pow(a, b)", "iu": _IPOW, "c": "kd_pow(a, b)"})
 exp = Op(("a",), np.exp, {"f": "exp(a)", "c": "kd_exp(a)"})
 log = Op(("a",), np.log, {"f": "log(a)", "c": "kd_log(a)"})
 sqrt = Op(("a",), np.sqrt, {"f": "sqrt(a)", "c": "kd_sqrt(a)"})
@@ -204,19 +206,19 @@ fma = Op(
 
 # NumPy's math beyond the arithmetic: float functions (integers promote as NumPy's loops do), then
 # rounding, predicates, logic and bits; erf/erfc follow sin's dtype rule (NumPy has no erf ufunc).
-log1p = Op(("a",), np.log1p, {"f": "log1p(a)"})
-expm1 = Op(("a",), np.expm1, {"f": "expm1(a)"})
+log1p = Op(("a",), np.log1p, {"f": "log1p(a)", "c": "kd_log1p(a)"})
+expm1 = Op(("a",), np.expm1, {"f": "expm1(a)", "c": "kd_expm1(a)"})
 sinh = Op(("a",), np.sinh, {"f": "sinh(a)", "c": "kd_sinh(a)"})
 cosh = Op(("a",), np.cosh, {"f": "cosh(a)", "c": "kd_cosh(a)"})
-arcsinh = Op(("a",), np.arcsinh, {"f": "asinh(a)"})
-arccosh = Op(("a",), np.arccosh, {"f": "acosh(a)"})
-arctanh = Op(("a",), np.arctanh, {"f": "atanh(a)"})
-arcsin = Op(("a",), np.arcsin, {"f": "asin(a)"})
-arccos = Op(("a",), np.arccos, {"f": "acos(a)"})
-arctan = Op(("a",), np.arctan, {"f": "atan(a)"})
+arcsinh = Op(("a",), np.arcsinh, {"f": "asinh(a)", "c": "kd_asinh(a)"})
+arccosh = Op(("a",), np.arccosh, {"f": "acosh(a)", "c": "kd_acosh(a)"})
+arctanh = Op(("a",), np.arctanh, {"f": "atanh(a)", "c": "kd_atanh(a)"})
+arcsin = Op(("a",), np.arcsin, {"f": "asin(a)", "c": "kd_asin(a)"})
+arccos = Op(("a",), np.arccos, {"f": "acos(a)", "c": "kd_acos(a)"})
+arctan = Op(("a",), np.arctan, {"f": "atan(a)", "c": "kd_atan(a)"})
 tan = Op(("a",), np.tan, {"f": "tan(a)", "c": "kd_tan(a)"})
-log2 = Op(("a",), np.log2, {"f": "log2(a)"})
-log10 = Op(("a",), np.log10, {"f": "log10(a)"})
+log2 = Op(("a",), np.log2, {"f": "log2(a)", "c": "kd_log2(a)"})
+log10 = Op(("a",), np.log10, {"f": "log10(a)", "c": "kd_log10(a)"})
 logaddexp = Op(("a", "b"), np.logaddexp, {"f": _LOGADDEXP})
 nextafter = Op(("a", "b"), np.nextafter, {"f": "nextafter(a, b)"})  # float16/bfloat16: float32's neighbour, rounded
 erf = Op(("a",), np.sin, {"f": "erf(a)"})
@@ -235,12 +237,12 @@ fmax = Op(("a", "b"), np.fmax, {"fiub": "(a > b || b != b) ? a : b"})  # NaN ign
 fmin = Op(("a", "b"), np.fmin, {"fiub": "(a < b || b != b) ? a : b"})
 reciprocal = Op(("a",), np.reciprocal, {"fc": "(kdT)1 / a", "iu": "a == 0 ? (kdT)0 : (kdT)(1 / a)"})
 positive = Op(("a",), np.positive, {"fiuc": "a"})
-sign = Op(("a",), np.sign, {"f": _SIGN_F, "i": "(kdT)((a > 0) - (a < 0))", "u": "(kdT)(a > 0)"})
+sign = Op(("a",), np.sign, {"f": _SIGN_F, "i": "(kdT)((a > 0) - (a < 0))", "u": "(kdT)(a > 0)", "c": "kd_sign(a)"})
 floor = Op(("a",), np.floor, {"f": "floor(a)", "iub": "a"})
 ceil = Op(("a",), np.ceil, {"f": "ceil(a)", "iub": "a"})
 trunc = Op(("a",), np.trunc, {"f": "trunc(a)", "iub": "a"})
 rint = Op(("a",), np.rint, {"f": "rint(a)"})
-round = Op(("a",), np.round, {"f": "rint(a)", "iu": "a"})  # decimals=0: half to even, as NumPy
+round = Op(("a",), np.round, {"f": "rint(a)", "iu": "a", "c": "kdT(rint(a.re), rint(a.im))"})  # half to even, each part
 isnan = Op(("a",), np.isnan, {"bc": "a != a"}, _own)
 isinf = Op(("a",), np.isinf, {"bc": "kd_isinf(a)"}, _own)  # the prelude's, for every dtype
 isfinite = Op(("a",), np.isfinite, {"bc": "kd_isfinite(a)"}, _own)

@@ -95,5 +95,15 @@ def _result(func: Callable[..., Any], operands: tuple[Operand, ...]) -> np.dtype
         if isinstance(operand, (np.dtype, np.generic)):
             supported(operand if isinstance(operand, np.dtype) else operand.dtype)
     with np.errstate(all="ignore"):
-        value = func(*(_probe(o) for o in operands))
+        value = func(*(_probe(o) for o in _weak_beside_bfloat16(operands)))
     return supported(np.asarray(value).dtype)
+
+
+def _weak_beside_bfloat16(operands: tuple[Operand, ...]) -> tuple[Operand, ...]:
+    """NEP 50 for a Python int or float beside a bfloat16 array: ml_dtypes before 0.7 promotes the
+    scalar as a float64 (``bfloat16_array + 1e-5`` is float32 there), NumPy 2's rule keeps
+    bfloat16. Probing the scalar as a bfloat16 gives NumPy 2's answer under either version."""
+    bf16 = next((o for o in operands if isinstance(o, np.dtype) and o.name == "bfloat16"), None)
+    if bf16 is None:
+        return operands
+    return tuple(bf16 if type(o) in (int, float) else o for o in operands)

@@ -319,24 +319,3 @@ def test_adapter_runtime_supplies_every_name_the_adapter_uses() -> None:
     assert isinstance(ADAPTER_RUNTIME, types.SimpleNamespace)
     for name in ("ShapeMismatchError", "BindingError", "unusable_array", "AliasingError", "to_bfloat16_bits"):
         assert hasattr(ADAPTER_RUNTIME, name)
-
-
-def test_templates_compiled_for_an_installed_package_render_what_the_sources_render(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import jinja2
-
-    import kerneldsl.codegen as codegen
-    from kerneldsl.template_options import make_environment
-
-    make_environment(jinja2, jinja2.FileSystemLoader(str(codegen.templates_dir()))).compile_templates(
-        str(tmp_path), zip=None
-    )
-    from_sources = {name: make().cuda_source + make().adapter_source for name, make in CASES.items()}
-    codegen._environment.cache_clear()
-    monkeypatch.setattr(codegen, "compiled_templates_dir", lambda: tmp_path)
-    try:
-        assert isinstance(codegen._environment().loader, jinja2.ModuleLoader)
-        assert {name: make().cuda_source + make().adapter_source for name, make in CASES.items()} == from_sources
-    finally:
-        codegen._environment.cache_clear()

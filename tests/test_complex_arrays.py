@@ -44,15 +44,12 @@ REFUSED = [
     "floor",
     "ceil",
     "trunc",
-    "round",
     "rint",
-    "sign",
     "floor_divide",
     "remainder",
     "clip",
     "signbit",
     "arctan2",
-    "power",
 ]
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import itertools
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl import ops
+from kerneldsl import ops, promotion
 from kerneldsl.dtypes import all_element_types
 
 ARCH = "sm_90"
@@ -40,6 +41,13 @@ def test_binary_promotion_matches_numpy(a: np.dtype, b: np.dtype) -> None:
         assert expected == np.result_type(a, b)
     assert ops.maximum.resolve([a, b])[0] == expected
     assert ops.divide.resolve([a, b])[0] == _numpy(np.true_divide, a, b)
+
+
+def test_a_python_float_beside_bfloat16_is_weak_under_every_ml_dtypes() -> None:
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    assert promotion._weak_beside_bfloat16((bf16, 1e-5, 2)) == (bf16, bf16, bf16)  # probed as bfloat16
+    assert ops.add.resolve([bf16, 1e-5])[0] == bf16  # ml_dtypes 0.6 alone says float32
+    assert ops.multiply.resolve([np.dtype(np.float32), bf16])[0] == np.float32
 
 
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)

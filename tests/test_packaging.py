@@ -96,5 +96,5 @@ def test_an_isolated_build_makes_a_complete_wheel(tmp_path: Path) -> None:
     (wheel,) = tmp_path.glob("kerneldsl-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "kerneldsl/py.typed" in names
-    assert any(n.startswith("kerneldsl/_templates_compiled/tmpl_") for n in names)
+    assert any(n.startswith("kerneldsl/templates/__pycache__/") and n.endswith(".jinja") for n in names)
     assert any(n.startswith("kerneldsl/templates/") and n.endswith(".j2") for n in names)

@@ -418,8 +418,9 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
         )
         return GeneratedBody(context.render(vector), decisions)
 
-    # at most REGISTERS per thread: 1024 threads of an SM stay resident (and a block fits one SM)
-    options = ("--use_fast_math", f"--maxrregcount={REGISTERS}")
+    # at most REGISTERS per thread: 1024 threads of an SM stay resident (and a block fits one SM);
+    # --minimal, as every generated kernel (kernels.OPTIONS)
+    options = ("--use_fast_math", f"--maxrregcount={REGISTERS}", "--minimal")
     name = f"{pipeline.name}_fused_rows"
     cluster = (s.cluster, 1, 1) if s.cluster > 1 else None
     return make_kernel(name, _params(pipeline, layout), body, block=s.threads, options=options, cluster=cluster)

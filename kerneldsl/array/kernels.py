@@ -23,7 +23,9 @@ from ..signature import ArrayAnnotation, Expr, ScalarAnnotation, parse_signature
 from .program import Program, storage_ctype
 
 BLOCK = 256
-OPTIONS = ("--fmad=false",)  # NumPy rounds a*b+c twice; so do we
+# --fmad=false: NumPy rounds a*b+c twice; so do we. --minimal: NVRTC declares no runtime API,
+# textures or device launches, which generated code never uses: a first call compiles faster.
+OPTIONS = ("--fmad=false", "--minimal")
 MAX_ENTRIES = 4096  # kernel and plan caches start over past this many entries
 
 Layout = tuple[Any, ...]  # ("flat", ndim[, 0-d leaf ids]) or ("broadcast" | "strided", ndim, per-leaf ranks)

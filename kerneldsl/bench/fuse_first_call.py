@@ -4,7 +4,9 @@ Each figure is the median over fresh interpreter processes of the first ``softma
 (4096, 4096) float32 device array, synchronized, timed from the call (the session and the upload
 come before it): with an empty disk cache (trace, render, NVRTC, load, launch) and with the cache
 that run filled (trace, disk hit, load, launch). The warm-cache process also says whether the call
-imported Jinja or NVRTC, which a disk hit should not need.
+imported Jinja or NVRTC, which a disk hit should not need; the empty-cache process, whether the
+templates' compiled code (``kerneldsl.template_cache``: built with the package, or written beside
+a checkout's templates by its first render) was there, or the call parsed its templates.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ PROCESSES = 3  # fresh processes per figure (the median is reported)
 
 SCRIPT = """
 import sys, time
+from pathlib import Path
 import numpy as np
 import kerneldsl as kd
 from kerneldsl.bench.fuse_bench import softmax
@@ -27,28 +30,35 @@ s = kd.default_session()
 x = s.to_device(np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32))
 s.synchronize()
 jinja, nvrtc = "jinja2" in sys.modules, "cuda.bindings.nvrtc" in sys.modules
+package = Path(kd.__file__).parent  # codegen.templates_dir(), without importing codegen before the call
+templates = package / "templates" if (package / "templates").is_dir() else package.parent / "templates"
+compiled = any((templates / "__pycache__").glob("*.jinja"))
 start = time.perf_counter()
 softmax(x)
 s.synchronize()
 elapsed = time.perf_counter() - start
-print(elapsed, int("jinja2" in sys.modules and not jinja), int("cuda.bindings.nvrtc" in sys.modules and not nvrtc))
+imported = int("jinja2" in sys.modules and not jinja), int("cuda.bindings.nvrtc" in sys.modules and not nvrtc)
+print(elapsed, *imported, int(compiled))
 """
 
 
-def _first_call(cache_dir: str) -> tuple[float, int, int]:
-    """(seconds, whether the call imported jinja2, whether it imported NVRTC) in a fresh process."""
+def _first_call(cache_dir: str) -> tuple[float, int, int, int]:
+    """(seconds, whether the call imported jinja2, whether it imported NVRTC, whether the templates'
+    compiled code was there before it) in a fresh process."""
     env = {**os.environ, "KERNELDSL_CACHE_DIR": cache_dir}
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
-    seconds, jinja, nvrtc = done.stdout.split()[-3:]
-    return float(seconds), int(jinja), int(nvrtc)
+    seconds, jinja, nvrtc, compiled = done.stdout.split()[-4:]
+    return float(seconds), int(jinja), int(nvrtc), int(compiled)
 
 
 def bench_first_call(args: argparse.Namespace) -> dict[str, float]:
-    cold, warm, imports = [], [], []
+    cold, warm, imports, compiled = [], [], [], 0
     for _ in range(PROCESSES):
         with tempfile.TemporaryDirectory() as cache_dir:
-            cold.append(_first_call(cache_dir)[0])
-            seconds, jinja, nvrtc = _first_call(cache_dir)
+            seconds, _, _, was_compiled = _first_call(cache_dir)
+            cold.append(seconds)
+            compiled += was_compiled
+            seconds, jinja, nvrtc, _ = _first_call(cache_dir)
             warm.append(seconds)
             imports.append((jinja, nvrtc))
     return {
@@ -56,4 +66,5 @@ def bench_first_call(args: argparse.Namespace) -> dict[str, float]:
         "first call, disk hit (s, target < 0.2)": statistics.median(warm),
         "disk-hit calls that imported jinja2": float(sum(j for j, _ in imports)),
         "disk-hit calls that imported NVRTC": float(sum(n for _, n in imports)),
+        f"empty-cache calls with the templates' compiled code (of {PROCESSES})": float(compiled),
     }

@@ -1,0 +1,68 @@
+"""What a fused function's first call compiles: NVRTC's minimal declarations (no runtime API,
+textures or device launches, which generated code never uses) and no header, in every dtype (the
+prelude spells the 16-bit types itself), so NVRTC parses as little as it can."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kerneldsl.bench.fuse_bench import layer_norm, softmax
+from kerneldsl.compiler import check_options
+
+NO_HEADERS = {"system": None, "user": {}}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.float64])
+def test_a_fused_kernel_compiles_with_minimal_declarations_and_no_header(isolated_cache: Path, dtype: Any) -> None:
+    build = softmax.inspect(np.zeros((64, 1024), dtype), arch="sm_90")
+    assert "--minimal" in build.options
+    assert build.key_material["headers"] == NO_HEADERS
+
+
+@pytest.mark.parametrize(
+    ("shape", "strategy", "passes"),
+    [
+        ((64, 32), "row-per-warp", 1),
+        ((4096, 4096), "row-per-block", 1),
+        ((8, 16384), "split", 1),
+        ((2, 1 << 20), "split", 3),
+    ],
+)
+def test_every_fused_strategy_compiles_with_minimal_declarations(
+    isolated_cache: Path, shape: tuple[int, int], strategy: str, passes: int
+) -> None:
+    x, w = np.zeros(shape, np.float32), np.zeros(shape[-1], np.float32)
+    build = layer_norm.inspect(x, w, w, arch="sm_90")
+    assert (build.decisions.strategy, build.decisions.passes) == (strategy, passes)
+    assert "--minimal" in build.options
+
+
+def test_minimal_is_an_option_a_kernel_may_ask_for() -> None:
+    assert check_options(["--minimal", "-minimal"]) == ("--minimal", "-minimal")
+
+
+def test_the_first_call_bench_counts_the_cold_calls_that_found_the_templates_compiled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+
+    from kerneldsl.bench import fuse_first_call
+
+    outputs = iter(["0.15 1 1 0", "0.01 0 0 1", "0.14 1 1 1", "0.01 0 0 1", "0.16 1 1 1", "0.02 0 0 1"])
+    monkeypatch.setattr(
+        subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=next(outputs), stderr="")
+    )
+    figures = fuse_first_call.bench_first_call(argparse.Namespace())
+    assert figures == {
+        "first call, empty disk cache (s, target < 0.2)": 0.15,
+        "first call, disk hit (s, target < 0.2)": 0.01,
+        "disk-hit calls that imported jinja2": 0.0,
+        "disk-hit calls that imported NVRTC": 0.0,
+        "empty-cache calls with the templates' compiled code (of 3)": 2.0,
+    }
