@@ -591,7 +591,8 @@ def test_fused_equals_unfused(session, rng, dt: np.dtype) -> None:
     fused = chain(dx, dy).to_host()
     assert_same(fused, unfused(dx, dy).to_host())  # same rounding steps, no FMA contraction
     with np.errstate(all="ignore"):
-        ref = np.square(np.sin(((x * 2 + y) * x - 3) * 0.5) + y)
+        two, three, half = (np.asarray(v, dt) for v in (2, 3, 0.5))  # NEP 50's weak scalars, under any ml_dtypes
+        ref = np.square(np.sin(((x * two + y) * x - three) * half) + y)
     assert_close(fused, ref, rtol=16 * eps(dt), atol=16 * eps(dt))
     assert_same(chain(x, y), fused)  # numpy in, numpy out
 
