@@ -54,11 +54,17 @@ def test_the_first_call_bench_counts_the_cold_calls_that_found_the_templates_com
 
     from kerneldsl.bench import fuse_first_call
 
-    outputs = iter(["0.15 1 1 0", "0.01 0 0 1", "0.14 1 1 1", "0.01 0 0 1", "0.16 1 1 1", "0.02 0 0 1"])
-    monkeypatch.setattr(
-        subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0, stdout=next(outputs), stderr="")
-    )
+    untimed = "0.90 1 1 0"  # fills the shared bytecode prefix; not a figure
+    outputs = iter([untimed, "0.15 1 1 0", "0.01 0 0 1", "0.14 1 1 1", "0.01 0 0 1", "0.16 1 1 1", "0.02 0 0 1"])
+    prefixes = []
+
+    def run(*a: object, env: dict[str, str], **k: object) -> subprocess.CompletedProcess[str]:
+        prefixes.append(env["PYTHONPYCACHEPREFIX"])
+        return subprocess.CompletedProcess(a, 0, stdout=next(outputs), stderr="")
+
+    monkeypatch.setattr(subprocess, "run", run)
     figures = fuse_first_call.bench_first_call(argparse.Namespace())
+    assert len(prefixes) == 7 and len(set(prefixes)) == 1  # every process shares the untimed one's bytecode
     assert figures == {
         "first call, empty disk cache (s, target < 0.2)": 0.15,
         "first call, disk hit (s, target < 0.2)": 0.01,
