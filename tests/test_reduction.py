@@ -11,7 +11,9 @@ from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import ops
+from kerneldsl.array.kernels import BLOCK
 from kerneldsl.array.reduction import DIRECT_MAX, ROWS_BLOCK_MIN, extents, normalize_axes
+from kerneldsl.array.reduction.strategy import column_down
 
 ARCH = "sm_90"
 REDUCERS = ("sum", "prod", "min", "max", "mean", "argmax", "argmin", "norm")
@@ -110,6 +112,15 @@ def test_short_leading_axis_needs_no_split() -> None:
 def test_narrow_columns_put_the_rest_of_the_block_down_the_reduced_axis() -> None:
     step = ops.sum.strategy(_shape(1 << 22, 16), axis=0)
     assert (step.variant.lanes, step.variant.vector, step.variant.split) == (4, True, True)
+
+
+@pytest.mark.parametrize(
+    ("columns", "lanes", "vector"), [(13, 13, False), (3, 3, False), (12, 3, True), (31, 31, False)]
+)
+def test_columns_narrower_than_a_warp_take_exactly_their_units_across(columns: int, lanes: int, vector: bool) -> None:
+    step = ops.sum.strategy(_shape(1 << 20, columns), axis=0)
+    assert (step.variant.stage, step.variant.lanes, step.variant.vector) == ("columns", lanes, vector)
+    assert lanes * column_down(lanes) <= BLOCK < 2 * lanes * column_down(lanes)  # a power of two of rows
 
 
 def test_middle_axis_is_a_columns_reduction_with_an_outer_extent() -> None:

@@ -49,7 +49,9 @@ STRATEGY_CASES = [
     ((4096, 4096), 0, ("columns", True)),  # a leading axis: coalesced columns split over blocks
     ((16, 1 << 20), 0, ("columns", False)),  # a short leading axis over many columns
     ((1 << 18, 16), 0, ("columns", True)),  # narrow columns, the block down the reduced axis
-    ((5000, 3), 0, ("columns", True)),  # odd widths: scalar loads
+    ((5000, 3), 0, ("columns", True)),  # odd widths: scalar loads, exactly 3 lanes across
+    ((200003, 13), 0, ("columns", True)),  # 13 lanes across, 16 rows of them, the rest of the block idle
+    ((50000, 12), 0, ("columns", True)),  # three 4-wide vectors across
     ((64, 513, 96), 1, ("columns", True)),  # the middle axis of 3-D
     ((60, 7, 80, 9), (0, 2), ("lines", True)),  # interleaved axes, the fastest kept
     ((40, 7, 513), (0, 2), ("segments", True)),  # interleaved axes, the fastest reduced

@@ -26,7 +26,7 @@ from ..kernels import (
 )
 from ..program import Program, compute_ctype, program_context, storage_ctype
 from .reducers import Reducer, accumulator_context
-from .strategy import Variant
+from .strategy import Variant, column_down
 from .strided import group_names
 
 _INT64 = np.dtype(np.int64)
@@ -118,6 +118,7 @@ def _context(
         name=reducer.name,
         stage=variant.stage,
         lanes=variant.lanes,
+        down=column_down(variant.lanes),
         block=BLOCK,
         split=variant.split,
         broadcast=geometry.broadcast and not along,

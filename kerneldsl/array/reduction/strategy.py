@@ -39,6 +39,7 @@ GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
 SHORT_ROW_LOADS = 4  # loads per lane of a short row: its lanes' loads are in flight together
 LOADS_PER_THREAD = 16  # fewest loads per thread worth splitting a row over one more block
+WARP = 32
 ROWS_PER_THREAD = 8  # fewest rows per thread worth splitting columns over one more block
 COLUMN_BYTES_PER_THREAD = 64  # accumulator bytes per thread up to which columns use 16-byte loads
 INSPECT_MULTIPROCESSORS = 132  # inspect() (and strategy() without a GPU) plans for an H100/H200
@@ -178,16 +179,22 @@ def rows_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int]:
     return Variant("rows", lanes, vector), min(_ceil(e.outer, BLOCK // lanes), cap), 1
 
 
-def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Variant, int, int, int]:
+def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int, exact: bool = False) -> tuple[Variant, int, int, int]:
     """Columns (inner > 1): threads across the kept extent read coalesced rows, the block's other
-    threads and, when tiles are few, other blocks split the reduced extent. Returns the variant,
+    threads and, when tiles are few, other blocks split the reduced extent. ``exact``: a kept
+    extent of fewer units than a warp takes exactly that many threads across (``column_lanes``),
+    so a warp's threads read whole consecutive rows, one contiguous run. Returns the variant,
     blocks, splits and tiles."""
     vector = vec > 1 and e.inner % vec == 0 and vec * acc_bytes <= COLUMN_BYTES_PER_THREAD
     width = vec if vector else 1
-    needed = _pow2_at_least(_ceil(e.inner, width))  # threads that cover the kept extent
-    down = BLOCK // min(needed, BLOCK) if needed < COLUMN_LANES_WIDE else COLUMN_DOWN_WIDE
-    down = min(down, _pow2_at_most(max(1, e.count // ROWS_PER_COLUMN_THREAD)))
-    across = BLOCK // down
+    units = _ceil(e.inner, width)
+    needed = _pow2_at_least(units)  # threads that cover the kept extent
+    if exact and 0 < units < WARP and units != needed:
+        across, down = units, column_down(units)
+    else:
+        down = BLOCK // min(needed, BLOCK) if needed < COLUMN_LANES_WIDE else COLUMN_DOWN_WIDE
+        down = min(down, _pow2_at_most(max(1, e.count // ROWS_PER_COLUMN_THREAD)))
+        across = BLOCK // down
     tiles = max(1, e.outer * _ceil(e.inner, across * width))  # an empty output still plans a launch
     # Enough blocks to fill the GPU in one wave, unless the last block of a tile would then fold more than
     # FINAL_FOLDS partials per thread: then as few as fill it at COLUMN_BLOCKS_PER_SM.
@@ -195,6 +202,12 @@ def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int) -> tuple[Varian
     wanted = min(one_wave, max(_ceil(sms * COLUMN_BLOCKS_PER_SM, tiles), down * FINAL_FOLDS))
     splits = max(1, min(wanted, _ceil(e.count, down * ROWS_PER_THREAD)))
     return Variant("columns", across, vector, splits > 1), min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, tiles
+
+
+def column_down(lanes: int) -> int:
+    """Rows of threads down the reduced extent in a columns block of ``lanes`` threads across: a
+    power of two (the block's fold is a tree), the threads past ``lanes * down`` idle."""
+    return _pow2_at_most(BLOCK // lanes)
 
 
 def decide(
@@ -216,6 +229,6 @@ def decide(
         variant, blocks, splits = rows_step(e, axis_vec, sms)
         partials, tickets = (e.outer * splits, e.outer) if variant.split else (0, 0)
         return Step(variant, kernel(variant), blocks, splits, partials, tickets)
-    variant, blocks, splits, tiles = columns_step(e, axis_vec, acc_bytes, sms)
+    variant, blocks, splits, tiles = columns_step(e, axis_vec, acc_bytes, sms, exact=True)
     partials, tickets = (e.outer * e.inner * splits, tiles) if variant.split else (0, 0)
     return Step(variant, kernel(variant), blocks, splits, partials, tickets)
