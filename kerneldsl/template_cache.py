@@ -39,7 +39,10 @@ class TemplateCodeCache(jinja2.FileSystemBytecodeCache):
         return super().get_bucket(environment, name, filename, f"{source}\0{_settings(environment)}")
 
     def load_bytecode(self, bucket: Bucket) -> None:
-        """A file that cannot be read, or is not whole, is a miss (the template is compiled)."""
+        """A file that cannot be read, is not whole, or that another user could have written is a
+        miss (the template is compiled)."""
+        if not _owned(self._get_cache_filename(bucket)):
+            return
         try:
             super().load_bytecode(bucket)
         except (OSError, EOFError, ValueError, pickle.UnpicklingError):
@@ -49,6 +52,17 @@ class TemplateCodeCache(jinja2.FileSystemBytecodeCache):
         with contextlib.suppress(OSError):
             os.makedirs(self.directory, exist_ok=True)
             super().dump_bytecode(bucket)
+
+
+def _owned(path: str) -> bool:
+    """Whether ``path`` and its directory belong to this user (or root) and no one else may
+    write them: code is executed when loaded, so a file others could have planted is never read
+    (as the disk cache refuses such entries)."""
+    try:
+        stats = (os.stat(path), os.stat(os.path.dirname(path)))
+    except OSError:
+        return False
+    return all(st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022 for st in stats)
 
 
 # what the lexer and code generator read from an environment (the rest is read as templates render)

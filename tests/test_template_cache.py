@@ -69,6 +69,17 @@ def test_a_later_render_uses_the_kept_code_and_parses_no_template(templates: Pat
     assert parsed == []
 
 
+@pytest.mark.parametrize("where", ["file", "directory"])
+def test_code_another_user_could_have_written_is_never_loaded(templates: Path, parsed: list[str], where: str) -> None:
+    first = rendered()
+    kept = templates / COMPILED_DIR
+    for path in kept.glob("*.jinja") if where == "file" else [kept]:
+        path.chmod(path.stat().st_mode | 0o002)
+    parsed.clear()
+    assert rendered() == first
+    assert parsed  # compiled from source again
+
+
 def test_an_edited_template_is_compiled_from_its_source_never_from_stale_code(
     templates: Path, parsed: list[str]
 ) -> None:
