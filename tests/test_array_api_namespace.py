@@ -16,6 +16,7 @@ from kerneldsl import array_api as xp
 from kerneldsl.errors import ViewError
 
 SKIPS = Path(__file__).resolve().parents[1] / ".ci" / "array-api-skips.txt"
+COMPLEX_SKIPS = SKIPS.with_name("array-api-complex-skips.txt")
 
 
 @pytest.fixture
@@ -186,6 +187,18 @@ def test_the_skip_list_names_only_functions_the_namespace_does_not_have() -> Non
             assert not hasattr(kd.DeviceArray, name), name
         else:
             assert not hasattr(home, name), name
+
+
+def test_the_complex_runs_skips_each_follow_their_reason() -> None:
+    lines = COMPLEX_SKIPS.read_text().splitlines()
+    ids = [k for k, line in enumerate(lines) if line.startswith("array_api_tests/")]
+    assert ids
+    assert all(lines[k - 1].startswith("# ") for k in ids)
+
+
+def test_complex_does_not_cast_to_real_as_the_standard_says() -> None:
+    assert not xp.can_cast(xp.complex64, xp.float64)  # the suite, under ARRAY_API_COMPLEX=1, expects True
+    assert xp.can_cast(xp.float32, xp.complex64)
 
 
 def test_the_gather_kernels_compile_for_sm_90() -> None:
