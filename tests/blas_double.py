@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from driver_double import FakeDriver
 
-from kerneldsl import blas, blas_lt
-from kerneldsl.blas import binding
+from kerneldsl import blas
+from kerneldsl.blas import binding, lt_config
 from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
 
 BF16 = ELEMENT_TYPES["bfloat16"].numpy if add_bfloat16() else None
@@ -530,6 +530,6 @@ def install(drv: FakeDriver, monkeypatch: pytest.MonkeyPatch) -> FakeCublas:
     fake = FakeCublas(drv)
     fake.lt = FakeCublasLt(fake)
     monkeypatch.setattr(binding, "_lib", fake)
-    monkeypatch.setattr(blas_lt, "_lib", fake.lt)
-    monkeypatch.setattr(blas_lt, "matmul_address", fake.lt.matmul_address)
+    monkeypatch.setattr(lt_config, "_lib", fake.lt)
+    monkeypatch.setattr(lt_config, "matmul_address", fake.lt.matmul_address)
     return fake

@@ -21,9 +21,9 @@ from conftest import in_threads
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import blas, blas_lt, fastpath
+from kerneldsl import blas, fastpath
 from kerneldsl.array.ndarray import DeviceArray
-from kerneldsl.blas import binding
+from kerneldsl.blas import binding, lt_config
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -109,9 +109,9 @@ def test_abi_constants_match_nvmath() -> None:
 def test_cublaslt_attribute_ids_match_nvmath() -> None:
     lt = pytest.importorskip("nvmath.bindings.cublasLt")
     desc, pref = lt.MatmulDescAttribute, lt.MatmulPreferenceAttribute
-    assert (blas_lt.DESC_TRANSA, blas_lt.DESC_TRANSB) == (desc.TRANSA, desc.TRANSB)
-    assert blas_lt.PREF_MAX_WORKSPACE_BYTES == pref.MAX_WORKSPACE_BYTES
-    assert blas_lt.PREF_MIN_ALIGNMENT == (
+    assert (lt_config.DESC_TRANSA, lt_config.DESC_TRANSB) == (desc.TRANSA, desc.TRANSB)
+    assert lt_config.PREF_MAX_WORKSPACE_BYTES == pref.MAX_WORKSPACE_BYTES
+    assert lt_config.PREF_MIN_ALIGNMENT == (
         pref.MIN_ALIGNMENT_A_BYTES,
         pref.MIN_ALIGNMENT_B_BYTES,
         pref.MIN_ALIGNMENT_C_BYTES,
@@ -390,7 +390,7 @@ def test_a_gemm_plan_assumes_only_the_alignment_the_operands_have(s: Session, li
     offset = DeviceArray.borrow(s, blas_lt_view(whole, 4, (8, 8)))
     blas.gemm(offset, s.zeros((8, 8)), s.zeros((8, 8)))
     (prefs,) = lib.lt.heuristics  # type: ignore[attr-defined]
-    assert [prefs[a] for a in blas_lt.PREF_MIN_ALIGNMENT] == [256, 4, 256, 256]  # A is b, B is a
+    assert [prefs[a] for a in lt_config.PREF_MIN_ALIGNMENT] == [256, 4, 256, 256]  # A is b, B is a
 
 
 def test_compute_types(s: Session, lib: FakeCublas) -> None:

@@ -18,7 +18,8 @@ import pytest
 from conftest import in_threads
 
 import kerneldsl as kd
-from kerneldsl import blas, blas_lt, fastpath
+from kerneldsl import blas, fastpath
+from kerneldsl.blas import lt_config
 from kerneldsl.blas.checks import GEMM_TYPES
 from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
 from kerneldsl.errors import BlasError, ClosedError
@@ -385,7 +386,8 @@ def test_exit_with_a_live_handle_is_clean() -> None:
     script = textwrap.dedent(
         """
         import numpy as np
-        from kerneldsl import blas, blas_lt, fastpath
+        from kerneldsl import blas, fastpath
+        from kerneldsl.blas import lt_config
         from kerneldsl.runtime import Session
         s = Session(0)
         a = s.to_device(np.ones((8, 8), np.float32))
@@ -434,7 +436,7 @@ def test_cublas_failure_becomes_blas_error(s: Session, monkeypatch: pytest.Monke
 def test_cublaslt_failure_becomes_blas_error(s: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = s.to_device(np.ones((8, 4), np.float32)), s.to_device(np.ones((4, 8), np.float32))
     out = blas.gemm(a, b)
-    monkeypatch.setattr(blas_lt, "_lib", _BadLeadingDimension(blas_lt.library()))
+    monkeypatch.setattr(lt_config, "_lib", _BadLeadingDimension(lt_config.library()))
     blas.gemm._forget_launches()  # the C path calls the library it resolved before the patch
     with pytest.raises(BlasError) as info:
         blas.gemm(a, b, out)

@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import blas, blas_lt
+from .. import blas
 from ..array.sessions import Session, default_session
+from ..blas import lt_config
 from ..blas.matmul import _gemm as python_path
 from .report import Report, print_report
 from .runtime_bench import interleaved_enqueue_costs, spin
@@ -136,7 +137,7 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
     scalars = (ctypes.c_float * 2)(1.0, 0.0)
     pa, pb = ctypes.addressof(scalars), ctypes.addressof(scalars) + 4
     if config is not None:  # the binding kd.blas.gemm calls, with the same configuration, workspace and stream
-        lt, workspace = blas_lt.library(), h.workspace(s.stream)
+        lt, workspace = lt_config.library(), h.workspace(s.stream)
         lt_args = (
             lt_handle.raw,
             config.desc,

@@ -16,8 +16,9 @@ cores); float64 uses ``CUBLAS_COMPUTE_64F``.
 
 One module per concern: ``binding`` (the library and its ABI values), ``handles`` (the
 per-session handle, its streams, workspaces and scalars), ``checks`` (validation),
-``matmul`` (gemm, gemm_batched), ``vector`` (levels 1 and 2) and ``np_matmul`` (``kd.matmul``
-and ``@``: NumPy's matmul on those calls).
+``lt_config`` (cuBLASLt matmul configurations), ``matmul`` (gemm, gemm_batched), ``vector``
+(levels 1 and 2), ``np_matmul`` (``kd.matmul`` and ``@``: NumPy's matmul on those calls) and
+``reduced`` (products with a 1-D operand as dot reductions).
 """
 
 from __future__ import annotations

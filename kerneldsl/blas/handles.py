@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import blas_lt
 from ..array.arraytype import as_array
 from ..runtime import memory
+from . import lt_config
 
 if TYPE_CHECKING:
     from ..array.ndarray import DeviceArray
@@ -91,7 +91,7 @@ class BlasHandle:
         self._s64: tuple[Any, Any] = (0.0, 0.0)
         self._c32 = (ctypes.c_float * 4)()  # complex alpha and beta: (re, im) each
         self._c64 = (ctypes.c_double * 4)()
-        self._lt: blas_lt.LtHandle | None = None  # the cuBLASLt handle and matmul configurations, made on first use
+        self._lt: lt_config.LtHandle | None = None  # the cuBLASLt handle and matmul configurations, made on first use
 
     @property
     def closed(self) -> bool:
@@ -117,7 +117,7 @@ class BlasHandle:
             self.lib.destroy(raw)
         except self.lib.cuBLASError as exc:
             raise blas_error(exc, "cublasDestroy") from exc
-        except blas_lt.library().cuBLASLtError as exc:
+        except lt_config.library().cuBLASLtError as exc:
             raise blas_error(exc, "cublasLtDestroy") from exc
 
     def abandon(self) -> None:
@@ -189,13 +189,13 @@ class BlasHandle:
             self._workspaces[stream] = workspace
         return workspace
 
-    def lt(self) -> blas_lt.LtHandle:
+    def lt(self) -> lt_config.LtHandle:
         """The session's cuBLASLt handle and matmul configurations (session activated)."""
         if self._closed:
             raise ClosedError(f"the cuBLAS handle of session {self.session.session_id} was closed")
         if self._lt is None:
             refuse_during_capture(self.session, "create the cuBLASLt handle")
-            self._lt = blas_lt.LtHandle(WORKSPACE_BYTES)
+            self._lt = lt_config.LtHandle(WORKSPACE_BYTES)
         return self._lt
 
     def _configure(self, stream: Stream, pointer_mode: int) -> None:

@@ -1,6 +1,6 @@
 """``kd.blas.gemm`` and ``kd.blas.gemm_batched``: one validation and setup, then cuBLASLt or cuBLAS.
 
-A 2-D gemm runs ``cublasLtMatmul`` with a configuration made once per problem (``blas_lt``),
+A 2-D gemm runs ``cublasLtMatmul`` with a configuration made once per problem (``lt_config``),
 ``cublasGemmEx`` when cuBLASLt has none; a warm ``gemm(a, b, out)`` is then enqueued from C
 (a ``GemmLaunch`` the fast path remembers, one per stream). Row-major operands are passed
 swapped: ``C^T = op(B)^T @ op(A)^T`` (see the package docstring).
@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import blas_lt, fastpath
+from .. import fastpath
 from ..runtime import memory
+from . import lt_config
 
 if TYPE_CHECKING:
     from ..array.ndarray import DeviceArray
@@ -138,7 +139,7 @@ def _gemm(
     2-D row-major arrays of one dtype (float16, bfloat16, float32, float64, complex64,
     complex128; complex ones run cublasGemmEx, with complex ``alpha``/``beta`` allowed). Without
     ``out`` a new array is allocated (``beta`` must then be 0). ``tf32=True`` lets float32 use TF32.
-    Runs ``cublasLtMatmul`` with a configuration made once per problem (``blas_lt``); a warm
+    Runs ``cublasLtMatmul`` with a configuration made once per problem (``lt_config``); a warm
     ``gemm(a, b, out)`` or ``gemm(a, b, out=out)``, with ``alpha=``, ``beta=`` and ``stream=`` as
     keywords, is then enqueued from C (one entry per stream).
     """
@@ -156,7 +157,7 @@ def _gemm(
         else:
             on = h.stream_of(stream)
             workspace = h.workspace(on)
-            lt = blas_lt.library()
+            lt = lt_config.library()
             try:  # C^T (n x m) = op(B)^T @ op(A)^T: see the package docstring
                 lt.matmul(
                     lt_handle.raw,
@@ -239,8 +240,8 @@ def _gemm_ex(
 
 def _gemm_launch(
     session: Session,
-    lt_handle: blas_lt.LtHandle,
-    config: blas_lt.MatmulConfig,
+    lt_handle: lt_config.LtHandle,
+    config: lt_config.MatmulConfig,
     double_scale: bool,
     operands: tuple[DeviceArray, ...],
     workspace: DeviceArray,
@@ -250,7 +251,7 @@ def _gemm_launch(
     is that stream's); None when the C path cannot take it (disabled, or a driver or cuBLASLt
     without the entry points)."""
     module = fastpath.native()
-    matmul, current_context = blas_lt.matmul_address(), session.entry_point("cuCtxGetCurrent")
+    matmul, current_context = lt_config.matmul_address(), session.entry_point("cuCtxGetCurrent")
     if module is None or not (matmul and current_context):
         return None
     return module.GemmLaunch(
