@@ -39,7 +39,7 @@ GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
 SHORT_ROW_LOADS = 4  # loads per lane of a short row: its lanes' loads are in flight together
 LOADS_PER_THREAD = 16  # fewest loads per thread worth splitting a row over one more block
-WARP = 32
+WARP = 32  # threads of a warp: kept extents of fewer units take exactly that many lanes (columns)
 ROWS_PER_THREAD = 8  # fewest rows per thread worth splitting columns over one more block
 COLUMN_BYTES_PER_THREAD = 64  # accumulator bytes per thread up to which columns use 16-byte loads
 INSPECT_MULTIPROCESSORS = 132  # inspect() (and strategy() without a GPU) plans for an H100/H200
@@ -182,9 +182,9 @@ def rows_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int]:
 def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int, exact: bool = False) -> tuple[Variant, int, int, int]:
     """Columns (inner > 1): threads across the kept extent read coalesced rows, the block's other
     threads and, when tiles are few, other blocks split the reduced extent. ``exact``: a kept
-    extent of fewer units than a warp takes exactly that many threads across (``column_lanes``),
-    so a warp's threads read whole consecutive rows, one contiguous run. Returns the variant,
-    blocks, splits and tiles."""
+    extent of fewer units than a warp takes exactly that many threads across (``column_down``
+    rows of them), so a warp's threads read whole consecutive rows, one contiguous run. Returns
+    the variant, blocks, splits and tiles."""
     vector = vec > 1 and e.inner % vec == 0 and vec * acc_bytes <= COLUMN_BYTES_PER_THREAD
     width = vec if vector else 1
     units = _ceil(e.inner, width)

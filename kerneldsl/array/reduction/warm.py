@@ -68,20 +68,18 @@ def warm_key(operands: tuple[Any, ...], axis: Any, out: Any, keepdims: Any) -> K
 
 
 class WarmLaunch:
-    """One call shape's launch, bound once: the kernel's adapter, the arguments ``before`` and
-    ``after`` the output, the ``scratch`` buffers among them, its grid, and the result's shape
-    and dtype (when the call allocates it).
+    """One call shape's launch, bound once: the kernel's adapter at its grid (``front``, from C
+    after its first call), the arguments ``before`` and ``after`` the output, the ``scratch``
+    buffers among them, and the result's shape and dtype (when the call allocates it).
     ``epochs``: the scratch roles of a look-back scan, whose last argument is then the launch's
     epoch, taken per call (when the epochs start over, those roles' buffers are dropped and the
     full path makes zeroed ones)."""
 
     __slots__ = (
-        "bound",
         "session",
         "before",
         "after",
         "scratch",
-        "grid",
         "shape",
         "dtype",
         "allocator",
@@ -101,12 +99,10 @@ class WarmLaunch:
         dtype: np.dtype,
         epochs: tuple[str, ...] = (),
     ) -> None:
-        self.bound = bound
         self.session = bound.session
         self.before = before
         self.after = after
         self.scratch = scratch
-        self.grid = grid
         self.shape = shape
         self.dtype = dtype
         self.allocator = self.session.native_allocator()  # allocates in C from the pool, like the template
