@@ -135,9 +135,10 @@ class Op(ElementwiseFunction):
         self.rule = rule
         self.exprs = exprs
         self.inputs = inputs
+        self.complex_form = any("c" in kinds for kinds in exprs)
 
     def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]:
-        if not any("c" in kinds for kinds in self.exprs):
+        if not self.complex_form:
             given = [promotion.operand_dtype(o) for o in operands if isinstance(o, (np.dtype, np.generic, complex))]
             promotion.refuse_complex(f"kd.ops.{self.name}", *given, why="it has no complex form in kerneldsl")
         try:
