@@ -26,7 +26,7 @@ share one wait (``STAGE_LIMIT``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -59,18 +59,13 @@ def upload(session: Session, src: np.ndarray) -> DeviceBuffer | None:
         template = session.template(src.shape, src.dtype)
     except TypeError:  # a dtype the runtime refuses: the full path says why
         return None
-    made = allocator.upload(template, src)
+    made = _in_c(session, allocator.upload, template, src)
     if made is None:
-        with session.activated():  # what the C path declines for: the context not current here, events queued
-            made = allocator.upload(template, src)
-        if made is None:
-            return None
+        return None
     if type(made) is int:
         copy_failed(session, "cuMemcpyHtoDAsync", made)
     arr, done = made
-    if not done:
-        session.keep_alive(src, session.stream)
-        session.stream.synchronize()
+    _finish(session, src, done)
     return arr  # type: ignore[no-any-return]
 
 
@@ -95,19 +90,30 @@ def _copy_existing(arr: Transfers, host: np.ndarray, method: str, api: str) -> b
     allocator = None if nvtx.ON else session.native_allocator()
     if allocator is None or not allocator.copies:
         return False
-    copy = getattr(allocator, method)
-    done = copy(arr, host)
+    done = _in_c(session, getattr(allocator, method), arr, host)
     if done is None:
-        with session.activated():  # as in upload
-            done = copy(arr, host)
-        if done is None:
-            return False
+        return False
     if type(done) is int:
         copy_failed(session, api, done)
+    _finish(session, host, done)
+    return True
+
+
+def _in_c(session: Session, copy: Any, *args: Any) -> Any:
+    """``copy(*args)`` of the C path, made again with the session activated when it declines
+    (the context not current on this thread, events queued for destruction); None if it still does."""
+    made = copy(*args)
+    if made is None:
+        with session.activated():
+            made = copy(*args)
+    return made
+
+
+def _finish(session: Session, host: np.ndarray, done: bool) -> None:
+    """Wait for a copy the C path's spin did not see finish, ``host`` kept alive until then."""
     if not done:
         session.keep_alive(host, session.stream)
         session.stream.synchronize()
-    return True
 
 
 def copy_failed(session: Session, api: str, code: int) -> NoReturn:
