@@ -185,7 +185,7 @@ def test_every_strategy_compiles(shape: tuple[int, ...], axis: object, name: str
 
 def test_middle_axis_of_3d_compiles() -> None:
     b = ops.argmax.inspect(np.ones((3, 4, 5), np.float32), axis=1, arch=ARCH)
-    assert b.decisions.stage == "lines" and b.cubin  # columns of 5: flat lines (see test_reduction_layouts)
+    assert b.decisions.stage == "slabs" and b.cubin  # slabs of 4 x 5 values (see test_reduction_layouts)
 
 
 def test_user_reduction() -> None:

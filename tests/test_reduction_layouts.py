@@ -17,7 +17,7 @@ import kerneldsl as kd
 from kerneldsl import ops
 from kerneldsl.array.reduction.canonical import Group, c_strides, canonicalize
 from kerneldsl.array.reduction.plan import COPY_LAYOUTS, COPY_REVERSED
-from kerneldsl.array.reduction.strategy import Step
+from kerneldsl.array.reduction.strategy import Step, slab_values
 from kerneldsl.array.reduction.strided import strided_step
 
 ARCH = "sm_90"
@@ -92,11 +92,38 @@ def _planned(x: np.ndarray, axis: tuple[int, ...]) -> Step:
 # -- canonical groups -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("shape", "axis"), [((93011, 11, 5), 1), ((181, 13, 273, 3), (1, 2)), ((64, 7, 3), 1)])
+@pytest.mark.parametrize(("shape", "axis"), [((181, 13, 273, 3), (1, 2)), ((100, 300, 5), 1)])
 def test_columns_narrower_than_a_warp_take_flat_lines(shape: tuple[int, ...], axis: object) -> None:
     step = ops.sum.strategy(np.ones(shape, np.float32), axis=axis)
     assert (step.variant.stage, step.variant.flat) == ("lines", True)
     assert step.variant.lanes >= 32  # a tile spans outputs of several kept indices, no idle warps
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"), [((93011, 11, 5), 1), ((64, 7, 3), 1), ((1000, 3, 40), 1), ((5, 2, 3, 4), (1, 2))]
+)
+def test_short_slabs_take_the_slabs_stage(shape: tuple[int, ...], axis: object) -> None:
+    step = ops.sum.strategy(np.ones(shape, np.float32), axis=axis)
+    assert step.variant.stage == "slabs"
+
+
+def test_a_slabs_tile_holds_whole_slabs_that_make_whole_vectors() -> None:
+    step = ops.sum.strategy(np.ones((93011, 11, 5), np.float16), axis=1)
+    count, outer, inner, per_tile = step.args
+    assert (count, outer, inner) == (11, 93011, 5)
+    assert step.variant.vector and per_tile * count * inner % 8 == 0  # every tile starts on a 16-byte vector
+    assert per_tile * count * inner <= slab_values(4)  # float16 sums accumulate in float32
+    assert step.blocks == -(-outer // per_tile)
+
+
+def test_slabs_too_few_for_whole_vectors_read_value_by_value() -> None:
+    step = ops.sum.strategy(np.ones((100, 127, 7), np.float16), axis=1)  # 889 values a slab, 4 a tile
+    assert step.variant.stage == "slabs" and not step.variant.vector
+
+
+def test_slabs_longer_than_a_tile_allows_take_other_stages() -> None:
+    assert ops.sum.strategy(np.ones((64, 300, 5), np.float32), axis=1).variant.stage == "lines"
+    assert ops.sum.strategy(np.ones((64, 300, 64), np.float32), axis=1).variant.stage == "columns"
 
 
 def test_wide_columns_keep_the_columns_stage() -> None:

@@ -70,8 +70,7 @@ def test_the_issue_shapes_sum_over_interleaved_axes_like_numpy(session, shape, d
 
 
 @pytest.mark.parametrize(
-    ("shape", "axis", "dt"),
-    [((93011, 11, 5), 1, np.float16), ((181, 13, 273, 3), (1, 2), np.float32), ((64, 7, 3), 1, np.int32)],
+    ("shape", "axis", "dt"), [((181, 13, 273, 3), (1, 2), np.float32), ((64, 300, 5), 1, np.int32)]
 )
 def test_columns_narrower_than_a_warp_sum_in_flat_lines_like_numpy(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(3), shape, dt)
@@ -79,6 +78,72 @@ def test_columns_narrower_than_a_warp_sum_in_flat_lines_like_numpy(session, shap
     _check(ops.sum(session.to_device(x), axis=axis).to_host(), x, axis)
     got = ops.argmax(session.to_device(x), axis=axis if isinstance(axis, int) else None).to_host()
     np.testing.assert_array_equal(got, np.argmax(x, axis=axis if isinstance(axis, int) else None))
+
+
+SLABS = [
+    ((93011, 11, 5), 1, np.float16),  # the issue's shape: 72 slabs a tile, 16-byte loads
+    ((64, 7, 3), 1, np.int32),
+    ((1000, 3, 40), 1, np.float32),
+    ((1001, 3, 40), -2, np.float64),  # a last tile of fewer slabs
+    ((77, 2, 3, 4), (1, 2), np.bool_),
+    ((100, 127, 7), 1, np.float16),  # too few slabs a tile for whole vectors: value by value
+    ((3, 2, 5), 1, np.float32),  # one tile, most threads idle
+]
+
+
+@pytest.mark.parametrize(("shape", "axis", "dt"), SLABS)
+def test_short_slabs_reduce_in_shared_memory_like_numpy(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(7), shape, dt)
+    assert ops.sum.strategy(x, axis=axis).variant.stage == "slabs"
+    dx = session.to_device(x)
+    _check(ops.sum(dx, axis=axis).to_host(), x, axis)
+    np.testing.assert_array_equal(ops.max(dx, axis=axis).to_host(), np.max(x, axis=axis))
+
+
+@pytest.mark.parametrize(("shape", "axis", "dt"), [s for s in SLABS if isinstance(s[1], int)])
+def test_argmax_and_argmin_of_short_slabs_take_the_first_of_ties(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
+    x = np.random.default_rng(8).integers(-3, 3, shape).astype(dt)  # many ties
+    dx = session.to_device(x)
+    np.testing.assert_array_equal(ops.argmax(dx, axis=axis).to_host(), np.argmax(x, axis=axis))
+    np.testing.assert_array_equal(ops.argmin(dx, axis=axis).to_host(), np.argmin(x, axis=axis))
+
+
+def test_short_slabs_of_a_fused_expression_and_mean_match_numpy(session) -> None:  # type: ignore[no-untyped-def]
+    @kd.fuse
+    def weighted(a, b):
+        return kd.ops.sum(a * b, axis=1)
+
+    rng = np.random.default_rng(9)
+    a, b = _data(rng, (5001, 9, 6), np.float32), _data(rng, (5001, 9, 6), np.float32)
+    da, db = session.to_device(a), session.to_device(b)
+    assert ops.sum.strategy(a * b, axis=1).variant.stage == "slabs"
+    _check(weighted(da, db).to_host(), a * b, 1)
+    np.testing.assert_allclose(ops.mean(da, axis=1).to_host(), a.mean(axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_short_slabs_of_an_unaligned_array_read_value_by_value_like_numpy(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(10), (4001, 11, 5), np.float16)
+    dx = session.to_device(x)[1:]  # contiguous, 110 bytes past an aligned start
+    _check(ops.sum(dx, axis=1).to_host(), x[1:], 1)
+    np.testing.assert_array_equal(ops.argmax(dx, axis=1).to_host(), np.argmax(x[1:], axis=1))
+
+
+def test_short_slabs_into_out_and_with_keepdims_match_numpy(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(11), (2003, 11, 5), np.float32)
+    dx = session.to_device(x)
+    target = session.zeros((2003, 5), np.float32)
+    ops.sum(dx, axis=1, out=target)
+    _check(target.to_host(), x, 1)
+    kept = ops.sum(dx, axis=1, keepdims=True).to_host()
+    assert kept.shape == (2003, 1, 5)
+    _check(kept[:, 0], x, 1)
+
+
+def test_slabs_give_the_same_bits_every_run(session) -> None:  # type: ignore[no-untyped-def]
+    x = session.to_device(_data(np.random.default_rng(12), (93011, 11, 5), np.float32))
+    first = ops.sum(x, axis=1).to_host()
+    for _ in range(3):
+        assert ops.sum(x, axis=1).to_host().tobytes() == first.tobytes()
 
 
 @pytest.mark.parametrize("view", list(VIEWS))

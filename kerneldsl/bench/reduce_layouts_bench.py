@@ -58,6 +58,13 @@ def _table_cases() -> list[Case]:
         ("x[:, ::2] of (8192, 8192) float32 axis 1", (8192, 8192), f32, 1, _VIEWS["x[:, ::2]"]),
     ]
     cases += [(f"float16 (37, 1000, 129) axis {a}", (37, 1000, 129), f16, a, _PLAIN) for a in range(3)]
+    cases += [  # short slabs (few reduced values between kept axes) and short rows
+        ("float16 (93011, 11, 5) axis 1", (93011, 11, 5), f16, 1, _PLAIN),
+        ("float32 (100003, 3, 40) axis 1", (100003, 3, 40), f32, 1, _PLAIN),
+        ("int32 (250001, 4, 7) axis -2", (250001, 4, 7), np.int32, -2, _PLAIN),
+        ("float32 (20001, 5, 3, 9) axis (1, 2)", (20001, 5, 3, 9), f32, (1, 2), _PLAIN),
+        ("float32 (1000003, 5) axis 1", (1000003, 5), f32, 1, _PLAIN),
+    ]
     cases.append(("float32 (4194304, 16) axis 1", (4194304, 16), f32, 1, _PLAIN))
     cases.append(("float32 (8192, 8192) axis 0", (8192, 8192), f32, 0, _PLAIN))
     return cases

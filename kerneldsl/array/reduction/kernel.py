@@ -1,5 +1,5 @@
 """Reduction kernels: the parameters a variant takes and its body rendered from the stage's
-template (``reduction_full``, ``_rows``, ``_columns``, ``_segments``, ``_lines``, ``_gather``.cu.j2, sharing
+template (``reduction_full``, ``_rows``, ``_columns``, ``_slabs``, ``_segments``, ``_lines``, ``_gather``.cu.j2, sharing
 ``reduction.cuh.j2``), with the accumulator's macros chosen here: ``reduction_value.cuh.j2`` or,
 for argmax/argmin, ``reduction_indexed.cuh.j2``."""
 
@@ -26,7 +26,7 @@ from ..kernels import (
 )
 from ..program import Program, compute_ctype, program_context, storage_ctype
 from .reducers import Reducer, accumulator_context
-from .strategy import Variant, column_down
+from .strategy import Variant, column_down, slab_values
 from .strided import group_names
 
 _INT64 = np.dtype(np.int64)
@@ -38,6 +38,7 @@ _TEMPLATES = {
     "gather": "reduction_gather.cu.j2",
     "segments": "reduction_segments.cu.j2",
     "lines": "reduction_lines.cu.j2",
+    "slabs": "reduction_slabs.cu.j2",
 }
 _FULL = ("direct", "partial")
 _CANONICAL = ("segments", "lines")  # stages over canonical groups: leaves read as strided views
@@ -70,7 +71,8 @@ def _params(
     program: Program, reducer: Reducer, geometry: Geometry, variant: Variant, acc: np.dtype, result: np.dtype
 ) -> list[tuple[str, Any]]:
     """The value leaves; the partials, their indices and tickets (split stages); the output; the
-    count; outer, inner and splits (axis stages); the value's extents."""
+    count; outer, inner and splits (axis stages; slabs: slabs per tile, no extents); the value's
+    extents."""
     layout = "strided" if variant.stage in _CANONICAL else "broadcast"
     params = leaf_params(program, (layout, geometry.ndim, geometry.ranks))
     if variant.stage == "partial" or variant.split:
@@ -80,6 +82,8 @@ def _params(
         params.append(("kdticket", array_param("inout", np.dtype(np.uint32), "kdt")))
     params.append(("kdout", array_param("out", result, tuple(f"kdq{j}" for j in range(geometry.out_rank)))))
     params.append(("kdcount", scalar_param(_INT64)))
+    if variant.stage == "slabs":
+        return params + [(f"kd{name}", scalar_param(_INT64)) for name in ("outer", "inner", "slabs")]
     if variant.stage not in _FULL:
         params += [(f"kd{name}", scalar_param(_INT64)) for name in ("outer", "inner", "splits")]
     if variant.stage in _CANONICAL:
@@ -120,6 +124,7 @@ def _context(
         lanes=variant.lanes,
         down=column_down(variant.lanes),
         block=BLOCK,
+        tile=slab_values(acc.itemsize),
         split=variant.split,
         broadcast=geometry.broadcast and not along,
         along=along,

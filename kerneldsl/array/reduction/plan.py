@@ -27,14 +27,24 @@ from .axes import normalize_axes, result_shape
 from .canonical import Canonical, c_strides, canonicalize
 from .kernel import Geometry, reduction_kernel
 from .reducers import Reducer
-from .strategy import INSPECT_MULTIPROCESSORS, Extents, Step, Variant, decide, device_multiprocessors, extents
+from .strategy import (
+    INSPECT_MULTIPROCESSORS,
+    Extents,
+    Step,
+    Variant,
+    decide,
+    device_multiprocessors,
+    extents,
+    slabs_fit,
+    slabs_step,
+)
 from .strided import FLAT_BELOW, strided_step
 from .warm import WarmLaunch, WarmSlot
 
 _INT64 = np.dtype(np.int64)
 _UINT32 = np.dtype(np.uint32)
 _FULL = ("direct", "partial")
-_CANONICAL = ("segments", "lines")
+_STEP_ARGS = ("segments", "lines", "slabs")  # stages whose integer arguments the Step carries
 COPY_REVERSED = "a reversed (negative-stride) axis: read from a contiguous copy"
 COPY_LAYOUTS = "operands of different layouts: read from contiguous copies"
 COPY_BROADCAST = "broadcast operands of a strided view: read from contiguous copies"
@@ -143,7 +153,7 @@ class ReductionPlan(Plan):
     def _output_arguments(self, step: Step, before: tuple[Any, ...], out: Any) -> tuple[Any, ...]:
         """The arguments from the partials on: ``before``, the output, counts and extents."""
         e = self.extents
-        if step.variant.stage in _CANONICAL:
+        if step.variant.stage in _STEP_ARGS:
             return (*before, out, *step.args)
         if step.variant.stage in _FULL:
             return (*before, out, e.count, *self.value_shape)
@@ -166,7 +176,9 @@ class ReductionPlan(Plan):
             canonical = None
             if not self.geometry.broadcast and all(self.value_shape):
                 canonical = canonicalize(self.value_shape, c_strides(self.value_shape), self.axes)
-            if canonical is not None and (not canonical.plain or _short_columns(self.extents)):
+            if canonical is not None and canonical.plain and slabs_fit(self.extents, self.acc.itemsize):
+                found = slabs_step(self.extents, vec, self.acc.itemsize, sms, self._kernel)
+            elif canonical is not None and (not canonical.plain or _short_columns(self.extents)):
                 found = self._strided_step(canonical, sms)
             else:
                 broadcast = self.geometry.broadcast and not self.geometry.along  # lines load as vectors

@@ -11,6 +11,9 @@ they are.
 - kept axes after the reduced ones ("columns", outer x count x inner): threads across the kept
   axis read whole rows coalesced, the block's other threads and, when tiles are few, other
   blocks split the reduced axis;
+- short slabs (kept axes before and after a reduced run of few values, ``count * inner`` small):
+  "slabs": a block stages whole slabs in shared memory with coalesced loads, a thread per output
+  folds its column there (columns would leave most threads idle down a short reduced extent);
 - reduced axes that kept ones interleave, or a strided view: ``canonical`` groups on the
   ``segments`` or ``lines`` stages (``strided``); with broadcast leaves, "gather": a warp per
   output.
@@ -18,6 +21,7 @@ they are.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +46,8 @@ LOADS_PER_THREAD = 16  # fewest loads per thread worth splitting a row over one 
 WARP = 32  # threads of a warp: kept extents of fewer units take exactly that many lanes (columns)
 ROWS_PER_THREAD = 8  # fewest rows per thread worth splitting columns over one more block
 COLUMN_BYTES_PER_THREAD = 64  # accumulator bytes per thread up to which columns use 16-byte loads
+SLAB_TILE_BYTES = 16384  # shared memory a slabs block stages its slabs' values in (accumulator type)
+SLABS_PER_TILE = 4  # fewest slabs a tile holds: longer slabs take the columns or lines stages
 INSPECT_MULTIPROCESSORS = 132  # inspect() (and strategy() without a GPU) plans for an H100/H200
 
 
@@ -107,9 +113,10 @@ class Variant:
     ``stage``: "direct" (one block folds everything), "partial" (blocks fold slices, the last to
     finish folds their partials), "rows" (the reduced axes are innermost: ``lanes`` threads per
     output, a whole block when ``lanes == BLOCK``), "columns" (kept axes follow the reduced ones:
-    ``lanes`` threads across the kept extent, the rest of the block down the reduced one) or
-    "gather" (broadcast leaves with reduced axes interleaved with kept ones; ``reduced`` names
-    them), "segments" or "lines" (canonical groups, see ``strided``: ``groups`` counts the kept
+    ``lanes`` threads across the kept extent, the rest of the block down the reduced one),
+    "slabs" (whole short slabs staged in shared memory, a thread per output), "gather"
+    (broadcast leaves with reduced axes interleaved with kept ones; ``reduced`` names them),
+    "segments" or "lines" (canonical groups, see ``strided``: ``groups`` counts the kept
     and reduced groups the kernel indexes, ``wide`` says offsets need 64 bits, ``team`` is
     "block" or "warp": who folds one output; ``flat``: lines whose fastest kept group is shorter
     than a warp number the outputs of all kept groups together).
@@ -232,3 +239,30 @@ def decide(
     variant, blocks, splits, tiles = columns_step(e, axis_vec, acc_bytes, sms, exact=True)
     partials, tickets = (e.outer * e.inner * splits, tiles) if variant.split else (0, 0)
     return Step(variant, kernel(variant), blocks, splits, partials, tickets)
+
+
+def slab_values(acc_itemsize: int) -> int:
+    """Values of the accumulator's type one slabs tile stages (its shared array's length)."""
+    return SLAB_TILE_BYTES // acc_itemsize
+
+
+def slabs_fit(e: Extents, acc_itemsize: int) -> bool:
+    """Whether (outer, count, inner) takes the slabs stage: kept axes on both sides of a reduced
+    run (``outer`` and ``inner`` both past 1) whose slabs of ``count * inner`` values are short
+    enough that ``SLABS_PER_TILE`` of them fit one tile."""
+    return e.outer > 1 and e.inner > 1 and e.count * e.inner * SLABS_PER_TILE <= slab_values(acc_itemsize)
+
+
+def slabs_step(e: Extents, vec: int, acc_itemsize: int, sms: int, kernel: Callable[[Variant], Kernel]) -> Step:
+    """Slabs: a tile is as many whole slabs as fit ``slab_values``; a multiple of the slabs that
+    make it whole vectors when there are few enough (then every tile starts on a vector and reads
+    16-byte loads), else read value by value. ``args``: count, outer, inner, slabs per tile."""
+    slab = e.count * e.inner
+    per_tile = slab_values(acc_itemsize) // slab
+    whole = vec // math.gcd(slab, vec)  # slabs that make whole vectors
+    vector = vec > 1 and per_tile >= whole
+    if vector:
+        per_tile -= per_tile % whole
+    variant = Variant("slabs", BLOCK, vector)
+    blocks = min(_ceil(e.outer, per_tile), sms * GRID_BLOCKS_PER_SM)
+    return Step(variant, kernel(variant), blocks, args=(e.count, e.outer, e.inner, per_tile))

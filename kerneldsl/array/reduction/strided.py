@@ -11,7 +11,8 @@ extents and strides) the kernel reads, in the order ``group_names`` gives.
 - ``lines``: the group with the smallest stride is kept. Consecutive threads take consecutive
   outputs along it and walk the reduced groups, as ``columns`` does, split over blocks down the
   reduced extent when tiles are few; when that group is shorter than a warp (``flat``), along
-  all the kept groups together (the (93011, 11, 5) over axis 1 class, plain layouts included).
+  all the kept groups together (the (181, 13, 273, 3) over (1, 2) class, plain layouts included
+  whose slabs are too long for the slabs stage).
 """
 
 from __future__ import annotations
