@@ -126,6 +126,12 @@ def test_slabs_longer_than_a_tile_allows_take_other_stages() -> None:
     assert ops.sum.strategy(np.ones((64, 300, 64), np.float32), axis=1).variant.stage == "columns"
 
 
+def test_only_a_view_read_in_place_declares_its_leaves_strided(drv: FakeDriver) -> None:
+    s = kd.Session(0)
+    assert not ops.sum.strategy(s.zeros((1001, 7, 513), np.float32), axis=(0, 2)).variant.view  # the C path takes it
+    assert ops.sum.strategy(s.zeros((300, 514), np.float32)[:, ::2], axis=0).variant.view
+
+
 def test_wide_columns_keep_the_columns_stage() -> None:
     step = ops.sum.strategy(np.ones((64, 11, 512), np.float32), axis=1)
     assert step.variant.stage == "columns" and not step.variant.flat

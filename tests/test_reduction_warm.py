@@ -38,7 +38,17 @@ def test_a_second_call_takes_the_warm_entry_and_launches_what_the_first_did(drv,
 
 
 @pytest.mark.skipif(not fastpath.ENABLED, reason="the C launch path is off")
-@pytest.mark.parametrize(("shape", "axis"), [((1024,), None), ((64, 1024), 1), ((1024, 64), 0)])
+@pytest.mark.parametrize(
+    ("shape", "axis"),
+    [
+        ((1024,), None),
+        ((64, 1024), 1),
+        ((1024, 64), 0),
+        ((1001, 7, 513), (0, 2)),  # segments
+        ((64, 300, 5), 1),  # flat lines
+        ((93011, 11, 5), 1),  # slabs
+    ],
+)
 def test_a_warm_reduction_launches_from_c_at_the_grid_its_plan_decided(drv, shape, axis) -> None:  # type: ignore[no-untyped-def]
     s = kd.Session(0)
     x = s.zeros(shape, np.float32)

@@ -41,7 +41,7 @@ _TEMPLATES = {
     "slabs": "reduction_slabs.cu.j2",
 }
 _FULL = ("direct", "partial")
-_CANONICAL = ("segments", "lines")  # stages over canonical groups: leaves read as strided views
+_CANONICAL = ("segments", "lines")  # stages over canonical groups (their offsets from group strides)
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _params(
     """The value leaves; the partials, their indices and tickets (split stages); the output; the
     count; outer, inner and splits (axis stages; slabs: slabs per tile, no extents); the value's
     extents."""
-    layout = "strided" if variant.stage in _CANONICAL else "broadcast"
+    layout = "strided" if variant.view else "broadcast"  # contiguous leaves: the C launch path takes them
     params = leaf_params(program, (layout, geometry.ndim, geometry.ranks))
     if variant.stage == "partial" or variant.split:
         params.append(("kdpart", array_param("out", acc, "kdm")))

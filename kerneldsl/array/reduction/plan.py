@@ -190,9 +190,15 @@ class ReductionPlan(Plan):
     def _acc_bytes(self) -> int:
         return self.acc.itemsize + (8 if self.reducer.indexed else 0)
 
-    def _strided_step(self, canonical: Canonical, sms: int) -> Step:
+    def _strided_step(self, canonical: Canonical, sms: int, view: bool = False) -> Step:
+        """The segments or lines launch; ``view``: the operands are a strided view read in place."""
         vec = vector_width(self.program)
-        return strided_step(canonical, vec, self._acc_bytes, self.reducer.indexed, sms, self._kernel)
+
+        def kernel(variant: Variant) -> Kernel:
+            return self._kernel(replace(variant, view=view))
+
+        step = strided_step(canonical, vec, self._acc_bytes, self.reducer.indexed, sms, kernel)
+        return replace(step, variant=replace(step.variant, view=True)) if view else step
 
     def choose(self, values: Sequence[Any], sms: int) -> Step:
         """The launch for these leaf values on ``sms`` SMs: ``step(sms)`` when every array leaf
@@ -228,7 +234,7 @@ class ReductionPlan(Plan):
             contiguous_step = self.step(sms)
             variant = replace(contiguous_step.variant, copy=copy or COPY_LAYOUTS)
             return replace(contiguous_step, variant=variant, kernel=self._kernel(variant))
-        return self._strided_step(canonical, sms)
+        return self._strided_step(canonical, sms, view=True)
 
 
 def _in_order(n: int) -> tuple[tuple[str, int], ...]:

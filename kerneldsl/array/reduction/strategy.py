@@ -134,6 +134,7 @@ class Variant:
     team: str = "block"
     copy: str = ""
     flat: bool = False  # lines: a tile is consecutive outputs of every kept group, not of the fastest one
+    view: bool = False  # segments, lines: a strided view read in place (its leaves declared strided)
 
 
 @dataclass(frozen=True)
