@@ -170,6 +170,7 @@ class Decisions:
     items: int | None = None  # a fused pipeline's units per thread held in registers (None: re-read)
     fast_math: bool = False  # built with --use_fast_math (fused pipelines: PyTorch's arithmetic, not NumPy's)
     copy: str | None = None  # a reduction's: why its operands were read from a contiguous copy (None: in place)
+    shifted: bool = False  # fused rows not a multiple of the vector: aligned vectors, per-element edges
 
 
 @dataclass(frozen=True)

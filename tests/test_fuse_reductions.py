@@ -87,7 +87,39 @@ def test_rows_up_to_1024_elements_take_a_warp_each() -> None:
 
 def test_short_rows_take_part_of_a_warp() -> None:
     d = _decisions(softmax, _f32(100, 7))
-    assert (d.strategy, d.group, d.vector_width) == ("row-per-warp", 2, 1)  # 7 is no multiple of 4
+    assert (d.strategy, d.group, d.vector_width) == ("row-per-warp", 4, 4)  # 7 columns over up to 3 units
+
+
+@pytest.mark.parametrize(("dt", "width", "items"), [(ml_dtypes.bfloat16, 8, 4), (np.float16, 8, 4), (np.float32, 4, 8)])
+def test_rows_not_a_multiple_of_the_vector_read_aligned_vectors_with_per_element_edges(
+    dt: Any, width: int, items: int
+) -> None:
+    d = _decisions(softmax, np.zeros((333, 7777), dt))
+    assert (d.shifted, d.vector_width, d.items, d.passes) == (True, width, items, 1)
+
+
+@pytest.mark.parametrize("dt", [ml_dtypes.bfloat16, np.float16, np.float32])
+def test_a_shifted_layer_norm_reads_its_weight_per_element(dt: Any) -> None:
+    x, w = np.zeros((333, 7777), dt), np.zeros(7777, dt)
+    build = layer_norm.inspect(x, w, w, arch=ARCH)
+    assert (build.decisions.shifted, build.decisions.vector_width) == (True, 16 // np.dtype(dt).itemsize)
+    assert "kdp1[kdrowoff1 + kdc]" in build.cuda_source  # the weight: row offset 0, its own shift
+
+
+def test_a_shifted_rows_items_count_the_extra_unit() -> None:
+    # 4095 float32 columns: 1024 units, 1025 when shifted, so 256 threads hold 5 each (not 4)
+    d = _decisions(softmax, _f32(333, 4095))
+    assert (d.shifted, d.group, d.items) == (True, 256, 5)
+
+
+def test_rows_that_are_a_multiple_of_the_vector_are_not_shifted() -> None:
+    d = _decisions(softmax, np.zeros((333, 4096), ml_dtypes.bfloat16))
+    assert (d.shifted, d.vector_width) == (False, 8)
+
+
+def test_a_permuted_layout_is_not_shifted() -> None:
+    d = _decisions(column_softmax, _f32(7777, 33))
+    assert (d.layout, d.shifted, d.vector_width) == ("permuted", False, 1)
 
 
 def test_long_rows_take_a_block_that_holds_them_in_registers() -> None:

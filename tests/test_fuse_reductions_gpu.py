@@ -118,7 +118,7 @@ def _reference_f32(fn: Any, *args: np.ndarray) -> Any:
 STRATEGIES = [
     ((333, 4096), ("row-per-block", 256, 4, 1)),  # a block per row, held in registers
     ((1001, 1024), ("row-per-warp", 32, 8, 1)),  # a warp per row
-    ((2000, 37), ("row-per-warp", 16, 1, 1)),  # part of a warp, scalar loads (37 is no multiple of 4)
+    ((2000, 37), ("row-per-warp", 16, 1, 1)),  # part of a warp, 37 columns over up to 11 shifted units
     ((300, 32768), ("row-per-block", 1024, 8, 1)),  # long rows: 1024 threads hold 32 values each
     ((264, 262_147), ("row-per-block", 1024, None, 3)),  # too long to hold: every phase reads the row again
     ((512, 65_536), ("split", 256, 8, 1)),  # too long for one block's registers: a cluster of 8 holds it
@@ -317,3 +317,70 @@ def test_warm_calls_launch_from_their_entry_and_read_each_calls_data(session, sh
         for g, want in zip(layer_norm(dx, dw, db), _reference_f32(_layer_norm, x, w, b)):
             _close(g.to_host(), want)
     assert len(softmax._warm) >= 2 and len(layer_norm._warm) >= 1
+
+
+# --- rows not a multiple of the vector: aligned vectors from each row's shift, per-element edges ------
+
+SHIFTED = [(333, 7777), (333, 1001), (333, 33), (333, 9), (333, 4097), (8, 100_003)]  # the last is split
+DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
+
+
+def _close_any(got: np.ndarray, want: np.ndarray, dt: Any) -> None:
+    if np.dtype(dt) == np.float32:
+        _close(got, want.astype(np.float32))
+    else:
+        _close_16(got, want, dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("shape", SHIFTED)
+def test_shifted_rows_compute_softmax_and_log_softmax_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
+    x = _data(shape, dt, shape[1])
+    d = softmax.inspect(x, arch=ARCH).decisions
+    assert (d.shifted, d.vector_width) == (True, 16 // np.dtype(dt).itemsize)
+    dx = session.to_device(x)
+    _close_any(softmax(dx).to_host(), _softmax(*_wide(x)), dt)
+    _close_any(log_softmax(dx).to_host(), _log_softmax(*_wide(x)), dt)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("shape", SHIFTED)
+def test_shifted_rows_compute_layer_norm_and_rms_norm_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
+    x, w, b = _data(shape, dt, 30), _data(shape[-1:], dt, 31), _data(shape[-1:], dt, 32)
+    assert layer_norm.inspect(x, w, b, arch=ARCH).decisions.shifted
+    dx, dw, db = (session.to_device(a) for a in (x, w, b))
+    for g, want in zip(layer_norm(dx, dw, db), _layer_norm(*_wide(x, w, b))):
+        _close_any(g.to_host(), want, dt)
+    _close_any(rms_norm(dx, dw).to_host(), _rms_norm(*_wide(x, w)), dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
+def test_a_shifted_view_of_a_wider_array_matches_numpy(session, dt) -> None:  # type: ignore[no-untyped-def]
+    x = _data((333, 8000), dt, 33)
+    _close_any(softmax(session.to_device(x)[:, :7777]).to_host(), _softmax(*_wide(x[:, :7777])), dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
+def test_shifted_rows_write_only_their_own_elements(session, dt) -> None:  # type: ignore[no-untyped-def]
+    # rows 8..340 of a (349, 7777) array: an aligned base whose neighbouring rows must stay as they were
+    x = _data((333, 7777), dt, 34)
+    big = np.full((349, 7777), 7.0, dt)
+    dbig = session.to_device(big)
+    out = dbig[8:341]
+    assert softmax(session.to_device(x), out=out) is out
+    got = dbig.to_host()
+    np.testing.assert_array_equal(got[:8], big[:8])
+    np.testing.assert_array_equal(got[341:], big[341:])
+    _close_any(got[8:341], _softmax(*_wide(x)), dt)
+
+
+@pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
+def test_shifted_rows_with_minus_infinity_and_all_minus_infinity_rows_give_numpys_nan(session, dt) -> None:  # type: ignore[no-untyped-def]
+    x = _data((6, 7777), dt, 35)
+    x[1, ::3] = -np.inf
+    x[2, :] = -np.inf
+    got = softmax(session.to_device(x)).to_host().astype(np.float64)
+    assert np.isnan(got[2]).all()
+    assert (got[1, ::3] == 0).all()
+    rows = [0, 1, 3, 4, 5]
+    _close_any(got[rows].astype(np.dtype(dt)), _softmax(*_wide(x[rows])), dt)

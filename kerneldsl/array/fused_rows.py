@@ -19,9 +19,15 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   again by each phase (from L2 when they fit there), ``passes`` says how many times;
 - each reduction is a fixed tree (per-thread folds in element order, butterfly shuffles, the
   warps in order), so results are the same bits run to run and every thread holds them;
-- reduced axes innermost (``layout="rows"``) read 16-byte vectors when the row length is a
-  multiple of the vector and every pointer is aligned; other axis sets (``layout="permuted"``)
-  decompose offsets per element: correct for every axis set, not tuned.
+- reduced axes innermost (``layout="rows"``) read 16-byte vectors when every pointer is aligned.
+  When the row length is not a multiple of the vector (``Decisions.shifted``), each row's units
+  are the aligned vectors its elements fall in, from the row's shift (its offset modulo the
+  vector, so one unit more than the row needs at most, which ``items`` plans for): interior units
+  are one 16-byte access, the first and last per element on the row's own columns, so no row
+  touches a neighbour's elements. An array whose rows have another shift (another row stride) is
+  read and written per element, by a branch uniform in the row; one that does not vary along the
+  kept axes (a norm's weight) is read per element at its column. Other axis sets
+  (``layout="permuted"``) decompose offsets per element: correct for every axis set, not tuned.
 
 Values follow NumPy's dtypes per op, as unfused ``kd.ops`` calls do, but the arithmetic is a
 fused kernel's, as PyTorch's and Triton's are: float16/bfloat16 values compute in float32 through
@@ -84,7 +90,7 @@ def decide(count: int, width: int, held_bytes: int, reads: int, rows: int, sms: 
     """The strategy for ``rows`` rows of ``count`` elements whose held inputs take ``held_bytes``
     per element on ``sms`` SMs (``clusters``: the device has thread-block clusters); ``reads``:
     the phases that read the row (the passes when it is not held)."""
-    units = max(1, _ceil(count, width))
+    units = max(1, _ceil(count, width) + (count % width != 0))  # a shifted row's extra unit
     cluster = 1
     if count <= WARP_MAX:
         lanes = min(32, 1 << (units - 1).bit_length())
@@ -287,7 +293,7 @@ class _Context:
                 loads[local] = f"kdp{v}[kdrowoff{v}]"
         return loads
 
-    def _element_loads(self, ph: Phase, vector: bool) -> dict[int, str]:
+    def _element_loads(self, ph: Phase, vector: bool, shifted: bool) -> dict[int, str]:
         loads = {}
         for local, v in enumerate(ph.element_leaves):
             value = self.pipeline.values[v]
@@ -299,14 +305,14 @@ class _Context:
                 loads[local] = f"kdrv{v}"
             elif str(v) in self.held_ids:
                 loads[local] = f"kdhw{v}[kdit][kdk]" if self.widened else f"kd_wide(kdh{v}[kdit].v, kdk)"
-            elif vector:
+            elif vector and (self.arrays[v]["rowmajor"] or not shifted):
                 loads[local] = f"kd_wide(kdl{v}.v, kdk)"
             else:
                 a = self.arrays[v]
                 loads[local] = f"kdp{v}[kdrowoff{v} + {a['col']}]"
         return loads
 
-    def phase_context(self, ph: Phase, vector: bool, stores: list[tuple[int, int]]) -> dict[str, Any]:
+    def phase_context(self, ph: Phase, vector: bool, shifted: bool, stores: list[tuple[int, int]]) -> dict[str, Any]:
         p = self.pipeline
         streamed = [
             self.arrays[v] for v in ph.element_leaves if p.full(v) and v in self.arrays and str(v) not in self.held_ids
@@ -317,7 +323,7 @@ class _Context:
             "row_exports": list(ph.row_exports),
             "row_ctypes": {v: compute_ctype(p.values[v].dtype) for v, _ in ph.row_exports},
             "element_program": None if ph.element is None else program_context(ph.element, round_halves=False),
-            "element_loads": {} if ph.element is None else self._element_loads(ph, vector),
+            "element_loads": {} if ph.element is None else self._element_loads(ph, vector, shifted),
             "element_roots": list(ph.element_roots),
             "streamed": streamed,
             "stores": [{"value": v, "local": local} for v, local in stores],
@@ -325,7 +331,7 @@ class _Context:
             "row_outputs": [],
         }
 
-    def render(self, vector: bool) -> str:
+    def render(self, vector: bool, shifted: bool) -> str:
         p, layout, s = self.pipeline, self.layout, self.layout.strategy
         phases = []
         for k, (r, ph) in enumerate(zip(p.reductions, self.phases)):
@@ -334,7 +340,7 @@ class _Context:
             result = p.values[r.leaf].dtype
             phases.append(
                 {
-                    **self.phase_context(ph, vector, self.stores[k]),
+                    **self.phase_context(ph, vector, shifted, self.stores[k]),
                     "k": k,
                     "reducer": r.reducer.name,
                     "root": r.root,
@@ -349,7 +355,7 @@ class _Context:
                     "cctype": compute_ctype(result),
                 }
             )
-        last = self.phase_context(self.last, vector, [])
+        last = self.phase_context(self.last, vector, shifted, [])
         locals_ = dict(zip(self.last_full_ids(), self.last.element_roots))
         for k, (o, (dtype, full)) in enumerate(zip(p.outputs, layout.outputs)):
             entry = {"k": k, "value": o, "storage": storage_ctype(dtype), "cctype": compute_ctype(dtype)}
@@ -372,6 +378,8 @@ class _Context:
                 items=s.items,
                 passes=s.passes,
                 vector=vector,
+                shifted=shifted,
+                lead=next((a["id"] for a in arrays if a["rowmajor"]), None),
                 dims=dims,
                 kept=list(p.kept),
                 reduced=list(layout.axes),
@@ -397,12 +405,15 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
     s = layout.strategy
     full_arrays = [f"kdp{v}" for v, _, varies in layout.leaves if any(varies[a] for a in layout.axes)]
     full_arrays += [f"kdout{k}" for k, (_, full) in enumerate(layout.outputs) if full]
-    vectorable = (
-        s.width > 1 and layout.divisible and not any(a["general"] for a in context.arrays.values() if a["full"])
-    )
+    plain = not any(a["general"] for a in context.arrays.values() if a["full"])
+    vectorable = s.width > 1 and layout.divisible and plain
+    # rows not a multiple of the vector: units over aligned vectors from the row's shift, the
+    # edges per element; needs an array that varies along every axis to take the shift from
+    shiftable = s.width > 1 and not layout.divisible and plain and any(a["rowmajor"] for a in context.arrays.values())
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
-        vector = vectorable and all_aligned(proxies, full_arrays)
+        shifted = shiftable and all_aligned(proxies, full_arrays)
+        vector = shifted or (vectorable and all_aligned(proxies, full_arrays))
         first = pipeline.reductions[0]
         decisions = Decisions(
             layout="rows" if layout.rows_layout else "permuted",
@@ -415,8 +426,9 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
             passes=s.passes,
             items=s.items,
             fast_math=True,
+            shifted=shifted,
         )
-        return GeneratedBody(context.render(vector), decisions)
+        return GeneratedBody(context.render(vector, shifted), decisions)
 
     # at most REGISTERS per thread: 1024 threads of an SM stay resident (and a block fits one SM);
     # --minimal, as every generated kernel (kernels.OPTIONS)
