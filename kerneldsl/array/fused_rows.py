@@ -412,8 +412,9 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
     shiftable = s.width > 1 and not layout.divisible and plain and any(a["rowmajor"] for a in context.arrays.values())
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
-        shifted = shiftable and all_aligned(proxies, full_arrays)
-        vector = shifted or (vectorable and all_aligned(proxies, full_arrays))
+        aligned = all_aligned(proxies, full_arrays)
+        shifted = shiftable and aligned
+        vector = (vectorable or shiftable) and aligned
         first = pipeline.reductions[0]
         decisions = Decisions(
             layout="rows" if layout.rows_layout else "permuted",

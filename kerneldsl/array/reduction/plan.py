@@ -193,12 +193,7 @@ class ReductionPlan(Plan):
     def _strided_step(self, canonical: Canonical, sms: int, view: bool = False) -> Step:
         """The segments or lines launch; ``view``: the operands are a strided view read in place."""
         vec = vector_width(self.program)
-
-        def kernel(variant: Variant) -> Kernel:
-            return self._kernel(replace(variant, view=view))
-
-        step = strided_step(canonical, vec, self._acc_bytes, self.reducer.indexed, sms, kernel)
-        return replace(step, variant=replace(step.variant, view=True)) if view else step
+        return strided_step(canonical, vec, self._acc_bytes, self.reducer.indexed, sms, self._kernel, view)
 
     def choose(self, values: Sequence[Any], sms: int) -> Step:
         """The launch for these leaf values on ``sms`` SMs: ``step(sms)`` when every array leaf

@@ -86,7 +86,9 @@ def _vectors(c: Canonical, vec: int, indexed: bool) -> bool:
     return vec > 1 and f.stride == 1 and f.extent % vec == 0 and starts and (not indexed or len(c.reduced) == 1)
 
 
-def segments_step(c: Canonical, vec: int, indexed: bool, sms: int, kernel: Callable[[Variant], Kernel]) -> Step:
+def segments_step(
+    c: Canonical, vec: int, indexed: bool, sms: int, kernel: Callable[[Variant], Kernel], view: bool = False
+) -> Step:
     f = c.groups[c.fastest]
     positions = [j for j, g in enumerate(c.groups) if g.reduced]
     logical = dict(zip(positions, _logical_strides(c.reduced)))
@@ -101,7 +103,7 @@ def segments_step(c: Canonical, vec: int, indexed: bool, sms: int, kernel: Calla
     cap = sms * GRID_BLOCKS_PER_SM
     if count < ROWS_BLOCK_MIN:
         lanes = min(32, _pow2_at_least(units))
-        variant = Variant("segments", lanes, vector, groups=groups, wide=wide, team="warp")
+        variant = Variant("segments", lanes, vector, groups=groups, wide=wide, team="warp", view=view)
         blocks, splits, rsplits = min(_ceil(outputs, BLOCK // lanes), cap), 1, 1
     else:
         wanted = max(1, min(_ceil(count, BLOCK * LOADS_PER_THREAD), sms * PARTIAL_BLOCKS_PER_SM // outputs))
@@ -111,7 +113,7 @@ def segments_step(c: Canonical, vec: int, indexed: bool, sms: int, kernel: Calla
         rsplits = _ceil(units, _ceil(units, rsplits))
         splits = qsplits * rsplits
         lanes = _segment_lanes(_ceil(units, rsplits), _ceil(segments, qsplits))
-        variant = Variant("segments", lanes, vector, splits > 1, groups=groups, wide=wide)
+        variant = Variant("segments", lanes, vector, splits > 1, groups=groups, wide=wide, view=view)
         blocks = min(outputs * splits, cap)
     args: list[int] = [rsplits, f.stride, logical[c.fastest]]
     for g, step in others:
@@ -123,7 +125,7 @@ def segments_step(c: Canonical, vec: int, indexed: bool, sms: int, kernel: Calla
     return Step(variant, kernel(variant), blocks, splits, partials, tickets, (*head, *args))
 
 
-def lines_step(c: Canonical, acc_bytes: int, sms: int, kernel: Callable[[Variant], Kernel]) -> Step:
+def lines_step(c: Canonical, acc_bytes: int, sms: int, kernel: Callable[[Variant], Kernel], view: bool = False) -> Step:
     f = c.groups[c.fastest]
     positions = [j for j, g in enumerate(c.groups) if not g.reduced]
     out_strides = dict(zip(positions, _logical_strides(c.kept)))
@@ -140,6 +142,7 @@ def lines_step(c: Canonical, acc_bytes: int, sms: int, kernel: Callable[[Variant
         groups=(len(others), len(reduced)),
         wide=c.span > INT32_MAX,
         flat=flat,
+        view=view,
     )
     args: list[int] = [f.stride, out_strides[c.fastest]]
     for g, step in others:
@@ -152,11 +155,18 @@ def lines_step(c: Canonical, acc_bytes: int, sms: int, kernel: Callable[[Variant
 
 
 def strided_step(
-    c: Canonical, vec: int, acc_bytes: int, indexed: bool, sms: int, kernel: Callable[[Variant], Kernel]
+    c: Canonical,
+    vec: int,
+    acc_bytes: int,
+    indexed: bool,
+    sms: int,
+    kernel: Callable[[Variant], Kernel],
+    view: bool = False,
 ) -> Step:
     """The launch for canonical groups ``c`` (not ``plain``) on ``sms`` SMs: ``vec`` is the
     program's vector width, ``acc_bytes`` an accumulator's bytes, ``indexed`` whether values carry
-    their index (argmax, argmin)."""
+    their index (argmax, argmin), ``view`` whether the operands are a strided view read in place
+    (``Variant.view``)."""
     if c.groups[c.fastest].reduced:
-        return segments_step(c, vec, indexed, sms, kernel)
-    return lines_step(c, acc_bytes, sms, kernel)
+        return segments_step(c, vec, indexed, sms, kernel, view)
+    return lines_step(c, acc_bytes, sms, kernel, view)
