@@ -171,6 +171,7 @@ class Decisions:
     fast_math: bool = False  # built with --use_fast_math (fused pipelines: PyTorch's arithmetic, not NumPy's)
     copy: str | None = None  # a reduction's: why its operands were read from a contiguous copy (None: in place)
     shifted: bool = False  # fused rows not a multiple of the vector: aligned vectors, per-element edges
+    carried: bool = False  # fused rows: a full value a later pass reads is kept in registers, not recomputed
 
 
 @dataclass(frozen=True)

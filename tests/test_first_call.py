@@ -72,3 +72,22 @@ def test_the_first_call_bench_counts_the_cold_calls_that_found_the_templates_com
         "disk-hit calls that imported NVRTC": 0.0,
         "empty-cache calls with the templates' compiled code (of 3)": 2.0,
     }
+
+
+def test_the_first_call_bench_writes_bytecode_even_where_the_environment_says_not_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import subprocess
+
+    from kerneldsl.bench import fuse_first_call
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    environments = []
+
+    def run(*a: object, env: dict[str, str], **k: object) -> subprocess.CompletedProcess[str]:
+        environments.append(env)
+        return subprocess.CompletedProcess(a, 0, stdout="0.15 1 1 1", stderr="")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    fuse_first_call.bench_first_call(argparse.Namespace())
+    assert environments and not any("PYTHONDONTWRITEBYTECODE" in env for env in environments)

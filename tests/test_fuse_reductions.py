@@ -361,3 +361,15 @@ def test_the_reduction_methods_of_a_traced_array_fuse_like_the_functions() -> No
         "max",
         "min",
     ]
+
+
+def test_softmax_keeps_exp_in_the_registers_its_input_leaves() -> None:
+    # 32 held float32 a thread fill HOLD_BYTES; exp(x - m) fits too because no later pass reads x
+    d = _decisions(softmax, _f32(1024, 32768))
+    assert (d.strategy, d.items, d.carried) == ("row-per-block", 8, True)
+
+
+def test_shifted_rows_carry_only_what_fits_beside_their_held_inputs() -> None:
+    # rows of 7777 float32: x alone fills HOLD_BYTES, and ptxas spilled a carried exp beside it
+    d = _decisions(softmax, _f32(1000, 7777))
+    assert (d.shifted, d.items, d.carried) == (True, 8, False)

@@ -17,8 +17,9 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   needs again (softmax's ``exp(x - m)``) is kept in registers too when held inputs and kept values
   fit in ``HOLD_BYTES`` (else recomputed: spilling would cost more). Rows that do not fit are read
   again by each phase (from L2 when they fit there), ``passes`` says how many times;
-- each reduction is a fixed tree (per-thread folds in element order, butterfly shuffles, the
-  warps in order), so results are the same bits run to run and every thread holds them;
+- each reduction is a fixed tree (per-thread folds in element order, butterfly shuffles, then
+  a butterfly over the warps' results), so results are the same bits run to run and every thread
+  holds them;
 - reduced axes innermost (``layout="rows"``) read 16-byte vectors when every pointer is aligned.
   When the row length is not a multiple of the vector (``Decisions.shifted``), each row's units
   are the aligned vectors its elements fall in, from the row's shift (its offset modulo the
@@ -255,10 +256,9 @@ class _Context:
         items = layout.strategy.items
         held = held_leaves(pipeline, layout.leaves, layout.axes) if items else []
         self._passes(carry=items is not None)
-        if items is not None:  # carried values must fit beside the held inputs, or they spill
-            per_unit = sum(_leaf(pipeline, v).dtype.itemsize for v in held) + 4 * len(self.carried)
-            if items * layout.strategy.width * per_unit > HOLD_BYTES:
-                self._passes(carry=False)
+        fits = items is not None and items * layout.strategy.width * self._live_bytes(held, False) <= HOLD_BYTES
+        if items is not None and not fits:  # carried values must fit beside the held inputs, or they spill
+            self._passes(carry=False)
         self.held = [self.arrays[v] for v in held]
         self.held_ids = {str(v) for v in held}
         self.widened = items is not None and self._widen(held, items)
@@ -269,8 +269,39 @@ class _Context:
         carried values (a float16 conversion that keeps a NaN's sign is several instructions)."""
         if not any(_leaf(self.pipeline, v).dtype.itemsize == 2 for v in held):
             return False
-        per_unit = 4 * (len(held) + len(self.carried))
-        return items * self.layout.strategy.width * per_unit <= HOLD_BYTES
+        return items * self.layout.strategy.width * self._live_bytes(held, True) <= HOLD_BYTES
+
+    def _live_bytes(self, held: list[int], widened: bool) -> int:
+        """The most register bytes per element that held inputs (float32 copies when ``widened``)
+        and carried values take at once. Where each thread's units are plain aligned vectors
+        (rows a multiple of the vector, one block per row), that is the most at the start of any
+        pass: an input no later pass reads, and a carried value outside the passes from the one
+        that computes it to its last reader, take none (softmax's ``exp(x - m)`` takes the
+        registers ``x`` leaves). Elsewhere (shifted or split rows) ptxas was seen to spill then,
+        so every held and carried value counts, as if all lived at once."""
+        if not (self.layout.divisible and self.layout.strategy.cluster == 1):
+            return sum(self._size(v, widened) for v in held) + sum(
+                self._size(v, widened) for stores in self.stores for v, _ in stores
+            )
+        everything = (*self.phases, self.last)
+        last_read = {v: max(k for k, ph in enumerate(everything) if v in ph.element_leaves) for v in held}
+        computed = {v: k for k, stores in enumerate(self.stores) for v, _ in stores}
+        for v in computed:
+            last_read[v] = max(k for k, ph in enumerate(everything) if v in ph.element_leaves)
+
+        live = [
+            sum(self._size(v, widened) for v in held if last_read[v] >= k)
+            + sum(self._size(v, widened) for v, made in computed.items() if made < k <= last_read[v])
+            for k in range(len(everything))
+        ]
+        return max(live)
+
+    def _size(self, v: int, widened: bool) -> int:
+        """Register bytes per element of held input or carried value ``v`` (16-bit values carry,
+        and widen, as float32)."""
+        itemsize = int(self.pipeline.values[v].dtype.itemsize)
+        carried = any(v == c for stores in self.stores for c, _ in stores)
+        return 4 if itemsize == 2 and (widened or carried) else itemsize
 
     def _passes(self, carry: bool) -> None:
         """The passes, and which full values each leaves in registers for a later one (``carry``)."""
@@ -428,6 +459,7 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
             items=s.items,
             fast_math=True,
             shifted=shifted,
+            carried=bool(context.carried),
         )
         return GeneratedBody(context.render(vector, shifted), decisions)
 

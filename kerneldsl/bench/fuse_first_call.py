@@ -10,8 +10,9 @@ a checkout's templates by its first render) was there, or the call parsed its te
 
 Python's bytecode of every module the call imports (Jinja, cuda.pathfinder, kerneldsl's own) is in
 place, as an installed environment has it: the processes share a ``PYTHONPYCACHEPREFIX`` that one
-untimed process, with its own empty disk cache, fills first. (Site-packages without bytecode that
-Python cannot write, as on the lent GPU machine, cost 0.1-0.2 s of source compilation a process.)
+untimed process, with its own empty disk cache, fills first, even where the environment says not to
+write bytecode (``PYTHONDONTWRITEBYTECODE``). Site-packages without bytecode that Python cannot
+write, as on the lent GPU machine, cost 0.1-0.2 s of source compilation a process.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def _first_call(cache_dir: str, bytecode: str) -> tuple[float, int, int, int]:
     """(seconds, whether the call imported jinja2, whether it imported NVRTC, whether the templates'
     compiled code was there before it) in a fresh process."""
     env = {**os.environ, "KERNELDSL_CACHE_DIR": cache_dir, "PYTHONPYCACHEPREFIX": bytecode}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # else the untimed process leaves the prefix empty
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
     seconds, jinja, nvrtc, compiled = done.stdout.split()[-4:]
     return float(seconds), int(jinja), int(nvrtc), int(compiled)
