@@ -373,3 +373,15 @@ def test_shifted_rows_carry_only_what_fits_beside_their_held_inputs() -> None:
     # rows of 7777 float32: x alone fills HOLD_BYTES, and ptxas spilled a carried exp beside it
     d = _decisions(softmax, _f32(1000, 7777))
     assert (d.shifted, d.items, d.carried) == (True, 8, False)
+
+
+def test_the_fuse_bench_keeps_each_contenders_best_round_with_the_contenders_taking_turns() -> None:
+    order: list[str] = []
+    timings = {"kd": iter([3.0, 1.0, 2.0]), "torch": iter([2.0, 2.5, 4.0])}
+
+    def contender(label: str) -> Any:
+        return lambda: order.append(label) or next(timings[label])
+
+    best = fuse_bench._best_rounds({"kd": contender("kd"), "torch": contender("torch")})
+    assert best == {"kd": 1.0, "torch": 2.0}
+    assert order == ["kd", "torch"] * fuse_bench.ROUNDS
