@@ -207,6 +207,25 @@ def test_rows_with_minus_infinity_and_all_minus_infinity_rows_give_numpys_nan(se
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)  # NaN where NumPy has NaN
 
 
+@kd.fuse
+def max_plus_zero_sum(v: Any) -> Any:  # the max, through a fused rows kernel (a later op reads it)
+    return kd.ops.max(v, axis=-1) + kd.ops.sum(v * 0, axis=-1)
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(6, 300), (4, 4096), (3, 32768)])  # row-per-warp and row-per-block
+def test_a_nan_anywhere_in_a_row_makes_its_max_and_softmax_nan(session, rows: int, cols: int) -> None:  # type: ignore[no-untyped-def]
+    x = _data((rows, cols), np.float32, 13)
+    x[0, 0] = np.nan
+    x[1, cols - 1] = np.nan
+    x[2, cols // 2] = -np.nan
+    d = session.to_device(x)
+    got = softmax(d).to_host()
+    assert np.isnan(got[:3]).all()
+    np.testing.assert_allclose(got[3:], _reference_f32(_softmax, x[3:]), rtol=2e-5, atol=1e-6)
+    row_max = max_plus_zero_sum(d).to_host()
+    assert np.isnan(row_max[:3]).all() and (row_max[3:] == x[3:].max(axis=-1)).all()
+
+
 def test_rows_of_one_element(session) -> None:  # type: ignore[no-untyped-def]
     x = _data((50, 1), np.float32, 13)
     np.testing.assert_array_equal(softmax(session.to_device(x)).to_host(), np.ones((50, 1), np.float32))

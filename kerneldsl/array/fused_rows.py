@@ -68,6 +68,10 @@ SPLIT_UNITS = 512  # fewest units a block of a split row takes
 CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
 REGISTERS = 64  # per thread: 1024 threads per SM stay resident, their loads in flight hide memory latency
 _INT64 = np.dtype(np.int64)
+_FLOAT32 = np.dtype(np.float32)
+# float32 max / min folds as one sm_80+ instruction that returns NaN when either side is one (a NaN
+# row's result is NaN either way; the generic fold's compare-and-select is four instructions)
+_NAN_EXTREMES = {"max": "max.NaN.f32", "min": "min.NaN.f32"}
 
 
 @dataclass(frozen=True)
@@ -379,6 +383,7 @@ class _Context:
                     "kdU": accumulator["kdU"],
                     "shfl": accumulator["shfl"],
                     "combine": r.reducer.expression(acc),
+                    "nan_extreme": _NAN_EXTREMES.get(r.reducer.name) if acc == _FLOAT32 else None,
                     "identity": r.reducer.identity_text(acc),
                     "pre": r.reducer.pre,
                     "pre_param": r.reducer.pre_param,
