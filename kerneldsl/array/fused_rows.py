@@ -15,8 +15,9 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   16 bytes per thread, a compile-time constant, at most ``HOLD_BYTES`` per thread), so every
   reduction and the outputs read them there: one pass over memory; a full value a later phase
   needs again (softmax's ``exp(x - m)``) is kept in registers too when held inputs and kept values
-  fit in ``HOLD_BYTES`` (else recomputed: spilling would cost more). Rows that do not fit are read
-  again by each phase (from L2 when they fit there), ``passes`` says how many times;
+  fit in ``HOLD_BYTES``, counting only what is live at the start of each pass on rows of plain
+  vectors (``Decisions.carried``; else recomputed: spilling would cost more). Rows that do not
+  fit are read again by each phase (from L2 when they fit there), ``passes`` says how many times;
 - each reduction is a fixed tree (per-thread folds in element order, butterfly shuffles, then
   a butterfly over the warps' results), so results are the same bits run to run and every thread
   holds them;
@@ -260,9 +261,8 @@ class _Context:
         items = layout.strategy.items
         held = held_leaves(pipeline, layout.leaves, layout.axes) if items else []
         self._passes(carry=items is not None)
-        fits = items is not None and items * layout.strategy.width * self._live_bytes(held, False) <= HOLD_BYTES
-        if items is not None and not fits:  # carried values must fit beside the held inputs, or they spill
-            self._passes(carry=False)
+        if items is not None and items * layout.strategy.width * self._live_bytes(held, False) > HOLD_BYTES:
+            self._passes(carry=False)  # carried values must fit beside the held inputs, or they spill
         self.held = [self.arrays[v] for v in held]
         self.held_ids = {str(v) for v in held}
         self.widened = items is not None and self._widen(held, items)
@@ -288,11 +288,10 @@ class _Context:
                 self._size(v, widened) for stores in self.stores for v, _ in stores
             )
         everything = (*self.phases, self.last)
-        last_read = {v: max(k for k, ph in enumerate(everything) if v in ph.element_leaves) for v in held}
         computed = {v: k for k, stores in enumerate(self.stores) for v, _ in stores}
-        for v in computed:
-            last_read[v] = max(k for k, ph in enumerate(everything) if v in ph.element_leaves)
-
+        last_read = {
+            v: max(k for k, ph in enumerate(everything) if v in ph.element_leaves) for v in (*held, *computed)
+        }
         live = [
             sum(self._size(v, widened) for v in held if last_read[v] >= k)
             + sum(self._size(v, widened) for v, made in computed.items() if made < k <= last_read[v])
