@@ -289,9 +289,7 @@ class _Context:
             )
         everything = (*self.phases, self.last)
         computed = {v: k for k, stores in enumerate(self.stores) for v, _ in stores}
-        last_read = {
-            v: max(k for k, ph in enumerate(everything) if v in ph.element_leaves) for v in (*held, *computed)
-        }
+        last_read = {v: max(k for k, ph in enumerate(everything) if v in ph.element_leaves) for v in (*held, *computed)}
         live = [
             sum(self._size(v, widened) for v in held if last_read[v] >= k)
             + sum(self._size(v, widened) for v, made in computed.items() if made < k <= last_read[v])
