@@ -385,3 +385,12 @@ def test_the_fuse_bench_keeps_each_contenders_best_round_with_the_contenders_tak
     best = fuse_bench._best_rounds({"kd": contender("kd"), "torch": contender("torch")})
     assert best == {"kd": 1.0, "torch": 2.0}
     assert order == ["kd", "torch"] * fuse_bench.ROUNDS
+
+
+@pytest.mark.parametrize(
+    ("shape", "strategy"), [((64, 32), "row-per-warp"), ((64, 4096), "row-per-block"), ((8, 16384), "split")]
+)
+def test_every_fused_strategy_compiles_without_warnings(shape: tuple[int, int], strategy: str) -> None:
+    build = softmax.inspect(_f32(*shape), arch=ARCH)
+    assert build.decisions.strategy == strategy
+    assert "warning" not in build.log
