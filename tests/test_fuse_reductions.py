@@ -11,7 +11,7 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.array.fused_plan import FusedRowsPlan
-from kerneldsl.bench import fuse_bench
+from kerneldsl.bench import fuse_bench, ops_bench
 from kerneldsl.bench.fuse_bench import softmax  # the pipeline the bench times
 from kerneldsl.errors import FusionError
 
@@ -375,16 +375,16 @@ def test_shifted_rows_carry_only_what_fits_beside_their_held_inputs() -> None:
     assert (d.shifted, d.items, d.carried) == (True, 8, False)
 
 
-def test_the_fuse_bench_keeps_each_contenders_best_round_with_the_contenders_taking_turns() -> None:
+def test_the_benches_keep_each_contenders_best_round_with_the_contenders_taking_turns() -> None:
     order: list[str] = []
     timings = {"kd": iter([3.0, 1.0, 2.0]), "torch": iter([2.0, 2.5, 4.0])}
 
     def contender(label: str) -> Any:
         return lambda: order.append(label) or next(timings[label])
 
-    best = fuse_bench._best_rounds({"kd": contender("kd"), "torch": contender("torch")})
+    best = ops_bench.best_rounds({"kd": contender("kd"), "torch": contender("torch")})
     assert best == {"kd": 1.0, "torch": 2.0}
-    assert order == ["kd", "torch"] * fuse_bench.ROUNDS
+    assert order == ["kd", "torch"] * ops_bench.ROUNDS
 
 
 @pytest.mark.parametrize(

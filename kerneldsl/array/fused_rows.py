@@ -284,9 +284,7 @@ class _Context:
         registers ``x`` leaves). Elsewhere (shifted or split rows) ptxas was seen to spill then,
         so every held and carried value counts, as if all lived at once."""
         if not (self.layout.divisible and self.layout.strategy.cluster == 1):
-            return sum(self._size(v, widened) for v in held) + sum(
-                self._size(v, widened) for stores in self.stores for v, _ in stores
-            )
+            return sum(self._size(v, widened) for v in (*held, *self.carried))
         everything = (*self.phases, self.last)
         computed = {v: k for k, stores in enumerate(self.stores) for v, _ in stores}
         last_read = {v: max(k for k, ph in enumerate(everything) if v in ph.element_leaves) for v in (*held, *computed)}
@@ -301,8 +299,7 @@ class _Context:
         """Register bytes per element of held input or carried value ``v`` (16-bit values carry,
         and widen, as float32)."""
         itemsize = int(self.pipeline.values[v].dtype.itemsize)
-        carried = any(v == c for stores in self.stores for c, _ in stores)
-        return 4 if itemsize == 2 and (widened or carried) else itemsize
+        return 4 if itemsize == 2 and (widened or v in self.carried) else itemsize
 
     def _passes(self, carry: bool) -> None:
         """The passes, and which full values each leaves in registers for a later one (``carry``)."""

@@ -25,14 +25,13 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl.bench.fuse_first_call import bench_first_call
-from kerneldsl.bench.ops_bench import _kd_timer, _torch_timer
+from kerneldsl.bench.ops_bench import _kd_timer, _torch_timer, best_rounds
 from kerneldsl.bench.report import Report, Section, run_sections
 
 ROW_SHAPES = ((4096, 4096), (16384, 1024), (1024, 32768))
 NORM_SHAPES = ((4096, 4096), (32768, 768))
 DTYPES = ("float32", "bfloat16")
 CHECKED_ROWS = 64
-ROUNDS = 3  # timed rounds of every contender per case, interleaved (the best of each is reported)
 EPS = 1e-5
 
 
@@ -198,21 +197,11 @@ def _bench(name: str, shape: tuple[int, int], dtype: str, args: argparse.Namespa
             contenders["triton tutorial (ms)"] = lambda: torch_time(lambda: triton_softmax(tx, ty), args.reps)
     copy = torch.empty_like(tx)
     contenders["copy floor (ms)"] = lambda: torch_time(lambda: copy.copy_(tx), args.reps)
-    results = _best_rounds(contenders)
+    results = best_rounds(contenders)
     baselines = [v for k, v in results.items() if k not in ("kd (ms)", "copy floor (ms)")]
     results["kd / fastest baseline"] = results["kd (ms)"] / min(baselines)
     results["kd / copy floor"] = results["kd (ms)"] / results["copy floor (ms)"]
     return results
-
-
-def _best_rounds(contenders: dict[str, Callable[[], float]]) -> dict[str, float]:
-    """Each contender's best of ``ROUNDS`` timings, the contenders taking turns: none is timed
-    alone on a GPU that another has just warmed or heated."""
-    best: dict[str, float] = {}
-    for _ in range(ROUNDS):
-        for label, time_it in contenders.items():
-            best[label] = min(best.get(label, float("inf")), time_it())
-    return best
 
 
 def _section(name: str, shapes: tuple[tuple[int, int], ...]) -> Callable[[argparse.Namespace], dict[str, float]]:

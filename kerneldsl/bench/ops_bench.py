@@ -72,6 +72,19 @@ def _event_timer(
     return timed
 
 
+ROUNDS = 3  # timed rounds of every contender per case, interleaved (the best of each is reported)
+
+
+def best_rounds(contenders: dict[str, Callable[[], float]]) -> dict[str, float]:
+    """Each contender's best of ``ROUNDS`` timings, the contenders taking turns: none is timed
+    alone on a GPU that another has just warmed or heated."""
+    best: dict[str, float] = {}
+    for _ in range(ROUNDS):
+        for label, time_it in contenders.items():
+            best[label] = min(best.get(label, float("inf")), time_it())
+    return best
+
+
 def _kd_timer(session: Any) -> Callable[[Callable[[], Any], int], float]:
     return _event_timer(lambda: session.create_event().record(), lambda a, b: b.elapsed_since(a), session.synchronize)
 

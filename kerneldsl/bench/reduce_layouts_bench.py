@@ -20,7 +20,6 @@ Every result is checked against a float64 NumPy reference first.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -29,9 +28,8 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer
+from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer, best_rounds
 
-ROUNDS = 3  # timed rounds of each library per case, interleaved
 BIG = 64 << 20  # inputs from this many bytes are also held to the copy bandwidth
 SWEEP_CASES = 24
 SWEEP_SEED = 21
@@ -118,11 +116,14 @@ def _compare(case: Case, reps: int, timers: tuple[Any, Any, Any], cp: Any, torch
     loose = 10 * tol  # the baselines' own summation orders: only a wrong result stops the run
     _check(f"cupy sum {name}", cp.asnumpy(cp.sum(cx, axis=axis)).astype(np.float64), want, atol=loose)
     _check(f"torch sum {name}", torch.sum(tx, dim=dim).cpu().numpy().astype(np.float64), want, atol=loose)
-    ours = cupy_ms = torch_ms = math.inf
-    for _ in range(ROUNDS):  # interleaved, best round each: no library is timed alone on a cold GPU
-        ours = min(ours, kd_time(lambda: kd.ops.sum(dx, axis=axis), reps))
-        cupy_ms = min(cupy_ms, cp_time(lambda: cp.sum(cx, axis=axis), reps))
-        torch_ms = min(torch_ms, torch_time(lambda: torch.sum(tx, dim=dim), reps))
+    best = best_rounds(
+        {
+            "kd": lambda: kd_time(lambda: kd.ops.sum(dx, axis=axis), reps),
+            "cupy": lambda: cp_time(lambda: cp.sum(cx, axis=axis), reps),
+            "torch": lambda: torch_time(lambda: torch.sum(tx, dim=dim), reps),
+        }
+    )
+    ours, cupy_ms, torch_ms = best["kd"], best["cupy"], best["torch"]
     row = {"kd": ours, "cupy": cupy_ms, "torch": torch_ms, "ratio": ours / min(cupy_ms, torch_ms)}
     if hx.nbytes >= BIG:
         flat = torch.empty(hx.size, dtype=tx.dtype, device="cuda")
