@@ -92,11 +92,37 @@ def _planned(x: np.ndarray, axis: tuple[int, ...]) -> Step:
 # -- canonical groups -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("shape", "axis"), [((181, 13, 273, 3), (1, 2)), ((100, 300, 5), 1)])
+@pytest.mark.parametrize(("shape", "axis"), [((181, 13, 31, 3), (1, 2)), ((100, 220, 5), 1)])
 def test_columns_narrower_than_a_warp_take_flat_lines(shape: tuple[int, ...], axis: object) -> None:
     step = ops.sum.strategy(np.ones(shape, np.float32), axis=axis)
     assert (step.variant.stage, step.variant.flat) == ("lines", True)
     assert step.variant.lanes >= 32  # a tile spans outputs of several kept indices, no idle warps
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((7, 300001, 5), 1), ((100, 300, 5), 1)])
+def test_narrow_columns_down_a_long_reduced_extent_take_the_columns_stage(shape: tuple[int, ...], axis: int) -> None:
+    step = ops.sum.strategy(np.ones(shape, np.float32), axis=axis)
+    assert step.variant.stage == "columns"
+    assert step.variant.lanes == shape[-1]  # a warp's threads read whole consecutive rows
+
+
+@pytest.mark.parametrize(
+    ("shape", "dt", "period"),
+    [((1154423, 13), np.float16, 8), ((1, 1154423, 13), np.float32, 4), ((1001, 12), np.float16, 2)],
+)
+def test_columns_no_multiple_of_a_vector_load_vectors_across_a_period_of_rows(
+    shape: tuple[int, ...], dt: type, period: int
+) -> None:
+    step = ops.sum.strategy(np.ones(shape, dt), axis=-2)
+    assert (step.variant.stage, step.variant.vector, step.variant.period) == ("columns", True, period)
+    assert ops.sum.inspect(np.ones(shape, dt), axis=-2, arch=ARCH).decisions.vector_width == 16 // np.dtype(dt).itemsize
+
+
+def test_columns_that_carry_an_index_or_broadcast_a_leaf_load_values_unphased() -> None:
+    x, row = np.ones((4099, 13), np.float16), np.ones(13, np.float16)
+    assert ops.argmax.strategy(x, axis=0).variant.period == 1  # an index per value
+    assert ops._dot.strategy(x, row, axis=0).variant.period == 1  # a leaf broadcast down the rows
+    assert ops._dot.strategy(x, x, axis=0).variant.period == 8
 
 
 @pytest.mark.parametrize(
@@ -122,7 +148,7 @@ def test_slabs_too_few_for_whole_vectors_read_value_by_value() -> None:
 
 
 def test_slabs_longer_than_a_tile_allows_take_other_stages() -> None:
-    assert ops.sum.strategy(np.ones((64, 300, 5), np.float32), axis=1).variant.stage == "lines"
+    assert ops.sum.strategy(np.ones((64, 220, 5), np.float32), axis=1).variant.stage == "lines"
     assert ops.sum.strategy(np.ones((64, 300, 64), np.float32), axis=1).variant.stage == "columns"
 
 
@@ -314,3 +340,14 @@ def test_every_sweep_case_plans_without_a_gpu() -> None:
 
     for _, shape, dt, axis, _ in _sweep_cases(24, 21) + _table_cases():
         assert ops.sum.strategy(np.lib.stride_tricks.as_strided(np.empty(1, dt), shape, [0] * len(shape)), axis=axis)
+
+
+def test_one_read_of_a_view_counts_every_sector_it_has_values_in() -> None:
+    from kerneldsl.bench.reduce_layouts_bench import _VIEWS, sector_bytes
+
+    base = (64, 64)  # float32: 16 KiB, 8 values per 32-byte sector
+    assert sector_bytes(np, base, 4, lambda a: a) == 64 * 64 * 4
+    assert sector_bytes(np, base, 4, _VIEWS["x.T"]) == 64 * 64 * 4
+    assert sector_bytes(np, base, 4, _VIEWS["x[::2]"]) == 32 * 64 * 4
+    assert sector_bytes(np, base, 4, _VIEWS["x[:, ::2]"]) == 64 * 64 * 4  # half the values, every sector
+    assert sector_bytes(np, base, 4, _VIEWS["x[..., 1:-1]"]) == 64 * 64 * 4

@@ -70,8 +70,31 @@ def test_the_issue_shapes_sum_over_interleaved_axes_like_numpy(session, shape, d
 
 
 @pytest.mark.parametrize(
-    ("shape", "axis", "dt"), [((181, 13, 273, 3), (1, 2), np.float32), ((64, 300, 5), 1, np.int32)]
+    ("shape", "axis", "dt"),
+    [
+        ((4099, 13), 0, np.float16),  # a period of 8 rows, 3 rows after the whole periods
+        ((1, 100003, 13), -2, np.float32),  # split over blocks
+        ((1001, 12), 0, np.float16),  # a period of 2 rows
+        ((37, 1000, 29), 1, np.float16),  # 37 outer slabs, each starting on a vector
+        ((200001, 3), 0, np.int32),
+        ((8, 1600, 7), 1, np.float32),
+    ],
 )
+def test_columns_no_multiple_of_a_vector_sum_across_periods_like_numpy(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(4), shape, dt)
+    assert ops.sum.strategy(x, axis=axis).variant.period > 1
+    _check(ops.sum(session.to_device(x), axis=axis).to_host(), x, axis)
+    got = ops.max(session.to_device(x), axis=axis).to_host()
+    np.testing.assert_array_equal(got, np.max(x, axis=axis))
+
+
+def test_phased_columns_of_an_unaligned_array_read_value_by_value_like_numpy(session) -> None:  # type: ignore[no-untyped-def]
+    x = _data(np.random.default_rng(5), (4100, 13), np.float16)
+    view = session.to_device(x)[1:]  # contiguous, 26 bytes past a vector
+    _check(ops.sum(view, axis=0).to_host(), x[1:], 0)
+
+
+@pytest.mark.parametrize(("shape", "axis", "dt"), [((181, 13, 31, 3), (1, 2), np.float32), ((64, 220, 5), 1, np.int32)])
 def test_columns_narrower_than_a_warp_sum_in_flat_lines_like_numpy(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(3), shape, dt)
     assert ops.sum.strategy(x, axis=axis).variant.flat

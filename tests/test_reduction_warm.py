@@ -45,7 +45,8 @@ def test_a_second_call_takes_the_warm_entry_and_launches_what_the_first_did(drv,
         ((64, 1024), 1),
         ((1024, 64), 0),
         ((1001, 7, 513), (0, 2)),  # segments
-        ((64, 300, 5), 1),  # flat lines
+        ((64, 220, 5), 1),  # flat lines
+        ((4099, 13), 0),  # phased columns
         ((93011, 11, 5), 1),  # slabs
     ],
 )

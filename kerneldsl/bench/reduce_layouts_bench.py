@@ -3,8 +3,8 @@ side by side with CuPy and PyTorch in one process (GPU required).
 
 - table: every row of the issue's table (interleaved axis sets, views, (37, 1000, 129) float16
   along each axis, (4194304, 16) axis 1 and (8192, 8192) axis 0), kd / the faster of cupy and
-  torch (target <= 1.1) and, for inputs of 64 MiB or more, kd / reading the input once at the
-  device-to-device copy bandwidth (target <= 1.5);
+  torch (target <= 1.1) and, for inputs of 64 MiB or more, kd / reading the input once (every
+  32-byte sector it has values in) at the device-to-device copy bandwidth (target <= 1.5);
 - sweep: seeded random 1-D..4-D shapes with odd extents, tuple and negative axes, float16,
   float32 and int32, the worst ratio printed;
 - views: ``x.T``, ``x[::2]``, ``x[:, ::2]``, ``x[..., 1:-1]`` of an (8192, 8192) float32 array
@@ -20,6 +20,7 @@ Every result is checked against a float64 NumPy reference first.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ import kerneldsl as kd
 from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer, best_rounds
 
 BIG = 64 << 20  # inputs from this many bytes are also held to the copy bandwidth
+SECTOR = 32  # bytes: the unit a read of DRAM moves
 SWEEP_CASES = 24
 SWEEP_SEED = 21
 HOST_CALLS = 200
@@ -126,10 +128,20 @@ def _compare(case: Case, reps: int, timers: tuple[Any, Any, Any], cp: Any, torch
     ours, cupy_ms, torch_ms = best["kd"], best["cupy"], best["torch"]
     row = {"kd": ours, "cupy": cupy_ms, "torch": torch_ms, "ratio": ours / min(cupy_ms, torch_ms)}
     if hx.nbytes >= BIG:
-        flat = torch.empty(hx.size, dtype=tx.dtype, device="cuda")
+        read = sector_bytes(cp, x.shape, hx.itemsize, view)  # a strided view reads the sectors it lies in
+        flat = torch.empty(read // hx.itemsize, dtype=tx.dtype, device="cuda")
         copy_dst = torch.empty_like(flat)
         row["read"] = ours / (torch_time(lambda: copy_dst.copy_(flat), reps) / 2)  # a copy reads and writes
     return row
+
+
+def sector_bytes(xp: Any, shape: tuple[int, ...], itemsize: int, view: View) -> int:
+    """Bytes of the 32-byte sectors (the least DRAM delivers) that ``view`` of a C-contiguous
+    array of ``shape`` has values in, counted with the array module ``xp`` (cupy, or numpy): the
+    least any read of the view moves. A contiguous view's own bytes; all of the base for
+    ``x[:, ::2]`` of 4-byte values."""
+    index = view(xp.arange(math.prod(shape)).reshape(shape)).reshape(-1)
+    return len(xp.unique(index // (SECTOR // itemsize))) * SECTOR
 
 
 def _rows(cases: list[Case], args: argparse.Namespace) -> dict[str, float]:

@@ -26,7 +26,7 @@ from ..kernels import (
 )
 from ..program import Program, compute_ctype, program_context, storage_ctype
 from .reducers import Reducer, accumulator_context
-from .strategy import Variant, column_down, slab_values
+from .strategy import Variant, column_down, final_fold_depth, slab_values
 from .strided import group_names
 
 _INT64 = np.dtype(np.int64)
@@ -164,7 +164,11 @@ def _build(
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         aligned = all_aligned(proxies, [a["param"] for a in context["arrays"]])
         vector = not context["broadcast"] and aligned and vec > 1 and (stage in _FULL or variant.vector)
-        text = render(_TEMPLATES[stage], vector=vector, width=vec if vector else 1, **context)
+        width = vec if vector else 1
+        period = variant.period if vector else 1  # values one by one: every row is its own period
+        owned = width // period  # the columns a thread writes: a period's values shared by its rows
+        depth = final_fold_depth(owned)
+        text = render(_TEMPLATES[stage], vector=vector, width=width, depth=depth, period=period, owned=owned, **context)
         decisions = Decisions(
             layout="broadcast" if geometry.broadcast else "flat",
             vector_width=vec if vector else 1,

@@ -29,9 +29,11 @@ from .kernel import Geometry, reduction_kernel
 from .reducers import Reducer
 from .strategy import (
     INSPECT_MULTIPROCESSORS,
+    ROWS_PER_THREAD,
     Extents,
     Step,
     Variant,
+    column_down,
     decide,
     device_multiprocessors,
     extents,
@@ -182,7 +184,8 @@ class ReductionPlan(Plan):
                 found = self._strided_step(canonical, sms)
             else:
                 broadcast = self.geometry.broadcast and not self.geometry.along  # lines load as vectors
-                found = decide(self.extents, vec, broadcast, acc_bytes, sms, self._kernel)
+                phased = not self.reducer.indexed and not self.geometry.broadcast  # no leaf read per row
+                found = decide(self.extents, vec, broadcast, acc_bytes, sms, self._kernel, phased)
             self._steps[sms] = found
         return found
 
@@ -257,9 +260,12 @@ def _along(
 
 
 def _short_columns(e: Extents) -> bool:
-    """Columns too narrow for a warp, repeated along a kept outer axis: the flat lines stage
-    numbers their outputs together (the columns stage would leave most threads idle)."""
-    return e.outer > 1 and 1 < e.inner < FLAT_BELOW
+    """Columns too narrow for a warp, repeated along a kept outer axis, down a reduced extent too
+    short for a columns block's rows of threads: the flat lines stage numbers their outputs
+    together (the columns stage would leave most threads idle). Longer columns read whole rows
+    coalesced in the columns stage."""
+    narrow = e.outer > 1 and 1 < e.inner < FLAT_BELOW
+    return narrow and e.count < column_down(e.inner) * ROWS_PER_THREAD
 
 
 def plan_reduction(

@@ -39,6 +39,7 @@ COLUMN_LANES_WIDE = 64  # from this many threads across the kept axis, ...
 COLUMN_DOWN_WIDE = 8  # ... this many rows of threads share the reduced axis,
 ROWS_PER_COLUMN_THREAD = 4  # unless that leaves a thread fewer rows than this
 FINAL_FOLDS = 64  # partials per thread the last block of a split column tile folds at most, by choice
+FINAL_FOLD_REGISTERS = 32  # accumulators that last block's threads load before folding any: latency paid once
 GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
 SHORT_ROW_LOADS = 4  # loads per lane of a short row: its lanes' loads are in flight together
@@ -120,9 +121,11 @@ class Variant:
     and reduced groups the kernel indexes, ``wide`` says offsets need 64 bits, ``team`` is
     "block" or "warp": who folds one output; ``flat``: lines whose fastest kept group is shorter
     than a warp number the outputs of all kept groups together).
-    ``vector``: 16-byte loads; ``split``: several blocks share an output and the last of them to
-    finish folds their partials in index order (deterministic, no float atomics); ``copy``: why
-    the operands were read from a contiguous copy ("" when read in place)."""
+    ``vector``: 16-byte loads (columns whose kept extent is no multiple of a vector: each vector
+    lies across ``period`` rows, at a fixed place in every period of that many rows); ``split``:
+    several blocks share an output and the last of them to finish folds their partials in index
+    order (deterministic, no float atomics); ``copy``: why the operands were read from a
+    contiguous copy ("" when read in place)."""
 
     stage: str
     lanes: int = BLOCK
@@ -135,6 +138,7 @@ class Variant:
     copy: str = ""
     flat: bool = False  # lines: a tile is consecutive outputs of every kept group, not of the fastest one
     view: bool = False  # segments, lines: a strided view read in place (its leaves declared strided)
+    period: int = 1  # columns: rows a 16-byte vector lies across when the kept extent is no multiple of it
 
 
 @dataclass(frozen=True)
@@ -187,13 +191,20 @@ def rows_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int]:
     return Variant("rows", lanes, vector), min(_ceil(e.outer, BLOCK // lanes), cap), 1
 
 
-def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int, exact: bool = False) -> tuple[Variant, int, int, int]:
+def columns_step(
+    e: Extents, vec: int, acc_bytes: int, sms: int, exact: bool = False, phased: bool = False
+) -> tuple[Variant, int, int, int]:
     """Columns (inner > 1): threads across the kept extent read coalesced rows, the block's other
     threads and, when tiles are few, other blocks split the reduced extent. ``exact``: a kept
     extent of fewer units than a warp takes exactly that many threads across (``column_down``
-    rows of them), so a warp's threads read whole consecutive rows, one contiguous run. Returns
-    the variant, blocks, splits and tiles."""
-    vector = vec > 1 and e.inner % vec == 0 and vec * acc_bytes <= COLUMN_BYTES_PER_THREAD
+    rows of them), so a warp's threads read whole consecutive rows, one contiguous run.
+    ``phased``: a kept extent that is no multiple of a vector may still load vectors, each across
+    the rows of a period (no leaf read per reduced index, no index carried). Returns the variant,
+    blocks, splits and tiles (those a launch needs tickets for)."""
+    wide = vec > 1 and vec * acc_bytes <= COLUMN_BYTES_PER_THREAD
+    if wide and phased and e.inner % vec and phase_fits(e, vec):
+        return _phased_columns_step(e, vec, sms)
+    vector = wide and e.inner % vec == 0
     width = vec if vector else 1
     units = _ceil(e.inner, width)
     needed = _pow2_at_least(units)  # threads that cover the kept extent
@@ -212,6 +223,44 @@ def columns_step(e: Extents, vec: int, acc_bytes: int, sms: int, exact: bool = F
     return Variant("columns", across, vector, splits > 1), min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, tiles
 
 
+def period_rows(inner: int, vec: int) -> int:
+    """Rows of ``inner`` values that make whole vectors of ``vec``: a phased column's period."""
+    return vec // math.gcd(inner, vec)
+
+
+def phase_fits(e: Extents, vec: int) -> bool:
+    """Whether columns of ``e`` can load ``vec``-value vectors across periods of rows: a period's
+    vectors fit a warp (wider, too few rows of threads would share a block's reduced extent),
+    the reduced extent holds whole periods for every thread, and every outer index's slab starts
+    on a vector."""
+    rows = period_rows(e.inner, vec)
+    lanes = e.inner // math.gcd(e.inner, vec)
+    slabs_aligned = e.outer == 1 or (e.count * e.inner) % vec == 0
+    return lanes <= WARP and e.count >= rows * ROWS_PER_THREAD and slabs_aligned
+
+
+def _phased_columns_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int, int]:
+    """Phased columns: ``inner / gcd(inner, vec)`` threads across take a period's vectors, one tile
+    per outer index; the tickets cover the value-by-value tiles too (unaligned operands)."""
+    rows = period_rows(e.inner, vec)
+    across = e.inner // math.gcd(e.inner, vec)
+    down = column_down(across)
+    tiles = max(1, e.outer)
+    one_wave = max(1, sms * PARTIAL_BLOCKS_PER_SM // tiles)
+    wanted = min(one_wave, max(_ceil(sms * COLUMN_BLOCKS_PER_SM, tiles), down * FINAL_FOLDS))
+    splits = max(1, min(wanted, _ceil(e.count // rows, down * ROWS_PER_THREAD)))
+    variant = Variant("columns", across, True, splits > 1, period=rows)
+    value_tiles = tiles * _ceil(e.inner, across)
+    return variant, min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, value_tiles
+
+
+def final_fold_depth(width: int) -> int:
+    """Partials of ``width`` columns each that a thread of the last block of a split column tile
+    loads before it folds any (4 to 16): up to ``FINAL_FOLDS`` of them wait on one L2 round trip
+    per that many, not per 4."""
+    return max(4, min(16, FINAL_FOLD_REGISTERS // width))
+
+
 def column_down(lanes: int) -> int:
     """Rows of threads down the reduced extent in a columns block of ``lanes`` threads across: a
     power of two (the block's fold is a tree), the threads past ``lanes * down`` idle."""
@@ -219,11 +268,18 @@ def column_down(lanes: int) -> int:
 
 
 def decide(
-    e: Extents, vec: int, broadcast: bool, acc_bytes: int, sms: int, kernel: Callable[[Variant], Kernel]
+    e: Extents,
+    vec: int,
+    broadcast: bool,
+    acc_bytes: int,
+    sms: int,
+    kernel: Callable[[Variant], Kernel],
+    phased: bool = False,
 ) -> Step:
     """The launch for extents ``e`` on ``sms`` SMs: ``vec`` is the program's vector width (rows and
     columns load vectors only when no leaf broadcasts), ``acc_bytes`` an accumulator's bytes
-    (value and index), ``kernel`` makes the chosen variant's kernel."""
+    (value and index), ``kernel`` makes the chosen variant's kernel, ``phased`` whether columns
+    may load vectors across rows (``columns_step``)."""
     if e.gather:
         variant = Variant("gather", 32, reduced=e.gather)
         return Step(variant, kernel(variant), min(_ceil(e.outer, BLOCK // 32), sms * GRID_BLOCKS_PER_SM))
@@ -237,7 +293,7 @@ def decide(
         variant, blocks, splits = rows_step(e, axis_vec, sms)
         partials, tickets = (e.outer * splits, e.outer) if variant.split else (0, 0)
         return Step(variant, kernel(variant), blocks, splits, partials, tickets)
-    variant, blocks, splits, tiles = columns_step(e, axis_vec, acc_bytes, sms, exact=True)
+    variant, blocks, splits, tiles = columns_step(e, axis_vec, acc_bytes, sms, exact=True, phased=phased)
     partials, tickets = (e.outer * e.inner * splits, tiles) if variant.split else (0, 0)
     return Step(variant, kernel(variant), blocks, splits, partials, tickets)
 
