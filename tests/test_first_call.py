@@ -5,6 +5,7 @@ prelude spells the 16-bit types itself), so NVRTC parses as little as it can."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +55,15 @@ def test_the_first_call_bench_counts_the_cold_calls_that_found_the_templates_com
 
     from kerneldsl.bench import fuse_first_call
 
-    untimed = "0.90 1 1 0"  # fills the shared bytecode prefix; not a figure
-    outputs = iter([untimed, "0.15 1 1 0", "0.01 0 0 1", "0.14 1 1 1", "0.01 0 0 1", "0.16 1 1 1", "0.02 0 0 1"])
+    untimed = [0.90, 1, 1, 0]  # fills the shared bytecode prefix; not a figure
+    cold_warm = [[0.15, 1, 1, 0], [0.01, 0, 0, 1], [0.14, 1, 1, 1], [0.01, 0, 0, 1], [0.16, 1, 1, 1], [0.02, 0, 0, 1]]
+    results = iter([untimed, *cold_warm])
     prefixes = []
 
-    def run(*a: object, env: dict[str, str], **k: object) -> subprocess.CompletedProcess[str]:
+    def run(command: list[str], env: dict[str, str], **k: object) -> subprocess.CompletedProcess[str]:
         prefixes.append(env["PYTHONPYCACHEPREFIX"])
-        return subprocess.CompletedProcess(a, 0, stdout=next(outputs), stderr="")
+        Path(command[-1]).write_text(json.dumps(next(results)))  # what the process writes; its print is not read
+        return subprocess.CompletedProcess(command, 0, stdout="anything\x00at all", stderr="")
 
     monkeypatch.setattr(subprocess, "run", run)
     figures = fuse_first_call.bench_first_call(argparse.Namespace())
@@ -84,9 +87,10 @@ def test_the_first_call_bench_writes_bytecode_even_where_the_environment_says_no
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     environments = []
 
-    def run(*a: object, env: dict[str, str], **k: object) -> subprocess.CompletedProcess[str]:
+    def run(command: list[str], env: dict[str, str], **k: object) -> subprocess.CompletedProcess[str]:
         environments.append(env)
-        return subprocess.CompletedProcess(a, 0, stdout="0.15 1 1 1", stderr="")
+        Path(command[-1]).write_text(json.dumps([0.15, 1, 1, 1]))
+        return subprocess.CompletedProcess(command, 0, stdout="", stderr="")
 
     monkeypatch.setattr(subprocess, "run", run)
     fuse_first_call.bench_first_call(argparse.Namespace())

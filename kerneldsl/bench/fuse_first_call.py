@@ -18,16 +18,18 @@ write, as on the lent GPU machine, cost 0.1-0.2 s of source compilation a proces
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 PROCESSES = 3  # fresh processes per figure (the median is reported)
 
 SCRIPT = """
-import sys, time
+import json, sys, time
 from pathlib import Path
 import numpy as np
 import kerneldsl as kd
@@ -44,17 +46,19 @@ softmax(x)
 s.synchronize()
 elapsed = time.perf_counter() - start
 imported = int("jinja2" in sys.modules and not jinja), int("cuda.bindings.nvrtc" in sys.modules and not nvrtc)
-print(elapsed, *imported, int(compiled))
+Path(sys.argv[1]).write_text(json.dumps([elapsed, *imported, int(compiled)]))
 """
 
 
 def _first_call(cache_dir: str, bytecode: str) -> tuple[float, int, int, int]:
     """(seconds, whether the call imported jinja2, whether it imported NVRTC, whether the templates'
-    compiled code was there before it) in a fresh process."""
+    compiled code was there before it) in a fresh process, which writes them to a file (whatever
+    it prints is not parsed)."""
     env = {**os.environ, "KERNELDSL_CACHE_DIR": cache_dir, "PYTHONPYCACHEPREFIX": bytecode}
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # else the untimed process leaves the prefix empty
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
-    seconds, jinja, nvrtc, compiled = done.stdout.split()[-4:]
+    result = Path(cache_dir) / "first-call.json"
+    subprocess.run([sys.executable, "-c", SCRIPT, str(result)], env=env, capture_output=True, text=True, check=True)
+    seconds, jinja, nvrtc, compiled = json.loads(result.read_text())
     return float(seconds), int(jinja), int(nvrtc), int(compiled)
 
 
