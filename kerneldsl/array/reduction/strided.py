@@ -11,8 +11,9 @@ extents and strides) the kernel reads, in the order ``group_names`` gives.
 - ``lines``: the group with the smallest stride is kept. Consecutive threads take consecutive
   outputs along it and walk the reduced groups, as ``columns`` does, split over blocks down the
   reduced extent when tiles are few; when that group is shorter than a warp (``flat``), along
-  all the kept groups together (the (181, 13, 273, 3) over (1, 2) class, plain layouts included
-  whose slabs are too long for the slabs stage).
+  all the kept groups together (the (181, 13, 31, 3) over (1, 2) class, plain layouts included
+  whose slabs are too long for the slabs stage and whose reduced extent is too short for the
+  columns stage's rows of threads).
 """
 
 from __future__ import annotations
