@@ -215,12 +215,18 @@ def columns_step(
         down = min(down, _pow2_at_most(max(1, e.count // ROWS_PER_COLUMN_THREAD)))
         across = BLOCK // down
     tiles = max(1, e.outer * _ceil(e.inner, across * width))  # an empty output still plans a launch
-    # Enough blocks to fill the GPU in one wave, unless the last block of a tile would then fold more than
-    # FINAL_FOLDS partials per thread: then as few as fill it at COLUMN_BLOCKS_PER_SM.
+    splits = column_splits(tiles, down, e.count, sms)
+    return Variant("columns", across, vector, splits > 1), min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, tiles
+
+
+def column_splits(tiles: int, down: int, rows: int, sms: int) -> int:
+    """Blocks that share each of ``tiles`` column tiles of ``rows`` rows (periods when phased),
+    ``down`` rows of threads each: enough to fill the GPU in one wave, unless the last block of a
+    tile would then fold more than ``FINAL_FOLDS`` partials per thread (then as few as fill it at
+    ``COLUMN_BLOCKS_PER_SM``), and never fewer than ``ROWS_PER_THREAD`` rows per thread."""
     one_wave = max(1, sms * PARTIAL_BLOCKS_PER_SM // tiles)
     wanted = min(one_wave, max(_ceil(sms * COLUMN_BLOCKS_PER_SM, tiles), down * FINAL_FOLDS))
-    splits = max(1, min(wanted, _ceil(e.count, down * ROWS_PER_THREAD)))
-    return Variant("columns", across, vector, splits > 1), min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, tiles
+    return max(1, min(wanted, _ceil(rows, down * ROWS_PER_THREAD)))
 
 
 def period_rows(inner: int, vec: int) -> int:
@@ -246,9 +252,7 @@ def _phased_columns_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, 
     across = e.inner // math.gcd(e.inner, vec)
     down = column_down(across)
     tiles = max(1, e.outer)
-    one_wave = max(1, sms * PARTIAL_BLOCKS_PER_SM // tiles)
-    wanted = min(one_wave, max(_ceil(sms * COLUMN_BLOCKS_PER_SM, tiles), down * FINAL_FOLDS))
-    splits = max(1, min(wanted, _ceil(e.count // rows, down * ROWS_PER_THREAD)))
+    splits = column_splits(tiles, down, e.count // rows, sms)
     variant = Variant("columns", across, True, splits > 1, period=rows)
     value_tiles = tiles * _ceil(e.inner, across)
     return variant, min(tiles * splits, sms * GRID_BLOCKS_PER_SM), splits, value_tiles
