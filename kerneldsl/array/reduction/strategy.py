@@ -39,7 +39,7 @@ COLUMN_LANES_WIDE = 64  # from this many threads across the kept axis, ...
 COLUMN_DOWN_WIDE = 8  # ... this many rows of threads share the reduced axis,
 ROWS_PER_COLUMN_THREAD = 4  # unless that leaves a thread fewer rows than this
 FINAL_FOLDS = 64  # partials per thread the last block of a split column tile folds at most, by choice
-FINAL_FOLD_REGISTERS = 32  # accumulators that last block's threads load before folding any: latency paid once
+FINAL_FOLD_REGISTERS = 32  # accumulators that last block's threads load before folding any (final_fold_depth)
 GRID_BLOCKS_PER_SM = 16  # grid cap per SM for the grid-stride axis stages
 ROWS_BLOCK_MIN = 2048  # reduced extent from which a whole block (not a warp) takes one output
 SHORT_ROW_LOADS = 4  # loads per lane of a short row: its lanes' loads are in flight together
@@ -259,9 +259,9 @@ def _phased_columns_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, 
 
 
 def final_fold_depth(width: int) -> int:
-    """Partials of ``width`` columns each that a thread of the last block of a split column tile
-    loads before it folds any (4 to 16): up to ``FINAL_FOLDS`` of them wait on one L2 round trip
-    per that many, not per 4."""
+    """Partials (of ``width`` columns each) that a thread of the last block of a split column
+    tile loads before it folds any, 4 to 16: its up to ``FINAL_FOLDS`` partials then wait on one
+    L2 round trip per that many, as many as 32 registers hold."""
     return max(4, min(16, FINAL_FOLD_REGISTERS // width))
 
 
