@@ -171,7 +171,7 @@ def _build(
         text = render(_TEMPLATES[stage], vector=vector, width=width, depth=depth, period=period, owned=owned, **context)
         decisions = Decisions(
             layout="broadcast" if geometry.broadcast else "flat",
-            vector_width=vec if vector else 1,
+            vector_width=width,
             stage=stage,
             accumulation=acc,
             group=variant.lanes if stage not in _FULL else None,

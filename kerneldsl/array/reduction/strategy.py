@@ -229,9 +229,11 @@ def column_splits(tiles: int, down: int, rows: int, sms: int) -> int:
     return max(1, min(wanted, _ceil(rows, down * ROWS_PER_THREAD)))
 
 
-def period_rows(inner: int, vec: int) -> int:
-    """Rows of ``inner`` values that make whole vectors of ``vec``: a phased column's period."""
-    return vec // math.gcd(inner, vec)
+def period(inner: int, vec: int) -> tuple[int, int]:
+    """A phased column's period: the rows of ``inner`` values that make whole vectors of ``vec``,
+    and the threads across that take its vectors."""
+    shared = math.gcd(inner, vec)
+    return vec // shared, inner // shared
 
 
 def phase_fits(e: Extents, vec: int) -> bool:
@@ -239,8 +241,7 @@ def phase_fits(e: Extents, vec: int) -> bool:
     vectors fit a warp (wider, too few rows of threads would share a block's reduced extent),
     the reduced extent holds whole periods for every thread, and every outer index's slab starts
     on a vector."""
-    rows = period_rows(e.inner, vec)
-    lanes = e.inner // math.gcd(e.inner, vec)
+    rows, lanes = period(e.inner, vec)
     slabs_aligned = e.outer == 1 or (e.count * e.inner) % vec == 0
     return lanes <= WARP and e.count >= rows * ROWS_PER_THREAD and slabs_aligned
 
@@ -248,8 +249,7 @@ def phase_fits(e: Extents, vec: int) -> bool:
 def _phased_columns_step(e: Extents, vec: int, sms: int) -> tuple[Variant, int, int, int]:
     """Phased columns: ``inner / gcd(inner, vec)`` threads across take a period's vectors, one tile
     per outer index; the tickets cover the value-by-value tiles too (unaligned operands)."""
-    rows = period_rows(e.inner, vec)
-    across = e.inner // math.gcd(e.inner, vec)
+    rows, across = period(e.inner, vec)
     down = column_down(across)
     tiles = max(1, e.outer)
     splits = column_splits(tiles, down, e.count // rows, sms)
