@@ -226,6 +226,26 @@ def test_a_nan_anywhere_in_a_row_makes_its_max_and_softmax_nan(session, rows: in
     assert np.isnan(row_max[:3]).all() and (row_max[3:] == x[3:].max(axis=-1)).all()
 
 
+@kd.fuse
+def over_largest_magnitude(x: Any) -> Any:  # a held row: its values are widened once, read twice
+    return x / kd.ops.max(kd.ops.abs(x), axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("cols", [1024, 1001])  # aligned and shifted rows
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_a_16_bit_nan_in_any_lane_reaches_its_row_and_an_infinity_only_its_place(session, dt, cols: int) -> None:  # type: ignore[no-untyped-def]
+    x = _data((16, cols), dt, 17)
+    for lane in range(8):
+        x[lane, 64 + lane] = np.nan if lane % 2 else -np.nan
+        x[8 + lane, 64 + lane] = np.inf
+    got = over_largest_magnitude(session.to_device(x)).to_host()
+    wide = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        want = wide / np.abs(wide).max(axis=-1, keepdims=True)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))  # whole rows 0-7, one place in rows 8-15
+    _close_16(got, want, dt)
+
+
 def test_rows_of_one_element(session) -> None:  # type: ignore[no-untyped-def]
     x = _data((50, 1), np.float32, 13)
     np.testing.assert_array_equal(softmax(session.to_device(x)).to_host(), np.ones((50, 1), np.float32))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -118,6 +119,16 @@ def same(got: np.ndarray, want: np.ndarray) -> None:
     if want.dtype.kind == "f":
         np.testing.assert_array_equal(np.signbit(got) | np.isnan(got), np.signbit(want) | np.isnan(want))
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", ["positive", "negative"])
+def test_a_16_bit_nan_in_any_lane_of_a_vector_keeps_its_sign(session: Any, rng: Any, name: str, dt: Any) -> None:
+    x = rng.standard_normal(SHAPE).astype(dt)
+    lanes = np.arange(8)  # one NaN in each lane of the 16-byte vectors, an infinity beside it
+    x.flat[64 + 9 * lanes] = np.where(lanes % 2, -np.nan, np.nan)
+    x.flat[65 + 9 * lanes] = np.inf
+    same(on_gpu(session, ops.TABLE[name], x), getattr(np, name)(x))
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: np.dtype(d).name)

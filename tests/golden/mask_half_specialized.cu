@@ -37,32 +37,51 @@ struct __align__(2) kd_half {
         return f == f ? f : __uint_as_float(0x7fc00000u | ((unsigned int)(bits & 0x8000u) << 16));
     }
 };
-// A vector's element in its compute type, and a vector filled from compute values: one element
-// at a time, except the 16-bit floats on sm_80+, which widen a bfloat16 with one instruction
-// from its 32-bit word and round two floats with one cvt (a NaN still keeps its sign).
+// A vector's element in its compute type, a vector widened whole, and a vector filled from compute
+// values: one element at a time, except the 16-bit floats on sm_80+, which widen a bfloat16 with
+// one instruction from its 32-bit word, widen a float16 vector and round two floats with one cvt
+// each, and look for a NaN (which keeps its sign) with integer ops on whole words.
 template <typename T, int W> __device__ __forceinline__ T kd_wide(const T (&v)[W], int k) { return v[k]; }
 template <typename S, typename C, int W> __device__ __forceinline__ void kd_narrow(S (&out)[W], const C (&in)[W]) {
 #pragma unroll
     for (int k = 0; k < W; ++k) out[k] = (S)in[k];
 }
+template <typename C, typename S, int W> __device__ __forceinline__ void kd_widen(C (&out)[W], const S (&in)[W]) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) out[k] = (C)kd_wide(in, k);
+}
 #if __CUDA_ARCH__ >= 800
 template <int W> __device__ __forceinline__ void kd_narrow(kd_half (&out)[W], const float (&in)[W]) {
-    bool nan = false;
+    unsigned int nan = 0;  // a 16-bit NaN's magnitude plus 0x03ff03ff carries into its sign bit
 #pragma unroll
     for (int k = 0; k + 1 < W; k += 2) {
         unsigned int pair;
         asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(pair) : "f"(in[k + 1]), "f"(in[k]));
         reinterpret_cast<unsigned int*>(out)[k >> 1] = pair;
-        nan |= in[k] != in[k] || in[k + 1] != in[k + 1];
+        nan |= (pair & 0x7fff7fffu) + 0x03ff03ffu;
     }
     if (W & 1) out[W - 1] = kd_half(in[W - 1]);
-    if (nan) {  // rare: the cvt made each NaN the canonical one; redo the vector element by element
+    if (nan & 0x80008000u) {  // rare: the cvt made each NaN the canonical one; redo the vector element by element
 #pragma unroll
         for (int k = 0; k < W; ++k) out[k] = kd_half(in[k]);
     }
 }
 #endif
-// NumPy's isinf / isfinite / signbit for every dtype (CUDA's take floating types only, and are
+
+#if __CUDA_ARCH__ >= 800
+template <int W> __device__ __forceinline__ void kd_widen(float (&out)[W], const kd_half (&in)[W]) {
+    unsigned int nan = 0;  // found in the 32-bit words, not by a compare per element
+#pragma unroll
+    for (int k = 0; k + 1 < W; k += 2) nan |= (reinterpret_cast<const unsigned int*>(in)[k >> 1] & 0x7fff7fffu) + 0x03ff03ffu;
+#pragma unroll
+    for (int k = 0; k < W; ++k) asm("cvt.f32.f16 %0, %1;" : "=f"(out[k]) : "h"(in[k].bits));
+    if (W & 1) out[W - 1] = (float)in[W - 1];
+    if (nan & 0x80008000u) {  // rare: the cvt made each NaN the canonical one; widen element by element
+#pragma unroll
+        for (int k = 0; k < W; ++k) out[k] = (float)in[k];
+    }
+}
+#endif// NumPy's isinf / isfinite / signbit for every dtype (CUDA's take floating types only, and are
 // ambiguous for integers): a template that tests the type, and the 16-bit floats by overload.
 template <typename T> __device__ __forceinline__ bool kd_isinf(T a) {
     if constexpr ((T)1.5 != (T)1) return isinf((double)a); else return false;

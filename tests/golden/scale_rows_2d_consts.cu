@@ -22,13 +22,18 @@ typedef unsigned long long uint64_t;
 #define INT_MAX 2147483647
 #define INT_MIN (-2147483647 - 1)
 #endif
-// A vector's element in its compute type, and a vector filled from compute values: one element
-// at a time, except the 16-bit floats on sm_80+, which widen a bfloat16 with one instruction
-// from its 32-bit word and round two floats with one cvt (a NaN still keeps its sign).
+// A vector's element in its compute type, a vector widened whole, and a vector filled from compute
+// values: one element at a time, except the 16-bit floats on sm_80+, which widen a bfloat16 with
+// one instruction from its 32-bit word, widen a float16 vector and round two floats with one cvt
+// each, and look for a NaN (which keeps its sign) with integer ops on whole words.
 template <typename T, int W> __device__ __forceinline__ T kd_wide(const T (&v)[W], int k) { return v[k]; }
 template <typename S, typename C, int W> __device__ __forceinline__ void kd_narrow(S (&out)[W], const C (&in)[W]) {
 #pragma unroll
     for (int k = 0; k < W; ++k) out[k] = (S)in[k];
+}
+template <typename C, typename S, int W> __device__ __forceinline__ void kd_widen(C (&out)[W], const S (&in)[W]) {
+#pragma unroll
+    for (int k = 0; k < W; ++k) out[k] = (C)kd_wide(in, k);
 }
 // NumPy's isinf / isfinite / signbit for every dtype (CUDA's take floating types only, and are
 // ambiguous for integers): a template that tests the type, and the 16-bit floats by overload.
