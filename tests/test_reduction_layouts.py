@@ -142,9 +142,20 @@ def test_a_slabs_tile_holds_whole_slabs_that_make_whole_vectors() -> None:
     assert step.blocks == -(-outer // per_tile)
 
 
-def test_slabs_too_few_for_whole_vectors_read_value_by_value() -> None:
-    step = ops.sum.strategy(np.ones((100, 127, 7), np.float16), axis=1)  # 889 values a slab, 4 a tile
-    assert step.variant.stage == "slabs" and not step.variant.vector
+@pytest.mark.parametrize(("shape", "per_tile"), [((4001, 17, 33), 8), ((100, 127, 7), 8)])
+def test_slabs_too_few_a_tile_for_whole_vectors_take_a_double_tile_that_holds_them(shape, per_tile: int) -> None:  # type: ignore[no-untyped-def]
+    step = ops.sum.strategy(np.ones(shape, np.float16), axis=1)  # 7 and 4 slabs would fit a tile, 8 make whole vectors
+    assert step.variant.double_tile and step.variant.vector and step.args[3] == per_tile
+
+
+def test_slabs_too_few_for_whole_vectors_even_in_a_double_tile_read_value_by_value() -> None:
+    step = ops.sum.strategy(np.ones((100, 7, 73), np.bool_), axis=1)  # 511 values a slab, 16 make whole vectors
+    assert step.variant.stage == "slabs" and not step.variant.vector and not step.variant.double_tile
+
+
+def test_slabs_that_a_tile_makes_whole_vectors_of_keep_a_single_tile() -> None:
+    step = ops.sum.strategy(np.ones((93011, 11, 5), np.float16), axis=1)
+    assert step.variant.vector and not step.variant.double_tile
 
 
 def test_slabs_longer_than_a_tile_allows_take_other_stages() -> None:

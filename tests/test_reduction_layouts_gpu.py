@@ -109,7 +109,9 @@ SLABS = [
     ((1000, 3, 40), 1, np.float32),
     ((1001, 3, 40), -2, np.float64),  # a last tile of fewer slabs
     ((77, 2, 3, 4), (1, 2), np.bool_),
-    ((100, 127, 7), 1, np.float16),  # too few slabs a tile for whole vectors: value by value
+    ((100, 127, 7), 1, np.float16),  # a double tile: 8 slabs of 889 values, 16-byte loads
+    ((4001, 17, 33), 1, np.float16),  # a double tile: 8 slabs of 561 values
+    ((100, 7, 73), 1, np.bool_),  # too few slabs even a double tile for whole vectors: value by value
     ((3, 2, 5), 1, np.float32),  # one tile, most threads idle
 ]
 

@@ -124,7 +124,7 @@ def _context(
         lanes=variant.lanes,
         down=column_down(variant.lanes),
         block=BLOCK,
-        tile=slab_values(acc.itemsize),
+        tile=slab_values(acc.itemsize, variant.double_tile),
         split=variant.split,
         broadcast=geometry.broadcast and not along,
         along=along,
