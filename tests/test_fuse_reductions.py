@@ -331,9 +331,36 @@ def test_the_fuse_bench_has_a_section_per_pipeline_and_parses_its_options() -> N
     fuse_bench.add_arguments(parser)
     args = parser.parse_args(["--only", "softmax", "--dtype", "bfloat16", "--no-compile", "--reps", "3"])
     assert (args.only, args.dtype, args.no_compile, args.reps) == (["softmax"], ["bfloat16"], True, 3)
-    assert list(fuse_bench.SECTIONS) == ["softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm", "first"]
+    assert list(fuse_bench.SECTIONS) == [
+        "softmax",
+        "log_softmax",
+        "logsumexp",
+        "layer_norm",
+        "rms_norm",
+        "sweep",
+        "first",
+    ]
     assert fuse_bench.ROW_SHAPES == ((4096, 4096), (16384, 1024), (1024, 32768))
     assert fuse_bench.NORM_SHAPES == ((4096, 4096), (32768, 768))
+
+
+def test_the_fuse_sweep_is_seeded_and_covers_every_pipeline_dtype_and_batched_rows() -> None:
+    cases = fuse_bench.sweep_cases(fuse_bench.SWEEP_CASES, fuse_bench.SWEEP_SEED)
+    assert cases == fuse_bench.sweep_cases(fuse_bench.SWEEP_CASES, fuse_bench.SWEEP_SEED)
+    assert {dtype for _, _, dtype in cases} == set(fuse_bench.SWEEP_DTYPES)
+    assert {name for name, _, _ in cases} == set(fuse_bench.PIPELINES)
+    assert any(len(shape) == 3 for _, shape, _ in cases) and any(shape[-1] % 2 for _, shape, _ in cases)
+
+
+def test_every_fuse_sweep_case_compiles_to_one_fused_kernel_without_a_gpu() -> None:
+    import ml_dtypes
+
+    pipelines = {name: getattr(fuse_bench, name) for name in fuse_bench.PIPELINES}
+    for name, shape, dtype in fuse_bench.sweep_cases(fuse_bench.SWEEP_CASES, fuse_bench.SWEEP_SEED):
+        dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+        x, w = np.zeros(shape, dt), np.ones(shape[-1], dt)
+        operands = {"layer_norm": (x, w, w), "rms_norm": (x, w)}.get(name, (x,))
+        assert pipelines[name].inspect(*operands, arch="sm_90").decisions.stage == "fused"
 
 
 def test_constants_of_the_trace_are_parameters_not_part_of_the_kernel() -> None:

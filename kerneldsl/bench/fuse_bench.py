@@ -10,8 +10,10 @@ Triton's fused-softmax tutorial, and the copy floor: a device-to-device copy of 
 same bytes in and out). Ratio columns: kd over the fastest baseline (target <= 1.0) and kd over
 the copy floor (target <= 1.3).
 
-Every kd result is checked against NumPy float64 on its first rows first. ``--only first``: the
-first call's time in a fresh process, with an empty and with a warm disk cache (``fuse_first_call``).
+Every kd result is checked against NumPy float64 on its first rows first. ``--only sweep``: seeded
+random pipelines, shapes (2-D and 3-D, odd row lengths) and dtypes (float16 too) against torch
+eager and, for softmax, the Triton kernel, with the worst ratios. ``--only first``: the first
+call's time in a fresh process, with an empty and with a warm disk cache (``fuse_first_call``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ from kerneldsl.bench.report import Report, Section, run_sections
 ROW_SHAPES = ((4096, 4096), (16384, 1024), (1024, 32768))
 NORM_SHAPES = ((4096, 4096), (32768, 768))
 DTYPES = ("float32", "bfloat16")
+SWEEP_DTYPES = ("float32", "float16", "bfloat16")
+SWEEP_CASES = 16
+SWEEP_SEED = 20
+PIPELINES = ("softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm")
+ULPS = {"float32": 2e-5, "float16": 4 * 2.0**-10, "bfloat16": 4 * 2.0**-7}  # tolerance: 4 ulp of a 16-bit float
 CHECKED_ROWS = 64
 EPS = 1e-5
 
@@ -148,7 +155,7 @@ def _triton_softmax() -> Callable[[Any, Any], None] | None:
 
 
 @functools.lru_cache(maxsize=len(ROW_SHAPES) * len(DTYPES))
-def _inputs(shape: tuple[int, int], dtype: str) -> tuple[Any, ...]:
+def _inputs(shape: tuple[int, ...], dtype: str) -> tuple[Any, ...]:
     """x, w, b as NumPy arrays in ``dtype``, on the device for kd and for torch (made once per
     shape and dtype: the sections share them)."""
     import ml_dtypes
@@ -158,13 +165,18 @@ def _inputs(shape: tuple[int, int], dtype: str) -> tuple[Any, ...]:
     x32 = rng.standard_normal(shape, dtype=np.float32) * 3
     w32 = rng.random(shape[-1], dtype=np.float32) + 0.5
     b32 = rng.standard_normal(shape[-1], dtype=np.float32)
-    stored = [a.astype(np.float32 if dtype == "float32" else ml_dtypes.bfloat16) for a in (x32, w32, b32)]
+    stored_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+    stored = [a.astype(stored_dtype) for a in (x32, w32, b32)]
     tensors = [torch.from_numpy(a.astype(np.float32)).cuda().to(getattr(torch, dtype)) for a in stored]
     s = kd.default_session()
     return (*stored, *tensors, *(s.to_device(a) for a in stored))
 
 
-def _bench(name: str, shape: tuple[int, int], dtype: str, args: argparse.Namespace) -> dict[str, float]:
+def _bench(
+    name: str, shape: tuple[int, ...], dtype: str, args: argparse.Namespace, compiled: bool = True
+) -> dict[str, float]:
+    """kd against torch eager, torch.compile (``compiled`` and not ``--no-compile``), for softmax
+    the Triton kernel (on the rows as a matrix) and the copy floor, after checking kd's result."""
     import torch
 
     kd_time, torch_time = _kd_timer(kd.default_session()), _torch_timer(torch)
@@ -176,7 +188,7 @@ def _bench(name: str, shape: tuple[int, int], dtype: str, args: argparse.Namespa
     got = out.to_host()[:CHECKED_ROWS].astype(np.float64)
     x64, w64, b64 = (a.astype(np.float64) for a in (x, w, b))
     want = _reference(name, x64[:CHECKED_ROWS], w64, b64)
-    tol = 4 * 2.0**-7 if dtype == "bfloat16" else 2e-5  # 4 ulp of bfloat16: every op rounds
+    tol = ULPS[dtype]  # every op of a 16-bit pipeline rounds
     atol = tol * max(1.0, float(np.max(np.abs(want))))
     if not np.allclose(got, want, rtol=tol, atol=atol):
         wrong = np.count_nonzero(~np.isclose(got, want, rtol=tol, atol=atol))
@@ -186,15 +198,16 @@ def _bench(name: str, shape: tuple[int, int], dtype: str, args: argparse.Namespa
         "kd (ms)": lambda: kd_time(lambda: fused(*operands, out=out), args.reps),
         "torch eager (ms)": lambda: torch_time(lambda: eager(tx, tw, tb), args.reps),
     }
-    if not args.no_compile:
-        compiled = torch.compile(natural, dynamic=False)
-        compiled(tx, tw, tb)
-        contenders["torch.compile (ms)"] = lambda: torch_time(lambda: compiled(tx, tw, tb), args.reps)
+    if compiled and not args.no_compile:
+        natural_compiled = torch.compile(natural, dynamic=False)
+        natural_compiled(tx, tw, tb)
+        contenders["torch.compile (ms)"] = lambda: torch_time(lambda: natural_compiled(tx, tw, tb), args.reps)
     if name == "softmax":
         triton_softmax = _triton_softmax()
         if triton_softmax is not None:
-            ty = torch.empty_like(tx)
-            contenders["triton tutorial (ms)"] = lambda: torch_time(lambda: triton_softmax(tx, ty), args.reps)
+            rows = tx.reshape(-1, shape[-1])
+            ty = torch.empty_like(rows)
+            contenders["triton tutorial (ms)"] = lambda: torch_time(lambda: triton_softmax(rows, ty), args.reps)
     copy = torch.empty_like(tx)
     contenders["copy floor (ms)"] = lambda: torch_time(lambda: copy.copy_(tx), args.reps)
     results = best_rounds(contenders)
@@ -216,12 +229,43 @@ def _section(name: str, shapes: tuple[tuple[int, int], ...]) -> Callable[[argpar
     return measure
 
 
+def sweep_cases(count: int, seed: int) -> list[tuple[str, tuple[int, ...], str]]:
+    """Random (pipeline, shape, dtype): rows of 16 to 16384 values, mostly odd, 2^20 to 2^25
+    elements in all, a third of them with a leading batch axis."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(count):
+        row = int(round(2 ** rng.uniform(4, 14))) | int(rng.random() < 0.7)
+        rows = max(1, int(2 ** rng.uniform(20, 25)) // row)
+        shape: tuple[int, ...] = (rows, row)
+        if rng.random() < 1 / 3:
+            batch = int(rng.integers(2, 9))
+            shape = (batch, max(1, rows // batch), row)
+        cases.append((str(rng.choice(PIPELINES)), shape, str(rng.choice(SWEEP_DTYPES))))
+    return cases
+
+
+def bench_sweep(args: argparse.Namespace) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    worst = {"kd / fastest baseline": (0.0, ""), "kd / copy floor": (0.0, "")}
+    for name, shape, dtype in sweep_cases(args.sweep, args.seed):
+        label = f"{name} {'x'.join(map(str, shape))} {dtype}"
+        for k, v in _bench(name, shape, dtype, args, compiled=False).items():
+            figures[f"{label} {k}"] = v
+            if k in worst and v > worst[k][0]:
+                worst[k] = (v, label)
+    for k, (v, label) in worst.items():
+        figures[f"worst {k}: {label}"] = v
+    return figures
+
+
 SECTIONS: dict[str, Section] = {
     "softmax": ("softmax over the last axis", _section("softmax", ROW_SHAPES)),
     "log_softmax": ("log-softmax over the last axis", _section("log_softmax", ROW_SHAPES)),
     "logsumexp": ("logsumexp over the last axis", _section("logsumexp", ROW_SHAPES)),
     "layer_norm": ("layer norm over the last axis", _section("layer_norm", NORM_SHAPES)),
     "rms_norm": ("RMS norm over the last axis", _section("rms_norm", NORM_SHAPES)),
+    "sweep": ("seeded random pipelines, shapes and dtypes (torch eager, Triton)", bench_sweep),
     "first": ("a fused softmax's first call in a fresh process", bench_first_call),
 }
 
@@ -233,6 +277,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-compile", action="store_true", help="skip torch.compile (its compiles take most of the run)"
     )
+    parser.add_argument("--sweep", type=int, default=SWEEP_CASES, help="random cases in the sweep section")
+    parser.add_argument("--seed", type=int, default=SWEEP_SEED, help="the sweep's seed")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
