@@ -172,7 +172,7 @@ multiply = Op(("a", "b"), np.multiply, {"fc": "a * b", "iu": "(kdT)(1u * (kdU)a 
 divide = Op(("a", "b"), np.true_divide, {"fc": "a / b"})
 floor_divide = Op(("a", "b"), np.floor_divide, {"f": _FLOORDIV_F, "i": _FLOORDIV_I, "u": "b == 0 ? (kdT)0 : a / b"})
 remainder = Op(("a", "b"), np.remainder, {"f": _REMAINDER_F, "i": _REMAINDER_I, "u": "b == 0 ? (kdT)0 : a % b"})
-negative = Op(("a",), np.negative, {"fc": "-a", "iu": "(kdT)(0u - (kdU)a)"})
+negative = Op(("a",), np.negative, {"f": "kd_neg(a)", "c": "-a", "iu": "(kdT)(0u - (kdU)a)"})
 abs = Op(
     ("a",), np.absolute, {"f": "fabs(a)", "i": "a < 0 ? (kdT)(0u - (kdU)a) : a", "ub": "a", "c": "kd_abs(a)"}, _parts
 )

@@ -85,9 +85,18 @@ def test_rows_up_to_1024_elements_take_a_warp_each() -> None:
     assert (d.strategy, d.group, d.items, d.passes) == ("row-per-warp", 32, 8, 1)
 
 
-def test_short_rows_take_part_of_a_warp() -> None:
-    d = _decisions(softmax, _f32(100, 7))
-    assert (d.strategy, d.group, d.vector_width) == ("row-per-warp", 4, 4)  # 7 columns over up to 3 units
+@pytest.mark.parametrize(
+    ("x", "group", "items"),
+    [
+        (_f32(100, 7), 1, 3),  # 7 columns over up to 3 units: a row per thread
+        (np.zeros((100, 97), np.float16), 4, 4),  # 14 units
+        (np.zeros((100, 27), np.float16), 2, 3),  # 5 units
+        (_f32(100, 1024), 32, 8),  # rows of 32 lanes' SHORT_ROW_ITEMS units and more keep the warp
+    ],
+)
+def test_short_rows_take_part_of_a_warp_each_thread_several_units(x: np.ndarray, group: int, items: int) -> None:
+    d = _decisions(softmax, x)
+    assert (d.strategy, d.group, d.items) == ("row-per-warp", group, items)
 
 
 @pytest.mark.parametrize(("dt", "width", "items"), [(ml_dtypes.bfloat16, 8, 4), (np.float16, 8, 4), (np.float32, 4, 8)])
@@ -110,6 +119,22 @@ def test_a_shifted_rows_items_count_the_extra_unit() -> None:
     # 4095 float32 columns: 1024 units, 1025 when shifted, so 256 threads hold 5 each (not 4)
     d = _decisions(softmax, _f32(333, 4095))
     assert (d.shifted, d.group, d.items) == (True, 256, 5)
+
+
+@pytest.mark.parametrize("shape", [(1185081, 27), (3, 2001, 27), (2000, 13)])
+def test_short_shifted_rows_of_few_lanes_are_staged_through_shared_memory(shape: tuple[int, ...]) -> None:
+    x, w = np.zeros(shape, np.float16), np.zeros(shape[-1], np.float16)
+    for d in (_decisions(softmax, x), _decisions(layer_norm, x, w, w)):
+        assert (d.strategy, d.shifted, d.staged) == ("row-per-warp", True, True)
+
+
+@pytest.mark.parametrize(
+    "x",
+    [np.zeros((2000, 64), np.float16), np.zeros((333, 7777), np.float16), np.zeros((120015, 97), np.float16)],
+    ids=["not-shifted", "row-per-block", "four-lanes"],
+)
+def test_rows_are_staged_only_when_shifted_and_of_few_lanes(x: np.ndarray) -> None:
+    assert not _decisions(softmax, x).staged
 
 
 def test_rows_that_are_a_multiple_of_the_vector_are_not_shifted() -> None:
@@ -195,7 +220,7 @@ def test_the_last_two_axes_reduce_as_one_row() -> None:
         return x - kd.ops.mean(x, axis=(1, 2), keepdims=True)
 
     d = _decisions(normalize, _f32(6, 8, 32))
-    assert (d.layout, d.strategy, d.group) == ("rows", "row-per-warp", 32)
+    assert (d.layout, d.strategy, d.group) == ("rows", "row-per-warp", 16)  # 256 values: 16 lanes of 4 units
 
 
 def test_a_reduction_result_returned_without_keepdims_is_one_value_per_row() -> None:

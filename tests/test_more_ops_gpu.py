@@ -135,6 +135,13 @@ def test_a_16_bit_nan_in_any_lane_of_a_vector_keeps_its_sign(session: Any, rng: 
     np.testing.assert_array_equal(got32, want32)
 
 
+@pytest.mark.parametrize("dt", [*FLOATS, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_negative_flips_the_sign_of_a_nan_as_numpy_does(session: Any, dt: Any) -> None:
+    x = np.array([np.nan, -np.nan, np.inf, 0.0, -0.0, 1.5] * 11, dtype=dt)
+    got = on_gpu(session, ops.negative, x).astype(np.float64)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(np.negative(x).astype(np.float64)))
+
+
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("name", EXACT_FLOAT)
 def test_exact_float_ops_match_numpy_bit_for_bit(session: Any, rng: Any, name: str, dt: Any) -> None:
