@@ -52,6 +52,7 @@ import numpy as np
 
 from ..codegen import Decisions, GeneratedBody
 from ..dispatch import Kernel
+from ..runtime.limits import DEFAULT_SHARED_LIMIT
 from .body_store import rendered
 from .kernels import KERNELS, all_aligned, array_param, make_kernel, scalar_param
 from .pipeline import Phase, Pipeline, phase
@@ -73,7 +74,7 @@ SPLIT_MAX = 8  # blocks per cluster (the portable limit)
 SPLIT_UNITS = 512  # fewest units a block of a split row takes
 CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
 STAGE_LANES = 2  # dense shifted rows of at most this many lanes are staged through shared memory ...
-STAGE_BYTES = 48 * 1024  # ... in at most this much static shared memory a block
+STAGE_BYTES = DEFAULT_SHARED_LIMIT  # ... in at most this much static shared memory a block
 REGISTERS = 64  # per thread: 1024 threads per SM stay resident, their loads in flight hide memory latency
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)

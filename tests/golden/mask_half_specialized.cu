@@ -22,6 +22,11 @@ typedef unsigned long long uint64_t;
 #define INT_MAX 2147483647
 #define INT_MIN (-2147483647 - 1)
 #endif
+// NumPy's negative: the sign bit flipped, a NaN's too (the compiler's negation may make it canonical)
+__device__ __forceinline__ float kd_neg(float a) { return __uint_as_float(__float_as_uint(a) ^ 0x80000000u); }
+__device__ __forceinline__ double kd_neg(double a) {
+    return __longlong_as_double(__double_as_longlong(a) ^ (long long)0x8000000000000000ull);
+}
 struct __align__(2) kd_half {
     unsigned short bits;
     kd_half() = default;
