@@ -29,8 +29,8 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   touches a neighbour's elements. Short rows (``STAGE_LANES`` lanes or fewer, where those edges
   are a large share of a row) that lie dense in memory go through the warp's shared memory
   instead (``Decisions.staged``): the warp's rows are read and written as the aligned 16-byte
-  chunks they span, the edges per element only there. An array whose rows have another shift (another row stride) is
-  read and written per element, by a branch uniform in the row; one that does not vary along the
+  chunks they span, the edges per element only there. An array whose rows have another shift
+  (another row stride) is read and written per element, by a branch uniform in the row; one that does not vary along the
   kept axes (a norm's weight) is read per element at its column. Other axis sets
   (``layout="permuted"``) decompose offsets per element: correct for every axis set, not tuned.
 
@@ -129,6 +129,12 @@ def decide(count: int, width: int, held_bytes: int, reads: int, rows: int, sms: 
     if held_bytes == 0 or items * width * held_bytes > HOLD_BYTES:
         return Strategy(name, lanes, threads, width, None, reads, cluster)
     return Strategy(name, lanes, threads, width, items, 1, cluster)
+
+
+def _stage_chunks(items: int) -> int:
+    """The 16-byte chunks a staged warp's rows span at most: its lanes' units, and one more that
+    the warp's first row's shift may add."""
+    return 32 * items + 1
 
 
 def _block(units: int, width: int, held_bytes: int, narrow: bool) -> int:
@@ -384,10 +390,10 @@ class _Context:
         staged = [*self.held, *(self.arrays[f"o{k}"] for k, (_, full) in enumerate(self.layout.outputs) if full)]
         if any(a["rowmajor"] and a not in staged for a in self.arrays.values()):
             return []
-        size = s.threads // 32 * (32 * s.items + 1) * s.width * sum(a["itemsize"] for a in staged)
+        size = s.threads // 32 * _stage_chunks(s.items) * s.width * sum(a["itemsize"] for a in staged)
         return staged if size <= STAGE_BYTES else []
 
-    def render(self, vector: bool, shifted: bool) -> str:
+    def render(self, vector: bool, shifted: bool, staged: list[dict[str, Any]]) -> str:
         p, layout, s = self.pipeline, self.layout, self.layout.strategy
         phases = []
         for k, (r, ph) in enumerate(zip(p.reductions, self.phases)):
@@ -445,9 +451,9 @@ class _Context:
                 arrays=arrays,
                 general_arrays=[a for a in arrays if a["general"]],
                 held=self.held if s.items else [],
-                staged=bool(self.staged_arrays(shifted)),
-                staged_arrays=self.staged_arrays(shifted),
-                stage_chunks=32 * (s.items or 0) + 1,
+                staged=bool(staged),
+                staged_arrays=staged,
+                stage_chunks=_stage_chunks(s.items) if staged and s.items else 0,
                 widened=self.widened,
                 carried=[{"value": v, "cctype": compute_ctype(p.values[v].dtype)} for v in sorted(self.carried)],
                 phases=phases,
@@ -475,6 +481,7 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
         aligned = all_aligned(proxies, full_arrays)
         shifted = shiftable and aligned
         vector = (vectorable or shiftable) and aligned
+        staged = context.staged_arrays(shifted)
         first = pipeline.reductions[0]
         decisions = Decisions(
             layout="rows" if layout.rows_layout else "permuted",
@@ -489,9 +496,9 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
             fast_math=True,
             shifted=shifted,
             carried=bool(context.carried),
-            staged=bool(context.staged_arrays(shifted)),
+            staged=bool(staged),
         )
-        return GeneratedBody(context.render(vector, shifted), decisions)
+        return GeneratedBody(context.render(vector, shifted, staged), decisions)
 
     # at most REGISTERS per thread: 1024 threads of an SM stay resident (and a block fits one SM);
     # --minimal, as every generated kernel (kernels.OPTIONS)
