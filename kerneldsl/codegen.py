@@ -172,7 +172,6 @@ class Decisions:
     copy: str | None = None  # a reduction's: why its operands were read from a contiguous copy (None: in place)
     shifted: bool = False  # fused rows not a multiple of the vector: aligned vectors, per-element edges
     carried: bool = False  # fused rows: a full value a later pass reads is kept in registers, not recomputed
-    staged: bool = False  # fused rows: shifted rows dense in memory pass through shared memory in aligned chunks
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.array.fused_plan import FusedRowsPlan
+from kerneldsl.array.fused_rows import INTERLEAVE_MAX
 from kerneldsl.bench import fuse_bench, ops_bench
 from kerneldsl.bench.fuse_bench import softmax  # the pipeline the bench times
 from kerneldsl.errors import FusionError
@@ -88,9 +89,9 @@ def test_rows_up_to_1024_elements_take_a_warp_each() -> None:
 @pytest.mark.parametrize(
     ("x", "group", "items"),
     [
-        (_f32(100, 7), 1, 3),  # 7 columns over up to 3 units: a row per thread
-        (np.zeros((100, 97), np.float16), 4, 4),  # 14 units
-        (np.zeros((100, 27), np.float16), 2, 3),  # 5 units
+        (_f32(100, 8), 1, 2),  # 2 units: a row per thread
+        (np.zeros((100, 64), np.float16), 2, 4),  # 8 units
+        (np.zeros((100, 96), np.float16), 4, 3),  # 12 units
         (_f32(100, 1024), 32, 8),  # rows of 32 lanes' SHORT_ROW_ITEMS units and more keep the warp
     ],
 )
@@ -121,20 +122,27 @@ def test_a_shifted_rows_items_count_the_extra_unit() -> None:
     assert (d.shifted, d.group, d.items) == (True, 256, 5)
 
 
-@pytest.mark.parametrize("shape", [(1185081, 27), (3, 2001, 27), (2000, 13)])
-def test_short_shifted_rows_of_few_lanes_are_staged_through_shared_memory(shape: tuple[int, ...]) -> None:
-    x, w = np.zeros(shape, np.float16), np.zeros(shape[-1], np.float16)
-    for d in (_decisions(softmax, x), _decisions(layer_norm, x, w, w)):
-        assert (d.strategy, d.shifted, d.staged) == ("row-per-warp", True, True)
-
-
 @pytest.mark.parametrize(
-    "x",
-    [np.zeros((2000, 64), np.float16), np.zeros((333, 7777), np.float16), np.zeros((120015, 97), np.float16)],
-    ids=["not-shifted", "row-per-block", "four-lanes"],
+    ("x", "group", "items"),
+    [
+        (_f32(100, 7), 2, 4),  # a lane takes columns l, l + 2, ...
+        (np.zeros((100, 27), np.float16), 8, 4),
+        (np.zeros((3, 2001, 27), ml_dtypes.bfloat16), 8, 4),
+        (np.zeros((120015, 97), np.float16), 32, 4),
+        (np.zeros((100, 127), np.float64), 32, 4),
+        (_f32(20001, 301), 32, 10),
+    ],
 )
-def test_rows_are_staged_only_when_shifted_and_of_few_lanes(x: np.ndarray) -> None:
-    assert not _decisions(softmax, x).staged
+def test_short_rows_that_are_not_whole_vectors_interleave_their_elements(x: np.ndarray, group: int, items: int) -> None:
+    d = _decisions(softmax, x)
+    assert (d.strategy, d.vector_width, d.shifted, d.group, d.items) == ("row-per-warp", 1, False, group, items)
+
+
+@pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
+def test_rows_past_the_interleaved_length_take_shifted_vectors(dt: Any) -> None:
+    width = 16 // np.dtype(dt).itemsize
+    d = _decisions(softmax, np.zeros((100, INTERLEAVE_MAX[width] + 1), dt))
+    assert (d.strategy, d.vector_width, d.shifted) == ("row-per-warp", width, True)
 
 
 def test_rows_that_are_a_multiple_of_the_vector_are_not_shifted() -> None:

@@ -118,7 +118,8 @@ def _reference_f32(fn: Any, *args: np.ndarray) -> Any:
 STRATEGIES = [
     ((333, 4096), ("row-per-block", 256, 4, 1)),  # a block per row, held in registers
     ((1001, 1024), ("row-per-warp", 32, 8, 1)),  # a warp per row
-    ((2000, 37), ("row-per-warp", 4, 3, 1)),  # part of a warp: 37 columns over up to 11 shifted units, 3 a lane
+    ((2000, 36), ("row-per-warp", 4, 3, 1)),  # part of a warp: 36 columns in 9 vectors, 3 a lane
+    ((2000, 37), ("row-per-warp", 16, 3, 1)),  # not whole vectors: 37 columns interleaved over 16 lanes
     ((300, 32768), ("row-per-block", 1024, 8, 1)),  # long rows: 1024 threads hold 32 values each
     ((264, 262_147), ("row-per-block", 1024, None, 3)),  # too long to hold: every phase reads the row again
     ((512, 65_536), ("split", 256, 8, 1)),  # too long for one block's registers: a cluster of 8 holds it
@@ -360,7 +361,7 @@ def test_warm_calls_launch_from_their_entry_and_read_each_calls_data(session, sh
 
 # --- rows not a multiple of the vector: aligned vectors from each row's shift, per-element edges ------
 
-SHIFTED = [(333, 7777), (333, 1001), (333, 33), (333, 9), (333, 4097), (8, 100_003)]  # the last is split
+SHIFTED = [(333, 7777), (333, 1001), (333, 129), (333, 4097), (8, 100_003)]  # the last is split
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
 
 
@@ -399,14 +400,15 @@ def test_a_shifted_view_of_a_wider_array_matches_numpy(session, dt) -> None:  # 
     _close_any(softmax(session.to_device(x)[:, :7777]).to_host(), _softmax(*_wide(x[:, :7777])), dt)
 
 
-STAGED = [(100_003, 21), (3, 2001, 27), (2000, 13)]  # many blocks' worth, 3-D, one or two lanes a row
+INTERLEAVED = [(100_003, 21), (3, 2001, 27), (2000, 13), (333, 9), (7, 127), (120015, 97)]  # many blocks, 3-D, 1..32 lanes
 
 
 @pytest.mark.parametrize("dt", DTYPES)
-@pytest.mark.parametrize("shape", STAGED)
-def test_staged_short_rows_compute_softmax_and_layer_norm_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("shape", INTERLEAVED)
+def test_interleaved_short_rows_compute_softmax_and_layer_norm_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
     x, w, b = _data(shape, dt, 40), _data(shape[-1:], dt, 41), _data(shape[-1:], dt, 42)
-    assert softmax.inspect(x, arch=ARCH).decisions.staged and layer_norm.inspect(x, w, b, arch=ARCH).decisions.staged
+    for d in (softmax.inspect(x, arch=ARCH).decisions, layer_norm.inspect(x, w, b, arch=ARCH).decisions):
+        assert (d.strategy, d.vector_width, d.shifted) == ("row-per-warp", 1, False)
     dx, dw, db = (session.to_device(a) for a in (x, w, b))
     _close_any(softmax(dx).to_host(), _softmax(*_wide(x)), dt)
     for g, want in zip(layer_norm(dx, dw, db), _layer_norm(*_wide(x, w, b))):
@@ -414,15 +416,14 @@ def test_staged_short_rows_compute_softmax_and_layer_norm_like_numpy(session, sh
 
 
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
-def test_a_staged_kernel_reads_a_view_with_other_row_strides_in_place(session, dt) -> None:  # type: ignore[no-untyped-def]
-    x, wide = _data((2000, 37), dt, 43), _data((2000, 41), dt, 44)
-    assert softmax.inspect(x, arch=ARCH).decisions.staged
-    _close_any(softmax(session.to_device(x)).to_host(), _softmax(*_wide(x)), dt)  # the plan: dense rows
-    view = session.to_device(wide)[:, :37]  # the same plan and kernel, rows 41 apart: not staged
-    _close_any(softmax(view).to_host(), _softmax(*_wide(wide[:, :37])), dt)
+def test_an_interleaved_kernel_reads_a_view_with_other_row_strides_in_place(session, dt) -> None:  # type: ignore[no-untyped-def]
+    wide = _data((2000, 41), dt, 44)
+    view = session.to_device(wide)[:, 3:40]  # rows 41 apart, each starting 3 elements in
+    assert softmax.inspect(wide[:, 3:40], arch=ARCH).decisions.vector_width == 1
+    _close_any(softmax(view).to_host(), _softmax(*_wide(wide[:, 3:40])), dt)
 
 
-@pytest.mark.parametrize("cols", [7777, 13])  # row-per-block; staged row-per-warp
+@pytest.mark.parametrize("cols", [7777, 13])  # row-per-block; interleaved row-per-warp
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
 def test_shifted_rows_write_only_their_own_elements(session, dt, cols) -> None:  # type: ignore[no-untyped-def]
     # rows 8..340 of a (349, cols) array: an aligned base whose neighbouring rows must stay as they were

@@ -26,12 +26,15 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   are the aligned vectors its elements fall in, from the row's shift (its offset modulo the
   vector, so one unit more than the row needs at most, which ``items`` plans for): interior units
   are one 16-byte access, the first and last per element on the row's own columns, so no row
-  touches a neighbour's elements. Short rows (``STAGE_LANES`` lanes or fewer, where those edges
-  are a large share of a row) that lie dense in memory go through the warp's shared memory
-  instead (``Decisions.staged``): the warp's rows are read and written as the aligned 16-byte
-  chunks they span, the edges per element only there. An array whose rows have another shift
-  (another row stride) is read and written per element, by a branch uniform in the row; one that does not vary along the
-  kept axes (a norm's weight) is read per element at its column. Other axis sets
+  touches a neighbour's elements. An array whose rows have another shift (another row stride) is
+  read and written per element, by a branch uniform in the row; one that does not vary along the
+  kept axes (a norm's weight) is read per element at its column. Short rows (``INTERLEAVE_MAX``)
+  that are not whole vectors are not shifted but interleaved (``vector_width`` 1): lane l of a
+  row's group takes its elements l, l + lanes, ..., so each load of the group is one contiguous
+  run and no lane branches on an edge, as PyTorch's warp softmax does (on the H200, log-softmax
+  over 120015 x 97 float16 took 25.6 us where shifted units took 28.8, RMS norm over 1185081 x 27
+  float16 75 where shifted rows staged through shared memory took 121, softmax over 20001 x 301
+  float32 13.8 for 16.1; softmax over 30001 x 199 bfloat16 took 19.7 for 16.2). Other axis sets
   (``layout="permuted"``) decompose offsets per element: correct for every axis set, not tuned.
 
 Values follow NumPy's dtypes per op, as unfused ``kd.ops`` calls do, but the arithmetic is a
@@ -52,7 +55,6 @@ import numpy as np
 
 from ..codegen import Decisions, GeneratedBody
 from ..dispatch import Kernel
-from ..runtime.limits import DEFAULT_SHARED_LIMIT
 from .body_store import rendered
 from .kernels import KERNELS, all_aligned, array_param, make_kernel, scalar_param
 from .pipeline import Phase, Pipeline, phase
@@ -73,8 +75,10 @@ UNHELD_SPLIT_ROWS_PER_SM = 16  # ... or than this many when one block's register
 SPLIT_MAX = 8  # blocks per cluster (the portable limit)
 SPLIT_UNITS = 512  # fewest units a block of a split row takes
 CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
-STAGE_LANES = 2  # dense shifted rows of at most this many lanes are staged through shared memory ...
-STAGE_BYTES = DEFAULT_SHARED_LIMIT  # ... in at most this much static shared memory a block
+# by vector width: the longest rows that, not whole vectors, interleave their elements (one a unit)
+# rather than shift their vectors; float32 rows gained up to 403 values (13 a lane), 16-bit ones up
+# to 155 (5 a lane) and lost from 199
+INTERLEAVE_MAX = {2: 32 * SHORT_ROW_ITEMS, 4: 32 * 13, 8: 32 * 5, 16: 32 * SHORT_ROW_ITEMS}
 REGISTERS = 64  # per thread: 1024 threads per SM stay resident, their loads in flight hide memory latency
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
@@ -90,7 +94,7 @@ class Strategy:
     strategy: str  # "row-per-warp", "row-per-block" or "split" (a row per cluster of ``cluster`` blocks)
     lanes: int  # threads per row in one block
     threads: int  # per block
-    width: int  # elements per unit (16 bytes of the widest full array)
+    width: int  # elements per unit (16 bytes of the widest full array; 1 for interleaved short rows)
     items: int | None  # units per thread held in registers; None: each phase re-reads the row
     passes: int
     cluster: int = 1
@@ -104,6 +108,8 @@ def decide(count: int, width: int, held_bytes: int, reads: int, rows: int, sms: 
     """The strategy for ``rows`` rows of ``count`` elements whose held inputs take ``held_bytes``
     per element on ``sms`` SMs (``clusters``: the device has thread-block clusters); ``reads``:
     the phases that read the row (the passes when it is not held)."""
+    if count % width and count <= INTERLEAVE_MAX.get(width, 0):
+        return decide(count, 1, held_bytes, reads, rows, sms, clusters)  # interleaved elements
     units = max(1, _ceil(count, width) + (count % width != 0))  # a shifted row's extra unit
     cluster = 1
     if count <= WARP_MAX:
@@ -129,12 +135,6 @@ def decide(count: int, width: int, held_bytes: int, reads: int, rows: int, sms: 
     if held_bytes == 0 or items * width * held_bytes > HOLD_BYTES:
         return Strategy(name, lanes, threads, width, None, reads, cluster)
     return Strategy(name, lanes, threads, width, items, 1, cluster)
-
-
-def _stage_chunks(items: int) -> int:
-    """The 16-byte chunks a staged warp's rows span at most: its lanes' units, and one more that
-    the warp's first row's shift may add."""
-    return 32 * items + 1
 
 
 def _block(units: int, width: int, held_bytes: int, narrow: bool) -> int:
@@ -375,25 +375,7 @@ class _Context:
             "row_outputs": [],
         }
 
-    def staged_arrays(self, shifted: bool) -> list[dict[str, Any]]:
-        """The arrays each warp of a row-per-warp block stages its shifted rows of through shared
-        memory (none when it does not): its held inputs and full outputs, when those are all its
-        row-major arrays and fit in ``STAGE_BYTES``, for rows of at most ``STAGE_LANES`` lanes.
-        A shifted row's first and last unit are otherwise per-element global accesses, a branch
-        that splits the warp; where they are two of a row's few units, staging paid on the H200
-        (RMS norm over 1185081 x 27 float16: 135 -> 121 us, log-softmax over 155083 x 21 float32:
-        15.3 -> 11.1), on wider rows it cost more than it saved (log-softmax over 120015 x 97
-        float16, 4 lanes: 28.8 -> 32.5 us)."""
-        s = self.layout.strategy
-        if not (shifted and s.strategy == "row-per-warp" and s.lanes <= STAGE_LANES and s.items and self.held):
-            return []
-        staged = [*self.held, *(self.arrays[f"o{k}"] for k, (_, full) in enumerate(self.layout.outputs) if full)]
-        if any(a["rowmajor"] and a not in staged for a in self.arrays.values()):
-            return []
-        size = s.threads // 32 * _stage_chunks(s.items) * s.width * sum(a["itemsize"] for a in staged)
-        return staged if size <= STAGE_BYTES else []
-
-    def render(self, vector: bool, shifted: bool, staged: list[dict[str, Any]]) -> str:
+    def render(self, vector: bool, shifted: bool) -> str:
         p, layout, s = self.pipeline, self.layout, self.layout.strategy
         phases = []
         for k, (r, ph) in enumerate(zip(p.reductions, self.phases)):
@@ -451,9 +433,6 @@ class _Context:
                 arrays=arrays,
                 general_arrays=[a for a in arrays if a["general"]],
                 held=self.held if s.items else [],
-                staged=bool(staged),
-                staged_arrays=staged,
-                stage_chunks=_stage_chunks(s.items) if staged and s.items else 0,
                 widened=self.widened,
                 carried=[{"value": v, "cctype": compute_ctype(p.values[v].dtype)} for v in sorted(self.carried)],
                 phases=phases,
@@ -481,7 +460,6 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
         aligned = all_aligned(proxies, full_arrays)
         shifted = shiftable and aligned
         vector = (vectorable or shiftable) and aligned
-        staged = context.staged_arrays(shifted)
         first = pipeline.reductions[0]
         decisions = Decisions(
             layout="rows" if layout.rows_layout else "permuted",
@@ -496,9 +474,8 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
             fast_math=True,
             shifted=shifted,
             carried=bool(context.carried),
-            staged=bool(staged),
         )
-        return GeneratedBody(context.render(vector, shifted, staged), decisions)
+        return GeneratedBody(context.render(vector, shifted), decisions)
 
     # at most REGISTERS per thread: 1024 threads of an SM stay resident (and a block fits one SM);
     # --minimal, as every generated kernel (kernels.OPTIONS)
