@@ -34,7 +34,8 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   run and no lane branches on an edge, as PyTorch's warp softmax does (on the H200, log-softmax
   over 120015 x 97 float16 took 25.6 us where shifted units took 28.8, RMS norm over 1185081 x 27
   float16 75 where shifted rows staged through shared memory took 121, softmax over 20001 x 301
-  float32 13.8 for 16.1; softmax over 30001 x 199 bfloat16 took 19.7 for 16.2). Other axis sets
+  float32 13.8 where shifted took 16.1; but softmax over 30001 x 199 bfloat16 took 19.7 where
+  shifted took 16.2). Other axis sets
   (``layout="permuted"``) decompose offsets per element: correct for every axis set, not tuned.
 
 Values follow NumPy's dtypes per op, as unfused ``kd.ops`` calls do, but the arithmetic is a
@@ -75,9 +76,11 @@ UNHELD_SPLIT_ROWS_PER_SM = 16  # ... or than this many when one block's register
 SPLIT_MAX = 8  # blocks per cluster (the portable limit)
 SPLIT_UNITS = 512  # fewest units a block of a split row takes
 CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
-# by vector width: the longest rows that, not whole vectors, interleave their elements (one a unit)
-# rather than shift their vectors; float32 rows gained up to 403 values (13 a lane), 16-bit ones up
-# to 155 (5 a lane) and lost from 199
+# by vector width (2: float64, 4: float32, 8: 16-bit, 16: 8-bit): the longest rows that, not whole
+# vectors, interleave their elements (one a unit) rather than shift their vectors; on the H200
+# float32 rows gained up to 403 values (13 a lane), 16-bit ones up to 155 (5 a lane) and lost from
+# 199; the others take up to SHORT_ROW_ITEMS a lane (softmax over 200003 x 61 float64: 1.08x the
+# copy floor)
 INTERLEAVE_MAX = {2: 32 * SHORT_ROW_ITEMS, 4: 32 * 13, 8: 32 * 5, 16: 32 * SHORT_ROW_ITEMS}
 REGISTERS = 64  # per thread: 1024 threads per SM stay resident, their loads in flight hide memory latency
 _INT64 = np.dtype(np.int64)
