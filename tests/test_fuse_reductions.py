@@ -8,10 +8,12 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import kerneldsl as kd
 from kerneldsl.array.fused_plan import FusedRowsPlan
-from kerneldsl.array.fused_rows import INTERLEAVE_MAX
+from kerneldsl.array.fused_rows import INTERLEAVE_MAX, decide
 from kerneldsl.bench import fuse_bench, ops_bench
 from kerneldsl.bench.fuse_bench import softmax  # the pipeline the bench times
 from kerneldsl.errors import FusionError
@@ -136,6 +138,21 @@ def test_a_shifted_rows_items_count_the_extra_unit() -> None:
 def test_short_rows_that_are_not_whole_vectors_interleave_their_elements(x: np.ndarray, group: int, items: int) -> None:
     d = _decisions(softmax, x)
     assert (d.strategy, d.vector_width, d.shifted, d.group, d.items) == ("row-per-warp", 1, False, group, items)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(
+    count=st.integers(1, 300_000),
+    width=st.sampled_from([2, 4, 8, 16]),
+    rows=st.integers(1, 1_000_000),
+    sms=st.sampled_from([16, 132]),
+)
+def test_a_held_strategy_covers_every_unit_of_its_row(count: int, width: int, rows: int, sms: int) -> None:
+    s = decide(count, width, 16 // width, 2, rows, sms, True)
+    units = -(-count // s.width) + (count % s.width != 0)  # a shifted row's extra unit
+    assert s.width in (1, width) and s.lanes <= s.threads
+    if s.items is not None:
+        assert s.items * s.lanes * s.cluster >= units and s.passes == 1
 
 
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64])
