@@ -403,8 +403,6 @@ def test_the_fuse_sweep_is_seeded_and_covers_every_pipeline_dtype_and_batched_ro
 
 
 def test_every_fuse_sweep_case_compiles_to_one_fused_kernel_without_a_gpu() -> None:
-    import ml_dtypes
-
     pipelines = {name: getattr(fuse_bench, name) for name in fuse_bench.PIPELINES}
     for name, shape, dtype in fuse_bench.sweep_cases(fuse_bench.SWEEP_CASES, fuse_bench.SWEEP_SEED):
         dt = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)

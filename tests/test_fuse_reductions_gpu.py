@@ -425,7 +425,7 @@ def test_an_interleaved_kernel_reads_a_view_with_other_row_strides_in_place(sess
 
 @pytest.mark.parametrize("cols", [7777, 13])  # row-per-block; interleaved row-per-warp
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
-def test_shifted_rows_write_only_their_own_elements(session, dt, cols) -> None:  # type: ignore[no-untyped-def]
+def test_short_and_long_rows_write_only_their_own_elements(session, dt, cols) -> None:  # type: ignore[no-untyped-def]
     # rows 8..340 of a (349, cols) array: an aligned base whose neighbouring rows must stay as they were
     x = _data((333, cols), dt, 34)
     big = np.full((349, cols), 7.0, dt)

@@ -37,7 +37,7 @@ SWEEP_DTYPES = ("float32", "float16", "bfloat16")
 SWEEP_CASES = 16
 SWEEP_SEED = 20
 PIPELINES = ("softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm")
-ULPS = {"float32": 2e-5, "float16": 4 * 2.0**-10, "bfloat16": 4 * 2.0**-7}  # relative tolerance; 4 ulp at 16 bits
+RELATIVE_TOLERANCE = {"float32": 2e-5, "float16": 4 * 2.0**-10, "bfloat16": 4 * 2.0**-7}  # 4 ulp at 16 bits
 CHECKED_ROWS = 64
 EPS = 1e-5
 
@@ -188,7 +188,7 @@ def _bench(
     got = out.to_host()[:CHECKED_ROWS].astype(np.float64)
     x64, w64, b64 = (a.astype(np.float64) for a in (x, w, b))
     want = _reference(name, x64[:CHECKED_ROWS], w64, b64)
-    tol = ULPS[dtype]  # every op of a 16-bit pipeline rounds
+    tol = RELATIVE_TOLERANCE[dtype]  # every op of a 16-bit pipeline rounds
     atol = tol * max(1.0, float(np.max(np.abs(want))))
     if not np.allclose(got, want, rtol=tol, atol=atol):
         wrong = np.count_nonzero(~np.isclose(got, want, rtol=tol, atol=atol))
