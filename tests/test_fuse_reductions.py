@@ -444,10 +444,17 @@ def test_softmax_keeps_exp_in_the_registers_its_input_leaves() -> None:
     assert (d.strategy, d.items, d.carried) == ("row-per-block", 8, True)
 
 
-def test_shifted_rows_carry_only_what_fits_beside_their_held_inputs() -> None:
-    # rows of 7777 float32: x alone fills HOLD_BYTES, and ptxas spilled a carried exp beside it
+def test_shifted_rows_keep_exp_in_the_registers_their_input_leaves() -> None:
+    # rows of 7777 float32: x alone fills HOLD_BYTES, as in a row of whole vectors
     d = _decisions(softmax, _f32(1000, 7777))
-    assert (d.shifted, d.items, d.carried) == (True, 8, False)
+    assert (d.shifted, d.items, d.carried) == (True, 8, True)
+
+
+def test_split_rows_carry_only_what_fits_beside_their_held_inputs() -> None:
+    # 8 held float32 vectors a thread fill HOLD_BYTES; in split rows ptxas spilled a carried exp
+    # beside them, so a split row counts both as live at once
+    d = _decisions(softmax, _f32(16, 65536))
+    assert (d.split, d.items, d.carried) == (True, 8, False)
 
 
 def test_the_benches_keep_each_contenders_best_round_with_the_contenders_taking_turns() -> None:

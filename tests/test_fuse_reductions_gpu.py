@@ -394,6 +394,20 @@ def test_shifted_rows_compute_layer_norm_and_rms_norm_like_numpy(session, shape,
     _close_any(rms_norm(dx, dw).to_host(), _rms_norm(*_wide(x, w)), dt)
 
 
+@pytest.mark.parametrize("dt", [np.float64, np.float16, ml_dtypes.bfloat16])
+def test_shifted_rows_that_keep_exp_in_registers_match_numpy(session, dt) -> None:  # type: ignore[no-untyped-def]
+    x = _data((333, 409), dt, 34)  # every shift of the vector, edges at both ends of a row
+    d = softmax.inspect(x, arch=ARCH).decisions
+    assert (d.shifted, d.carried) == (True, True)
+    dx = session.to_device(x)
+    for fused, reference in ((softmax, _softmax), (log_softmax, _log_softmax)):
+        got, want = fused(dx).to_host(), reference(*_wide(x))
+        if np.dtype(dt) == np.float64:
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+        else:
+            _close_16(got, want, dt)
+
+
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
 def test_a_shifted_view_of_a_wider_array_matches_numpy(session, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data((333, 8000), dt, 33)
