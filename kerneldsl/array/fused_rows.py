@@ -378,14 +378,13 @@ class _Context:
         streamed = [
             self.arrays[v] for v in ph.element_leaves if p.full(v) and v in self.arrays and str(v) not in self.held_ids
         ]
-        loads = {} if ph.element is None else self._element_loads(ph, vector, shifted)
         return {
             "row_program": program_context(ph.row, round_halves=False),
             "row_loads": self._row_loads(ph),
             "row_exports": list(ph.row_exports),
             "row_ctypes": {v: compute_ctype(p.values[v].dtype) for v, _ in ph.row_exports},
             "element_program": None if ph.element is None else program_context(ph.element, round_halves=False),
-            "element_loads": loads,
+            "element_loads": {} if ph.element is None else self._element_loads(ph, vector, shifted),
             "in_registers": all(self._in_registers(ph, v) for v in ph.element_leaves),
             "element_roots": list(ph.element_roots),
             "streamed": streamed,
