@@ -346,15 +346,9 @@ class _Context:
     def _element_loads(self, ph: Phase, vector: bool, shifted: bool) -> dict[int, str]:
         loads = {}
         for local, v in enumerate(ph.element_leaves):
-            value = self.pipeline.values[v]
-            if isinstance(value, Leaf) and value.kind == "scalar":
-                loads[local] = f"kdp{v}"
-            elif v in self.carried:
-                loads[local] = f"kdcar{v}[kdit][kdk]"
-            elif not self.pipeline.full(v):
-                loads[local] = f"kdrv{v}"
-            elif str(v) in self.held_ids:
-                loads[local] = f"kdhw{v}[kdit][kdk]" if self.widened else f"kd_wide(kdh{v}[kdit].v, kdk)"
+            register = self._register_read(v)
+            if register is not None:
+                loads[local] = register
             elif vector and (self.arrays[v]["rowmajor"] or not shifted):
                 loads[local] = f"kd_wide(kdl{v}.v, kdk)"
             else:
@@ -362,16 +356,24 @@ class _Context:
                 loads[local] = f"kdp{v}[kdrowoff{v} + {a['col']}]"
         return loads
 
-    def _in_registers(self, ph: Phase, v: int) -> bool:
-        """Whether the phase reads element leaf ``v`` from registers (held, carried, per row or a
-        scalar). A shifted row's phase that reads only such leaves computes every element of a
-        unit and tests the unit's mask only to fold it: nothing it reads can fault, and work
-        outside a branch shares its per-row parts (softmax's division by the row's sum takes one
-        reciprocal a unit, not one an element: 69 MUFU instructions in the kernel for rows of 409
-        bfloat16 where a branch per element left 97)."""
+    def _register_read(self, v: int) -> str | None:
+        """Element leaf ``v`` read from registers (a scalar, a carried or per-row value, a held
+        input), or None when a phase reads it from memory. A shifted row's phase that reads only
+        registers computes every element of a unit and tests the unit's mask only to fold it:
+        nothing it reads can fault, and work outside a branch shares its per-row parts
+        (softmax's division by the row's sum takes one reciprocal a unit, not one an element: 69
+        MUFU instructions in the kernel for rows of 409 bfloat16 where a branch per element left
+        97)."""
         value = self.pipeline.values[v]
-        scalar = isinstance(value, Leaf) and value.kind == "scalar"
-        return scalar or v in self.carried or not self.pipeline.full(v) or str(v) in self.held_ids
+        if isinstance(value, Leaf) and value.kind == "scalar":
+            return f"kdp{v}"
+        if v in self.carried:
+            return f"kdcar{v}[kdit][kdk]"
+        if not self.pipeline.full(v):
+            return f"kdrv{v}"
+        if str(v) in self.held_ids:
+            return f"kdhw{v}[kdit][kdk]" if self.widened else f"kd_wide(kdh{v}[kdit].v, kdk)"
+        return None
 
     def phase_context(self, ph: Phase, vector: bool, shifted: bool, stores: list[tuple[int, int]]) -> dict[str, Any]:
         p = self.pipeline
@@ -385,7 +387,7 @@ class _Context:
             "row_ctypes": {v: compute_ctype(p.values[v].dtype) for v, _ in ph.row_exports},
             "element_program": None if ph.element is None else program_context(ph.element, round_halves=False),
             "element_loads": {} if ph.element is None else self._element_loads(ph, vector, shifted),
-            "in_registers": all(self._in_registers(ph, v) for v in ph.element_leaves),
+            "in_registers": all(self._register_read(v) is not None for v in ph.element_leaves),
             "element_roots": list(ph.element_roots),
             "streamed": streamed,
             "stores": [{"value": v, "local": local} for v, local in stores],
