@@ -1,5 +1,7 @@
-"""Two build steps beyond the declarative metadata in pyproject.toml:
+"""The package list and two build steps beyond the declarative metadata in pyproject.toml:
 
+- every package under kerneldsl/ found by search, plus the top-level templates directory as
+  kerneldsl.templates;
 - the optional C launch path (kerneldsl/_fastlaunch.c): without a C compiler the package installs
   and runs in pure Python;
 - the Jinja templates compiled into their code cache (kerneldsl/template_cache.py) inside the built
@@ -11,12 +13,15 @@ import importlib.util
 import os
 from types import ModuleType
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 CHECKOUT_TEMPLATES = os.path.join(ROOT, "templates")
+# Found, never listed: a subpackage added under kerneldsl/ ships without anyone naming it. The
+# templates are the one package outside that tree (pyproject.toml's package-dir maps it).
+PACKAGES = [*find_packages(ROOT, include=["kerneldsl", "kerneldsl.*"]), "kerneldsl.templates"]
 
 
 class BuildPyWithCompiledTemplates(build_py):
@@ -58,6 +63,7 @@ def _load_by_path(name: str) -> ModuleType:
 
 
 setup(
+    packages=PACKAGES,
     ext_modules=[Extension("kerneldsl._fastlaunch", ["kerneldsl/_fastlaunch.c"], optional=True)],
     cmdclass={"build_py": BuildPyWithCompiledTemplates, "build_ext": BuildExtWithCompiledTemplates},
 )

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 
@@ -83,18 +83,48 @@ def test_kd_distributed_without_the_extra_names_the_extra() -> None:
     assert "pip install 'kerneldsl[distributed]'" in result.stdout
 
 
-def test_an_isolated_build_makes_a_complete_wheel(tmp_path: Path) -> None:
-    """pip's default build: its own environment with only the build requirements, so setup.py
-    cannot import kerneldsl (its dependencies are not there)."""
+@pytest.fixture(scope="module")
+def wheel_names(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """The files of a wheel built as pip builds by default: in its own environment with only the
+    build requirements, so setup.py cannot import kerneldsl (its dependencies are not there)."""
+    out = tmp_path_factory.mktemp("wheel")
     result = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr
-    (wheel,) = tmp_path.glob("kerneldsl-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "kerneldsl/py.typed" in names
-    assert any(n.startswith("kerneldsl/templates/__pycache__/") and n.endswith(".jinja") for n in names)
-    assert any(n.startswith("kerneldsl/templates/") and n.endswith(".j2") for n in names)
+    (wheel,) = out.glob("kerneldsl-*.whl")
+    return zipfile.ZipFile(wheel).namelist()
+
+
+def _python_folders(paths: list[PurePosixPath]) -> set[PurePosixPath]:
+    return {path.parent for path in paths if path.suffix == ".py" and "__pycache__" not in path.parts}
+
+
+def test_an_isolated_build_ships_every_python_folder_of_the_package(wheel_names: list[str]) -> None:
+    """A folder under kerneldsl/ that holds Python is a subpackage the wheel must carry (a hand-written
+    package list once left kerneldsl.array_api out of every non-editable install)."""
+    on_disk = [PurePosixPath(path.relative_to(ROOT).as_posix()) for path in (ROOT / "kerneldsl").rglob("*.py")]
+    shipped = [PurePosixPath(name) for name in wheel_names if name.startswith("kerneldsl/")]
+    assert PurePosixPath("kerneldsl/array_api") in _python_folders(on_disk)
+    assert _python_folders(shipped) == _python_folders(on_disk)
+
+
+def test_an_isolated_build_ships_every_template_file(wheel_names: list[str]) -> None:
+    """The templates folder (Jinja templates and the CPU device's host sources under host/) ships
+    as kerneldsl/templates."""
+    templates = ROOT / "templates"
+    on_disk = {
+        f"kerneldsl/templates/{path.relative_to(templates).as_posix()}"
+        for path in templates.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    assert any(name.endswith(".j2") for name in on_disk)
+    assert on_disk <= set(wheel_names)
+
+
+def test_an_isolated_build_compiles_the_templates_into_the_wheel(wheel_names: list[str]) -> None:
+    assert "kerneldsl/py.typed" in wheel_names
+    assert any(n.startswith("kerneldsl/templates/__pycache__/") and n.endswith(".jinja") for n in wheel_names)
