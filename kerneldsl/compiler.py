@@ -261,9 +261,13 @@ def compile_source(source: str, program_name: str, options: Sequence[str], outpu
     return CompiledCode(image, output, log, *_resource_usage(log))
 
 
+# NVRTC writes into the buffers below: each is a fresh bytearray, never a bytes object (``b" " * 1``
+# is CPython's shared one-byte ``b" "``, which an empty log would turn into ``b"\x00"`` process-wide).
+
+
 def _program_log(nvrtc: Any, prog: Any) -> str:
     (size,) = _call("nvrtcGetProgramLogSize", nvrtc.nvrtcGetProgramLogSize(prog))
-    buf: bytes = b" " * size
+    buf = bytearray(size)
     _call("nvrtcGetProgramLog", nvrtc.nvrtcGetProgramLog(prog, buf))
     return buf.rstrip(b"\x00").decode(errors="replace")
 
@@ -271,13 +275,13 @@ def _program_log(nvrtc: Any, prog: Any) -> str:
 def _image(nvrtc: Any, prog: Any, output: str) -> bytes:
     if output == "ptx":
         (size,) = _call("nvrtcGetPTXSize", nvrtc.nvrtcGetPTXSize(prog))
-        buf: bytes = b" " * size
+        buf = bytearray(size)
         _call("nvrtcGetPTX", nvrtc.nvrtcGetPTX(prog, buf))
-        return buf
+        return bytes(buf)
     (size,) = _call("nvrtcGetCUBINSize", nvrtc.nvrtcGetCUBINSize(prog))
-    buf = b" " * size
+    buf = bytearray(size)
     _call("nvrtcGetCUBIN", nvrtc.nvrtcGetCUBIN(prog, buf))
-    return buf
+    return bytes(buf)
 
 
 _REGISTERS = re.compile(r"Used (\d+) registers")

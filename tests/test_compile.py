@@ -1,6 +1,8 @@
 """NVRTC compilation (no GPU needed): cubin/PTX per arch, arch and option checks, error mapping."""
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,27 @@ def test_user_options_reach_nvrtc(isolated_cache: Path) -> None:
     b = macro.inspect(f32(1), arch="sm_90")
     assert b.options[-2:] == ("-DKD_TEST_VALUE=3", "--use_fast_math")
     assert b.cubin.startswith(ELF_MAGIC)
+
+
+EMPTY_LOG_THEN_JOIN = """
+from kerneldsl.compiler import compile_source
+compiled = compile_source('extern "C" __global__ void k() {}', "k.cu", ["--gpu-architecture=sm_90"])
+assert compiled.log == ""
+print(b" ".join([b"a", b"b"]))
+"""
+
+
+def test_reading_an_empty_log_leaves_the_interpreters_bytes_alone(tmp_path: Path) -> None:
+    """NVRTC writes a one-byte empty log into the buffer it is given: a fresh interpreter whose
+    modules compile from source (a new pycache) shares ``b" "`` with every module, so a bytes
+    buffer there would make every later ``b" "`` read ``b"\\x00"``."""
+    script = tmp_path / "empty_log.py"
+    script.write_text(EMPTY_LOG_THEN_JOIN)
+    run = subprocess.run(
+        [sys.executable, "-X", f"pycache_prefix={tmp_path / 'pycache'}", str(script)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout == "b'a b'\n"
 
 
 # --- arch ---------------------------------------------------------------------------------------------
