@@ -492,6 +492,57 @@ def test_a_stranger_without_the_clusters_certificate_reaches_no_port(client: Any
     assert {_stranger_asks(a, client.security) for a in addresses} == {"Scheduler", "Worker"}
 
 
+def _http_status(port: int) -> int | None:
+    """The status of a plain-HTTP ``GET /health`` at ``127.0.0.1:port``, or None when nothing
+    there answers HTTP (a TLS port drops the request)."""
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request("GET", "/health")
+        return connection.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+
+
+def _listening_ports(pid: int) -> set[int]:
+    import psutil
+
+    connections = psutil.Process(pid).net_connections("tcp")
+    return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
+
+
+def test_a_default_cluster_answers_plain_http_on_no_port(client: Any) -> None:
+    """Dask serves HTTP routes (``/info/logs``, ``/info/call-stacks``, ``/json``) on every
+    scheduler and worker unless told not to: none of the ports this process and the workers
+    listen on may answer them, and none is announced."""
+    workers = client.scheduler_info()["workers"]
+    pids = [os.getpid(), *client.run(os.getpid).values()]
+    ports = set().union(*map(_listening_ports, pids))
+    assert len(ports) >= 1 + 2 * len(workers)  # the scheduler's, each nanny's and each worker's TLS port
+    assert {port: _http_status(port) for port in ports} == dict.fromkeys(ports)
+    assert client.scheduler_info()["services"] == {}
+    assert [w["services"] for w in workers.values()] == [{}] * len(workers)
+
+
+def test_a_cluster_started_with_dashboard_true_serves_plain_http_on_localhost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _worker_env(monkeypatch)
+    with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0, dashboard=True) as cluster:
+        with distributed.Client(cluster) as c:
+            info = c.scheduler_info()
+            ports = [info["services"]["dashboard"], *(w["services"]["dashboard"] for w in info["workers"].values())]
+            assert [_http_status(port) for port in ports] == [200, 200]
+
+
+def test_a_dashboard_address_without_dashboard_true_is_refused() -> None:
+    with pytest.raises(ValueError, match="dashboard=True"):
+        kd.distributed.LocalGPUCluster(gpus=[0], dashboard_address="127.0.0.1:8787")
+
+
 def test_security_is_a_flag_or_a_dask_security_object() -> None:
     with pytest.raises(TypeError, match="security must be"):
         kd.distributed.LocalGPUCluster(gpus=[0], security="tls")  # type: ignore[arg-type]

@@ -3,6 +3,9 @@
 gives it one thread, and restarts it when it dies. The scheduler listens on localhost only
 unless told otherwise, and every port speaks TLS with a certificate made for this cluster:
 loopback is no trust boundary on a shared host, and whoever reaches the scheduler runs code here.
+Dask's HTTP server (its dashboard and routes such as ``/info/logs``, ``/info/call-stacks`` and
+``/json``: plain HTTP that asks no one who they are) is not started, on the scheduler or on any
+worker, unless the cluster is made with ``dashboard=True``.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from distributed import Nanny, Scheduler, SpecCluster
+import distributed
+from distributed import Nanny, SpecCluster
 from distributed.deploy.cluster import Cluster
 from distributed.security import Security
 
@@ -31,7 +35,14 @@ class LocalGPUCluster(SpecCluster):
     ``security=True`` (the default) gives every port TLS with a temporary self-signed certificate
     that only this cluster and its clients hold (``Client(cluster)`` takes it from
     ``cluster.security``); a ``distributed.security.Security`` is used as given; ``security=False``
-    is plain TCP, open to every local user. ``silence_logs`` is Dask's: as ``LocalCluster`` does,
+    is plain TCP, open to every local user.
+
+    ``dashboard=True`` starts Dask's HTTP server on the scheduler (at ``dashboard_address``, by
+    default ``host`` and a free port; the Bokeh dashboard too when Bokeh is installed) and on each
+    worker (at ``host``, a free port): plain HTTP without authentication, whatever ``security``
+    says, whose routes show every local user the workers' logs, call stacks and tasks. Its ports
+    are ``Client(cluster).scheduler_info()["services"]["dashboard"]`` and each worker's.
+    Without it no HTTP port is opened. ``silence_logs`` is Dask's: as ``LocalCluster`` does,
     Dask's stderr handlers show warnings and worse while the cluster runs; ``False`` leaves them
     as configured.
     """
@@ -43,11 +54,17 @@ class LocalGPUCluster(SpecCluster):
         host: str = "127.0.0.1",
         security: Security | bool = True,
         memory_limit: str | float | int | None = "auto",
+        dashboard: bool = False,
         dashboard_address: str | None = None,
         worker_options: Mapping[str, Any] | None = None,
         silence_logs: int | str | bool = logging.WARN,
         **kwargs: Any,
     ) -> None:
+        if dashboard_address is not None and dashboard is not True:
+            raise ValueError(
+                f"dashboard_address={dashboard_address!r} needs dashboard=True: the dashboard is plain HTTP "
+                "without authentication, served only when asked for"
+            )
         self.devices = _devices(gpus)
         self.profiles: dict[str, Profile] = checked_profiles(profiles)
         secured = _security(security)
@@ -55,9 +72,8 @@ class LocalGPUCluster(SpecCluster):
             "cls": Scheduler,
             "options": {
                 "host": host,
-                # Dask's HTTP routes (health, metrics) always listen: on ``host`` too, any free port
                 "dashboard_address": dashboard_address or f"{host}:0",
-                "dashboard": dashboard_address is not None,
+                "dashboard": dashboard,
                 "security": secured,
             },
         }
@@ -66,6 +82,8 @@ class LocalGPUCluster(SpecCluster):
                 "cls": Nanny,
                 "options": {
                     "name": worker_name(i),
+                    "worker_class": Worker,
+                    "dashboard": dashboard,
                     "host": host,
                     "nthreads": 1,
                     "env": {"CUDA_VISIBLE_DEVICES": str(gpu)},
@@ -92,6 +110,35 @@ class LocalGPUCluster(SpecCluster):
 
     def _resources(self, gpu: int) -> dict[str, float]:
         return {p.resource: 1.0 for p in self.profiles.values() if p.gpus is None or gpu in p.gpus}
+
+
+class Scheduler(distributed.Scheduler):
+    """Dask's scheduler, whose HTTP server (started by every Dask scheduler, plain HTTP and open
+    to anyone who reaches it) listens only with ``dashboard=True``. It keeps Dask's class name,
+    from which Dask takes its configuration section (``distributed.scheduler.*``) and its
+    ``identity`` type."""
+
+    def __init__(self, *args: Any, dashboard: bool = False, **kwargs: Any) -> None:
+        self.serves_http = dashboard
+        super().__init__(*args, dashboard=dashboard, **kwargs)
+
+    def start_http_server(self, *args: Any, **kwargs: Any) -> None:
+        if self.serves_http:
+            super().start_http_server(*args, **kwargs)  # type: ignore[no-untyped-call]
+
+
+class Worker(distributed.Worker):
+    """Dask's worker (made in the nanny's child process, which imports it by this name), whose
+    HTTP server listens only with ``dashboard=True``, as the scheduler's does; Dask's class name
+    too (``distributed.worker.*``)."""
+
+    def __init__(self, *args: Any, dashboard: bool = False, **kwargs: Any) -> None:
+        self.serves_http = dashboard
+        super().__init__(*args, dashboard=dashboard, **kwargs)
+
+    def start_http_server(self, *args: Any, **kwargs: Any) -> None:
+        if self.serves_http:
+            super().start_http_server(*args, **kwargs)  # type: ignore[no-untyped-call]
 
 
 def _security(security: Security | bool) -> Security | None:
