@@ -470,6 +470,13 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 # --- parser ----------------------------------------------------------------------------------
 
+_TARGET = "dotted module name (looked up in the current directory first) or path to a .py file"
+# ``compile`` and ``tune`` find kernels by importing the target: its top-level code runs
+_RUNS_TARGET = (
+    "MODULE_OR_FILE is imported, which runs its code as you, with your files and your GPU: "
+    "pass only code you trust, as you would to python."
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kerneldsl", description="Declarative CUDA kernels: tools.")
@@ -486,15 +493,27 @@ def build_parser() -> argparse.ArgumentParser:
     _command(actions, "list", cmd_cache_list, "one line per cached kernel image", parents=[as_json])
     _command(actions, "clear", cmd_cache_clear, "remove every entry")
 
-    compile_ = _command(commands, "compile", cmd_compile, "compile the declared precompile bindings into the cache")
-    compile_.add_argument("target", metavar="MODULE_OR_FILE", help="dotted module name or path to a .py file")
+    compile_ = _command(
+        commands,
+        "compile",
+        cmd_compile,
+        "compile the declared precompile bindings into the cache",
+        epilog=_RUNS_TARGET,
+    )
+    compile_.add_argument("target", metavar="MODULE_OR_FILE", help=_TARGET)
     compile_.add_argument(
         "--arch", help=f"comma-separated targets, e.g. sm_80,sm_90 (default: the device's, else ${ARCH_ENV})"
     )
     compile_.add_argument("--output", choices=OUTPUTS, default="cubin", help="image kind (default: cubin)")
 
-    tune = _command(commands, "tune", cmd_tune, "tune the declared tune_for keys of @kd.autotune kernels (GPU)")
-    tune.add_argument("target", metavar="MODULE_OR_FILE", help="dotted module name or path to a .py file")
+    tune = _command(
+        commands,
+        "tune",
+        cmd_tune,
+        "tune the declared tune_for keys of @kd.autotune kernels (GPU)",
+        epilog=_RUNS_TARGET,
+    )
+    tune.add_argument("target", metavar="MODULE_OR_FILE", help=_TARGET)
 
     bench = commands.add_parser("bench", help="measure kerneldsl's own costs on this machine")
     benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")

@@ -324,3 +324,9 @@ class RemoteArrayLostError(WorkerLostError):
 
 class CallCancelledError(DistributedError):
     """The remote call was cancelled before it ran (a call already running finishes; its result is dropped)."""
+
+
+class InsecureClusterWarning(UserWarning):
+    """A ``LocalGPUCluster`` started with ``security=False``: its ports speak plain TCP, so any
+    user of this machine can connect and run code as the cluster's owner. A warning, not an
+    error: on a machine of one user it is a choice (``warnings.simplefilter`` silences it)."""

@@ -207,6 +207,16 @@ def test_usage_errors_exit_2(capsys, argv):
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize("command", ["compile", "tune"])
+def test_help_of_commands_taking_a_module_says_its_code_runs(capsys, command):
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines at the terminal's width
+    assert exit_info.value.code == 0
+    assert "MODULE_OR_FILE is imported, which runs its code as you" in text
+    assert "pass only code you trust" in text and "current directory first" in text
+
+
 def test_bench_compile_prints_the_three_figures(capsys):
     code, out, _ = run(capsys, "bench", "compile", "--runs", "1", "--disk-runs", "1", "--iterations", "500")
     assert code == 0

@@ -21,6 +21,7 @@ from kerneldsl.errors import (  # noqa: E402
     AliasingError,
     Backpressure,
     CallCancelledError,
+    InsecureClusterWarning,
     RemoteArrayLostError,
     SessionPoisonedError,
     ShippingError,
@@ -552,10 +553,29 @@ def test_a_cluster_with_security_false_runs_any_local_users_code(monkeypatch: py
     import getpass
 
     _worker_env(monkeypatch)
-    with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0, security=False) as cluster:
+    with pytest.warns(InsecureClusterWarning):
+        cluster = kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0, security=False)
+    with cluster:
         assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         with distributed.Client(cluster.scheduler_address) as stranger:
             assert list(stranger.run(getpass.getuser).values()) == [getpass.getuser()]
+
+
+def test_a_cluster_with_security_false_warns_at_the_call_that_any_local_user_can_run_code_as_you(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _worker_env(monkeypatch)
+    with pytest.warns(InsecureClusterWarning, match="any user of this machine can connect and run code") as caught:
+        kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0, security=False).close()
+    assert [w.filename for w in caught] == [__file__]
+
+
+def test_a_cluster_with_tls_warns_nothing() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InsecureClusterWarning)
+        kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0).close()
 
 
 def test_starting_a_cluster_writes_no_dask_info_lines_to_stderr(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ worker, unless the cluster is made with ``dashboard=True``.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from distributed import Nanny, SpecCluster
 from distributed.deploy.cluster import Cluster
 from distributed.security import Security
 
-from ..errors import DriverNotFoundError, NoWorkerError
+from ..errors import DriverNotFoundError, InsecureClusterWarning, NoWorkerError
 from .profiles import Profile, checked_profiles
 
 
@@ -35,7 +36,7 @@ class LocalGPUCluster(SpecCluster):
     ``security=True`` (the default) gives every port TLS with a temporary self-signed certificate
     that only this cluster and its clients hold (``Client(cluster)`` takes it from
     ``cluster.security``); a ``distributed.security.Security`` is used as given; ``security=False``
-    is plain TCP, open to every local user.
+    is plain TCP, open to every local user, and warns so (``InsecureClusterWarning``).
 
     ``dashboard=True`` starts Dask's HTTP server on the scheduler (at ``dashboard_address``, by
     default ``host`` and a free port; the Bokeh dashboard too when Bokeh is installed) and on each
@@ -68,6 +69,14 @@ class LocalGPUCluster(SpecCluster):
         self.devices = _devices(gpus)
         self.profiles: dict[str, Profile] = checked_profiles(profiles)
         secured = _security(security)
+        if secured is None:
+            warnings.warn(
+                "LocalGPUCluster(security=False): every port of the cluster is plain TCP, so any user of this "
+                "machine can connect and run code as you; the default security=True gives every port TLS with "
+                "a certificate only this cluster and its clients hold",
+                InsecureClusterWarning,
+                stacklevel=2,
+            )
         scheduler = {
             "cls": Scheduler,
             "options": {
