@@ -2,6 +2,7 @@
 
 * ``isolated_cache``: a private, empty kerneldsl disk cache for one test.
 * ``isolated_cache_module``: the same for a whole module (for module-scoped build fixtures).
+* ``rng``: a NumPy generator seeded from the test's node id, the same in every process.
 * Tests marked ``gpu`` are skipped when no CUDA driver and device are available.
 * The whole session uses a private disk cache and data directory (the sealing secret), never the user's.
 * ``drv``: the recording driver double (``driver_double.FakeDriver``) installed for one test;
@@ -14,10 +15,12 @@ import contextlib
 import os
 import tempfile
 import threading
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 CACHE_ENV = "KERNELDSL_CACHE_DIR"
@@ -35,6 +38,18 @@ def pytest_report_header(config: pytest.Config) -> str:
     from kerneldsl import fastpath
 
     return f"kerneldsl C launch path: {fastpath.status()}"
+
+
+def seed_for(nodeid: str) -> int:
+    """A CRC-32 of the test's node id: each test its own data, the same in every process
+    (``hash()`` of a string changes with ``PYTHONHASHSEED``)."""
+    return zlib.crc32(nodeid.encode())
+
+
+@pytest.fixture
+def rng(request: pytest.FixtureRequest) -> np.random.Generator:
+    """A generator seeded by ``seed_for`` the requesting test."""
+    return np.random.default_rng(seed_for(request.node.nodeid))
 
 
 @pytest.fixture

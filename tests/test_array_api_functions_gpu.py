@@ -18,11 +18,6 @@ pytestmark = pytest.mark.gpu
 inf, nan = math.inf, math.nan
 
 
-@pytest.fixture
-def rng(request: Any) -> np.random.Generator:
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
-
-
 def host(a: Any) -> np.ndarray:
     return a.to_host()  # type: ignore[no-any-return]
 

@@ -15,11 +15,6 @@ from kerneldsl import array_api as xp
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture
-def rng(request: Any) -> np.random.Generator:
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
-
-
 def host(a: Any) -> np.ndarray:
     return a.to_host()  # type: ignore[no-any-return]
 

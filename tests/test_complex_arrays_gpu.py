@@ -40,11 +40,6 @@ def session():
     s.close()
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
-
-
 def crand(rng: np.random.Generator, shape: Any, dt: np.dtype, floor: float = 0.0) -> np.ndarray:
     """Uniform in the unit square, redrawn where ``|z| < floor``."""
     z = rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)

@@ -35,11 +35,6 @@ def session():
     s.close()
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
-
-
 def op_for(function: str) -> Any:
     return getattr(ops, OPS_NAME.get(function, NUMPY_NAME.get(function, function)))
 

@@ -21,11 +21,6 @@ def session():
     s.close()
 
 
-@pytest.fixture
-def rng(request):
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
-
-
 @kd.kernel(grid=kd.cdiv("n", BLOCK), block=BLOCK)
 def block_sums(sums: kd.Out["float64", "blocks"], x: kd.In["float64", "n"]) -> str:
     return f"""

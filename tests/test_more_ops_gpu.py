@@ -90,11 +90,6 @@ def session() -> Any:
     s.close()
 
 
-@pytest.fixture
-def rng(request: Any) -> np.random.Generator:
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % (2**32))
-
-
 def floats(rng: np.random.Generator, dt: Any) -> np.ndarray:
     x = (rng.standard_normal(SHAPE) * 4).astype(dt)
     x.flat[:9] = [np.nan, np.inf, -np.inf, -0.0, 0.0, 0.5, -2.5, 1.5, -np.nan]

@@ -40,12 +40,6 @@ def session():
     s.close()
 
 
-@pytest.fixture
-def rng(request):
-    seed = abs(hash(request.node.nodeid)) % (2**32)
-    return np.random.default_rng(seed)
-
-
 def is_float(dt: np.dtype) -> bool:
     return dt.kind == "f" or dt.name == "bfloat16"
 
