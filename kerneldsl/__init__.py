@@ -59,6 +59,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     ".runtime": ("Event", "PinnedArray", "Stream", "reset_device"),
     ".runtime.nvtx": ("profile",),
+    ".runtime.selection": ("devices", "is_available"),
     ".signature": ("Const", "In", "InOut", "Out", "Scalar", "cdiv", "dmax", "dmin", "sym"),
     ".target": ("resolve_arch",),
     ".tune": ("Autotuned", "autotune"),
@@ -69,7 +70,16 @@ _HOMES = {name: home for home, names in _PUBLIC.items() for name in names}
 
 # names that make no arrays; every other name imports the array class first, so that it
 # registers DeviceArray with the runtime and every array made from then on has operators
-_MAKE_NO_ARRAYS = {".device_code", ".dtypes", ".runtime.nvtx", ".signature", ".target", "cache", "errors"}
+_MAKE_NO_ARRAYS = {
+    ".device_code",
+    ".dtypes",
+    ".runtime.nvtx",
+    ".runtime.selection",
+    ".signature",
+    ".target",
+    "cache",
+    "errors",
+}
 
 
 def __getattr__(name: str) -> object:

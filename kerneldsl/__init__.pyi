@@ -57,6 +57,8 @@ from .runtime import PinnedArray as PinnedArray
 from .runtime import Stream as Stream
 from .runtime import reset_device as reset_device
 from .runtime.nvtx import profile as profile
+from .runtime.selection import devices as devices
+from .runtime.selection import is_available as is_available
 from .signature import Const as Const
 from .signature import In as In
 from .signature import InOut as InOut
@@ -127,6 +129,8 @@ __all__ = [
     "Stream",
     "reset_device",
     "profile",
+    "devices",
+    "is_available",
     "Const",
     "In",
     "InOut",

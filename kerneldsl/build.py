@@ -23,18 +23,30 @@ from . import cache as disk_cache
 from . import logs
 from ._version import __version__
 from .codegen import Decisions, Generated, GenerationPlan, plan_generation, renderer_identity, template_digest
-from .compiler import CompiledCode, NvrtcFailure, build_options, compile_source, nvrtc_identity, require_supported
+from .compiler import (
+    CompiledCode,
+    NvrtcFailure,
+    build_options,
+    check_options,
+    compile_source,
+    nvrtc_identity,
+    require_supported,
+)
 from .device_code import NO_DEVICE_CODE, DeviceCode
 from .errors import InvalidCacheEntryError, KernelCompileError
 from .headers import NO_HEADERS, Headers, resolve
+from .host_compile import HOST_OUTPUT, compile_host, host_identity, host_options, refuse_unsupported
 from .launch_plan import LaunchPlan
 from .runtime import nvtx
+from .runtime.host_toolchain import HostCompileFailure
 from .specialize import Specialization
 
 if TYPE_CHECKING:
     from .resources import Resources
 
 log = logs.get("build")
+
+COMPILED_BY = ("nvrtc", "c++")  # a build's origin when it was compiled: for the GPU, for the CPU device
 
 # Modules whose code decides what gets generated: changing them must change every key.
 _CODEGEN_MODULES = (
@@ -75,7 +87,7 @@ def key_material(
         "source": generated.cuda_source,
         "abi": [list(slot) for slot in generated.abi] + [generated.struct_format],
         "options": list(options),
-        "nvrtc": nvrtc_identity(),
+        **({"host_compiler": host_identity()} if output == HOST_OUTPUT else {"nvrtc": nvrtc_identity()}),
         "arch": spec.arch,
         "output": output,
         "bindings": bindings(spec),
@@ -184,7 +196,7 @@ class Build:
     key_material: dict[str, Any]
     cache_key: str
     compiled: CompiledCode
-    origin: str  # "nvrtc" or "disk": where the image came from
+    origin: str  # "nvrtc", "c++" (the CPU device's compiler) or "disk": where the image came from
     compile_seconds: float
     _launch_factory: Callable[..., Any] | None = field(default=None, repr=False)
     resources_by_session: dict[int, Any] = field(default_factory=dict, repr=False)  # session id -> Resources
@@ -200,7 +212,14 @@ class Build:
     @property
     def cubin(self) -> bytes:
         if self.compiled.output != "cubin":
-            raise ValueError("this build holds PTX; inspect with output='cubin' for a cubin")
+            raise ValueError(f"this build holds {self.compiled.output}; inspect with output='cubin' for a cubin")
+        return self.compiled.image
+
+    @property
+    def image(self) -> bytes:
+        """What a session loads: a cubin for a GPU, a shared library for the CPU device."""
+        if self.compiled.output == "ptx":
+            raise ValueError("this build holds PTX, which no session loads; inspect with output='cubin'")
         return self.compiled.image
 
     @property
@@ -278,7 +297,7 @@ class Build:
             parts.append(f"{compiled.shared_bytes} bytes shared")
         if compiled.spill_bytes:
             parts.append(f"{compiled.spill_bytes} bytes spilled")
-        took = f" in {self.compile_seconds * 1e3:.0f} ms" if self.origin == "nvrtc" else ""
+        took = f" in {self.compile_seconds * 1e3:.0f} ms" if self.origin in COMPILED_BY else ""
         parts.append(f"from {self.origin}{took}")
         parts.append(f"key {self.cache_key[:12]}")
         return parts
@@ -302,8 +321,12 @@ def build(
     code: DeviceCode = NO_DEVICE_CODE,
 ) -> Build:
     planned = plan_generation(spec, body, code)
+    if output == HOST_OUTPUT:
+        refuse_unsupported(planned.includes)
+        options = host_options(check_options(user_options))
+    else:
+        options = build_options(spec.arch, output, user_options)
     headers = resolve(code, planned.includes)
-    options = build_options(spec.arch, output, user_options)
     store = disk_cache.get_default_cache() if use_disk else None
     texts_material = source_material(spec, planned)
     texts_key = disk_cache.cache_key(texts_material)
@@ -328,24 +351,28 @@ def build(
         store.put(key, compiled.to_bytes(), material)
         if rendered:
             _store_sources(store, generated, texts_key, texts_material)
-    return Build(spec, generated, options, material, key, compiled, "nvrtc", seconds)
+    return Build(spec, generated, options, material, key, compiled, COMPILED_BY[output == HOST_OUTPUT], seconds)
 
 
 def _compile(
     spec: Specialization, generated: Generated, body: Callable[..., Any], options: tuple[str, ...], output: str
 ) -> CompiledCode:
-    require_supported(spec.arch)
+    if output != HOST_OUTPUT:
+        require_supported(spec.arch)
     try:
         with nvtx.span("compile", spec):
+            if output == HOST_OUTPUT:
+                return compile_host(generated.cuda_source, f"{generated.entry}.cu", options)
             return compile_source(generated.cuda_source, f"{generated.entry}.cu", options, output)
-    except NvrtcFailure as failure:
+    except (NvrtcFailure, HostCompileFailure) as failure:
         from .diagnostics import BodyOrigin, map_log  # only a failed compile maps lines onto the source
 
+        compiler = "the host C++ compiler" if output == HOST_OUTPUT else "NVRTC"
         origin = BodyOrigin.of(body)
         mapped = map_log(failure.log, generated.body_file, generated.body, origin, generated.cuda_source)
         summary = "\n".join(mapped) if mapped else failure.log
         raise KernelCompileError(
-            f"NVRTC could not compile {spec.describe()}:\n{summary}\n--- NVRTC log ---\n{failure.log}",
+            f"{compiler} could not compile {spec.describe()}:\n{summary}\n--- {compiler} log ---\n{failure.log}",
             failure.log,
             mapped,
             generated.cuda_source,

@@ -329,7 +329,7 @@ def plan_generation(
         "consts": [_const_decl(n, v) for n, v in spec.consts],
         "fixed_symbols": [{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
         "entry": entry,
-        "params": [{"decl": _decl(s, restrict)} for s in launch.slots],
+        "params": [{"decl": _decl(s, restrict), "ctype": s.ctype} for s in launch.slots],
         "arrays": [{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
         "body_file": body_file,
         "body": body_text,

@@ -50,7 +50,7 @@ from .runtime.foreign import adopt, is_foreign
 from .runtime.memory import ARRAY_TYPES
 from .runtime.session import default_session
 from .runtime.session_launch import check_launch_dims
-from .runtime.stream import Stream
+from .runtime.stream import Stream, check_stream
 from .signature import ArrayParam, Dim, Signature, parse_signature
 from .specialize import Specialization, bind, bind_declared, const_key, scalar_checks
 from .target import resolve_arch
@@ -252,6 +252,8 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
             except KernelDSLError as wrong:
                 raise wrong from None
             raise
+        if stream is not None:  # before the adapter converts a scalar or packs a pointer
+            check_stream(stream, None if found is None else found[0].session)
         if found is None and (remote := find_remote(args)) is not None:
             launch = {"grid": grid, "block": block, "shared": shared, "stream": stream}
             return route(remote, self, args, {**{k: v for k, v in launch.items() if v is not None}, **consts})
@@ -332,7 +334,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         self, key: tuple[Any, ...], session: Any, args: tuple[Any, ...], consts: Mapping[str, Any]
     ) -> BoundLaunch:
         spec = bind(self.signature, args, consts, session.gpu.arch)
-        b = self.get_build(spec)
+        b = self.get_build(spec, session.gpu.output)
         try:
             bound = BoundLaunch(b, session)
         except CudaError:
@@ -346,7 +348,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         along an axis than a 32-bit ``index_t`` can number (the README's index idiom stays exact)."""
         if narrow.wide is None:
             spec = dataclasses.replace(narrow.build.specialization, index_bits=64)
-            narrow.wide = BoundLaunch(self.get_build(spec), narrow.session)
+            narrow.wide = BoundLaunch(self.get_build(spec, narrow.session.gpu.output), narrow.session)
             narrow.wide.check_scalars(narrow.scalar_checks)
         return narrow.wide
 
@@ -355,9 +357,10 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         from .build import build
         from .cache import get_default_cache
 
-        fresh = build(spec, self.body, self.options, use_disk=False, code=self.code)
+        output = session.gpu.output
+        fresh = build(spec, self.body, self.options, output, use_disk=False, code=self.code)
         get_default_cache().put(fresh.cache_key, fresh.compiled.to_bytes(), fresh.key_material)
-        self._builds[(spec, "cubin")] = fresh
+        self._builds[(spec, output)] = fresh
         return BoundLaunch(fresh, session)
 
     def _adopt_foreign(self, args: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -190,6 +190,22 @@ class DriverNotFoundError(KernelDSLError, RuntimeError):
     """No CUDA driver library on this machine."""
 
 
+class KernelFaultError(LaunchError):
+    """A kernel failed while it ran on the CPU device: an ``assert`` or ``__trap``, a barrier or
+    warp collective that not every thread reached, a construct it does not emulate. The message
+    names the kernel, the block, the thread and the body's line; the session stays usable."""
+
+
+class HostCompilerNotFoundError(KernelDSLError, RuntimeError):
+    """The CPU device needs a host C++ compiler and found none that runs; the message says what
+    to install."""
+
+
+class UnsupportedOnCpuError(KernelDSLError, NotImplementedError):
+    """A kernel uses what has no meaning on the CPU device (user inline PTX, CUB, cooperative
+    groups, thread-block clusters), refused before compiling with the construct named."""
+
+
 class NoDeviceError(KernelDSLError, RuntimeError):
     """A driver is present but the requested device is not."""
 
@@ -207,6 +223,11 @@ class ClosedError(OwnershipError):
 
 class WrongSessionError(OwnershipError, ValueError):
     """Handles from different sessions or devices were mixed in one operation."""
+
+
+class InvalidStreamError(KernelDSLError, TypeError):
+    """``stream=`` was neither None nor a ``kd.Stream`` itself (a subclass or a look-alike is
+    refused unread: its attributes could run code in the middle of a launch)."""
 
 
 class ForkedProcessError(OwnershipError):

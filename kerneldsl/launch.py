@@ -72,7 +72,7 @@ class BoundLaunch:
     def __init__(self, build: Build, session: Any) -> None:
         self.build = build
         self.session = session
-        module = session.load_module(build.cubin)
+        module = session.load_module(build.image)
         self.function = module.function(build.generated.entry)
         slots = max(len(build.generated.abi), 1)
         self._buffer = (ctypes.c_char * (8 * slots))()

@@ -173,7 +173,7 @@ def build_resources(build: Build, session: Any = None) -> Resources:
         session = default_session()
     found: Resources | None = build.resources_by_session.get(session.session_id)
     if found is None:
-        function = session.load_module(build.cubin).function(build.generated.entry)
+        function = session.load_module(build.image).function(build.generated.entry)
         found = build.resources_by_session[session.session_id] = Resources.of(
             driver_occupancy.function_attributes(session, function)
         )

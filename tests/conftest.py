@@ -3,7 +3,9 @@
 * ``isolated_cache``: a private, empty kerneldsl disk cache for one test.
 * ``isolated_cache_module``: the same for a whole module (for module-scoped build fixtures).
 * ``rng``: a NumPy generator seeded from the test's node id, the same in every process.
-* Tests marked ``gpu`` are skipped when no CUDA driver and device are available.
+* Tests marked ``gpu`` run on the GPU when there is one; without one they run on the CPU device
+  (marked ``cpu_device``), except those ``cpu_device_exclusions`` lists with the reason, and are
+  skipped under ``-m gpu``, which asks for a real GPU.
 * The whole session uses a private disk cache and data directory (the sealing secret), never the user's.
 * ``drv``: the recording driver double (``driver_double.FakeDriver``) installed for one test;
   sessions still open at its end are closed.
@@ -96,9 +98,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if available:
         _import_interop_libraries()
         return
-    skip = pytest.mark.skip(reason=reason)
+    if "gpu" in (config.option.markexpr or "") or not _cpu_device_available():
+        skip = pytest.mark.skip(reason=reason)  # ``-m gpu`` asks for a real GPU
+        for item in gpu_items:
+            item.add_marker(skip)
+        return
+    from cpu_device_exclusions import exclusion
+
     for item in gpu_items:
-        item.add_marker(skip)
+        item.add_marker(pytest.mark.cpu_device)
+        why = exclusion(item.nodeid)
+        if why is not None:
+            item.add_marker(pytest.mark.skip(reason=f"not on the CPU device: {why}"))
+
+
+def _cpu_device_available() -> bool:
+    from kerneldsl.runtime.selection import is_available
+
+    return is_available("cpu")
+
+
+@pytest.fixture(autouse=True)
+def _on_the_cpu_device(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A ``gpu`` test on a machine without one runs on the CPU device (``KERNELDSL_DEVICE=cpu``
+    while it runs, so ``Session(0)`` and the default session are the CPU device's)."""
+    if request.node.get_closest_marker("cpu_device") is None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KERNELDSL_DEVICE", "cpu")
+        yield
 
 
 def _import_interop_libraries() -> None:

@@ -106,7 +106,7 @@ class FusedRowsPlan(Plan):
         if self.pipeline.rows == 0:
             return
         gpu = session.gpu
-        step = self.step(device_multiprocessors(session), gpu.compute_capability[0] >= CLUSTER_MAJOR)
+        step = self.step(device_multiprocessors(session), gpu.compute_capability[0] >= CLUSTER_MAJOR and not gpu.host)
         step.kernel(*values, *out, *self.pipeline.shape, grid=(step.blocks, 1, 1))
 
     def remember(
@@ -126,7 +126,7 @@ class FusedRowsPlan(Plan):
         if not all(type(o) is memory.array_type and o.is_contiguous for o in outs):
             return
         gpu = session.gpu
-        step = self.step(device_multiprocessors(session), gpu.compute_capability[0] >= CLUSTER_MAJOR)
+        step = self.step(device_multiprocessors(session), gpu.compute_capability[0] >= CLUSTER_MAJOR and not gpu.host)
         extents = tuple(self.pipeline.shape)
         found = step.kernel.lookup((*values, *constants, *outs, *extents), {})
         if found is None or found[1]:

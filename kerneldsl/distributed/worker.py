@@ -110,7 +110,7 @@ class GPUSessionPlugin(WorkerPlugin):
             "pid": os.getpid(),
             "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
             "session_device": None if s is None else s.device,
-            "pci_bus_id": None if s is None else pci_bus_id(s.device),
+            "pci_bus_id": None if s is None or s.gpu.host else pci_bus_id(s.gpu.ordinal),
             "context": None if s is None else s.context_address,
             "ipc_host": exports.host_identity(),  # equal on two workers: moves between them take CUDA IPC
             "error": None if self.error is None else f"{type(self.error).__name__}: {self.error}",

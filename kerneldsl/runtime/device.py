@@ -18,12 +18,15 @@ __all__ = ["Device"]
 class Device:
     """Device ``ordinal`` as driver bindings ``api`` see it (the session's, test doubles included)."""
 
-    __slots__ = ("ordinal", "handle", "_api", "_facts", "_name")
+    __slots__ = ("ordinal", "handle", "host", "output", "_api", "_facts", "_name")
 
-    def __init__(self, api: Any, ordinal: int) -> None:
-        """NoDeviceError when there is no device ``ordinal``."""
+    def __init__(self, api: Any, ordinal: int, host: bool = False) -> None:
+        """NoDeviceError when there is no device ``ordinal``. ``host``: the CPU device, whose
+        kernels are host images (``output``), not cubins."""
         self.ordinal = ordinal
-        self.handle: Any = driver.device(ordinal)  # the CUdevice
+        self.host = host
+        self.output = "host" if host else "cubin"  # the image kind its modules load
+        self.handle: Any = check("cuDeviceGet", api.cuDeviceGet(ordinal)) if host else driver.device(ordinal)
         self._api = api
         self._facts: dict[str, int] = {}
         self._name: str | None = None
@@ -64,8 +67,9 @@ class Device:
     def name(self) -> str:
         """The marketing name, e.g. ``'NVIDIA H200'``."""
         if self._name is None:
-            self._name = driver.device_name(self.ordinal)
+            raw = check("cuDeviceGetName", self._api.cuDeviceGetName(256, self.handle))
+            self._name = raw.split(b"\0", 1)[0].decode() if isinstance(raw, bytes) else str(raw)
         return self._name
 
     def __repr__(self) -> str:
-        return f"<Device {self.ordinal}>"
+        return "<Device cpu>" if self.host else f"<Device {self.ordinal}>"

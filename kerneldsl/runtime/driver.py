@@ -235,10 +235,10 @@ def compute_capability(ordinal: int) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def entry_point(name: str) -> int:
-    """The address of driver function ``name`` (e.g. ``cuLaunchKernel``), for the C launch path;
-    0 when the driver offers none."""
-    d = api()
+def entry_point(name: str, bindings: Any = None) -> int:
+    """The address of driver function ``name`` (e.g. ``cuLaunchKernel``) in ``bindings`` (default:
+    the driver in use; a session passes its own), for the C launch path; 0 when it offers none."""
+    d = api() if bindings is None else bindings
     version = int(check("cuDriverGetVersion", d.cuDriverGetVersion()))
     flags = d.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
     result = d.cuGetProcAddress(name.encode(), version, flags)

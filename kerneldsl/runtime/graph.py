@@ -52,6 +52,8 @@ class Graph(Handle):
         with session.activated():
             err = session.api.cuGraphLaunch(self._exec, stream._cu)[0]
             if err:
+                if session.gpu.host:
+                    raise session.api.launch_failure(int(err), "cuGraphLaunch")
                 raise driver.error("cuGraphLaunch", err, launch=True)
             session.keep_alive(self, stream)
 

@@ -287,7 +287,10 @@ class DeviceBuffer(_Layout, Transfers):
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
-        """CUDA Array Interface v3; ``stream`` is the session stream the data is ordered on."""
+        """CUDA Array Interface v3; ``stream`` is the session stream the data is ordered on. An
+        array of the CPU device has none (AttributeError): it is host memory, spoken as DLPack."""
+        if self.session.gpu.host:
+            raise AttributeError("an array of the CPU device is host memory: it has no __cuda_array_interface__")
         self._check()
         return {
             "shape": self.shape,
@@ -299,7 +302,7 @@ class DeviceBuffer(_Layout, Transfers):
         }
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        return (interop.DL_CUDA, self.device)
+        return (interop.DL_CPU, 0) if self.session.gpu.host else (interop.DL_CUDA, self.session.gpu.ordinal)
 
     def __dlpack__(
         self,
@@ -327,14 +330,17 @@ class DeviceBuffer(_Layout, Transfers):
         if copy is False and not self.is_contiguous:
             raise BufferError(f"a strided view (strides {self.strides}) exports as a contiguous copy: pass copy=None")
         source = self.session.copy(self) if copy or not self.is_contiguous else self
+        if source.session.gpu.host:  # the CPU device's work is done when it is enqueued
+            return interop.to_dlpack(source.ptr, source.shape, source.dtype, 0, source, interop.DL_CPU)
         if stream != -1:
             source.session.order.order(1 if stream is None else stream, source.session.raw_stream)
-        return interop.to_dlpack(source.ptr, source.shape, source.dtype, source.device, owner=source)
+        return interop.to_dlpack(source.ptr, source.shape, source.dtype, source.session.gpu.ordinal, owner=source)
 
     def device_view(self) -> interop.DeviceView:
         """This array as an interop DeviceView (no driver call)."""
         self._check()
-        return interop.DeviceView(self.ptr, self.shape, self.strides, self.dtype, self.device, False, self)
+        device = None if self.session.gpu.host else self.session.gpu.ordinal
+        return interop.DeviceView(self.ptr, self.shape, self.strides, self.dtype, device, False, self)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"ptr=0x{self.ptr:x}"

@@ -61,7 +61,7 @@ class MemoryPool:
         props.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         props.handleTypes = d.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE
         props.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-        props.location.id = session.device
+        props.location.id = session.gpu.ordinal
         if limit is not None:
             props.maxSize = limit
         pool = check("cuMemPoolCreate", d.cuMemPoolCreate(props))

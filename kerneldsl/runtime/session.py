@@ -39,6 +39,7 @@ from .handle import Handle, check_same_session
 from .ordering import StreamOrder
 from .owned import OwnedHandles
 from .pool import FastAllocation, MemoryInfo, MemoryPool, resolve_pool_limit
+from .selection import CPU, DeviceSpec, resolve_device
 from .session_registry import open_sessions, reset_device
 from .stream import Event, Stream
 from .vendor import VendorHandles
@@ -68,13 +69,21 @@ class Session(Generic[ArrayT]):
     layer's ``DeviceArray`` (``kd.Session`` is ``Session[DeviceArray]``, see ``array.sessions``).
     """
 
-    def __init__(self, device: int = 0, pool_limit: int | None = None) -> None:
-        """``pool_limit``: the most bytes this session's memory pool may hold (default:
-        ``$KERNELDSL_POOL_LIMIT``, else no cap but the device's memory)."""
+    def __init__(self, device: DeviceSpec | None = None, pool_limit: int | None = None) -> None:
+        """``device``: a GPU ordinal or ``"cpu"`` (the CPU device); None picks as
+        ``selection.resolve_device`` says. ``pool_limit``: the most bytes this session's memory
+        pool may hold (default: ``$KERNELDSL_POOL_LIMIT``, else no cap but the device's memory)."""
         limit = resolve_pool_limit(pool_limit)
-        d = driver.ensure_init()
+        device = resolve_device(device)
+        host = device == CPU
+        if host:
+            from .host_driver import host_api  # the CPU device's runtime loads on its first session
+
+            d = host_api()
+        else:
+            d = driver.ensure_init()
         self.api: Any = d  # the driver bindings this session's handles belong to
-        self.device = device
+        self.device: DeviceSpec = device
         self.pid = os.getpid()
         self.generation = registry.generation
         self.session_id = next(registry.ids)
@@ -89,7 +98,7 @@ class Session(Generic[ArrayT]):
         self._poison: StickyCudaError | None = None
         self._forked = False
         self._state = OPEN
-        self.gpu = Device(d, device)
+        self.gpu = Device(d, 0 if host else int(device), host)
         self.context = Context(d, self.gpu)
         self.context_address = self.context.address
         self._activation = Activation(self, self.context, checked=True)
@@ -361,8 +370,10 @@ class Session(Generic[ArrayT]):
             raise SessionCloseError(errors) from errors[0]
 
 
-def default_session(device: int = 0) -> Session:
-    """This process's shared session for ``device``, created on first use (again after close)."""
+def default_session(device: DeviceSpec | None = None) -> Session:
+    """This process's shared session for ``device`` (None: as ``resolve_device`` picks), created
+    on first use (again after close)."""
+    device = resolve_device(device)
     s = registry.defaults.get(device)
     if s is None or s.state != OPEN:
         with registry.defaults_lock:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..errors import LaunchConfigError, StickyCudaError, WrongSessionError
+from ..errors import LaunchConfigError, StickyCudaError
 from . import driver, occupancy
 from .driver import check
 from .limits import (
@@ -17,7 +17,7 @@ from .limits import (
     MAX_CLUSTER_BLOCKS,
     MAX_GRID,
 )
-from .stream import Stream
+from .stream import Stream, check_stream
 
 if TYPE_CHECKING:
     from .session import Session
@@ -58,6 +58,8 @@ def launch(
     A CUfunction carries its context, so the launch needs no context switch; a driver that
     asks for a current context anyway (CUDA_ERROR_INVALID_CONTEXT) gets one, pushed and popped.
     An empty grid (zero-size arrays) is nothing to do: the call succeeds without a launch.
+    Callers check ``stream`` (``check_stream``) before they pack ``params``; here, after the
+    packing, a ``stream`` that is not a Stream itself is refused without reading it.
     """
     with self.lock:
         if not self.usable:
@@ -80,10 +82,10 @@ def launch(
             return
         if stream is None:
             h = self.raw_stream
-        elif stream.session is self and not stream._closed:
+        elif type(stream) is Stream and stream.session is self and not stream._closed:
             h = stream._cu
         else:
-            bad_stream(self, stream)
+            check_stream(stream, self)
         if self._deferred:
             with self._activation:  # entering an activation frees what finalizers queued
                 pass
@@ -122,10 +124,10 @@ def launch_ex(
             return
         if stream is None:
             h = self.raw_stream
-        elif stream.session is self and not stream._closed:
+        elif type(stream) is Stream and stream.session is self and not stream._closed:
             h = stream._cu
         else:
-            bad_stream(self, stream)
+            check_stream(stream, self)
         if cluster:
             check_cluster(self, grid, cluster)
             check_cluster_fits(self, function, grid, block, shared, cluster)
@@ -270,18 +272,15 @@ def entry_point(self: Session, name: str) -> int:
     address = self._entry_points.get(name)
     if address is None:
         with self._activation:
-            address = self._entry_points[name] = driver.entry_point(name)
+            address = self._entry_points[name] = driver.entry_point(name, self.api)
     return address
 
 
-def bad_stream(self: Session, stream: Stream) -> None:
-    stream._check()
-    raise WrongSessionError(
-        f"stream of session {stream.session.session_id} used to launch in session {self.session_id}"
-    )
-
-
 def launch_failed(self: Session, err: int) -> None:
+    """Raise for a failed launch; a sticky error poisons the session first. On the CPU device a
+    kernel fault is the host driver's ``KernelFaultError``, which leaves the session usable."""
+    if self.gpu.host:
+        raise self.api.launch_failure(int(err))
     exc = driver.error("cuLaunchKernel", err, launch=True)
     if isinstance(exc, StickyCudaError):
         self.poison(exc)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from .. import logs
 from ..errors import CudaError, DeviceInUseError, SessionCloseError
 from .context import reset_primary_context
+from .selection import DeviceSpec
 
 if TYPE_CHECKING:
     from .session import Session
@@ -29,11 +30,11 @@ _EXIT_CLOSE_TIMEOUT_S = 5.0
 
 ids = itertools.count(1)
 generation = 0  # bumped in a forked child: handles from before the fork are from generation - 1
-defaults: dict[int, Session] = {}  # default_session's, by device
+defaults: dict[DeviceSpec, Session] = {}  # default_session's, by device
 defaults_lock = threading.Lock()
 _open: dict[int, Session] = {}  # strong: an open session lives until close() or exit
 _registry_lock = threading.Lock()
-_poisoned_devices: set[int] = set()  # devices whose primary context a sticky error corrupted
+_poisoned_devices: set[DeviceSpec] = set()  # devices whose primary context a sticky error corrupted
 
 
 def add(session: Session) -> None:
@@ -42,7 +43,7 @@ def add(session: Session) -> None:
         _open[session.session_id] = session
 
 
-def mark_poisoned(device: int) -> None:
+def mark_poisoned(device: DeviceSpec) -> None:
     """A sticky error corrupted ``device``'s primary context: reset it once its last session closes."""
     with _registry_lock:
         _poisoned_devices.add(device)
@@ -58,16 +59,18 @@ def remove(session: Session, errors: list[BaseException]) -> None:
         _reset(session.device, errors)
 
 
-def _sessions_on(device: int) -> list[Session]:
+def _sessions_on(device: DeviceSpec) -> list[Session]:
     """Open sessions of ``device`` (registry lock held)."""
     return [s for s in _open.values() if s.device == device]
 
 
-def _reset(device: int, errors: list[BaseException]) -> None:
+def _reset(device: DeviceSpec, errors: list[BaseException]) -> None:
     """Destroy ``device``'s primary context so the next Session retains a fresh one: the way back
     after a sticky error, taken only once no session of this process uses the device."""
     with _registry_lock:
         _poisoned_devices.discard(device)
+    if type(device) is not int:  # the CPU device has no context to reset
+        return
     try:
         reset_primary_context(device)
         log.info("reset the primary context of device %d after a sticky error", device)

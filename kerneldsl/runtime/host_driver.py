@@ -1,0 +1,565 @@
+"""The CPU device's driver: the ``cu*`` calls kerneldsl.runtime makes, answered on the host.
+
+A session on the CPU device holds an instance as its ``api``, so the unchanged Session, pools,
+arrays, adapters, planners and C launch path run on it. The rules it keeps:
+
+- memory is real host memory aligned to 256 bytes like ``cudaMalloc``; pinned memory is the same;
+- work runs when it is enqueued, in order (a stream's order is kept by never reordering), so a
+  stream or event is always complete; events record the host's clock;
+- modules are shared libraries compiled from the rendered source (``host_runtime.load_image``), a
+  function is its exported descriptor's address, and launches go to the runtime library's
+  ``kd_host_launch``, which the C launch path also calls through ``cuGetProcAddress``;
+- a CUDA graph records the launches, copies and sets enqueued on the capturing stream, launch
+  parameters by value, and replays them; memory freed during a capture is freed with the graph;
+- a kernel fault (assert, trap, bad barrier) is a ``KernelFaultError`` naming the kernel, block,
+  thread and line; it does not poison the session, as nothing outside the kernel's own writes broke.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+from cuda.bindings import driver as _bindings
+
+from ..errors import KernelFaultError
+from . import host_runtime
+
+CUresult = _bindings.CUresult
+SUCCESS = 0
+INVALID_VALUE = 1
+OUT_OF_MEMORY = 2
+INVALID_IMAGE = 200
+INVALID_CONTEXT = 201
+NOT_FOUND = 500
+NOT_SUPPORTED = 801
+ALIGNMENT = 256  # what cudaMalloc guarantees, and the vector loads of the templates assume
+ARCH = (9, 0)  # the arch whose rendering decisions the CPU device runs: the H200's
+DEVICE_NAME = b"kerneldsl CPU device"
+PLAN_ENV = "KERNELDSL_CPU_PLAN"  # "gpu": plan grids for an H200's 132 SMs (debugging fidelity)
+
+_libc = ctypes.CDLL(None)
+_libc.posix_memalign.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t)
+_libc.free.argtypes = (ctypes.c_void_p,)
+
+_C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+_C_POOL_ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
+_C_FREE_ASYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p)
+_C_COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
+_C_STREAM_QUERY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+
+
+class LaunchAttribute(ctypes.Structure):
+    """cuda.h's CUlaunchAttribute: a 4-byte id, padding to 8, a 64-byte value."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """cuda.h's CUlaunchConfig."""
+
+    _fields_ = [
+        ("dims", ctypes.c_uint * 7),  # grid x, y, z, block x, y, z, shared bytes
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(LaunchAttribute)),
+        ("nattrs", ctypes.c_uint),
+    ]
+
+
+def _physical_memory() -> tuple[int, int]:
+    page = os.sysconf("SC_PAGE_SIZE")
+    return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
+
+
+def plan_multiprocessors() -> int:
+    """The SM count the CPU device reports, which grid planners size for: one an OS worker (fewer,
+    fatter blocks suit the host), or the H200's 132 with ``KERNELDSL_CPU_PLAN=gpu``."""
+    if os.environ.get(PLAN_ENV, "").strip().lower() == "gpu":
+        return 132
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+class HostDriver:
+    """``cuda.bindings.driver`` for the CPU device: one instance per process (``host_api``)."""
+
+    def __init__(self) -> None:
+        self._lib = host_runtime.runtime_library()
+        self._lock = threading.RLock()
+        self._tls = threading.local()
+        self._handles = itertools.count(0x1000, 0x10)
+        self.allocations: dict[int, int] = {}  # pointer -> bytes
+        self.pool_of: dict[int, int] = {}  # pointer -> its pool
+        self.pools: dict[int, int] = {}  # pool -> bytes in use
+        self.modules: dict[int, ctypes.CDLL] = {}
+        self.event_times: dict[int, int] = {}  # event -> perf_counter_ns at its last record
+        self.captures: dict[int, list[tuple[Any, ...]]] = {}  # capturing stream -> what it recorded
+        self.graphs: dict[int, tuple[list[tuple[Any, ...]], list[int]]] = {}  # graph -> (work, memory it frees)
+        self.freed_in_capture: dict[int, list[int]] = {}
+        self.function_values: dict[tuple[int, int], int] = {}
+        self._c_entries: dict[bytes, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("cu") and name != "cuuint64_t":
+            raise AttributeError(f"the CPU device's driver has no {name}")
+        return getattr(_bindings, name)  # enums and handle types
+
+    @staticmethod
+    def _r(code: int, *values: Any) -> tuple[Any, ...]:
+        return (CUresult(code), *values)
+
+    def _handle(self) -> int:
+        with self._lock:
+            return next(self._handles)
+
+    def _stack(self) -> list[int]:
+        stack: list[int] | None = getattr(self._tls, "stack", None)
+        if stack is None:
+            stack = self._tls.stack = []
+        return stack
+
+    # -- init, device, contexts ------------------------------------------------------------------
+
+    def cuInit(self, flags: int) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuDriverGetVersion(self) -> tuple[Any, ...]:
+        return self._r(SUCCESS, 13000)
+
+    def cuDeviceGetCount(self) -> tuple[Any, ...]:
+        return self._r(SUCCESS, 1)
+
+    def cuDeviceGet(self, ordinal: int) -> tuple[Any, ...]:
+        return self._r(SUCCESS if ordinal == 0 else 101, 0)
+
+    def cuDeviceGetName(self, length: int, dev: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS, DEVICE_NAME)
+
+    def cuDeviceGetPCIBusId(self, length: int, dev: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS, b"cpu")
+
+    def cuDeviceGetAttribute(self, attr: Any, dev: Any) -> tuple[Any, ...]:
+        a = _bindings.CUdevice_attribute
+        values = {
+            a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: ARCH[0],
+            a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: ARCH[1],
+            a.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: plan_multiprocessors(),
+            a.CU_DEVICE_ATTRIBUTE_WARP_SIZE: 32,
+            a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
+            a.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: 2048,
+            a.CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: 32,
+            a.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: 65536,
+            a.CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: 65536,
+            a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: 232448,
+            a.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: 233472,
+            a.CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: 1024,
+        }
+        return self._r(SUCCESS, values.get(attr, 0))
+
+    def cuGetErrorName(self, code: Any) -> tuple[Any, ...]:
+        try:
+            return self._r(SUCCESS, CUresult(int(code)).name.encode())
+        except ValueError:
+            return self._r(INVALID_VALUE, None)
+
+    def cuDevicePrimaryCtxRetain(self, dev: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS, 0xC000)
+
+    def cuDevicePrimaryCtxRelease(self, dev: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuDevicePrimaryCtxReset(self, dev: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuCtxPushCurrent(self, ctx: Any) -> tuple[Any, ...]:
+        self._stack().append(int(ctx))
+        return self._r(SUCCESS)
+
+    def cuCtxPopCurrent(self) -> tuple[Any, ...]:
+        stack = self._stack()
+        return self._r(SUCCESS, stack.pop() if stack else 0)
+
+    def cuCtxGetCurrent(self) -> tuple[Any, ...]:
+        stack = self._stack()
+        return self._r(SUCCESS, stack[-1] if stack else 0)
+
+    def cuCtxSetCurrent(self, ctx: Any) -> tuple[Any, ...]:
+        stack = self._stack()
+        if stack:
+            stack[-1] = int(ctx)
+        else:
+            stack.append(int(ctx))
+        return self._r(SUCCESS)
+
+    # -- memory ---------------------------------------------------------------------------------
+
+    def _allocate(self, n: int) -> int:
+        out = ctypes.c_void_p()
+        if n <= 0 or _libc.posix_memalign(ctypes.byref(out), ALIGNMENT, n) or not out.value:
+            return 0
+        with self._lock:
+            self.allocations[out.value] = n
+        return out.value
+
+    def _release(self, ptr: int) -> int:
+        with self._lock:
+            n = self.allocations.pop(ptr, None)
+            if n is None:
+                return INVALID_VALUE
+            pool = self.pool_of.pop(ptr, None)
+            if pool is not None:
+                self.pools[pool] -= n
+        _libc.free(ptr)
+        return SUCCESS
+
+    def cuMemPoolCreate(self, props: Any) -> tuple[Any, ...]:
+        h = self._handle()
+        self.pools[h] = 0
+        return self._r(SUCCESS, h)
+
+    def cuMemPoolDestroy(self, pool: Any) -> tuple[Any, ...]:
+        self.pools.pop(int(pool), None)
+        return self._r(SUCCESS)
+
+    def cuMemPoolSetAttribute(self, pool: Any, attr: Any, value: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuMemPoolGetAttribute(self, pool: Any, attr: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS, self.pools.get(int(pool), 0))
+
+    def cuMemPoolTrimTo(self, pool: Any, keep: int) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuMemAllocFromPoolAsync(self, n: int, pool: Any, stream: Any) -> tuple[Any, ...]:
+        ptr = self._allocate(int(n))
+        if not ptr:
+            return self._r(OUT_OF_MEMORY, 0)
+        with self._lock:
+            self.pool_of[ptr] = int(pool)
+            self.pools[int(pool)] = self.pools.get(int(pool), 0) + int(n)
+        return self._r(SUCCESS, ptr)
+
+    def cuMemFreeAsync(self, ptr: Any, stream: Any) -> tuple[Any, ...]:
+        freed = self.freed_in_capture.get(int(stream))
+        if freed is not None:  # a graph being captured may still use it: freed with the graph
+            freed.append(int(ptr))
+            return self._r(SUCCESS)
+        return self._r(self._release(int(ptr)))
+
+    def cuMemAlloc(self, n: int) -> tuple[Any, ...]:
+        ptr = self._allocate(int(n))
+        return self._r(SUCCESS if ptr else OUT_OF_MEMORY, ptr)
+
+    def cuMemFree(self, ptr: Any) -> tuple[Any, ...]:
+        return self._r(self._release(int(ptr)))
+
+    def cuMemHostAlloc(self, n: int, flags: int) -> tuple[Any, ...]:
+        ptr = self._allocate(int(n))
+        return self._r(SUCCESS if ptr else OUT_OF_MEMORY, ptr)
+
+    def cuMemFreeHost(self, ptr: Any) -> tuple[Any, ...]:
+        return self._r(self._release(int(ptr)))
+
+    def cuMemGetInfo(self) -> tuple[Any, ...]:
+        free, total = _physical_memory()
+        return self._r(SUCCESS, free, total)
+
+    def cuPointerGetAttribute(self, attr: Any, ptr: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS, 0)
+
+    def cuIpcGetMemHandle(self, ptr: Any) -> tuple[Any, ...]:
+        return self._r(NOT_SUPPORTED, None)
+
+    def cuIpcOpenMemHandle(self, handle: Any, flags: int) -> tuple[Any, ...]:
+        return self._r(NOT_SUPPORTED, 0)
+
+    def cuIpcCloseMemHandle(self, ptr: Any) -> tuple[Any, ...]:
+        return self._r(NOT_SUPPORTED)
+
+    def _copy(self, dst: int, src: int, n: int, stream: Any) -> int:
+        work = self.captures.get(int(stream or 0))
+        if work is not None:
+            work.append(("copy", dst, src, n))
+        elif n:
+            ctypes.memmove(dst, src, n)
+        return SUCCESS
+
+    def cuMemcpyHtoDAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
+        return self._r(self._copy(int(dst), int(src), int(n), stream))
+
+    def cuMemcpyDtoHAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
+        return self._r(self._copy(int(dst), int(src), int(n), stream))
+
+    def cuMemcpyDtoDAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
+        return self._r(self._copy(int(dst), int(src), int(n), stream))
+
+    def cuMemcpyHtoD(self, dst: Any, src: Any, n: int) -> tuple[Any, ...]:
+        return self._r(self._copy(int(dst), int(src), int(n), 0))
+
+    def cuMemcpyDtoH(self, dst: Any, src: Any, n: int) -> tuple[Any, ...]:
+        return self._r(self._copy(int(dst), int(src), int(n), 0))
+
+    def cuMemsetD8Async(self, ptr: Any, value: int, n: int, stream: Any) -> tuple[Any, ...]:
+        work = self.captures.get(int(stream or 0))
+        if work is not None:
+            work.append(("set", int(ptr), int(value), int(n)))
+        elif n:
+            ctypes.memset(int(ptr), int(value), int(n))
+        return self._r(SUCCESS)
+
+    # -- streams and events: work is done when it is enqueued ----------------------------------
+
+    def cuStreamCreate(self, flags: int) -> tuple[Any, ...]:
+        return self._r(SUCCESS, self._handle())
+
+    def cuStreamDestroy(self, stream: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuStreamSynchronize(self, stream: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuStreamQuery(self, stream: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuStreamWaitEvent(self, stream: Any, event: Any, flags: int) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuEventCreate(self, flags: int) -> tuple[Any, ...]:
+        h = self._handle()
+        self.event_times[h] = time.perf_counter_ns()
+        return self._r(SUCCESS, h)
+
+    def cuEventRecord(self, event: Any, stream: Any) -> tuple[Any, ...]:
+        self.event_times[int(event)] = time.perf_counter_ns()
+        return self._r(SUCCESS)
+
+    def cuEventQuery(self, event: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuEventSynchronize(self, event: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS)
+
+    def cuEventDestroy(self, event: Any) -> tuple[Any, ...]:
+        self.event_times.pop(int(event), None)
+        return self._r(SUCCESS)
+
+    def cuEventElapsedTime(self, start: Any, end: Any) -> tuple[Any, ...]:
+        elapsed = self.event_times[int(end)] - self.event_times[int(start)]
+        return self._r(SUCCESS, elapsed / 1e6)
+
+    # -- modules and launches ------------------------------------------------------------------
+
+    def cuModuleLoadData(self, image: Any) -> tuple[Any, ...]:
+        try:
+            module = host_runtime.load_image(bytes(image))
+        except OSError:
+            return self._r(INVALID_IMAGE, 0)
+        h = self._handle()
+        with self._lock:
+            self.modules[h] = module
+        return self._r(SUCCESS, h)
+
+    def cuModuleGetFunction(self, module: Any, name: bytes) -> tuple[Any, ...]:
+        lib = self.modules.get(int(module))
+        address = host_runtime.descriptor(lib, bytes(name).decode()) if lib is not None else 0
+        if not address:
+            return self._r(NOT_FOUND, None)
+        return self._r(SUCCESS, _bindings.CUfunction(address))
+
+    def cuModuleUnload(self, module: Any) -> tuple[Any, ...]:
+        """Forgets the module but keeps its code mapped: a replayed graph or another thread's
+        launch may still run it, and unloading TLS-holding libraries is not worth the risk."""
+        with self._lock:
+            self.modules.pop(int(module), None)
+        return self._r(SUCCESS)
+
+    def cuFuncGetAttribute(self, attr: Any, fn: Any) -> tuple[Any, ...]:
+        name = _bindings.CUfunction_attribute(attr).name.removeprefix("CU_FUNC_ATTRIBUTE_")
+        value = self.function_values.get((int(fn), int(attr)))
+        if value is None:
+            value = {"NUM_REGS": 32, "MAX_THREADS_PER_BLOCK": 1024, "PTX_VERSION": 90, "BINARY_VERSION": 90}.get(
+                name, 49152 if name == "MAX_DYNAMIC_SHARED_SIZE_BYTES" else 0
+            )
+        return self._r(SUCCESS, value)
+
+    def cuFuncSetAttribute(self, fn: Any, attr: Any, value: int) -> tuple[Any, ...]:
+        self.function_values[(int(fn), int(attr))] = int(value)
+        return self._r(SUCCESS)
+
+    def cuOccupancyMaxActiveBlocksPerMultiprocessor(self, f: Any, block_size: int, shared: int) -> tuple[Any, ...]:
+        return self._r(SUCCESS, max(1, 2048 // max(1, int(block_size))))
+
+    def cuOccupancyMaxPotentialBlockSize(self, f: Any, to_shared: Any, shared: int, limit: int) -> tuple[Any, ...]:
+        block = min(1024, int(limit) or 1024)
+        return self._r(SUCCESS, plan_multiprocessors() * max(1, 2048 // block), block)
+
+    def cuOccupancyMaxPotentialClusterSize(self, f: Any, config: Any) -> tuple[Any, ...]:
+        return self._r(SUCCESS, 8)
+
+    def cuLaunchKernel(
+        self,
+        f: Any,
+        gx: int,
+        gy: int,
+        gz: int,
+        bx: int,
+        by: int,
+        bz: int,
+        shared: int,
+        stream: Any,
+        params: Any,
+        extra: Any,
+    ) -> tuple[Any, ...]:
+        work = self.captures.get(int(stream or 0))
+        if work is not None:
+            work.append(("launch", int(f), (gx, gy, gz, bx, by, bz, shared), self._snapshot(int(f), int(params or 0))))
+            return self._r(SUCCESS)
+        code = self._lib.kd_host_launch(int(f), gx, gy, gz, bx, by, bz, shared, None, int(params or 0) or None, None)
+        return self._r(code)
+
+    def cuLaunchKernelEx(self, config: Any, f: Any, params: Any, extra: Any) -> tuple[Any, ...]:
+        attributes = (LaunchAttribute * max(1, int(config.numAttrs)))()
+        ids = _bindings.CUlaunchAttributeID
+        for slot, a in zip(attributes, config.attrs[: config.numAttrs]):
+            slot.id = int(a.id)
+            if a.id == ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+                slot.value[0] = int(a.value.cooperative)
+            elif a.id == ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+                dim = a.value.clusterDim
+                slot.value[0], slot.value[1], slot.value[2] = dim.x, dim.y, dim.z
+        c = LaunchConfig()
+        dims = (config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, config.blockDimY)
+        c.dims[:] = [*dims, config.blockDimZ, config.sharedMemBytes]
+        c.attrs = attributes
+        c.nattrs = int(config.numAttrs)
+        code = self._lib.kd_host_launch_ex(ctypes.addressof(c), int(f), int(params or 0) or None, None)
+        return self._r(code)
+
+    def launch_failure(self, code: int, api: str = "cuLaunchKernel") -> KernelFaultError:
+        """The error for a failed host launch, with the runtime's account of what went wrong."""
+        try:
+            name = CUresult(code).name
+        except ValueError:
+            name = f"CUDA_ERROR_{code}"
+        detail = host_runtime.last_error(self._lib) or "the CPU device's runtime refused the launch"
+        return KernelFaultError(code, name, api, detail)
+
+    def _snapshot(self, function: int, params: int) -> bytes:
+        """A launch's parameter values, 8-byte slots as kerneldsl's adapters pack them."""
+        count = host_runtime.nparams(function)
+        if not count or not params:
+            return b""
+        pointers = (ctypes.c_void_p * count).from_address(params)
+        return b"".join(ctypes.string_at(p or 0, 8) for p in pointers)
+
+    # -- graphs ---------------------------------------------------------------------------------
+
+    def cuStreamBeginCapture(self, stream: Any, mode: Any) -> tuple[Any, ...]:
+        with self._lock:
+            self.captures[int(stream)] = []
+            self.freed_in_capture[int(stream)] = []
+        return self._r(SUCCESS)
+
+    def cuStreamEndCapture(self, stream: Any) -> tuple[Any, ...]:
+        with self._lock:
+            work = self.captures.pop(int(stream), [])
+            freed = self.freed_in_capture.pop(int(stream), [])
+            h = self._handle()
+            self.graphs[h] = (work, freed)
+        return self._r(SUCCESS, h)
+
+    def cuGraphInstantiate(self, graph: Any, flags: int) -> tuple[Any, ...]:
+        h = self._handle()
+        self.graphs[h] = (self.graphs[int(graph)][0], [])
+        return self._r(SUCCESS, h)
+
+    def cuGraphLaunch(self, exec_: Any, stream: Any) -> tuple[Any, ...]:
+        for step in self.graphs[int(exec_)][0]:
+            code = self._replay(step)
+            if code:
+                return self._r(code)
+        return self._r(SUCCESS)
+
+    def _replay(self, step: tuple[Any, ...]) -> int:
+        kind = step[0]
+        if kind == "copy":
+            ctypes.memmove(step[1], step[2], step[3])
+            return SUCCESS
+        if kind == "set":
+            ctypes.memset(step[1], step[2], step[3])
+            return SUCCESS
+        _, function, dims, values = step
+        count = len(values) // 8
+        storage = ctypes.create_string_buffer(values, max(8, len(values)))
+        base = ctypes.addressof(storage)
+        pointers = (ctypes.c_void_p * max(1, count))(*[base + 8 * i for i in range(count)])
+        return int(self._lib.kd_host_launch(function, *dims, None, pointers if count else None, None))
+
+    def cuGraphExecDestroy(self, exec_: Any) -> tuple[Any, ...]:
+        self.graphs.pop(int(exec_), None)
+        return self._r(SUCCESS)
+
+    def cuGraphDestroy(self, graph: Any) -> tuple[Any, ...]:
+        _, freed = self.graphs.pop(int(graph), ([], []))
+        for ptr in freed:
+            self._release(ptr)
+        return self._r(SUCCESS)
+
+    # -- the C launch path's entries ------------------------------------------------------------
+
+    def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple[Any, ...]:
+        """``kd_host_launch``/``kd_host_launch_ex`` for the launches; the pool, copies and queries
+        as C callbacks into this driver, so the C launch path keeps one set of books."""
+        native = {b"cuLaunchKernel": "kd_host_launch", b"cuLaunchKernelEx": "kd_host_launch_ex"}
+        name = bytes(symbol)
+        if name in native:
+            return self._r(SUCCESS, ctypes.cast(getattr(self._lib, native[name]), ctypes.c_void_p).value, 0)
+        if not self._c_entries:
+            self._c_entries.update(
+                {
+                    b"cuCtxGetCurrent": _C_CURRENT(self._current_from_c),
+                    b"cuMemAllocFromPoolAsync": _C_POOL_ALLOC(self._alloc_from_c),
+                    b"cuMemFreeAsync": _C_FREE_ASYNC(self._free_from_c),
+                    b"cuMemcpyHtoDAsync": _C_COPY(self._copy_from_c),
+                    b"cuMemcpyDtoHAsync": _C_COPY(self._copy_from_c),
+                    b"cuStreamQuery": _C_STREAM_QUERY(lambda stream: SUCCESS),
+                }
+            )
+        entry = self._c_entries.get(name)
+        if entry is None:
+            return self._r(SUCCESS, 0, 0)
+        return self._r(SUCCESS, ctypes.cast(entry, ctypes.c_void_p).value, 0)
+
+    def _current_from_c(self, out: int) -> int:
+        stack = self._stack()
+        ctypes.c_void_p.from_address(out).value = stack[-1] if stack else None
+        return SUCCESS
+
+    def _alloc_from_c(self, out: int, n: int, pool: int, stream: int) -> int:
+        result = self.cuMemAllocFromPoolAsync(n, pool, stream)
+        if not result[0]:
+            ctypes.c_uint64.from_address(out).value = result[1]
+        return int(result[0])
+
+    def _free_from_c(self, ptr: int, stream: int) -> int:
+        return int(self.cuMemFreeAsync(ptr, stream)[0])
+
+    def _copy_from_c(self, dst: int, src: int, n: int, stream: int) -> int:
+        return self._copy(dst, src, n, stream)
+
+
+_instance: HostDriver | None = None
+_instance_lock = threading.Lock()
+
+
+def host_api() -> HostDriver:
+    """The process's CPU-device driver, made on first use (which compiles or loads the runtime)."""
+    global _instance
+    if _instance is None:
+        with _instance_lock:
+            if _instance is None:
+                _instance = HostDriver()
+    return _instance

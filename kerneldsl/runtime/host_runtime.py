@@ -1,0 +1,124 @@
+"""The CPU device's native half: its runtime library (thread pool, fibers, launch entries with
+``cuLaunchKernel``'s ABI) and the kernel modules, loaded into this process.
+
+The runtime library is compiled once per host compiler from ``templates/host/kd_host_runtime.cpp``
+and kept in the disk cache like a kernel image (sealed, keyed on the compiler's identity, the
+source and the flags); it is loaded with ``RTLD_GLOBAL`` so that kernel modules, loaded
+``RTLD_LOCAL`` after it, resolve the runtime's symbols. Images are written to a private
+temporary file, loaded and unlinked at once: nothing stays on disk that another user could swap.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import tempfile
+import threading
+from functools import lru_cache
+from typing import Any
+
+from .. import cache as disk_cache
+from .. import logs
+from .host_toolchain import HOST_ABI, compile_shared, host_compiler, shim_dir
+
+log = logs.get("runtime.host")
+
+RUNTIME_FLAGS = ("-O2", "-pthread")
+MAGIC = 0x4644484B  # 'KDHF': a kernel module's exported function descriptor
+_ELF = b"\x7fELF"
+_lock = threading.Lock()
+
+LAUNCH_ARGS: list[Any] = [ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+
+
+class FunctionDescriptor(ctypes.Structure):
+    """``kd_host_function`` (templates/host/kd_host.h): what a module exports per kernel."""
+
+    _fields_ = [
+        ("magic", ctypes.c_uint),
+        ("abi", ctypes.c_uint),
+        ("name", ctypes.c_char_p),
+        ("run_blocks", ctypes.c_void_p),
+        ("flags", ctypes.c_uint),
+        ("nparams", ctypes.c_uint),
+    ]
+
+
+def runtime_material() -> dict[str, Any]:
+    """What the runtime library's image depends on: the compiler, the flags, its source and the shim."""
+    folder = shim_dir()
+    digest = hashlib.sha256()
+    for name in ("kd_host_runtime.cpp", "kd_host.h"):
+        digest.update((folder / name).read_bytes())
+    return {
+        "format": disk_cache.CACHE_FORMAT_VERSION,
+        "kernel": "kd_host_runtime",
+        "output": "host-runtime",
+        "compiler": host_compiler().identity(),
+        "flags": list(RUNTIME_FLAGS),
+        "source": digest.hexdigest(),
+        "abi": HOST_ABI,
+    }
+
+
+def load_image(image: bytes, global_symbols: bool = False) -> ctypes.CDLL:
+    """dlopen ``image`` (a shared library's bytes) from a private temporary file, unlinked at once."""
+    if not bytes(image[:4]) == _ELF:
+        raise OSError("not a shared library for this host (a cubin or PTX cannot run on the CPU device)")
+    fd, path = tempfile.mkstemp(prefix="kerneldsl-host-", suffix=".so")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(image)
+        mode = ctypes.RTLD_GLOBAL if global_symbols else ctypes.RTLD_LOCAL
+        return ctypes.CDLL(path, mode=mode | os.RTLD_NOW)
+    finally:
+        os.unlink(path)
+
+
+@lru_cache(maxsize=1)
+def runtime_library() -> ctypes.CDLL:
+    """The runtime library, compiled on first use in any process and loaded once per process."""
+    with _lock:
+        material = runtime_material()
+        key = disk_cache.cache_key(material)
+        store = disk_cache.get_default_cache()
+        image = store.get(key, material)
+        if image is None:
+            source = (shim_dir() / "kd_host_runtime.cpp").read_text()
+            flags = (*RUNTIME_FLAGS, f"-I{shim_dir()}")
+            image = compile_shared(host_compiler(), source, flags, "kd_host_runtime")
+            store.put(key, image, material)
+            log.debug("compiled the CPU device's runtime library (%d bytes)", len(image))
+        lib = load_image(image, global_symbols=True)
+    lib.kd_host_launch.argtypes = LAUNCH_ARGS
+    lib.kd_host_launch.restype = ctypes.c_int
+    lib.kd_host_launch_ex.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+    lib.kd_host_launch_ex.restype = ctypes.c_int
+    lib.kd_host_last_error.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
+    lib.kd_host_last_error.restype = ctypes.c_size_t
+    lib.kd_host_workers.restype = ctypes.c_int
+    return lib
+
+
+def last_error(lib: ctypes.CDLL) -> str:
+    """The runtime's message for the last failed launch on this thread ('' when it kept none)."""
+    buffer = ctypes.create_string_buffer(4096)
+    n = lib.kd_host_last_error(buffer, len(buffer))
+    return buffer.value[: min(n, len(buffer) - 1)].decode(errors="replace")
+
+
+def descriptor(module: ctypes.CDLL, name: str) -> int:
+    """The address of kernel ``name``'s descriptor in ``module``, checked; 0 when it has none."""
+    try:
+        found = FunctionDescriptor.in_dll(module, f"kd_host_fn_{name}")
+    except ValueError:
+        return 0
+    if found.magic != MAGIC or found.abi != HOST_ABI:
+        return 0
+    return ctypes.addressof(found)
+
+
+def nparams(function: int) -> int:
+    """How many parameters the kernel of descriptor address ``function`` takes."""
+    return int(FunctionDescriptor.from_address(function).nparams)

@@ -1,0 +1,119 @@
+"""The host C++ compiler the CPU device builds with: which one, who it is, and one compile.
+
+The CPU device compiles the same rendered CUDA C++ into shared libraries behind a shim header
+(``templates/host/kd_host.h``) and runs them on the host. The compiler is
+``$KERNELDSL_HOST_CXX`` (may hold arguments, e.g. ``python -m ziglang c++``), else ``$CXX``, else
+the first of ``c++``, ``g++``, ``clang++`` on PATH. Its identity (first ``--version`` line and
+``-dumpmachine``'s target triple) is part of every host build's cache key, so a compiler change
+is a miss that ``explain`` names.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import HostCompilerNotFoundError
+
+HOST_CXX_ENV = "KERNELDSL_HOST_CXX"
+_CANDIDATES = ("c++", "g++", "clang++")
+_INSTALL_HINT = (
+    "the CPU device compiles kernels with a host C++ compiler and found none: install one "
+    "(Debian/Ubuntu: apt-get install g++; macOS: xcode-select --install), set "
+    f"{HOST_CXX_ENV}=/path/to/c++, or pip install 'kerneldsl[cpu]' for a compiler from PyPI "
+    f"({HOST_CXX_ENV}='python -m ziglang c++')"
+)
+# Flags every host image is built with: -fno-strict-aliasing because the templates pun vector
+# loads; never -ffast-math, since kernels test x != x; ABI is the host runtime's contract version.
+COMMON_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno")
+HOST_ABI = 1
+
+
+@dataclass(frozen=True)
+class HostCompiler:
+    """A host C++ compiler: the argv that runs it, and what it says it is."""
+
+    argv: tuple[str, ...]
+    version: str  # the first line of ``--version``
+    target: str  # ``-dumpmachine``: the target triple
+
+    def identity(self) -> dict[str, str]:
+        """What a host build's key records of the compiler (no path: the same compiler anywhere)."""
+        return {"version": self.version, "target": self.target, "abi": str(HOST_ABI)}
+
+
+class HostCompileFailure(Exception):
+    """The compiler refused a source; carries its log for the caller to map onto user code."""
+
+    def __init__(self, log: str) -> None:
+        super().__init__(log)
+        self.log = log
+
+
+def _configured_argv() -> tuple[str, ...]:
+    for variable in (HOST_CXX_ENV, "CXX"):
+        value = os.environ.get(variable, "").strip()
+        if value:
+            argv = tuple(shlex.split(value))
+            if shutil.which(argv[0]) is None:
+                raise HostCompilerNotFoundError(f"{variable}={value!r} names no program on PATH; {_INSTALL_HINT}")
+            return argv
+    for name in _CANDIDATES:
+        if shutil.which(name) is not None:
+            return (name,)
+    raise HostCompilerNotFoundError(_INSTALL_HINT)
+
+
+def _ask(argv: tuple[str, ...], flag: str) -> str:
+    try:
+        done = subprocess.run([*argv, flag], capture_output=True, text=True, timeout=120, check=False)
+    except OSError as exc:
+        raise HostCompilerNotFoundError(f"{' '.join(argv)} could not run ({exc}); {_INSTALL_HINT}") from None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
+        raise HostCompilerNotFoundError(f"{' '.join(argv)} {flag} failed: {done.stderr.strip()[:500]}")
+    return lines[0].strip()
+
+
+@lru_cache(maxsize=4)
+def _compiler(argv: tuple[str, ...]) -> HostCompiler:
+    return HostCompiler(argv, _ask(argv, "--version"), _ask(argv, "-dumpmachine"))
+
+
+def host_compiler() -> HostCompiler:
+    """The configured compiler, asked who it is once per process and configuration."""
+    return _compiler(_configured_argv())
+
+
+def shim_dir() -> Path:
+    """The folder of ``kd_host.h`` and ``kd_host_runtime.cpp``: inside an installed wheel's
+    templates, or at the top of a checkout."""
+    here = Path(__file__).resolve().parent.parent
+    packaged = here / "templates" / "host"
+    return packaged if packaged.is_dir() else here.parent / "templates" / "host"
+
+
+def compile_shared(compiler: HostCompiler, source: str, flags: tuple[str, ...], name: str = "module") -> bytes:
+    """Compile ``source`` (C++) into a shared library and return its bytes; ``HostCompileFailure``
+    with the compiler's log when it refuses. Runs in a private temporary folder."""
+    with tempfile.TemporaryDirectory(prefix="kerneldsl-host-") as scratch:
+        src = Path(scratch) / f"{name}.cpp"
+        out = Path(scratch) / f"{name}.so"
+        src.write_text(source)
+        argv = [*compiler.argv, *COMMON_FLAGS, *flags, "-x", "c++", str(src), "-o", str(out)]
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, cwd=scratch)
+        except OSError as exc:
+            raise HostCompilerNotFoundError(
+                f"{' '.join(compiler.argv)} could not run ({exc}); {_INSTALL_HINT}"
+            ) from None
+        if done.returncode or not out.is_file():
+            log = (done.stderr + done.stdout).replace(str(src), f"{name}.cpp")
+            raise HostCompileFailure(log)
+        return out.read_bytes()
