@@ -75,10 +75,10 @@ def is_available(device: DeviceSpec = "cuda") -> bool:
     try:
         wanted = _parse(device, "device") if isinstance(device, str) else device
         if wanted == CPU:
-            from .host_toolchain import host_compiler
+            from .host_toolchain import host_compiler, shim_dir
 
             host_compiler()
-            return True
+            return (shim_dir() / "kd_host.h").is_file() and (shim_dir() / "kd_host_runtime.cpp").is_file()
         return driver.driver_available() and 0 <= int(wanted) < driver.device_count()
     except Exception:
         return False
