@@ -3,17 +3,20 @@
 The CPU device compiles the same rendered CUDA C++ into shared libraries behind a shim header
 (``templates/host/kd_host.h``) and runs them on the host. The compiler is
 ``$KERNELDSL_HOST_CXX`` (may hold arguments, e.g. ``python -m ziglang c++``), else ``$CXX``, else
-the first of ``c++``, ``g++``, ``clang++`` on PATH. Its identity (first ``--version`` line and
+the first of ``c++``, ``g++``, ``clang++`` on PATH, else the ``ziglang`` wheel's clang
+(``pip install 'kerneldsl[cpu]'``; it builds its libc++ once, on first use). Its identity (first ``--version`` line and
 ``-dumpmachine``'s target triple) is part of every host build's cache key, so a compiler change
 is a miss that ``explain`` names.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -67,6 +70,8 @@ def _configured_argv() -> tuple[str, ...]:
     for name in _CANDIDATES:
         if shutil.which(name) is not None:
             return (name,)
+    if importlib.util.find_spec("ziglang") is not None:  # kerneldsl[cpu]: clang from PyPI
+        return (sys.executable, "-m", "ziglang", "c++")
     raise HostCompilerNotFoundError(_INSTALL_HINT)
 
 
