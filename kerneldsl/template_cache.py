@@ -17,7 +17,9 @@ import contextlib
 import hashlib
 import os
 import pickle
+import stat
 import sys
+from typing import BinaryIO
 
 import jinja2
 from jinja2.bccache import Bucket
@@ -39,12 +41,11 @@ class TemplateCodeCache(jinja2.FileSystemBytecodeCache):
         return super().get_bucket(environment, name, filename, f"{source}\0{_settings(environment)}")
 
     def load_bytecode(self, bucket: Bucket) -> None:
-        """A file that cannot be read, is not whole, or that another user could have written is a
-        miss (the template is compiled)."""
-        if not _owned(self._get_cache_filename(bucket)):
-            return
+        """A file that cannot be read, is not whole, is not a regular file, or that another user
+        could have written is a miss (the template is compiled)."""
         try:
-            super().load_bytecode(bucket)
+            with _open_owned(self._get_cache_filename(bucket)) as f:
+                bucket.load_bytecode(f)
         except (OSError, EOFError, ValueError, pickle.UnpicklingError):
             bucket.reset()
 
@@ -54,15 +55,27 @@ class TemplateCodeCache(jinja2.FileSystemBytecodeCache):
             super().dump_bytecode(bucket)
 
 
-def _owned(path: str) -> bool:
-    """Whether ``path`` and its directory belong to this user (or root) and no one else may
-    write them: code is executed when loaded, so a file others could have planted is never read
-    (as the disk cache refuses such entries)."""
+def _open_owned(path: str) -> BinaryIO:
+    """``path`` opened for reading if it is a regular file that, like its directory, belongs to
+    this user (or root) and no one else may write; OSError otherwise. Code is executed when
+    loaded, so a file others could have planted is never read (as the disk cache refuses such
+    entries). Opened without blocking and checked on the open descriptor: a FIFO there would
+    otherwise hold the first render forever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        stats = (os.stat(path), os.stat(os.path.dirname(path)))
-    except OSError:
-        return False
-    return all(st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022 for st in stats)
+        opened = os.fstat(fd)
+        if not stat.S_ISREG(opened.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        if not all(_private(st) for st in (opened, os.stat(os.path.dirname(path)))):
+            raise OSError(f"{path} or its directory may be written by another user")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _private(st: os.stat_result) -> bool:
+    return st.st_uid in (os.getuid(), 0) and not st.st_mode & 0o022
 
 
 # what the lexer and code generator read from an environment (the rest is read as templates render)

@@ -4,7 +4,10 @@ template's current source by this Jinja release; it renders exactly what the sou
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,6 +81,27 @@ def test_code_another_user_could_have_written_is_never_loaded(templates: Path, p
     parsed.clear()
     assert rendered() == first
     assert parsed  # compiled from source again
+
+
+def test_a_fifo_in_place_of_kept_code_is_compiled_around_never_waited_on(templates: Path, parsed: list[str]) -> None:
+    first = rendered()
+    fifos = list((templates / COMPILED_DIR).glob("*.jinja"))
+    for path in fifos:
+        path.unlink()
+        os.mkfifo(path, 0o600)
+    parsed.clear()
+    renders: list[tuple[str, str]] = []
+    worker = threading.Thread(target=lambda: renders.append(rendered()), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    waited = worker.is_alive()
+    for path in fifos if waited else []:  # let a render blocked on a FIFO's open finish
+        with contextlib.suppress(OSError):
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    worker.join(timeout=60)
+    assert not waited, "the render waited on a FIFO"
+    assert renders == [first]
+    assert parsed  # compiled from source
 
 
 def test_an_edited_template_is_compiled_from_its_source_never_from_stale_code(
