@@ -15,6 +15,7 @@ import numpy as np
 
 from ..build import Build
 from ..routing import find_remote, route
+from ..runtime.stream import check_stream
 from .kernels import BoundedCache
 from .placement import arg_key, check_placement, contiguous, fast_place, into_strided, is_strided, place
 
@@ -98,6 +99,8 @@ class PlanCache(BoundedCache):
         on a miss, on ``stream`` when given; ``front`` (the callable) may then let the C path
         take later calls. Remote arrays (which never make a plan here) send the call to their
         worker as ``remote``: the callable and its keyword arguments."""
+        if stream is not None:  # before an operand is uploaded, adopted or converted
+            check_stream(stream, None)
         key = (*map(arg_key, args), extra, arg_key(out))
         plan = self.get(key)
         values: Sequence[Any]

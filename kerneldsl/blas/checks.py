@@ -20,7 +20,7 @@ from ..errors import AliasingError, BindingError, ShapeMismatchError, StridedArr
 from ..routing import RemoteArguments, is_remote
 from ..runtime.handle import check_same_session
 from ..runtime.session import Session
-from ..runtime.stream import Stream
+from ..runtime.stream import Stream, check_stream
 from .binding import C_32F, C_64F, COMPUTE_32F, COMPUTE_64F, R_16BF, R_16F, R_32F, R_64F
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -44,7 +44,10 @@ VECTOR_PREFIX: dict[np.dtype, str] = {F32: "s", F64: "d"}
 
 
 def session_of(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], stream: Stream | None) -> Session:
-    """The one session owning every array and ``stream``; specific errors for foreign, closed or mixed ones."""
+    """The one session owning every array and ``stream``; specific errors for foreign, closed or mixed ones.
+    ``stream`` is checked first, before anything is read from the arrays (``check_stream``)."""
+    if stream is not None:
+        check_stream(stream, None)
     for name, a in zip(names, arrays):
         if a is not None and type(a) is not memory.array_type:
             if is_remote(a):

@@ -7,8 +7,9 @@ KeyboardInterrupt promptly even while a long kernel runs.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, final
 
+from ..errors import InvalidStreamError, WrongSessionError
 from . import driver
 from .driver import check
 from .handle import Handle, check_same_session
@@ -64,11 +65,21 @@ def record_sync_event(session: Session, stream_cu: Any) -> Any:
     return raw
 
 
+@final
 class Stream(Handle):
-    """A non-blocking CUDA stream owned by a session; work on it is ordered, async to the host."""
+    """A non-blocking CUDA stream owned by a session; work on it is ordered, async to the host.
+
+    Not subclassable: the session reads its streams' members while it frees memory and launches,
+    where no code of a caller's may run."""
 
     kind = "stream"
     __slots__ = ("_cu", "handle")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        raise InvalidStreamError(
+            f"kd.Stream cannot be subclassed ({cls.__name__}): the session reads its streams' members "
+            "while it launches and frees memory, where a subclass's code must not run"
+        )
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)
@@ -107,6 +118,29 @@ class Stream(Handle):
         return f"<Stream 0x{self.handle:x} session={self.session.session_id} device={self.device}>"
 
 
+def check_stream(stream: object, session: Session | None) -> None:
+    """Accept a call's ``stream=`` (not None) that is an open ``kd.Stream`` of ``session`` (of any
+    session while the call does not know its own yet); else raise why not: InvalidStreamError,
+    ClosedError or WrongSessionError.
+
+    Every call that takes ``stream=`` checks it here on entry, before it converts or packs an
+    argument. Only a Stream itself is accepted and nothing else is read: an attribute of a
+    subclass or a look-alike could run code (close an array, re-enter the kernel) after the
+    parameters were packed. The accepted case is a type identity test and two member reads.
+    """
+    if type(stream) is Stream and not stream._closed and (session is None or stream.session is session):
+        return
+    if type(stream) is not Stream:
+        raise InvalidStreamError(f"stream= must be a kd.Stream (or None), got {type(stream).__name__}")
+    stream._check()  # ClosedError, or why its session runs nothing
+    if session is not None:  # an open Stream refused: another session's
+        owner = stream.session
+        raise WrongSessionError(
+            f"stream= belongs to session {owner.session_id} (device {owner.device}), "
+            f"the call runs in session {session.session_id} (device {session.device})"
+        )
+
+
 class Event(Handle):
     """A CUDA event: a point in a stream to wait on, query, or time against another event."""
 
@@ -125,9 +159,11 @@ class Event(Handle):
     def record(self, stream: Stream | None = None) -> Event:
         """Record at the current end of ``stream`` (default: the session stream); returns self."""
         self._check()
-        stream = self.session.stream if stream is None else stream
-        stream._check()
-        session = check_same_session(self, stream)
+        session = self.session
+        if stream is None:
+            stream = session.stream
+        else:
+            check_stream(stream, session)
         with session.activated():
             check("cuEventRecord", session.api.cuEventRecord(self._cu, stream._cu))
         return self

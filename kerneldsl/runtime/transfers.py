@@ -18,6 +18,7 @@ from ..errors import StridedArrayError
 from . import host_copies, nvtx
 from .driver import check
 from .handle import Handle, check_same_session
+from .stream import check_stream
 
 if TYPE_CHECKING:
     from .memory import PinnedArray, Shape
@@ -186,8 +187,7 @@ def _on_session_stream(session: Session, stream: Stream, what: str) -> None:
 def _stream(session: Session, stream: Stream | None) -> Stream:
     if stream is None:
         return session.stream
-    stream._check()
-    check_same_session(session.stream, stream)
+    check_stream(stream, session)
     return stream
 
 

@@ -37,6 +37,7 @@ from ..runtime import nvtx
 from ..runtime.memory import ARRAY_TYPES
 from ..runtime.occupancy import function_attributes
 from ..runtime.session import default_session
+from ..runtime.stream import check_stream
 from ..specialize import const_key
 from . import records
 from .ahead import checked_tune_for, tune_arguments
@@ -161,6 +162,8 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
                 if self._c_key and not nvtx.ON:
                     self._remember(warm, args, raw)
                 return
+        if stream is not None:  # refused before a first call tunes
+            check_stream(stream, None)
         args, consts, raw = self._place(args, kwargs)
         chosen = self._chosen.get(raw)
         if chosen is None:
