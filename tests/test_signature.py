@@ -1,6 +1,10 @@
 """Declarations: every invalid signature fails at decoration time, naming what is wrong."""
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -9,6 +13,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl.errors import DeclarationError
 from kerneldsl.signature import ArrayParam, ConstParam, ScalarParam
+from kerneldsl.signature.parse import MAX_IDENTIFIER_LENGTH
 
 
 def declare(func: Callable[..., str], **options: Any) -> kd.Kernel:
@@ -331,6 +336,69 @@ def test_shape_symbol_must_be_an_identifier() -> None:
         return ""
 
     rejects(k, "x", "'n+1'", "not an identifier")
+
+
+# --- name lengths ---------------------------------------------------------------------------------
+
+LONGEST = "n" * MAX_IDENTIFIER_LENGTH
+
+KERNEL_NAMED_AT_LENGTH = """
+import sys
+import numpy as np
+import kerneldsl as kd
+from kerneldsl.errors import DeclarationError
+name = "k" * int(sys.argv[1])
+namespace = {"kd": kd}
+exec(f"def {name}(y: kd.Out[kd.float32, 1]):\\n    return 'y[0] = 1.0f;'\\n", namespace)
+try:
+    kd.kernel(grid=1, block=1)(namespace[name]).inspect(np.zeros(1, np.float32), arch="sm_90")
+except DeclarationError as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def test_a_kernel_name_of_100000_characters_is_refused_before_nvrtc_sees_it(tmp_path: Path) -> None:
+    """NVRTC corrupts its heap and aborts the process on such an entry name."""
+    env = {**os.environ, "KERNELDSL_CACHE_DIR": str(tmp_path / "cache")}
+    run = subprocess.run(
+        [sys.executable, "-c", KERNEL_NAMED_AT_LENGTH, "100000"], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("DeclarationError kernel 'kkkk")
+    assert f"is 100000 characters long; names are at most {MAX_IDENTIFIER_LENGTH}\n" in run.stdout
+
+
+def _named(kind: str, name: str) -> str:
+    """A declaration with ``name`` in the place ``kind`` says."""
+    return {
+        "kernel": f"def {name}(x: kd.In['float32', 'n']) -> str:\n    return ''\n",
+        "parameter": f"def k({name}: kd.In['float32', 'n']) -> str:\n    return ''\n",
+        "constant": f"def k(x: kd.In['float32', 'n'], {name}: kd.Const[int] = 1) -> str:\n    return ''\n",
+        "shape symbol": f"def k(x: kd.In['float32', '{name}']) -> str:\n    return ''\n",
+        "dtype variable": f"def k(x: kd.In['{name}', 'n']) -> str:\n    return ''\n",
+    }[kind]
+
+
+def _declared(kind: str, name: str) -> kd.Kernel:
+    namespace: dict[str, Any] = {"kd": kd}
+    exec(_named(kind, name), namespace)
+    func = namespace[name] if kind == "kernel" else namespace["k"]
+    return declare(func)
+
+
+NAMED_KINDS = ["kernel", "parameter", "constant", "shape symbol", "dtype variable"]
+
+
+@pytest.mark.parametrize("kind", NAMED_KINDS)
+def test_a_name_one_past_the_length_limit_is_refused(kind: str) -> None:
+    with pytest.raises(DeclarationError, match=f"is {MAX_IDENTIFIER_LENGTH + 1} characters long") as info:
+        _declared(kind, LONGEST + "m")
+    assert len(str(info.value)) < 500  # the message shows the name's start, not all of it
+
+
+@pytest.mark.parametrize("kind", NAMED_KINDS)
+def test_a_name_at_the_length_limit_is_declared(kind: str) -> None:
+    assert _declared(kind, LONGEST).signature is not None
 
 
 # --- postponed annotations ----------------------------------------------------------------------------

@@ -23,6 +23,10 @@ from .dims import Dim, Expr, as_expr, plain_identifier
 from .spelling import ANNOTATION_CLASSES, NO_DEFAULT, ArrayAnnotation, ConstAnnotation, ScalarAnnotation
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # what C's long long holds
+# The longest name a declaration takes (kernel, parameter, constant, shape symbol, dtype variable):
+# every one reaches the generated source, and NVRTC corrupts its heap and aborts the process on a
+# kernel name near 100,000 characters. 1024 is what C++ asks compilers to tell apart (Annex B).
+MAX_IDENTIFIER_LENGTH = 1024
 
 # C++ keywords, CUDA built-ins and names kerneldsl's generated code defines itself.
 RESERVED_NAMES = frozenset(
@@ -206,9 +210,9 @@ def _kernel_name(func: Callable[..., Any]) -> str:
     """The function's name, which names the CUDA entry point, the adapter and ``#line`` directives."""
     name = getattr(func, "__name__", None)
     try:
-        return plain_identifier(name, "the function's __name__")
+        return _short_enough(plain_identifier(name, "the function's __name__"), "the function's __name__")
     except TypeError as exc:
-        raise DeclarationError(str.__str__(name) if isinstance(name, str) else repr(name), None, str(exc)) from None
+        raise DeclarationError(_shown(name) if isinstance(name, str) else repr(name), None, str(exc)) from None
 
 
 def _check_launch_consts(kernel: str, what: str, dim: Expr, consts: dict[str, ConstParam]) -> None:
@@ -435,9 +439,22 @@ def _check_names(kernel: str, params: tuple[Param, ...], symbols: dict[str, tupl
 
 def _identifier(kernel: str, param: str, value: Any, what: str) -> str:
     try:
-        return plain_identifier(value, what)
+        return _short_enough(plain_identifier(value, what), what)
     except TypeError as exc:
-        raise DeclarationError(kernel, param, str(exc)) from None
+        raise DeclarationError(kernel, _shown(param), str(exc)) from None
+
+
+def _short_enough(name: str, what: str) -> str:
+    if len(name) > MAX_IDENTIFIER_LENGTH:
+        raise TypeError(
+            f"{what} {_shown(name)!r} is {len(name)} characters long; names are at most {MAX_IDENTIFIER_LENGTH}"
+        )
+    return name
+
+
+def _shown(name: str) -> str:
+    """``name`` as an error message shows it: a name past the length limit by its start."""
+    return name if len(name) <= MAX_IDENTIFIER_LENGTH else f"{name[:32]}..."
 
 
 def _check_identifier(kernel: str, param: str, name: str) -> None:
