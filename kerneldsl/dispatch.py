@@ -240,8 +240,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         stream: Any = None,
         **consts: Any,
     ) -> Any:
-        """Launch: dispatch to the bound specialization, then its generated adapter; a plain
-        DeviceArray call is then remembered by the C launch path for the next ones."""
+        """Launch through the bound specialization's adapter; the C path then remembers a plain call."""
         if consts or len(args) != self._arity:
             args, consts = self.signature.place_arguments(args, consts)
         try:
@@ -278,9 +277,8 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         if bound.session.capturing:
             bound.session.keep_alive(args)
         elif grid is None and block is None and shared is None and not consts and self._c_path and not nvtx.ON:
-            if fastpath.stream_entry_ok(stream, bound.session):
-                slot = bound.c_slot.on_stream(stream)
-                fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, stream=stream))
+            slot = bound.c_slot.on_stream(stream)  # checked on entry; the C path declines it once closed
+            fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, stream=stream))
 
     def lookup(
         self, args: tuple[Any, ...], consts: Mapping[str, Any], stream: Any = None
