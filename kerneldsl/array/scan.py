@@ -35,13 +35,13 @@ from ..routing import public
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
-from .placement import check_out
+from .placement import check_out, unalias
 from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype
 from .reduction.axes import normalize_axes
 from .reduction.reducers import REDUCERS, Reducer, accumulator_context, user_reducer
 from .reduction.strategy import INSPECT_MULTIPROCESSORS, device_multiprocessors, planning_multiprocessors
-from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, warm_key
+from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, overlaps_out, warm_key
 from .scratch import SCRATCH
 
 if TYPE_CHECKING:
@@ -214,11 +214,15 @@ class ScanPlan(Plan):
         return host
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
+        """The scan into ``out``, reading an input that overlaps it at other elements from a copy
+        (tiles would read what other tiles already wrote). An input that is exactly ``out`` is
+        scanned in place: both stages read each element before they write it, in the thread
+        that writes it, as an elementwise kernel does."""
         if out.size == 0:
             return
         step = self.step(device_multiprocessors(session))
         (value,) = values
-        step.kernel(value, out, *self._after(step, session), grid=(step.blocks, 1, 1))
+        step.kernel(unalias(value, out, session), out, *self._after(step, session), grid=(step.blocks, 1, 1))
 
     def _after(self, step: ScanStep, session: Any) -> tuple[Any, ...]:
         """The arguments after the output: the extents, and for look-back its scratch and epoch."""
@@ -244,6 +248,8 @@ class ScanPlan(Plan):
             return
         if nvtx.ON or self.copies or type(result) is not memory.array_type or not result.size:
             return
+        if out is not None and overlaps_out(values, out, in_place=True):  # the full path reads a copy
+            return
         step = self.step(device_multiprocessors(session))
         after = self._after(step, session)
         found = step.kernel.lookup((*values, result, *after), {})
@@ -252,7 +258,8 @@ class ScanPlan(Plan):
         lookback = step.variant.stage == "lookback"
         scratch = after[:3] if lookback else ()
         epochs = self.status_roles if lookback else ()
-        front.store(WarmLaunch(found[0], (), after, scratch, (step.blocks, 1, 1), self.shape, self.dtype, epochs))
+        launch = WarmLaunch(found[0], (), after, scratch, (step.blocks, 1, 1), self.shape, self.dtype, epochs, True)
+        front.store(launch)
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         step = self.step(INSPECT_MULTIPROCESSORS)

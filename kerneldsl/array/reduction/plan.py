@@ -41,7 +41,7 @@ from .strategy import (
     slabs_step,
 )
 from .strided import FLAT_BELOW, strided_step
-from .warm import WarmLaunch, WarmSlot
+from .warm import WarmLaunch, WarmSlot, overlaps_out
 
 _INT64 = np.dtype(np.int64)
 _UINT32 = np.dtype(np.uint32)
@@ -89,9 +89,17 @@ class ReductionPlan(Plan):
         return host[()] if host.ndim == 0 else host
 
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
+        """The reduction into ``out``. An operand that overlaps a contiguous ``out`` (which the
+        kernel writes directly; a strided one is written through a temporary after the kernel)
+        is read from a contiguous copy, made before the launch is chosen for its layout. Unlike
+        an elementwise op's, an operand that is exactly ``out`` is copied too: the stages read
+        whole vectors and rows that several outputs share, in threads and blocks other than the
+        one that writes each output, so none reads an element only before it is written."""
         self._check_not_empty(out.size)
         if out.size == 0:
             return
+        if out.is_contiguous and overlaps_out(values, out, in_place=False):
+            values = [session.copy(v) if overlaps_out((v,), out, in_place=False) else v for v in values]
         step = self.choose(values, device_multiprocessors(session))
         if step.variant.copy:
             values = contiguous(values)
@@ -123,6 +131,8 @@ class ReductionPlan(Plan):
         if nvtx.ON or self.sources != _in_order(len(values)) or type(result) is not memory.array_type:
             return
         if not result.size or not result.is_contiguous or not self.extents.count:
+            return
+        if out is not None and overlaps_out(values, out, in_place=False):  # the full path reads copies
             return
         step = self.choose(values, device_multiprocessors(session))
         if step.variant.copy:

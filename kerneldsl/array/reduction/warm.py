@@ -7,12 +7,14 @@ dtype, alignment, index width, kind), shape and strides, the axis and keepdims e
 scratch it holds). The next such call allocates its result from the pool and calls the bound
 kernel's adapter with the scratch, counts and grid decided once: no plan-cache key, placement,
 strategy or scratch lookup, no dispatch. Anything the entry cannot vouch for (a closed scratch
-buffer, a graph capture, a launch needing a 64-bit index) goes back to the full path, which
-raises what it raises for the call: both paths accept and refuse the same calls.
+buffer, a graph capture, a launch needing a 64-bit index, an ``out=`` that overlaps an operand,
+which the full path reads from a copy) goes back to the full path, which raises what it raises
+for the call: both paths accept and refuse the same calls.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from threading import get_ident
 from typing import Any
 
@@ -67,13 +69,27 @@ def warm_key(operands: tuple[Any, ...], axis: Any, out: Any, keepdims: Any) -> K
     return (*layouts, axis, keepdims, target, get_ident())
 
 
+def overlaps_out(operands: Sequence[Any], out: Any, in_place: bool) -> bool:
+    """Whether a device operand shares bytes with ``out``, so that a kernel writing ``out``
+    would overwrite what it still reads; ``in_place``: an operand that is exactly ``out`` (the
+    same elements) is safe, because the kernel reads each element before it writes it, in the
+    thread that writes it (scans, as elementwise ops). The test is the byte extents, whatever
+    made the arrays: views, or one foreign buffer adopted twice."""
+    for operand in operands:
+        if type(operand) is memory.array_type and operand.overlaps(out):
+            if not (in_place and operand.same_elements(out)):
+                return True
+    return False
+
+
 class WarmLaunch:
     """One call shape's launch, bound once: the kernel's adapter at its grid (``front``, from C
     after its first call), the arguments ``before`` and ``after`` the output, the ``scratch``
     buffers among them, and the result's shape and dtype (when the call allocates it).
     ``epochs``: the scratch roles of a look-back scan, whose last argument is then the launch's
     epoch, taken per call (when the epochs start over, those roles' buffers are dropped and the
-    full path makes zeroed ones)."""
+    full path makes zeroed ones). ``in_place``: an operand that is exactly ``out=`` is read in
+    place (``overlaps_out``); any other overlap sends the call to the full path."""
 
     __slots__ = (
         "session",
@@ -85,6 +101,7 @@ class WarmLaunch:
         "allocator",
         "template",
         "epochs",
+        "in_place",
         "front",
     )
 
@@ -98,6 +115,7 @@ class WarmLaunch:
         shape: tuple[int, ...],
         dtype: np.dtype,
         epochs: tuple[str, ...] = (),
+        in_place: bool = False,
     ) -> None:
         self.session = bound.session
         self.before = before
@@ -108,6 +126,7 @@ class WarmLaunch:
         self.allocator = self.session.native_allocator()  # allocates in C from the pool, like the template
         self.template = self.session.template(shape, dtype)
         self.epochs = epochs
+        self.in_place = in_place
         self.front = GridFront(bound, grid)
 
     def __call__(self, operands: tuple[Any, ...], out: Any) -> Any:
@@ -116,6 +135,8 @@ class WarmLaunch:
         the call's operands in order)."""
         session = self.session
         if not session.usable or session.capturing:
+            return None
+        if out is not None and overlaps_out(operands, out, self.in_place):
             return None
         for buffer in self.scratch:  # a loop, not any(...): no generator on the warm path
             if buffer.closed:
