@@ -97,6 +97,9 @@ def make_kernel(
     kernel_body.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # typeshed: functions lack it
         [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=a) for n, a in params]
     )
+    # No alias checks in the adapter: an input may be exactly the output (an in-place op or
+    # scan), and the plans copy any input that overlaps the output otherwise
+    # (placement.unalias, reduction.warm.overlaps_out) before they launch.
     sig = parse_signature(kernel_body, grid=grid, block=block, allow_alias=True, cluster=cluster)
     return Kernel(kernel_body, sig, options)
 
