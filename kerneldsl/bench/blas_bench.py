@@ -133,10 +133,11 @@ def bench_host_cost(args: argparse.Namespace, cp: Any, torch: Any) -> dict[str, 
     blas.gemm(da, db, out)  # makes the handle, the matmul configuration and the C path's entry
     h = blas.handle(s)
     lt_handle = h.lt()
-    config = lt_handle.config(blas.R_32F, blas.COMPUTE_32F, da, db, out, False, False)
+    config = None if lt_handle is None else lt_handle.config(blas.R_32F, blas.COMPUTE_32F, da, db, out, False, False)
     scalars = (ctypes.c_float * 2)(1.0, 0.0)
     pa, pb = ctypes.addressof(scalars), ctypes.addressof(scalars) + 4
-    if config is not None:  # the binding kd.blas.gemm calls, with the same configuration, workspace and stream
+    if lt_handle is not None and config is not None:
+        # the binding kd.blas.gemm calls, with the same configuration, workspace and stream
         lt, workspace = lt_config.library(), h.workspace(s.stream)
         lt_args = (
             lt_handle.raw,

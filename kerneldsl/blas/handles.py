@@ -1,5 +1,8 @@
 """A session's cuBLAS handle: created on first use, configured only when a call needs a change.
 
+The session's device picks the library: cuBLAS (nvmath's bindings) on a GPU, the host BLAS
+(``host``: the same calls, computed by NumPy) on the CPU device, which needs no extra.
+
 One handle per session, shared by the session's threads (every call configures and enqueues
 under the session lock). Each stream gets its own workspace, a DeviceArray the session owns:
 cuBLAS then never allocates during a call, which is what makes graph capture work.
@@ -16,7 +19,7 @@ import numpy as np
 
 from ..array.arraytype import as_array
 from ..runtime import memory
-from . import lt_config
+from . import host, lt_config
 
 if TYPE_CHECKING:
     from ..array.ndarray import DeviceArray
@@ -61,8 +64,8 @@ class BlasHandle:
     )
 
     def __init__(self, session: Session) -> None:
-        """Create the cuBLAS handle (called by ``Session.vendor_handle`` with the session activated)."""
-        lib = library()
+        """Create the library's handle (called by ``Session.vendor_handle`` with the session activated)."""
+        lib = host.library() if session.gpu.host else library()
         refuse_during_capture(session, "create the cuBLAS handle")
         try:
             raw = lib.create()
@@ -75,7 +78,7 @@ class BlasHandle:
             ) from exc
         self.session = session
         self.raw = int(raw)
-        self.lib: Any = lib  # the bindings (nvmath.bindings.cublas)
+        self.lib: Any = lib  # the bindings (nvmath.bindings.cublas, or host.HostBlas on the CPU device)
         self._default = session.stream
         self._stream: Stream | None = None  # nothing bound yet: the first call binds
         self._workspaces: weakref.WeakKeyDictionary[Stream, DeviceArray] = weakref.WeakKeyDictionary()
@@ -189,11 +192,12 @@ class BlasHandle:
             self._workspaces[stream] = workspace
         return workspace
 
-    def lt(self) -> lt_config.LtHandle:
-        """The session's cuBLASLt handle and matmul configurations (session activated)."""
+    def lt(self) -> lt_config.LtHandle | None:
+        """The session's cuBLASLt handle and matmul configurations (session activated); None on the
+        CPU device, whose host BLAS has no cuBLASLt (each gemm there is one ``gemm_ex``)."""
         if self._closed:
             raise ClosedError(f"the cuBLAS handle of session {self.session.session_id} was closed")
-        if self._lt is None:
+        if self._lt is None and not self.session.gpu.host:
             refuse_during_capture(self.session, "create the cuBLASLt handle")
             self._lt = lt_config.LtHandle(WORKSPACE_BYTES)
         return self._lt

@@ -148,11 +148,12 @@ def _gemm(
         return out
     session, h, m, n, k, ctype, compute = problem
     with session.activated():
-        lt_handle = h.lt()
-        complex_ = ctype in COMPLEX_GEMM_TYPES
-        config = None if complex_ else lt_handle.config(ctype, compute, a, b, out, trans_a, trans_b)
+        lt_handle = h.lt()  # None on the CPU device, whose host BLAS has no cuBLASLt
+        config = None
+        if lt_handle is not None and ctype not in COMPLEX_GEMM_TYPES:
+            config = lt_handle.config(ctype, compute, a, b, out, trans_a, trans_b)
         pa, pb = scalars(h, ctype, compute, alpha, beta)
-        if config is None:
+        if lt_handle is None or config is None:
             _gemm_ex(h, stream, problem, a, b, out, trans_a, trans_b, pa, pb)
         else:
             on = h.stream_of(stream)
@@ -181,7 +182,7 @@ def _gemm(
                 raise blas_error(exc, "cublasLtMatmul") from exc
         if session.capturing:
             session.keep_alive((a, b, out))
-        elif config is not None and not (trans_a or trans_b or tf32):
+        elif lt_handle is not None and config is not None and not (trans_a or trans_b or tf32):
             double = compute == COMPUTE_64F
             operands = (a, b, out)
             fastpath.remember(

@@ -22,6 +22,7 @@ import itertools
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cuda.bindings import driver as _bindings
@@ -279,6 +280,15 @@ class HostDriver:
     def cuIpcCloseMemHandle(self, ptr: Any) -> tuple[Any, ...]:
         return self._r(NOT_SUPPORTED)
 
+    def enqueue(self, stream: Any, work: Callable[[], None]) -> None:
+        """Run ``work``, a library's host computation on this device's memory (the host BLAS's),
+        in ``stream``'s order: now, or at each replay when ``stream`` is being captured."""
+        captured = self.captures.get(int(stream or 0))
+        if captured is None:
+            work()
+        else:
+            captured.append(("call", work))
+
     def _copy(self, dst: int, src: int, n: int, stream: Any) -> int:
         work = self.captures.get(int(stream or 0))
         if work is not None:
@@ -490,6 +500,9 @@ class HostDriver:
             return SUCCESS
         if kind == "set":
             ctypes.memset(step[1], step[2], step[3])
+            return SUCCESS
+        if kind == "call":
+            step[1]()
             return SUCCESS
         _, function, dims, values = step
         count = len(values) // 8
