@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
+import io
 import json
 import logging
 import os
@@ -18,11 +20,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import diskcache
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import kerneldsl as kd
 from kerneldsl import cache as cache_module
+from kerneldsl import cli
 from kerneldsl.cache import (
     CACHE_FORMAT_VERSION,
     DiskCache,
@@ -376,6 +381,71 @@ def test_disk_layer_refuses_pickled_keys_when_iterating(tmp_path: Path) -> None:
         with pytest.raises(CacheError, match="not plain text"):
             list(guarded)
     assert not marker.exists()
+
+
+# Rows a tamperer adds to diskcache's Settings table: diskcache would apply each as an attribute of
+# the cache or of its Disk (a method, the location, the size a value moves to a file at).
+PLANTED_SETTINGS = {"_sql": "planted", "_directory": "/", "disk_fetch": "planted", "disk_min_file_size": "planted"}
+
+
+def plant_settings(directory: Path, rows: dict[str, object]) -> None:
+    with contextlib.closing(sqlite3.connect(directory / "cache.db")) as con, con:
+        con.executemany("INSERT OR REPLACE INTO Settings VALUES (?, ?)", rows.items())
+
+
+def settings_rows(directory: Path) -> dict[str, object]:
+    with contextlib.closing(sqlite3.connect(directory / "cache.db")) as con:
+        return dict(con.execute("SELECT key, value FROM Settings").fetchall())
+
+
+def planted_rows_left(directory: Path) -> dict[str, object]:
+    """The planted rows still in the table with the planted value (a setting of diskcache's own
+    name, such as ``disk_min_file_size``, is written back with kerneldsl's value)."""
+    rows = settings_rows(directory)
+    return {name: value for name, value in PLANTED_SETTINGS.items() if rows.get(name, None) == value}
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED_SETTINGS))
+def test_a_settings_row_in_the_database_is_never_applied_and_does_not_survive_opening(
+    tmp_path: Path, name: str
+) -> None:
+    path = tmp_path / "cache"
+    DiskCache(path).close()
+    plant_settings(path, {name: PLANTED_SETTINGS[name]})
+    with DiskCache(path) as cache:
+        assert not cache.in_memory
+        assert planted_rows_left(path) == {}
+        small, large = put(cache, b"s", kernel="small"), put(cache, b"\xab" * 100_000, kernel="large")
+        assert (cache.get(*small), cache.get(*large)) == (b"s", b"\xab" * 100_000)
+        assert cache.clear() == 2
+
+
+def test_the_counters_in_the_settings_table_are_recomputed_from_the_entries(tmp_path: Path) -> None:
+    path = tmp_path / "cache"
+    with DiskCache(path) as cache:
+        put(cache, b"\xab" * 100_000)
+        volume = cache.volume()
+    plant_settings(path, {"size": 10**15, "count": -3})
+    with DiskCache(path) as cache:
+        assert cache.volume() == volume
+        assert len(cache.entries()) == 1
+    assert settings_rows(path)["count"] == 1
+
+
+def test_a_build_and_cache_clear_work_over_planted_settings_rows(isolated_cache: Path) -> None:
+    DiskCache(isolated_cache).close()
+    plant_settings(isolated_cache, PLANTED_SETTINGS)
+
+    @kd.kernel(grid=1, block=1)
+    def planted(y: kd.Out[kd.float32, 1]) -> str:
+        return "y[0] = 1.0f;"
+
+    assert planted.inspect(np.zeros(1, np.float32), arch="sm_90").origin == "nvrtc"
+    assert not get_default_cache().in_memory
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        assert cli.main(["cache", "clear"]) == 0
+    assert printed.getvalue().startswith("removed 2 entries")  # the image and its rendered text
+    assert planted_rows_left(isolated_cache) == {}
 
 
 # --- the path ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@ least-recently-used rows evicted one at a time), or a per-process memory fallbac
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import diskcache
+from diskcache.core import DBNAME, DEFAULT_SETTINGS, ENOVAL, METADATA
 
 from ..errors import CacheError
 from .location import warn_if_network_fs
@@ -23,13 +25,29 @@ STORE_ERRORS = (OSError, sqlite3.Error)
 
 
 class _VerifiedCache(diskcache.Cache):
-    """A ``diskcache.Cache`` that verifies its location before each new SQLite connection:
-    diskcache connects by path once per thread and again after a fork, long after the check
-    that opened the cache."""
+    """A ``diskcache.Cache`` that verifies its location before each new SQLite connection
+    (diskcache connects by path once per thread and again after a fork, long after the check
+    that opened the cache) and takes no setting from the database.
+
+    diskcache applies every row of its ``Settings`` table as an attribute of the cache or of
+    its Disk (a row named ``_sql`` or ``disk_fetch`` replaces a method, ``_directory`` the
+    location) and every ``sqlite_`` row as a PRAGMA, on opening and on each new connection.
+    So the table is emptied before diskcache reads it (its counters recomputed from the rows),
+    every setting is passed here, and ``reset`` applies only those: a row of the file's own is
+    never applied."""
 
     def __init__(self, directory: Path, **settings: Any) -> None:
         self._verified_directory = directory
-        super().__init__(str(directory), **settings)
+        self._own_settings = {**DEFAULT_SETTINGS, **settings}
+        _forget_settings(directory / DBNAME)
+        super().__init__(str(directory), **self._own_settings)
+
+    def reset(self, key: str, value: Any = ENOVAL, update: bool = True) -> Any:
+        if key in METADATA:  # the counters diskcache keeps in the table
+            return super().reset(key, value, update)
+        if key in self._own_settings:
+            return super().reset(key, self._own_settings[key], update)
+        return None
 
     @property
     def _con(self) -> sqlite3.Connection:
@@ -38,6 +56,27 @@ class _VerifiedCache(diskcache.Cache):
             verify_location(self._verified_directory)
         con: sqlite3.Connection = super()._con
         return con
+
+
+def _forget_settings(database: Path) -> None:
+    """Empty an existing database's ``Settings`` table in one transaction, leaving diskcache's
+    counters computed from the ``Cache`` table (the entries and the bytes of their files)."""
+    with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as con:
+        tables = {name for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "Settings" not in tables:
+            return
+        con.execute("BEGIN IMMEDIATE")
+        try:
+            con.execute("DELETE FROM Settings")
+            count, size = (0, 0)
+            if "Cache" in tables:
+                count, size = con.execute("SELECT COUNT(*), COALESCE(SUM(size), 0) FROM Cache").fetchone()
+            counters = {**METADATA, "count": count, "size": size}
+            con.executemany("INSERT INTO Settings VALUES (?, ?)", counters.items())
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        con.execute("COMMIT")
 
 
 class Store(Protocol):

@@ -25,7 +25,8 @@ class BytesOnlyDisk(diskcache.Disk):
     Reading a row stored in pickle or text mode (or under a pickled key) raises
     ``CacheError`` before anything is deserialized; value file names must look like the
     ones diskcache generates, so a tampered row cannot make us read or delete elsewhere.
-    Settings from the database (which a tamperer controls) are ignored.
+    Settings from the database (which a tamperer controls) are ignored, here and by the cache
+    (``store._VerifiedCache``), which would otherwise set them on this object.
     """
 
     def __init__(self, directory: str, **_settings: object) -> None:
