@@ -123,14 +123,14 @@ def arrays(s: kd.Session, n: int = 1024) -> tuple[Any, Any]:
     return s.zeros(n, np.float32), s.zeros(n, np.float32)
 
 
-# --- kernels: the Python path, the C path, cooperative and cluster launches ----------------------
-
-
 def test_stream_cannot_be_subclassed() -> None:
     """The session reads its streams' members while it frees memory (inside a launch, too): a
     subclass's property there could close an argument of the launch under way."""
     with pytest.raises(InvalidStreamError, match="cannot be subclassed"):
         type("HookedStream", (Stream,), {"__slots__": ()})
+
+
+# --- kernels: the Python path, the C path, cooperative and cluster launches ----------------------
 
 
 def test_a_hostile_stream_that_would_close_an_argument_is_refused_before_the_kernel_reads_it(
