@@ -515,17 +515,19 @@ def _listening_ports(pid: int) -> set[int]:
     return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
 
 
-def test_a_default_cluster_answers_plain_http_on_no_port(client: Any) -> None:
+def test_a_default_cluster_answers_plain_http_on_no_port(monkeypatch: pytest.MonkeyPatch) -> None:
     """Dask serves HTTP routes (``/info/logs``, ``/info/call-stacks``, ``/json``) on every
-    scheduler and worker unless told not to: none of the ports this process and the workers
-    listen on may answer them, and none is announced."""
-    workers = client.scheduler_info()["workers"]
-    pids = [os.getpid(), *client.run(os.getpid).values()]
-    ports = set().union(*map(_listening_ports, pids))
-    assert len(ports) >= 1 + 2 * len(workers)  # the scheduler's, each nanny's and each worker's TLS port
-    assert {port: _http_status(port) for port in ports} == dict.fromkeys(ports)
-    assert client.scheduler_info()["services"] == {}
-    assert [w["services"] for w in workers.values()] == [{}] * len(workers)
+    scheduler and worker unless told not to: no port the cluster opens, here or in its worker,
+    may answer them, and none is announced."""
+    _worker_env(monkeypatch)
+    before = _listening_ports(os.getpid())
+    with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0) as cluster, distributed.Client(cluster) as c:
+        (worker,) = c.run(os.getpid).values()
+        ports = (_listening_ports(os.getpid()) - before) | _listening_ports(worker)
+        assert len(ports) >= 3  # the TLS ports of the scheduler, the nanny and the worker
+        assert {port: _http_status(port) for port in ports} == dict.fromkeys(ports)
+        info = c.scheduler_info()
+        assert [info["services"], *(w["services"] for w in info["workers"].values())] == [{}, {}]
 
 
 def test_a_cluster_started_with_dashboard_true_serves_plain_http_on_localhost(
