@@ -301,3 +301,16 @@ def test_layer_norm_outputs_computed_in_the_accumulator_pass_and_wrong_ones_fail
         eb.assert_rejects_wrong_answers(want, bound)
     y, y_bound = wants[0], bounds[0]
     assert eb.violations(y - b64 * 0.5, y, y_bound).mean() > 0.9  # half the bias dropped
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=ids)
+def test_a_quotient_is_held_to_its_own_magnitude(dt: np.dtype) -> None:
+    x = normal(np.random.default_rng(16), (16, 1000), dt)
+    acc = accumulator(dt)
+    wide = x.astype(acc)
+    want = x.astype(np.float64) / np.abs(x.astype(np.float64)).max(axis=-1, keepdims=True)
+    bound = eb.value_bound(want, 2, acc=acc, out=dt)
+    eb.assert_within((wide / np.abs(wide).max(axis=-1, keepdims=True)).astype(dt), want, bound)
+    eb.assert_rejects_wrong_answers(want, bound)
+    small = np.abs(want) < 0.01
+    assert eb.violations(want * 0.9, want, bound)[small].all()  # values near zero are checked too

@@ -4,13 +4,14 @@ Outputs are poisoned (``out=`` prefilled with a 0xA5 byte pattern) so a kernel t
 element cannot pass. Tolerances: arithmetic (+ - * /, negative, abs, minimum, maximum, where,
 clip, square, sqrt, astype, integer power, fma/axpy in float32/float64) must match NumPy
 exactly; CUDA's transcendental functions (exp, log, sin, cos, tanh, float power) may differ by
-a few ulp (``MATH_RTOL``); float reductions are compared with a float64 reference within
-``(log2(n) + 2) * eps(acc) * sum(|x|)`` plus one rounding of the result.
+a few ulp (``MATH_RTOL``); float reductions are compared with a float64 reference within each
+output's own error bound (``kerneldsl.bench.error_bounds``: ``gamma(n) * sum |x|`` over the terms
+of that output, none where every partial sum is representable, plus the output's rounding), and
+each check first shows that its bound rejects zeros and half the value. Sums, means and norms run
+on small integers, whose float32 sums are exact: a dropped or repeated element shows.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl import ops
 from kerneldsl.array.ndarray import DeviceArray
+from kerneldsl.bench import error_bounds
 from kerneldsl.dtypes import all_element_types
 
 pytestmark = pytest.mark.gpu
@@ -428,20 +430,32 @@ def test_hypothesis_broadcast_shapes(session) -> None:
 # --- reductions --------------------------------------------------------------------------------------
 
 
-NUMPY_REDUCTIONS = {
-    "sum": np.sum,
-    "mean": np.mean,
-    "max": np.max,
-    "min": np.min,
-    "argmax": np.argmax,
-    "argmin": np.argmin,
-    "norm": lambda v, axis: np.linalg.norm(v, axis=axis),
-}
+ORDER_REDUCTIONS = {"max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin}
 
 
-def _reduction_tolerance(x: np.ndarray, acc: np.dtype, out: np.dtype, n: int) -> float:
-    mag = float(np.sum(np.abs(x.astype(np.float64))))
-    return (math.log2(max(n, 2)) + 2) * eps(acc) * mag + eps(out) * mag
+def summable(rng: np.random.Generator, dt: np.dtype, shape) -> np.ndarray:
+    """Integers in [-15, 15] for float dtypes: sums of up to 2^20 + 3 of them are exact in float32
+    (every partial sum below 2^24), so a float sum's only rounding is its output's. Integer
+    dtypes: their full range (their sums are exact anyway)."""
+    if is_float(dt):
+        return rng.integers(-15, 16, shape).astype(dt)
+    return rand(rng, dt, shape)
+
+
+def reference_and_bound(name: str, x: np.ndarray, axis, plan) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 result of the reduction ``name`` and its error bound, per output."""
+    x64 = x.astype(np.float64)
+    if name == "sum":
+        return np.sum(x64, axis=axis), error_bounds.sum_bound(x, axis, acc=plan.acc, out=plan.dtype)
+    if name == "mean":
+        return np.mean(x64, axis=axis), error_bounds.mean_bound(x, axis, acc=plan.acc, out=plan.dtype)
+    return np.sqrt(np.sum(x64 * x64, axis=axis)), error_bounds.norm_bound(x, axis, acc=plan.acc, out=plan.dtype)
+
+
+def assert_reduction(got: np.ndarray, want: np.ndarray, bound: np.ndarray, what: str) -> None:
+    """Within the bound, after showing the bound rejects zeros and half the value."""
+    error_bounds.assert_rejects_wrong_answers(want, bound, what)
+    error_bounds.assert_within(got, want, bound, what)
 
 
 def _reduce(session, name: str, x: np.ndarray, axis=None):
@@ -469,29 +483,19 @@ def _reduce(session, name: str, x: np.ndarray, axis=None):
 )
 def test_reductions_match_numpy(session, rng, dt: np.dtype, shape, axis) -> None:
     x = rand(rng, dt, shape)
-    n = x.size if axis is None else shape[axis]
-    for name in ("sum", "mean", "max", "min", "argmax", "argmin", "norm"):
+    for name, reduce in ORDER_REDUCTIONS.items():
         got, plan = _reduce(session, name, x, axis)
         with np.errstate(all="ignore"):
-            ref = NUMPY_REDUCTIONS[name](x, axis=axis)
-        ref = np.asarray(ref).astype(plan.dtype)
-        if name in ("max", "min", "argmax", "argmin") or (not is_float(plan.acc) and name == "sum"):
-            assert_same(got, ref)
-            continue
-        x64 = x.astype(np.float64)
-        if name == "sum":
-            exact = np.sum(x64, axis=axis)
-        elif name == "mean":
-            exact = np.mean(x64, axis=axis)
-        else:
-            exact = np.sqrt(np.sum(x64 * x64, axis=axis))
-        tol = _reduction_tolerance(x if name != "norm" else x64 * x64, plan.acc, plan.dtype, n) / (
-            n if name == "mean" else 1
-        )
-        if name == "norm":
-            tol = math.sqrt(tol) + eps(plan.dtype) * float(np.max(np.abs(exact)))
+            assert_same(got, np.asarray(reduce(x, axis=axis)).astype(plan.dtype))
+    terms = summable(rng, dt, shape)
+    for name in ("sum", "mean", "norm"):
+        got, plan = _reduce(session, name, terms, axis)
         assert got.dtype == plan.dtype
-        np.testing.assert_allclose(got.astype(np.float64), exact, rtol=0, atol=tol + 1e-300)
+        if name == "sum" and not is_float(plan.acc):
+            assert_same(got, np.asarray(np.sum(terms, axis=axis)).astype(plan.dtype))
+            continue
+        want, bound = reference_and_bound(name, terms, axis, plan)
+        assert_reduction(got, want, bound, f"{name} of {dt.name} {shape} over axis {axis}")
 
 
 @pytest.mark.parametrize("dt", INTS + [np.dtype(np.float32)], ids=ids)
@@ -504,15 +508,19 @@ def test_prod_and_dot(session, rng, dt: np.dtype) -> None:
         np.testing.assert_allclose(got, want, rtol=30 * eps(dt))
     else:
         assert_same(got, np.asarray(want))
-    a, b = rand(rng, dt, 4097), rand(rng, dt, 4097)
-    got = ops.dot(session.to_device(a), session.to_device(b)).to_host()
-    with np.errstate(all="ignore"):
-        want = np.dot(a, b)
-    if is_float(dt):
-        exact = np.dot(a.astype(np.float64), b.astype(np.float64))
-        np.testing.assert_allclose(got, exact, atol=_reduction_tolerance(a * b, dt, dt, 4097))
-    else:
-        assert_same(got, np.asarray(want))
+    normal, integers = (rand(rng, dt, 4097), rand(rng, dt, 4097)), (summable(rng, dt, 4097), summable(rng, dt, 4097))
+    for a, b in (normal, integers):
+        got = ops.dot(session.to_device(a), session.to_device(b)).to_host()
+        if not is_float(dt):
+            with np.errstate(all="ignore"):
+                assert_same(got, np.asarray(np.dot(a, b)))
+            continue
+        products = a.astype(np.float64) * b.astype(np.float64)  # each rounds once in float32: gamma(n) covers it
+        bound = error_bounds.sum_bound(products, acc=dt, out=dt)
+        if a is integers[0]:  # exact in float32: the bound is zero, and rejects any wrong value
+            assert_reduction(got, products.sum(), bound, f"dot of {dt.name} integers")
+        else:
+            error_bounds.assert_within(got, products.sum(), bound, f"dot of {dt.name}")
 
 
 def test_reductions_are_deterministic(session, rng) -> None:
@@ -552,7 +560,9 @@ def test_numpy_reductions_return_numpy(rng) -> None:
     assert np.ndim(s) == 0 and np.asarray(s).dtype == np.float32
     out = np.empty(30, np.float64)
     assert ops.sum(x, axis=0, out=out) is out
-    np.testing.assert_allclose(out, x.sum(0), rtol=1e-5)
+    # a column may cancel to near zero: its error is bounded by its terms, not by its value
+    bound = error_bounds.sum_bound(x, 0, acc=np.float32, out=np.float64)
+    error_bounds.assert_within(out, x.astype(np.float64).sum(0), bound, "column sums")
 
 
 def test_user_reduction(session, rng) -> None:
@@ -604,14 +614,14 @@ def test_fused_reduction_and_broadcast(session, rng) -> None:
     def total(x, y, a):
         return kd.ops.sum(x * a + y)
 
-    x, y = rand(rng, np.float32, (1 << 20) + 9), rand(rng, np.float32, (1 << 20) + 9)
+    # integers in [-3, 3]: every x * a + y is a multiple of 1/2 and every partial sum of them is exact
+    # in float32 (sum |x a + y| <= 4.5 n < 2^23), so a dropped or repeated element shows
+    x, y = (rng.integers(-3, 4, (1 << 20) + 9).astype(np.float32) for _ in range(2))
     for a in (0.5, 2.0):  # a is a runtime parameter: same kernel, new value
         got = total(session.to_device(x), session.to_device(y), a).to_host()
-        np.testing.assert_allclose(
-            got,
-            (x.astype(np.float64) * a + y).sum(),
-            atol=_reduction_tolerance(x, np.dtype(np.float32), np.dtype(np.float32), x.size) * 3,
-        )
+        terms = x.astype(np.float64) * a + y
+        bound = error_bounds.sum_bound(terms, acc=np.float32, out=np.float32)
+        assert_reduction(got, terms.sum(), bound, f"sum(x * {a} + y)")
     assert len({p.program for p in total._plans.values()}) == 1
 
 

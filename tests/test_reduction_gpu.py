@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import kerneldsl as kd
 from kerneldsl import ops
+from kerneldsl.bench import error_bounds
 
 pytestmark = pytest.mark.gpu
 
@@ -169,14 +170,21 @@ def test_random_shapes_and_axes_match_numpy(session, shape, data, keepdims) -> N
 )
 @pytest.mark.parametrize("exclusive", [False, True])
 def test_cumsum_matches_numpy(session, shape, axis, stage, exclusive) -> None:
-    x = np.random.default_rng(12).random(shape, dtype=np.float32)
-    assert ops.cumsum.strategy(x, axis=axis).variant.stage == stage
-    got = ops.cumsum(session.to_device(x), axis=axis, exclusive=exclusive).to_host()
-    exact = np.cumsum(x.astype(np.float64), axis=axis)
-    if exclusive:
-        exact = exact - (x.astype(np.float64).ravel() if axis is None else x.astype(np.float64))
-    assert got.shape == exact.shape
-    np.testing.assert_allclose(got, exact, rtol=2e-5 * math.log2(max(exact.size, 2)), atol=1e-6)
+    rng = np.random.default_rng(12)
+    fractions = rng.random(shape, dtype=np.float32)
+    integers = rng.integers(0, 4, shape).astype(np.float32)  # prefixes below 2^24: exact, so a dropped element shows
+    assert ops.cumsum.strategy(fractions, axis=axis).variant.stage == stage
+    for x in (fractions, integers):
+        got = ops.cumsum(session.to_device(x), axis=axis, exclusive=exclusive).to_host()
+        x64 = x.astype(np.float64)
+        exact = np.cumsum(x64, axis=axis)
+        if exclusive:
+            exact = exact - (x64.ravel() if axis is None else x64)
+        bound = error_bounds.cumsum_bound(x, axis, acc=np.float32, out=np.float32, exclusive=exclusive)
+        assert got.shape == exact.shape
+        error_bounds.assert_rejects_wrong_answers(exact, bound, "cumsum")
+        error_bounds.assert_within(got, exact, bound, f"cumsum of {x.shape} over axis {axis}")
+    assert not error_bounds.cumsum_bound(integers, axis, acc=np.float32, out=np.float32).any()
 
 
 def test_cumsum_gives_the_same_bits_every_run(session) -> None:
@@ -201,7 +209,9 @@ def test_cumprod_and_float16(session) -> None:
     h = np.random.default_rng(16).random(5000).astype(np.float16)
     got = ops.cumsum(session.to_device(h)).to_host()
     assert got.dtype == np.float16
-    np.testing.assert_allclose(got.astype(np.float64), np.cumsum(h.astype(np.float64)), rtol=1e-3)
+    want, bound = np.cumsum(h.astype(np.float64)), error_bounds.cumsum_bound(h, acc=np.float32, out=np.float16)
+    error_bounds.assert_rejects_wrong_answers(want, bound, "float16 cumsum")
+    error_bounds.assert_within(got, want, bound, "float16 cumsum")
 
 
 def test_user_scan_running_max(session) -> None:

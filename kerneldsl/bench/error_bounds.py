@@ -338,6 +338,14 @@ def layer_norm_bounds(
     )
 
 
+def value_bound(values: npt.ArrayLike, ulps: float, *, acc: npt.DTypeLike, out: npt.DTypeLike) -> np.ndarray:
+    """A value computed from exact operands within ``ulps`` ulp of ``acc`` (a fast division: 2),
+    then stored: relative to the value itself, flushed denormals, and the output's rounding."""
+    magnitude = np.abs(_wide(values))
+    err = ulps * ulp(magnitude, acc) + 2 * precision(acc).smallest_normal
+    return np.asarray(err + rounding_error(magnitude + err, out, acc))
+
+
 def violations(got: npt.ArrayLike, want: npt.ArrayLike, bound: npt.ArrayLike) -> np.ndarray:
     """Where ``got`` is not within ``bound`` of ``want``: NaN must meet NaN and an infinity the
     same infinity, whatever the bound."""
