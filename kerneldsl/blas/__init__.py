@@ -1,5 +1,10 @@
 """cuBLAS on session buffers: gemm, batched gemm, gemv, axpy, dot, nrm2 (the ``kerneldsl[blas]`` extra).
 
+On the CPU device the same calls run on the host BLAS (``host``: NumPy's matmul and dot, which
+is OpenBLAS) in the session's memory, with cuBLAS's arguments and precision rules; it needs no
+extra, has no cuBLASLt (every gemm is one ``gemm_ex`` on the Python path) and computes float32
+in full even with ``tf32=True``.
+
 Every operation is asynchronous on a session stream (default: the session stream), so it
 orders with kernels, copies and graph capture like any launch. Nothing here imports
 nvmath-python until the first call: ``import kerneldsl`` works without the extra.
@@ -17,8 +22,8 @@ cores); float64 uses ``CUBLAS_COMPUTE_64F``.
 One module per concern: ``binding`` (the library and its ABI values), ``handles`` (the
 per-session handle, its streams, workspaces and scalars), ``checks`` (validation),
 ``lt_config`` (cuBLASLt matmul configurations), ``matmul`` (gemm, gemm_batched), ``vector``
-(levels 1 and 2), ``np_matmul`` (``kd.matmul`` and ``@``: NumPy's matmul on those calls) and
-``reduced`` (products with a 1-D operand as dot reductions).
+(levels 1 and 2), ``np_matmul`` (``kd.matmul`` and ``@``: NumPy's matmul on those calls),
+``reduced`` (products with a 1-D operand as dot reductions) and ``host`` (the CPU device's BLAS).
 """
 
 from __future__ import annotations
