@@ -3,14 +3,11 @@
 A session on the CPU device holds an instance as its ``api``, so the unchanged Session, pools,
 arrays, adapters, planners and C launch path run on it. The rules it keeps:
 
-- memory is real host memory aligned to 256 bytes like ``cudaMalloc``; pinned memory is the same;
-- work runs when it is enqueued, in order (a stream's order is kept by never reordering), so a
+- memory, copies and graphs are ``host_work``'s: work runs when it is enqueued, in order, so a
   stream or event is always complete; events record the host's clock;
 - modules are shared libraries compiled from the rendered source (``host_runtime.load_image``), a
   function is its exported descriptor's address, and launches go to the runtime library's
   ``kd_host_launch``, which the C launch path also calls through ``cuGetProcAddress``;
-- a CUDA graph records the launches, copies and sets enqueued on the capturing stream, launch
-  parameters by value, and replays them; memory freed during a capture is freed with the graph;
 - a kernel fault (assert, trap, bad barrier) is a ``KernelFaultError`` naming the kernel, block,
   thread and line; it does not poison the session, as nothing outside the kernel's own writes broke.
 """
@@ -18,34 +15,24 @@ arrays, adapters, planners and C launch path run on it. The rules it keeps:
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 from cuda.bindings import driver as _bindings
 
 from ..errors import KernelFaultError
 from . import host_runtime
+from .host_work import INVALID_VALUE, SUCCESS, HostWork
 
 CUresult = _bindings.CUresult
-SUCCESS = 0
-INVALID_VALUE = 1
-OUT_OF_MEMORY = 2
 INVALID_IMAGE = 200
 INVALID_CONTEXT = 201
 NOT_FOUND = 500
-NOT_SUPPORTED = 801
-ALIGNMENT = 256  # what cudaMalloc guarantees, and the vector loads of the templates assume
 ARCH = (9, 0)  # the arch whose rendering decisions the CPU device runs: the H200's
 DEVICE_NAME = b"kerneldsl CPU device"
 PLAN_ENV = "KERNELDSL_CPU_PLAN"  # "gpu": plan grids for an H200's 132 SMs (debugging fidelity)
-
-_libc = ctypes.CDLL(None)
-_libc.posix_memalign.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t)
-_libc.free.argtypes = (ctypes.c_void_p,)
 
 _C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _C_POOL_ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
@@ -71,11 +58,6 @@ class LaunchConfig(ctypes.Structure):
     ]
 
 
-def _physical_memory() -> tuple[int, int]:
-    page = os.sysconf("SC_PAGE_SIZE")
-    return os.sysconf("SC_AVPHYS_PAGES") * page, os.sysconf("SC_PHYS_PAGES") * page
-
-
 def plan_multiprocessors() -> int:
     """The SM count the CPU device reports, which grid planners size for: one an OS worker (fewer,
     fatter blocks suit the host), or the H200's 132 with ``KERNELDSL_CPU_PLAN=gpu``."""
@@ -84,22 +66,14 @@ def plan_multiprocessors() -> int:
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
-class HostDriver:
+class HostDriver(HostWork):
     """``cuda.bindings.driver`` for the CPU device: one instance per process (``host_api``)."""
 
     def __init__(self) -> None:
-        self._lib = host_runtime.runtime_library()
-        self._lock = threading.RLock()
+        super().__init__()
         self._tls = threading.local()
-        self._handles = itertools.count(0x1000, 0x10)
-        self.allocations: dict[int, int] = {}  # pointer -> bytes
-        self.pool_of: dict[int, int] = {}  # pointer -> its pool
-        self.pools: dict[int, int] = {}  # pool -> bytes in use
         self.modules: dict[int, ctypes.CDLL] = {}
         self.event_times: dict[int, int] = {}  # event -> perf_counter_ns at its last record
-        self.captures: dict[int, list[tuple[Any, ...]]] = {}  # capturing stream -> what it recorded
-        self.graphs: dict[int, tuple[list[tuple[Any, ...]], list[int]]] = {}  # graph -> (work, memory it frees)
-        self.freed_in_capture: dict[int, list[int]] = {}
         self.function_values: dict[tuple[int, int], int] = {}
         self._c_entries: dict[bytes, Any] = {}
 
@@ -107,14 +81,6 @@ class HostDriver:
         if name.startswith("cu") and name != "cuuint64_t":
             raise AttributeError(f"the CPU device's driver has no {name}")
         return getattr(_bindings, name)  # enums and handle types
-
-    @staticmethod
-    def _r(code: int, *values: Any) -> tuple[Any, ...]:
-        return (CUresult(code), *values)
-
-    def _handle(self) -> int:
-        with self._lock:
-            return next(self._handles)
 
     def _stack(self) -> list[int]:
         stack: list[int] | None = getattr(self._tls, "stack", None)
@@ -193,131 +159,6 @@ class HostDriver:
             stack[-1] = int(ctx)
         else:
             stack.append(int(ctx))
-        return self._r(SUCCESS)
-
-    # -- memory ---------------------------------------------------------------------------------
-
-    def _allocate(self, n: int) -> int:
-        out = ctypes.c_void_p()
-        if n <= 0 or _libc.posix_memalign(ctypes.byref(out), ALIGNMENT, n) or not out.value:
-            return 0
-        with self._lock:
-            self.allocations[out.value] = n
-        return out.value
-
-    def _release(self, ptr: int) -> int:
-        with self._lock:
-            n = self.allocations.pop(ptr, None)
-            if n is None:
-                return INVALID_VALUE
-            pool = self.pool_of.pop(ptr, None)
-            if pool is not None:
-                self.pools[pool] -= n
-        _libc.free(ptr)
-        return SUCCESS
-
-    def cuMemPoolCreate(self, props: Any) -> tuple[Any, ...]:
-        h = self._handle()
-        self.pools[h] = 0
-        return self._r(SUCCESS, h)
-
-    def cuMemPoolDestroy(self, pool: Any) -> tuple[Any, ...]:
-        self.pools.pop(int(pool), None)
-        return self._r(SUCCESS)
-
-    def cuMemPoolSetAttribute(self, pool: Any, attr: Any, value: Any) -> tuple[Any, ...]:
-        return self._r(SUCCESS)
-
-    def cuMemPoolGetAttribute(self, pool: Any, attr: Any) -> tuple[Any, ...]:
-        return self._r(SUCCESS, self.pools.get(int(pool), 0))
-
-    def cuMemPoolTrimTo(self, pool: Any, keep: int) -> tuple[Any, ...]:
-        return self._r(SUCCESS)
-
-    def cuMemAllocFromPoolAsync(self, n: int, pool: Any, stream: Any) -> tuple[Any, ...]:
-        ptr = self._allocate(int(n))
-        if not ptr:
-            return self._r(OUT_OF_MEMORY, 0)
-        with self._lock:
-            self.pool_of[ptr] = int(pool)
-            self.pools[int(pool)] = self.pools.get(int(pool), 0) + int(n)
-        return self._r(SUCCESS, ptr)
-
-    def cuMemFreeAsync(self, ptr: Any, stream: Any) -> tuple[Any, ...]:
-        freed = self.freed_in_capture.get(int(stream))
-        if freed is not None:  # a graph being captured may still use it: freed with the graph
-            freed.append(int(ptr))
-            return self._r(SUCCESS)
-        return self._r(self._release(int(ptr)))
-
-    def cuMemAlloc(self, n: int) -> tuple[Any, ...]:
-        ptr = self._allocate(int(n))
-        return self._r(SUCCESS if ptr else OUT_OF_MEMORY, ptr)
-
-    def cuMemFree(self, ptr: Any) -> tuple[Any, ...]:
-        return self._r(self._release(int(ptr)))
-
-    def cuMemHostAlloc(self, n: int, flags: int) -> tuple[Any, ...]:
-        ptr = self._allocate(int(n))
-        return self._r(SUCCESS if ptr else OUT_OF_MEMORY, ptr)
-
-    def cuMemFreeHost(self, ptr: Any) -> tuple[Any, ...]:
-        return self._r(self._release(int(ptr)))
-
-    def cuMemGetInfo(self) -> tuple[Any, ...]:
-        free, total = _physical_memory()
-        return self._r(SUCCESS, free, total)
-
-    def cuPointerGetAttribute(self, attr: Any, ptr: Any) -> tuple[Any, ...]:
-        return self._r(SUCCESS, 0)
-
-    def cuIpcGetMemHandle(self, ptr: Any) -> tuple[Any, ...]:
-        return self._r(NOT_SUPPORTED, None)
-
-    def cuIpcOpenMemHandle(self, handle: Any, flags: int) -> tuple[Any, ...]:
-        return self._r(NOT_SUPPORTED, 0)
-
-    def cuIpcCloseMemHandle(self, ptr: Any) -> tuple[Any, ...]:
-        return self._r(NOT_SUPPORTED)
-
-    def enqueue(self, stream: Any, work: Callable[[], None]) -> None:
-        """Run ``work``, a library's host computation on this device's memory (the host BLAS's),
-        in ``stream``'s order: now, or at each replay when ``stream`` is being captured."""
-        captured = self.captures.get(int(stream or 0))
-        if captured is None:
-            work()
-        else:
-            captured.append(("call", work))
-
-    def _copy(self, dst: int, src: int, n: int, stream: Any) -> int:
-        work = self.captures.get(int(stream or 0))
-        if work is not None:
-            work.append(("copy", dst, src, n))
-        elif n:
-            ctypes.memmove(dst, src, n)
-        return SUCCESS
-
-    def cuMemcpyHtoDAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
-        return self._r(self._copy(int(dst), int(src), int(n), stream))
-
-    def cuMemcpyDtoHAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
-        return self._r(self._copy(int(dst), int(src), int(n), stream))
-
-    def cuMemcpyDtoDAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
-        return self._r(self._copy(int(dst), int(src), int(n), stream))
-
-    def cuMemcpyHtoD(self, dst: Any, src: Any, n: int) -> tuple[Any, ...]:
-        return self._r(self._copy(int(dst), int(src), int(n), 0))
-
-    def cuMemcpyDtoH(self, dst: Any, src: Any, n: int) -> tuple[Any, ...]:
-        return self._r(self._copy(int(dst), int(src), int(n), 0))
-
-    def cuMemsetD8Async(self, ptr: Any, value: int, n: int, stream: Any) -> tuple[Any, ...]:
-        work = self.captures.get(int(stream or 0))
-        if work is not None:
-            work.append(("set", int(ptr), int(value), int(n)))
-        elif n:
-            ctypes.memset(int(ptr), int(value), int(n))
         return self._r(SUCCESS)
 
     # -- streams and events: work is done when it is enqueued ----------------------------------
@@ -457,72 +298,6 @@ class HostDriver:
         detail = host_runtime.last_error(self._lib) or "the CPU device's runtime refused the launch"
         return KernelFaultError(code, name, api, detail)
 
-    def _snapshot(self, function: int, params: int) -> bytes:
-        """A launch's parameter values, 8-byte slots as kerneldsl's adapters pack them."""
-        count = host_runtime.nparams(function)
-        if not count or not params:
-            return b""
-        pointers = (ctypes.c_void_p * count).from_address(params)
-        return b"".join(ctypes.string_at(p or 0, 8) for p in pointers)
-
-    # -- graphs ---------------------------------------------------------------------------------
-
-    def cuStreamBeginCapture(self, stream: Any, mode: Any) -> tuple[Any, ...]:
-        with self._lock:
-            self.captures[int(stream)] = []
-            self.freed_in_capture[int(stream)] = []
-        return self._r(SUCCESS)
-
-    def cuStreamEndCapture(self, stream: Any) -> tuple[Any, ...]:
-        with self._lock:
-            work = self.captures.pop(int(stream), [])
-            freed = self.freed_in_capture.pop(int(stream), [])
-            h = self._handle()
-            self.graphs[h] = (work, freed)
-        return self._r(SUCCESS, h)
-
-    def cuGraphInstantiate(self, graph: Any, flags: int) -> tuple[Any, ...]:
-        h = self._handle()
-        self.graphs[h] = (self.graphs[int(graph)][0], [])
-        return self._r(SUCCESS, h)
-
-    def cuGraphLaunch(self, exec_: Any, stream: Any) -> tuple[Any, ...]:
-        for step in self.graphs[int(exec_)][0]:
-            code = self._replay(step)
-            if code:
-                return self._r(code)
-        return self._r(SUCCESS)
-
-    def _replay(self, step: tuple[Any, ...]) -> int:
-        kind = step[0]
-        if kind == "copy":
-            ctypes.memmove(step[1], step[2], step[3])
-            return SUCCESS
-        if kind == "set":
-            ctypes.memset(step[1], step[2], step[3])
-            return SUCCESS
-        if kind == "call":
-            step[1]()
-            return SUCCESS
-        _, function, dims, values = step
-        count = len(values) // 8
-        storage = ctypes.create_string_buffer(values, max(8, len(values)))
-        base = ctypes.addressof(storage)
-        pointers = (ctypes.c_void_p * max(1, count))(*[base + 8 * i for i in range(count)])
-        return int(self._lib.kd_host_launch(function, *dims, None, pointers if count else None, None))
-
-    def cuGraphExecDestroy(self, exec_: Any) -> tuple[Any, ...]:
-        self.graphs.pop(int(exec_), None)
-        return self._r(SUCCESS)
-
-    def cuGraphDestroy(self, graph: Any) -> tuple[Any, ...]:
-        _, freed = self.graphs.pop(int(graph), ([], []))
-        for ptr in freed:
-            self._release(ptr)
-        return self._r(SUCCESS)
-
-    # -- the C launch path's entries ------------------------------------------------------------
-
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple[Any, ...]:
         """``kd_host_launch``/``kd_host_launch_ex`` for the launches; the pool, copies and queries
         as C callbacks into this driver, so the C launch path keeps one set of books."""
@@ -550,18 +325,6 @@ class HostDriver:
         stack = self._stack()
         ctypes.c_void_p.from_address(out).value = stack[-1] if stack else None
         return SUCCESS
-
-    def _alloc_from_c(self, out: int, n: int, pool: int, stream: int) -> int:
-        result = self.cuMemAllocFromPoolAsync(n, pool, stream)
-        if not result[0]:
-            ctypes.c_uint64.from_address(out).value = result[1]
-        return int(result[0])
-
-    def _free_from_c(self, ptr: int, stream: int) -> int:
-        return int(self.cuMemFreeAsync(ptr, stream)[0])
-
-    def _copy_from_c(self, dst: int, src: int, n: int, stream: int) -> int:
-        return self._copy(dst, src, n, stream)
 
 
 _instance: HostDriver | None = None

@@ -55,8 +55,8 @@ def resolve_device(device: DeviceSpec | None = None) -> DeviceSpec:
         return device
     if forced is not None:
         return forced
-    if driver.driver_available():
-        return 0
+    if driver.driver_available() or not is_available(CPU):
+        return 0  # without either, opening GPU 0 raises the error that says what is missing
     if not _noticed.is_set():
         _noticed.set()
         log.warning("no CUDA GPU found: kerneldsl runs kernels on the CPU device (set %s=cpu to silence)", DEVICE_ENV)

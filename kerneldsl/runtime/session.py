@@ -39,7 +39,7 @@ from .handle import Handle, check_same_session
 from .ordering import StreamOrder
 from .owned import OwnedHandles
 from .pool import FastAllocation, MemoryInfo, MemoryPool, resolve_pool_limit
-from .selection import CPU, DeviceSpec, resolve_device
+from .selection import CPU, DEVICE_ENV, DeviceSpec, resolve_device
 from .session_registry import open_sessions, reset_device
 from .stream import Event, Stream
 from .vendor import VendorHandles
@@ -74,16 +74,9 @@ class Session(Generic[ArrayT]):
         ``selection.resolve_device`` says. ``pool_limit``: the most bytes this session's memory
         pool may hold (default: ``$KERNELDSL_POOL_LIMIT``, else no cap but the device's memory)."""
         limit = resolve_pool_limit(pool_limit)
-        device = resolve_device(device)
-        host = device == CPU
-        if host:
-            from .host_driver import host_api  # the CPU device's runtime loads on its first session
-
-            d = host_api()
-        else:
-            d = driver.ensure_init()
-        self.api: Any = d  # the driver bindings this session's handles belong to
-        self.device: DeviceSpec = device
+        self.device: DeviceSpec = resolve_device(device)
+        host = self.device == CPU
+        self.api: Any = (d := _bindings_of(host))  # the driver bindings this session's handles belong to
         self.pid = os.getpid()
         self.generation = registry.generation
         self.session_id = next(registry.ids)
@@ -98,7 +91,7 @@ class Session(Generic[ArrayT]):
         self._poison: StickyCudaError | None = None
         self._forked = False
         self._state = OPEN
-        self.gpu = Device(d, 0 if host else int(device), host)
+        self.gpu = Device(d, 0 if host else int(self.device), host)
         self.context = Context(d, self.gpu)
         self.context_address = self.context.address
         self._activation = Activation(self, self.context, checked=True)
@@ -118,7 +111,7 @@ class Session(Generic[ArrayT]):
             raise
         self.raw_stream: Any = self.stream._cu  # the session stream's CUstream
         registry.add(self)
-        log.debug("opened session %d on device %d", self.session_id, device)
+        log.debug("opened session %d on device %s", self.session_id, self.device)
 
     # -- state -------------------------------------------------------------------------------
 
@@ -370,14 +363,29 @@ class Session(Generic[ArrayT]):
             raise SessionCloseError(errors) from errors[0]
 
 
+def _bindings_of(host: bool) -> Any:
+    """The driver a session talks to: the CUDA driver, or the CPU device's host driver (whose
+    runtime library loads with the first CPU session)."""
+    if host:
+        from .host_driver import host_api
+
+        return host_api()
+    return driver.ensure_init()
+
+
 def default_session(device: DeviceSpec | None = None) -> Session:
-    """This process's shared session for ``device`` (None: as ``resolve_device`` picks), created
-    on first use (again after close)."""
-    device = resolve_device(device)
-    s = registry.defaults.get(device)
+    """This process's shared session for ``device`` (None: the one ``resolve_device`` picks while
+    ``$KERNELDSL_DEVICE`` holds its present value), created on first use (again after close). A
+    warm call is one dict lookup: the device is resolved only when the session is made."""
+    key: Any = device if device is not None else (None, os.environ.get(DEVICE_ENV))
+    s = registry.defaults.get(key)
     if s is None or s.state != OPEN:
         with registry.defaults_lock:
-            s = registry.defaults.get(device)
+            s = registry.defaults.get(key)
             if s is None or s.state != OPEN:
-                s = registry.defaults[device] = Session(device)
+                resolved = resolve_device(device)
+                s = registry.defaults.get(resolved)
+                if s is None or s.state != OPEN:
+                    s = registry.defaults[resolved] = Session(resolved)
+                registry.defaults[key] = s
     return s

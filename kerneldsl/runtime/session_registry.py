@@ -12,7 +12,7 @@ import atexit
 import itertools
 import os
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .. import logs
 from ..errors import CudaError, DeviceInUseError, SessionCloseError
@@ -30,7 +30,7 @@ _EXIT_CLOSE_TIMEOUT_S = 5.0
 
 ids = itertools.count(1)
 generation = 0  # bumped in a forked child: handles from before the fork are from generation - 1
-defaults: dict[DeviceSpec, Session] = {}  # default_session's, by device
+defaults: dict[Any, Session] = {}  # default_session's, by device (and by the environment's choice)
 defaults_lock = threading.Lock()
 _open: dict[int, Session] = {}  # strong: an open session lives until close() or exit
 _registry_lock = threading.Lock()

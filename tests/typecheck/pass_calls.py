@@ -87,7 +87,7 @@ def array_methods(d: kd.DeviceArray) -> None:
     assert_type(d.to_device(0), kd.DeviceArray)
     assert_type(d.item(), Any)
     assert_type(float(d.sum()), float)
-    assert_type(d.device, int)
+    assert_type(d.device, int | str)
 
 
 def random_draws(s: kd.Session) -> None:
