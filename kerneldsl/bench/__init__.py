@@ -135,6 +135,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         "kerneldsl.bench.tune_bench",
         gpu=True,
     ),
+    "cpu": Benchmark(
+        "CPU device: CUDA-style kernels vs NVIDIA Warp's CPU device, Numba's CUDA simulator and NumPy; "
+        "fiber costs per thread; kd.ops and @kd.fuse vs NumPy; a small kernel's first call",
+        "kerneldsl.bench.cpu_bench",
+        modules={"warp": "NVIDIA Warp", "numba": "Numba"},
+        install="pip install 'kerneldsl[bench-cpu]'",
+    ),
     "distributed": Benchmark(
         "GPU: remote kernel call vs Dask actor and task round trips, pipelining, worker-to-worker copies, "
         "scaling over 1..N GPUs, a sharded sum, worker cold start",

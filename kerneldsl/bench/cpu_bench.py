@@ -1,0 +1,447 @@
+"""The CPU device side by side with NVIDIA Warp's CPU device, Numba's CUDA simulator and NumPy.
+
+One process, one CPU session (``kd.Session(device="cpu")``); every input is uploaded before
+timing (``s.to_device``), so no transfer is timed. Four sections (``--only``):
+
+- ``kernels``: five kernels written as CUDA users write them (``cpu_kernels``) against the same
+  computations in Warp (``cpu_warp``, ``wp.tid()`` and ``wp.atomic_add``), NumPy, and Numba's
+  simulator (``cpu_simulator``, a child process, small sizes, compared per element). Targets:
+  kerneldsl <= 1.0x Warp's time for saxpy and the stencil (no barrier), <= 2.0x for the
+  transpose, the sum and the histogram, and >= 10,000x the simulator's speed per element. The sum
+  and the histogram run over a grid-stride loop (16 elements a thread) and, reported beside them,
+  a thread an element.
+- ``fibers``: what running CUDA threads as fibers costs a thread: start and finish, a barrier, a
+  warp shuffle (targets 6, 4 and 6 ns), from kernels of the same trivial work with a run-time
+  count of barriers or shuffles against the work alone, which runs as a plain loop.
+- ``ops``: ``kd.ops`` elementwise (float32 <= 1.2x NumPy's time, 16-bit floats <= 2x), sum / max /
+  argmax along each axis (<= 2x), ``@kd.fuse`` softmax and layer norm against NumPy's unfused
+  expression (<= 1.0x), cumsum (<= 2x); outputs preallocated on both sides.
+- ``first``: a small kernel's first call in fresh processes (``cpu_first_call``): cold disk cache
+  <= 0.3 s; a disk hit that starts no process and imports no Jinja.
+
+Each timing is the median of ``--reps`` rounds after a warm-up call (which compiles); in a round
+every contender takes a turn, so none is timed alone while the shared machine is quiet. Every
+timed call writes over a poisoned output and its result is checked against NumPy before the next:
+a wrong answer raises ``WrongResultError``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import kerneldsl as kd
+
+from . import cpu_cases
+from .cpu_cases import FULL, QUICK, THREAD_ELEMENTS, Case, Sizes, poison_value
+from .report import Report
+
+SECTIONS = ("kernels", "fibers", "ops", "first")
+BARRIER_FREE = ("saxpy", "stencil")
+VARIANT = " (a thread an element)"
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure, and the target it is held to (if any)."""
+
+    name: str
+    value: float
+    unit: str
+    target: float | None = None
+    at_least: bool = False  # the target is a floor (a speedup), not a ceiling
+
+    @property
+    def met(self) -> str:
+        if self.target is None:
+            return ""
+        return "yes" if (self.value >= self.target if self.at_least else self.value <= self.target) else "NO"
+
+    @property
+    def target_text(self) -> str:
+        if self.target is None:
+            return ""
+        return f"{'>=' if self.at_least else '<='} {self.target:g} {self.unit}".rstrip()
+
+
+@dataclass
+class Contender:
+    """One way of computing a case: poison its output, run (synchronized), read the result."""
+
+    label: str
+    run: Callable[[], object]
+    result: Callable[[], np.ndarray]
+    poison: Callable[[], object] = lambda: None
+
+
+def time_checked(entries: Sequence[tuple[Case, Contender]], reps: int) -> dict[str, float]:
+    """Median seconds of each contender over ``reps`` interleaved rounds, after a warm-up call;
+    every call (warm-up included) writes over poison and is checked against its case before the next."""
+    samples: dict[str, list[float]] = {contender.label: [] for _, contender in entries}
+    for rep in range(reps + 1):
+        for case, contender in entries:
+            contender.poison()
+            start = time.perf_counter()
+            contender.run()
+            elapsed = time.perf_counter() - start
+            case.check(contender.label, contender.result())
+            if rep:
+                samples[contender.label].append(elapsed)
+    return {label: statistics.median(times) for label, times in samples.items()}
+
+
+def _kd_contender(
+    s: kd.Session, label: str, out: kd.DeviceArray, call: Callable[[], object], zero: bool = False
+) -> Contender:
+    poison = poison_value(out.dtype)
+
+    def run() -> None:
+        if zero:  # accumulated with atomicAdd: a CUDA user clears it before the launch
+            out.fill_zero()
+        call()
+        s.synchronize()
+
+    return Contender(label, run, out.to_host, lambda: out.fill(poison))
+
+
+def _numpy_contender(out: np.ndarray, call: Callable[[], object], label: str = "NumPy") -> Contender:
+    poison = poison_value(out.dtype)
+    return Contender(label, call, lambda: out, lambda: out.fill(poison))
+
+
+# --- kernels ---------------------------------------------------------------------------------
+
+
+def kerneldsl_contenders(s: kd.Session, case: Case) -> list[Contender]:
+    """kerneldsl's kernels for ``case``; the sum and the histogram also a thread an element."""
+    from . import cpu_kernels as k
+
+    inputs = {name: s.to_device(value) for name, value in case.inputs.items()}
+    out = s.empty(case.want.shape, case.want.dtype)
+    grid = max(1, case.elements // (k.BLOCK * THREAD_ELEMENTS))
+    calls: dict[str, Callable[[], object]]
+    if case.name == "saxpy":
+        calls = {"": lambda: k.saxpy(out, inputs["x"], inputs["y"], cpu_cases.SAXPY_ALPHA)}
+    elif case.name == "transpose":
+        calls = {"": lambda: k.transpose(out, inputs["x"])}
+    elif case.name == "stencil":
+        calls = {"": lambda: k.stencil(out, inputs["x"], cpu_cases.STENCIL_WEIGHT)}
+    elif case.name == "sum":
+        calls = {
+            "": lambda: k.block_sum(out, inputs["x"], grid=grid),
+            VARIANT: lambda: k.block_sum_per_element(out, inputs["x"]),
+        }
+    else:
+        calls = {
+            "": lambda: k.histogram(out, inputs["values"], grid=grid),
+            VARIANT: lambda: k.histogram_per_element(out, inputs["values"]),
+        }
+    zero = case.name in ("sum", "histogram")
+    return [_kd_contender(s, f"kerneldsl{suffix}", out, call, zero) for suffix, call in calls.items()]
+
+
+def numpy_contender(case: Case) -> Contender:
+    out = np.empty_like(case.want)
+    run = cpu_cases.NUMPY_RUNS[case.name]
+    return _numpy_contender(out, lambda: run(case, out))
+
+
+def warp_contender(case: Case) -> Contender:
+    from .cpu_warp import WarpRun
+
+    warp = WarpRun(case)
+    return Contender("Warp", warp.run, warp.result, warp.poison)
+
+
+def bench_kernels(s: kd.Session, sizes: Sizes, reps: int, simulator: bool = True) -> list[Figure]:
+    """kerneldsl, Warp and NumPy on each case (ms), kerneldsl over Warp, and per element against
+    the Numba simulator (measured in a child process after the others)."""
+    from . import cpu_simulator, cpu_warp
+
+    cpu_warp.init()
+    figures: list[Figure] = []
+    per_element: dict[str, float] = {}
+    for name, case in sizes.cases().items():
+        contenders = [*kerneldsl_contenders(s, case), warp_contender(case), numpy_contender(case)]
+        times = time_checked([(case, c) for c in contenders], reps)
+        target = 1.0 if name in BARRIER_FREE else 2.0
+        figures += [Figure(f"{name}: {label}", seconds * 1e3, "ms") for label, seconds in times.items()]
+        for label, seconds in times.items():
+            if label.startswith("kerneldsl"):
+                variant = label.removeprefix("kerneldsl")
+                per_element[name + variant] = seconds / case.elements
+                figures.append(
+                    Figure(f"{name}: {label} / Warp", seconds / times["Warp"], "x", None if variant else target)
+                )
+    if simulator:
+        for label, simulated in cpu_simulator.measure(quick=sizes == QUICK).items():
+            floor = None if label.endswith(VARIANT) else 10_000.0
+            figures.append(Figure(f"{label}: Numba simulator", simulated * 1e6, "us/element"))
+            speedup = simulated / per_element[label]
+            figures.append(
+                Figure(f"{label}: kerneldsl speedup per element over it", speedup, "x", floor, at_least=True)
+            )
+    return figures
+
+
+# --- fibers ----------------------------------------------------------------------------------
+
+
+def _shuffled(lanes: np.ndarray, rounds: int) -> np.ndarray:
+    """``v += __shfl_down_sync(full, v, 1)`` ``rounds`` times: the last lane of a warp reads its own ``v``."""
+    v: np.ndarray = lanes.reshape(-1, 32).copy()
+    for _ in range(rounds):
+        v += np.concatenate([v[:, 1:], v[:, -1:]], axis=1)
+    return v.ravel()
+
+
+def bench_fibers(s: kd.Session, threads: int, extra: int, reps: int) -> list[Figure]:
+    """Nanoseconds a CUDA thread for a fiber's start and finish, a barrier and a shuffle.
+
+    Kernels of the same trivial work: without a barrier or shuffle (a loop), with 1 or 1 + ``extra``
+    barriers, with 1 or 1 + ``extra`` shuffles. A barrier or shuffle costs the difference of the two
+    counts over ``extra``; starting and finishing a fiber costs the one-barrier kernel less one
+    barrier less the loop. A figure is CPU time: wall time times the workers running blocks.
+    """
+    from . import cpu_kernels as k
+
+    lanes = np.arange(threads, dtype=np.uint32) % k.BLOCK
+    variants = {
+        "loop": (k.threads_plain, 1, lanes + 1),
+        "1 barrier": (k.threads_barriers, 1, lanes + 1),
+        f"{1 + extra} barriers": (k.threads_barriers, 1 + extra, lanes + 1 + extra),
+        "1 shuffle": (k.threads_shuffles, 1, _shuffled(lanes, 1)),
+        f"{1 + extra} shuffles": (k.threads_shuffles, 1 + extra, _shuffled(lanes, 1 + extra)),
+    }
+    entries = []
+    for label, (kernel, count, want) in variants.items():
+        out = s.empty(threads, np.uint32)
+        call = functools.partial(kernel, out, np.int32(count))
+        entries.append((Case(label, {}, want, 0.0, threads), _kd_contender(s, label, out, call)))
+    t = time_checked(entries, reps)
+    per_thread = 1e9 * _workers() / threads
+    barrier = (t[f"{1 + extra} barriers"] - t["1 barrier"]) / extra
+    shuffle = (t[f"{1 + extra} shuffles"] - t["1 shuffle"]) / extra
+    return [
+        Figure("a thread as a loop (no fiber)", t["loop"] * per_thread, "ns"),
+        Figure("start and finish a thread as a fiber", (t["1 barrier"] - barrier - t["loop"]) * per_thread, "ns", 6.0),
+        Figure("a barrier", barrier * per_thread, "ns", 4.0),
+        Figure("a warp shuffle", shuffle * per_thread, "ns", 6.0),
+    ]
+
+
+def _workers() -> int:
+    from ..runtime.host_driver import plan_multiprocessors
+
+    return plan_multiprocessors()
+
+
+# --- ops ---------------------------------------------------------------------------------------
+
+EPS = 1e-5
+
+
+@kd.fuse
+def softmax(x: Any) -> Any:
+    m = kd.ops.max(x, axis=-1, keepdims=True)
+    e = kd.ops.exp(x - m)
+    return e / kd.ops.sum(e, axis=-1, keepdims=True)
+
+
+@kd.fuse
+def layer_norm(x: Any, w: Any, b: Any) -> Any:
+    xc = x - kd.ops.mean(x, axis=-1, keepdims=True)
+    var = kd.ops.mean(xc * xc, axis=-1, keepdims=True)
+    return xc / kd.ops.sqrt(var + EPS) * w + b
+
+
+def numpy_softmax(x: np.ndarray, out: np.ndarray) -> None:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    np.divide(e, e.sum(axis=-1, keepdims=True), out=out)
+
+
+def numpy_layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
+    xc = x - x.mean(axis=-1, keepdims=True)
+    var = (xc * xc).mean(axis=-1, keepdims=True)
+    np.add(xc / np.sqrt(var + np.float32(EPS)) * w, b, out=out)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """An op on the CPU device and NumPy's way of computing it, both into a preallocated output."""
+
+    case: Case
+    kd_call: Callable[[tuple[Any, ...], kd.DeviceArray], object]
+    numpy_call: Callable[[tuple[np.ndarray, ...], np.ndarray], object]
+    operands: tuple[np.ndarray, ...]
+    target: float
+
+
+def op_cases(n: int, side: int, seed: int = 2) -> list[OpCase]:
+    """Elementwise add and multiply per float dtype, reductions along each axis, the fused
+    pipelines and cumsum, each with NumPy's answer (float64 where NumPy's own rounds)."""
+    rng = np.random.default_rng(seed)
+    dtypes: list[tuple[str, Any, float]] = [("float32", np.float32, 1.2), ("float16", np.float16, 2.0)]
+    try:
+        import ml_dtypes
+
+        dtypes.append(("bfloat16", ml_dtypes.bfloat16, 2.0))
+    except ImportError:
+        pass
+    cases = []
+    for label, dtype, target in dtypes:
+        a, b = (rng.standard_normal(n).astype(dtype) for _ in range(2))
+        for op in ("add", "multiply"):
+            ufunc = getattr(np, op)
+            want = ufunc(a, b)
+            cases.append(OpCase(Case(f"{op} {label}", {}, want, 0.0, n), _kd_op(op), _np_op(ufunc), (a, b), target))
+    eighths = cpu_cases.exact_eighths(rng, side * side).reshape(side, side)
+    x = rng.standard_normal((side, side), dtype=np.float32)
+    for axis in (0, 1):
+        for op, data in (("sum", eighths), ("max", x), ("argmax", x)):
+            want = getattr(np, op)(data, axis=axis)
+            case = Case(f"{op} axis={axis} float32", {}, want, 0.0, data.size)
+            cases.append(OpCase(case, _kd_op(op, axis=axis), _np_op(getattr(np, op), axis=axis), (data,), 2.0))
+    w, b = rng.standard_normal(side, dtype=np.float32), rng.standard_normal(side, dtype=np.float32)
+    exact = np.empty((side, side), np.float64)
+    numpy_softmax(x.astype(np.float64), exact)
+    cases.append(
+        OpCase(
+            Case("fused softmax float32", {}, exact, 2e-5, x.size, atol=1e-7),
+            lambda ops, out: softmax(*ops, out=out),
+            lambda ops, out: numpy_softmax(ops[0], out),
+            (x,),
+            1.0,
+        )
+    )
+    normed = np.empty((side, side), np.float64)
+    numpy_layer_norm(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), normed)
+    cases.append(
+        OpCase(
+            Case("fused layer norm float32", {}, normed, 2e-5, x.size, atol=1e-5),
+            lambda ops, out: layer_norm(*ops, out=out),
+            lambda ops, out: numpy_layer_norm(ops[0], ops[1], ops[2], out),
+            (x, w, b),
+            1.0,
+        )
+    )
+    flat = cpu_cases.exact_eighths(rng, n)
+    cases.append(
+        OpCase(Case("cumsum float32", {}, np.cumsum(flat), 0.0, n), _kd_op("cumsum"), _np_op(np.cumsum), (flat,), 2.0)
+    )
+    return cases
+
+
+def _kd_op(name: str, **keywords: Any) -> Callable[[tuple[Any, ...], kd.DeviceArray], object]:
+    op = getattr(kd.ops, name)
+    return lambda operands, out: op(*operands, out=out, **keywords)
+
+
+def _np_op(function: Any, **keywords: Any) -> Callable[[tuple[np.ndarray, ...], np.ndarray], object]:
+    return lambda operands, out: function(*operands, out=out, **keywords)
+
+
+def op_contenders(s: kd.Session, op: OpCase) -> list[Contender]:
+    """kerneldsl on the operands uploaded to ``s``, and NumPy on the host's; outputs preallocated."""
+    dtype = op.case.want.dtype if op.case.want.dtype != np.float64 else np.dtype(np.float32)
+    operands = tuple(s.to_device(a) for a in op.operands)
+    kd_out, np_out = s.empty(op.case.want.shape, dtype), np.empty(op.case.want.shape, dtype)
+    return [
+        _kd_contender(s, f"kerneldsl {op.case.name}", kd_out, lambda: op.kd_call(operands, kd_out)),
+        _numpy_contender(np_out, lambda: op.numpy_call(op.operands, np_out), f"NumPy {op.case.name}"),
+    ]
+
+
+def bench_ops(s: kd.Session, n: int, side: int, reps: int) -> list[Figure]:
+    figures = []
+    for op in op_cases(n, side):
+        on_device, on_host = op_contenders(s, op)
+        times = time_checked([(op.case, on_device), (op.case, on_host)], reps)
+        kd_s, np_s = times[on_device.label], times[on_host.label]
+        figures += [
+            Figure(f"{op.case.name}: kerneldsl", kd_s * 1e3, "ms"),
+            Figure(f"{op.case.name}: NumPy", np_s * 1e3, "ms"),
+            Figure(f"{op.case.name}: kerneldsl / NumPy", kd_s / np_s, "x", op.target),
+        ]
+    return figures
+
+
+# --- first call --------------------------------------------------------------------------------
+
+
+def bench_first() -> tuple[list[Figure], list[str]]:
+    """Figures of the three fresh processes, and notes naming the processes the disk hit started."""
+    from .cpu_first_call import first_calls
+
+    runs = first_calls()
+    hit = runs["hit"]
+    figures = [
+        Figure("empty cache: session start (builds the runtime library)", runs["empty"]["session"], "s"),
+        Figure("empty cache: first call", runs["empty"]["first_call"], "s"),
+        Figure("cold kernel: session start (runtime library from disk)", runs["cold"]["session"], "s"),
+        Figure("cold kernel: first call of a small kernel", runs["cold"]["first_call"], "s", 0.3),
+        Figure("disk hit, fresh process: session start", hit["session"], "s"),
+        Figure("disk hit, fresh process: first call", hit["first_call"], "s"),
+        Figure("disk hit: processes the call started", len(hit["spawned_by_call"]), "", 0.0),
+        Figure("disk hit: processes the whole process started", len(hit["spawned"]), "", 0.0),
+        Figure("disk hit: jinja2 in sys.modules after the call", float(hit["jinja_loaded"]), "", 0.0),
+    ]
+    notes = [f"the disk-hit process started: {command}" for command in hit["spawned"]]
+    return figures, notes
+
+
+# --- the table -------------------------------------------------------------------------------
+
+TITLES = {
+    "kernels": "CUDA-style kernels: kerneldsl CPU device vs Warp CPU, NumPy, Numba CUDA simulator",
+    "fibers": "fiber-mode costs per CUDA thread (CPU time)",
+    "ops": "kd.ops and @kd.fuse on the CPU device vs NumPy (DeviceArrays: no transfer timed)",
+    "first": "first call on the CPU device, fresh processes",
+}
+
+
+def print_table(title: str, figures: Sequence[Figure], notes: Sequence[str] = ()) -> None:
+    print(title)
+    print(f"  {'figure':66s} {'value':>12s} {'unit':10s} {'target':14s} met")
+    for f in figures:
+        print(f"  {f.name:66s} {f.value:12.4g} {f.unit:10s} {f.target_text:14s} {f.met}")
+    for note in notes:
+        print(f"  note: {note}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds, not minutes): for a test")
+    parser.add_argument("--reps", type=int, default=10, help="timed rounds per measurement (median reported)")
+    parser.add_argument("--only", choices=SECTIONS, action="append", help="run only these sections (repeatable)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def run(args: argparse.Namespace) -> Report:
+    import json
+
+    sizes = QUICK if args.quick else FULL
+    s = kd.Session(device="cpu")
+    measures: dict[str, Callable[[], tuple[list[Figure], list[str]]]] = {
+        "kernels": lambda: (bench_kernels(s, sizes, args.reps), []),
+        "fibers": lambda: (bench_fibers(s, sizes.n // 4, 4 if args.quick else 16, args.reps), []),
+        "ops": lambda: (bench_ops(s, sizes.n, sizes.side, args.reps), []),
+        "first": bench_first,
+    }
+    report: Report = {}
+    for key in SECTIONS:
+        if args.only and key not in args.only:
+            continue
+        figures, notes = measures[key]()
+        report[TITLES[key]] = {f"{f.name} ({f.unit})" if f.unit else f.name: float(f.value) for f in figures}
+        if not args.json:
+            print_table(TITLES[key], figures, notes)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return report
