@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.bench import arrays_numpy_code, arrays_transfers, ops_bench, runtime_bench
+from kerneldsl.bench import arrays_numpy_code, arrays_transfers, held_timing, ops_bench, runtime_bench
 from kerneldsl.bench.report import Report, Section, run_sections
 from kerneldsl.errors import BlasNotAvailableError
 
@@ -172,7 +172,7 @@ def bench_alloc(args: argparse.Namespace) -> dict[str, float]:
     spin_cycles = 4_000_000 + 40_000 * args.calls
 
     def hold() -> None:
-        runtime_bench.spin(spin_cycles)
+        held_timing.spin(spin_cycles)
 
     def kd_drop() -> None:
         kd.empty(n, np.float32)
@@ -188,7 +188,7 @@ def bench_alloc(args: argparse.Namespace) -> dict[str, float]:
 
     # The spin kernel holds the session stream: a kd free must not wait for it (torch's and CuPy's
     # caching allocators never wait either).
-    times = runtime_bench.interleaved_enqueue_costs(
+    times = held_timing.interleaved_enqueue_costs(
         {
             "kd.empty + drop": (hold, kd_drop, s.synchronize),
             "kd.empty + close()": (hold, kd_close, s.synchronize),
@@ -255,10 +255,10 @@ def bench_keywords(args: argparse.Namespace) -> dict[str, float]:
     spin_cycles = 4_000_000 + 40_000 * args.calls
 
     def hold() -> None:
-        runtime_bench.spin(spin_cycles)
+        held_timing.spin(spin_cycles)
 
     def hold_stream() -> None:
-        runtime_bench.spin(spin_cycles, stream=stream)
+        held_timing.spin(spin_cycles, stream=stream)
 
     dx, dy = kd.asarray(np.ones(1024, np.float32)), kd.asarray(np.ones(1024, np.float32))
     dz = kd.empty(1024, np.float32)
@@ -291,7 +291,7 @@ def bench_keywords(args: argparse.Namespace) -> dict[str, float]:
         contenders.update(gemms)
     except BlasNotAvailableError as exc:
         print(f"gemm rows skipped: {exc}")
-    times = runtime_bench.interleaved_enqueue_costs(contenders, args.calls, args.reps)
+    times = held_timing.interleaved_enqueue_costs(contenders, args.calls, args.reps)
     results = {f"{name} (µs)": t * 1e6 for name, t in times.items()}
     for name in ("kernel stream=None", "kernel stream=s"):
         results[f"{name} / positional (target <= 1.1)"] = times[name] / times["kernel positional"]

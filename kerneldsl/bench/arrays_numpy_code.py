@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.bench import ops_bench, runtime_bench
+from kerneldsl.bench import held_timing, ops_bench
 
 CG_N = 4096
 CG_ITERATIONS = 20
@@ -112,10 +112,10 @@ def bench_matmul(args: argparse.Namespace) -> dict[str, float]:
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
         ops_bench._check(f"kd a @ b n={n}", (da @ db).to_host(), a @ b, rtol=1e-3, atol=1e-3)
         ops_bench._check(f"torch a @ b n={n}", (ta @ tb).cpu().numpy(), a @ b, rtol=1e-3, atol=1e-3)
-        times = runtime_bench.interleaved_enqueue_costs(
+        times = held_timing.interleaved_enqueue_costs(
             {
                 "kerneldsl a @ b": (
-                    lambda: runtime_bench.spin(spin_cycles),
+                    lambda: held_timing.spin(spin_cycles),
                     functools.partial(operator.matmul, da, db),
                     s.synchronize,
                 ),

@@ -27,8 +27,8 @@ from .. import blas
 from ..array.sessions import Session, default_session
 from ..blas import lt_config
 from ..blas.matmul import _gemm as python_path
+from .held_timing import interleaved_enqueue_costs, spin
 from .report import Report, print_report
-from .runtime_bench import interleaved_enqueue_costs, spin
 
 CHECK_TOL = {np.dtype(np.float16): 4e-3, np.dtype(np.float32): 1e-4}  # per unit of |A| @ |B|
 TARGETS = {

@@ -2,9 +2,12 @@
 
 - launch: host cost of enqueueing a 3-argument kernel while the stream is held by a spinning
   kernel (so the queue never drains), median per launch, against raw ``cuLaunchKernel`` with
-  pre-packed parameters, cuda.core ``launch()`` and CuPy ``RawKernel``.
-- graph: replay of 100 captured small kernels, GPU time per kernel, against CuPy's graph of the
-  same kernel and against eager launches.
+  pre-packed parameters, cuda.core ``launch()`` and CuPy ``RawKernel``. Every launch adds 1 to
+  each element of its ``y``: the counts are checked exactly afterwards.
+- graph: 100 captured small kernels replayed, against CuPy's graph of the same kernel and
+  against eager launches: GPU time per kernel with the stream held (``held_timing``: an event
+  window over back-to-back small kernels would time their launches) and host time per replay,
+  each count of launches checked exactly.
 - transfer: H2D and D2H bandwidth, pageable and pinned, against CuPy on the same sizes.
 - e2e: saxpy through the numpy borrowing path (copy in, launch, copy back) vs CuPy.
 """
@@ -13,23 +16,25 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import statistics
 import struct
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import numpy as np
 
 import kerneldsl as kd
 
+from .held_timing import (
+    SPIN_SOURCE,
+    cupy_lane,
+    gpu_cycles_per_ms,
+    held_timing,
+    interleaved_enqueue_costs,
+    kd_lane,
+    spin,
+)
 from .report import Report, print_report, wall_median
 
-SPIN_SOURCE = r"""
-extern "C" __global__ void kd_bench_spin(long long cycles) {
-    long long start = clock64();
-    while (clock64() - start < cycles) { }
-}
-"""
+EXACT_COUNTS = 1 << 24  # float32 counts every launch exactly up to here
 
 
 @kd.kernel(grid=kd.cdiv("n", 256), block=256)
@@ -40,14 +45,6 @@ def saxpy(y: kd.InOut["T", "n"], x: kd.In["T", "n"], alpha: kd.Scalar["T"]) -> s
     """
 
 
-@kd.kernel(grid=1, block=1)
-def spin(cycles: kd.Scalar[kd.int64]) -> str:
-    return """
-    long long start = clock64();
-    while (clock64() - start < cycles) { }
-    """
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--launches", type=int, default=500, help="launches enqueued per repetition")
     parser.add_argument("--reps", type=int, default=30, help="repetitions (median reported)")
@@ -55,37 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
-def _median(samples: list[float]) -> float:
-    return statistics.median(samples)
-
-
-def held_enqueue_cost(
-    hold: Callable[[], object], enqueue: Callable[[], object], sync: Callable[[], object], launches: int, reps: int
-) -> float:
-    """Median seconds per enqueue while the stream is busy with a spin kernel."""
-    samples = []
-    for _ in range(reps):
-        hold()
-        start = time.perf_counter()
-        for _ in range(launches):
-            enqueue()
-        samples.append((time.perf_counter() - start) / launches)
-        sync()
-    return _median(samples)
-
-
-def interleaved_enqueue_costs(
-    contenders: Mapping[str, tuple[Callable[[], object], Callable[[], object], Callable[[], object]]],
-    launches: int,
-    reps: int,
-) -> dict[str, float]:
-    """``held_enqueue_cost`` of each (hold, enqueue, sync) contender, taking turns every repetition
-    so drift in clocks or load affects them all alike; median seconds per enqueue."""
-    samples: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(reps):
-        for name, (hold, enqueue, sync) in contenders.items():
-            samples[name].append(held_enqueue_cost(hold, enqueue, sync, launches, 1))
-    return {name: _median(values) for name, values in samples.items()}
+def check_count(values: np.ndarray, launches: int, what: str) -> None:
+    """Every element of a float32 ``y`` that ``launches`` launches of ``y = 1 * 1 + y`` updated from
+    zero holds exactly ``launches``: a launch lost, repeated or sent to other memory shows."""
+    if launches >= EXACT_COUNTS:
+        raise ValueError(f"{what}: {launches} launches are more than float32 counts exactly ({EXACT_COUNTS})")
+    wrong = np.count_nonzero(values != np.float32(launches))
+    if wrong:
+        raise AssertionError(f"{what}: {wrong} of {values.size} element(s) differ from the {launches} launches made")
 
 
 def bench_launch(args: argparse.Namespace) -> dict[str, float]:
@@ -95,8 +69,8 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
 
     s = kd.default_session()
     n = 1024
-    dy, dx = s.to_device(np.ones(n, np.float32)), s.to_device(np.ones(n, np.float32))
-    alpha = np.float32(1e-3)
+    dy, dx = s.to_device(np.zeros(n, np.float32)), s.to_device(np.ones(n, np.float32))
+    alpha = np.float32(1)  # every launch adds exactly 1 to each element of its y
     spin_cycles = 4_000_000 + 40_000 * args.launches  # about 20 µs of GPU time per launch enqueued
     saxpy(dy, dx, alpha)
     s.synchronize()
@@ -129,7 +103,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
     cp_stream = cp.cuda.Stream(non_blocking=True)
     raw_module = cp.RawModule(code=build.cuda_source + SPIN_SOURCE, options=("-std=c++17",))
     cp_saxpy, cp_spin = raw_module.get_function(build.generated.entry), raw_module.get_function("kd_bench_spin")
-    cy, cx = cp.ones(n, cp.float32), cp.ones(n, cp.float32)
+    cy, cx = cp.zeros(n, cp.float32), cp.ones(n, cp.float32)
 
     def cp_hold() -> None:
         cp_spin((1,), (1,), (np.int64(spin_cycles),))
@@ -139,7 +113,7 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
 
     contenders = {
         "kerneldsl": (hold_kd, lambda: saxpy(dy, dx, alpha), s.synchronize),
-        "kerneldsl, new scalar each call": (hold_kd, lambda: saxpy(dy, dx, np.float32(1e-3)), s.synchronize),
+        "kerneldsl, new scalar each call": (hold_kd, lambda: saxpy(dy, dx, np.float32(1)), s.synchronize),
         "kerneldsl, Python path": (hold_kd, lambda: saxpy._call(dy, dx, alpha), s.synchronize),
         "Session.launch, pre-packed": (
             hold_kd,
@@ -154,10 +128,20 @@ def bench_launch(args: argparse.Namespace) -> dict[str, float]:
         ),
         "CuPy RawKernel": (cp_hold, cp_enqueue, cp_stream.synchronize),
     }
+    dy.copy_from_host(np.zeros(n, np.float32))
     with s.activated(), cp_stream:  # CuPy launches on its current stream
         results = interleaved_enqueue_costs(contenders, args.launches, args.reps)
+        cp_stream.synchronize()
     s.synchronize()
+    per_contender = args.launches * args.reps
+    check_count(
+        dy.to_host(), per_contender * (len(contenders) - 1), "kerneldsl, Session.launch, cuLaunchKernel, cuda.core"
+    )
+    check_count(cp.asnumpy(cy), per_contender, "CuPy RawKernel")
     return {k: v * 1e6 for k, v in results.items()}  # µs per launch
+
+
+GRAPH_CALLS = 5  # replays (or eager batches of the same kernels) enqueued per held repetition
 
 
 def bench_graph(args: argparse.Namespace) -> dict[str, float]:
@@ -166,41 +150,25 @@ def bench_graph(args: argparse.Namespace) -> dict[str, float]:
     s = kd.default_session()
     n, kernels = 1024, 100
     dy, dx = s.to_device(np.zeros(n, np.float32)), s.to_device(np.ones(n, np.float32))
-    alpha = np.float32(1.0)
+    alpha = np.float32(1)  # every kernel adds exactly 1: the counts check each way of launching
     saxpy(dy, dx, alpha)
     with s.capture() as graph:
         for _ in range(kernels):
             saxpy(dy, dx, alpha)
-    start, end = s.create_event(), s.create_event()
-
-    def timed(run: Callable[[], None], record_start: Callable[[], None], record_end: Callable[[], float]) -> float:
-        samples = []
-        for _ in range(args.reps):
-            record_start()
-            run()
-            samples.append(record_end())
-        return _median(samples) / kernels * 1e3  # µs per kernel
-
-    def kd_start() -> None:
-        start.record()
-
-    def kd_end() -> float:
-        end.record()
-        end.synchronize()
-        return end.elapsed_since(start)
-
-    graph.replay()
     s.synchronize()
-    results = {"kerneldsl graph replay": timed(graph.replay, kd_start, kd_end)}
+    dy.copy_from_host(np.zeros(n, np.float32))
+    cycles_per_ms = gpu_cycles_per_ms()
 
     def eager() -> None:
         for _ in range(kernels):
             saxpy(dy, dx, alpha)
 
-    results["kerneldsl eager"] = timed(eager, kd_start, kd_end)
-    host = dy.to_host()
-    expected = np.float32(1 + kernels + 2 * kernels * args.reps)  # warm call, warm replay, timed replays, eager
-    results["check"] = float(np.abs(host - expected).max() > 0)
+    timings = {}
+    launched = 0
+    for label, run in (("kerneldsl graph replay", graph.replay), ("kerneldsl eager", eager)):
+        timings[label] = held_timing(kd_lane(s), run, calls=GRAPH_CALLS, reps=args.reps, cycles_per_ms=cycles_per_ms)
+        launched += timings[label].calls * kernels
+    check_count(dy.to_host(), launched, "kerneldsl graph replays and eager launches")
 
     cp_stream = cp.cuda.Stream(non_blocking=True)
     build = saxpy.inspect(dy, dx, alpha)
@@ -208,25 +176,26 @@ def bench_graph(args: argparse.Namespace) -> dict[str, float]:
     cy, cx = cp.zeros(n, cp.float32), cp.ones(n, cp.float32)
     grid = ((n + 255) // 256,)
     with cp_stream:
-        cp_saxpy(grid, (256,), (cy, cx, alpha, np.int32(n)))
+        cp_saxpy(grid, (256,), (cy, cx, alpha, np.int32(n)))  # loads the module before the capture
+        cy.fill(0)
+        cp_stream.synchronize()
         cp_stream.begin_capture()
         for _ in range(kernels):
             cp_saxpy(grid, (256,), (cy, cx, alpha, np.int32(n)))
         cp_graph = cp_stream.end_capture()
-        cp_graph.launch(cp_stream)
+        timings["CuPy graph replay"] = held_timing(
+            cupy_lane(cp),
+            lambda: cp_graph.launch(cp_stream),
+            calls=GRAPH_CALLS,
+            reps=args.reps,
+            cycles_per_ms=cycles_per_ms,
+        )
         cp_stream.synchronize()
-        cstart, cend = cp.cuda.Event(), cp.cuda.Event()
-
-        def cp_start() -> None:
-            cstart.record(cp_stream)
-
-        def cp_end() -> float:
-            cend.record(cp_stream)
-            cend.synchronize()
-            elapsed_ms: float = cp.cuda.get_elapsed_time(cstart, cend)
-            return elapsed_ms
-
-        results["CuPy graph replay"] = timed(lambda: cp_graph.launch(cp_stream), cp_start, cp_end)
+    check_count(cp.asnumpy(cy), timings["CuPy graph replay"].calls * kernels, "CuPy graph replays")
+    results: dict[str, float] = {}
+    for label, timing in timings.items():
+        results[f"{label}: GPU µs per kernel, stream held"] = timing.gpu_ms / kernels * 1e3
+        results[f"{label}: host µs per {kernels} kernels"] = timing.host_us
     return results
 
 
@@ -262,8 +231,9 @@ def bench_transfer(args: argparse.Namespace) -> dict[str, float]:
 
     results["kerneldsl H2D pinned"] = _bandwidth(nbytes, h2d_pinned, reps)
     results["kerneldsl D2H pinned"] = _bandwidth(nbytes, d2h_pinned, reps)
-    assert np.array_equal(pinned.array, host)
-    assert np.array_equal(back, host)
+    for name, got in (("kerneldsl pinned round trip", pinned.array), ("kerneldsl pageable D2H", back)):
+        if not np.array_equal(got, host):
+            raise AssertionError(f"{name}: the bytes that came back differ from those sent")
 
     cdev = cp.empty(count, cp.float32)
     cpinned = cupyx.empty_pinned(count, np.float32)
@@ -323,15 +293,17 @@ def bench_e2e(args: argparse.Namespace) -> dict[str, float]:
 def run(args: argparse.Namespace) -> Report:
     report: Report = {
         "launch (µs per launch)": bench_launch(args),
-        "graph (µs per kernel)": bench_graph(args),
+        "graph": bench_graph(args),
         "transfer (GB/s)": bench_transfer(args),
         "e2e saxpy 2^24 float32": bench_e2e(args),
     }
     launch = report["launch (µs per launch)"]
     report["ratios"] = {
         "kerneldsl / raw launch": launch["kerneldsl"] / launch["raw cuLaunchKernel"],
-        "kerneldsl graph / CuPy graph": report["graph (µs per kernel)"]["kerneldsl graph replay"]
-        / report["graph (µs per kernel)"]["CuPy graph replay"],
+        "kerneldsl graph / CuPy graph (GPU time)": report["graph"][
+            "kerneldsl graph replay: GPU µs per kernel, stream held"
+        ]
+        / report["graph"]["CuPy graph replay: GPU µs per kernel, stream held"],
         "pinned H2D kerneldsl / CuPy": report["transfer (GB/s)"]["kerneldsl H2D pinned"]
         / report["transfer (GB/s)"]["CuPy H2D pinned"],
         "pinned D2H kerneldsl / CuPy": report["transfer (GB/s)"]["kerneldsl D2H pinned"]

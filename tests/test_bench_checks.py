@@ -1,0 +1,106 @@
+"""The benchmarks' checking and timing logic, on the CPU: a bench fails loudly on a wrong result,
+and its held-stream timing counts what it ran and refuses a figure the host could have diluted.
+(The benches' GPU figures are measured on a GPU; here their pure-Python parts run against doubles.)"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kerneldsl.bench import held_timing, runtime_bench
+
+
+class FakeLane:
+    """A stream double: ``record`` stamps a GPU clock that advances by ``gpu_ms_per_call`` for
+    each call enqueued since the last record; ``hold`` notes the spin's cycles."""
+
+    def __init__(self, gpu_ms_per_call: float) -> None:
+        self.gpu_ms_per_call = gpu_ms_per_call
+        self.clock = 0.0
+        self.pending = 0
+        self.holds: list[int] = []
+
+    def lane(self) -> held_timing.Lane:
+        return held_timing.Lane(self.holds.append, self.record, lambda a, b: b - a, lambda: None)
+
+    def call(self) -> object:
+        self.pending += 1
+        return object()
+
+    def record(self) -> float:
+        self.clock += self.pending * self.gpu_ms_per_call
+        self.pending = 0
+        return self.clock
+
+
+def test_held_timing_reports_gpu_time_per_call_and_counts_every_call() -> None:
+    fake = FakeLane(gpu_ms_per_call=0.004)
+    timing = held_timing.held_timing(fake.lane(), fake.call, calls=7, reps=5, cycles_per_ms=1e6)
+    assert timing.gpu_ms == pytest.approx(0.004)
+    assert timing.calls == 1 + 7 + 5 * 7  # warm-up, the pass that sizes the spin, the repetitions
+    assert timing.host_us > 0 and len(fake.holds) == 5
+
+
+def test_the_spin_outlasts_the_hosts_enqueue_time_with_headroom() -> None:
+    assert held_timing.spin_cycles(0.002, 1000.0) == int(2 * held_timing.SPIN_HEADROOM * 1000)
+    assert held_timing.spin_cycles(0.0, 1000.0) == int(held_timing.MIN_SPIN_MS * 1000)
+
+
+def test_a_repetition_the_host_outlasted_is_repeated_with_a_longer_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    seconds = itertools.count()
+    monkeypatch.setattr(held_timing, "perf_counter", lambda: next(seconds) * 1e-4)  # every call 0.1 ms
+    monkeypatch.setattr(held_timing, "spin_cycles", lambda host, rate: int(0.05 * rate))  # 0.05 ms: too short
+    fake = FakeLane(gpu_ms_per_call=0.001)
+    timing = held_timing.held_timing(fake.lane(), fake.call, calls=1, reps=1, cycles_per_ms=1e6)
+    assert fake.holds == [50_000, 200_000]  # the first spin ended before the host did: not counted
+    assert timing.calls == 1 + 1 + 2
+
+
+def test_a_host_that_outlasts_every_spin_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    seconds = itertools.count()
+    monkeypatch.setattr(held_timing, "perf_counter", lambda: next(seconds) * 10.0)  # every call 10 s
+    monkeypatch.setattr(held_timing, "spin_cycles", lambda host, rate: int(0.05 * rate))
+    fake = FakeLane(gpu_ms_per_call=0.001)
+    with pytest.raises(held_timing.StreamNotHeldError, match="longer than"):
+        held_timing.held_timing(fake.lane(), fake.call, calls=1, reps=1, cycles_per_ms=1.0)
+
+
+def test_held_enqueue_cost_holds_then_syncs_each_repetition() -> None:
+    events: list[str] = []
+    cost = held_timing.held_enqueue_cost(
+        lambda: events.append("hold"), lambda: events.append("call"), lambda: events.append("sync"), 3, 2
+    )
+    assert events == ["hold", "call", "call", "call", "sync"] * 2 and cost >= 0
+
+
+# --- the runtime bench's launch counts ----------------------------------------------------------
+
+
+def test_launch_counts_pass_when_every_launch_landed() -> None:
+    runtime_bench.check_count(np.full(1024, 90_000, np.float32), 90_000, "saxpy")
+
+
+@pytest.mark.parametrize("wrong", [89_999, 90_001, 0])
+def test_a_lost_or_extra_launch_fails_the_launch_bench(wrong: int) -> None:
+    values = np.full(1024, 90_000, np.float32)
+    values[17] = wrong
+    with pytest.raises(AssertionError, match="1 of 1024 element"):
+        runtime_bench.check_count(values, 90_000, "saxpy")
+
+
+def test_more_launches_than_float32_counts_exactly_are_refused() -> None:
+    with pytest.raises(ValueError, match="counts exactly"):
+        runtime_bench.check_count(np.zeros(4, np.float32), 1 << 24, "saxpy")
+
+
+def test_the_bench_modules_import_without_a_gpu() -> None:
+    import importlib
+
+    from kerneldsl.bench import BENCHMARKS
+
+    for benchmark in BENCHMARKS.values():
+        module: Any = importlib.import_module(benchmark.module)
+        assert callable(module.run)
