@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kerneldsl.bench import held_timing, runtime_bench
+from kerneldsl.bench import fuse_bench, held_timing, runtime_bench
 
 
 class FakeLane:
@@ -68,6 +68,20 @@ def test_a_host_that_outlasts_every_spin_raises(monkeypatch: pytest.MonkeyPatch)
         held_timing.held_timing(fake.lane(), fake.call, calls=1, reps=1, cycles_per_ms=1.0)
 
 
+def test_each_drained_pass_is_handed_over_and_only_the_last_timed_one_is_final() -> None:
+    fake = FakeLane(gpu_ms_per_call=0.001)
+    passes: list[tuple[int, bool]] = []
+    held_timing.held_timing(
+        fake.lane(),
+        fake.call,
+        calls=3,
+        reps=4,
+        cycles_per_ms=1e6,
+        drained=lambda r, final: passes.append((len(r), final)),
+    )
+    assert passes == [(4, False), (3, False), (3, False), (3, False), (3, True)]  # warm-up + sizing pass first
+
+
 def test_held_enqueue_cost_holds_then_syncs_each_repetition() -> None:
     events: list[str] = []
     cost = held_timing.held_enqueue_cost(
@@ -104,3 +118,68 @@ def test_the_bench_modules_import_without_a_gpu() -> None:
     for benchmark in BENCHMARKS.values():
         module: Any = importlib.import_module(benchmark.module)
         assert callable(module.run)
+
+
+# --- the fuse bench ------------------------------------------------------------------------------
+
+
+def test_the_copy_floor_moves_what_the_operation_must() -> None:
+    assert fuse_bench.moved_bytes("softmax", (4096, 4096), 4) == 2 * 4096 * 4096 * 4
+    assert fuse_bench.moved_bytes("logsumexp", (4096, 4096), 2) == (4096 * 4096 + 4096) * 2  # one value a row
+    assert fuse_bench.moved_bytes("layer_norm", (8, 2, 768), 4) == (2 * 16 * 768 + 2 * 768) * 4
+    assert fuse_bench.moved_bytes("rms_norm", (32768, 768), 2) == (2 * 32768 * 768 + 768) * 2
+
+
+H100 = {"multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32, "max_shared_mem": 232448}
+
+
+def test_the_tutorials_grid_is_its_occupancy_times_the_sms_capped_at_the_rows() -> None:
+    # 32 registers x 32 lanes x 8 warps: 8 programs an SM by registers; 1 KB of shared memory: 227
+    assert fuse_bench.tutorial_programs(100_000, 32, 1024, H100, 8) == 132 * 8
+    assert fuse_bench.tutorial_programs(100_000, 32, 100_000, H100, 8) == 132 * 2  # shared memory limits
+    assert fuse_bench.tutorial_programs(500, 32, 1024, H100, 8) == 500
+    assert fuse_bench.tutorial_programs(100_000, 32, 0, H100, 8) == 132 * 8
+    assert fuse_bench.tutorial_stages(H100) == 4 and fuse_bench.tutorial_stages({"max_shared_mem": 101376}) == 2
+
+
+@pytest.mark.parametrize("name", fuse_bench.PIPELINES)
+def test_a_pipelines_reference_passes_and_a_wrong_result_fails_its_check(name: str) -> None:
+    rng = np.random.default_rng(3)
+    x, w, b = (rng.standard_normal(shape).astype(np.float32) * 3 for shape in ((16, 1000), (1000,), (1000,)))
+    want, bound = fuse_bench.expected(name, x, w, b)
+    fuse_bench.check(name, want.astype(np.float32), want, bound)
+    for wrong in (np.zeros_like(want), want / 2, np.full_like(want, np.nan)):
+        with pytest.raises(AssertionError, match=name):
+            fuse_bench.check(name, wrong, want, bound)
+    with pytest.raises(AssertionError, match="values"):
+        fuse_bench.check(name, want[:-1], want, bound)
+
+
+def _timed_contender(write: bool) -> tuple[fuse_bench.Contender, np.ndarray]:
+    """A contender whose call writes ``out`` (when ``write``) on a stream double."""
+    fake = FakeLane(gpu_ms_per_call=0.01)
+    want = np.arange(6.0)
+    out = np.zeros(6)
+
+    def run() -> object:
+        if write:
+            out[...] = want
+        return fake.call()
+
+    def poison(results: list[Any]) -> None:
+        out.fill(np.nan)
+
+    contender = fuse_bench.Contender(fake.lane(), run, lambda _: out.copy(), poison, want, np.zeros(()))
+    return contender, out
+
+
+def test_the_fuse_bench_checks_the_calls_it_timed_on_poisoned_output() -> None:
+    contender, out = _timed_contender(write=True)
+    assert contender.timed("kd", 3, 1e6).gpu_ms == pytest.approx(0.01)
+    assert np.isnan(out).all()  # poisoned again once checked
+
+
+def test_a_call_that_leaves_its_output_alone_fails_the_fuse_bench() -> None:
+    contender, _ = _timed_contender(write=False)  # the output still holds the poison
+    with pytest.raises(AssertionError, match="6 of 6 element"):
+        contender.timed("kd", 3, 1e6)

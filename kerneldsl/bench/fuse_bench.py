@@ -2,32 +2,44 @@
 
 Softmax, log-softmax and logsumexp over the last axis at (4096, 4096), (16384, 1024) and
 (1024, 32768); layer norm and RMS norm at (4096, 4096) and (32768, 768); float32 and bfloat16.
-Each is written with ``@kd.fuse`` the natural way (below) and timed (event-timed median, output
-preallocated where the call allows it; the best of 3 rounds in which every contender takes a
-turn) against torch eager (``torch.softmax``, ``F.layer_norm``, ``F.rms_norm`` ...),
-``torch.compile`` of the same function written in torch, for softmax a Triton kernel written like
-Triton's fused-softmax tutorial, and the copy floor: a device-to-device copy of the input (the
-same bytes in and out). Ratio columns: kd over the fastest baseline (target <= 1.0) and kd over
-the copy floor (target <= 1.3).
+Each is written with ``@kd.fuse`` the natural way (below) and timed against torch eager
+(``torch.softmax``, ``F.layer_norm``, ``F.rms_norm`` ...), ``torch.compile`` of the same function
+written in torch, for softmax Triton's fused-softmax tutorial (its kernel and its host code: 8
+warps, ``num_stages`` from the shared memory size, as many persistent programs as the compiled
+kernel's registers and shared memory let stay resident), and the copy floor: a device-to-device
+copy moving the bytes the operation must move (read the input, write the output: for logsumexp,
+one value a row). Ratio columns: kd over the fastest baseline (target <= 1.0) and kd over the
+copy floor (target <= 1.3).
 
-Every kd result is checked against NumPy float64 on its first rows first. ``--only sweep``: seeded
-random pipelines, shapes (2-D and 3-D, odd row lengths) and dtypes (float16 too) against torch
-eager and, for softmax, the Triton kernel, with the worst ratios. ``--only first``: the first
-call's time in a fresh process, with an empty and with a warm disk cache (``fuse_first_call``).
+Every contender, the copy floor included, is timed the same way (``held_timing``: GPU time of
+calls queued behind a spin kernel, best of 3 rounds in which every contender takes a turn; host
+time per call reported beside it) and checked on the calls it timed: outputs written through
+``out=`` are poisoned (NaN) before every timed pass, results allocated by the call are poisoned
+once drained so that an allocator cannot hand a right answer back, and the last timed call's
+result is compared, every element, with NumPy float64 within its error bound
+(``error_bounds``; the baselines' own algorithms within ``BASELINE_SLACK`` times it). A wrong
+result raises. ``--only sweep``: seeded random pipelines, shapes (2-D and 3-D, odd row lengths)
+and dtypes (float16 too) against torch eager and, for softmax, the Triton kernel, with the worst
+ratios. ``--only first``: the first call's time in a fresh process, with an empty and with a warm
+disk cache (``fuse_first_call``).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 import kerneldsl as kd
+from kerneldsl.bench import error_bounds
 from kerneldsl.bench.fuse_first_call import bench_first_call
-from kerneldsl.bench.ops_bench import _kd_timer, _torch_timer, best_rounds
+from kerneldsl.bench.held_timing import Lane, Timing, gpu_cycles_per_ms, held_timing, kd_lane, torch_lane
+from kerneldsl.bench.ops_bench import best_rounds
 from kerneldsl.bench.report import Report, Section, run_sections
 
 ROW_SHAPES = ((4096, 4096), (16384, 1024), (1024, 32768))
@@ -37,9 +49,9 @@ SWEEP_DTYPES = ("float32", "float16", "bfloat16")
 SWEEP_CASES = 16
 SWEEP_SEED = 20
 PIPELINES = ("softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm")
-RELATIVE_TOLERANCE = {"float32": 2e-5, "float16": 4 * 2.0**-10, "bfloat16": 4 * 2.0**-7}  # 4 ulp at 16 bits
-CHECKED_ROWS = 64
 EPS = 1e-5
+CALLS = 10  # calls queued behind the spin kernel per timed pass
+BASELINE_SLACK = 4.0  # torch's and Triton's own reduction orders (online softmax, Welford) within 4x kd's bound
 
 
 @kd.fuse
@@ -119,37 +131,91 @@ def _torch_layer_norm(x: Any, w: Any, b: Any) -> Any:
     return xc * ((xc * xc).mean(-1, keepdim=True) + EPS).rsqrt() * w + b
 
 
+def moved_bytes(name: str, shape: tuple[int, ...], itemsize: int) -> int:
+    """The bytes ``name`` must move at least: read its input once, write its output once (and
+    read layer norm's and RMS norm's weights)."""
+    elements, row = math.prod(shape), shape[-1]
+    writes = elements // row if name == "logsumexp" else elements
+    weights = {"layer_norm": 2 * row, "rms_norm": row}.get(name, 0)
+    return (elements + writes + weights) * itemsize
+
+
+def tutorial_programs(n_rows: int, n_regs: int, size_smem: int, device: dict[str, int], num_warps: int) -> int:
+    """Persistent programs the fused-softmax tutorial launches: as many per SM as the compiled
+    kernel's registers and shared memory let stay resident, never more than the rows."""
+    occupancy = device["max_num_regs"] // (n_regs * device["warpSize"] * num_warps)
+    if size_smem:  # the tutorial divides by it: a kernel without shared memory is not limited by it
+        occupancy = min(occupancy, device["max_shared_mem"] // size_smem)
+    return min(device["multiprocessor_count"] * occupancy, n_rows)
+
+
+def tutorial_stages(device: dict[str, int]) -> int:
+    """The tutorial's software-pipelining stages: 4 with more than 200 KB of shared memory."""
+    return 4 if device["max_shared_mem"] > 200000 else 2
+
+
+TUTORIAL_WARPS = 8
+
+
 @functools.lru_cache(maxsize=1)
 def _triton_softmax() -> Callable[[Any, Any], None] | None:
-    """Triton's fused-softmax tutorial kernel (a program per row, the row in one block of
-    registers, rows strided over the programs), or None without Triton."""
+    """Triton's fused-softmax tutorial (python/tutorials/02-fused-softmax.py): its kernel, rows
+    strided over persistent programs with ``num_stages`` pipelined loads, and its host code; or
+    None without Triton. 16-bit rows are widened to float32 as torch and kd compute them (the
+    tutorial runs float32 only). The tutorial compiles and sizes the launch on every call; here
+    that is done once per shape and dtype, as its ``kernels`` cache means, so that the host cost
+    is the launch's."""
     try:
         import torch
         import triton
         import triton.language as tl
+        from triton.runtime import driver
     except ImportError:
         return None
 
     @triton.jit  # type: ignore[untyped-decorator]  # triton ships no types
-    def softmax_kernel(out_ptr, in_ptr, in_stride, out_stride, n_rows, n_cols, BLOCK_SIZE: tl.constexpr):  # type: ignore[no-untyped-def]
-        start = tl.program_id(0)
-        step = tl.num_programs(0)
-        for row in tl.range(start, n_rows, step):
-            offsets = tl.arange(0, BLOCK_SIZE)
-            mask = offsets < n_cols
-            x = tl.load(in_ptr + row * in_stride + offsets, mask=mask, other=-float("inf")).to(tl.float32)
-            e = tl.exp(x - tl.max(x, axis=0))
-            y = e / tl.sum(e, axis=0)
-            tl.store(out_ptr + row * out_stride + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+    def softmax_kernel(  # type: ignore[no-untyped-def]  # Triton's parameters carry no Python types
+        output_ptr,
+        input_ptr,
+        input_row_stride,
+        output_row_stride,
+        n_rows,
+        n_cols,
+        BLOCK_SIZE: tl.constexpr,
+        num_stages: tl.constexpr,
+    ):
+        row_start = tl.program_id(0)
+        row_step = tl.num_programs(0)
+        for row_idx in tl.range(row_start, n_rows, row_step, num_stages=num_stages):
+            row_start_ptr = input_ptr + row_idx * input_row_stride
+            col_offsets = tl.arange(0, BLOCK_SIZE)
+            mask = col_offsets < n_cols
+            row = tl.load(row_start_ptr + col_offsets, mask=mask, other=-float("inf")).to(tl.float32)
+            row_minus_max = row - tl.max(row, axis=0)
+            numerator = tl.exp(row_minus_max)
+            softmax_output = numerator / tl.sum(numerator, axis=0)
+            output_ptrs = output_ptr + row_idx * output_row_stride + col_offsets
+            tl.store(output_ptrs, softmax_output.to(output_ptr.dtype.element_ty), mask=mask)
 
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    device = driver.active.utils.get_device_properties(torch.cuda.current_device())
+    num_stages = tutorial_stages(device)
+    launches: dict[tuple[Any, ...], tuple[Any, int]] = {}
 
     def run(x: Any, y: Any) -> None:
-        rows, cols = x.shape
-        block = triton.next_power_of_2(cols)
-        warps = 4 if block <= 2048 else (8 if block <= 8192 else 16)
-        grid = (min(rows, sms * 8),)
-        softmax_kernel[grid](y, x, x.stride(0), y.stride(0), rows, cols, BLOCK_SIZE=block, num_warps=warps)
+        n_rows, n_cols = x.shape
+        key = (n_rows, n_cols, x.dtype)
+        if key not in launches:
+            block = triton.next_power_of_2(n_cols)
+            kernel = softmax_kernel.warmup(
+                y, x, x.stride(0), y.stride(0), n_rows, n_cols, BLOCK_SIZE=block, num_stages=num_stages,
+                num_warps=TUTORIAL_WARPS, grid=(1,),
+            )  # fmt: skip
+            kernel._init_handles()
+            programs = tutorial_programs(n_rows, kernel.n_regs, kernel.metadata.shared, device, TUTORIAL_WARPS)
+            launches[key] = (kernel, programs)
+        kernel, programs = launches[key]
+        block = triton.next_power_of_2(n_cols)
+        kernel[(programs, 1, 1)](y, x, x.stride(0), y.stride(0), n_rows, n_cols, block, num_stages)
 
     return run
 
@@ -172,48 +238,154 @@ def _inputs(shape: tuple[int, ...], dtype: str) -> tuple[Any, ...]:
     return (*stored, *tensors, *(s.to_device(a) for a in stored))
 
 
+def expected(name: str, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The pipeline in NumPy float64 and each element's error bound, computed in float32 and
+    stored in x's dtype."""
+    x64, w64, b64 = (a.astype(np.float64) for a in (x, w, b))
+    acc, out = np.float32, x.dtype
+    if name == "softmax":
+        bound = error_bounds.softmax_bound(x, acc=acc, out=out)
+    elif name == "log_softmax":
+        bound = error_bounds.log_softmax_bound(x, acc=acc, out=out)
+    elif name == "logsumexp":
+        bound = error_bounds.logsumexp_bound(x, acc=acc, out=out)
+    elif name == "layer_norm":
+        bound = error_bounds.layer_norm_bounds(x, w, b, acc=acc, out=out, eps=EPS)[0]
+    else:
+        bound = error_bounds.rms_norm_bound(x, w, acc=acc, out=out, eps=EPS)
+    return _reference(name, x64, w64, b64), bound
+
+
+def check(what: str, got: np.ndarray, want: np.ndarray, bound: np.ndarray) -> None:
+    """Raise unless every element of ``got`` is within ``bound`` of ``want`` (shapes compared
+    after dropping size-one axes: torch's logsumexp keeps or drops the last axis)."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.size != want.size:
+        raise AssertionError(f"{what}: {got.size} values, want {want.size}")
+    error_bounds.assert_within(got.reshape(want.shape), want, bound, what)
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One way of running a case: its stream, the call timed, the last call's result on the host,
+    how to poison what a drained pass leaves, and how far its result may lie from the reference."""
+
+    lane: Lane
+    run: Callable[[], Any]
+    host_result: Callable[[Any], np.ndarray]  # the last call's return value -> its values
+    poison: Callable[[list[Any]], None]
+    want: np.ndarray
+    bound: np.ndarray
+
+    def timed(self, label: str, reps: int, cycles_per_ms: float) -> Timing:
+        """``held_timing`` of ``run``, the last timed call checked, every pass poisoned once drained."""
+
+        def drained(results: list[Any], final: bool) -> None:
+            if final:
+                check(label, self.host_result(results[-1]), self.want, self.bound)
+            self.poison(results)
+
+        self.poison([])
+        return held_timing(self.lane, self.run, calls=CALLS, reps=reps, cycles_per_ms=cycles_per_ms, drained=drained)
+
+
+def _torch_values(t: Any) -> np.ndarray:
+    values: np.ndarray = t.float().cpu().numpy()
+    return values
+
+
 def _bench(
     name: str, shape: tuple[int, ...], dtype: str, args: argparse.Namespace, compiled: bool = True
 ) -> dict[str, float]:
     """kd against torch eager, torch.compile (``compiled`` and not ``--no-compile``), for softmax
-    the Triton kernel (on the rows as a matrix) and the copy floor, after checking kd's result."""
+    the tutorial's Triton kernel (on the rows as a matrix) and the copy floor, each timed with
+    the stream held and checked on the calls it timed."""
     import torch
 
-    kd_time, torch_time = _kd_timer(kd.default_session()), _torch_timer(torch)
+    s = kd.default_session()
+    kd_stream, torch_stream = kd_lane(s), torch_lane(torch)
     x, w, b, tx, tw, tb, kx, kw, kb = _inputs(shape, dtype)
+    want, bound = expected(name, x, w, b)
+    baseline_bound = BASELINE_SLACK * bound
     fused = {"softmax": softmax, "log_softmax": log_softmax, "logsumexp": logsumexp}.get(name)
     operands = (kx,) if fused is not None else ((kx, kw, kb) if name == "layer_norm" else (kx, kw))
     fused = fused or {"layer_norm": layer_norm, "rms_norm": rms_norm}[name]
     out = fused(*operands)
-    got = out.to_host()[:CHECKED_ROWS].astype(np.float64)
-    x64, w64, b64 = (a.astype(np.float64) for a in (x, w, b))
-    want = _reference(name, x64[:CHECKED_ROWS], w64, b64)
-    tol = RELATIVE_TOLERANCE[dtype]  # every op of a 16-bit pipeline rounds
-    atol = tol * max(1.0, float(np.max(np.abs(want))))
-    if not np.allclose(got, want, rtol=tol, atol=atol):
-        wrong = np.count_nonzero(~np.isclose(got, want, rtol=tol, atol=atol))
-        raise AssertionError(f"{name} {shape} {dtype}: {wrong} element(s) off NumPy float64 by more than {tol}")
+    nan = float("nan")
+
+    def poison_out(results: list[Any]) -> None:
+        out.fill(nan)
+
+    def poison_each(results: list[Any]) -> None:
+        for result in results:
+            result.fill_(nan)
+
     eager, natural = _torch_functions(torch, name, shape[-1])
-    contenders: dict[str, Callable[[], float]] = {
-        "kd (ms)": lambda: kd_time(lambda: fused(*operands, out=out), args.reps),
-        "torch eager (ms)": lambda: torch_time(lambda: eager(tx, tw, tb), args.reps),
+    contenders: dict[str, Contender] = {
+        "kd": Contender(kd_stream, lambda: fused(*operands, out=out), lambda _: out.to_host(), poison_out, want, bound),
+        "torch eager": Contender(
+            torch_stream, lambda: eager(tx, tw, tb), _torch_values, poison_each, want, baseline_bound
+        ),
     }
     if compiled and not args.no_compile:
         natural_compiled = torch.compile(natural, dynamic=False)
         natural_compiled(tx, tw, tb)
-        contenders["torch.compile (ms)"] = lambda: torch_time(lambda: natural_compiled(tx, tw, tb), args.reps)
+        contenders["torch.compile"] = Contender(
+            torch_stream, lambda: natural_compiled(tx, tw, tb), _torch_values, poison_each, want, baseline_bound
+        )
     if name == "softmax":
         triton_softmax = _triton_softmax()
         if triton_softmax is not None:
             rows = tx.reshape(-1, shape[-1])
             ty = torch.empty_like(rows)
-            contenders["triton tutorial (ms)"] = lambda: torch_time(lambda: triton_softmax(rows, ty), args.reps)
-    copy = torch.empty_like(tx)
-    contenders["copy floor (ms)"] = lambda: torch_time(lambda: copy.copy_(tx), args.reps)
-    results = best_rounds(contenders)
-    baselines = [v for k, v in results.items() if k not in ("kd (ms)", "copy floor (ms)")]
-    results["kd / fastest baseline"] = results["kd (ms)"] / min(baselines)
-    results["kd / copy floor"] = results["kd (ms)"] / results["copy floor (ms)"]
+
+            def poison_triton(results: list[Any]) -> None:
+                ty.fill_(nan)
+
+            contenders["triton tutorial"] = Contender(
+                torch_stream,
+                lambda: triton_softmax(rows, ty),
+                lambda _: _torch_values(ty),
+                poison_triton,
+                want.reshape(-1, shape[-1]),
+                baseline_bound.reshape(-1, shape[-1]),
+            )
+    floor_elements = moved_bytes(name, shape, tx.element_size()) // (2 * tx.element_size())
+    floor_source = torch.rand(floor_elements, device="cuda").to(tx.dtype)
+    floor_copy = torch.empty_like(floor_source)
+    floor_want = _torch_values(floor_source).astype(np.float64)
+
+    def poison_floor(results: list[Any]) -> None:
+        floor_copy.fill_(nan)
+
+    contenders["copy floor"] = Contender(
+        torch_stream,
+        lambda: floor_copy.copy_(floor_source),
+        lambda _: _torch_values(floor_copy),
+        poison_floor,
+        floor_want,
+        np.zeros(()),
+    )
+    cycles_per_ms = gpu_cycles_per_ms()
+    timings: dict[str, Timing] = {}
+
+    def turn(label: str) -> Callable[[], float]:
+        def time_it() -> float:
+            timing = contenders[label].timed(f"{name} {shape} {dtype} {label}", args.reps, cycles_per_ms)
+            if label not in timings or timing.gpu_ms < timings[label].gpu_ms:
+                timings[label] = timing
+            return timing.gpu_ms
+
+        return time_it
+
+    best_rounds({label: turn(label) for label in contenders})
+    results: dict[str, float] = {}
+    for label, timing in timings.items():
+        results[f"{label} GPU (ms)"] = timing.gpu_ms
+        results[f"{label} host (µs per call)"] = timing.host_us
+    baselines = [t.gpu_ms for label, t in timings.items() if label not in ("kd", "copy floor")]
+    results["kd / fastest baseline"] = timings["kd"].gpu_ms / min(baselines)
+    results["kd / copy floor"] = timings["kd"].gpu_ms / timings["copy floor"].gpu_ms
     return results
 
 

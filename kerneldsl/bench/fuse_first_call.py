@@ -1,12 +1,13 @@
 """``kerneldsl bench fuse --only first``: a fused softmax's first call in a fresh process (GPU required).
 
-Each figure is the median over fresh interpreter processes of the first ``softmax(x)`` on a
-(4096, 4096) float32 device array, synchronized, timed from the call (the session and the upload
-come before it): with an empty disk cache (trace, render, NVRTC, load, launch) and with the cache
-that run filled (trace, disk hit, load, launch). The warm-cache process also says whether the call
-imported Jinja or NVRTC, which a disk hit should not need; the empty-cache process, whether the
-templates' compiled code (``kerneldsl.template_cache``: built with the package, or written beside
-a checkout's templates by its first render) was there, or the call parsed its templates.
+Each figure is the median over fresh interpreter processes of the first ``softmax(x)`` on a (4096,
+4096) float32 device array, synchronized, timed from the call (the session and the upload come
+before it; the result is checked after, and a wrong one fails the process and the bench): with an
+empty disk cache (trace, render, NVRTC, load, launch) and with the cache that run filled (trace,
+disk hit, load, launch). The warm-cache process also says whether the call imported Jinja or NVRTC,
+which a disk hit should not need; the empty-cache process, whether the templates' compiled code
+(``kerneldsl.template_cache``: built with the package, or written beside a checkout's templates by
+its first render) was there, or the call parsed its templates.
 
 Python's bytecode of every module the call imports (Jinja, cuda.pathfinder, kerneldsl's own) is in
 place, as an installed environment has it: the processes share a ``PYTHONPYCACHEPREFIX`` that one
@@ -33,18 +34,20 @@ import json, sys, time
 from pathlib import Path
 import numpy as np
 import kerneldsl as kd
-from kerneldsl.bench.fuse_bench import softmax
+from kerneldsl.bench.fuse_bench import check, expected, softmax
 s = kd.default_session()
-x = s.to_device(np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32))
+host = np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32)
+x = s.to_device(host)
 s.synchronize()
 jinja, nvrtc = "jinja2" in sys.modules, "cuda.bindings.nvrtc" in sys.modules
 package = Path(kd.__file__).parent  # codegen.templates_dir(), without importing codegen before the call
 templates = package / "templates" if (package / "templates").is_dir() else package.parent / "templates"
 compiled = any((templates / "__pycache__").glob("*.jinja"))
 start = time.perf_counter()
-softmax(x)
+y = softmax(x)
 s.synchronize()
 elapsed = time.perf_counter() - start
+check("the first softmax", y.to_host(), *expected("softmax", host, host, host))
 imported = int("jinja2" in sys.modules and not jinja), int("cuda.bindings.nvrtc" in sys.modules and not nvrtc)
 Path(sys.argv[1]).write_text(json.dumps([elapsed, *imported, int(compiled)]))
 """

@@ -75,10 +75,24 @@ def spin_cycles(host_seconds: float, cycles_per_ms: float) -> int:
     return int(max(host_seconds * 1e3 * SPIN_HEADROOM, MIN_SPIN_MS) * cycles_per_ms)
 
 
-def held_timing(lane: Lane, run: Callable[[], Any], *, calls: int, reps: int, cycles_per_ms: float) -> Timing:
+Drained = Callable[[list[Any], bool], object]  # (a pass's results, whether it is the last one timed)
+
+
+def held_timing(
+    lane: Lane,
+    run: Callable[[], Any],
+    *,
+    calls: int,
+    reps: int,
+    cycles_per_ms: float,
+    drained: Drained | None = None,
+) -> Timing:
     """Median GPU ms and host µs per call over ``reps`` repetitions of ``calls`` calls of ``run``
     enqueued behind a spin kernel, after a warm-up call and an unheld pass that sizes the spin.
-    Results are kept until each repetition drains."""
+    Results are kept until each pass drains, then handed to ``drained`` with whether that pass
+    was the last one timed: a bench checks the last call's result there and poisons the rest
+    (its ``out=``, or the results an allocator would hand back), so that no pass can pass by
+    finding the right answer already in place."""
     made = 1 + calls
     kept: list[Any] = [run()]
     lane.synchronize()
@@ -87,11 +101,13 @@ def held_timing(lane: Lane, run: Callable[[], Any], *, calls: int, reps: int, cy
         kept.append(run())
     host = perf_counter() - start
     lane.synchronize()
+    if drained is not None:
+        drained(kept, False)
     kept.clear()
     cycles = spin_cycles(host, cycles_per_ms)
     gpu: list[float] = []
     enqueue: list[float] = []
-    for _ in range(reps):
+    for rep in range(reps):
         for _attempt in range(ATTEMPTS):
             spin_ms = cycles / cycles_per_ms
             lane.hold(cycles)
@@ -102,9 +118,12 @@ def held_timing(lane: Lane, run: Callable[[], Any], *, calls: int, reps: int, cy
             host = perf_counter() - start
             end = lane.record()
             lane.synchronize()
-            kept.clear()
             made += calls
-            if host * 1e3 < spin_ms:
+            held = host * 1e3 < spin_ms
+            if drained is not None:
+                drained(kept, held and rep == reps - 1)
+            kept.clear()
+            if held:
                 break
             cycles *= 4  # the GPU may have idled: this repetition does not count
         else:
