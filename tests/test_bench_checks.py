@@ -183,3 +183,28 @@ def test_a_call_that_leaves_its_output_alone_fails_the_fuse_bench() -> None:
     contender, _ = _timed_contender(write=False)  # the output still holds the poison
     with pytest.raises(AssertionError, match="6 of 6 element"):
         contender.timed("kd", 3, 1e6)
+
+
+# --- the arrays bench's numpy path ---------------------------------------------------------------
+
+
+def test_an_in_place_saxpy_that_writes_back_passes() -> None:
+    from kerneldsl.bench import arrays_bench
+
+    rng = np.random.default_rng(5)
+    x, y = rng.random(1000, dtype=np.float32), rng.random(1000, dtype=np.float32)
+    alpha = np.float32(1e-3)
+
+    def call() -> None:
+        y[...] = alpha * x + y
+
+    arrays_bench.checked_saxpy(call, x, y, alpha, "numpy saxpy")
+
+
+def test_a_saxpy_that_does_not_copy_its_result_back_fails_the_numpy_bench() -> None:
+    from kerneldsl.bench import arrays_bench
+
+    rng = np.random.default_rng(6)
+    x, y = rng.random(1000, dtype=np.float32), rng.random(1000, dtype=np.float32)
+    with pytest.raises(AssertionError, match="numpy saxpy"):
+        arrays_bench.checked_saxpy(lambda: None, x, y, np.float32(1e-3), "numpy saxpy")

@@ -7,8 +7,9 @@
   against ``torch.compile`` of the same function.
 - alloc: host cost of allocating a 1 MiB buffer and dropping it, against ``torch.empty`` and
   ``cupy.empty``, stream held by a spin kernel so no free waits for the GPU.
-- numpy: a ``@kd.kernel`` saxpy called with numpy arrays (copy in, launch, copy out) on 1k and
-  2^24 elements, against torch ``from_numpy().cuda()``, ``add_``, ``.cpu()``.
+- numpy: a ``@kd.kernel`` saxpy called with numpy arrays (copy in, launch, copy back into y) on 1k
+  and 2^24 elements, against torch ``from_numpy().cuda()``, ``add_`` and ``copy_`` back into the
+  tensor over y (both write into the existing array); each call checked before and after timing.
 - keywords: host cost of ``gemm(a, b, out=c)``, ``alpha=``/``beta=`` and ``stream=`` against
   ``gemm(a, b, c)``, of a kernel called with ``stream=`` and of ``kd.ops.add(out=, stream=)``,
   against their plain spellings, the stream each runs on held by a spin kernel.
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.bench import arrays_numpy_code, arrays_transfers, held_timing, ops_bench, runtime_bench
+from kerneldsl.bench import arrays_numpy_code, arrays_transfers, error_bounds, held_timing, ops_bench, runtime_bench
 from kerneldsl.bench.report import Report, Section, run_sections
 from kerneldsl.errors import BlasNotAvailableError
 
@@ -212,12 +213,13 @@ def bench_numpy(args: argparse.Namespace) -> dict[str, float]:
     for n in NUMPY_SIZES:
         rng = np.random.default_rng(n)
         x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
-        check = y.copy()
-        runtime_bench.saxpy(check, x, alpha)
-        ops_bench._check("kd numpy saxpy", check, alpha * x + y, rtol=1e-6)
-        kd_call, torch_call = _numpy_calls(torch, x, y, alpha)
+        calls = _numpy_calls(torch, x, y, alpha)
+        for who, call in calls.items():
+            checked_saxpy(call, x, y, alpha, f"{who} numpy saxpy n={n}")
         reps = args.reps if n > 1 << 20 else args.reps * 10
-        times = _taking_turns({"kerneldsl": (kd_call, _nothing), "torch": (torch_call, _nothing)}, reps)
+        times = _taking_turns({who: (call, _nothing) for who, call in calls.items()}, reps)
+        for who, call in calls.items():  # the very calls timed, checked again
+            checked_saxpy(call, x, y, alpha, f"{who} numpy saxpy n={n}, after timing")
         results[f"kerneldsl n={n} (µs)"] = times["kerneldsl"] * 1e6
         results[f"torch n={n} (µs)"] = times["torch"] * 1e6
         if n > 1 << 20:
@@ -230,8 +232,11 @@ def bench_numpy(args: argparse.Namespace) -> dict[str, float]:
     return results
 
 
-def _numpy_calls(torch: Any, x: np.ndarray, y: np.ndarray, alpha: np.float32) -> tuple[Callable[[], None], ...]:
-    """The kerneldsl and torch spellings of saxpy on host arrays: copy in, compute, copy out."""
+def _numpy_calls(torch: Any, x: np.ndarray, y: np.ndarray, alpha: np.float32) -> dict[str, Callable[[], None]]:
+    """The kerneldsl and torch spellings of ``y = alpha * x + y`` on host arrays, alike: copy x and
+    y in, compute, copy the result back into y's own memory (torch's ``copy_`` into a tensor over
+    y, as kerneldsl writes into the numpy array it was given; ``.cpu()`` would allocate a fresh
+    host tensor each call)."""
     tx, ty = torch.from_numpy(x), torch.from_numpy(y)
 
     def kd_call() -> None:
@@ -240,9 +245,19 @@ def _numpy_calls(torch: Any, x: np.ndarray, y: np.ndarray, alpha: np.float32) ->
     def torch_call() -> None:
         dy = ty.cuda()
         dy.add_(tx.cuda(), alpha=float(alpha))
-        dy.cpu()
+        ty.copy_(dy)
 
-    return kd_call, torch_call
+    return {"kerneldsl": kd_call, "torch": torch_call}
+
+
+def checked_saxpy(call: Callable[[], None], x: np.ndarray, y: np.ndarray, alpha: np.float32, what: str) -> None:
+    """Run ``call`` (``y = alpha * x + y`` in place) and raise unless y moved to ``alpha * x + y``
+    as it was, within two float32 ulp: a call that does not copy its result back leaves y as it
+    was and fails."""
+    before = y.astype(np.float64)
+    call()
+    want = float(alpha) * x.astype(np.float64) + before
+    error_bounds.assert_within(y, want, error_bounds.value_bound(want, 2, acc=np.float32, out=np.float32), what)
 
 
 def _nothing() -> None:
