@@ -1,0 +1,967 @@
+// kerneldsl's CPU device shim: force-included (`-include kd_host.h`) before every rendered CUDA
+// source, which the host C++ compiler then builds into a shared library that the host runtime
+// (kd_host_runtime.cpp, loaded first with RTLD_GLOBAL) launches. The contract between the two,
+// the compile commands and the execution model are in notes/HOST_ABI.md.
+//
+// The rule for the whole file: no #include, not even of a compiler header. The prelude that
+// follows typedefs int64_t as `long long`, which clashes with glibc's, and libc++'s headers drag in
+// <math.h>. Whatever the shim needs of libc and libm it declares itself; the rest comes from
+// compiler builtins (__builtin_*, __atomic_*), which GCC and Clang both provide.
+#ifndef KD_HOST_H
+#define KD_HOST_H
+
+#ifdef __CUDA_ARCH__
+#error "kd_host.h compiles CUDA sources for the host: __CUDA_ARCH__ must stay undefined"
+#endif
+#ifndef KD_HOST_EMULATION
+#define KD_HOST_EMULATION 1
+#endif
+// 1: barriers and warp collectives run on fibers; 0: a block's threads are a plain loop, and a
+// collective that executes anyway fails the launch. The Python side decides per source.
+#ifndef KD_HOST_FIBERS
+#define KD_HOST_FIBERS 1
+#endif
+#define KD_HOST_ABI 1
+#define KD_HOST_MAGIC 0x4644484bu
+
+// ---------------------------------------------------------------------------------------------
+// Basic types. Rule: only what NVRTC has built in (size_t, ptrdiff_t); the prelude brings the
+// fixed-width names.
+typedef __SIZE_TYPE__ size_t;
+typedef __PTRDIFF_TYPE__ ptrdiff_t;
+
+// ---------------------------------------------------------------------------------------------
+// CUDA's declaration keywords. Rule: each becomes its host meaning or nothing. `__shared__` is
+// one instance per OS thread, which runs one block at a time (its fibers share it).
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+#define __maxnreg__(n)
+#define __grid_constant__
+#define __constant__
+#define __managed__
+#define __shared__ static thread_local
+// `extern __shared__ T x[];` cannot be thread_local: the Python side rewrites it to this. The
+// buffer is the OS thread's, never moves (so a namespace-scope pointer stays right) and holds at
+// least the launch's dynamic_shared bytes, 128-byte aligned.
+#define KD_DYNAMIC_SHARED(T, x) static thread_local T* const x = reinterpret_cast<T*>(kd_host_dynamic_shared_v1())
+
+// ---------------------------------------------------------------------------------------------
+// Vector types and dim3. Rule: CUDA's layouts and alignments (vector_types.h), make_* helpers.
+#define KD_HOST_VEC1(T, N, A) \
+    struct __attribute__((aligned(A))) N##1 { T x; }; \
+    __forceinline__ constexpr N##1 make_##N##1(T x) { return N##1{x}; }
+#define KD_HOST_VEC2(T, N, A) \
+    struct __attribute__((aligned(A))) N##2 { T x, y; }; \
+    __forceinline__ constexpr N##2 make_##N##2(T x, T y) { return N##2{x, y}; }
+#define KD_HOST_VEC3(T, N, A) \
+    struct __attribute__((aligned(A))) N##3 { T x, y, z; }; \
+    __forceinline__ constexpr N##3 make_##N##3(T x, T y, T z) { return N##3{x, y, z}; }
+#define KD_HOST_VEC4(T, N, A) \
+    struct __attribute__((aligned(A))) N##4 { T x, y, z, w; }; \
+    __forceinline__ constexpr N##4 make_##N##4(T x, T y, T z, T w) { return N##4{x, y, z, w}; }
+#define KD_HOST_VECS(T, N, A1, A2, A3, A4) KD_HOST_VEC1(T, N, A1) KD_HOST_VEC2(T, N, A2) KD_HOST_VEC3(T, N, A3) KD_HOST_VEC4(T, N, A4)
+KD_HOST_VECS(signed char, char, 1, 2, 1, 4)
+KD_HOST_VECS(unsigned char, uchar, 1, 2, 1, 4)
+KD_HOST_VECS(short, short, 2, 4, 2, 8)
+KD_HOST_VECS(unsigned short, ushort, 2, 4, 2, 8)
+KD_HOST_VECS(int, int, 4, 8, 4, 16)
+KD_HOST_VECS(unsigned int, uint, 4, 8, 4, 16)
+KD_HOST_VECS(long, long, sizeof(long), 2 * sizeof(long), sizeof(long), 16)
+KD_HOST_VECS(unsigned long, ulong, sizeof(long), 2 * sizeof(long), sizeof(long), 16)
+KD_HOST_VECS(long long, longlong, 8, 16, 8, 16)
+KD_HOST_VECS(unsigned long long, ulonglong, 8, 16, 8, 16)
+KD_HOST_VECS(float, float, 4, 8, 4, 16)
+KD_HOST_VECS(double, double, 8, 16, 8, 16)
+#undef KD_HOST_VECS
+#undef KD_HOST_VEC1
+#undef KD_HOST_VEC2
+#undef KD_HOST_VEC3
+#undef KD_HOST_VEC4
+struct dim3 {
+    unsigned int x, y, z;
+    constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+    constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+    constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The ABI shared with the runtime (kd_host_runtime.cpp keeps an identical copy). Rule: C layout,
+// and every runtime entry point carries the ABI version in its name.
+struct kd_host_launch {  // filled by the runtime per launch
+    unsigned int grid[3], block[3];
+    unsigned int dynamic_shared;  // bytes of `extern __shared__` memory per block
+    void* reserved[4];
+};
+struct kd_host_function {  // exported by each kernel module as kd_host_fn_<entry>
+    unsigned int magic;    // KD_HOST_MAGIC
+    unsigned int abi;      // KD_HOST_ABI
+    const char* name;      // the entry name, for errors
+    int (*run_blocks)(const kd_host_launch* launch, void** params, unsigned long long first_block,
+                      unsigned long long end_block);
+    unsigned int flags;    // bit 0: fibers
+    unsigned int nparams;  // how many parameters the kernel takes
+};
+// The running CUDA thread as its module sees it: one per module per OS thread. The module's loop
+// writes it in loop mode; the runtime writes it at every fiber switch in fiber mode.
+struct kd_host_index {
+    uint3 thread, block, block_dim, grid_dim;
+};
+// Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
+enum {
+    KD_HOST_WARP_SYNC, KD_HOST_SHFL_IDX, KD_HOST_SHFL_UP, KD_HOST_SHFL_DOWN, KD_HOST_SHFL_BFLY,
+    KD_HOST_VOTE_ANY, KD_HOST_VOTE_ALL, KD_HOST_VOTE_UNI, KD_HOST_VOTE_BALLOT, KD_HOST_MATCH_ANY,
+    KD_HOST_MATCH_ALL, KD_HOST_REDUCE_ADD, KD_HOST_REDUCE_MIN_U, KD_HOST_REDUCE_MIN_S,
+    KD_HOST_REDUCE_MAX_U, KD_HOST_REDUCE_MAX_S, KD_HOST_REDUCE_AND, KD_HOST_REDUCE_OR, KD_HOST_REDUCE_XOR
+};
+struct __attribute__((aligned(16))) kd_host_word { unsigned long long lo, hi; };  // a collective's value
+
+#pragma GCC visibility push(default)
+extern "C" {
+int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long long first_block, unsigned long long end_block,
+                          kd_host_index* index, void (*entry)(void*), void* args);
+int kd_host_barrier_v1(int mode, int predicate, const char* file, int line);
+unsigned int kd_host_warp_v1(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b,
+                             const char* file, int line);
+unsigned int kd_host_activemask_v1(void);
+void kd_host_yield_v1(void);
+void* kd_host_dynamic_shared_v1(void);
+[[noreturn]] void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file, int line,
+                                  const kd_host_index* index);
+}
+#pragma GCC visibility pop
+
+// ---------------------------------------------------------------------------------------------
+// Thread and block indices. Rule: read-only views of this module's kd_host_index for the
+// running thread; warpSize is 32 as on every NVIDIA GPU.
+static thread_local kd_host_index kd_host_ix;
+#define threadIdx (static_cast<const uint3&>(kd_host_ix.thread))
+#define blockIdx (static_cast<const uint3&>(kd_host_ix.block))
+#define blockDim (static_cast<const uint3&>(kd_host_ix.block_dim))
+#define gridDim (static_cast<const uint3&>(kd_host_ix.grid_dim))
+#define warpSize 32
+
+// ---------------------------------------------------------------------------------------------
+// A little of <type_traits> and <utility>. Rule: only what the shim's own overloads need.
+namespace kd_host {
+template <bool B, class T = int> struct enable_if {};
+template <class T> struct enable_if<true, T> { typedef T type; };
+template <class T> struct is_integral { static constexpr bool value = false; };
+template <class T> struct is_floating { static constexpr bool value = false; };
+#define KD_HOST_TRAIT(trait, T) template <> struct trait<T> { static constexpr bool value = true; };
+KD_HOST_TRAIT(is_integral, bool)
+KD_HOST_TRAIT(is_integral, char)
+KD_HOST_TRAIT(is_integral, signed char)
+KD_HOST_TRAIT(is_integral, unsigned char)
+KD_HOST_TRAIT(is_integral, short)
+KD_HOST_TRAIT(is_integral, unsigned short)
+KD_HOST_TRAIT(is_integral, int)
+KD_HOST_TRAIT(is_integral, unsigned int)
+KD_HOST_TRAIT(is_integral, long)
+KD_HOST_TRAIT(is_integral, unsigned long)
+KD_HOST_TRAIT(is_integral, long long)
+KD_HOST_TRAIT(is_integral, unsigned long long)
+KD_HOST_TRAIT(is_floating, float)
+KD_HOST_TRAIT(is_floating, double)
+#undef KD_HOST_TRAIT
+template <class T> struct is_arithmetic { static constexpr bool value = is_integral<T>::value || is_floating<T>::value; };
+template <class A, class B> using if_arithmetic =
+    typename enable_if<is_arithmetic<A>::value && is_arithmetic<B>::value, int>::type;
+template <class T> using if_integral = typename enable_if<is_integral<T>::value, int>::type;
+template <unsigned... I> struct seq {};
+template <unsigned N, unsigned... I> struct make_seq : make_seq<N - 1, N - 1, I...> {};
+template <unsigned... I> struct make_seq<0, I...> { typedef seq<I...> type; };
+template <class To, class From> __forceinline__ constexpr To bit_cast(const From& v) {
+    static_assert(sizeof(To) == sizeof(From), "bit_cast between types of different sizes");
+    return __builtin_bit_cast(To, v);
+}
+template <class T> __forceinline__ constexpr unsigned long long bits64(const T& v) {  // a 4- or 8-byte value's bits
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a match takes 32- or 64-bit values");
+    if constexpr (sizeof(T) == 4) return bit_cast<unsigned int>(v);
+    else return bit_cast<unsigned long long>(v);
+}
+}  // namespace kd_host
+
+// ---------------------------------------------------------------------------------------------
+// Barriers and warp collectives. Rule: in fiber mode each is one runtime call that switches
+// fibers; the call site's file and line (a default argument, so the prelude's overloads keep
+// their signatures) name where threads wait in errors. In loop mode each fails the launch.
+#if KD_HOST_FIBERS
+#define KD_HOST_COLLECTIVE(name, call) call
+#else
+#define KD_HOST_COLLECTIVE(name, call) \
+    (kd_host_fail_v1(719, name, "the module was compiled without fibers (KD_HOST_FIBERS=0)", file, line, &kd_host_ix), 0u)
+#endif
+#define KD_HOST_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
+__forceinline__ void __syncthreads(KD_HOST_SITE) {
+    KD_HOST_COLLECTIVE("__syncthreads", kd_host_barrier_v1(0, 1, file, line));
+}
+__forceinline__ int __syncthreads_count(int predicate, KD_HOST_SITE) {
+    return KD_HOST_COLLECTIVE("__syncthreads_count", kd_host_barrier_v1(1, predicate, file, line));
+}
+__forceinline__ int __syncthreads_and(int predicate, KD_HOST_SITE) {
+    return KD_HOST_COLLECTIVE("__syncthreads_and", kd_host_barrier_v1(2, predicate, file, line));
+}
+__forceinline__ int __syncthreads_or(int predicate, KD_HOST_SITE) {
+    return KD_HOST_COLLECTIVE("__syncthreads_or", kd_host_barrier_v1(3, predicate, file, line));
+}
+namespace kd_host {
+__forceinline__ unsigned int warp(const char* name, unsigned int control, unsigned int mask, kd_host_word* value,
+                                  unsigned int b, const char* file, int line) {
+    (void)name;
+    return KD_HOST_COLLECTIVE(name, kd_host_warp_v1(control, mask, value, b, file, line));
+}
+__forceinline__ unsigned int vote(const char* name, int op, unsigned int mask, unsigned long long v, const char* file,
+                                  int line) {
+    kd_host_word word = {v, 0};
+    return warp(name, (unsigned int)op, mask, &word, 0, file, line);
+}
+// A shuffle moves any trivially copyable value of up to 16 bytes; `c` is PTX's shfl operand:
+// the segment mask (32 - width) << 8, and the clamp lane.
+template <class T> __forceinline__ T shuffle(const char* name, int mode, unsigned int mask, const T& var, unsigned int b,
+                                             int width, const char* file, int line) {
+    static_assert(sizeof(T) <= sizeof(kd_host_word), "a warp shuffle moves at most 16 bytes on the CPU device");
+    static_assert(__is_trivially_copyable(T), "a warp shuffle moves trivially copyable values");
+    kd_host_word word = {0, 0};
+    __builtin_memcpy(&word, &var, sizeof(T));
+    const unsigned int c = ((32u - (unsigned int)width) << 8) | (mode == KD_HOST_SHFL_UP ? 0u : 0x1fu);
+    warp(name, (unsigned int)mode | (c << 8), mask, &word, b & 31u, file, line);
+    alignas(T) unsigned char out[sizeof(T)];
+    __builtin_memcpy(out, &word, sizeof(T));
+    return *reinterpret_cast<T*>(out);
+}
+}  // namespace kd_host
+__forceinline__ void __syncwarp(unsigned int mask = 0xffffffffu, KD_HOST_SITE) {
+    kd_host_word word = {0, 0};
+    kd_host::warp("__syncwarp", KD_HOST_WARP_SYNC, mask, &word, 0, file, line);
+}
+template <class T> __forceinline__ T __shfl_sync(unsigned int mask, T var, int srcLane, int width = 32, KD_HOST_SITE) {
+    return kd_host::shuffle("__shfl_sync", KD_HOST_SHFL_IDX, mask, var, (unsigned int)srcLane, width, file, line);
+}
+template <class T> __forceinline__ T __shfl_up_sync(unsigned int mask, T var, unsigned int delta, int width = 32, KD_HOST_SITE) {
+    return kd_host::shuffle("__shfl_up_sync", KD_HOST_SHFL_UP, mask, var, delta, width, file, line);
+}
+template <class T> __forceinline__ T __shfl_down_sync(unsigned int mask, T var, unsigned int delta, int width = 32, KD_HOST_SITE) {
+    return kd_host::shuffle("__shfl_down_sync", KD_HOST_SHFL_DOWN, mask, var, delta, width, file, line);
+}
+template <class T> __forceinline__ T __shfl_xor_sync(unsigned int mask, T var, int laneMask, int width = 32, KD_HOST_SITE) {
+    return kd_host::shuffle("__shfl_xor_sync", KD_HOST_SHFL_BFLY, mask, var, (unsigned int)laneMask, width, file, line);
+}
+__forceinline__ unsigned int __ballot_sync(unsigned int mask, int predicate, KD_HOST_SITE) {
+    return kd_host::vote("__ballot_sync", KD_HOST_VOTE_BALLOT, mask, predicate != 0, file, line);
+}
+__forceinline__ int __any_sync(unsigned int mask, int predicate, KD_HOST_SITE) {
+    return (int)kd_host::vote("__any_sync", KD_HOST_VOTE_ANY, mask, predicate != 0, file, line);
+}
+__forceinline__ int __all_sync(unsigned int mask, int predicate, KD_HOST_SITE) {
+    return (int)kd_host::vote("__all_sync", KD_HOST_VOTE_ALL, mask, predicate != 0, file, line);
+}
+__forceinline__ int __uni_sync(unsigned int mask, int predicate, KD_HOST_SITE) {
+    return (int)kd_host::vote("__uni_sync", KD_HOST_VOTE_UNI, mask, predicate != 0, file, line);
+}
+template <class T> __forceinline__ unsigned int __match_any_sync(unsigned int mask, T value, KD_HOST_SITE) {
+    return kd_host::vote("__match_any_sync", KD_HOST_MATCH_ANY, mask, kd_host::bits64(value), file, line);
+}
+template <class T> __forceinline__ unsigned int __match_all_sync(unsigned int mask, T value, int* pred, KD_HOST_SITE) {
+    const unsigned int all = kd_host::vote("__match_all_sync", KD_HOST_MATCH_ALL, mask, kd_host::bits64(value), file, line);
+    *pred = all != 0;
+    return all;
+}
+#define KD_HOST_REDUCE(name, T, op) \
+    __forceinline__ T name(unsigned int mask, T value, KD_HOST_SITE) { \
+        return (T)kd_host::vote(#name, op, mask, (unsigned int)value, file, line); \
+    }
+KD_HOST_REDUCE(__reduce_add_sync, unsigned int, KD_HOST_REDUCE_ADD)
+KD_HOST_REDUCE(__reduce_add_sync, int, KD_HOST_REDUCE_ADD)
+KD_HOST_REDUCE(__reduce_min_sync, unsigned int, KD_HOST_REDUCE_MIN_U)
+KD_HOST_REDUCE(__reduce_min_sync, int, KD_HOST_REDUCE_MIN_S)
+KD_HOST_REDUCE(__reduce_max_sync, unsigned int, KD_HOST_REDUCE_MAX_U)
+KD_HOST_REDUCE(__reduce_max_sync, int, KD_HOST_REDUCE_MAX_S)
+KD_HOST_REDUCE(__reduce_and_sync, unsigned int, KD_HOST_REDUCE_AND)
+KD_HOST_REDUCE(__reduce_or_sync, unsigned int, KD_HOST_REDUCE_OR)
+KD_HOST_REDUCE(__reduce_xor_sync, unsigned int, KD_HOST_REDUCE_XOR)
+#undef KD_HOST_REDUCE
+// The lanes of the caller's warp that have not exited (fibers cannot tell which are converged).
+__forceinline__ unsigned int __activemask() {
+#if KD_HOST_FIBERS
+    return kd_host_activemask_v1();
+#else
+    const unsigned int threads = blockDim.x * blockDim.y * blockDim.z;
+    const unsigned int first = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & ~31u;
+    return threads - first >= 32 ? 0xffffffffu : (1u << (threads - first)) - 1u;
+#endif
+}
+// __nanosleep lets the other threads of the block run: a spin-wait with it makes progress.
+__forceinline__ void __nanosleep(unsigned int) { kd_host_yield_v1(); }
+#undef KD_HOST_COLLECTIVE
+
+// ---------------------------------------------------------------------------------------------
+// Atomics, fences and cache hints. Rule: sequentially consistent host atomics (on x86 the same
+// instructions as relaxed ones; on weakly ordered CPUs the reductions' "fence, ticket, read the
+// partials" pattern then needs nothing more); types without a native RMW use a CAS loop on their
+// bits; the _block and _system spellings are the same operations.
+namespace kd_host {
+template <class T, int N = sizeof(T)> struct word { static_assert(N == 2 || N == 4 || N == 8, "atomics take 2, 4 or 8 bytes on the CPU device"); };
+template <class T> struct word<T, 2> { typedef unsigned short type; };
+template <class T> struct word<T, 4> { typedef unsigned int type; };
+template <class T> struct word<T, 8> { typedef unsigned long long type; };
+// Replaces *p by f(*p) atomically and returns the old value.
+template <class T, class F> __forceinline__ T atomic_update(T* p, F f) {
+    typedef typename word<T>::type W;
+    W* const at = reinterpret_cast<W*>(p);
+    W old = __atomic_load_n(at, __ATOMIC_RELAXED);
+    for (;;) {
+        T value;
+        __builtin_memcpy(&value, &old, sizeof(T));
+        const T next = f(value);
+        W want;
+        __builtin_memcpy(&want, &next, sizeof(T));
+        if (__atomic_compare_exchange_n(at, &old, want, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) return value;
+    }
+}
+template <class T> __forceinline__ constexpr T fmin_(T a, T b) { return a != a ? b : b != b ? a : a < b ? a : b; }
+template <class T> __forceinline__ constexpr T fmax_(T a, T b) { return a != a ? b : b != b ? a : a > b ? a : b; }
+}  // namespace kd_host
+#define KD_HOST_ATOMIC_INT(T) \
+    __forceinline__ T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); } \
+    __forceinline__ T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); } \
+    __forceinline__ T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); } \
+    __forceinline__ T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); } \
+    __forceinline__ T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); } \
+    __forceinline__ T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST); } \
+    __forceinline__ T atomicMin(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return a < v ? a : v; }); } \
+    __forceinline__ T atomicMax(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return a > v ? a : v; }); } \
+    __forceinline__ T atomicCAS(T* p, T compare, T v) { \
+        __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+        return compare; \
+    }
+KD_HOST_ATOMIC_INT(int)
+KD_HOST_ATOMIC_INT(unsigned int)
+KD_HOST_ATOMIC_INT(long long)
+KD_HOST_ATOMIC_INT(unsigned long long)
+#undef KD_HOST_ATOMIC_INT
+__forceinline__ unsigned short atomicCAS(unsigned short* p, unsigned short compare, unsigned short v) {
+    __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return compare;
+}
+__forceinline__ unsigned int atomicInc(unsigned int* p, unsigned int v) {
+    return kd_host::atomic_update(p, [v](unsigned int a) { return a >= v ? 0u : a + 1u; });
+}
+__forceinline__ unsigned int atomicDec(unsigned int* p, unsigned int v) {
+    return kd_host::atomic_update(p, [v](unsigned int a) { return (a == 0u || a > v) ? v : a - 1u; });
+}
+#define KD_HOST_ATOMIC_FLOAT(T) \
+    __forceinline__ T atomicAdd(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return a + v; }); } \
+    __forceinline__ T atomicSub(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return a - v; }); } \
+    __forceinline__ T atomicExch(T* p, T v) { return kd_host::atomic_update(p, [v](T) { return v; }); } \
+    __forceinline__ T atomicMin(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return kd_host::fmin_(a, v); }); } \
+    __forceinline__ T atomicMax(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return kd_host::fmax_(a, v); }); }
+KD_HOST_ATOMIC_FLOAT(float)
+KD_HOST_ATOMIC_FLOAT(double)
+#undef KD_HOST_ATOMIC_FLOAT
+// Any other 2-, 4- or 8-byte type (the prelude's 16-bit floats, a complex64): a CAS loop.
+template <class T> __forceinline__ T atomicAdd(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return (T)(a + v); }); }
+template <class T> __forceinline__ T atomicExch(T* p, T v) { return kd_host::atomic_update(p, [v](T) { return v; }); }
+#define KD_HOST_ATOMIC_SCOPES(name) \
+    template <class... A> __forceinline__ auto name##_block(A... a) -> decltype(name(a...)) { return name(a...); } \
+    template <class... A> __forceinline__ auto name##_system(A... a) -> decltype(name(a...)) { return name(a...); }
+KD_HOST_ATOMIC_SCOPES(atomicAdd)
+KD_HOST_ATOMIC_SCOPES(atomicSub)
+KD_HOST_ATOMIC_SCOPES(atomicExch)
+KD_HOST_ATOMIC_SCOPES(atomicMin)
+KD_HOST_ATOMIC_SCOPES(atomicMax)
+KD_HOST_ATOMIC_SCOPES(atomicInc)
+KD_HOST_ATOMIC_SCOPES(atomicDec)
+KD_HOST_ATOMIC_SCOPES(atomicCAS)
+KD_HOST_ATOMIC_SCOPES(atomicAnd)
+KD_HOST_ATOMIC_SCOPES(atomicOr)
+KD_HOST_ATOMIC_SCOPES(atomicXor)
+#undef KD_HOST_ATOMIC_SCOPES
+// A block's threads share one OS thread: ordering them needs only the compiler's fence.
+__forceinline__ void __threadfence_block() { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+__forceinline__ void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+__forceinline__ void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+template <class T> __forceinline__ T __ldg(const T* p) { return *p; }
+template <class T> __forceinline__ T __ldca(const T* p) { return *p; }
+template <class T> __forceinline__ T __ldcg(const T* p) { return *p; }
+template <class T> __forceinline__ T __ldcs(const T* p) { return *p; }
+template <class T> __forceinline__ T __ldlu(const T* p) { return *p; }
+template <class T> __forceinline__ T __ldcv(const T* p) { return *p; }
+template <class T> __forceinline__ void __stwb(T* p, T v) { *p = v; }
+template <class T> __forceinline__ void __stcg(T* p, T v) { *p = v; }
+template <class T> __forceinline__ void __stcs(T* p, T v) { *p = v; }
+template <class T> __forceinline__ void __stwt(T* p, T v) { *p = v; }
+
+// ---------------------------------------------------------------------------------------------
+// libc. Rule: declared, not included; the process already has libc loaded.
+#pragma GCC visibility push(default)
+extern "C" {
+int printf(const char* format, ...);
+void* malloc(size_t size) noexcept;
+void free(void* p) noexcept;
+void* memcpy(void* to, const void* from, size_t n) noexcept;
+void* memset(void* to, int value, size_t n) noexcept;
+int abs(int x) noexcept;
+long labs(long x) noexcept;
+long long llabs(long long x) noexcept;
+int fegetround(void) noexcept;
+int fesetround(int mode) noexcept;
+}
+#pragma GCC visibility pop
+
+// ---------------------------------------------------------------------------------------------
+// The CUDA math API. Rule: glibc's libm for what it has (its float and double functions, with
+// C++ float overloads as CUDA has them and integers going to double); the CUDA-only functions
+// written here from libm; the fast intrinsics (__expf, __fdividef, ...) are the accurate
+// functions, as the host never takes --use_fast_math; results match the GPU up to each
+// function's ulp bound, not bit for bit.
+#pragma GCC visibility push(default)
+#define KD_HOST_MATH1(name) \
+    extern "C" double name(double) noexcept; \
+    extern "C" float name##f(float) noexcept; \
+    __forceinline__ float name(float x) noexcept { return name##f(x); } \
+    template <class T, kd_host::if_integral<T> = 0> __forceinline__ double name(T x) noexcept { return name((double)x); }
+#define KD_HOST_MATH2(name) \
+    extern "C" double name(double, double) noexcept; \
+    extern "C" float name##f(float, float) noexcept; \
+    __forceinline__ float name(float x, float y) noexcept { return name##f(x, y); } \
+    template <class A, class B, kd_host::if_arithmetic<A, B> = 0> __forceinline__ double name(A x, B y) noexcept { \
+        return name((double)x, (double)y); \
+    }
+KD_HOST_MATH1(acos) KD_HOST_MATH1(asin) KD_HOST_MATH1(atan) KD_HOST_MATH1(acosh) KD_HOST_MATH1(asinh)
+KD_HOST_MATH1(atanh) KD_HOST_MATH1(cos) KD_HOST_MATH1(sin) KD_HOST_MATH1(tan) KD_HOST_MATH1(cosh)
+KD_HOST_MATH1(sinh) KD_HOST_MATH1(tanh) KD_HOST_MATH1(exp) KD_HOST_MATH1(exp2) KD_HOST_MATH1(expm1)
+KD_HOST_MATH1(log) KD_HOST_MATH1(log2) KD_HOST_MATH1(log10) KD_HOST_MATH1(log1p) KD_HOST_MATH1(logb)
+KD_HOST_MATH1(sqrt) KD_HOST_MATH1(cbrt) KD_HOST_MATH1(erf) KD_HOST_MATH1(erfc) KD_HOST_MATH1(lgamma)
+KD_HOST_MATH1(tgamma) KD_HOST_MATH1(floor) KD_HOST_MATH1(ceil) KD_HOST_MATH1(trunc) KD_HOST_MATH1(round)
+KD_HOST_MATH1(rint) KD_HOST_MATH1(nearbyint) KD_HOST_MATH1(fabs) KD_HOST_MATH1(j0) KD_HOST_MATH1(j1)
+KD_HOST_MATH1(y0) KD_HOST_MATH1(y1)
+KD_HOST_MATH2(atan2) KD_HOST_MATH2(pow) KD_HOST_MATH2(fmod) KD_HOST_MATH2(remainder) KD_HOST_MATH2(copysign)
+KD_HOST_MATH2(hypot) KD_HOST_MATH2(fmin) KD_HOST_MATH2(fmax) KD_HOST_MATH2(fdim) KD_HOST_MATH2(nextafter)
+#undef KD_HOST_MATH1
+#undef KD_HOST_MATH2
+extern "C" {
+double fma(double, double, double) noexcept;
+float fmaf(float, float, float) noexcept;
+double ldexp(double, int) noexcept;
+float ldexpf(float, int) noexcept;
+double frexp(double, int*) noexcept;
+float frexpf(float, int*) noexcept;
+double modf(double, double*) noexcept;
+float modff(float, float*) noexcept;
+double scalbn(double, int) noexcept;
+float scalbnf(float, int) noexcept;
+double scalbln(double, long) noexcept;
+float scalblnf(float, long) noexcept;
+int ilogb(double) noexcept;
+int ilogbf(float) noexcept;
+long lrint(double) noexcept;
+long lrintf(float) noexcept;
+long long llrint(double) noexcept;
+long long llrintf(float) noexcept;
+long lround(double) noexcept;
+long lroundf(float) noexcept;
+long long llround(double) noexcept;
+long long llroundf(float) noexcept;
+double remquo(double, double, int*) noexcept;
+float remquof(float, float, int*) noexcept;
+double jn(int, double) noexcept;
+float jnf(int, float) noexcept;
+double yn(int, double) noexcept;
+float ynf(int, float) noexcept;
+double nan(const char*) noexcept;
+float nanf(const char*) noexcept;
+}
+#pragma GCC visibility pop
+__forceinline__ float fma(float x, float y, float z) noexcept { return fmaf(x, y, z); }
+__forceinline__ float ldexp(float x, int e) noexcept { return ldexpf(x, e); }
+__forceinline__ float frexp(float x, int* e) noexcept { return frexpf(x, e); }
+__forceinline__ float modf(float x, float* i) noexcept { return modff(x, i); }
+__forceinline__ float scalbn(float x, int e) noexcept { return scalbnf(x, e); }
+__forceinline__ float scalbln(float x, long e) noexcept { return scalblnf(x, e); }
+__forceinline__ int ilogb(float x) noexcept { return ilogbf(x); }
+__forceinline__ long lrint(float x) noexcept { return lrintf(x); }
+__forceinline__ long long llrint(float x) noexcept { return llrintf(x); }
+__forceinline__ long lround(float x) noexcept { return lroundf(x); }
+__forceinline__ long long llround(float x) noexcept { return llroundf(x); }
+__forceinline__ float remquo(float x, float y, int* q) noexcept { return remquof(x, y, q); }
+__forceinline__ float jn(int n, float x) noexcept { return jnf(n, x); }
+__forceinline__ float yn(int n, float x) noexcept { return ynf(n, x); }
+__forceinline__ float pow(float x, int y) noexcept { return powf(x, (float)y); }
+__forceinline__ double pow(double x, int y) noexcept { return pow(x, (double)y); }
+__forceinline__ long abs(long x) noexcept { return labs(x); }
+__forceinline__ long long abs(long long x) noexcept { return llabs(x); }
+__forceinline__ float abs(float x) noexcept { return fabsf(x); }
+__forceinline__ double abs(double x) noexcept { return fabs(x); }
+// Classification, for floating types and (as <cmath> has them) integers.
+__forceinline__ constexpr bool isnan(float x) noexcept { return __builtin_isnan(x); }
+__forceinline__ constexpr bool isnan(double x) noexcept { return __builtin_isnan(x); }
+__forceinline__ constexpr bool isinf(float x) noexcept { return __builtin_isinf(x); }
+__forceinline__ constexpr bool isinf(double x) noexcept { return __builtin_isinf(x); }
+__forceinline__ constexpr bool isfinite(float x) noexcept { return __builtin_isfinite(x); }
+__forceinline__ constexpr bool isfinite(double x) noexcept { return __builtin_isfinite(x); }
+__forceinline__ constexpr bool isnormal(float x) noexcept { return __builtin_isnormal(x); }
+__forceinline__ constexpr bool isnormal(double x) noexcept { return __builtin_isnormal(x); }
+__forceinline__ constexpr bool signbit(float x) noexcept { return __builtin_signbit(x); }
+__forceinline__ constexpr bool signbit(double x) noexcept { return __builtin_signbit(x); }
+template <class T, kd_host::if_integral<T> = 0> __forceinline__ constexpr bool isnan(T) noexcept { return false; }
+template <class T, kd_host::if_integral<T> = 0> __forceinline__ constexpr bool isinf(T) noexcept { return false; }
+template <class T, kd_host::if_integral<T> = 0> __forceinline__ constexpr bool isfinite(T) noexcept { return true; }
+template <class T, kd_host::if_integral<T> = 0> __forceinline__ constexpr bool signbit(T x) noexcept { return x < (T)0; }
+__forceinline__ constexpr int __isnanf(float x) noexcept { return __builtin_isnan(x); }
+__forceinline__ constexpr int __isinff(float x) noexcept { return __builtin_isinf(x); }
+__forceinline__ constexpr int __finitef(float x) noexcept { return __builtin_isfinite(x); }
+__forceinline__ constexpr int __signbitf(float x) noexcept { return __builtin_signbit(x); }
+__forceinline__ constexpr int __isnan(double x) noexcept { return __builtin_isnan(x); }
+__forceinline__ constexpr int __isinf(double x) noexcept { return __builtin_isinf(x); }
+__forceinline__ constexpr int __finite(double x) noexcept { return __builtin_isfinite(x); }
+__forceinline__ constexpr int __signbit(double x) noexcept { return __builtin_signbit(x); }
+// min and max: CUDA's overloads for every pair of arithmetic types, with the usual arithmetic
+// conversions; floating ones ignore a NaN operand, as fminf/fmaxf do.
+template <class A, class B, kd_host::if_arithmetic<A, B> = 0> __forceinline__ constexpr auto min(A a, B b) -> decltype(a + b) {
+    typedef decltype(a + b) R;
+    if constexpr (kd_host::is_floating<R>::value) return kd_host::fmin_((R)a, (R)b);
+    else return (R)a < (R)b ? (R)a : (R)b;
+}
+template <class A, class B, kd_host::if_arithmetic<A, B> = 0> __forceinline__ constexpr auto max(A a, B b) -> decltype(a + b) {
+    typedef decltype(a + b) R;
+    if constexpr (kd_host::is_floating<R>::value) return kd_host::fmax_((R)a, (R)b);
+    else return (R)a > (R)b ? (R)a : (R)b;
+}
+__forceinline__ constexpr unsigned int umin(unsigned int a, unsigned int b) { return a < b ? a : b; }
+__forceinline__ constexpr unsigned int umax(unsigned int a, unsigned int b) { return a > b ? a : b; }
+__forceinline__ constexpr long long llmin(long long a, long long b) { return a < b ? a : b; }
+__forceinline__ constexpr long long llmax(long long a, long long b) { return a > b ? a : b; }
+__forceinline__ constexpr unsigned long long ullmin(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
+__forceinline__ constexpr unsigned long long ullmax(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
+// CUDA-only functions, from libm.
+namespace kd_host {
+constexpr double pi = 3.141592653589793238462643383279502884;
+// sin(pi x) with an exact reduction: x - 2 round(x / 2) and the fold into [-1/2, 1/2] are exact.
+__forceinline__ double sinpi(double x) {
+    if (__builtin_isinf(x)) return x - x;
+    double r = x - 2.0 * __builtin_rint(0.5 * x);
+    if (r > 0.5) r = 1.0 - r;
+    else if (r < -0.5) r = -1.0 - r;
+    return r == 0.0 ? 0.0 * x : ::sin(pi * r);  // an integer gives a zero with x's sign
+}
+__forceinline__ double cospi(double x) {
+    if (__builtin_isinf(x)) return x - x;
+    double r = __builtin_fabs(x - 2.0 * __builtin_rint(0.5 * x));  // in [0, 1]
+    const double sign = r > 0.5 ? -1.0 : 1.0;
+    if (r > 0.5) r = 1.0 - r;  // cos(pi r) = -cos(pi (1 - r))
+    if (r == 0.5) return 0.0;
+    return sign * (r > 0.25 ? ::sin(pi * (0.5 - r)) : ::cos(pi * r));
+}
+// The inverse error function: a rational first guess (Giles), then Halley steps on erf/erfc.
+__forceinline__ double erfinv(double y) {
+    if (y != y || y < -1.0 || y > 1.0) return __builtin_nan("");
+    if (y == 1.0) return __builtin_inf();
+    if (y == -1.0) return -__builtin_inf();
+    const double w0 = -::log((1.0 - y) * (1.0 + y));
+    double x;
+    if (w0 < 6.25) {
+        const double w = w0 - 3.125;
+        double p = -3.6444120640178196996e-21;
+        p = -1.685059138182016589e-19 + p * w; p = 1.2858480715256400167e-18 + p * w;
+        p = 1.115787767802518096e-17 + p * w; p = -1.333171662854620906e-16 + p * w;
+        p = 2.0972767875968561637e-17 + p * w; p = 6.6376381343583238325e-15 + p * w;
+        p = -4.0545662729752068639e-14 + p * w; p = -8.1519341976054721522e-14 + p * w;
+        p = 2.6335093153082322977e-12 + p * w; p = -1.2975133253453532498e-11 + p * w;
+        p = -5.4154120542946279317e-11 + p * w; p = 1.051212273321532285e-09 + p * w;
+        p = -4.1126339803469836976e-09 + p * w; p = -2.9070369957882005086e-08 + p * w;
+        p = 4.2347877827932403518e-07 + p * w; p = -1.3654692000834678645e-06 + p * w;
+        p = -1.3882523362786468719e-05 + p * w; p = 0.0001867342080340571352 + p * w;
+        p = -0.00074070253416626697512 + p * w; p = -0.0060336708714301490533 + p * w;
+        p = 0.24015818242558961693 + p * w; p = 1.6536545626831027356 + p * w;
+        x = p * y;
+    } else if (w0 < 16.0) {
+        const double w = ::sqrt(w0) - 3.25;
+        double p = 2.2137376921775787049e-09;
+        p = 9.0756561938885390979e-08 + p * w; p = -2.7517406297064545428e-07 + p * w;
+        p = 1.8239629214389227755e-08 + p * w; p = 1.5027403968909827627e-06 + p * w;
+        p = -4.013867526981545969e-06 + p * w; p = 2.9234449089955446044e-06 + p * w;
+        p = 1.2475304481671778723e-05 + p * w; p = -4.7318229009055733981e-05 + p * w;
+        p = 6.8284851459573175448e-05 + p * w; p = 2.4031110387097893999e-05 + p * w;
+        p = -0.0003550375203628474796 + p * w; p = 0.00095328937973738049703 + p * w;
+        p = -0.0016882755560235047313 + p * w; p = 0.0024914420961078508066 + p * w;
+        p = -0.0037512085075692412107 + p * w; p = 0.005370914553590063617 + p * w;
+        p = 1.0052589676941592334 + p * w; p = 3.0838856104922207635 + p * w;
+        x = p * y;
+    } else {
+        const double w = ::sqrt(w0) - 5.0;
+        double p = -2.7109920616438573243e-11;
+        p = -2.5556418169965252055e-10 + p * w; p = 1.5076572693500548083e-09 + p * w;
+        p = -3.7894654401267369937e-09 + p * w; p = 7.6157012080783393804e-09 + p * w;
+        p = -1.4960026627149240478e-08 + p * w; p = 2.9147953450901080826e-08 + p * w;
+        p = -6.7711997758452339498e-08 + p * w; p = 2.2900482228026654717e-07 + p * w;
+        p = -9.9298272942317002539e-07 + p * w; p = 4.5260625972231537039e-06 + p * w;
+        p = -1.9681778105531670567e-05 + p * w; p = 7.5995277030017761139e-05 + p * w;
+        p = -0.00021503011930044477347 + p * w; p = -0.00013871931833623122026 + p * w;
+        p = 1.0103004648645343977 + p * w; p = 4.8499064014085844221 + p * w;
+        x = p * y;
+    }
+    for (int step = 0; step < 2; ++step) {  // Halley on f(x) = erf(x) - y, through erfc in the tails
+        const double f = __builtin_fabs(y) > 0.5 ? (y > 0 ? (1.0 - y) - ::erfc(x) : ::erfc(-x) - (1.0 + y)) : ::erf(x) - y;
+        const double d = 1.1283791670955126 * ::exp(-x * x);
+        if (d == 0.0) break;
+        const double e = f / d;
+        x -= e / (1.0 + x * e);
+    }
+    return x;
+}
+// erfcinv(z) = erfinv(1 - z), computed near z = 0 and 2 without losing z's digits.
+__forceinline__ double erfcinv(double z) {
+    if (z != z || z < 0.0 || z > 2.0) return __builtin_nan("");
+    if (z == 0.0) return __builtin_inf();
+    if (z == 2.0) return -__builtin_inf();
+    if (z > 1e-3 && z < 2.0 - 1e-3) return erfinv(1.0 - z);
+    const bool upper = z > 1.0;
+    const double t = upper ? 2.0 - z : z;  // erfcinv(2 - t) = -erfcinv(t)
+    double x = ::sqrt(-::log(t * 0.5 * 1.7724538509055159)) ;  // asymptotic start
+    for (int step = 0; step < 8; ++step) {  // Halley on erfc(x) - t
+        const double f = ::erfc(x) - t;
+        const double d = -1.1283791670955126 * ::exp(-x * x);
+        if (d == 0.0) break;
+        const double e = f / d;
+        const double next = x - e / (1.0 + x * e);
+        if (next == x) break;
+        x = next;
+    }
+    return upper ? -x : x;
+}
+__forceinline__ double erfcx(double x) {
+    if (x < 25.0) return ::exp(x * x) * ::erfc(x);
+    const double r = 1.0 / (x * x);  // the asymptotic series, where erfc underflows
+    return 0.5641895835477563 / x * (1.0 - 0.5 * r * (1.0 - 1.5 * r * (1.0 - 2.5 * r)));
+}
+}  // namespace kd_host
+__forceinline__ double sinpi(double x) { return kd_host::sinpi(x); }
+__forceinline__ double cospi(double x) { return kd_host::cospi(x); }
+__forceinline__ float sinpif(float x) { return (float)kd_host::sinpi(x); }
+__forceinline__ float cospif(float x) { return (float)kd_host::cospi(x); }
+__forceinline__ float sinpi(float x) { return sinpif(x); }
+__forceinline__ float cospi(float x) { return cospif(x); }
+__forceinline__ void sincospi(double x, double* s, double* c) { *s = kd_host::sinpi(x); *c = kd_host::cospi(x); }
+__forceinline__ void sincospif(float x, float* s, float* c) { *s = sinpif(x); *c = cospif(x); }
+__forceinline__ void sincospi(float x, float* s, float* c) { sincospif(x, s, c); }
+__forceinline__ void sincos(double x, double* s, double* c) { *s = sin(x); *c = cos(x); }
+__forceinline__ void sincosf(float x, float* s, float* c) { *s = sinf(x); *c = cosf(x); }
+__forceinline__ void sincos(float x, float* s, float* c) { sincosf(x, s, c); }
+__forceinline__ double exp10(double x) { return pow(10.0, x); }
+__forceinline__ float exp10f(float x) { return (float)pow(10.0, (double)x); }
+__forceinline__ float exp10(float x) { return exp10f(x); }
+__forceinline__ double rsqrt(double x) { return 1.0 / sqrt(x); }
+__forceinline__ float rsqrtf(float x) { return (float)(1.0 / sqrt((double)x)); }
+__forceinline__ float rsqrt(float x) { return rsqrtf(x); }
+__forceinline__ double rcbrt(double x) { return 1.0 / cbrt(x); }
+__forceinline__ float rcbrtf(float x) { return (float)(1.0 / cbrt((double)x)); }
+__forceinline__ float rcbrt(float x) { return rcbrtf(x); }
+__forceinline__ double erfinv(double x) { return kd_host::erfinv(x); }
+__forceinline__ float erfinvf(float x) { return (float)kd_host::erfinv(x); }
+__forceinline__ float erfinv(float x) { return erfinvf(x); }
+__forceinline__ double erfcinv(double x) { return kd_host::erfcinv(x); }
+__forceinline__ float erfcinvf(float x) { return (float)kd_host::erfcinv(x); }
+__forceinline__ float erfcinv(float x) { return erfcinvf(x); }
+__forceinline__ double erfcx(double x) { return kd_host::erfcx(x); }
+__forceinline__ float erfcxf(float x) { return (float)kd_host::erfcx(x); }
+__forceinline__ float erfcx(float x) { return erfcxf(x); }
+__forceinline__ double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752440); }
+__forceinline__ float normcdff(float x) { return (float)normcdf((double)x); }
+__forceinline__ float normcdf(float x) { return normcdff(x); }
+__forceinline__ double normcdfinv(double p) { return -1.41421356237309504880 * kd_host::erfcinv(2.0 * p); }
+__forceinline__ float normcdfinvf(float p) { return (float)normcdfinv((double)p); }
+__forceinline__ float normcdfinv(float p) { return normcdfinvf(p); }
+__forceinline__ double rhypot(double x, double y) { return 1.0 / hypot(x, y); }
+__forceinline__ float rhypotf(float x, float y) { return (float)(1.0 / hypot((double)x, (double)y)); }
+__forceinline__ double norm3d(double a, double b, double c) { return hypot(hypot(a, b), c); }
+__forceinline__ float norm3df(float a, float b, float c) { return (float)norm3d(a, b, c); }
+__forceinline__ double rnorm3d(double a, double b, double c) { return 1.0 / norm3d(a, b, c); }
+__forceinline__ float rnorm3df(float a, float b, float c) { return (float)rnorm3d(a, b, c); }
+__forceinline__ double norm4d(double a, double b, double c, double d) { return hypot(hypot(a, b), hypot(c, d)); }
+__forceinline__ float norm4df(float a, float b, float c, float d) { return (float)norm4d(a, b, c, d); }
+__forceinline__ double rnorm4d(double a, double b, double c, double d) { return 1.0 / norm4d(a, b, c, d); }
+__forceinline__ float rnorm4df(float a, float b, float c, float d) { return (float)rnorm4d(a, b, c, d); }
+__forceinline__ double norm(int n, const double* a) { double s = 0; for (int i = 0; i < n; ++i) s = hypot(s, a[i]); return s; }
+__forceinline__ float normf(int n, const float* a) { double s = 0; for (int i = 0; i < n; ++i) s = hypot(s, (double)a[i]); return (float)s; }
+__forceinline__ double rnorm(int n, const double* a) { return 1.0 / norm(n, a); }
+__forceinline__ float rnormf(int n, const float* a) { return 1.0f / normf(n, a); }
+__forceinline__ float fdividef(float x, float y) { return x / y; }
+__forceinline__ double fdivide(double x, double y) { return x / y; }
+// The fast intrinsics: the accurate functions.
+__forceinline__ float __expf(float x) { return expf(x); }
+__forceinline__ float __exp10f(float x) { return exp10f(x); }
+__forceinline__ float __logf(float x) { return logf(x); }
+__forceinline__ float __log2f(float x) { return log2f(x); }
+__forceinline__ float __log10f(float x) { return log10f(x); }
+__forceinline__ float __powf(float x, float y) { return powf(x, y); }
+__forceinline__ float __sinf(float x) { return sinf(x); }
+__forceinline__ float __cosf(float x) { return cosf(x); }
+__forceinline__ float __tanf(float x) { return tanf(x); }
+__forceinline__ void __sincosf(float x, float* s, float* c) { sincosf(x, s, c); }
+__forceinline__ float __fdividef(float x, float y) { return x / y; }
+__forceinline__ float __saturatef(float x) { return x >= 1.0f ? 1.0f : x > 0.0f ? x : 0.0f; }  // a NaN gives 0
+
+// ---------------------------------------------------------------------------------------------
+// Rounded arithmetic and conversions (__fadd_rz, __float2int_rn, ...). Rule: _rn is the host's
+// default rounding; a directed rounding sets the FPU's mode around one operation on volatile
+// operands (fesetround is libm's; its mode values are the ABI's); float-to-integer conversions
+// saturate and take a NaN to 0, as PTX's cvt does.
+namespace kd_host {
+#if defined(__x86_64__) || defined(__i386__)
+enum { round_nearest = 0, round_down = 0x400, round_up = 0x800, round_zero = 0xc00 };
+#elif defined(__aarch64__)
+enum { round_nearest = 0, round_up = 0x400000, round_down = 0x800000, round_zero = 0xc00000 };
+#else
+#error "kd_host.h: directed rounding modes are not known for this CPU"
+#endif
+template <class F> __attribute__((noinline)) auto rounded(int mode, F op) -> decltype(op()) {
+    const int saved = fegetround();
+    fesetround(mode);
+    volatile decltype(op()) r = op();
+    fesetround(saved);
+    return r;
+}
+template <class T> __forceinline__ T volatile_copy(T x) { volatile T v = x; return v; }
+template <class I> __forceinline__ I saturate(double v) {  // v already rounded to an integer
+    constexpr bool is_signed = (I)-1 < (I)0;
+    constexpr double top = sizeof(I) == 8 ? (is_signed ? 9223372036854775808.0 : 18446744073709551616.0)
+                                          : (is_signed ? 2147483648.0 : 4294967296.0);
+    constexpr double bottom = is_signed ? -top : 0.0;
+    constexpr unsigned long long ones = ~0ull >> (64 - 8 * sizeof(I));
+    if (v != v) return 0;
+    if (v >= top) return (I)(is_signed ? ones >> 1 : ones);
+    if (v <= bottom) return is_signed ? (I)(ones ^ (ones >> 1)) : (I)0;
+    return (I)v;
+}
+}  // namespace kd_host
+#define KD_HOST_ROUNDED(suffix, mode) \
+    __forceinline__ float __fadd_##suffix(float a, float b) { return kd_host::rounded(mode, [=] { return kd_host::volatile_copy(a) + b; }); } \
+    __forceinline__ float __fsub_##suffix(float a, float b) { return kd_host::rounded(mode, [=] { return kd_host::volatile_copy(a) - b; }); } \
+    __forceinline__ float __fmul_##suffix(float a, float b) { return kd_host::rounded(mode, [=] { return kd_host::volatile_copy(a) * b; }); } \
+    __forceinline__ float __fdiv_##suffix(float a, float b) { return kd_host::rounded(mode, [=] { return kd_host::volatile_copy(a) / b; }); } \
+    __forceinline__ float __frcp_##suffix(float a) { return kd_host::rounded(mode, [=] { return 1.0f / kd_host::volatile_copy(a); }); } \
+    __forceinline__ float __fsqrt_##suffix(float a) { return kd_host::rounded(mode, [=] { return sqrtf(kd_host::volatile_copy(a)); }); } \
+    __forceinline__ float __fmaf_##suffix(float a, float b, float c) { return kd_host::rounded(mode, [=] { return fmaf(kd_host::volatile_copy(a), b, c); }); } \
+    __forceinline__ double __dadd_##suffix(double a, double b) { return kd_host::rounded(mode, [=] { return kd_host::volatile_copy(a) + b; }); } \
+    __forceinline__ double __dsub_##suffix(double a, double b) { return kd_host::rounded(mode, [=] { return kd_host::volatile_copy(a) - b; }); } \
+    __forceinline__ double __dmul_##suffix(double a, double b) { return kd_host::rounded(mode, [=] { return kd_host::volatile_copy(a) * b; }); } \
+    __forceinline__ double __ddiv_##suffix(double a, double b) { return kd_host::rounded(mode, [=] { return kd_host::volatile_copy(a) / b; }); } \
+    __forceinline__ double __drcp_##suffix(double a) { return kd_host::rounded(mode, [=] { return 1.0 / kd_host::volatile_copy(a); }); } \
+    __forceinline__ double __dsqrt_##suffix(double a) { return kd_host::rounded(mode, [=] { return sqrt(kd_host::volatile_copy(a)); }); } \
+    __forceinline__ double __fma_##suffix(double a, double b, double c) { return kd_host::rounded(mode, [=] { return fma(kd_host::volatile_copy(a), b, c); }); } \
+    __forceinline__ float __int2float_##suffix(int a) { return kd_host::rounded(mode, [=] { return (float)kd_host::volatile_copy(a); }); } \
+    __forceinline__ float __uint2float_##suffix(unsigned int a) { return kd_host::rounded(mode, [=] { return (float)kd_host::volatile_copy(a); }); } \
+    __forceinline__ float __ll2float_##suffix(long long a) { return kd_host::rounded(mode, [=] { return (float)kd_host::volatile_copy(a); }); } \
+    __forceinline__ float __ull2float_##suffix(unsigned long long a) { return kd_host::rounded(mode, [=] { return (float)kd_host::volatile_copy(a); }); } \
+    __forceinline__ double __ll2double_##suffix(long long a) { return kd_host::rounded(mode, [=] { return (double)kd_host::volatile_copy(a); }); } \
+    __forceinline__ double __ull2double_##suffix(unsigned long long a) { return kd_host::rounded(mode, [=] { return (double)kd_host::volatile_copy(a); }); } \
+    __forceinline__ float __double2float_##suffix(double a) { return kd_host::rounded(mode, [=] { return (float)kd_host::volatile_copy(a); }); }
+KD_HOST_ROUNDED(rz, kd_host::round_zero)
+KD_HOST_ROUNDED(ru, kd_host::round_up)
+KD_HOST_ROUNDED(rd, kd_host::round_down)
+#undef KD_HOST_ROUNDED
+__forceinline__ float __fadd_rn(float a, float b) { return a + b; }
+__forceinline__ float __fsub_rn(float a, float b) { return a - b; }
+__forceinline__ float __fmul_rn(float a, float b) { return a * b; }
+__forceinline__ float __fdiv_rn(float a, float b) { return a / b; }
+__forceinline__ float __frcp_rn(float a) { return 1.0f / a; }
+__forceinline__ float __fsqrt_rn(float a) { return sqrtf(a); }
+__forceinline__ float __frsqrt_rn(float a) { return rsqrtf(a); }
+__forceinline__ float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+__forceinline__ float __fmaf_ieee_rn(float a, float b, float c) { return fmaf(a, b, c); }
+__forceinline__ double __dadd_rn(double a, double b) { return a + b; }
+__forceinline__ double __dsub_rn(double a, double b) { return a - b; }
+__forceinline__ double __dmul_rn(double a, double b) { return a * b; }
+__forceinline__ double __ddiv_rn(double a, double b) { return a / b; }
+__forceinline__ double __drcp_rn(double a) { return 1.0 / a; }
+__forceinline__ double __dsqrt_rn(double a) { return sqrt(a); }
+__forceinline__ double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+__forceinline__ float __int2float_rn(int a) { return (float)a; }
+__forceinline__ float __uint2float_rn(unsigned int a) { return (float)a; }
+__forceinline__ float __ll2float_rn(long long a) { return (float)a; }
+__forceinline__ float __ull2float_rn(unsigned long long a) { return (float)a; }
+__forceinline__ double __ll2double_rn(long long a) { return (double)a; }
+__forceinline__ double __ull2double_rn(unsigned long long a) { return (double)a; }
+__forceinline__ double __int2double_rn(int a) { return (double)a; }
+__forceinline__ double __uint2double_rn(unsigned int a) { return (double)a; }
+__forceinline__ float __double2float_rn(double a) { return (float)a; }
+#define KD_HOST_TO_INT(from, F, to, T) \
+    __forceinline__ T __##from##2##to##_rn(F x) { return kd_host::saturate<T>(__builtin_nearbyint((double)x)); } \
+    __forceinline__ T __##from##2##to##_rz(F x) { return kd_host::saturate<T>(__builtin_trunc((double)x)); } \
+    __forceinline__ T __##from##2##to##_ru(F x) { return kd_host::saturate<T>(__builtin_ceil((double)x)); } \
+    __forceinline__ T __##from##2##to##_rd(F x) { return kd_host::saturate<T>(__builtin_floor((double)x)); }
+KD_HOST_TO_INT(float, float, int, int)
+KD_HOST_TO_INT(float, float, uint, unsigned int)
+KD_HOST_TO_INT(float, float, ll, long long)
+KD_HOST_TO_INT(float, float, ull, unsigned long long)
+KD_HOST_TO_INT(double, double, int, int)
+KD_HOST_TO_INT(double, double, uint, unsigned int)
+KD_HOST_TO_INT(double, double, ll, long long)
+KD_HOST_TO_INT(double, double, ull, unsigned long long)
+#undef KD_HOST_TO_INT
+
+// ---------------------------------------------------------------------------------------------
+// Reinterpretation and integer intrinsics. Rule: CUDA's documented results, edge cases
+// included (__clz(0) = 32, shifts of funnelshift wrap or clamp, ...).
+__forceinline__ constexpr int __float_as_int(float x) { return __builtin_bit_cast(int, x); }
+__forceinline__ constexpr unsigned int __float_as_uint(float x) { return __builtin_bit_cast(unsigned int, x); }
+__forceinline__ constexpr float __int_as_float(int x) { return __builtin_bit_cast(float, x); }
+__forceinline__ constexpr float __uint_as_float(unsigned int x) { return __builtin_bit_cast(float, x); }
+__forceinline__ constexpr long long __double_as_longlong(double x) { return __builtin_bit_cast(long long, x); }
+__forceinline__ constexpr double __longlong_as_double(long long x) { return __builtin_bit_cast(double, x); }
+__forceinline__ constexpr int __double2hiint(double x) { return (int)(__builtin_bit_cast(unsigned long long, x) >> 32); }
+__forceinline__ constexpr int __double2loint(double x) { return (int)(unsigned int)__builtin_bit_cast(unsigned long long, x); }
+__forceinline__ constexpr double __hiloint2double(int hi, int lo) {
+    return __builtin_bit_cast(double, ((unsigned long long)(unsigned int)hi << 32) | (unsigned int)lo);
+}
+__forceinline__ constexpr int __popc(unsigned int x) { return __builtin_popcount(x); }
+__forceinline__ constexpr int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+__forceinline__ constexpr int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned int)x); }
+__forceinline__ constexpr int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
+__forceinline__ constexpr int __ffs(int x) { return __builtin_ffs(x); }
+__forceinline__ constexpr int __ffsll(long long x) { return __builtin_ffsll(x); }
+__forceinline__ constexpr unsigned int __brev(unsigned int x) {
+    x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
+    x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
+    x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
+    return __builtin_bswap32(x);
+}
+__forceinline__ constexpr unsigned long long __brevll(unsigned long long x) {
+    return ((unsigned long long)__brev((unsigned int)x) << 32) | __brev((unsigned int)(x >> 32));
+}
+__forceinline__ constexpr unsigned int __byte_perm(unsigned int x, unsigned int y, unsigned int s) {
+    const unsigned long long bytes = ((unsigned long long)y << 32) | x;
+    unsigned int r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned int)((bytes >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+    return r;
+}
+__forceinline__ constexpr unsigned int __funnelshift_l(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return (unsigned int)(((((unsigned long long)hi << 32) | lo) << (shift & 31u)) >> 32);
+}
+__forceinline__ constexpr unsigned int __funnelshift_lc(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return shift >= 32u ? lo : __funnelshift_l(lo, hi, shift);
+}
+__forceinline__ constexpr unsigned int __funnelshift_r(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return (unsigned int)((((unsigned long long)hi << 32) | lo) >> (shift & 31u));
+}
+__forceinline__ constexpr unsigned int __funnelshift_rc(unsigned int lo, unsigned int hi, unsigned int shift) {
+    return shift >= 32u ? hi : __funnelshift_r(lo, hi, shift);
+}
+__forceinline__ constexpr int __mulhi(int x, int y) { return (int)(((long long)x * y) >> 32); }
+__forceinline__ constexpr unsigned int __umulhi(unsigned int x, unsigned int y) {
+    return (unsigned int)(((unsigned long long)x * y) >> 32);
+}
+__forceinline__ constexpr long long __mul64hi(long long x, long long y) { return (long long)(((__int128)x * y) >> 64); }
+__forceinline__ constexpr unsigned long long __umul64hi(unsigned long long x, unsigned long long y) {
+    return (unsigned long long)(((unsigned __int128)x * y) >> 64);
+}
+__forceinline__ constexpr int __mul24(int x, int y) {
+    return (int)((unsigned int)(((int)((unsigned int)x << 8) >> 8) * ((int)((unsigned int)y << 8) >> 8)));
+}
+__forceinline__ constexpr unsigned int __umul24(unsigned int x, unsigned int y) { return (x & 0xffffffu) * (y & 0xffffffu); }
+__forceinline__ constexpr unsigned int __sad(int x, int y, unsigned int z) {
+    return (x > y ? (unsigned int)x - (unsigned int)y : (unsigned int)y - (unsigned int)x) + z;
+}
+__forceinline__ constexpr unsigned int __usad(unsigned int x, unsigned int y, unsigned int z) { return (x > y ? x - y : y - x) + z; }
+__forceinline__ constexpr int __hadd(int x, int y) { return (int)(((long long)x + y) >> 1); }
+__forceinline__ constexpr int __rhadd(int x, int y) { return (int)(((long long)x + y + 1) >> 1); }
+__forceinline__ constexpr unsigned int __uhadd(unsigned int x, unsigned int y) { return (unsigned int)(((unsigned long long)x + y) >> 1); }
+__forceinline__ constexpr unsigned int __urhadd(unsigned int x, unsigned int y) {
+    return (unsigned int)(((unsigned long long)x + y + 1) >> 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// printf, assert, __trap, clocks. Rule: printf is libc's (the runtime flushes stdout after each
+// launch); assert, __trap and __brkpt fail the launch (code 710) naming the kernel, the block, the
+// thread and the body's line, and the rest of the grid is abandoned.
+#ifdef NDEBUG
+#define assert(e) ((void)0)
+#else
+#define assert(e) ((e) ? (void)0 : kd_host_fail_v1(710, "assertion failed", #e, __FILE__, __LINE__, &kd_host_ix))
+#endif
+[[noreturn]] __forceinline__ void __trap(KD_HOST_SITE) { kd_host_fail_v1(710, "__trap()", nullptr, file, line, &kd_host_ix); }
+[[noreturn]] __forceinline__ void __brkpt(KD_HOST_SITE) { kd_host_fail_v1(710, "__brkpt()", nullptr, file, line, &kd_host_ix); }
+__forceinline__ long long clock64() {
+#if defined(__x86_64__) || defined(__i386__)
+    return (long long)__builtin_ia32_rdtsc();
+#elif defined(__aarch64__)
+    unsigned long long ticks;
+    __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(ticks));
+    return (long long)ticks;
+#endif
+}
+__forceinline__ long clock() { return (long)clock64(); }
+#undef KD_HOST_SITE
+
+// ---------------------------------------------------------------------------------------------
+// Refused constructs. Rule: fail at compile time naming the construct. Inline PTX has no host
+// meaning (the shim itself spells GNU asm `__asm__`).
+#define asm static_assert(false, "inline PTX (asm) has no host equivalent: the CPU device cannot run it");
+
+// ---------------------------------------------------------------------------------------------
+// The launch trampoline. Rule: KD_HOST_KERNEL(entry, parameter types...) follows each kernel and
+// exports `kd_host_fn_<entry>`, whose run_blocks unpacks the kernel's parameters once per call
+// and runs blocks [first, end) of the grid: as a loop over the block's threads calling the
+// kernel inlined, or through the runtime's fibers. The kernel's address is taken with its exact
+// type, since its name may also name prelude overloads.
+namespace kd_host {
+template <unsigned I, class T> struct slot { T value; };
+template <class S, class... A> struct pack;
+template <unsigned... I, class... A> struct pack<seq<I...>, A...> : slot<I, A>... {
+    explicit pack(void** p) : slot<I, A>{*static_cast<A*>(p[I])}... { (void)p; }
+    template <void (*F)(A...)> __forceinline__ void call() { F(static_cast<slot<I, A>&>(*this).value...); }
+};
+template <class Sig> struct signature;
+template <class... A> struct signature<void(A...)> {
+    typedef pack<typename make_seq<sizeof...(A)>::type, A...> args;
+    static constexpr unsigned int count = sizeof...(A);
+};
+template <class Sig, Sig* F> struct kernel {
+    typedef typename signature<Sig>::args args;
+    static void fiber(void* a) { static_cast<args*>(a)->template call<F>(); }
+    static int run_fibers(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
+        args a(params);
+        return kd_host_run_fibers_v1(launch, first, end, &kd_host_ix, &fiber, &a);
+    }
+    __attribute__((flatten)) static int run_loop(const kd_host_launch* launch, void** params, unsigned long long first,
+                                                 unsigned long long end) {
+        args a(params);
+        kd_host_index& ix = kd_host_ix;
+        const unsigned int bx = launch->block[0], by = launch->block[1], bz = launch->block[2];
+        const unsigned int gx = launch->grid[0], gy = launch->grid[1];
+        ix.block_dim = uint3{bx, by, bz};
+        ix.grid_dim = uint3{gx, gy, launch->grid[2]};
+        uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
+        for (unsigned long long b = first; b < end; ++b) {
+            ix.block = block;
+            for (unsigned int z = 0; z < bz; ++z)
+                for (unsigned int y = 0; y < by; ++y)
+                    for (unsigned int x = 0; x < bx; ++x) {
+                        ix.thread = uint3{x, y, z};
+                        a.template call<F>();
+                    }
+            if (++block.x == gx) {
+                block.x = 0;
+                if (++block.y == gy) { block.y = 0; ++block.z; }
+            }
+        }
+        return 0;
+    }
+    static constexpr int (*run)(const kd_host_launch*, void**, unsigned long long, unsigned long long) =
+        KD_HOST_FIBERS ? &run_fibers : &run_loop;
+};
+}  // namespace kd_host
+#define KD_HOST_KERNEL(entry, ...) \
+    extern "C" __attribute__((visibility("default"), used)) const kd_host_function kd_host_fn_##entry = { \
+        KD_HOST_MAGIC, KD_HOST_ABI, #entry, kd_host::kernel<void(__VA_ARGS__), &entry>::run, KD_HOST_FIBERS, \
+        kd_host::signature<void(__VA_ARGS__)>::count};
+
+// Everything after the shim (the prelude, the user's code, the kernels) is private to its module,
+// so the compiler may inline kernels and device functions; only kd_host_fn_<entry> is exported.
+#pragma GCC visibility push(hidden)
+#endif  // KD_HOST_H

@@ -1,0 +1,1160 @@
+// kerneldsl's CPU device runtime: the launch entries (cuLaunchKernel's and cuLaunchKernelEx's
+// ABI), the thread pool that runs a grid's blocks on every core, the fibers a block's threads run
+// on when its kernel has barriers or warp collectives, and the errors a launch reports. Compiled
+// once per host compiler into a shared library that is loaded with RTLD_GLOBAL before any kernel
+// module, which resolves the kd_host_*_v1 entries the shim (kd_host.h) declares. The contract is
+// notes/HOST_ABI.md.
+//
+// Execution model, and the rules the code below keeps:
+// - A grid's blocks are taken in order, in chunks, from an atomic counter by a pool of OS threads
+//   (the caller included); each runs a block to completion. So a block's predecessors have all
+//   started and none is starved: the scans' decoupled look-back relies on it.
+// - Fiber mode: a block's threads start in order, one after another, on stacks from this OS
+//   thread's pool; one that finishes without blocking hands its stack to the next. A thread that
+//   waits (barrier, collective) switches directly to the next runnable thread, or starts the next
+//   one; the last to arrive releases the waiters into a FIFO and carries on. Nothing runnable and
+//   threads still waiting is a deadlock, reported with where each thread waits.
+// - Errors (assert, __trap, a deadlock, a collective misused) end the block at once: a fiber
+//   switches to the block's main context, a loop-mode kernel longjmps to its chunk's landing. No
+//   C++ exception crosses a module.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csetjmp>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <pthread.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define KD_EXPORT extern "C" __attribute__((visibility("default")))
+// The runtime's own thread-locals are few and small: initial-exec, so the fiber paths read them
+// with one instruction (the runtime is loaded once, into the static TLS reserve).
+#define KD_TLS __attribute__((tls_model("initial-exec")))
+
+// ---------------------------------------------------------------------------------------------
+// The ABI, as kd_host.h declares it (keep the two identical).
+namespace {
+constexpr unsigned int kMagic = 0x4644484bu;
+constexpr unsigned int kAbi = 1;
+struct uint3 { unsigned int x, y, z; };
+}  // namespace
+struct kd_host_launch {
+    unsigned int grid[3], block[3];
+    unsigned int dynamic_shared;
+    void* reserved[4];
+};
+typedef struct kd_host_launch LaunchDims;  // the entry kd_host_launch hides the struct's name
+struct kd_host_function {
+    unsigned int magic, abi;
+    const char* name;
+    int (*run_blocks)(const kd_host_launch*, void**, unsigned long long, unsigned long long);
+    unsigned int flags, nparams;
+};
+struct kd_host_index { uint3 thread, block, block_dim, grid_dim; };
+struct alignas(16) kd_host_word { unsigned long long lo, hi; };
+enum {
+    KD_HOST_WARP_SYNC, KD_HOST_SHFL_IDX, KD_HOST_SHFL_UP, KD_HOST_SHFL_DOWN, KD_HOST_SHFL_BFLY,
+    KD_HOST_VOTE_ANY, KD_HOST_VOTE_ALL, KD_HOST_VOTE_UNI, KD_HOST_VOTE_BALLOT, KD_HOST_MATCH_ANY,
+    KD_HOST_MATCH_ALL, KD_HOST_REDUCE_ADD, KD_HOST_REDUCE_MIN_U, KD_HOST_REDUCE_MIN_S,
+    KD_HOST_REDUCE_MAX_U, KD_HOST_REDUCE_MAX_S, KD_HOST_REDUCE_AND, KD_HOST_REDUCE_OR, KD_HOST_REDUCE_XOR
+};
+
+// CUresult codes a launch returns.
+enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 801 };
+
+// ---------------------------------------------------------------------------------------------
+// Context switches. Rule: save and restore only what the C ABI says a callee preserves (x86_64
+// SysV: rbx, rbp, r12-r15; aarch64: x19-x30, d8-d15), on the stack being left; no system call.
+//   switch(save, to): save this context into *save, resume `to`.
+//   start(save, top, fn, arg): save this context into *save, call fn(arg) on the stack `top`.
+//   jump(to): resume `to`, abandoning this context.
+extern "C" {
+__attribute__((visibility("hidden"))) void kd_host_ctx_switch(void** save, void* to);
+__attribute__((visibility("hidden"))) void kd_host_ctx_start(void** save, void* top, void (*fn)(void*), void* arg);
+[[noreturn]] __attribute__((visibility("hidden"))) void kd_host_ctx_jump(void* to);
+}
+#if defined(__APPLE__)
+#define KD_ASM_FN(name) ".globl _" #name "\n.private_extern _" #name "\n.p2align 4\n_" #name ":\n"
+#define KD_ASM_END(name)
+#else
+#define KD_ASM_FN(name) ".globl " #name "\n.hidden " #name "\n.type " #name ",%function\n.p2align 4\n" #name ":\n"
+#define KD_ASM_END(name) ".size " #name ", .-" #name "\n"
+#endif
+#if defined(__x86_64__)
+#define KD_SAVE "pushq %rbp\n pushq %rbx\n pushq %r12\n pushq %r13\n pushq %r14\n pushq %r15\n"
+#define KD_RESTORE "popq %r15\n popq %r14\n popq %r13\n popq %r12\n popq %rbx\n popq %rbp\n ret\n"
+__asm__(".text\n"
+        KD_ASM_FN(kd_host_ctx_switch) KD_SAVE " movq %rsp, (%rdi)\n movq %rsi, %rsp\n" KD_RESTORE
+        KD_ASM_END(kd_host_ctx_switch)
+        KD_ASM_FN(kd_host_ctx_start) KD_SAVE " movq %rsp, (%rdi)\n movq %rsi, %rsp\n movq %rcx, %rdi\n callq *%rdx\n ud2\n"
+        KD_ASM_END(kd_host_ctx_start)
+        KD_ASM_FN(kd_host_ctx_jump) " movq %rdi, %rsp\n" KD_RESTORE
+        KD_ASM_END(kd_host_ctx_jump));
+#elif defined(__aarch64__)
+#define KD_SAVE \
+    "sub sp, sp, #160\n stp x19, x20, [sp, #0]\n stp x21, x22, [sp, #16]\n stp x23, x24, [sp, #32]\n" \
+    " stp x25, x26, [sp, #48]\n stp x27, x28, [sp, #64]\n stp x29, x30, [sp, #80]\n stp d8, d9, [sp, #96]\n" \
+    " stp d10, d11, [sp, #112]\n stp d12, d13, [sp, #128]\n stp d14, d15, [sp, #144]\n mov x9, sp\n str x9, [x0]\n"
+#define KD_RESTORE \
+    "ldp x19, x20, [sp, #0]\n ldp x21, x22, [sp, #16]\n ldp x23, x24, [sp, #32]\n ldp x25, x26, [sp, #48]\n" \
+    " ldp x27, x28, [sp, #64]\n ldp x29, x30, [sp, #80]\n ldp d8, d9, [sp, #96]\n ldp d10, d11, [sp, #112]\n" \
+    " ldp d12, d13, [sp, #128]\n ldp d14, d15, [sp, #144]\n add sp, sp, #160\n ret\n"
+__asm__(".text\n"
+        KD_ASM_FN(kd_host_ctx_switch) KD_SAVE " mov sp, x1\n" KD_RESTORE KD_ASM_END(kd_host_ctx_switch)
+        KD_ASM_FN(kd_host_ctx_start) KD_SAVE " mov sp, x1\n mov x0, x3\n blr x2\n brk #0\n" KD_ASM_END(kd_host_ctx_start)
+        KD_ASM_FN(kd_host_ctx_jump) " mov sp, x0\n" KD_RESTORE KD_ASM_END(kd_host_ctx_jump));
+#else
+#error "kd_host_runtime.cpp: fibers need a context switch for this CPU (x86_64 and aarch64 have one)"
+#endif
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Errors. Rule: a message names the kernel, the block, the thread(s) and the body's line; it is
+// kept per OS thread (the launch copies a failed grid's first message to its caller's thread).
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+    char buffer[512];
+    va_list args;
+    va_start(args, fmt);
+    const int n = std::vsnprintf(buffer, sizeof buffer, fmt, args);
+    va_end(args);
+    if (n < (int)sizeof buffer) return std::string(buffer, n < 0 ? 0 : (size_t)n);
+    std::string out((size_t)n + 1, '\0');
+    va_start(args, fmt);
+    std::vsnprintf(&out[0], out.size(), fmt, args);
+    va_end(args);
+    out.resize((size_t)n);
+    return out;
+}
+
+// Linear thread ids as ranges ("0-31, 64, 96-127"), at most a few, then how many more.
+std::string ranges(const std::vector<unsigned int>& ids) {
+    std::string out;
+    size_t shown = 0, i = 0;
+    while (i < ids.size()) {
+        size_t j = i;
+        while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+        if (shown == 6) {
+            out += format(", ... (%zu threads in all)", ids.size());
+            break;
+        }
+        out += shown ? ", " : "";
+        out += j == i ? format("%u", ids[i]) : format("%u-%u", ids[i], ids[j]);
+        ++shown;
+        i = j + 1;
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fiber stacks. Rule: the runtime owns them (a module never does: thousands get loaded), pooled
+// per OS thread and reused across launches and modules; each has a guard page below it (while
+// the kernel allows the mappings); the tops are coloured by 64-byte steps over 4 KiB, so the
+// hot frames of a thousand fibers do not all fall on the same L1 sets.
+constexpr size_t kStackBytes = 256 << 10;
+constexpr unsigned int kStacksPerMap = 16;
+constexpr unsigned int kColours = 64;
+constexpr size_t kDynamicSharedBytes = 1 << 20;
+constexpr unsigned int kMaxBlockThreads = 1024;
+constexpr unsigned long long kMaxCooperativeBlocks = 1024;
+
+struct Stack {
+    char* top;  // 16-byte aligned, coloured
+};
+
+class SpareStacks {  // stacks of OS threads that exited, for the next ones
+public:
+    static SpareStacks& get() {
+        static SpareStacks* spare = new SpareStacks;  // never destroyed: threads may outlive exit
+        return *spare;
+    }
+    void give(std::vector<Stack*>& stacks) {
+        std::lock_guard<std::mutex> hold(lock_);
+        spare_.insert(spare_.end(), stacks.begin(), stacks.end());
+        stacks.clear();
+    }
+    bool take(std::vector<Stack*>& into, size_t count) {
+        std::lock_guard<std::mutex> hold(lock_);
+        if (spare_.empty()) return false;
+        for (; count && !spare_.empty(); --count) {
+            into.push_back(spare_.back());
+            spare_.pop_back();
+        }
+        return true;
+    }
+    unsigned int colour() { return colour_.fetch_add(1, std::memory_order_relaxed) % kColours; }
+
+private:
+    std::mutex lock_;
+    std::vector<Stack*> spare_;
+    std::atomic<unsigned int> colour_{0};
+};
+
+class StackPool {
+public:
+    ~StackPool() { SpareStacks::get().give(free_); }
+    Stack* get() {
+        if (__builtin_expect(free_.empty(), 0) && !refill()) return nullptr;
+        Stack* s = free_.back();
+        free_.pop_back();
+        return s;
+    }
+    void put(Stack* s) { free_.push_back(s); }
+
+private:
+    bool refill() {
+        if (SpareStacks::get().take(free_, kStacksPerMap)) return true;
+        const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+        const size_t each = kStackBytes + page;
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_NORESERVE
+        flags |= MAP_NORESERVE;
+#endif
+#ifdef MAP_STACK
+        flags |= MAP_STACK;
+#endif
+        void* region = mmap(nullptr, each * kStacksPerMap, PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (region == MAP_FAILED) return false;
+        free_.reserve(free_.size() + kStacksPerMap);
+        for (unsigned int i = 0; i < kStacksPerMap; ++i) {
+            char* low = static_cast<char*>(region) + i * each;
+            mprotect(low, page, PROT_NONE);  // the guard; without it (the map count is spent) the stack still works
+            char* top = low + each - 64u * SpareStacks::get().colour();
+            free_.push_back(new Stack{reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(top) & ~(uintptr_t)15)});
+        }
+        return true;
+    }
+    std::vector<Stack*> free_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// A block's threads as fibers. Rule: see the top of this file; the hot paths (a barrier, a
+// collective, a thread's start and finish) touch the waiting thread's record, its warp's and a
+// ring of runnable thread ids, and switch once.
+enum Wait : unsigned char { kRunnable, kBarrier, kWarp, kPending };
+
+struct Fiber {
+    void* sp;        // the saved context while it waits
+    Stack* stack;    // while started and not finished
+    uint3 tid;
+    unsigned int linear;
+    unsigned int gen;    // the barrier generation it waits in
+    unsigned char wait;  // Wait
+    unsigned char op;    // the barrier mode or warp operation it waits at
+    unsigned int mask;   // the collective's mask
+    const char* file;
+    int line;
+};
+
+struct Warp {
+    unsigned int existing;  // lanes of the block
+    unsigned int exited;    // lanes that finished
+    unsigned int arrived;   // lanes at the collective in flight
+    unsigned int mask;      // its lanes (the mask, less lanes the block does not have)
+    unsigned int pending;   // lanes waiting to start a collective with another mask
+    unsigned int op;
+    unsigned int b[32], control[32];
+    kd_host_word in[32], out[32];
+};
+
+const char* const kBarrierNames[] = {"__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or"};
+const char* const kWarpNames[] = {
+    "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__any_sync", "__all_sync",
+    "__uni_sync", "__ballot_sync", "__match_any_sync", "__match_all_sync", "__reduce_add_sync", "__reduce_min_sync",
+    "__reduce_min_sync", "__reduce_max_sync", "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync",
+    "__reduce_xor_sync"};
+
+const char* warp_name(unsigned int op) { return op < sizeof kWarpNames / sizeof *kWarpNames ? kWarpNames[op] : "a warp collective"; }
+
+// PTX shfl.sync: the source lane of `lane` for mode, b and c (segment mask c[12:8], clamp c[4:0]);
+// a source outside the lane's segment gives the lane its own value.
+inline unsigned int shuffle_source(unsigned int mode, unsigned int lane, unsigned int b, unsigned int c) {
+    const unsigned int seg = (c >> 8) & 31u, clamp = c & 31u;
+    const int max_lane = (int)((lane & seg) | (clamp & ~seg)), min_lane = (int)(lane & seg);
+    int j;
+    bool inside;
+    switch (mode) {
+    case KD_HOST_SHFL_UP: j = (int)lane - (int)b; inside = j >= max_lane; break;
+    case KD_HOST_SHFL_DOWN: j = (int)(lane + b); inside = j <= max_lane; break;
+    case KD_HOST_SHFL_BFLY: j = (int)(lane ^ b); inside = j <= max_lane; break;
+    default: j = min_lane | (int)(b & ~seg); inside = j <= max_lane; break;
+    }
+    return inside ? (unsigned int)j : lane;
+}
+
+void fiber_main(void* scheduler);
+struct ThreadContext;
+
+class Scheduler {
+public:
+    explicit Scheduler(ThreadContext* owner) : owner_(owner) {}
+
+    // Sizes the records for a launch's blocks and binds the module's index and thread entry.
+    bool prepare(const kd_host_launch* launch, kd_host_index* ix, void (*entry)(void*), void* args) {
+        ix_ = ix;
+        entry_ = entry;
+        args_ = args;
+        bx_ = launch->block[0];
+        by_ = launch->block[1];
+        n_ = launch->block[0] * launch->block[1] * launch->block[2];
+        const unsigned int warps = (n_ + 31) / 32;
+        if (fibers_.size() < n_) fibers_.resize(n_);
+        if (warps_.size() < warps) warps_.resize(warps);
+        unsigned int capacity = 1;
+        while (capacity < n_) capacity <<= 1;
+        if (ring_a_.size() < capacity) {
+            ring_a_.resize(capacity);
+            ring_b_.resize(capacity);
+        }
+        ring_mask_ = capacity - 1;
+        for (unsigned int w = 0; w < warps; ++w) {
+            const unsigned int lanes = n_ - 32 * w;
+            warps_[w].existing = lanes >= 32 ? 0xffffffffu : (1u << lanes) - 1u;
+        }
+        nwarps_ = warps;
+        return true;
+    }
+
+    // Runs one block's threads to completion; 0, or the error code (the message is the owner's).
+    int run_block();
+
+    bool active() const { return active_; }
+    Fiber* current() const { return current_; }
+    kd_host_index* index() const { return ix_; }
+
+    int barrier(int mode, int predicate, const char* file, int line) {
+        Fiber* f = current_;
+        const unsigned int g = gen_;
+        count_[g & 1] += predicate != 0;
+        if (++arrived_ == n_) {  // the last thread: release the others and carry on
+            arrived_ = 0;
+            gen_ = g + 1;
+            count_[(g + 1) & 1] = 0;
+            release_waiters();
+            return result(mode, count_[g & 1]);
+        }
+        f->wait = kBarrier;
+        f->op = (unsigned char)mode;
+        f->file = file;
+        f->line = line;
+        f->gen = g;
+        waiters_[nwait_++] = f->linear;
+        suspend(f);
+        return result(mode, count_[g & 1]);
+    }
+
+    unsigned int warp(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b, const char* file,
+                      int line) {
+        Fiber* f = current_;
+        const unsigned int lane = f->linear & 31u, bit = 1u << lane, op = control & 0xffu;
+        Warp& w = warps_[f->linear >> 5];
+        const unsigned int m = mask & w.existing;
+        if (__builtin_expect(!(m & bit), 0))
+            collective_error(f, op, mask, file, line, format("its mask 0x%08x does not name the calling lane %u", mask, lane));
+        for (;;) {
+            if (__builtin_expect(m & w.exited, 0))
+                collective_error(f, op, mask, file, line, format("lanes 0x%08x named in the mask have exited", m & w.exited));
+            if (w.arrived == 0 || w.mask == m) break;
+            w.pending |= bit;  // a collective over other lanes is in flight: wait for it to complete
+            wait_at(f, kPending, op, m, file, line);
+            suspend(f);
+        }
+        if (__builtin_expect(w.arrived != 0 && w.op != op, 0))
+            collective_error(f, op, mask, file, line,
+                             format("lanes 0x%08x of its warp are at %s instead", w.arrived, warp_name(w.op)));
+        w.in[lane] = *value;
+        w.b[lane] = b;
+        w.control[lane] = control;
+        w.arrived |= bit;
+        w.mask = m;
+        w.op = op;
+        if (w.arrived == m) {
+            complete(w, f->linear & ~31u, lane);
+        } else {
+            wait_at(f, kWarp, op, m, file, line);
+            suspend(f);
+        }
+        *value = w.out[lane];
+        return (unsigned int)w.out[lane].lo;
+    }
+
+    unsigned int activemask() const {
+        const Warp& w = warps_[current_->linear >> 5];
+        return w.existing & ~w.exited;
+    }
+
+    // Lets the others run: the next runnable thread, else the next to start, else the OS.
+    void yield() {
+        Fiber* f = current_;
+        f->wait = kRunnable;
+        if (head_ != tail_) {
+            Fiber* next = pop();
+            push(f->linear);
+            resume(f, next);
+        } else if (next_start_ < n_) {
+            push(f->linear);
+            start_next(f);
+        } else {
+            sched_yield();
+        }
+    }
+
+    [[noreturn]] void fail(int code);
+
+private:
+    friend void fiber_main(void* scheduler);
+
+    // What __syncthreads_count (1), _and (2) and _or (3) return, from how many predicates were true.
+    int result(int mode, int count) const {
+        switch (mode) {
+        case 1: return count;
+        case 2: return count == (int)n_;
+        case 3: return count != 0;
+        default: return 0;
+        }
+    }
+
+    void wait_at(Fiber* f, Wait kind, unsigned int op, unsigned int mask, const char* file, int line) {
+        f->wait = kind;
+        f->op = (unsigned char)op;
+        f->mask = mask;
+        f->file = file;
+        f->line = line;
+    }
+
+    void push(unsigned int linear) { ring_[tail_++ & ring_mask_] = linear; }
+    Fiber* pop() { return &fibers_[ring_[head_++ & ring_mask_]]; }
+
+    void release_waiters() {
+        if (head_ == tail_) {  // the usual case: nothing else is runnable, so the waiters become the ring
+            unsigned int* t = ring_;
+            ring_ = waiters_;
+            waiters_ = t;
+            head_ = 0;
+            tail_ = nwait_;
+        } else {
+            for (unsigned int i = 0; i < nwait_; ++i) push(waiters_[i]);
+        }
+        nwait_ = 0;
+    }
+
+    void resume(Fiber* from, Fiber* to) {
+        current_ = to;
+        ix_->thread = to->tid;
+        kd_host_ctx_switch(&from->sp, to->sp);
+    }
+
+    void start_next(Fiber* from) {
+        starting_ = owner_stack();
+        kd_host_ctx_start(&from->sp, starting_->top, &fiber_main, this);
+    }
+
+    // The waiting thread f switches to the next runnable one, or starts the next thread; with
+    // neither, no thread can ever proceed.
+    void suspend(Fiber* f) {
+        if (head_ != tail_) resume(f, pop());
+        else if (next_start_ < n_) start_next(f);
+        else deadlock();
+    }
+
+    // A thread returned from the kernel. Returns when the next thread should start on its stack;
+    // otherwise switches away for good.
+    void finish(Fiber* f) {
+        Warp& w = warps_[f->linear >> 5];
+        const unsigned int bit = 1u << (f->linear & 31u);
+        w.exited |= bit;
+        ++done_;
+        if (__builtin_expect(w.arrived != 0 && (w.mask & bit) != 0, 0)) exited_in_collective(f, w);
+        if (head_ != tail_) {
+            Fiber* next = pop();
+            release(f);
+            current_ = next;
+            ix_->thread = next->tid;
+            kd_host_ctx_jump(next->sp);
+        }
+        if (next_start_ < n_) return;
+        release(f);
+        if (done_ == n_) kd_host_ctx_jump(main_sp_);
+        deadlock();
+    }
+
+    void complete(Warp& w, unsigned int first, unsigned int self);
+    Stack* owner_stack();
+    void release(Fiber* f);
+    [[noreturn]] void deadlock();
+    [[noreturn]] void exited_in_collective(Fiber* f, const Warp& w);
+    [[noreturn]] void collective_error(Fiber* f, unsigned int op, unsigned int mask, const char* file, int line,
+                                       const std::string& why);
+    std::string where() const;
+
+    ThreadContext* owner_;
+    kd_host_index* ix_ = nullptr;
+    void (*entry_)(void*) = nullptr;
+    void* args_ = nullptr;
+    unsigned int n_ = 0, nwarps_ = 0, bx_ = 1, by_ = 1;
+    std::vector<Fiber> fibers_;
+    std::vector<Warp> warps_;
+    std::vector<unsigned int> ring_a_, ring_b_;
+    unsigned int* ring_ = nullptr;     // runnable threads, FIFO
+    unsigned int* waiters_ = nullptr;  // threads at the block barrier, in arrival order
+    unsigned int ring_mask_ = 0, head_ = 0, tail_ = 0, nwait_ = 0;
+    unsigned int next_start_ = 0, done_ = 0;
+    uint3 next_tid_ = {0, 0, 0};
+    unsigned int arrived_ = 0, gen_ = 0;
+    int count_[2] = {0, 0};
+    Fiber* current_ = nullptr;
+    Stack* starting_ = nullptr;
+    void* main_sp_ = nullptr;
+    bool active_ = false;
+    int code_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------
+// What each OS thread that runs blocks keeps. Rule: created on first use, destroyed at the
+// thread's exit (its stacks go to the spare list, its dynamic shared memory is unmapped).
+struct ThreadContext {
+    ThreadContext() : scheduler(this) {}
+    ~ThreadContext() {
+        if (dynamic_shared) munmap(dynamic_shared, kDynamicSharedBytes);
+    }
+    Scheduler scheduler;
+    StackPool stacks;
+    std::jmp_buf* landing = nullptr;            // where a loop-mode failure returns to
+    const kd_host_function* function = nullptr;  // the kernel running, for messages
+    const std::atomic<int>* abandoned = nullptr;  // set when another block of the grid failed
+    int code = 0;                                // this thread's failure
+    std::string error;
+    std::string last_error;  // the last failed launch's message, for kd_host_last_error
+    void* dynamic_shared = nullptr;
+};
+
+thread_local ThreadContext* tls_context KD_TLS = nullptr;
+thread_local std::unique_ptr<ThreadContext> tls_owner;
+
+__attribute__((noinline)) ThreadContext* make_context() {
+    tls_owner.reset(new ThreadContext);
+    tls_context = tls_owner.get();
+    return tls_context;
+}
+inline ThreadContext& context() {
+    ThreadContext* c = tls_context;
+    return __builtin_expect(c != nullptr, 1) ? *c : *make_context();
+}
+
+std::string block_name(const kd_host_index* ix) {
+    return format("block (%u,%u,%u)", ix->block.x, ix->block.y, ix->block.z);
+}
+const char* kernel_name(const ThreadContext& c) { return c.function ? c.function->name : "?"; }
+
+Stack* Scheduler::owner_stack() {
+    Stack* s = owner_->stacks.get();
+    if (__builtin_expect(s == nullptr, 0)) {
+        owner_->error = format("kernel '%s' %s: out of memory for the stacks of its %u threads", kernel_name(*owner_),
+                               block_name(ix_).c_str(), n_);
+        fail(kLaunchFailed);
+    }
+    return s;
+}
+
+void Scheduler::release(Fiber* f) {
+    owner_->stacks.put(f->stack);
+    f->stack = nullptr;
+}
+
+void fiber_main(void* scheduler) {
+    Scheduler* s = static_cast<Scheduler*>(scheduler);
+    Stack* stack = s->starting_;
+    for (;;) {
+        Fiber* f = &s->fibers_[s->next_start_];
+        f->linear = s->next_start_++;
+        f->stack = stack;
+        f->tid = s->next_tid_;
+        f->wait = kRunnable;
+        if (++s->next_tid_.x == s->bx_) {
+            s->next_tid_.x = 0;
+            if (++s->next_tid_.y == s->by_) {
+                s->next_tid_.y = 0;
+                ++s->next_tid_.z;
+            }
+        }
+        s->current_ = f;
+        s->ix_->thread = f->tid;
+        s->entry_(s->args_);
+        s->finish(f);
+    }
+}
+
+int Scheduler::run_block() {
+    head_ = tail_ = nwait_ = 0;
+    ring_ = ring_a_.data();
+    waiters_ = ring_b_.data();
+    next_start_ = done_ = arrived_ = gen_ = 0;
+    next_tid_ = uint3{0, 0, 0};
+    count_[0] = count_[1] = 0;
+    code_ = 0;
+    for (unsigned int w = 0; w < nwarps_; ++w) warps_[w].exited = warps_[w].arrived = warps_[w].pending = 0;
+    starting_ = owner_->stacks.get();
+    if (starting_ == nullptr) {
+        owner_->error = format("kernel '%s' %s: out of memory for fiber stacks", kernel_name(*owner_), block_name(ix_).c_str());
+        return kLaunchFailed;
+    }
+    active_ = true;
+    kd_host_ctx_start(&main_sp_, starting_->top, &fiber_main, this);
+    active_ = false;
+    if (code_) {  // abandoned threads: take their stacks back
+        for (unsigned int i = 0; i < next_start_; ++i)
+            if (fibers_[i].stack) release(&fibers_[i]);
+    }
+    return code_;
+}
+
+void Scheduler::fail(int code) {
+    code_ = code;
+    kd_host_ctx_jump(main_sp_);
+}
+
+void Scheduler::complete(Warp& w, unsigned int first, unsigned int self) {
+    const unsigned int m = w.mask, op = w.op;
+    if (op >= KD_HOST_SHFL_IDX && op <= KD_HOST_SHFL_BFLY) {
+        for (unsigned int bits = m; bits; bits &= bits - 1) {
+            const unsigned int l = (unsigned int)__builtin_ctz(bits);
+            unsigned int j = shuffle_source(op, l, w.b[l], w.control[l] >> 8);
+            if (!((m >> j) & 1u)) j = l;  // a lane outside the collective: the caller's own value
+            w.out[l] = w.in[j];
+        }
+    } else if (op != KD_HOST_WARP_SYNC) {
+        unsigned int ballot = 0, reduced = 0;
+        bool same = true;
+        const unsigned int lead = (unsigned int)__builtin_ctz(m);
+        switch (op) {
+        case KD_HOST_REDUCE_MIN_U: case KD_HOST_REDUCE_AND: reduced = ~0u; break;
+        case KD_HOST_REDUCE_MIN_S: reduced = 0x7fffffffu; break;
+        case KD_HOST_REDUCE_MAX_S: reduced = 0x80000000u; break;
+        default: break;
+        }
+        for (unsigned int bits = m; bits; bits &= bits - 1) {
+            const unsigned int l = (unsigned int)__builtin_ctz(bits);
+            const unsigned int v = (unsigned int)w.in[l].lo;
+            ballot |= (w.in[l].lo != 0) << l;
+            same = same && w.in[l].lo == w.in[lead].lo;
+            switch (op) {
+            case KD_HOST_REDUCE_ADD: reduced += v; break;
+            case KD_HOST_REDUCE_MIN_U: reduced = v < reduced ? v : reduced; break;
+            case KD_HOST_REDUCE_MAX_U: reduced = v > reduced ? v : reduced; break;
+            case KD_HOST_REDUCE_MIN_S: reduced = (int)v < (int)reduced ? v : reduced; break;
+            case KD_HOST_REDUCE_MAX_S: reduced = (int)v > (int)reduced ? v : reduced; break;
+            case KD_HOST_REDUCE_AND: reduced &= v; break;
+            case KD_HOST_REDUCE_OR: reduced |= v; break;
+            case KD_HOST_REDUCE_XOR: reduced ^= v; break;
+            default: break;
+            }
+        }
+        switch (op) {
+        case KD_HOST_VOTE_ANY: reduced = ballot != 0; break;
+        case KD_HOST_VOTE_ALL: reduced = ballot == m; break;
+        case KD_HOST_VOTE_UNI: reduced = ballot == 0 || ballot == m; break;
+        case KD_HOST_VOTE_BALLOT: reduced = ballot; break;
+        case KD_HOST_MATCH_ALL: reduced = same ? m : 0u; break;
+        default: break;
+        }
+        for (unsigned int bits = m; bits; bits &= bits - 1) {
+            const unsigned int l = (unsigned int)__builtin_ctz(bits);
+            unsigned int r = reduced;
+            if (op == KD_HOST_MATCH_ANY) {
+                r = 0;
+                for (unsigned int other = m; other; other &= other - 1) {
+                    const unsigned int k = (unsigned int)__builtin_ctz(other);
+                    r |= (unsigned int)(w.in[k].lo == w.in[l].lo) << k;
+                }
+            }
+            w.out[l].lo = r;
+            w.out[l].hi = 0;
+        }
+    }
+    const unsigned int wake = (w.arrived & ~(1u << self)) | w.pending;
+    w.arrived = 0;
+    w.pending = 0;
+    for (unsigned int bits = wake; bits; bits &= bits - 1) push(first + (unsigned int)__builtin_ctz(bits));
+}
+
+// "__syncthreads at f.body:5" / "__shfl_down_sync (mask 0xffffffff) at f.body:9"
+std::string site(const Fiber& f) {
+    const bool block = f.wait == kBarrier;
+    const char* name = block ? kBarrierNames[f.op & 3] : warp_name(f.op);
+    std::string s = block ? std::string(name) : format("%s (mask 0x%08x)", name, f.mask);
+    s += format(" at %s:%d", f.file ? f.file : "?", f.line);
+    if (f.wait == kPending) s += ", waiting for its warp's collective over other lanes";
+    return s;
+}
+
+std::string Scheduler::where() const {
+    std::string s = format("kernel '%s' %s", kernel_name(*owner_), block_name(ix_).c_str());
+    if (by_ > 1 || n_ > bx_) s += format(" (threads by linear id x + %u * (y + %u * z))", bx_, by_);
+    return s;
+}
+
+void Scheduler::deadlock() {
+    // Group the threads by where they wait; the exited ones apart.
+    std::vector<std::pair<std::string, std::vector<unsigned int>>> groups;
+    std::vector<unsigned int> exited;
+    for (unsigned int i = 0; i < next_start_; ++i) {
+        if (warps_[i >> 5].exited & (1u << (i & 31u))) {
+            exited.push_back(i);
+            continue;
+        }
+        const std::string at = site(fibers_[i]);
+        size_t g = 0;
+        while (g < groups.size() && groups[g].first != at) ++g;
+        if (g == groups.size()) groups.emplace_back(at, std::vector<unsigned int>());
+        groups[g].second.push_back(i);
+    }
+    std::string message = where();
+    if (groups.size() == 1 && fibers_[groups[0].second[0]].wait == kBarrier) {
+        message += format(": %s is not reached by every thread of the block: threads %s wait there",
+                          groups[0].first.c_str(), ranges(groups[0].second).c_str());
+    } else {
+        message += ": no thread can proceed:";
+        for (size_t g = 0; g < groups.size(); ++g)
+            message += format("%s threads %s wait at %s", g ? ";" : "", ranges(groups[g].second).c_str(),
+                              groups[g].first.c_str());
+    }
+    if (!exited.empty()) message += format("; threads %s exited", ranges(exited).c_str());
+    owner_->error = message;
+    fail(kLaunchFailed);
+}
+
+void Scheduler::exited_in_collective(Fiber* f, const Warp& w) {
+    std::vector<unsigned int> waiting;
+    for (unsigned int bits = w.arrived; bits; bits &= bits - 1)
+        waiting.push_back((f->linear & ~31u) + (unsigned int)__builtin_ctz(bits));
+    const Fiber& first = fibers_[waiting.front()];
+    owner_->error = format("%s: thread %u exited while threads %s wait for it at %s", where().c_str(), f->linear,
+                           ranges(waiting).c_str(), site(first).c_str());
+    fail(kLaunchFailed);
+}
+
+void Scheduler::collective_error(Fiber* f, unsigned int op, unsigned int mask, const char* file, int line,
+                                 const std::string& why) {
+    owner_->error = format("%s thread %u: %s (mask 0x%08x) at %s:%d: %s", where().c_str(), f->linear, warp_name(op),
+                           mask, file ? file : "?", line, why.c_str());
+    fail(kLaunchFailed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A grid: its blocks in chunks over the participating OS threads. Rule: the first failure wins
+// and stops the others taking chunks; a chunk runs under a setjmp landing for loop-mode failures.
+struct Grid {
+    const kd_host_function* function;
+    LaunchDims launch;
+    void** params;
+    unsigned long long total, chunk;
+    alignas(64) std::atomic<unsigned long long> next{0};
+    std::atomic<int> failed{0};
+    std::mutex lock;
+    int code = 0;
+    std::string error;
+
+    void record(int rc, const std::string& message) {
+        std::lock_guard<std::mutex> hold(lock);
+        if (!code) {
+            code = rc;
+            error = message;
+        }
+        failed.store(1, std::memory_order_relaxed);
+    }
+};
+
+__attribute__((noinline)) int run_range(ThreadContext& c, Grid& grid, unsigned long long first, unsigned long long end) {
+    std::jmp_buf landing;
+    c.landing = &landing;
+    c.code = 0;
+    int rc;
+    if (setjmp(landing) == 0) rc = grid.function->run_blocks(&grid.launch, grid.params, first, end);
+    else rc = c.code;
+    c.landing = nullptr;
+    return rc;
+}
+
+void run_chunks(Grid& grid) {
+    ThreadContext& c = context();
+    c.function = grid.function;
+    c.abandoned = &grid.failed;
+    while (!grid.failed.load(std::memory_order_relaxed)) {
+        const unsigned long long first = grid.next.fetch_add(grid.chunk, std::memory_order_relaxed);
+        if (first >= grid.total) break;
+        const unsigned long long end = first + grid.chunk < grid.total ? first + grid.chunk : grid.total;
+        const int rc = run_range(c, grid, first, end);
+        if (rc) {
+            grid.record(rc, c.error);
+            break;
+        }
+    }
+    c.function = nullptr;
+    c.abandoned = nullptr;
+}
+
+int online_cpus() {
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+#endif
+    const unsigned int n = std::thread::hardware_concurrency();
+    return n ? (int)n : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The pool. Rule: one grid at a time shares it (a concurrent launch from another thread runs its
+// grid on its own thread); helpers spin briefly for the next grid before sleeping, so launches in
+// a row do not pay a wake-up; a helper joins a grid only while the launcher keeps it open, and
+// the launcher returns once every helper that joined has left.
+class Pool {
+public:
+    static Pool& get() { return *instance_; }
+    static void after_fork() { instance_ = new Pool; }  // the child has none of the parent's threads
+
+    void run(Grid& grid) {
+        const int helpers = wanted_.load(std::memory_order_relaxed);
+        const unsigned long long participants =
+            grid.total < (unsigned long long)helpers + 1 ? grid.total : (unsigned long long)helpers + 1;
+        grid.chunk = grid.total / (participants * 8);
+        if (grid.chunk == 0) grid.chunk = 1;
+        if (participants <= 1 || !launch_.try_lock()) {
+            run_chunks(grid);
+            return;
+        }
+        spawn(helpers);
+        grid_ = &grid;
+        const unsigned long long gen = (state_.load(std::memory_order_relaxed) >> 32) + 1;
+        state_.store((gen << 32) | kOpen, std::memory_order_seq_cst);
+        if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+            std::lock_guard<std::mutex> hold(lock_);
+            wake_.notify_all();
+        }
+        run_chunks(grid);
+        state_.fetch_and(~kOpen, std::memory_order_acq_rel);
+        for (unsigned int spins = 0; state_.load(std::memory_order_acquire) & kActive; ++spins) {
+            if (spins < 2000) pause();
+            else std::this_thread::yield();
+        }
+        launch_.unlock();
+    }
+
+    void set_workers(int count) {
+        wanted_.store((count > 0 ? count : online_cpus()) - 1, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> hold(lock_);
+        wake_.notify_all();
+    }
+    int workers() const { return wanted_.load(std::memory_order_relaxed) + 1; }
+
+private:
+    static constexpr unsigned long long kOpen = 1ull << 31, kActive = kOpen - 1;
+
+    Pool() : wanted_(online_cpus() - 1) {}
+
+    static void pause() {
+#if defined(__x86_64__)
+        __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        __asm__ __volatile__("yield");
+#endif
+    }
+
+    void spawn(int helpers) {
+        std::lock_guard<std::mutex> hold(lock_);
+        for (; spawned_ < helpers; ++spawned_) {
+            try {
+                std::thread(&Pool::helper, this, spawned_).detach();
+            } catch (...) {
+                break;  // fewer helpers: the grid still runs
+            }
+        }
+    }
+
+    bool ready(unsigned long long s, unsigned long long seen, int id) const {
+        return (s & kOpen) && (s >> 32) != seen && id < wanted_.load(std::memory_order_relaxed);
+    }
+
+    void helper(int id) {
+        unsigned long long seen = state_.load(std::memory_order_relaxed) >> 32;
+        for (;;) {
+            unsigned long long s = state_.load(std::memory_order_acquire);
+            const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+            for (unsigned int spins = 1; !ready(s, seen, id); ++spins) {
+                pause();
+                if (spins % 64 == 0 && std::chrono::steady_clock::now() > deadline) {
+                    std::unique_lock<std::mutex> hold(lock_);
+                    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+                    while (!ready(s = state_.load(std::memory_order_seq_cst), seen, id)) wake_.wait(hold);
+                    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+                    break;
+                }
+                s = state_.load(std::memory_order_acquire);
+            }
+            if (!state_.compare_exchange_strong(s, s + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) continue;
+            seen = s >> 32;
+            run_chunks(*grid_);
+            state_.fetch_sub(1, std::memory_order_acq_rel);
+        }
+    }
+
+    static Pool* instance_;
+    std::mutex lock_;
+    std::condition_variable wake_;
+    std::atomic<unsigned long long> state_{0};  // generation << 32 | open << 31 | helpers inside
+    std::atomic<int> sleepers_{0};
+    std::atomic<int> wanted_;
+    int spawned_ = 0;
+    Grid* grid_ = nullptr;
+    std::mutex launch_;
+};
+Pool* Pool::instance_ = [] {
+    pthread_atfork(nullptr, nullptr, [] { Pool::after_fork(); });
+    return new Pool;
+}();
+
+// ---------------------------------------------------------------------------------------------
+// Launch checks. Rule: CUDA's limits and cuLaunchKernel's error codes; the message says what.
+int refuse(int code, const std::string& message) {
+    context().last_error = message;
+    return code;
+}
+
+const kd_host_function* descriptor(const void* function) {
+    const kd_host_function* f = static_cast<const kd_host_function*>(function);
+    if (f == nullptr || f->magic != kMagic || f->run_blocks == nullptr) return nullptr;
+    return f;
+}
+
+int check(const kd_host_function* f, const unsigned int grid[3], const unsigned int block[3], unsigned int shared,
+          void** params, void** extra) {
+    if (f->abi != kAbi)
+        return refuse(kInvalidValue, format("kernel '%s' was built for host ABI %u; this runtime speaks %u", f->name, f->abi, kAbi));
+    if (!grid[0] || !grid[1] || !grid[2] || grid[0] > 0x7fffffffu || grid[1] > 65535u || grid[2] > 65535u)
+        return refuse(kInvalidValue, format("kernel '%s': grid (%u,%u,%u) is outside CUDA's limits (1..2^31-1, 1..65535, 1..65535)",
+                                            f->name, grid[0], grid[1], grid[2]));
+    const unsigned long long threads = (unsigned long long)block[0] * block[1] * block[2];
+    if (!threads || block[0] > 1024u || block[1] > 1024u || block[2] > 64u || threads > kMaxBlockThreads)
+        return refuse(kInvalidValue, format("kernel '%s': block (%u,%u,%u) is outside CUDA's limits (at most 1024 threads; "
+                                            "x, y <= 1024, z <= 64)", f->name, block[0], block[1], block[2]));
+    if (shared > kDynamicSharedBytes)
+        return refuse(kInvalidValue, format("kernel '%s': %u bytes of dynamic shared memory; the CPU device has %zu a block",
+                                            f->name, shared, kDynamicSharedBytes));
+    if (extra != nullptr && extra[0] != nullptr)
+        return refuse(kInvalidValue, format("kernel '%s': parameters passed in `extra` (a packed buffer); the CPU device "
+                                            "takes kernelParams", f->name));
+    if (f->nparams && params == nullptr)
+        return refuse(kInvalidValue, format("kernel '%s' takes %u parameters and kernelParams is NULL", f->name, f->nparams));
+    return 0;
+}
+
+int finish_launch(Grid& grid) {
+    std::fflush(stdout);  // kernels' printf, before the caller reads anything
+    if (grid.code) context().last_error = grid.error;
+    return grid.code;
+}
+
+// Cooperative grids: every block on its own OS thread, all started before any runs, so a grid
+// barrier made of atomics and spin-waits makes progress.
+int run_cooperative(Grid& grid) {
+    if (grid.total > kMaxCooperativeBlocks)
+        return refuse(kNotSupported, format("kernel '%s': a cooperative launch of %llu blocks; the CPU device runs each block "
+                                            "of a cooperative grid on its own OS thread, at most %llu", grid.function->name,
+                                            grid.total, kMaxCooperativeBlocks));
+    grid.chunk = 1;
+    std::mutex gate;
+    std::condition_variable opened;
+    int state = 0;  // 1: run, -1: give up (not every thread could start)
+    std::vector<std::thread> threads;
+    threads.reserve((size_t)grid.total - 1);
+    for (unsigned long long b = 1; b < grid.total; ++b) {
+        try {
+            threads.emplace_back([&grid, &gate, &opened, &state] {
+                {
+                    std::unique_lock<std::mutex> hold(gate);
+                    opened.wait(hold, [&state] { return state != 0; });
+                    if (state < 0) return;
+                }
+                run_chunks(grid);
+            });
+        } catch (...) {
+            break;
+        }
+    }
+    const bool all = threads.size() + 1 == grid.total;
+    {
+        std::lock_guard<std::mutex> hold(gate);
+        state = all ? 1 : -1;
+    }
+    opened.notify_all();
+    if (all) run_chunks(grid);
+    for (std::thread& t : threads) t.join();
+    if (!all)
+        return refuse(kNotSupported, format("kernel '%s': a cooperative launch of %llu blocks needs as many OS threads; "
+                                            "only %zu could start", grid.function->name, grid.total, threads.size() + 1));
+    return finish_launch(grid);
+}
+
+// cuLaunchKernelEx's configuration (cuda.h), as far as the CPU device reads it.
+struct LaunchAttribute {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int cooperative;
+        struct { unsigned int x, y, z; } cluster;
+    } value;
+};
+struct LaunchConfig {
+    unsigned int grid[3], block[3], shared;
+    void* stream;
+    const LaunchAttribute* attrs;
+    unsigned int nattrs;
+};
+enum { kAttributeCooperative = 2, kAttributeClusterDimension = 4 };
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// The entries kernel modules call (declared in kd_host.h).
+KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long long first, unsigned long long end,
+                                    kd_host_index* ix, void (*entry)(void*), void* args) {
+    ThreadContext& c = context();
+    Scheduler& s = c.scheduler;
+    s.prepare(launch, ix, entry, args);
+    const unsigned int gx = launch->grid[0], gy = launch->grid[1];
+    ix->block_dim = uint3{launch->block[0], launch->block[1], launch->block[2]};
+    ix->grid_dim = uint3{gx, gy, launch->grid[2]};
+    uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
+    for (unsigned long long b = first; b < end; ++b) {
+        if (c.abandoned && c.abandoned->load(std::memory_order_relaxed)) break;
+        ix->block = block;
+        const int rc = s.run_block();
+        if (rc) return rc;
+        if (++block.x == gx) {
+            block.x = 0;
+            if (++block.y == gy) {
+                block.y = 0;
+                ++block.z;
+            }
+        }
+    }
+    return 0;
+}
+
+KD_EXPORT int kd_host_barrier_v1(int mode, int predicate, const char* file, int line) {
+    return tls_context->scheduler.barrier(mode, predicate, file, line);
+}
+
+KD_EXPORT unsigned int kd_host_warp_v1(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b,
+                                       const char* file, int line) {
+    return tls_context->scheduler.warp(control, mask, value, b, file, line);
+}
+
+KD_EXPORT unsigned int kd_host_activemask_v1(void) {
+    ThreadContext* c = tls_context;
+    return c && c->scheduler.active() ? c->scheduler.activemask() : 0xffffffffu;
+}
+
+KD_EXPORT void kd_host_yield_v1(void) {
+    ThreadContext* c = tls_context;
+    if (c && c->scheduler.active()) c->scheduler.yield();
+    else sched_yield();
+}
+
+KD_EXPORT void* kd_host_dynamic_shared_v1(void) {
+    ThreadContext& c = context();
+    if (!c.dynamic_shared) {
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_NORESERVE
+        flags |= MAP_NORESERVE;
+#endif
+        void* p = mmap(nullptr, kDynamicSharedBytes, PROT_READ | PROT_WRITE, flags, -1, 0);
+        c.dynamic_shared = p == MAP_FAILED ? nullptr : p;
+    }
+    return c.dynamic_shared;
+}
+
+KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file, int line,
+                                            const kd_host_index* ix) {
+    ThreadContext& c = context();
+    c.error = format("kernel '%s' block (%u,%u,%u) thread (%u,%u,%u): %s at %s:%d%s%s", kernel_name(c), ix->block.x,
+                     ix->block.y, ix->block.z, ix->thread.x, ix->thread.y, ix->thread.z, what, file ? file : "?", line,
+                     detail ? ": " : "", detail ? detail : "");
+    c.code = code;
+    if (c.scheduler.active()) c.scheduler.fail(code);
+    if (c.landing) std::longjmp(*c.landing, 1);
+    std::fprintf(stderr, "kerneldsl CPU device: %s (outside a launch)\n", c.error.c_str());
+    std::abort();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The launch entries and the pool's settings (notes/HOST_ABI.md).
+KD_EXPORT int kd_host_launch(const void* function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                             unsigned int by, unsigned int bz, unsigned int dynamic_shared, void* stream, void** params,
+                             void** extra) {
+    (void)stream;  // host launches are synchronous: every stream is in order with the caller
+    const kd_host_function* f = descriptor(function);
+    if (f == nullptr) return refuse(kInvalidValue, "not a kernel of the CPU device (no kd_host_function descriptor)");
+    const unsigned int grid_dims[3] = {gx, gy, gz}, block_dims[3] = {bx, by, bz};
+    if (const int rc = check(f, grid_dims, block_dims, dynamic_shared, params, extra)) return rc;
+    Grid grid;
+    grid.function = f;
+    grid.launch = LaunchDims{{gx, gy, gz}, {bx, by, bz}, dynamic_shared, {}};
+    grid.params = params;
+    grid.total = (unsigned long long)gx * gy * gz;
+    Pool::get().run(grid);
+    return finish_launch(grid);
+}
+
+KD_EXPORT int kd_host_launch_ex(const void* config, const void* function, void** params, void** extra) {
+    const LaunchConfig* cfg = static_cast<const LaunchConfig*>(config);
+    const kd_host_function* f = descriptor(function);
+    if (cfg == nullptr) return refuse(kInvalidValue, "cuLaunchKernelEx without a launch configuration");
+    if (f == nullptr) return refuse(kInvalidValue, "not a kernel of the CPU device (no kd_host_function descriptor)");
+    if (const int rc = check(f, cfg->grid, cfg->block, cfg->shared, params, extra)) return rc;
+    bool cooperative = false;
+    for (unsigned int i = 0; i < cfg->nattrs; ++i) {
+        const LaunchAttribute& a = cfg->attrs[i];
+        if (a.id == kAttributeCooperative) cooperative = a.value.cooperative != 0;
+        if (a.id == kAttributeClusterDimension &&
+            (unsigned long long)a.value.cluster.x * a.value.cluster.y * a.value.cluster.z > 1)
+            return refuse(kNotSupported, format("kernel '%s': thread block clusters (%u,%u,%u) are not emulated by the CPU "
+                                                "device", f->name, a.value.cluster.x, a.value.cluster.y, a.value.cluster.z));
+        // Other attributes are scheduling hints with no meaning for a synchronous host launch.
+    }
+    Grid grid;
+    grid.function = f;
+    grid.launch = LaunchDims{{cfg->grid[0], cfg->grid[1], cfg->grid[2]}, {cfg->block[0], cfg->block[1], cfg->block[2]},
+                                 cfg->shared, {}};
+    grid.params = params;
+    grid.total = (unsigned long long)cfg->grid[0] * cfg->grid[1] * cfg->grid[2];
+    if (cooperative) return run_cooperative(grid);
+    Pool::get().run(grid);
+    return finish_launch(grid);
+}
+
+KD_EXPORT size_t kd_host_last_error(char* buffer, size_t size) {
+    const std::string& e = context().last_error;
+    if (buffer && size) {
+        const size_t n = e.size() < size - 1 ? e.size() : size - 1;
+        std::memcpy(buffer, e.data(), n);
+        buffer[n] = '\0';
+    }
+    return e.size();
+}
+
+KD_EXPORT void kd_host_set_workers(int count) { Pool::get().set_workers(count); }
+
+KD_EXPORT int kd_host_workers(void) { return Pool::get().workers(); }
