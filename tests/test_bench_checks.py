@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kerneldsl.bench import fuse_bench, held_timing, runtime_bench
+from kerneldsl.bench import error_bounds, fuse_bench, held_timing, runtime_bench
 
 
 class FakeLane:
@@ -208,3 +208,27 @@ def test_a_saxpy_that_does_not_copy_its_result_back_fails_the_numpy_bench() -> N
     x, y = rng.random(1000, dtype=np.float32), rng.random(1000, dtype=np.float32)
     with pytest.raises(AssertionError, match="numpy saxpy"):
         arrays_bench.checked_saxpy(lambda: None, x, y, np.float32(1e-3), "numpy saxpy")
+
+
+# --- the reduce benches --------------------------------------------------------------------------
+
+
+def test_sparse_ones_sum_and_scan_exactly_in_float32() -> None:
+    from kerneldsl.bench import reduce_bench
+
+    x = reduce_bench.sparse_ones(1 << 22, 1)
+    assert set(np.unique(x).tolist()) == {0.0, 1.0}
+    np.testing.assert_array_equal(np.cumsum(x, dtype=np.float32), np.cumsum(x, dtype=np.float64))
+    assert reduce_bench.FULL_N * reduce_bench.ONES_PER_ZERO * 1.01 < 2**24  # the full sum stays exact too
+
+
+@pytest.mark.parametrize("dt", [np.float16, np.float32, np.int32])
+def test_the_layouts_bench_holds_each_output_to_its_own_bound(dt: Any) -> None:
+    from kerneldsl.bench import reduce_layouts_bench as layouts
+
+    x = layouts._data((37, 100, 13), dt, 1)
+    want, bound = layouts._expected(x, (0, 2))
+    assert bound.shape == want.shape == (100,)
+    assert error_bounds.violations(np.zeros_like(want), want, bound).any()
+    if np.dtype(dt).kind == "i":
+        assert not bound.any()  # integer sums are exact

@@ -10,19 +10,24 @@
 - table, sweep, views, host: issue 21's (``reduce_layouts_bench``): every axis set, strided
   views and the host cost of small reductions and gemv.
 
-Every result is checked against a float64 NumPy reference first.
+Every result is checked, before timing and on the calls timed after it (outputs poisoned with NaN
+first), against a float64 NumPy reference within each output's error bound (``error_bounds``);
+the full sum and the scan run on sparse ones, whose float32 sums are exact, so they are compared
+exactly. A wrong result raises.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 import kerneldsl as kd
+from kerneldsl.bench import error_bounds
 from kerneldsl.bench import reduce_layouts_bench as layouts
-from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer
+from kerneldsl.bench.ops_bench import _cupy_timer, _kd_timer, _torch_timer
 from kerneldsl.bench.report import Report, Section, run_sections
 
 AXES_ELEMENTS = 1 << 26
@@ -30,6 +35,7 @@ FULL_N = 1 << 28
 CUMSUM_N = 1 << 28
 SHAPES_K = (4, 8, 13, 18, 22)
 THREE_D = (256, 1024, 256)
+ONES_PER_ZERO = 1 / 32  # sparse ones: 2^28 of them sum to about 2^23, exactly in float32
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,14 +56,18 @@ def _cases() -> list[tuple[tuple[int, ...], int]]:
     return [*cases, (THREE_D, 1)]
 
 
-def _tolerance(x64: np.ndarray, n: int) -> float:
-    return float((np.log2(max(n, 2)) + 2) * np.finfo(np.float32).eps * np.max(np.abs(x64))) * n
+def sparse_ones(n: int, seed: int) -> np.ndarray:
+    """float32 zeros and ones (one in 32): every partial sum of 2^28 of them is an integer below
+    2^24, exact in float32 in any order, so a sum or a scan of them is compared exactly."""
+    ones: np.ndarray = (np.random.default_rng(seed).random(n, dtype=np.float32) < ONES_PER_ZERO).astype(np.float32)
+    return ones
 
 
 def _bench_case(
     shape: tuple[int, ...], axis: int, reps: int, timers: tuple[Any, Any, Any]
 ) -> tuple[float, float, float]:
-    """(kd ms, the faster baseline's ms, ms to read the input once at the copy bandwidth)."""
+    """(kd ms, the faster baseline's ms, ms to read the input once at the copy bandwidth), every
+    output checked before timing and after, on poisoned outputs."""
     import cupy as cp
     import torch
 
@@ -65,23 +75,36 @@ def _bench_case(
     s = kd.default_session()
     x = np.random.default_rng(sum(shape) + axis).random(shape, dtype=np.float32)
     want = np.sum(x.astype(np.float64), axis=axis)
-    tol = _tolerance(x, shape[axis])
+    bound = error_bounds.sum_bound(x, axis, acc=np.float32, out=np.float32)
     dx, out = s.to_device(x), s.empty(want.shape, np.float32)
     cx, cout = cp.asarray(x), cp.empty(want.shape, np.float32)
     tx = torch.from_numpy(x).cuda()
     tout, copy_dst = torch.empty(want.shape, device="cuda"), torch.empty_like(tx)
-    kd.ops.sum(dx, axis=axis, out=out)
-    _check(f"kd sum {shape} axis {axis}", out.to_host(), want, atol=tol)
-    cp.sum(cx, axis=axis, out=cout)
-    _check(f"cupy sum {shape} axis {axis}", cp.asnumpy(cout), want, atol=tol)
-    torch.sum(tx, dim=axis, out=tout)
-    _check(f"torch sum {shape} axis {axis}", tout.cpu().numpy(), want, atol=tol)
+    calls: dict[str, Callable[[], Any]] = {
+        "kd": lambda: kd.ops.sum(dx, axis=axis, out=out),
+        "cupy": lambda: cp.sum(cx, axis=axis, out=cout),
+        "torch": lambda: torch.sum(tx, dim=axis, out=tout),
+    }
+    outputs: dict[str, Callable[[], Any]] = {
+        "kd": out.to_host,
+        "cupy": lambda: cp.asnumpy(cout),
+        "torch": lambda: tout.cpu().numpy(),
+    }
+    poisons: dict[str, Callable[[float], Any]] = {"kd": out.fill, "cupy": cout.fill, "torch": tout.fill_}
+
+    def checked(who: str, when: str) -> None:
+        error_bounds.assert_within(outputs[who](), want, bound, f"{who} sum {shape} axis {axis} {when}")
+        poisons[who](np.nan)
+
+    for who, call in calls.items():
+        poisons[who](np.nan)
+        call()
+        checked(who, "before timing")
     read_ms = torch_time(lambda: copy_dst.copy_(tx), reps) / 2  # a copy reads and writes
-    ours = kd_time(lambda: kd.ops.sum(dx, axis=axis, out=out), reps)
-    theirs = min(
-        cp_time(lambda: cp.sum(cx, axis=axis, out=cout), reps),
-        torch_time(lambda: torch.sum(tx, dim=axis, out=tout), reps),
-    )
+    ours = kd_time(calls["kd"], reps)
+    theirs = min(cp_time(calls["cupy"], reps), torch_time(calls["torch"], reps))
+    for who in calls:
+        checked(who, "after timing")
     dx.close()
     out.close()
     return ours, theirs, read_ms
@@ -111,14 +134,27 @@ def bench_full(args: argparse.Namespace) -> dict[str, float]:
     import cupy as cp
 
     s = kd.default_session()
-    x = np.random.default_rng(1).random(FULL_N, dtype=np.float32)
-    exact = float(np.sum(x, dtype=np.float64))
+    x = sparse_ones(FULL_N, 1)
+    exact = np.float32(np.sum(x, dtype=np.float64))
     dx, cx = s.to_device(x), cp.asarray(x)
     out = s.empty((), np.float32)
+    results: dict[str, Any] = {}
+
+    def checked(what: str, got: Any) -> None:
+        error_bounds.assert_within(got, exact, 0.0, what)
+
+    out.fill(np.nan)
     kd.ops.sum(dx, out=out)
-    _check("kd sum", out.to_host(), np.float32(exact), atol=_tolerance(x[:1], FULL_N))
+    checked("kd sum before timing", out.to_host())
+    out.fill(np.nan)
     ours = _kd_timer(s)(lambda: kd.ops.sum(dx, out=out), args.reps)
-    theirs = _cupy_timer(cp)(lambda: cp.sum(cx), args.reps)
+    checked("kd sum after timing", out.to_host())
+
+    def cupy_sum() -> None:
+        results["cupy"] = cp.sum(cx)
+
+    theirs = _cupy_timer(cp)(cupy_sum, args.reps)
+    checked("cupy.sum after timing", cp.asnumpy(results["cupy"]))
     dx.close()
     return {"kd (ms)": ours, "cupy.sum (ms)": theirs, "cupy / kd (target >= 0.97)": theirs / ours}
 
@@ -128,20 +164,34 @@ def bench_cumsum(args: argparse.Namespace) -> dict[str, float]:
     import torch
 
     s = kd.default_session()
-    x = np.random.default_rng(2).random(CUMSUM_N, dtype=np.float32)
+    x = sparse_ones(CUMSUM_N, 2)
+    exact = np.cumsum(x, dtype=np.float64)
     dx, cx = s.to_device(x), cp.asarray(x)
     tx = torch.from_numpy(x).cuda()
     out, tout = s.empty(CUMSUM_N, np.float32), torch.empty_like(tx)
+    latest: dict[str, Any] = {}
+
+    def checked(what: str, got: np.ndarray) -> None:
+        error_bounds.assert_within(got, exact, 0.0, what)  # integers below 2^24: exact
+
+    def cupy_cumsum() -> None:
+        latest["cupy"] = cp.cumsum(cx)
+
+    out.fill(np.nan)
     kd.ops.cumsum(dx, out=out)
     got = out.to_host()
-    exact = np.cumsum(x, dtype=np.float64)
-    _check("kd cumsum", got, exact, atol=float(exact[-1]) * 1e-5)
+    checked("kd cumsum before timing", got)
+    out.fill(np.nan)
+    tout.fill_(np.nan)
     ours = _kd_timer(s)(lambda: kd.ops.cumsum(dx, out=out), args.reps)
     torch_ms = _torch_timer(torch)(lambda: torch.cumsum(tx, 0, out=tout), args.reps)
-    cupy_ms = _cupy_timer(cp)(lambda: cp.cumsum(cx), args.reps)
-    deterministic = all(
-        kd.ops.cumsum(dx, out=out) is out and out.to_host().tobytes() == got.tobytes() for _ in range(3)
-    )
+    cupy_ms = _cupy_timer(cp)(cupy_cumsum, args.reps)
+    checked("kd cumsum after timing", out.to_host())
+    checked("torch.cumsum after timing", tout.cpu().numpy())
+    checked("cupy.cumsum after timing", cp.asnumpy(latest["cupy"]))
+    for run in range(3):
+        if kd.ops.cumsum(dx, out=out) is not out or out.to_host().tobytes() != got.tobytes():
+            raise AssertionError(f"kd cumsum: rerun {run + 1} of the same input gave other bits")
     dx.close()
     out.close()
     return {
@@ -149,7 +199,6 @@ def bench_cumsum(args: argparse.Namespace) -> dict[str, float]:
         "torch.cumsum (ms)": torch_ms,
         "cupy.cumsum (ms)": cupy_ms,
         "kd throughput / torch (target >= 0.9)": torch_ms / ours,
-        "same bits on 3 reruns (1 = yes)": float(deterministic),
     }
 
 

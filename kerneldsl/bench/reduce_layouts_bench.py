@@ -14,7 +14,12 @@ side by side with CuPy and PyTorch in one process (GPU required).
   CG iteration against torch's ``@``: ``kd.blas.gemv`` and ``A @ v`` (4096^2 float32), ``p @ q``
   (4096) (target <= 1.0).
 
-Every result is checked against a float64 NumPy reference first.
+The table, sweep and views kernels take microseconds: each library is timed with its stream held
+(``held_timing``: GPU time of calls queued behind a spin kernel, host time per call beside it).
+Every library's last timed result is checked against a float64 NumPy reference within each
+output's error bound (``error_bounds``; CuPy's and torch's own accumulation within
+``BASELINE_SLACK`` times it), the results of every pass poisoned once drained; the host section's
+calls are checked before and after timing. A wrong result raises.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ from typing import Any
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.bench.ops_bench import _check, _cupy_timer, _kd_timer, _torch_timer, best_rounds
+from kerneldsl.bench import error_bounds
+from kerneldsl.bench.held_timing import Lane, Timing, cupy_lane, gpu_cycles_per_ms, held_timing, kd_lane, torch_lane
+from kerneldsl.bench.ops_bench import _check, best_rounds
 
 BIG = 64 << 20  # inputs from this many bytes are also held to the copy bandwidth
 SECTOR = 32  # bytes: the unit a read of DRAM moves
@@ -97,41 +104,83 @@ def _data(shape: tuple[int, ...], dt: Any, seed: int) -> np.ndarray:
     return (2 * rng.random(shape, dtype=np.float32) - 1).astype(dt)  # sums of either sign: no float16 overflow
 
 
-def _compare(case: Case, reps: int, timers: tuple[Any, Any, Any], cp: Any, torch: Any) -> dict[str, float]:
-    """kd, cupy and torch ms (allocating results) on one case, after checking all three."""
+CALLS = 10  # calls queued behind the spin kernel per timed pass
+BASELINE_SLACK = 10.0  # CuPy's and torch's own accumulation (CuPy may sum float16 in float16): 10x kd's bound
+
+
+def _expected(hx: np.ndarray, axis: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The float64 sum of ``hx`` over ``axis`` and each output's error bound (float32
+    accumulation, the result's own rounding; integer sums exact)."""
+    want = np.sum(hx.astype(np.float64), axis=axis)
+    if hx.dtype.kind != "f":
+        return want, np.zeros(np.shape(want))
+    return want, error_bounds.sum_bound(hx, axis, acc=np.float32, out=hx.dtype)
+
+
+def _compare(case: Case, reps: int, lanes: tuple[Lane, Lane, Lane], cp: Any, torch: Any) -> dict[str, float]:
+    """kd, cupy and torch GPU ms (allocating results; the stream held, as these kernels are
+    small) and host µs per call on one case; every library's last timed result checked, each
+    pass's results poisoned once drained."""
     name, shape, dt, axis, view = case
-    kd_time, cp_time, torch_time = timers
+    kd_stream, cupy_stream, torch_stream = lanes
     s = kd.default_session()
     x = _data(shape, dt, sum(shape))
     hx = view(x)
     dx: kd.DeviceArray = view(s.to_device(x))
     cx, tx = view(cp.asarray(x)), view(torch.from_numpy(x).cuda())
     dim = axis if isinstance(axis, int) else tuple(axis)
-    want = np.sum(hx.astype(np.float64), axis=axis)
-    tol = 0.0
-    if hx.dtype.kind == "f":  # float32 accumulation over n values, then the result's own rounding
-        n = max(2, hx.size // max(1, want.size))
-        mag = float(np.max(np.sum(np.abs(hx.astype(np.float64)), axis=axis)))
-        out_eps = float(np.finfo(hx.dtype).eps)
-        tol = (np.log2(n) + 2) * float(np.finfo(np.float32).eps) * mag + out_eps * float(np.max(np.abs(want)))
-    _check(f"kd sum {name}", kd.ops.sum(dx, axis=axis).to_host().astype(np.float64), want, atol=tol)
-    loose = 10 * tol  # the baselines' own summation orders: only a wrong result stops the run
-    _check(f"cupy sum {name}", cp.asnumpy(cp.sum(cx, axis=axis)).astype(np.float64), want, atol=loose)
-    _check(f"torch sum {name}", torch.sum(tx, dim=dim).cpu().numpy().astype(np.float64), want, atol=loose)
-    best = best_rounds(
-        {
-            "kd": lambda: kd_time(lambda: kd.ops.sum(dx, axis=axis), reps),
-            "cupy": lambda: cp_time(lambda: cp.sum(cx, axis=axis), reps),
-            "torch": lambda: torch_time(lambda: torch.sum(tx, dim=dim), reps),
-        }
-    )
-    ours, cupy_ms, torch_ms = best["kd"], best["cupy"], best["torch"]
-    row = {"kd": ours, "cupy": cupy_ms, "torch": torch_ms, "ratio": ours / min(cupy_ms, torch_ms)}
+    want, bound = _expected(hx, axis)
+    poison = np.nan if hx.dtype.kind == "f" else -1
+    ways: dict[str, tuple[Lane, Callable[[], Any], Callable[[Any], np.ndarray], Callable[[Any], object], Any]] = {
+        "kd": (kd_stream, lambda: kd.ops.sum(dx, axis=axis), lambda r: r.to_host(), lambda r: r.fill(poison), bound),
+        "cupy": (
+            cupy_stream,
+            lambda: cp.sum(cx, axis=axis),
+            cp.asnumpy,
+            lambda r: r.fill(poison),
+            BASELINE_SLACK * bound,
+        ),
+        "torch": (
+            torch_stream,
+            lambda: torch.sum(tx, dim=dim),
+            lambda r: r.cpu().numpy(),
+            lambda r: r.fill_(poison),
+            BASELINE_SLACK * bound,
+        ),
+    }
+    cycles_per_ms = gpu_cycles_per_ms()
+    timings: dict[str, Timing] = {}
+
+    def turn(who: str) -> Callable[[], float]:
+        lane, run, host, fill, allowed = ways[who]
+
+        def drained(results: list[Any], final: bool) -> None:
+            if final:
+                got = host(results[-1]).astype(np.float64)
+                error_bounds.assert_within(got, want, allowed, f"{who} sum {name}")
+            for result in results:
+                fill(result)
+
+        def time_it() -> float:
+            timing = held_timing(lane, run, calls=CALLS, reps=reps, cycles_per_ms=cycles_per_ms, drained=drained)
+            if who not in timings or timing.gpu_ms < timings[who].gpu_ms:
+                timings[who] = timing
+            return timing.gpu_ms
+
+        return time_it
+
+    best_rounds({who: turn(who) for who in ways})
+    row = {f"{who} GPU": t.gpu_ms for who, t in timings.items()}
+    row.update({f"{who} host": t.host_us for who, t in timings.items()})
+    row["ratio"] = timings["kd"].gpu_ms / min(timings["cupy"].gpu_ms, timings["torch"].gpu_ms)
     if hx.nbytes >= BIG:
         read = sector_bytes(cp, x.shape, hx.itemsize, view)  # a strided view reads the sectors it lies in
         flat = torch.empty(read // hx.itemsize, dtype=tx.dtype, device="cuda")
         copy_dst = torch.empty_like(flat)
-        row["read"] = ours / (torch_time(lambda: copy_dst.copy_(flat), reps) / 2)  # a copy reads and writes
+        copy = held_timing(
+            torch_stream, lambda: copy_dst.copy_(flat), calls=CALLS, reps=reps, cycles_per_ms=cycles_per_ms
+        )
+        row["read"] = timings["kd"].gpu_ms / (copy.gpu_ms / 2)  # a copy reads and writes
     return row
 
 
@@ -148,16 +197,16 @@ def _rows(cases: list[Case], args: argparse.Namespace) -> dict[str, float]:
     import cupy as cp
     import torch
 
-    timers = (_kd_timer(kd.default_session()), _cupy_timer(cp), _torch_timer(torch))
+    lanes = (kd_lane(kd.default_session()), cupy_lane(cp), torch_lane(torch))
     results: dict[str, float] = {}
     worst, worst_read, worst_name = 0.0, 0.0, ""
     for case in cases:
-        row = _compare(case, args.reps, timers, cp, torch)
+        row = _compare(case, args.reps, lanes, cp, torch)
         name = case[0]
-        results[f"{name}: kd (ms)"] = row["kd"]
-        results[f"{name}: cupy (ms)"] = row["cupy"]
-        results[f"{name}: torch (ms)"] = row["torch"]
-        results[f"{name}: kd / faster (target <= 1.1)"] = row["ratio"]
+        for who in ("kd", "cupy", "torch"):
+            results[f"{name}: {who} GPU (ms, stream held)"] = row[f"{who} GPU"]
+            results[f"{name}: {who} host (µs per call)"] = row[f"{who} host"]
+        results[f"{name}: kd / faster GPU time (target <= 1.1)"] = row["ratio"]
         if "read" in row:
             results[f"{name}: kd / read once (target <= 1.5)"] = row["read"]
             worst_read = max(worst_read, row["read"])
@@ -226,6 +275,8 @@ def bench_host(args: argparse.Namespace) -> dict[str, float]:
         costs = _per_call(
             {"kd": (ours, s.synchronize), "torch": (theirs, torch.cuda.synchronize)}, HOST_CALLS, args.reps
         )
+        _check(f"kd sum {shape} after timing", ours().to_host(), np.asarray(np.sum(x, axis=axis)), rtol=1e-5)
+        _check(f"torch sum {shape} after timing", theirs().cpu().numpy(), np.asarray(np.sum(x, axis=axis)), rtol=1e-5)
         name = f"sum {shape} axis {axis}, allocating"
         results[f"{name}: kd (µs)"] = costs["kd"]
         results[f"{name}: torch.sum (µs)"] = costs["torch"]
@@ -246,6 +297,8 @@ def bench_host(args: argparse.Namespace) -> dict[str, float]:
             HOST_CALLS,
             args.reps,
         )
+        _check(f"kd {name} after timing", ours_product().to_host(), want, rtol=1e-4)
+        _check(f"torch {name} after timing", torch_product().cpu().numpy(), want, rtol=1e-4)
         results[f"{name} allocating: kd (µs)"] = costs["kd"]
         results[f"{name} allocating: torch @ (µs)"] = costs["torch"]
         results[f"{name} allocating: kd / torch (target <= 1.0)"] = costs["kd"] / costs["torch"]
