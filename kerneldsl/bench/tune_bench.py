@@ -7,11 +7,12 @@ configuration, what does tuning cost, and is a warm tuned call as cheap as an un
 - rows: a row sum (one block a row, ``ITEMS`` independent coalesced loads in flight a thread,
   warp shuffles) with ``block`` overrides and ``ITEMS``, twelve configs, three shapes.
 
-For each shape: every configuration measured on its own (event-timed median), the winner the
-tuner picked and its tuning time (compiles included: the run uses a fresh cache), tuned / best
-(target <= 1.03). Then the host cost of a warm call (µs) of a tuned kernel against its winner
-called directly, for a shape key (a Python dispatch to the winner's C path) and a dtype key
-(the winner's C entry remembered on the tuned kernel itself; target: the same cost).
+For each shape: every configuration measured on its own (GPU time with the stream held, its
+output poisoned before every pass and checked after the last), the winner the tuner picked and
+its tuning time (compiles included: the run uses a fresh cache), tuned / best (target <= 1.03).
+Then the host cost of a warm call (µs) of a tuned kernel against its winner called directly, for
+a shape key (a Python dispatch to the winner's C path) and a dtype key (the winner's C entry
+remembered on the tuned kernel itself; target: the same cost).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any, NewType, TypeVar
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.bench.ops_bench import _check, _kd_timer
+from kerneldsl.bench.held_timing import gpu_cycles_per_ms, held_timing, kd_lane
+from kerneldsl.bench.ops_bench import _check
 from kerneldsl.bench.report import Report, Section, run_sections
 
 T = TypeVar("T")
@@ -159,22 +161,39 @@ def _fresh_cache() -> None:
     set_default_cache(DiskCache(tempfile.mkdtemp(prefix="kerneldsl-bench-tune-")))
 
 
+CALLS = 10  # calls queued behind the spin kernel per timed pass
+
+
 def _tuned_case(
     name: str, tuned: kd.Autotuned[Any], args: tuple[Any, ...], check: Callable[[], None], reps: int
 ) -> dict[str, float]:
-    """Tune for ``args``, then measure every configuration one at a time and the tuned call."""
-    timed = _kd_timer(kd.default_session())
+    """Tune for ``args``, then measure every configuration one at a time and the tuned call, each
+    with the stream held (GPU time per call) and checked on the calls it timed: ``args[0]``, the
+    output, is poisoned before every pass and checked after the last."""
+    lane, cycles_per_ms = kd_lane(kd.default_session()), gpu_cycles_per_ms()
+    out = args[0]
+
+    def timed(run: Callable[[], Any]) -> float:
+        def drained(results: list[Any], final: bool) -> None:
+            if final:
+                check()
+            out.fill(np.nan)
+
+        out.fill(np.nan)
+        return held_timing(lane, run, calls=CALLS, reps=reps, cycles_per_ms=cycles_per_ms, drained=drained).gpu_ms
+
     start = time.perf_counter()
     choice = tuned.tune(*args)
     tuning_s = time.perf_counter() - start
+    out.fill(np.nan)
     tuned(*args)
     check()
     measured: list[tuple[str, float]] = []
     for config in tuned.configs:
         variant = tuned.variant(config)
-        ms = timed(lambda: variant(*args), reps) if choice.timings[config.label].ms is not None else math.nan  # noqa: B023
+        ms = timed(lambda: variant(*args)) if choice.timings[config.label].ms is not None else math.nan  # noqa: B023
         measured.append((config.label, ms))
-    tuned_ms = timed(lambda: tuned(*args), reps)
+    tuned_ms = timed(lambda: tuned(*args))
     best_label, best_ms = min(((label, ms) for label, ms in measured if not math.isnan(ms)), key=lambda r: r[1])
     print(f"  {name}: winner {choice.config.label} (tuner {choice.ms:.4f} ms), tuning {tuning_s:.2f} s")
     for label, ms in measured:
@@ -183,8 +202,8 @@ def _tuned_case(
         print(f"    {label:28s} {shown}{mark}")
     return {
         f"{name}: tuning time (s)": tuning_s,
-        f"{name}: best config alone (ms)": best_ms,
-        f"{name}: tuned call (ms)": tuned_ms,
+        f"{name}: best config alone (GPU ms, stream held)": best_ms,
+        f"{name}: tuned call (GPU ms, stream held)": tuned_ms,
         f"{name}: tuned / best (target <= 1.03)": tuned_ms / best_ms,
     }
 
@@ -258,6 +277,14 @@ def bench_host(args: argparse.Namespace) -> dict[str, float]:
     plain = by_dtype.tune(y, np.float32(1)).variant
     shape_key, shape_plain = _host_us(lambda: rows(out, x)), _host_us(lambda: winner(out, x))
     dtype_key, dtype_plain = _host_us(lambda: by_dtype(y, 1.0)), _host_us(lambda: plain(y, 1.0))
+    checks: list[tuple[str, Callable[[], Any], kd.DeviceArray, np.ndarray]] = [
+        ("tuned row sums", lambda: rows(out, x), out, np.full(4, 256, np.float32)),
+        ("tuned fill", lambda: by_dtype(y, 1.0), y, np.ones(1024, np.float32)),
+    ]
+    for label, call, target, want in checks:  # the calls timed, on poisoned outputs
+        target.fill(np.nan)
+        call()
+        _check(f"{label} after timing", target.to_host(), want)
     return {
         "shape key: tuned call (µs)": shape_key,
         "shape key: its winner called directly (µs)": shape_plain,
