@@ -7,8 +7,10 @@ Arch names and options are checked here before NVRTC sees them, so a typo gives 
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -246,18 +248,29 @@ class NvrtcFailure(Exception):
 
 
 def compile_source(source: str, program_name: str, options: Sequence[str], output: str = "cubin") -> CompiledCode:
+    """``source`` compiled with ``options``.
+
+    NVRTC looks for a quoted ``#include`` of the program's source in the directory of its name,
+    the process's working directory for a bare name: whoever can write there would choose the
+    device code. So the program is named inside an empty directory of ours, and NVRTC's log is
+    given back with that directory left out. (``--no-source-include`` would also stop a header's
+    quoted includes from being looked for beside it, which CUDA's own headers rely on.)"""
     nvrtc = _nvrtc()
     _check_loaded_library()
-    (prog,) = _call("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), program_name.encode(), 0, [], []))
-    try:
-        encoded = [o.encode() for o in options]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
-        log = _program_log(nvrtc, prog)
-        if int(err) != 0:
-            raise NvrtcFailure(log)
-        image = _image(nvrtc, prog, output)
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    with tempfile.TemporaryDirectory(prefix="kerneldsl-nvrtc-") as scratch:
+        beside_source = os.path.join(scratch, "source", "")
+        os.mkdir(beside_source, 0o700)
+        named = (beside_source + program_name).encode()
+        (prog,) = _call("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), named, 0, [], []))
+        try:
+            encoded = [o.encode() for o in options]
+            (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+            log = _program_log(nvrtc, prog).replace(beside_source, "")
+            if int(err) != 0:
+                raise NvrtcFailure(log)
+            image = _image(nvrtc, prog, output)
+        finally:
+            nvrtc.nvrtcDestroyProgram(prog)
     return CompiledCode(image, output, log, *_resource_usage(log))
 
 

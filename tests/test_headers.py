@@ -10,6 +10,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,12 @@ import pytest
 import kerneldsl as kd
 from kerneldsl import headers
 from kerneldsl.codegen import plan_generation
-from kerneldsl.errors import DeclarationError, ExtraNotInstalledError, HeadersNotAvailableError
+from kerneldsl.errors import (
+    DeclarationError,
+    ExtraNotInstalledError,
+    HeadersNotAvailableError,
+    KernelCompileError,
+)
 
 ROOT = Path(__file__).parent.parent
 
@@ -119,6 +125,43 @@ def test_a_header_that_a_user_header_includes_is_keyed_too(isolated_cache: Path,
         OUT, X, arch="sm_90"
     )
     assert sorted(build.key_material["headers"]["user"]) == ["0:detail/inner.cuh", "0:outer.cuh"]
+
+
+def _header(path: Path, text: str) -> Path:
+    """``path`` holding ``text``, saved a while ago."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(path, ns=(an_hour_ago, an_hour_ago))
+    return path
+
+
+def _scale(value: float) -> str:
+    return f"#define SCALE {value:.1f}f\n"
+
+
+# --- the working directory ---------------------------------------------------------------------
+
+
+def test_a_quoted_include_never_reads_the_working_directory(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scale = _header(tmp_path / "include" / "scale.cuh", _scale(2.5))
+    _header(tmp_path / "cwd" / "scale.cuh", '#error "read from the working directory"\n')
+    monkeypatch.chdir(tmp_path / "cwd")
+    body = '#include "scale.cuh"\nout[0] = SCALE * x[0];'
+    build = _kernel(body, include_dirs=[scale.parent]).inspect(OUT, X, arch="sm_90", output="ptx")
+    assert "0f40200000" in build.ptx  # 2.5f, from the include directory
+
+
+def test_a_header_only_in_the_working_directory_is_not_found(
+    isolated_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _header(tmp_path / "only_here.cuh", "#define SCALE 2.0f\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(KernelCompileError, match='cannot open source file "only_here.cuh"') as caught:
+        _kernel('#include "only_here.cuh"\nout[0] = SCALE * x[0];').inspect(OUT, X, arch="sm_90")
+    assert "kd_total.cu(" in caught.value.log and "kerneldsl-nvrtc" not in caught.value.log  # NVRTC's own name
 
 
 def test_without_the_extra_a_system_include_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
