@@ -97,8 +97,11 @@ def bench_grid_sync(args: argparse.Namespace) -> dict[str, float]:
     _check("grid_sum", float(total.to_host()[0]), want)
     _check("kd.ops.sum", float(kd.ops.sum(x).to_host()), want)
     timer = _kd_timer(s)
+    total.fill(np.nan)
     ours = timer(lambda: grid_sum(total, partial, x), args.reps)
+    _check("grid_sum after timing", float(total.to_host()[0]), want)
     ops = timer(lambda: kd.ops.sum(x), args.reps)
+    _check("kd.ops.sum after timing", float(kd.ops.sum(x).to_host()), want)
     return {
         "cooperative grid.sync sum (ms)": ours,
         "kd.ops.sum (ms)": ops,
@@ -119,7 +122,9 @@ def bench_cub(args: argparse.Namespace) -> dict[str, float]:
 
     _check("cub::BlockReduce + kd.ops.sum", float(two_pass().to_host()), want)
     timer = _kd_timer(s)
+    partial.fill(np.nan)
     ours = timer(two_pass, args.reps)
+    _check("cub::BlockReduce + kd.ops.sum after timing", float(kd.ops.sum(partial).to_host()), want)
     ops = timer(lambda: kd.ops.sum(x), args.reps)
     return {
         "cub::BlockReduce + kd.ops.sum of the block sums (ms)": ours,

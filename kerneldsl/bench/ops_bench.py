@@ -10,7 +10,8 @@
 - launch: host cost of ``kd.ops.add`` on small DeviceArrays with ``out=`` (and without: one
   allocation per call) against a warm ``@kd.kernel`` launch, stream held by a spin kernel.
 
-Outputs are poisoned before the checked run and every result is compared with NumPy.
+Outputs are poisoned before the checked runs; kd's results are compared with NumPy before timing and
+on the calls timed after it, the baselines' before timing. A wrong result raises.
 """
 
 from __future__ import annotations
@@ -136,6 +137,10 @@ def bench_saxpy(args: argparse.Namespace) -> dict[str, float]:
     _check("kd saxpy", dy.to_host(), want)
     results["kerneldsl ops.axpy (GB/s)"] = _gbps(nbytes, timed(lambda: kd.ops.axpy(a, dx, dy, out=dy), args.reps))
     dz = s.empty(SAXPY_N, np.float32)
+    dz.fill(np.nan)
+    kd.ops.axpy(a, dx, dy, out=dz)  # the call timed, on a poisoned output: y has moved on since
+    _check("kd saxpy after timing", dz.to_host(), a * x + dy.to_host())
+    dz.fill(np.nan)
     results["kerneldsl D2D copy (GB/s, 8 B/elem)"] = _gbps(8 * SAXPY_N, timed(lambda: dx.copy_to(dz), args.reps))
     _check("kd copy", dz.to_host(), x)
 
@@ -174,7 +179,9 @@ def bench_sum(args: argparse.Namespace) -> dict[str, float]:
     out = s.to_device(np.full((), np.nan, np.float32))
     kd.ops.sum(dx, out=out)
     _check("kd sum", out.to_host(), np.float32(exact), atol=tol)
+    out.fill(np.nan)
     results = {"kerneldsl ops.sum (ms)": _kd_timer(s)(lambda: kd.ops.sum(dx, out=out), args.reps)}
+    _check("kd sum after timing", out.to_host(), np.float32(exact), atol=tol)
     cx = cp.asarray(x)
     _check("cupy sum", cp.asnumpy(cp.sum(cx)), np.float32(exact), atol=tol)
     results["cupy.sum (ms)"] = _cupy_timer(cp)(lambda: cp.sum(cx), args.reps)
@@ -250,7 +257,9 @@ def bench_chain(args: argparse.Namespace) -> dict[str, float]:
     out = s.to_device(np.full(CHAIN_N, np.nan, np.float32))
     fused(dx, dy, out=out)
     _check("kd fused chain", out.to_host(), want, **tol)
+    out.fill(np.nan)
     results["kerneldsl fused (ms)"] = _kd_timer(s)(lambda: fused(dx, dy, out=out), args.reps)
+    _check("kd fused chain after timing", out.to_host(), want, **tol)
     unfused = unfused_chain
     _check("kd unfused chain", unfused(dx, dy).to_host(), out.to_host())
     results["kerneldsl unfused (ms)"] = _kd_timer(s)(lambda: unfused(dx, dy), args.reps)

@@ -30,13 +30,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
+class _Host:
+    """A host array where ``_check_moments`` reads a device array's ``to_host()``."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def to_host(self) -> np.ndarray:
+        return self.values
+
+
 def _check_moments(name: str, x: Any, mean: float, var: float) -> None:
     host = x.to_host().astype(np.float64)
     if abs(host.mean() - mean) > 1e-3 or abs(host.var() - var) > 1e-3:
         raise AssertionError(f"{name}: mean {host.mean():.5f}, variance {host.var():.5f}; want {mean}, {var}")
 
 
-def _side_by_side(kd_draw: Any, torch_draw: Any, cupy_draw: Any, reps: int) -> dict[str, float]:
+def _side_by_side(
+    kd_draw: Any, torch_draw: Any, cupy_draw: Any, reps: int, moments: tuple[float, float]
+) -> dict[str, float]:
+    """Each library's draw timed, then one more draw of each checked for its mean and variance."""
     import cupy as cp
     import torch
 
@@ -44,6 +57,9 @@ def _side_by_side(kd_draw: Any, torch_draw: Any, cupy_draw: Any, reps: int) -> d
     ours = _kd_timer(s)(kd_draw, reps)
     torch_ms = _torch_timer(torch)(torch_draw, reps)
     cupy_ms = _cupy_timer(cp)(cupy_draw, reps)
+    _check_moments("kd after timing", kd_draw(), *moments)
+    _check_moments("torch", _Host(torch_draw().cpu().numpy()), *moments)
+    _check_moments("cupy", _Host(cp.asnumpy(cupy_draw())), *moments)
     return {
         "kd (ms)": ours,
         "torch (ms)": torch_ms,
@@ -64,6 +80,7 @@ def bench_normal(args: argparse.Namespace) -> dict[str, float]:
         lambda: torch.randn(N, dtype=torch.float32, device="cuda"),
         lambda: cp.random.standard_normal(N, dtype=cp.float32),
         args.reps,
+        (0.0, 1.0),
     )
 
 
@@ -77,6 +94,7 @@ def bench_uniform(args: argparse.Namespace) -> dict[str, float]:
         lambda: torch.rand(N, dtype=torch.float32, device="cuda"),
         lambda: cp.random.random(N, dtype=cp.float32),
         args.reps,
+        (0.5, 1 / 12),
     )
 
 
