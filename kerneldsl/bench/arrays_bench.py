@@ -275,9 +275,9 @@ def bench_keywords(args: argparse.Namespace) -> dict[str, float]:
     def hold_stream() -> None:
         held_timing.spin(spin_cycles, stream=stream)
 
-    dx, dy = kd.asarray(np.ones(1024, np.float32)), kd.asarray(np.ones(1024, np.float32))
+    dx, dy = kd.asarray(np.ones(1024, np.float32)), kd.asarray(np.zeros(1024, np.float32))
     dz = kd.empty(1024, np.float32)
-    alpha = np.float32(1e-3)
+    alpha = np.float32(1)  # every saxpy adds exactly 1 to each element of dy: the count is checked
     contenders: dict[str, tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]] = {
         "kernel positional": (hold, lambda: runtime_bench.saxpy(dy, dx, alpha), s.synchronize),
         "kernel stream=None": (hold, lambda: runtime_bench.saxpy(dy, dx, alpha, stream=None), s.synchronize),
@@ -307,6 +307,14 @@ def bench_keywords(args: argparse.Namespace) -> dict[str, float]:
     except BlasNotAvailableError as exc:
         print(f"gemm rows skipped: {exc}")
     times = held_timing.interleaved_enqueue_costs(contenders, args.calls, args.reps)
+    stream.synchronize()
+    s.synchronize()
+    saxpys = [name for name in contenders if name.startswith("kernel")]
+    runtime_bench.check_count(dy.to_host(), len(saxpys) * (2 + args.calls * args.reps), ", ".join(saxpys))
+    ops_bench._check("ops.add(out=) after timing", dz.to_host(), dx.to_host() + dy.to_host())  # adds ran last
+    if "gemm(a, b, c)" in contenders:
+        want = a.to_host().astype(np.float64) @ b.to_host().astype(np.float64)
+        ops_bench._check("gemm after timing", c.to_host(), want, rtol=1e-4, atol=1e-4)
     results = {f"{name} (µs)": t * 1e6 for name, t in times.items()}
     for name in ("kernel stream=None", "kernel stream=s"):
         results[f"{name} / positional (target <= 1.1)"] = times[name] / times["kernel positional"]

@@ -156,6 +156,8 @@ def bench_roundtrip(args: argparse.Namespace) -> dict[str, float]:
                 start = time.perf_counter()
                 call()
                 samples[who].append(time.perf_counter() - start)
+        ops_bench._check(f"kd roundtrip n={n} after timing", kd_call(), x * 2)
+        ops_bench._check(f"torch roundtrip n={n} after timing", torch_call(), x * 2)
         kd_t, torch_t = (sorted(v)[len(v) // 2] for v in samples.values())
         results[f"kerneldsl n={n} (µs)"] = kd_t * 1e6
         results[f"torch n={n} (µs)"] = torch_t * 1e6

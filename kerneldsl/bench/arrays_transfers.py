@@ -72,6 +72,8 @@ def bench_transfers(args: argparse.Namespace) -> dict[str, float]:
         mib = x.nbytes / (1 << 20)
         for what, calls in (("upload", uploads), ("download", downloads)):
             times = _medians(calls, reps)
+            for name, call in calls.items():  # the calls timed, checked after timing
+                _check_moved(f"{name} {what} n={n} after timing", call(), x)
             for name, seconds in times.items():
                 results[f"{name} {what} n={n} (µs)"] = seconds * 1e6
             results[f"kerneldsl / torch {what} throughput n={n} (target >= 1.0)"] = times["torch"] / times["kerneldsl"]
@@ -81,6 +83,16 @@ def bench_transfers(args: argparse.Namespace) -> dict[str, float]:
                 )
         del a, t
     return results
+
+
+def _check_moved(what: str, moved: Any, x: np.ndarray) -> None:
+    """The bytes a transfer returned (a device array or tensor for an upload, a numpy array for a
+    download) against the source."""
+    if hasattr(moved, "to_host"):
+        moved = moved.to_host()
+    elif hasattr(moved, "cpu"):
+        moved = moved.cpu().numpy()
+    ops_bench._check(what, np.asarray(moved), x)
 
 
 def _torch_upload(torch: Any, x: np.ndarray) -> Any:
