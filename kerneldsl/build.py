@@ -14,7 +14,7 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,7 @@ from .compiler import (
 )
 from .device_code import NO_DEVICE_CODE, DeviceCode
 from .errors import InvalidCacheEntryError, KernelCompileError
-from .headers import NO_HEADERS, Headers, resolve
+from .headers import NO_HEADERS, Headers, headers_unchanged, resolve
 from .host_compile import HOST_OUTPUT, compile_host, host_identity, host_options, refuse_unsupported
 from .launch_plan import LaunchPlan
 from .runtime import nvtx
@@ -174,16 +174,18 @@ def _store_sources(store: disk_cache.DiskCache, generated: Generated, key: str, 
 
 
 def _stored_image(store: disk_cache.DiskCache, key: str, material: dict[str, Any], output: str) -> CompiledCode | None:
-    """The image stored under ``key``; None on a miss or for an entry that does not decode
-    (evicted, with one warning, and compiled again)."""
+    """The image stored under ``key``; None on a miss, for an entry that does not decode
+    (evicted, with one warning, and compiled again) or one compiled from a header that has
+    changed since (compiled again and stored over it)."""
     payload = store.get(key, material)
     if payload is None:
         return None
     try:
-        return CompiledCode.from_bytes(payload, output)
+        found = CompiledCode.from_bytes(payload, output)
     except InvalidCacheEntryError as exc:
         store.evict(key, str(exc))
         return None
+    return found if headers_unchanged(found.headers) else None
 
 
 @dataclass(repr=False)
@@ -346,6 +348,7 @@ def build(
     start = time.perf_counter()
     compiled = _compile(spec, generated, body, options + headers.options(), output)
     seconds = time.perf_counter() - start
+    compiled = replace(compiled, headers=headers.outside_wheels(compiled.headers))
     log.debug("compiled %s in %.1f ms", spec.describe(), seconds * 1e3)
     if store is not None:
         store.put(key, compiled.to_bytes(), material)

@@ -11,12 +11,14 @@ import os
 import re
 import struct
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from .errors import InvalidArchError, InvalidCacheEntryError, InvalidOptionError, NvrtcNotFoundError
+from .headers import HeaderDigests, read_headers
 from .installed import first_version
 
 _ARCH = re.compile(r"(sm|compute)_([1-9][0-9]{1,2})([af]?)")  # fullmatch: exact, lowercase, ASCII digits
@@ -177,7 +179,8 @@ def build_options(arch: str, output: str, user_options: Sequence[str] = ()) -> t
 
 @dataclass(frozen=True)
 class CompiledCode:
-    """A compiled image plus what ptxas said about it."""
+    """A compiled image plus what ptxas said about it, and the header files it was compiled from
+    with their digests (``headers.read_headers``; None: not known), which a disk hit checks."""
 
     image: bytes
     output: str
@@ -185,6 +188,7 @@ class CompiledCode:
     registers: int | None
     shared_bytes: int | None
     spill_bytes: int | None
+    headers: HeaderDigests | None = ()
 
     def __repr__(self) -> str:
         """Sizes and resources, not the image's bytes (``image``) or ptxas's log (``log``)."""
@@ -201,6 +205,7 @@ class CompiledCode:
                 "registers": self.registers,
                 "shared_bytes": self.shared_bytes,
                 "spill_bytes": self.spill_bytes,
+                "headers": None if self.headers is None else [list(read) for read in self.headers],
             },
             sort_keys=True,
         ).encode()
@@ -231,11 +236,34 @@ class CompiledCode:
             value = meta[name]
             if value is not None and (type(value) is not int or not 0 <= value <= top):
                 raise InvalidCacheEntryError(f"image metadata's {name} {value!r} is not an int in [0, {top}]")
-        return cls(bytes(data[end:]), output, meta["log"], meta["registers"], meta["shared_bytes"], meta["spill_bytes"])
+        headers = meta["headers"]
+        if headers is not None and not (type(headers) is list and all(map(_is_header_digest, headers))):
+            raise InvalidCacheEntryError("image metadata's headers are not [path, sha256] pairs")
+        return cls(
+            bytes(data[end:]),
+            output,
+            meta["log"],
+            meta["registers"],
+            meta["shared_bytes"],
+            meta["spill_bytes"],
+            None if headers is None else tuple((path, digest) for path, digest in headers),
+        )
+
+
+def _is_header_digest(read: object) -> bool:
+    return (
+        type(read) is list
+        and len(read) == 2
+        and type(read[0]) is str
+        and os.path.isabs(read[0])
+        and type(read[1]) is str
+        and _SHA256.fullmatch(read[1]) is not None
+    )
 
 
 _META_LENGTH = struct.Struct("<I")
-_META_FIELDS = {"output", "log", "registers", "shared_bytes", "spill_bytes"}
+_META_FIELDS = {"output", "log", "registers", "shared_bytes", "spill_bytes", "headers"}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 _META_COUNTS = {"registers": 255, "shared_bytes": 2**32 - 1, "spill_bytes": 2**32 - 1}  # 255: ptxas's most per thread
 
 
@@ -248,7 +276,7 @@ class NvrtcFailure(Exception):
 
 
 def compile_source(source: str, program_name: str, options: Sequence[str], output: str = "cubin") -> CompiledCode:
-    """``source`` compiled with ``options``.
+    """``source`` compiled with ``options``; the result names the files NVRTC read for it.
 
     NVRTC looks for a quoted ``#include`` of the program's source in the directory of its name,
     the process's working directory for a bare name: whoever can write there would choose the
@@ -260,10 +288,12 @@ def compile_source(source: str, program_name: str, options: Sequence[str], outpu
     with tempfile.TemporaryDirectory(prefix="kerneldsl-nvrtc-") as scratch:
         beside_source = os.path.join(scratch, "source", "")
         os.mkdir(beside_source, 0o700)
+        trace = os.path.join(scratch, "includes")
         named = (beside_source + program_name).encode()
         (prog,) = _call("nvrtcCreateProgram", nvrtc.nvrtcCreateProgram(source.encode(), named, 0, [], []))
         try:
-            encoded = [o.encode() for o in options]
+            encoded = [o.encode() for o in (*options, *_include_trace(trace))]
+            began = time.time_ns()
             (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
             log = _program_log(nvrtc, prog).replace(beside_source, "")
             if int(err) != 0:
@@ -271,7 +301,30 @@ def compile_source(source: str, program_name: str, options: Sequence[str], outpu
             image = _image(nvrtc, prog, output)
         finally:
             nvrtc.nvrtcDestroyProgram(prog)
-    return CompiledCode(image, output, log, *_resource_usage(log))
+        headers = read_headers(_traced_files(trace), began)
+    return CompiledCode(image, output, log, *_resource_usage(log), headers)
+
+
+# NVRTC has no dependency output (no -M, -MD or -MF; no API call): its front end lists the files it
+# reads with --trace_includes, written with its diagnostics to --error_output, a file of ours (not
+# the process's stderr); NVRTC's log keeps the diagnostics either way. Neither option reaches the key.
+def _include_trace(path: str) -> tuple[str, ...]:
+    return ("-Xcudafe", "--trace_includes", "-Xcudafe", f"--error_output={path}")
+
+
+def _traced_files(path: str) -> tuple[str, ...] | None:
+    """The files NVRTC's include trace at ``path`` names (one a line, indented by depth), each
+    once, in order; None without a trace. A name without a directory is one of NVRTC's built-in
+    headers, held in memory: a file read from disk is named by its directory (an include
+    directory or its includer's, all absolute)."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return None
+    names = (os.fsdecode(line.lstrip(b" ")) for line in lines)
+    files = (name if os.path.isabs(name) else os.path.join(os.getcwd(), name) for name in names if "/" in name)
+    return tuple(dict.fromkeys(files))
 
 
 # NVRTC writes into the buffers below: each is a fresh bytearray, never a bytes object (``b" " * 1``

@@ -4,6 +4,12 @@
 Every header is in the image's key: the wheels by their versions (read from their metadata
 directories, so a disk hit imports neither cuda-pathfinder nor NVRTC), the user's headers by
 the sha256 of each file the build can open, found by following their ``#include`` lines.
+
+Following ``#include`` lines cannot see every file the compiler opens (an ``#include MACRO``, a
+path through a symlink), so the key is not all: a compile records each file NVRTC reports it read
+(``read_headers``), the image is stored with those outside the wheels and their digests, and a
+disk hit reads them again (``headers_unchanged``): a header that changed is a miss. What a build
+tests but does not read (``__has_include``) is not recorded.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +36,11 @@ _LIBRARIES = {
     "cudart": ("nvidia-cuda-runtime", "cudart", "cuda_runtime_api.h"),
 }
 _INSTALL = "pip install 'kerneldsl[headers]'"
+# How far a file's modification time may trail the moment it was written: the kernel stamps files
+# from a clock that lags ``time.time_ns()`` by up to a tick (10 ms at HZ=100).
+_STAMP_LAG_NS = 20_000_000
+
+HeaderDigests = tuple[tuple[str, str], ...]  # (path, sha256 of its bytes), in the order compiled
 
 
 def hoist_includes(text: str) -> tuple[str, tuple[str, ...]]:
@@ -61,14 +73,23 @@ class Headers:
         dirs = self.include_dirs + (system_include_dirs() if self.system is not None else ())
         return tuple(f"-I{d}" for d in dirs)
 
+    def outside_wheels(self, read: HeaderDigests | None) -> HeaderDigests | None:
+        """The files of ``read`` (what a compile read) that a disk hit reads again: all but the
+        wheels' headers, which the key names by version (after the compile, so located)."""
+        if read is None or self.system is None:
+            return read
+        wheels = tuple(os.path.join(os.path.realpath(d), "") for d in system_include_dirs())
+        return tuple((path, digest) for path, digest in read if not os.path.realpath(path).startswith(wheels))
+
 
 NO_HEADERS = Headers(None, (), ())
 
 
 def resolve(code: DeviceCode, targets: Sequence[str]) -> Headers:
     """The headers of a build whose body and device functions include ``targets``: each found in
-    an include directory is hashed and followed; any other, or ``includes=``, needs the wheels."""
-    if not targets and not code.includes:
+    an include directory is hashed and followed; any other, or ``includes=``, needs the wheels.
+    The include directories reach the compiler even without such a target (``#include MACRO``)."""
+    if not targets and not code.includes and not code.include_dirs:
         return NO_HEADERS
     system = bool(code.includes)
     digests: dict[str, str] = {}
@@ -97,7 +118,7 @@ def _locate(target: str, beside: str | None, include_dirs: tuple[str, ...]) -> t
         return None
     places = ([beside] if target.startswith('"') and beside is not None else []) + list(include_dirs)
     for place in places:
-        path = os.path.normpath(os.path.join(place, relative))
+        path = os.path.join(place, relative)  # not normalized: "lnk/../h.h" is where the OS takes it
         if os.path.isfile(path):
             return _key_name(path, include_dirs), path
     return None
@@ -115,10 +136,54 @@ def _key_name(path: str, include_dirs: tuple[str, ...]) -> str:
 
 def _read(path: str) -> bytes:
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        return _regular_file_bytes(path)[0]
     except OSError as exc:
         raise HeadersNotAvailableError(f"header {path!r} cannot be read: {exc}") from None
+
+
+def read_headers(paths: Sequence[str] | None, since_ns: int) -> HeaderDigests | None:
+    """(path, sha256) of each file a compile that began at ``since_ns`` (``time.time_ns()``)
+    read; None when the compiler did not say which (``paths`` None), or when one cannot be read
+    again or was modified once the compile had begun: its bytes now may not be those compiled."""
+    if paths is None:
+        return None
+    read = []
+    for path in paths:
+        try:
+            data, modified_ns = _regular_file_bytes(path)
+        except OSError:
+            return None
+        if modified_ns >= since_ns - _STAMP_LAG_NS:
+            return None
+        read.append((path, hashlib.sha256(data).hexdigest()))
+    return tuple(read)
+
+
+def headers_unchanged(recorded: HeaderDigests | None) -> bool:
+    """Whether each file an image was compiled from still holds the bytes it was compiled from
+    (None: not known, so never)."""
+    if recorded is None:
+        return False
+    for path, digest in recorded:
+        try:
+            data, _ = _regular_file_bytes(path)
+        except OSError:
+            return False
+        if hashlib.sha256(data).hexdigest() != digest:
+            return False
+    return True
+
+
+def _regular_file_bytes(path: str) -> tuple[bytes, int]:
+    """The bytes of the regular file at ``path`` and its modification time in ns; OSError for
+    anything else. Opened without blocking, so a FIFO put in a header's place is refused, not
+    waited on."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return f.read(), info.st_mtime_ns
 
 
 @lru_cache(maxsize=1)

@@ -380,7 +380,7 @@ def _image_entry(meta: object, image: bytes = b"\x7fELF cubin") -> bytes:
     return len(text).to_bytes(4, "little") + text + image
 
 
-_META = {"output": "cubin", "log": "", "registers": 8, "shared_bytes": 0, "spill_bytes": 0}
+_META = {"output": "cubin", "log": "", "registers": 8, "shared_bytes": 0, "spill_bytes": 0, "headers": []}
 BAD_IMAGE_ENTRIES = {
     "json-garbage": _image_entry(b"{registers: 8"),
     "wrong-struct": b"\x01\x02",

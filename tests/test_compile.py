@@ -1,5 +1,6 @@
 """NVRTC compilation (no GPU needed): cubin/PTX per arch, arch and option checks, error mapping."""
 
+import json
 import re
 import subprocess
 import sys
@@ -14,7 +15,13 @@ import kerneldsl as kd
 import kerneldsl.build
 from kerneldsl.codegen import generate
 from kerneldsl.compiler import CompiledCode, arch_for_capability, build_options, check_options, normalize_arch
-from kerneldsl.errors import InvalidArchError, InvalidOptionError, KernelCompileError, NoDeviceError
+from kerneldsl.errors import (
+    InvalidArchError,
+    InvalidCacheEntryError,
+    InvalidOptionError,
+    KernelCompileError,
+    NoDeviceError,
+)
 from kerneldsl.runtime import driver
 from kerneldsl.target import ARCH_ENV, resolve_arch
 
@@ -115,6 +122,32 @@ def test_inspect_reuses_the_in_process_build(builds: dict[str, Any], nvrtc_forbi
 def test_compiled_code_round_trips_through_bytes(builds: dict[str, Any]) -> None:
     compiled = builds["scale_rows"].compiled
     assert CompiledCode.from_bytes(compiled.to_bytes(), compiled.output) == compiled
+
+
+@pytest.mark.parametrize("headers", [None, (("/inc/scale.cuh", "a" * 64), ("/inc/b c.cuh", "0" * 64))])
+def test_the_headers_an_image_was_compiled_from_round_trip_through_bytes(headers: Any) -> None:
+    compiled = CompiledCode(b"\x7fELF", "cubin", "", 8, 0, 0, headers)
+    assert CompiledCode.from_bytes(compiled.to_bytes(), "cubin") == compiled
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [["scale.cuh", "a" * 64]],  # a relative path: read where the process happens to be
+        [["/inc/scale.cuh", "A" * 64]],
+        [["/inc/scale.cuh", "a" * 63]],
+        [["/inc/scale.cuh"]],
+        [["/inc/scale.cuh", "a" * 64, "extra"]],
+        {"/inc/scale.cuh": "a" * 64},
+        "/inc/scale.cuh",
+    ],
+)
+def test_stored_headers_of_another_shape_are_refused(headers: Any) -> None:
+    meta = json.dumps(
+        {"output": "cubin", "log": "", "registers": 8, "shared_bytes": 0, "spill_bytes": 0} | {"headers": headers}
+    ).encode()
+    with pytest.raises(InvalidCacheEntryError, match="headers"):
+        CompiledCode.from_bytes(len(meta).to_bytes(4, "little") + meta + b"\x7fELF", "cubin")
 
 
 def test_user_options_reach_nvrtc(isolated_cache: Path) -> None:

@@ -5,6 +5,7 @@ every header a build opens are in its cache key (``explain`` names the one that 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pickle
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl import headers
+from kerneldsl import compiler, headers
 from kerneldsl.codegen import plan_generation
 from kerneldsl.errors import (
     DeclarationError,
@@ -128,7 +129,8 @@ def test_a_header_that_a_user_header_includes_is_keyed_too(isolated_cache: Path,
 
 
 def _header(path: Path, text: str) -> Path:
-    """``path`` holding ``text``, saved a while ago."""
+    """``path`` holding ``text``, saved a while ago: a header modified once a compile has begun
+    is never vouched for (``headers.read_headers``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     an_hour_ago = time.time_ns() - 3600 * 10**9
@@ -138,6 +140,10 @@ def _header(path: Path, text: str) -> Path:
 
 def _scale(value: float) -> str:
     return f"#define SCALE {value:.1f}f\n"
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # --- the working directory ---------------------------------------------------------------------
@@ -162,6 +168,118 @@ def test_a_header_only_in_the_working_directory_is_not_found(
     with pytest.raises(KernelCompileError, match='cannot open source file "only_here.cuh"') as caught:
         _kernel('#include "only_here.cuh"\nout[0] = SCALE * x[0];').inspect(OUT, X, arch="sm_90")
     assert "kd_total.cu(" in caught.value.log and "kerneldsl-nvrtc" not in caught.value.log  # NVRTC's own name
+
+
+# --- what the compiler read, checked on a disk hit ----------------------------------------------------
+
+
+# form -> (files under tmp_path, the body, the file NVRTC reads SCALE from); "->" makes a symlink
+INCLUDE_FORMS: dict[str, tuple[dict[str, str], str, str]] = {
+    "include MACRO": (
+        {"include/scale.cuh": _scale(2.5)},
+        '#define SCALE_HEADER "scale.cuh"\n#include SCALE_HEADER\nout[0] = SCALE * x[0];',
+        "include/scale.cuh",
+    ),
+    "a header including through a macro": (
+        {"include/outer.cuh": '#define INNER "inner.cuh"\n#include INNER\n', "include/inner.cuh": _scale(2.5)},
+        '#include "outer.cuh"\nout[0] = SCALE * x[0];',
+        "include/inner.cuh",
+    ),
+    "a block comment after the name": (
+        {"include/scale.cuh": _scale(2.5)},
+        '#include "scale.cuh" /* the scale */\nout[0] = SCALE * x[0];',
+        "include/scale.cuh",
+    ),
+    "a line continuation": (
+        {"include/scale.cuh": _scale(2.5)},
+        '#include \\\n"scale.cuh"\nout[0] = SCALE * x[0];',
+        "include/scale.cuh",
+    ),
+    "a comment before the hash": (
+        {"include/scale.cuh": _scale(2.5)},
+        '/**/#include "scale.cuh"\nout[0] = SCALE * x[0];',
+        "include/scale.cuh",
+    ),
+    "dot-dot through a symlink": (
+        {
+            "include/scale.cuh": _scale(5),  # where "lnk/.." would be read as text, not where the OS goes
+            "elsewhere/deep/.keep": "",
+            "include/lnk": "-> ../elsewhere/deep",
+            "elsewhere/scale.cuh": _scale(2.5),
+        },
+        '#include "lnk/../scale.cuh"\nout[0] = SCALE * x[0];',
+        "elsewhere/scale.cuh",
+    ),
+}
+
+
+def _plant(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        if text.startswith("-> "):
+            (root / name).symlink_to(text[3:])
+        else:
+            _header(root / name, text)
+
+
+@pytest.mark.parametrize("form", sorted(INCLUDE_FORMS))
+def test_editing_a_header_the_compiler_read_is_a_miss_however_it_was_included(
+    isolated_cache: Path, tmp_path: Path, form: str
+) -> None:
+    files, body, read = INCLUDE_FORMS[form]
+    _plant(tmp_path, {**files, "include/seen.cuh": "// an #include line that the key follows\n"})
+
+    def build() -> Any:
+        kernel = _kernel('#include "seen.cuh"\n' + body, include_dirs=[tmp_path / "include"])
+        return kernel.inspect(OUT, X, arch="sm_90", output="ptx")
+
+    first = build()
+    assert (first.origin, build().origin) == ("nvrtc", "disk")
+    assert "0f40200000" in first.ptx  # 2.5f: the value in the file NVRTC reads
+    _header(tmp_path / read, _scale(3.5))
+    edited = build()
+    assert edited.origin == "nvrtc"
+    assert "0f40600000" in edited.ptx  # 3.5f
+    assert build().origin == "disk"
+
+
+def test_include_dirs_reach_nvrtc_without_an_include_line_to_follow(isolated_cache: Path, tmp_path: Path) -> None:
+    scale = _header(tmp_path / "scale.cuh", _scale(2.5))
+    body = '#define SCALE_HEADER "scale.cuh"\n#include SCALE_HEADER\nout[0] = SCALE * x[0];'
+    build = _kernel(body, include_dirs=[tmp_path]).inspect(OUT, X, arch="sm_90")
+    assert build.compiled.headers == ((str(scale), _sha256(scale)),)
+
+
+@needs_wheels
+def test_a_hit_rereads_only_the_headers_outside_the_wheels(isolated_cache: Path, tmp_path: Path) -> None:
+    scale = _header(tmp_path / "scale.cuh", _scale(2.5))
+    build = _kernel('#include "scale.cuh"\n' + CUB_BODY, include_dirs=[tmp_path]).inspect(OUT, X, arch="sm_90")
+    assert build.compiled.headers == ((str(scale), _sha256(scale)),)
+
+
+def test_a_header_replaced_by_a_fifo_has_changed_and_is_not_waited_on(tmp_path: Path) -> None:
+    scale = _header(tmp_path / "scale.cuh", _scale(2.5))
+    recorded = ((str(scale), _sha256(scale)),)
+    assert headers.headers_unchanged(recorded)
+    scale.unlink()
+    os.mkfifo(scale, 0o600)
+    assert not headers.headers_unchanged(recorded)
+
+
+def test_a_header_modified_once_the_compile_began_is_not_vouched_for(tmp_path: Path) -> None:
+    scale = tmp_path / "scale.cuh"
+    began = time.time_ns()
+    scale.write_text(_scale(2.5))
+    assert headers.read_headers([str(scale)], began) is None
+    assert headers.read_headers([str(_header(scale, _scale(2.5)))], began) == ((str(scale), _sha256(scale)),)
+
+
+def test_an_image_whose_reads_nvrtc_did_not_report_is_never_served_from_disk(
+    isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(compiler, "_include_trace", lambda path: ())
+    first = _kernel("out[0] = x[0];").inspect(OUT, X, arch="sm_90")
+    assert first.compiled.headers is None
+    assert _kernel("out[0] = x[0];").inspect(OUT, X, arch="sm_90").origin == "nvrtc"
 
 
 def test_without_the_extra_a_system_include_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
