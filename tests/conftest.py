@@ -107,9 +107,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     for item in gpu_items:
         item.add_marker(pytest.mark.cpu_device)
+        _CPU_DEVICE_MODULES.add(item.nodeid.split("::", 1)[0])
         why = exclusion(item.nodeid)
         if why is not None:
             item.add_marker(pytest.mark.skip(reason=f"not on the CPU device: {why}"))
+
+
+_CPU_DEVICE_MODULES: set[str] = set()  # test files with a gpu test that runs on the CPU device
 
 
 def _cpu_device_available() -> bool:
@@ -118,11 +122,12 @@ def _cpu_device_available() -> bool:
     return is_available("cpu")
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture(scope="module", autouse=True)
 def _on_the_cpu_device(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A ``gpu`` test on a machine without one runs on the CPU device (``KERNELDSL_DEVICE=cpu``
-    while it runs, so ``Session(0)`` and the default session are the CPU device's)."""
-    if request.node.get_closest_marker("cpu_device") is None:
+    """A test file of ``gpu`` tests on a machine without a GPU runs on the CPU device:
+    ``KERNELDSL_DEVICE=cpu`` while it runs, set before its module fixtures open sessions, so
+    ``Session(0)`` and the default session are the CPU device's."""
+    if request.node.nodeid.split("::", 1)[0] not in _CPU_DEVICE_MODULES:
         yield
         return
     with pytest.MonkeyPatch.context() as mp:

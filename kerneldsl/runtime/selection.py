@@ -9,10 +9,10 @@ runs unchanged on it.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 
+from .. import logs
 from ..errors import NoDeviceError
 from . import driver
 
@@ -20,7 +20,7 @@ CPU = "cpu"
 DEVICE_ENV = "KERNELDSL_DEVICE"
 DeviceSpec = int | str
 
-log = logging.getLogger("kerneldsl.runtime.selection")
+log = logs.get("runtime.selection")
 _noticed = threading.Event()
 
 
