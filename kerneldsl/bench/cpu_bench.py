@@ -10,17 +10,18 @@ timing (``s.to_device``), so no transfer is timed. Four sections (``--only``):
   transpose, the sum and the histogram, and >= 10,000x the simulator's speed per element. The sum
   and the histogram run over a grid-stride loop (16 elements a thread) and, reported beside them,
   a thread an element.
-- ``fibers``: what running CUDA threads as fibers costs a thread: start and finish, a barrier, a
-  warp shuffle (targets 6, 4 and 6 ns), from kernels of the same trivial work with a run-time
-  count of barriers or shuffles against the work alone, which runs as a plain loop.
+- ``fibers``: what running CUDA threads as fibers costs a thread on one worker: start and finish
+  (with one barrier), a barrier, a warp shuffle (targets 6, 4 and 6 ns), from kernels of the same
+  trivial work with a run-time count of barriers or shuffles against the work alone, which runs
+  as a plain loop.
 - ``ops``: ``kd.ops`` elementwise (float32 <= 1.2x NumPy's time, 16-bit floats <= 2x), sum / max /
   argmax along each axis (<= 2x), ``@kd.fuse`` softmax and layer norm against NumPy's unfused
   expression (<= 1.0x), cumsum (<= 2x); outputs preallocated on both sides.
 - ``first``: a small kernel's first call in fresh processes (``cpu_first_call``): cold disk cache
-  <= 0.3 s; a disk hit that starts no process and imports no Jinja.
+  <= 0.3 s; a disk hit that runs no compiler and imports no Jinja.
 
 Each timing is the median of ``--reps`` rounds after a warm-up call (which compiles); in a round
-every contender takes a turn, so none is timed alone while the shared machine is quiet. Every
+every contender takes a turn, so a change in a shared machine's load falls on all alike. Every
 timed call writes over a poisoned output and its result is checked against NumPy before the next:
 a wrong answer raises ``WrongResultError``.
 """
@@ -28,10 +29,11 @@ a wrong answer raises ``WrongResultError``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,42 +207,56 @@ def _shuffled(lanes: np.ndarray, rounds: int) -> np.ndarray:
 def bench_fibers(s: kd.Session, threads: int, extra: int, reps: int) -> list[Figure]:
     """Nanoseconds a CUDA thread for a fiber's start and finish, a barrier and a shuffle.
 
-    Kernels of the same trivial work: without a barrier or shuffle (a loop), with 1 or 1 + ``extra``
-    barriers, with 1 or 1 + ``extra`` shuffles. A barrier or shuffle costs the difference of the two
-    counts over ``extra``; starting and finishing a fiber costs the one-barrier kernel less one
-    barrier less the loop. A figure is CPU time: wall time times the workers running blocks.
+    Kernels of the same trivial work: without a barrier or shuffle (a loop), with 0, 1 or
+    1 + ``extra`` barriers, with 1 or 1 + ``extra`` shuffles, the count a run-time scalar (the
+    barrier's text makes a kernel run as fibers whether or not it is reached). Starting and
+    finishing a thread costs the one-barrier kernel less the loop (one barrier included, as no
+    fiber kernel has fewer); a barrier or shuffle costs the difference of the two counts over
+    ``extra``. The grids run on one worker (the launching thread), so a figure is one core's time,
+    whatever else the shared machine runs on the others.
     """
     from . import cpu_kernels as k
 
     lanes = np.arange(threads, dtype=np.uint32) % k.BLOCK
+    many = 1 + extra
     variants = {
         "loop": (k.threads_plain, 1, lanes + 1),
+        "0 barriers": (k.threads_barriers, 0, lanes),
         "1 barrier": (k.threads_barriers, 1, lanes + 1),
-        f"{1 + extra} barriers": (k.threads_barriers, 1 + extra, lanes + 1 + extra),
+        f"{many} barriers": (k.threads_barriers, many, lanes + many),
         "1 shuffle": (k.threads_shuffles, 1, _shuffled(lanes, 1)),
-        f"{1 + extra} shuffles": (k.threads_shuffles, 1 + extra, _shuffled(lanes, 1 + extra)),
+        f"{many} shuffles": (k.threads_shuffles, many, _shuffled(lanes, many)),
     }
     entries = []
     for label, (kernel, count, want) in variants.items():
         out = s.empty(threads, np.uint32)
         call = functools.partial(kernel, out, np.int32(count))
         entries.append((Case(label, {}, want, 0.0, threads), _kd_contender(s, label, out, call)))
-    t = time_checked(entries, reps)
-    per_thread = 1e9 * _workers() / threads
-    barrier = (t[f"{1 + extra} barriers"] - t["1 barrier"]) / extra
-    shuffle = (t[f"{1 + extra} shuffles"] - t["1 shuffle"]) / extra
+    with _one_worker():
+        t = {label: seconds * 1e9 / threads for label, seconds in time_checked(entries, reps).items()}
     return [
-        Figure("a thread as a loop (no fiber)", t["loop"] * per_thread, "ns"),
-        Figure("start and finish a thread as a fiber", (t["1 barrier"] - barrier - t["loop"]) * per_thread, "ns", 6.0),
-        Figure("a barrier", barrier * per_thread, "ns", 4.0),
-        Figure("a warp shuffle", shuffle * per_thread, "ns", 6.0),
+        Figure("a thread as a loop (no fiber)", t["loop"], "ns"),
+        Figure("a thread as a fiber reaching no barrier, less the loop", t["0 barriers"] - t["loop"], "ns"),
+        Figure(
+            "start and finish a thread as a fiber (1 barrier), less the loop", t["1 barrier"] - t["loop"], "ns", 6.0
+        ),
+        Figure(f"a barrier ({many} vs 1 a thread)", (t[f"{many} barriers"] - t["1 barrier"]) / extra, "ns", 4.0),
+        Figure(f"a warp shuffle ({many} vs 1 a thread)", (t[f"{many} shuffles"] - t["1 shuffle"]) / extra, "ns", 6.0),
     ]
 
 
-def _workers() -> int:
-    from ..runtime.host_driver import plan_multiprocessors
+@contextlib.contextmanager
+def _one_worker() -> Iterator[None]:
+    """The CPU device's pool cut to the launching thread while the block runs, then restored."""
+    from ..runtime.host_runtime import runtime_library
 
-    return plan_multiprocessors()
+    pool = runtime_library()
+    workers = pool.kd_host_workers()
+    pool.kd_host_set_workers(1)
+    try:
+        yield
+    finally:
+        pool.kd_host_set_workers(workers)
 
 
 # --- ops ---------------------------------------------------------------------------------------
@@ -314,7 +330,7 @@ def op_cases(n: int, side: int, seed: int = 2) -> list[OpCase]:
     numpy_softmax(x.astype(np.float64), exact)
     cases.append(
         OpCase(
-            Case("fused softmax float32", {}, exact, 2e-5, x.size, atol=1e-7),
+            Case("softmax float32 (fused vs unfused)", {}, exact, 2e-5, x.size, atol=1e-7),
             lambda ops, out: softmax(*ops, out=out),
             lambda ops, out: numpy_softmax(ops[0], out),
             (x,),
@@ -325,7 +341,7 @@ def op_cases(n: int, side: int, seed: int = 2) -> list[OpCase]:
     numpy_layer_norm(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), normed)
     cases.append(
         OpCase(
-            Case("fused layer norm float32", {}, normed, 2e-5, x.size, atol=1e-5),
+            Case("layer norm float32 (fused vs unfused)", {}, normed, 2e-5, x.size, atol=1e-5),
             lambda ops, out: layer_norm(*ops, out=out),
             lambda ops, out: numpy_layer_norm(ops[0], ops[1], ops[2], out),
             (x, w, b),
@@ -390,7 +406,8 @@ def bench_first() -> tuple[list[Figure], list[str]]:
         Figure("disk hit, fresh process: session start", hit["session"], "s"),
         Figure("disk hit, fresh process: first call", hit["first_call"], "s"),
         Figure("disk hit: processes the call started", len(hit["spawned_by_call"]), "", 0.0),
-        Figure("disk hit: processes the whole process started", len(hit["spawned"]), "", 0.0),
+        Figure("disk hit: processes the whole process started", len(hit["spawned"]), ""),
+        Figure("disk hit: compiler runs in the whole process", len(hit["compiler_runs"]), "", 0.0),
         Figure("disk hit: jinja2 in sys.modules after the call", float(hit["jinja_loaded"]), "", 0.0),
     ]
     notes = [f"the disk-hit process started: {command}" for command in hit["spawned"]]
@@ -401,7 +418,7 @@ def bench_first() -> tuple[list[Figure], list[str]]:
 
 TITLES = {
     "kernels": "CUDA-style kernels: kerneldsl CPU device vs Warp CPU, NumPy, Numba CUDA simulator",
-    "fibers": "fiber-mode costs per CUDA thread (CPU time)",
+    "fibers": "fiber-mode costs per CUDA thread (one worker)",
     "ops": "kd.ops and @kd.fuse on the CPU device vs NumPy (DeviceArrays: no transfer timed)",
     "first": "first call on the CPU device, fresh processes",
 }

@@ -50,8 +50,9 @@ class Case:
 
 
 def poison_value(dtype: np.dtype) -> float | int:
-    """What an output holds before a checked call: NaN for floats, -1 for integers."""
-    return float("nan") if dtype.kind == "f" else -1
+    """What an output holds before a checked call: the largest value for integers, else NaN
+    (bfloat16 included, whose NumPy kind is 'V')."""
+    return int(np.iinfo(dtype).max) if np.issubdtype(dtype, np.integer) else float("nan")
 
 
 def exact_eighths(rng: np.random.Generator, n: int) -> np.ndarray:

@@ -21,7 +21,11 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NewType
+
+import kerneldsl as kd
+
+n = NewType("n", int)
 
 SCRIPT = """
 import json, subprocess, sys, time
@@ -49,7 +53,10 @@ session.synchronize()
 t3 = time.perf_counter()
 if not np.array_equal(x.to_host(), np.arange(1024, dtype=np.float32) * scale + 3):
     raise AssertionError("the small kernel computed a wrong result")
+from kerneldsl.runtime.host_toolchain import host_compiler  # asked once a process: no new run here
+compiler = " ".join(host_compiler().argv)
 result = {
+    "compiler_runs": [command for command in spawned if command.startswith(compiler + " ")],
     "session": t1 - t0, "first_call": t3 - t2, "jinja_loaded": "jinja2" in sys.modules,
     "jinja_imported_by_call": "jinja2" in sys.modules and not jinja_before,
     "spawned_by_call": spawned[before:], "spawned": spawned,
@@ -58,13 +65,9 @@ open(sys.argv[1], "w").write(json.dumps(result))
 """
 
 
-def small_kernel() -> Any:
-    """``x = x * SCALE + offset`` a thread an element; each ``SCALE`` is its own build."""
-    from typing import NewType
-
-    import kerneldsl as kd
-
-    n = NewType("n", int)
+def small_kernel() -> kd.Kernel:
+    """``x = x * SCALE + offset`` a thread an element; each ``SCALE`` is its own build. A new
+    kernel object each call, so nothing is shared in-process."""
 
     @kd.kernel(grid=kd.cdiv(n, 256), block=256)
     def scale_offset(x: kd.InOut[kd.float32, n], offset: kd.Scalar[kd.float32], SCALE: kd.Const[int] = 1) -> str:
