@@ -7,6 +7,7 @@ import os
 from .compiler import normalize_arch
 from .errors import InvalidArchError, NoDeviceError
 from .runtime import driver
+from .runtime.selection import CPU, CPU_ARCH, forced_device
 
 ARCH_ENV = "KERNELDSL_ARCH"
 
@@ -19,9 +20,12 @@ def device_arch(ordinal: int) -> str:
 
 
 def resolve_arch(arch: str | None = None, device: int = 0) -> str:
-    """``arch`` if given; else the device's when a driver and device exist; else $KERNELDSL_ARCH."""
+    """``arch`` if given; else the device's when a driver and device exist (the CPU device's
+    emulated arch when ``$KERNELDSL_DEVICE=cpu``); else $KERNELDSL_ARCH."""
     if arch is not None:
         return normalize_arch(arch)
+    if forced_device() == CPU:
+        return CPU_ARCH
     if driver.driver_available() and driver.device_count() > device:
         return device_arch(device)
     env = os.environ.get(ARCH_ENV)

@@ -25,12 +25,13 @@ from cuda.bindings import driver as _bindings
 from ..errors import KernelFaultError
 from . import host_runtime
 from .host_work import INVALID_VALUE, SUCCESS, HostWork
+from .selection import CPU_ARCH
 
 CUresult = _bindings.CUresult
 INVALID_IMAGE = 200
 INVALID_CONTEXT = 201
 NOT_FOUND = 500
-ARCH = (9, 0)  # the arch whose rendering decisions the CPU device runs: the H200's
+ARCH = (int(CPU_ARCH[3]), int(CPU_ARCH[4]))  # the compute capability it reports
 DEVICE_NAME = b"kerneldsl CPU device"
 PLAN_ENV = "KERNELDSL_CPU_PLAN"  # "gpu": plan grids for an H200's 132 SMs (debugging fidelity)
 

@@ -88,7 +88,27 @@ def _ask(argv: tuple[str, ...], flag: str) -> str:
 
 @lru_cache(maxsize=4)
 def _compiler(argv: tuple[str, ...]) -> HostCompiler:
-    return HostCompiler(argv, _ask(argv, "--version"), _ask(argv, "-dumpmachine"))
+    """Who ``argv`` is. A plain program's answer is kept in the disk cache under its resolved
+    path, size, inode and change time, so a fresh process whose kernels all hit the disk cache
+    runs no compiler at all (a replaced or updated binary is asked again)."""
+    program = shutil.which(argv[0]) if len(argv) == 1 else None
+    if program is None:
+        return HostCompiler(argv, _ask(argv, "--version"), _ask(argv, "-dumpmachine"))
+    from .. import cache as disk_cache
+
+    real = os.path.realpath(program)
+    st = os.stat(real)
+    material = {"output": "host-compiler-identity", "program": real, "stat": [st.st_size, st.st_ino, st.st_ctime_ns]}
+    key = disk_cache.cache_key(material)
+    store = disk_cache.get_default_cache()
+    kept = store.get(key, material)
+    if kept is not None:
+        version, _, target = kept.decode(errors="replace").partition("\n")
+        if version and target:
+            return HostCompiler(argv, version, target)
+    found = HostCompiler(argv, _ask(argv, "--version"), _ask(argv, "-dumpmachine"))
+    store.put(key, f"{found.version}\n{found.target}".encode(), material)
+    return found
 
 
 def host_compiler() -> HostCompiler:

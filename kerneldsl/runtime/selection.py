@@ -17,6 +17,7 @@ from ..errors import NoDeviceError
 from . import driver
 
 CPU = "cpu"
+CPU_ARCH = "sm_90"  # the arch whose rendering decisions the CPU device runs: the H200's
 DEVICE_ENV = "KERNELDSL_DEVICE"
 DeviceSpec = int | str
 
