@@ -61,8 +61,9 @@ class Ref(NamedTuple):
 class GPUSessionPlugin(WorkerPlugin):
     """Opens the worker's warm Session at setup and closes it at teardown.
 
-    Without a CUDA driver (CPU machines, tests) the worker still starts: calls that need the
-    GPU raise the driver's error, calls that only compile (``KERNELDSL_ARCH``) work.
+    Without a GPU the session is the CPU device's (``KERNELDSL_DEVICE`` as the client set it, or
+    the default); with neither the worker still starts: calls that need a device raise the
+    driver's error, calls that only compile (``KERNELDSL_ARCH``) work.
     """
 
     name = PLUGIN_NAME
@@ -83,7 +84,7 @@ class GPUSessionPlugin(WorkerPlugin):
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="kerneldsl-gpu")
         self.actors: weakref.WeakSet[GPUActor] = weakref.WeakSet()
         try:
-            self.session = default_session(0)
+            self.session = default_session()  # the worker's GPU, else the CPU device
         except (DriverNotFoundError, NoDeviceError) as exc:
             self.error = exc
 
@@ -185,7 +186,10 @@ class GPUActor:
 
     async def identity(self) -> str:
         """Which processes can open this one's CUDA IPC handles (``exports.host_identity``): asked
-        out of call order, so a busy worker answers at once."""
+        out of call order, so a busy worker answers at once. A worker on the CPU device shares
+        none (its moves take Dask's comms)."""
+        if self._gpu.session is not None and self._gpu.session.gpu.host:
+            return f"{exports.host_identity()}/cpu/{os.getpid()}"
         return exports.host_identity()
 
     async def exported(self, tid: str, timeout: float) -> Any:
