@@ -634,10 +634,20 @@ __forceinline__ double erfcinv(double z) {
     }
     return upper ? -x : x;
 }
+// exp(x^2) erfc(x): x^2 split exactly into h + l (exp(l) = 1 + l to the last bit), and the
+// asymptotic series where erfc underflows.
 __forceinline__ double erfcx(double x) {
-    if (x < 25.0) return ::exp(x * x) * ::erfc(x);
-    const double r = 1.0 / (x * x);  // the asymptotic series, where erfc underflows
-    return 0.5641895835477563 / x * (1.0 - 0.5 * r * (1.0 - 1.5 * r * (1.0 - 2.5 * r)));
+    if (x < 25.0) {
+        const double h = x * x, l = ::fma(x, x, -h);
+        return ::exp(h) * ::erfc(x) * (1.0 + l);
+    }
+    const double r = 0.5 / (x * x);
+    double term = 1.0, sum = 1.0;
+    for (int k = 1; k < 12; ++k) {
+        term *= -(2 * k - 1) * r;
+        sum += term;
+    }
+    return 0.56418958354775628695 / x * sum;  // 1 / sqrt(pi)
 }
 }  // namespace kd_host
 __forceinline__ double sinpi(double x) { return kd_host::sinpi(x); }
@@ -670,7 +680,13 @@ __forceinline__ float erfcinv(float x) { return erfcinvf(x); }
 __forceinline__ double erfcx(double x) { return kd_host::erfcx(x); }
 __forceinline__ float erfcxf(float x) { return (float)kd_host::erfcx(x); }
 __forceinline__ float erfcx(float x) { return erfcxf(x); }
-__forceinline__ double normcdf(double x) { return 0.5 * erfc(-x * 0.70710678118654752440); }
+// 0.5 erfc(-x / sqrt(2)), the argument's rounding error dt corrected to first order (erfc's
+// slope is -2/sqrt(pi) exp(-t^2)): in the far tail it would cost x^2/2 ulp.
+__forceinline__ double normcdf(double x) {
+    const double hi = 0.7071067811865476, lo = -4.833646656726457e-17;  // 1/sqrt(2) = hi + lo
+    const double t = -x * hi, dt = fma(-x, hi, -t) - x * lo;
+    return 0.5 * (erfc(t) - 1.1283791670955126 * exp(-t * t) * dt);
+}
 __forceinline__ float normcdff(float x) { return (float)normcdf((double)x); }
 __forceinline__ float normcdf(float x) { return normcdff(x); }
 __forceinline__ double normcdfinv(double p) { return -1.41421356237309504880 * kd_host::erfcinv(2.0 * p); }
@@ -882,7 +898,7 @@ __forceinline__ constexpr unsigned int __urhadd(unsigned int x, unsigned int y) 
 #ifdef NDEBUG
 #define assert(e) ((void)0)
 #else
-#define assert(e) ((e) ? (void)0 : kd_host_fail_v1(710, "assertion failed", #e, __FILE__, __LINE__, &kd_host_ix))
+#define assert(e) ((e) ? (void)0 : kd_host_fail_v1(710, "assertion '" #e "' failed", nullptr, __FILE__, __LINE__, &kd_host_ix))
 #endif
 [[noreturn]] __forceinline__ void __trap(KD_HOST_SITE) { kd_host_fail_v1(710, "__trap()", nullptr, file, line, &kd_host_ix); }
 [[noreturn]] __forceinline__ void __brkpt(KD_HOST_SITE) { kd_host_fail_v1(710, "__brkpt()", nullptr, file, line, &kd_host_ix); }

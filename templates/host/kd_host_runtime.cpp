@@ -593,6 +593,7 @@ void fiber_main(void* scheduler) {
         s->ix_->thread = f->tid;
         s->entry_(s->args_);
         s->finish(f);
+        f->stack = nullptr;  // the stack now belongs to the next thread
     }
 }
 
