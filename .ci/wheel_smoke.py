@@ -1,5 +1,6 @@
 """The installed wheel, used as a user would from outside the source tree (.ci/run, step 2): every
-module of the package imports, and each public area that needs no GPU answers one call.
+module of the package imports, each public area that needs no GPU answers one call, and a kernel
+runs on the CPU device.
 
     python .ci/wheel_smoke.py CHECKOUT
 
@@ -123,8 +124,17 @@ def missing_extra_names_its_install() -> None:
         check(False, "kd.distributed imported without the distributed extra")
 
 
-# A CPU device that executes kernels (issue 46) adds its one real call here: saxpy run on
-# kd.Session(device="cpu") and checked against NumPy.
+def run_on_the_cpu_device() -> None:
+    """A kernel executes on the CPU device: the wheel's host header and runtime (templates/host)
+    compile with the system C++ compiler, and the result is NumPy's."""
+    x = np.arange(1000, dtype=np.float32)
+    y = np.ones(1000, np.float32)
+    with kd.Session(device="cpu") as session:
+        out = session.to_device(y)
+        saxpy(out, session.to_device(x), np.float32(2.0))
+        result = out.to_host()
+    check(np.array_equal(result, 2 * x + y), "saxpy on the CPU device differs from NumPy")
+    print("kd.Session(device='cpu'): saxpy ran on the host and matches NumPy")
 
 
 def main() -> None:
@@ -132,6 +142,7 @@ def main() -> None:
     import_every_module(checkout)
     compile_each_public_area()
     missing_extra_names_its_install()
+    run_on_the_cpu_device()
 
 
 if __name__ == "__main__":
