@@ -364,7 +364,10 @@ class NoDriverLibrary(FakeDriver):
 
 
 @pytest.fixture
-def no_driver(isolated_cache: None) -> Iterator[None]:
+def no_driver(isolated_cache: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No libcuda, and no CPU device either (its compiler is missing): a call has nowhere to run."""
+    monkeypatch.setenv("KERNELDSL_HOST_CXX", "/nonexistent/c++")
+    monkeypatch.delenv("KERNELDSL_DEVICE", raising=False)
     with installed_driver(NoDriverLibrary(), matmul):
         yield
 

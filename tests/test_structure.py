@@ -12,6 +12,7 @@ import pytest
 
 import kerneldsl
 from kerneldsl.codegen import templates_dir
+from kerneldsl.errors import ExtraNotInstalledError
 
 PACKAGE = Path(kerneldsl.__file__).parent
 
@@ -22,7 +23,10 @@ def _modules() -> list[str]:
 
 @pytest.mark.parametrize("name", _modules())
 def test_importing_a_module_by_name_gives_that_module(name: str) -> None:
-    module = importlib.import_module(name)
+    try:
+        module = importlib.import_module(name)
+    except ExtraNotInstalledError as missing:  # a benchmark baseline that is not installed here
+        pytest.skip(str(missing))
     parent, _, leaf = name.rpartition(".")
     assert getattr(importlib.import_module(parent), leaf) is module
 

@@ -18,9 +18,15 @@ from typing import Any, cast
 
 import numpy as np
 
+from ..errors import ExtraNotInstalledError
 from .cpu_cases import SAXPY_ALPHA, STENCIL_WEIGHT, Case, poison_value
 
-wp: Any = importlib.import_module("warp")  # Warp's own annotations are partial: it is used untyped
+try:
+    wp: Any = importlib.import_module("warp")  # Warp's own annotations are partial: it is used untyped
+except ImportError as exc:
+    raise ExtraNotInstalledError(
+        f"the Warp baseline of kerneldsl bench cpu needs warp-lang ({exc}): pip install 'kerneldsl[bench-cpu]'"
+    ) from exc
 kernel = cast(Callable[[Callable[..., None]], Any], wp.kernel)
 DEVICE = "cpu"
 

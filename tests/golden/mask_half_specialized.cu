@@ -27,19 +27,50 @@ __device__ __forceinline__ float kd_neg(float a) { return __uint_as_float(__floa
 __device__ __forceinline__ double kd_neg(double a) {
     return __longlong_as_double(__double_as_longlong(a) ^ (long long)0x8000000000000000ull);
 }
+#ifdef KD_HOST_EMULATION
+// The CPU device has no cvt: round to nearest even in software, NaN as the GPU's branch gives it.
+__device__ __forceinline__ unsigned short kd_f32_to_f16_bits(float f) {
+    unsigned int x = __float_as_uint(f), sign = (x >> 16) & 0x8000u;
+    x &= 0x7fffffffu;
+    if (x >= 0x7f800000u) return (unsigned short)(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (x >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // 65520 and above round to infinity
+    if (x >= 0x38800000u) {  // a normal half: rebias the exponent, round the mantissa at bit 13
+        unsigned int r = x - 0x38000000u;
+        return (unsigned short)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+    }
+    if (x <= 0x33000000u) return (unsigned short)sign;  // at most half the smallest subnormal: zero
+    unsigned int shift = 126u - (x >> 23), m = (x & 0x7fffffu) | 0x800000u;
+    unsigned int r = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    return (unsigned short)(sign | (r + ((rest > half || (rest == half && (r & 1u))) ? 1u : 0u)));
+}
+__device__ __forceinline__ float kd_f16_bits_to_f32(unsigned short h) {
+    unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    if (e == 0x1fu) return __uint_as_float(m ? (0x7fc00000u | sign) : (0x7f800000u | sign));
+    if (e == 0u) return __uint_as_float(sign | __float_as_uint((float)m * 5.9604644775390625e-8f));
+    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+#endif
 struct __align__(2) kd_half {
     unsigned short bits;
     kd_half() = default;
     __device__ kd_half(float f) {  // cvt makes every NaN the canonical positive one: keep its sign
+#ifdef KD_HOST_EMULATION
+        bits = kd_f32_to_f16_bits(f);
+#else
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f));
         if (f != f) bits = (unsigned short)(0x7e00u | ((__float_as_uint(f) >> 16) & 0x8000u));
+#endif
     }
     __device__ kd_half(double f) : kd_half(static_cast<float>(f)) {}
     __device__ kd_half(int v) : kd_half(static_cast<float>(v)) {}
     __device__ operator float() const {
+#ifdef KD_HOST_EMULATION
+        return kd_f16_bits_to_f32(bits);
+#else
         float f;
         asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
         return f == f ? f : __uint_as_float(0x7fc00000u | ((unsigned int)(bits & 0x8000u) << 16));
+#endif
     }
 };
 // A vector's element in its compute type, a vector widened whole, and a vector filled from compute
@@ -170,3 +201,6 @@ extern "C" __global__ void kd_mask_half(
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = keep[i] ? x[i] : fill;
 }
+#ifdef KD_HOST_EMULATION
+KD_HOST_KERNEL(kd_mask_half, kd_half*, const kd_half*, const bool*, kd_half)
+#endif

@@ -120,3 +120,6 @@ extern "C" __global__ void kd_saxpy(
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = alpha * x[i] + y[i];
 }
+#ifdef KD_HOST_EMULATION
+KD_HOST_KERNEL(kd_saxpy, float*, const float*, float, index_t)
+#endif

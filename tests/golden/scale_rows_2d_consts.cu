@@ -132,3 +132,6 @@ extern "C" __global__ void kd_scale_rows(
         out[row * out_stride0 + col] = v;
     }
 }
+#ifdef KD_HOST_EMULATION
+KD_HOST_KERNEL(kd_scale_rows, float*, const float*, const float*, int, index_t, index_t)
+#endif
