@@ -106,10 +106,45 @@ struct kd_host_function {  // exported by each kernel module as kd_host_fn_<entr
     unsigned int flags;    // bit 0: fibers
     unsigned int nparams;  // how many parameters the kernel takes
 };
-// The running CUDA thread as its module sees it: one per module per OS thread. The module's loop
-// writes it in loop mode; the runtime writes it at every fiber switch in fiber mode.
+// Fibers: a suspended thread of execution is where its stack and code resume and its frame
+// pointer. The runtime keeps a block's threads and warps in these records and the block's
+// scheduling state in kd_host_block, so that the common case of a barrier or a collective (wait,
+// switch to the next runnable thread) runs inline in the kernel, saving only the registers live
+// there; everything else (the last to arrive, starting threads, errors) calls the runtime.
+struct kd_host_context { void* sp; void* pc; void* fp; };
+enum { KD_HOST_RUNNABLE, KD_HOST_WAIT_BARRIER, KD_HOST_WAIT_WARP, KD_HOST_WAIT_PENDING };
+struct alignas(64) kd_host_fiber {  // a thread of the running block
+    kd_host_context context;  // while it waits
+    uint3 tid;
+    unsigned int linear;  // x + blockDim.x * (y + blockDim.y * z)
+    const char* file;     // where it waits, for errors
+    int line;
+    unsigned int mask;  // the collective's mask
+    unsigned int gen;   // the barrier generation it waits in
+    unsigned char wait, op;
+};
+struct __attribute__((aligned(16))) kd_host_word { unsigned long long lo, hi; };  // a collective's value
+struct kd_host_warp {  // the collective in flight in a warp
+    unsigned int existing, exited, arrived, mask, pending, op;  // lane masks; the operation
+    unsigned int b[32], control[32];                            // each lane's operands
+    kd_host_word in[32], out[32];                               // each lane's value and result
+};
+struct kd_host_block {  // the running block's scheduling state
+    kd_host_fiber* current;
+    kd_host_fiber* next;    // the thread at the head of the ring, or null when none is runnable
+    kd_host_fiber* fibers;  // by linear thread id
+    kd_host_warp* warps;
+    unsigned int* ring;     // runnable threads (linear ids) in FIFO order: [head, tail) under ring_mask
+    unsigned int* waiters;  // threads at the block barrier, in arrival order
+    unsigned int head, tail, ring_mask, nwait;
+    unsigned int arrived, n;  // threads at the block barrier; threads in the block
+};
+// The running CUDA thread: one per OS thread, in the runtime (initial-exec TLS: two instructions
+// to reach, from any module). A module's loop writes it in loop mode; the runtime (and the inline
+// fast paths) at every fiber switch.
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim;
+    kd_host_block* scheduler;  // fiber mode: the running block's
 };
 // Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
 enum {
@@ -118,12 +153,58 @@ enum {
     KD_HOST_MATCH_ALL, KD_HOST_REDUCE_ADD, KD_HOST_REDUCE_MIN_U, KD_HOST_REDUCE_MIN_S,
     KD_HOST_REDUCE_MAX_U, KD_HOST_REDUCE_MAX_S, KD_HOST_REDUCE_AND, KD_HOST_REDUCE_OR, KD_HOST_REDUCE_XOR
 };
-struct __attribute__((aligned(16))) kd_host_word { unsigned long long lo, hi; };  // a collective's value
+// Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
+// context holds) is declared clobbered, so the compiler keeps only what is live, and nothing is
+// written to the stack (a leaf kernel may keep locals below its stack pointer).
+#if defined(__x86_64__)
+#ifdef __AVX512F__
+#define KD_HOST_CLOBBERS_AVX512 , "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23", "xmm24", \
+    "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30", "xmm31", "k1", "k2", "k3", "k4", "k5", "k6", "k7"
+#else
+#define KD_HOST_CLOBBERS_AVX512
+#endif
+#define KD_HOST_CLOBBERS \
+    "rax", "rbx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", "xmm0", "xmm1", "xmm2", \
+        "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", \
+        "xmm15" KD_HOST_CLOBBERS_AVX512
+__forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context* to) {
+    __asm__ __volatile__(
+        "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t"
+        "movq 16(%%rsi), %%rbp\n\tmovq (%%rsi), %%rsp\n\tjmpq *8(%%rsi)\n1:"
+        : "+d"(from), "+S"(to)
+        :
+        : "rcx", "rdi", KD_HOST_CLOBBERS);
+}
+#elif defined(__aarch64__)
+#if defined(__APPLE__)
+#define KD_HOST_X18  // the platform register: never touched
+#else
+#define KD_HOST_X18 "x18",
+#endif
+#define KD_HOST_CLOBBERS \
+    "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x16", "x17", KD_HOST_X18 "x19", "x20", "x21", "x22", "x23", \
+        "x24", "x25", "x26", "x27", "x28", "x30", "memory", "cc", "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", \
+        "v8", "v9", "v10", "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", \
+        "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31"
+__forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context* to) {
+    register kd_host_context* x0 __asm__("x0") = from;
+    register const kd_host_context* x1 __asm__("x1") = to;
+    __asm__ __volatile__(
+        "adr x9, 1f\n\tmov x10, sp\n\tstp x10, x9, [x0]\n\tstr x29, [x0, #16]\n\t"
+        "ldr x29, [x1, #16]\n\tldp x10, x9, [x1]\n\tmov sp, x10\n\tbr x9\n1:"
+        : "+r"(x0), "+r"(x1)
+        :
+        : "x2", "x3", "x4", "x5", "x6", "x7", "x8", KD_HOST_CLOBBERS);
+}
+#else
+#error "kd_host.h: fibers need a context switch for this CPU (x86_64 and aarch64 have one)"
+#endif
 
 #pragma GCC visibility push(default)
 extern "C" {
+extern __thread kd_host_index kd_host_index_v1 __attribute__((tls_model("initial-exec")));
 int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long long first_block, unsigned long long end_block,
-                          kd_host_index* index, void (*entry)(void*), void* args);
+                          void (*entry)(void*), void* args);
 int kd_host_barrier_v1(int mode, int predicate, const char* file, int line);
 unsigned int kd_host_warp_v1(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b,
                              const char* file, int line);
@@ -136,9 +217,15 @@ void* kd_host_dynamic_shared_v1(void);
 #pragma GCC visibility pop
 
 // ---------------------------------------------------------------------------------------------
-// Thread and block indices. Rule: read-only views of this module's kd_host_index for the
-// running thread; warpSize is 32 as on every NVIDIA GPU.
+// Thread and block indices. Rule: read-only views of the kd_host_index that holds the running
+// CUDA thread's (fiber mode: the OS thread's, in the runtime; loop mode: the module's own, which
+// its loop writes); warpSize is 32 as on every NVIDIA GPU.
+#if KD_HOST_FIBERS
+#define kd_host_ix kd_host_index_v1
+#else
+// Loop mode: the module's own copy, written by its loop; the compiler keeps it in registers.
 static thread_local kd_host_index kd_host_ix;
+#endif
 #define threadIdx (static_cast<const uint3&>(kd_host_ix.thread))
 #define blockIdx (static_cast<const uint3&>(kd_host_ix.block))
 #define blockDim (static_cast<const uint3&>(kd_host_ix.block_dim))
@@ -187,9 +274,10 @@ template <class T> __forceinline__ constexpr unsigned long long bits64(const T& 
 }  // namespace kd_host
 
 // ---------------------------------------------------------------------------------------------
-// Barriers and warp collectives. Rule: in fiber mode each is one runtime call that switches
-// fibers; the call site's file and line (a default argument, so the prelude's overloads keep
-// their signatures) name where threads wait in errors. In loop mode each fails the launch.
+// Barriers and warp collectives. Rule: in fiber mode a thread that waits switches directly to the
+// next runnable thread of its block, inline in the kernel in the common case and through the
+// runtime otherwise; the call site's file and line (default arguments, so the prelude's overloads
+// keep their signatures) name where threads wait in errors. In loop mode each fails the launch.
 #if KD_HOST_FIBERS
 #define KD_HOST_COLLECTIVE(name, call) call
 #else
@@ -197,8 +285,75 @@ template <class T> __forceinline__ constexpr unsigned long long bits64(const T& 
     (kd_host_fail_v1(719, name, "the module was compiled without fibers (KD_HOST_FIBERS=0)", file, line, &kd_host_ix), 0u)
 #endif
 #define KD_HOST_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
+namespace kd_host {
+#if KD_HOST_FIBERS
+// The waiting thread `me` switches to the next runnable thread of its block (s->next, not null).
+__forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me) {
+    kd_host_fiber* const next = s->next;
+    const unsigned int head = ++s->head;
+    s->next = head != s->tail ? &s->fibers[s->ring[head & s->ring_mask]] : nullptr;
+    s->current = next;
+    kd_host_ix.thread = next->tid;
+    kd_host_switch(&me->context, &next->context);
+}
+// __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
+__forceinline__ void barrier(const char* file, int line) {
+    kd_host_block* const s = kd_host_ix.scheduler;
+    if (__builtin_expect(s->arrived + 1 < s->n && s->next != nullptr, 1)) {
+        kd_host_fiber* const me = s->current;
+        ++s->arrived;
+        me->file = file;
+        me->line = line;
+        me->wait = KD_HOST_WAIT_BARRIER;
+        me->op = 0;
+        s->waiters[s->nwait++] = me->linear;
+        switch_to_next(s, me);
+    } else {
+        kd_host_barrier_v1(0, 1, file, line);
+    }
+}
+#endif
+// A warp collective: inline when this lane joins the collective in flight (or starts one)
+// without completing it and another thread can run; the runtime otherwise, which also computes
+// every lane's result when the last one arrives.
+__forceinline__ unsigned int warp(const char* name, unsigned int control, unsigned int mask, kd_host_word* value,
+                                  unsigned int b, const char* file, int line) {
+    (void)name;
+#if KD_HOST_FIBERS
+    kd_host_block* const s = kd_host_ix.scheduler;
+    kd_host_fiber* const me = s->current;
+    const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
+    kd_host_warp* const w = &s->warps[me->linear >> 5];
+    const unsigned int m = mask & w->existing, arrived = w->arrived;
+    if (__builtin_expect((m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
+                             (arrived == 0 || (w->mask == m && w->op == op)) && s->next != nullptr, 1)) {
+        w->in[lane] = *value;
+        w->b[lane] = b;
+        w->control[lane] = control;
+        w->arrived = arrived | bit;
+        w->mask = m;
+        w->op = op;
+        me->file = file;
+        me->line = line;
+        me->wait = KD_HOST_WAIT_WARP;
+        me->op = (unsigned char)op;
+        me->mask = m;
+        switch_to_next(s, me);
+        *value = w->out[lane];
+        return (unsigned int)w->out[lane].lo;
+    }
+    return kd_host_warp_v1(control, mask, value, b, file, line);
+#else
+    return KD_HOST_COLLECTIVE(name, 0);
+#endif
+}
+}  // namespace kd_host
 __forceinline__ void __syncthreads(KD_HOST_SITE) {
-    KD_HOST_COLLECTIVE("__syncthreads", kd_host_barrier_v1(0, 1, file, line));
+#if KD_HOST_FIBERS
+    kd_host::barrier(file, line);
+#else
+    KD_HOST_COLLECTIVE("__syncthreads", 0);
+#endif
 }
 __forceinline__ int __syncthreads_count(int predicate, KD_HOST_SITE) {
     return KD_HOST_COLLECTIVE("__syncthreads_count", kd_host_barrier_v1(1, predicate, file, line));
@@ -210,11 +365,6 @@ __forceinline__ int __syncthreads_or(int predicate, KD_HOST_SITE) {
     return KD_HOST_COLLECTIVE("__syncthreads_or", kd_host_barrier_v1(3, predicate, file, line));
 }
 namespace kd_host {
-__forceinline__ unsigned int warp(const char* name, unsigned int control, unsigned int mask, kd_host_word* value,
-                                  unsigned int b, const char* file, int line) {
-    (void)name;
-    return KD_HOST_COLLECTIVE(name, kd_host_warp_v1(control, mask, value, b, file, line));
-}
 __forceinline__ unsigned int vote(const char* name, int op, unsigned int mask, unsigned long long v, const char* file,
                                   int line) {
     kd_host_word word = {v, 0};
@@ -942,7 +1092,7 @@ template <class Sig, Sig* F> struct kernel {
     static void fiber(void* a) { static_cast<args*>(a)->template call<F>(); }
     static int run_fibers(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
         args a(params);
-        return kd_host_run_fibers_v1(launch, first, end, &kd_host_ix, &fiber, &a);
+        return kd_host_run_fibers_v1(launch, first, end, &fiber, &a);
     }
     __attribute__((flatten)) static int run_loop(const kd_host_launch* launch, void** params, unsigned long long first,
                                                  unsigned long long end) {

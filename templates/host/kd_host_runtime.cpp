@@ -61,8 +61,41 @@ struct kd_host_function {
     int (*run_blocks)(const kd_host_launch*, void**, unsigned long long, unsigned long long);
     unsigned int flags, nparams;
 };
-struct kd_host_index { uint3 thread, block, block_dim, grid_dim; };
+struct kd_host_context { void* sp; void* pc; void* fp; };
+enum { KD_HOST_RUNNABLE, KD_HOST_WAIT_BARRIER, KD_HOST_WAIT_WARP, KD_HOST_WAIT_PENDING };
+struct alignas(64) kd_host_fiber {
+    kd_host_context context;
+    uint3 tid;
+    unsigned int linear;
+    const char* file;
+    int line;
+    unsigned int mask;
+    unsigned int gen;
+    unsigned char wait, op;
+};
 struct alignas(16) kd_host_word { unsigned long long lo, hi; };
+struct kd_host_warp {
+    unsigned int existing, exited, arrived, mask, pending, op;
+    unsigned int b[32], control[32];
+    kd_host_word in[32], out[32];
+};
+struct kd_host_block {
+    kd_host_fiber* current;
+    kd_host_fiber* next;
+    kd_host_fiber* fibers;
+    kd_host_warp* warps;
+    unsigned int* ring;
+    unsigned int* waiters;
+    unsigned int head, tail, ring_mask, nwait;
+    unsigned int arrived, n;
+};
+struct kd_host_index {
+    uint3 thread, block, block_dim, grid_dim;
+    kd_host_block* scheduler;
+};
+// The running CUDA thread of this OS thread, which every module reads (kd_host.h).
+extern "C" __attribute__((visibility("default"))) __thread kd_host_index kd_host_index_v1 KD_TLS;
+__thread kd_host_index kd_host_index_v1 = {};
 enum {
     KD_HOST_WARP_SYNC, KD_HOST_SHFL_IDX, KD_HOST_SHFL_UP, KD_HOST_SHFL_DOWN, KD_HOST_SHFL_BFLY,
     KD_HOST_VOTE_ANY, KD_HOST_VOTE_ALL, KD_HOST_VOTE_UNI, KD_HOST_VOTE_BALLOT, KD_HOST_MATCH_ANY,
@@ -74,49 +107,80 @@ enum {
 enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 801 };
 
 // ---------------------------------------------------------------------------------------------
-// Context switches. Rule: save and restore only what the C ABI says a callee preserves (x86_64
-// SysV: rbx, rbp, r12-r15; aarch64: x19-x30, d8-d15), on the stack being left; no system call.
-//   switch(save, to): save this context into *save, resume `to`.
-//   start(save, top, fn, arg): save this context into *save, call fn(arg) on the stack `top`.
-//   jump(to): resume `to`, abandoning this context.
-extern "C" {
-__attribute__((visibility("hidden"))) void kd_host_ctx_switch(void** save, void* to);
-__attribute__((visibility("hidden"))) void kd_host_ctx_start(void** save, void* top, void (*fn)(void*), void* arg);
-[[noreturn]] __attribute__((visibility("hidden"))) void kd_host_ctx_jump(void* to);
-}
-#if defined(__APPLE__)
-#define KD_ASM_FN(name) ".globl _" #name "\n.private_extern _" #name "\n.p2align 4\n_" #name ":\n"
-#define KD_ASM_END(name)
-#else
-#define KD_ASM_FN(name) ".globl " #name "\n.hidden " #name "\n.type " #name ",%function\n.p2align 4\n" #name ":\n"
-#define KD_ASM_END(name) ".size " #name ", .-" #name "\n"
-#endif
+// Context switches. Rule: a suspended thread of execution is its stack pointer, where its code
+// resumes and its frame pointer (kd_host_context, shared with the shim, whose kd_host_switch is
+// the same switch inline in kernels); the switch is inline assembly that declares every other
+// register clobbered, so the compiler saves only what is live around it, and it writes nothing on
+// the stack. No system call, no ucontext.
+//   switch_to(from, to): suspend into *from, resume *to.
+//   start_on(from, top, fn, arg): suspend into *from, call fn(arg) on the stack below `top`.
+//   jump_to(to): resume *to, abandoning this thread of execution.
+namespace {
 #if defined(__x86_64__)
-#define KD_SAVE "pushq %rbp\n pushq %rbx\n pushq %r12\n pushq %r13\n pushq %r14\n pushq %r15\n"
-#define KD_RESTORE "popq %r15\n popq %r14\n popq %r13\n popq %r12\n popq %rbx\n popq %rbp\n ret\n"
-__asm__(".text\n"
-        KD_ASM_FN(kd_host_ctx_switch) KD_SAVE " movq %rsp, (%rdi)\n movq %rsi, %rsp\n" KD_RESTORE
-        KD_ASM_END(kd_host_ctx_switch)
-        KD_ASM_FN(kd_host_ctx_start) KD_SAVE " movq %rsp, (%rdi)\n movq %rsi, %rsp\n movq %rcx, %rdi\n callq *%rdx\n ud2\n"
-        KD_ASM_END(kd_host_ctx_start)
-        KD_ASM_FN(kd_host_ctx_jump) " movq %rdi, %rsp\n" KD_RESTORE
-        KD_ASM_END(kd_host_ctx_jump));
+#define KD_CLOBBERS \
+    "rax", "rbx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", "xmm0", "xmm1", "xmm2", "xmm3", \
+        "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
+__attribute__((always_inline)) inline void switch_to(kd_host_context* from, const kd_host_context* to) {
+    __asm__ __volatile__(
+        "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t"
+        "movq 16(%%rsi), %%rbp\n\tmovq (%%rsi), %%rsp\n\tjmpq *8(%%rsi)\n1:"
+        : "+d"(from), "+S"(to)
+        :
+        : "rcx", "rdi", KD_CLOBBERS);
+}
+__attribute__((always_inline)) inline void start_on(kd_host_context* from, char* top, void (*fn)(void*), void* arg) {
+    __asm__ __volatile__(
+        "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t"
+        "movq %%rsi, %%rsp\n\tcallq *%%rcx\n\tud2\n1:"
+        : "+d"(from), "+S"(top), "+c"(fn), "+D"(arg)
+        :
+        : KD_CLOBBERS);
+}
+[[noreturn]] __attribute__((always_inline)) inline void jump_to(const kd_host_context* to) {
+    __asm__ __volatile__("movq 16(%0), %%rbp\n\tmovq (%0), %%rsp\n\tjmpq *8(%0)" : : "r"(to) : "memory");
+    __builtin_unreachable();
+}
 #elif defined(__aarch64__)
-#define KD_SAVE \
-    "sub sp, sp, #160\n stp x19, x20, [sp, #0]\n stp x21, x22, [sp, #16]\n stp x23, x24, [sp, #32]\n" \
-    " stp x25, x26, [sp, #48]\n stp x27, x28, [sp, #64]\n stp x29, x30, [sp, #80]\n stp d8, d9, [sp, #96]\n" \
-    " stp d10, d11, [sp, #112]\n stp d12, d13, [sp, #128]\n stp d14, d15, [sp, #144]\n mov x9, sp\n str x9, [x0]\n"
-#define KD_RESTORE \
-    "ldp x19, x20, [sp, #0]\n ldp x21, x22, [sp, #16]\n ldp x23, x24, [sp, #32]\n ldp x25, x26, [sp, #48]\n" \
-    " ldp x27, x28, [sp, #64]\n ldp x29, x30, [sp, #80]\n ldp d8, d9, [sp, #96]\n ldp d10, d11, [sp, #112]\n" \
-    " ldp d12, d13, [sp, #128]\n ldp d14, d15, [sp, #144]\n add sp, sp, #160\n ret\n"
-__asm__(".text\n"
-        KD_ASM_FN(kd_host_ctx_switch) KD_SAVE " mov sp, x1\n" KD_RESTORE KD_ASM_END(kd_host_ctx_switch)
-        KD_ASM_FN(kd_host_ctx_start) KD_SAVE " mov sp, x1\n mov x0, x3\n blr x2\n brk #0\n" KD_ASM_END(kd_host_ctx_start)
-        KD_ASM_FN(kd_host_ctx_jump) " mov sp, x0\n" KD_RESTORE KD_ASM_END(kd_host_ctx_jump));
+#if defined(__APPLE__)
+#define KD_X18  // the platform register: never touched
+#else
+#define KD_X18 "x18",
+#endif
+#define KD_CLOBBERS \
+    "x9", "x10", "x11", "x12", "x13", "x14", "x15", "x16", "x17", KD_X18 "x19", "x20", "x21", "x22", "x23", "x24", "x25", \
+        "x26", "x27", "x28", "x30", "memory", "cc", "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", \
+        "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", "v26", \
+        "v27", "v28", "v29", "v30", "v31"
+__attribute__((always_inline)) inline void switch_to(kd_host_context* from, const kd_host_context* to) {
+    register kd_host_context* x0 __asm__("x0") = from;
+    register const kd_host_context* x1 __asm__("x1") = to;
+    __asm__ __volatile__(
+        "adr x9, 1f\n\tmov x10, sp\n\tstp x10, x9, [x0]\n\tstr x29, [x0, #16]\n\t"
+        "ldr x29, [x1, #16]\n\tldp x10, x9, [x1]\n\tmov sp, x10\n\tbr x9\n1:"
+        : "+r"(x0), "+r"(x1)
+        :
+        : "x2", "x3", "x4", "x5", "x6", "x7", "x8", KD_CLOBBERS);
+}
+__attribute__((always_inline)) inline void start_on(kd_host_context* from, char* top, void (*fn)(void*), void* arg) {
+    register void* x0 __asm__("x0") = arg;
+    register kd_host_context* x1 __asm__("x1") = from;
+    register char* x2 __asm__("x2") = top;
+    register void (*x3)(void*) __asm__("x3") = fn;
+    __asm__ __volatile__(
+        "adr x9, 1f\n\tmov x10, sp\n\tstp x10, x9, [x1]\n\tstr x29, [x1, #16]\n\t"
+        "mov sp, x2\n\tblr x3\n\tbrk #0\n1:"
+        : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3)
+        :
+        : "x4", "x5", "x6", "x7", "x8", KD_CLOBBERS);
+}
+[[noreturn]] __attribute__((always_inline)) inline void jump_to(const kd_host_context* to) {
+    __asm__ __volatile__("ldr x29, [%0, #16]\n\tldp x10, x9, [%0]\n\tmov sp, x10\n\tbr x9" : : "r"(to) : "x9", "x10", "memory");
+    __builtin_unreachable();
+}
 #else
 #error "kd_host_runtime.cpp: fibers need a context switch for this CPU (x86_64 and aarch64 have one)"
 #endif
+}  // namespace
 
 namespace {
 
@@ -240,35 +304,10 @@ private:
 };
 
 // ---------------------------------------------------------------------------------------------
-// A block's threads as fibers. Rule: see the top of this file; the hot paths (a barrier, a
-// collective, a thread's start and finish) touch the waiting thread's record, its warp's and a
-// ring of runnable thread ids, and switch once.
-enum Wait : unsigned char { kRunnable, kBarrier, kWarp, kPending };
-
-struct Fiber {
-    void* sp;        // the saved context while it waits
-    Stack* stack;    // while started and not finished
-    uint3 tid;
-    unsigned int linear;
-    unsigned int gen;    // the barrier generation it waits in
-    unsigned char wait;  // Wait
-    unsigned char op;    // the barrier mode or warp operation it waits at
-    unsigned int mask;   // the collective's mask
-    const char* file;
-    int line;
-};
-
-struct Warp {
-    unsigned int existing;  // lanes of the block
-    unsigned int exited;    // lanes that finished
-    unsigned int arrived;   // lanes at the collective in flight
-    unsigned int mask;      // its lanes (the mask, less lanes the block does not have)
-    unsigned int pending;   // lanes waiting to start a collective with another mask
-    unsigned int op;
-    unsigned int b[32], control[32];
-    kd_host_word in[32], out[32];
-};
-
+// A block's threads as fibers. Rule: see the top of this file. The block's state is the
+// kd_host_block the shim's inline fast paths also use: a thread that waits records where, joins
+// the waiters (barrier) or its warp's collective in flight, and switches to the head of the ring
+// of runnable threads; the last to arrive releases the others into the ring and carries on.
 const char* const kBarrierNames[] = {"__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or"};
 const char* const kWarpNames[] = {
     "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__any_sync", "__all_sync",
@@ -302,78 +341,76 @@ public:
     explicit Scheduler(ThreadContext* owner) : owner_(owner) {}
 
     // Sizes the records for a launch's blocks and binds the module's index and thread entry.
-    bool prepare(const kd_host_launch* launch, kd_host_index* ix, void (*entry)(void*), void* args) {
+    void prepare(const kd_host_launch* launch, void (*entry)(void*), void* args) {
+        kd_host_index* ix = &kd_host_index_v1;
         ix_ = ix;
         entry_ = entry;
         args_ = args;
         bx_ = launch->block[0];
         by_ = launch->block[1];
-        n_ = launch->block[0] * launch->block[1] * launch->block[2];
-        const unsigned int warps = (n_ + 31) / 32;
-        if (fibers_.size() < n_) fibers_.resize(n_);
+        const unsigned int n = launch->block[0] * launch->block[1] * launch->block[2], warps = (n + 31) / 32;
+        if (fibers_.size() < n) {
+            fibers_.resize(n);
+            stacks_.resize(n);
+        }
         if (warps_.size() < warps) warps_.resize(warps);
         unsigned int capacity = 1;
-        while (capacity < n_) capacity <<= 1;
+        while (capacity < n) capacity <<= 1;
         if (ring_a_.size() < capacity) {
             ring_a_.resize(capacity);
             ring_b_.resize(capacity);
         }
-        ring_mask_ = capacity - 1;
         for (unsigned int w = 0; w < warps; ++w) {
-            const unsigned int lanes = n_ - 32 * w;
+            const unsigned int lanes = n - 32 * w;
             warps_[w].existing = lanes >= 32 ? 0xffffffffu : (1u << lanes) - 1u;
         }
+        b_.fibers = fibers_.data();
+        b_.warps = warps_.data();
+        b_.ring_mask = capacity - 1;
+        b_.n = n;
         nwarps_ = warps;
-        return true;
+        ix->scheduler = &b_;
     }
 
     // Runs one block's threads to completion; 0, or the error code (the message is the owner's).
     int run_block();
 
     bool active() const { return active_; }
-    Fiber* current() const { return current_; }
-    kd_host_index* index() const { return ix_; }
 
     int barrier(int mode, int predicate, const char* file, int line) {
-        Fiber* f = current_;
+        kd_host_fiber* f = b_.current;
         const unsigned int g = gen_;
         count_[g & 1] += predicate != 0;
-        if (++arrived_ == n_) {  // the last thread: release the others and carry on
-            arrived_ = 0;
+        if (++b_.arrived == b_.n) {  // the last thread: release the others and carry on
+            b_.arrived = 0;
             gen_ = g + 1;
             count_[(g + 1) & 1] = 0;
             release_waiters();
             return result(mode, count_[g & 1]);
         }
-        f->wait = kBarrier;
-        f->op = (unsigned char)mode;
-        f->file = file;
-        f->line = line;
+        wait_at(f, KD_HOST_WAIT_BARRIER, (unsigned int)mode, 0, file, line);
         f->gen = g;
-        waiters_[nwait_++] = f->linear;
+        b_.waiters[b_.nwait++] = f->linear;
         suspend(f);
         return result(mode, count_[g & 1]);
     }
 
     unsigned int warp(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b, const char* file,
                       int line) {
-        Fiber* f = current_;
+        kd_host_fiber* f = b_.current;
         const unsigned int lane = f->linear & 31u, bit = 1u << lane, op = control & 0xffu;
-        Warp& w = warps_[f->linear >> 5];
+        kd_host_warp& w = b_.warps[f->linear >> 5];
         const unsigned int m = mask & w.existing;
-        if (__builtin_expect(!(m & bit), 0))
-            collective_error(f, op, mask, file, line, format("its mask 0x%08x does not name the calling lane %u", mask, lane));
+        if (__builtin_expect(!(m & bit), 0)) collective_error(f, op, mask, file, line, "its mask does not name the calling lane");
         for (;;) {
-            if (__builtin_expect(m & w.exited, 0))
-                collective_error(f, op, mask, file, line, format("lanes 0x%08x named in the mask have exited", m & w.exited));
+            if (__builtin_expect(m & w.exited, 0)) collective_error(f, op, mask, file, line, "lanes named in the mask have exited");
             if (w.arrived == 0 || w.mask == m) break;
             w.pending |= bit;  // a collective over other lanes is in flight: wait for it to complete
-            wait_at(f, kPending, op, m, file, line);
+            wait_at(f, KD_HOST_WAIT_PENDING, op, m, file, line);
             suspend(f);
         }
         if (__builtin_expect(w.arrived != 0 && w.op != op, 0))
-            collective_error(f, op, mask, file, line,
-                             format("lanes 0x%08x of its warp are at %s instead", w.arrived, warp_name(w.op)));
+            collective_error(f, op, mask, file, line, "other lanes of its warp are at another collective");
         w.in[lane] = *value;
         w.b[lane] = b;
         w.control[lane] = control;
@@ -383,7 +420,7 @@ public:
         if (w.arrived == m) {
             complete(w, f->linear & ~31u, lane);
         } else {
-            wait_at(f, kWarp, op, m, file, line);
+            wait_at(f, KD_HOST_WAIT_WARP, op, m, file, line);
             suspend(f);
         }
         *value = w.out[lane];
@@ -391,19 +428,19 @@ public:
     }
 
     unsigned int activemask() const {
-        const Warp& w = warps_[current_->linear >> 5];
+        const kd_host_warp& w = b_.warps[b_.current->linear >> 5];
         return w.existing & ~w.exited;
     }
 
     // Lets the others run: the next runnable thread, else the next to start, else the OS.
     void yield() {
-        Fiber* f = current_;
-        f->wait = kRunnable;
-        if (head_ != tail_) {
-            Fiber* next = pop();
+        kd_host_fiber* f = b_.current;
+        f->wait = KD_HOST_RUNNABLE;
+        if (b_.head != b_.tail) {
+            kd_host_fiber* next = pop();
             push(f->linear);
             resume(f, next);
-        } else if (next_start_ < n_) {
+        } else if (next_start_ < b_.n) {
             push(f->linear);
             start_next(f);
         } else {
@@ -420,13 +457,13 @@ private:
     int result(int mode, int count) const {
         switch (mode) {
         case 1: return count;
-        case 2: return count == (int)n_;
+        case 2: return count == (int)b_.n;
         case 3: return count != 0;
         default: return 0;
         }
     }
 
-    void wait_at(Fiber* f, Wait kind, unsigned int op, unsigned int mask, const char* file, int line) {
+    static void wait_at(kd_host_fiber* f, unsigned char kind, unsigned int op, unsigned int mask, const char* file, int line) {
         f->wait = kind;
         f->op = (unsigned char)op;
         f->mask = mask;
@@ -434,89 +471,99 @@ private:
         f->line = line;
     }
 
-    void push(unsigned int linear) { ring_[tail_++ & ring_mask_] = linear; }
-    Fiber* pop() { return &fibers_[ring_[head_++ & ring_mask_]]; }
+    // The ring of runnable threads; b_.next caches the thread at its head for the inline paths.
+    void push(unsigned int linear) {
+        if (b_.head == b_.tail) b_.next = &b_.fibers[linear];
+        b_.ring[b_.tail++ & b_.ring_mask] = linear;
+    }
+    kd_host_fiber* pop() {
+        kd_host_fiber* f = b_.next;
+        const unsigned int head = ++b_.head;
+        b_.next = head != b_.tail ? &b_.fibers[b_.ring[head & b_.ring_mask]] : nullptr;
+        return f;
+    }
 
     void release_waiters() {
-        if (head_ == tail_) {  // the usual case: nothing else is runnable, so the waiters become the ring
-            unsigned int* t = ring_;
-            ring_ = waiters_;
-            waiters_ = t;
-            head_ = 0;
-            tail_ = nwait_;
+        if (b_.head == b_.tail) {  // the usual case: nothing else is runnable, so the waiters become the ring
+            unsigned int* t = b_.ring;
+            b_.ring = b_.waiters;
+            b_.waiters = t;
+            b_.head = 0;
+            b_.tail = b_.nwait;
+            b_.next = b_.nwait ? &b_.fibers[b_.ring[0]] : nullptr;
         } else {
-            for (unsigned int i = 0; i < nwait_; ++i) push(waiters_[i]);
+            for (unsigned int i = 0; i < b_.nwait; ++i) push(b_.waiters[i]);
         }
-        nwait_ = 0;
+        b_.nwait = 0;
     }
 
-    void resume(Fiber* from, Fiber* to) {
-        current_ = to;
+    void resume(kd_host_fiber* from, kd_host_fiber* to) {
+        b_.current = to;
         ix_->thread = to->tid;
-        kd_host_ctx_switch(&from->sp, to->sp);
+        switch_to(&from->context, &to->context);
     }
 
-    void start_next(Fiber* from) {
+    void start_next(kd_host_fiber* from) {
         starting_ = owner_stack();
-        kd_host_ctx_start(&from->sp, starting_->top, &fiber_main, this);
+        start_on(&from->context, starting_->top, &fiber_main, this);
     }
 
     // The waiting thread f switches to the next runnable one, or starts the next thread; with
     // neither, no thread can ever proceed.
-    void suspend(Fiber* f) {
-        if (head_ != tail_) resume(f, pop());
-        else if (next_start_ < n_) start_next(f);
+    void suspend(kd_host_fiber* f) {
+        if (b_.head != b_.tail) resume(f, pop());
+        else if (next_start_ < b_.n) start_next(f);
         else deadlock();
     }
 
     // A thread returned from the kernel. Returns when the next thread should start on its stack;
     // otherwise switches away for good.
-    void finish(Fiber* f) {
-        Warp& w = warps_[f->linear >> 5];
+    void finish(kd_host_fiber* f) {
+        kd_host_warp& w = b_.warps[f->linear >> 5];
         const unsigned int bit = 1u << (f->linear & 31u);
         w.exited |= bit;
         ++done_;
         if (__builtin_expect(w.arrived != 0 && (w.mask & bit) != 0, 0)) exited_in_collective(f, w);
-        if (head_ != tail_) {
-            Fiber* next = pop();
-            release(f);
-            current_ = next;
+        if (b_.head != b_.tail) {
+            kd_host_fiber* next = pop();
+            release(f->linear);
+            b_.current = next;
             ix_->thread = next->tid;
-            kd_host_ctx_jump(next->sp);
+            jump_to(&next->context);
         }
-        if (next_start_ < n_) return;
-        release(f);
-        if (done_ == n_) kd_host_ctx_jump(main_sp_);
+        if (next_start_ < b_.n) return;
+        release(f->linear);
+        if (done_ == b_.n) jump_to(&main_);
         deadlock();
     }
 
-    void complete(Warp& w, unsigned int first, unsigned int self);
+    void complete(kd_host_warp& w, unsigned int first, unsigned int self);
     Stack* owner_stack();
-    void release(Fiber* f);
-    [[noreturn]] void deadlock();
-    [[noreturn]] void exited_in_collective(Fiber* f, const Warp& w);
-    [[noreturn]] void collective_error(Fiber* f, unsigned int op, unsigned int mask, const char* file, int line,
-                                       const std::string& why);
+    void release(unsigned int linear);
+    // The error paths, kept out of line so the hot paths' frames stay small.
+    [[noreturn]] __attribute__((noinline, cold)) void deadlock();
+    [[noreturn]] __attribute__((noinline, cold)) void exited_in_collective(kd_host_fiber* f, const kd_host_warp& w);
+    [[noreturn]] __attribute__((noinline, cold)) void collective_error(kd_host_fiber* f, unsigned int op, unsigned int mask,
+                                                                       const char* file, int line, const char* why);
+    [[noreturn]] __attribute__((noinline, cold)) void out_of_stacks();
     std::string where() const;
 
+    kd_host_block b_ = {};  // first: what the shim reads
     ThreadContext* owner_;
     kd_host_index* ix_ = nullptr;
     void (*entry_)(void*) = nullptr;
     void* args_ = nullptr;
-    unsigned int n_ = 0, nwarps_ = 0, bx_ = 1, by_ = 1;
-    std::vector<Fiber> fibers_;
-    std::vector<Warp> warps_;
+    unsigned int nwarps_ = 0, bx_ = 1, by_ = 1;
+    std::vector<kd_host_fiber> fibers_;
+    std::vector<Stack*> stacks_;  // each started thread's, until it finishes
+    std::vector<kd_host_warp> warps_;
     std::vector<unsigned int> ring_a_, ring_b_;
-    unsigned int* ring_ = nullptr;     // runnable threads, FIFO
-    unsigned int* waiters_ = nullptr;  // threads at the block barrier, in arrival order
-    unsigned int ring_mask_ = 0, head_ = 0, tail_ = 0, nwait_ = 0;
     unsigned int next_start_ = 0, done_ = 0;
     uint3 next_tid_ = {0, 0, 0};
-    unsigned int arrived_ = 0, gen_ = 0;
+    unsigned int gen_ = 0;
     int count_[2] = {0, 0};
-    Fiber* current_ = nullptr;
     Stack* starting_ = nullptr;
-    void* main_sp_ = nullptr;
+    kd_host_context main_ = {nullptr, nullptr, nullptr};  // the OS thread's context, which runs the block
     bool active_ = false;
     int code_ = 0;
 };
@@ -560,28 +607,25 @@ const char* kernel_name(const ThreadContext& c) { return c.function ? c.function
 
 Stack* Scheduler::owner_stack() {
     Stack* s = owner_->stacks.get();
-    if (__builtin_expect(s == nullptr, 0)) {
-        owner_->error = format("kernel '%s' %s: out of memory for the stacks of its %u threads", kernel_name(*owner_),
-                               block_name(ix_).c_str(), n_);
-        fail(kLaunchFailed);
-    }
+    if (__builtin_expect(s == nullptr, 0)) out_of_stacks();
     return s;
 }
 
-void Scheduler::release(Fiber* f) {
-    owner_->stacks.put(f->stack);
-    f->stack = nullptr;
+void Scheduler::release(unsigned int linear) {
+    owner_->stacks.put(stacks_[linear]);
+    stacks_[linear] = nullptr;
 }
 
 void fiber_main(void* scheduler) {
     Scheduler* s = static_cast<Scheduler*>(scheduler);
     Stack* stack = s->starting_;
     for (;;) {
-        Fiber* f = &s->fibers_[s->next_start_];
-        f->linear = s->next_start_++;
-        f->stack = stack;
+        const unsigned int linear = s->next_start_++;
+        kd_host_fiber* f = &s->b_.fibers[linear];
+        f->linear = linear;
         f->tid = s->next_tid_;
-        f->wait = kRunnable;
+        f->wait = KD_HOST_RUNNABLE;
+        s->stacks_[linear] = stack;
         if (++s->next_tid_.x == s->bx_) {
             s->next_tid_.x = 0;
             if (++s->next_tid_.y == s->by_) {
@@ -589,19 +633,20 @@ void fiber_main(void* scheduler) {
                 ++s->next_tid_.z;
             }
         }
-        s->current_ = f;
+        s->b_.current = f;
         s->ix_->thread = f->tid;
         s->entry_(s->args_);
         s->finish(f);
-        f->stack = nullptr;  // the stack now belongs to the next thread
+        s->stacks_[linear] = nullptr;  // the stack now belongs to the next thread
     }
 }
 
 int Scheduler::run_block() {
-    head_ = tail_ = nwait_ = 0;
-    ring_ = ring_a_.data();
-    waiters_ = ring_b_.data();
-    next_start_ = done_ = arrived_ = gen_ = 0;
+    b_.head = b_.tail = b_.nwait = b_.arrived = 0;
+    b_.next = nullptr;
+    b_.ring = ring_a_.data();
+    b_.waiters = ring_b_.data();
+    next_start_ = done_ = gen_ = 0;
     next_tid_ = uint3{0, 0, 0};
     count_[0] = count_[1] = 0;
     code_ = 0;
@@ -612,21 +657,21 @@ int Scheduler::run_block() {
         return kLaunchFailed;
     }
     active_ = true;
-    kd_host_ctx_start(&main_sp_, starting_->top, &fiber_main, this);
+    start_on(&main_, starting_->top, &fiber_main, this);
     active_ = false;
     if (code_) {  // abandoned threads: take their stacks back
         for (unsigned int i = 0; i < next_start_; ++i)
-            if (fibers_[i].stack) release(&fibers_[i]);
+            if (stacks_[i]) release(i);
     }
     return code_;
 }
 
 void Scheduler::fail(int code) {
     code_ = code;
-    kd_host_ctx_jump(main_sp_);
+    jump_to(&main_);
 }
 
-void Scheduler::complete(Warp& w, unsigned int first, unsigned int self) {
+void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self) {
     const unsigned int m = w.mask, op = w.op;
     if (op >= KD_HOST_SHFL_IDX && op <= KD_HOST_SHFL_BFLY) {
         for (unsigned int bits = m; bits; bits &= bits - 1) {
@@ -691,18 +736,18 @@ void Scheduler::complete(Warp& w, unsigned int first, unsigned int self) {
 }
 
 // "__syncthreads at f.body:5" / "__shfl_down_sync (mask 0xffffffff) at f.body:9"
-std::string site(const Fiber& f) {
-    const bool block = f.wait == kBarrier;
+std::string site(const kd_host_fiber& f) {
+    const bool block = f.wait == KD_HOST_WAIT_BARRIER;
     const char* name = block ? kBarrierNames[f.op & 3] : warp_name(f.op);
     std::string s = block ? std::string(name) : format("%s (mask 0x%08x)", name, f.mask);
     s += format(" at %s:%d", f.file ? f.file : "?", f.line);
-    if (f.wait == kPending) s += ", waiting for its warp's collective over other lanes";
+    if (f.wait == KD_HOST_WAIT_PENDING) s += ", waiting for its warp's collective over other lanes";
     return s;
 }
 
 std::string Scheduler::where() const {
     std::string s = format("kernel '%s' %s", kernel_name(*owner_), block_name(ix_).c_str());
-    if (by_ > 1 || n_ > bx_) s += format(" (threads by linear id x + %u * (y + %u * z))", bx_, by_);
+    if (by_ > 1 || b_.n > bx_) s += format(" (threads by linear id x + %u * (y + %u * z))", bx_, by_);
     return s;
 }
 
@@ -711,18 +756,18 @@ void Scheduler::deadlock() {
     std::vector<std::pair<std::string, std::vector<unsigned int>>> groups;
     std::vector<unsigned int> exited;
     for (unsigned int i = 0; i < next_start_; ++i) {
-        if (warps_[i >> 5].exited & (1u << (i & 31u))) {
+        if (b_.warps[i >> 5].exited & (1u << (i & 31u))) {
             exited.push_back(i);
             continue;
         }
-        const std::string at = site(fibers_[i]);
+        const std::string at = site(b_.fibers[i]);
         size_t g = 0;
         while (g < groups.size() && groups[g].first != at) ++g;
         if (g == groups.size()) groups.emplace_back(at, std::vector<unsigned int>());
         groups[g].second.push_back(i);
     }
     std::string message = where();
-    if (groups.size() == 1 && fibers_[groups[0].second[0]].wait == kBarrier) {
+    if (groups.size() == 1 && b_.fibers[groups[0].second[0]].wait == KD_HOST_WAIT_BARRIER) {
         message += format(": %s is not reached by every thread of the block: threads %s wait there",
                           groups[0].first.c_str(), ranges(groups[0].second).c_str());
     } else {
@@ -736,20 +781,31 @@ void Scheduler::deadlock() {
     fail(kLaunchFailed);
 }
 
-void Scheduler::exited_in_collective(Fiber* f, const Warp& w) {
+void Scheduler::exited_in_collective(kd_host_fiber* f, const kd_host_warp& w) {
     std::vector<unsigned int> waiting;
     for (unsigned int bits = w.arrived; bits; bits &= bits - 1)
         waiting.push_back((f->linear & ~31u) + (unsigned int)__builtin_ctz(bits));
-    const Fiber& first = fibers_[waiting.front()];
+    const kd_host_fiber& first = b_.fibers[waiting.front()];
     owner_->error = format("%s: thread %u exited while threads %s wait for it at %s", where().c_str(), f->linear,
                            ranges(waiting).c_str(), site(first).c_str());
     fail(kLaunchFailed);
 }
 
-void Scheduler::collective_error(Fiber* f, unsigned int op, unsigned int mask, const char* file, int line,
-                                 const std::string& why) {
+void Scheduler::collective_error(kd_host_fiber* f, unsigned int op, unsigned int mask, const char* file, int line,
+                                 const char* why) {
+    const kd_host_warp& w = b_.warps[f->linear >> 5];
+    std::string detail = why;
+    if (!(mask & w.existing & (1u << (f->linear & 31u)))) detail += format(" (lane %u)", f->linear & 31u);
+    else if (mask & w.existing & w.exited) detail = format("lanes 0x%08x named in the mask have exited", mask & w.existing & w.exited);
+    else if (w.arrived) detail = format("lanes 0x%08x of its warp are at %s instead", w.arrived, warp_name(w.op));
     owner_->error = format("%s thread %u: %s (mask 0x%08x) at %s:%d: %s", where().c_str(), f->linear, warp_name(op),
-                           mask, file ? file : "?", line, why.c_str());
+                           mask, file ? file : "?", line, detail.c_str());
+    fail(kLaunchFailed);
+}
+
+void Scheduler::out_of_stacks() {
+    owner_->error = format("kernel '%s' %s: out of memory for the stacks of its %u threads", kernel_name(*owner_),
+                           block_name(ix_).c_str(), b_.n);
     fail(kLaunchFailed);
 }
 
@@ -1030,10 +1086,11 @@ enum { kAttributeCooperative = 2, kAttributeClusterDimension = 4 };
 // ---------------------------------------------------------------------------------------------
 // The entries kernel modules call (declared in kd_host.h).
 KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long long first, unsigned long long end,
-                                    kd_host_index* ix, void (*entry)(void*), void* args) {
+                                    void (*entry)(void*), void* args) {
     ThreadContext& c = context();
     Scheduler& s = c.scheduler;
-    s.prepare(launch, ix, entry, args);
+    kd_host_index* ix = &kd_host_index_v1;
+    s.prepare(launch, entry, args);
     const unsigned int gx = launch->grid[0], gy = launch->grid[1];
     ix->block_dim = uint3{launch->block[0], launch->block[1], launch->block[2]};
     ix->grid_dim = uint3{gx, gy, launch->grid[2]};
@@ -1087,8 +1144,8 @@ KD_EXPORT void* kd_host_dynamic_shared_v1(void) {
     return c.dynamic_shared;
 }
 
-KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file, int line,
-                                            const kd_host_index* ix) {
+KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file,
+                                                         int line, const kd_host_index* ix) {
     ThreadContext& c = context();
     c.error = format("kernel '%s' block (%u,%u,%u) thread (%u,%u,%u): %s at %s:%d%s%s", kernel_name(c), ix->block.x,
                      ix->block.y, ix->block.z, ix->thread.x, ix->thread.y, ix->thread.z, what, file ? file : "?", line,
