@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -1138,3 +1140,63 @@ def test_inline_ptx_is_refused_at_compile_time_naming_it(build_dir: Path) -> Non
     source = 'extern "C" __global__ void kd_ptx(int* x) { asm volatile("membar.gl;"); }\nKD_HOST_KERNEL(kd_ptx, int*)\n'
     with pytest.raises(AssertionError, match="inline PTX \\(asm\\) has no host equivalent"):
         compile_module(build_dir, "ptx", source, fibers=False)
+
+
+# --- the micro-bench (KERNELDSL_HOST_BENCH=1; prints figures, asserts none) -------------------------
+
+SOURCES["bench"] = r"""
+extern "C" __global__ void kd_bench_empty(int* out, int k) {  // a thread that never waits
+    if ((int)threadIdx.x == k) { __syncthreads(); out[0] = 1; }
+}
+KD_HOST_KERNEL(kd_bench_empty, int*, int)
+extern "C" __global__ void kd_bench_barriers(int* out, int k) {
+    for (int i = 0; i < k; ++i) __syncthreads();
+    if ((int)threadIdx.x == -1) out[0] = 1;
+}
+KD_HOST_KERNEL(kd_bench_barriers, int*, int)
+extern "C" __global__ void kd_bench_shuffles(int* out, int k) {
+    int v = threadIdx.x;
+    for (int i = 0; i < k; ++i) v += __shfl_xor_sync(0xffffffffu, v, 1);
+    if (v == -1) out[0] = v;
+}
+KD_HOST_KERNEL(kd_bench_shuffles, int*, int)
+"""
+
+SOURCES["bench_loop"] = r"""
+extern "C" __global__ void kd_bench_loop(int* out, int k) {
+    if ((int)threadIdx.x == k) out[0] = 1;
+}
+KD_HOST_KERNEL(kd_bench_loop, int*, int)
+"""
+
+
+@pytest.mark.skipif(not os.environ.get("KERNELDSL_HOST_BENCH"), reason="a micro-bench: set KERNELDSL_HOST_BENCH=1")
+def test_micro_bench_fiber_and_loop_costs_per_cuda_thread(
+    kernels: Callable[..., Module], workers: Callable[[int], None]
+) -> None:
+    """Per CUDA thread, on one worker, from the best of 15 launches of 2^19 threads in blocks of
+    256, in this thread's CPU time: loop mode; a fiber-mode thread that starts and finishes
+    without waiting; one that waits at a barrier, less one barrier (start and finish of a thread
+    that needs its own stack); a barrier and a shuffle (the slope over 1 to 9 of them)."""
+    workers(1)
+    out = np.zeros(1, np.int32)
+    threads, block = 1 << 19, 256
+
+    def per_thread(name: str, entry: str, k: int, fibers: bool = True) -> float:
+        module = kernels(name, fibers)
+        best = math.inf
+        for _ in range(15):
+            start = time.thread_time()
+            module.run(entry, [threads // block], [block], [out, i32(k)])
+            best = min(best, time.thread_time() - start)
+        return best * 1e9 / threads
+
+    loop = per_thread("bench_loop", "kd_bench_loop", -1, fibers=False)
+    empty = per_thread("bench", "kd_bench_empty", -1)
+    b1, b9 = (per_thread("bench", "kd_bench_barriers", k) for k in (1, 9))
+    s1, s9 = (per_thread("bench", "kd_bench_shuffles", k) for k in (1, 9))
+    barrier, shuffle = (b9 - b1) / 8, (s9 - s1) / 8
+    print(
+        f"\nper CUDA thread: loop mode {loop:.2f} ns; fiber start+finish {empty:.2f} ns without waiting, "
+        f"{b1 - barrier:.2f} ns with its own stack; barrier {barrier:.2f} ns; shuffle {shuffle:.2f} ns"
+    )

@@ -113,24 +113,23 @@ struct kd_host_function {  // exported by each kernel module as kd_host_fn_<entr
 // there; everything else (the last to arrive, starting threads, errors) calls the runtime.
 struct kd_host_context { void* sp; void* pc; void* fp; };
 enum { KD_HOST_RUNNABLE, KD_HOST_WAIT_BARRIER, KD_HOST_WAIT_WARP, KD_HOST_WAIT_PENDING };
+struct kd_host_warp;
 struct alignas(64) kd_host_fiber {  // a thread of the running block
     kd_host_context context;  // while it waits
     uint3 tid;
     unsigned int linear;  // x + blockDim.x * (y + blockDim.y * z)
-    const char* file;     // where it waits, for errors
+    kd_host_warp* warp;
+    const char* file;  // where it waits, for errors
     int line;
-    unsigned int mask;  // the collective's mask
-    unsigned int gen;   // the barrier generation it waits in
     unsigned char wait, op;
 };
 struct __attribute__((aligned(16))) kd_host_word { unsigned long long lo, hi; };  // a collective's value
 struct kd_host_warp {  // the collective in flight in a warp
     unsigned int existing, exited, arrived, mask, pending, op;  // lane masks; the operation
-    unsigned int b[32], control[32];                            // each lane's operands
+    unsigned long long operands[32];                            // each lane's b | control << 32
     kd_host_word in[32], out[32];                               // each lane's value and result
 };
 struct kd_host_block {  // the running block's scheduling state
-    kd_host_fiber* current;
     kd_host_fiber* next;    // the thread at the head of the ring, or null when none is runnable
     kd_host_fiber* fibers;  // by linear thread id
     kd_host_warp* warps;
@@ -144,7 +143,9 @@ struct kd_host_block {  // the running block's scheduling state
 // fast paths) at every fiber switch.
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim;
-    kd_host_block* scheduler;  // fiber mode: the running block's
+    kd_host_block* scheduler;  // fiber mode: the running block's state,
+    kd_host_fiber* fiber;      // the running thread's record
+    kd_host_warp* warp;        // and its warp's
 };
 // Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
 enum {
@@ -282,7 +283,7 @@ template <class T> __forceinline__ constexpr unsigned long long bits64(const T& 
 #define KD_HOST_COLLECTIVE(name, call) call
 #else
 #define KD_HOST_COLLECTIVE(name, call) \
-    (kd_host_fail_v1(719, name, "the module was compiled without fibers (KD_HOST_FIBERS=0)", file, line, &kd_host_ix), 0u)
+    (kd_host_fail_v1(719, name, "the module was compiled without fibers (KD_HOST_FIBERS=0)", file, line, &kd_host_ix), call)
 #endif
 #define KD_HOST_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
 namespace kd_host {
@@ -292,15 +293,16 @@ __forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me) {
     kd_host_fiber* const next = s->next;
     const unsigned int head = ++s->head;
     s->next = head != s->tail ? &s->fibers[s->ring[head & s->ring_mask]] : nullptr;
-    s->current = next;
     kd_host_ix.thread = next->tid;
+    kd_host_ix.fiber = next;
+    kd_host_ix.warp = next->warp;
     kd_host_switch(&me->context, &next->context);
 }
 // __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
 __forceinline__ void barrier(const char* file, int line) {
     kd_host_block* const s = kd_host_ix.scheduler;
     if (__builtin_expect(s->arrived + 1 < s->n && s->next != nullptr, 1)) {
-        kd_host_fiber* const me = s->current;
+        kd_host_fiber* const me = kd_host_ix.fiber;
         ++s->arrived;
         me->file = file;
         me->line = line;
@@ -315,36 +317,37 @@ __forceinline__ void barrier(const char* file, int line) {
 #endif
 // A warp collective: inline when this lane joins the collective in flight (or starts one)
 // without completing it and another thread can run; the runtime otherwise, which also computes
-// every lane's result when the last one arrives.
-__forceinline__ unsigned int warp(const char* name, unsigned int control, unsigned int mask, kd_host_word* value,
+// every lane's result when the last one arrives. Values travel in registers (a 16-byte word).
+__forceinline__ kd_host_word warp(const char* name, unsigned int control, unsigned int mask, kd_host_word value,
                                   unsigned int b, const char* file, int line) {
     (void)name;
 #if KD_HOST_FIBERS
     kd_host_block* const s = kd_host_ix.scheduler;
-    kd_host_fiber* const me = s->current;
+    kd_host_fiber* const me = kd_host_ix.fiber;
+    kd_host_warp* const w = kd_host_ix.warp;
     const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
-    kd_host_warp* const w = &s->warps[me->linear >> 5];
     const unsigned int m = mask & w->existing, arrived = w->arrived;
     if (__builtin_expect((m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
                              (arrived == 0 || (w->mask == m && w->op == op)) && s->next != nullptr, 1)) {
-        w->in[lane] = *value;
-        w->b[lane] = b;
-        w->control[lane] = control;
+        w->in[lane].lo = value.lo;  // field by field: a whole-word copy would go through memory
+        w->in[lane].hi = value.hi;
+        w->operands[lane] = b | (unsigned long long)control << 32;
         w->arrived = arrived | bit;
         w->mask = m;
         w->op = op;
         me->file = file;
         me->line = line;
-        me->wait = KD_HOST_WAIT_WARP;
-        me->op = (unsigned char)op;
-        me->mask = m;
+        me->wait = KD_HOST_WAIT_WARP;  // at its warp's collective: the warp holds its op and mask
         switch_to_next(s, me);
-        *value = w->out[lane];
-        return (unsigned int)w->out[lane].lo;
+        return w->out[lane];
     }
-    return kd_host_warp_v1(control, mask, value, b, file, line);
+    kd_host_word word;  // the runtime's copy: the fast path's value stays in registers
+    word.lo = value.lo;
+    word.hi = value.hi;
+    kd_host_warp_v1(control, mask, &word, b, file, line);
+    return word;
 #else
-    return KD_HOST_COLLECTIVE(name, 0);
+    return KD_HOST_COLLECTIVE(name, value);
 #endif
 }
 }  // namespace kd_host
@@ -367,8 +370,32 @@ __forceinline__ int __syncthreads_or(int predicate, KD_HOST_SITE) {
 namespace kd_host {
 __forceinline__ unsigned int vote(const char* name, int op, unsigned int mask, unsigned long long v, const char* file,
                                   int line) {
-    kd_host_word word = {v, 0};
-    return warp(name, (unsigned int)op, mask, &word, 0, file, line);
+    return (unsigned int)warp(name, (unsigned int)op, mask, kd_host_word{v, 0}, 0, file, line).lo;
+}
+// A value of up to 16 bytes as a word and back, in registers for the usual sizes.
+template <class T> __forceinline__ kd_host_word to_word(const T& v) {
+    if constexpr (sizeof(T) == 16) return __builtin_bit_cast(kd_host_word, v);
+    else if constexpr (sizeof(T) == 8) return kd_host_word{__builtin_bit_cast(unsigned long long, v), 0};
+    else if constexpr (sizeof(T) == 4) return kd_host_word{__builtin_bit_cast(unsigned int, v), 0};
+    else if constexpr (sizeof(T) == 2) return kd_host_word{__builtin_bit_cast(unsigned short, v), 0};
+    else if constexpr (sizeof(T) == 1) return kd_host_word{__builtin_bit_cast(unsigned char, v), 0};
+    else {
+        kd_host_word w = {0, 0};
+        __builtin_memcpy(&w, &v, sizeof(T));
+        return w;
+    }
+}
+template <class T> __forceinline__ T from_word(const kd_host_word& w) {
+    if constexpr (sizeof(T) == 16) return __builtin_bit_cast(T, w);
+    else if constexpr (sizeof(T) == 8) return __builtin_bit_cast(T, w.lo);
+    else if constexpr (sizeof(T) == 4) return __builtin_bit_cast(T, (unsigned int)w.lo);
+    else if constexpr (sizeof(T) == 2) return __builtin_bit_cast(T, (unsigned short)w.lo);
+    else if constexpr (sizeof(T) == 1) return __builtin_bit_cast(T, (unsigned char)w.lo);
+    else {
+        alignas(T) unsigned char out[sizeof(T)];
+        __builtin_memcpy(out, &w, sizeof(T));
+        return *reinterpret_cast<T*>(out);
+    }
 }
 // A shuffle moves any trivially copyable value of up to 16 bytes; `c` is PTX's shfl operand:
 // the segment mask (32 - width) << 8, and the clamp lane.
@@ -376,18 +403,12 @@ template <class T> __forceinline__ T shuffle(const char* name, int mode, unsigne
                                              int width, const char* file, int line) {
     static_assert(sizeof(T) <= sizeof(kd_host_word), "a warp shuffle moves at most 16 bytes on the CPU device");
     static_assert(__is_trivially_copyable(T), "a warp shuffle moves trivially copyable values");
-    kd_host_word word = {0, 0};
-    __builtin_memcpy(&word, &var, sizeof(T));
     const unsigned int c = ((32u - (unsigned int)width) << 8) | (mode == KD_HOST_SHFL_UP ? 0u : 0x1fu);
-    warp(name, (unsigned int)mode | (c << 8), mask, &word, b & 31u, file, line);
-    alignas(T) unsigned char out[sizeof(T)];
-    __builtin_memcpy(out, &word, sizeof(T));
-    return *reinterpret_cast<T*>(out);
+    return from_word<T>(warp(name, (unsigned int)mode | (c << 8), mask, to_word(var), b & 31u, file, line));
 }
 }  // namespace kd_host
 __forceinline__ void __syncwarp(unsigned int mask = 0xffffffffu, KD_HOST_SITE) {
-    kd_host_word word = {0, 0};
-    kd_host::warp("__syncwarp", KD_HOST_WARP_SYNC, mask, &word, 0, file, line);
+    kd_host::warp("__syncwarp", KD_HOST_WARP_SYNC, mask, kd_host_word{0, 0}, 0, file, line);
 }
 template <class T> __forceinline__ T __shfl_sync(unsigned int mask, T var, int srcLane, int width = 32, KD_HOST_SITE) {
     return kd_host::shuffle("__shfl_sync", KD_HOST_SHFL_IDX, mask, var, (unsigned int)srcLane, width, file, line);

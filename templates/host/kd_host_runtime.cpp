@@ -63,24 +63,23 @@ struct kd_host_function {
 };
 struct kd_host_context { void* sp; void* pc; void* fp; };
 enum { KD_HOST_RUNNABLE, KD_HOST_WAIT_BARRIER, KD_HOST_WAIT_WARP, KD_HOST_WAIT_PENDING };
+struct kd_host_warp;
 struct alignas(64) kd_host_fiber {
     kd_host_context context;
     uint3 tid;
     unsigned int linear;
+    kd_host_warp* warp;
     const char* file;
     int line;
-    unsigned int mask;
-    unsigned int gen;
     unsigned char wait, op;
 };
 struct alignas(16) kd_host_word { unsigned long long lo, hi; };
 struct kd_host_warp {
     unsigned int existing, exited, arrived, mask, pending, op;
-    unsigned int b[32], control[32];
+    unsigned long long operands[32];
     kd_host_word in[32], out[32];
 };
 struct kd_host_block {
-    kd_host_fiber* current;
     kd_host_fiber* next;
     kd_host_fiber* fibers;
     kd_host_warp* warps;
@@ -92,6 +91,8 @@ struct kd_host_block {
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim;
     kd_host_block* scheduler;
+    kd_host_fiber* fiber;
+    kd_host_warp* warp;
 };
 // The running CUDA thread of this OS thread, which every module reads (kd_host.h).
 extern "C" __attribute__((visibility("default"))) __thread kd_host_index kd_host_index_v1 KD_TLS;
@@ -352,6 +353,7 @@ public:
         if (fibers_.size() < n) {
             fibers_.resize(n);
             stacks_.resize(n);
+            masks_.resize(n);
         }
         if (warps_.size() < warps) warps_.resize(warps);
         unsigned int capacity = 1;
@@ -378,7 +380,7 @@ public:
     bool active() const { return active_; }
 
     int barrier(int mode, int predicate, const char* file, int line) {
-        kd_host_fiber* f = b_.current;
+        kd_host_fiber* f = ix_->fiber;
         const unsigned int g = gen_;
         count_[g & 1] += predicate != 0;
         if (++b_.arrived == b_.n) {  // the last thread: release the others and carry on
@@ -389,7 +391,6 @@ public:
             return result(mode, count_[g & 1]);
         }
         wait_at(f, KD_HOST_WAIT_BARRIER, (unsigned int)mode, 0, file, line);
-        f->gen = g;
         b_.waiters[b_.nwait++] = f->linear;
         suspend(f);
         return result(mode, count_[g & 1]);
@@ -397,7 +398,7 @@ public:
 
     unsigned int warp(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b, const char* file,
                       int line) {
-        kd_host_fiber* f = b_.current;
+        kd_host_fiber* f = ix_->fiber;
         const unsigned int lane = f->linear & 31u, bit = 1u << lane, op = control & 0xffu;
         kd_host_warp& w = b_.warps[f->linear >> 5];
         const unsigned int m = mask & w.existing;
@@ -412,8 +413,7 @@ public:
         if (__builtin_expect(w.arrived != 0 && w.op != op, 0))
             collective_error(f, op, mask, file, line, "other lanes of its warp are at another collective");
         w.in[lane] = *value;
-        w.b[lane] = b;
-        w.control[lane] = control;
+        w.operands[lane] = b | (unsigned long long)control << 32;
         w.arrived |= bit;
         w.mask = m;
         w.op = op;
@@ -428,13 +428,13 @@ public:
     }
 
     unsigned int activemask() const {
-        const kd_host_warp& w = b_.warps[b_.current->linear >> 5];
+        const kd_host_warp& w = *ix_->warp;
         return w.existing & ~w.exited;
     }
 
     // Lets the others run: the next runnable thread, else the next to start, else the OS.
     void yield() {
-        kd_host_fiber* f = b_.current;
+        kd_host_fiber* f = ix_->fiber;
         f->wait = KD_HOST_RUNNABLE;
         if (b_.head != b_.tail) {
             kd_host_fiber* next = pop();
@@ -463,12 +463,12 @@ private:
         }
     }
 
-    static void wait_at(kd_host_fiber* f, unsigned char kind, unsigned int op, unsigned int mask, const char* file, int line) {
+    void wait_at(kd_host_fiber* f, unsigned char kind, unsigned int op, unsigned int mask, const char* file, int line) {
         f->wait = kind;
         f->op = (unsigned char)op;
-        f->mask = mask;
         f->file = file;
         f->line = line;
+        masks_[f->linear] = mask;
     }
 
     // The ring of runnable threads; b_.next caches the thread at its head for the inline paths.
@@ -497,9 +497,14 @@ private:
         b_.nwait = 0;
     }
 
-    void resume(kd_host_fiber* from, kd_host_fiber* to) {
-        b_.current = to;
+    void select(kd_host_fiber* to) {  // the running thread, as the kernel and the inline paths see it
         ix_->thread = to->tid;
+        ix_->fiber = to;
+        ix_->warp = to->warp;
+    }
+
+    void resume(kd_host_fiber* from, kd_host_fiber* to) {
+        select(to);
         switch_to(&from->context, &to->context);
     }
 
@@ -527,8 +532,7 @@ private:
         if (b_.head != b_.tail) {
             kd_host_fiber* next = pop();
             release(f->linear);
-            b_.current = next;
-            ix_->thread = next->tid;
+            select(next);
             jump_to(&next->context);
         }
         if (next_start_ < b_.n) return;
@@ -555,7 +559,8 @@ private:
     void* args_ = nullptr;
     unsigned int nwarps_ = 0, bx_ = 1, by_ = 1;
     std::vector<kd_host_fiber> fibers_;
-    std::vector<Stack*> stacks_;  // each started thread's, until it finishes
+    std::vector<Stack*> stacks_;         // each started thread's, until it finishes
+    std::vector<unsigned int> masks_;    // the mask each thread waiting for its turn at a collective has
     std::vector<kd_host_warp> warps_;
     std::vector<unsigned int> ring_a_, ring_b_;
     unsigned int next_start_ = 0, done_ = 0;
@@ -624,6 +629,7 @@ void fiber_main(void* scheduler) {
         kd_host_fiber* f = &s->b_.fibers[linear];
         f->linear = linear;
         f->tid = s->next_tid_;
+        f->warp = &s->b_.warps[linear >> 5];
         f->wait = KD_HOST_RUNNABLE;
         s->stacks_[linear] = stack;
         if (++s->next_tid_.x == s->bx_) {
@@ -633,8 +639,7 @@ void fiber_main(void* scheduler) {
                 ++s->next_tid_.z;
             }
         }
-        s->b_.current = f;
-        s->ix_->thread = f->tid;
+        s->select(f);
         s->entry_(s->args_);
         s->finish(f);
         s->stacks_[linear] = nullptr;  // the stack now belongs to the next thread
@@ -671,15 +676,27 @@ void Scheduler::fail(int code) {
     jump_to(&main_);
 }
 
+// Every lane's shuffle result, for one mode (the switch hoisted out of the lanes' loop).
+template <unsigned int Mode> void shuffle_all(kd_host_warp& w, unsigned int m) {
+    for (unsigned int bits = m; bits; bits &= bits - 1) {
+        const unsigned int l = (unsigned int)__builtin_ctz(bits);
+        const unsigned long long operands = w.operands[l];
+        unsigned int j = shuffle_source(Mode, l, (unsigned int)operands, (unsigned int)(operands >> 40));
+        if (!((m >> j) & 1u)) j = l;  // a lane outside the collective: the caller's own value
+        w.out[l] = w.in[j];
+    }
+}
+
 void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self) {
     const unsigned int m = w.mask, op = w.op;
-    if (op >= KD_HOST_SHFL_IDX && op <= KD_HOST_SHFL_BFLY) {
-        for (unsigned int bits = m; bits; bits &= bits - 1) {
-            const unsigned int l = (unsigned int)__builtin_ctz(bits);
-            unsigned int j = shuffle_source(op, l, w.b[l], w.control[l] >> 8);
-            if (!((m >> j) & 1u)) j = l;  // a lane outside the collective: the caller's own value
-            w.out[l] = w.in[j];
-        }
+    if (op == KD_HOST_SHFL_IDX) {
+        shuffle_all<KD_HOST_SHFL_IDX>(w, m);
+    } else if (op == KD_HOST_SHFL_UP) {
+        shuffle_all<KD_HOST_SHFL_UP>(w, m);
+    } else if (op == KD_HOST_SHFL_DOWN) {
+        shuffle_all<KD_HOST_SHFL_DOWN>(w, m);
+    } else if (op == KD_HOST_SHFL_BFLY) {
+        shuffle_all<KD_HOST_SHFL_BFLY>(w, m);
     } else if (op != KD_HOST_WARP_SYNC) {
         unsigned int ballot = 0, reduced = 0;
         bool same = true;
@@ -729,17 +746,23 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
             w.out[l].hi = 0;
         }
     }
-    const unsigned int wake = (w.arrived & ~(1u << self)) | w.pending;
+    const unsigned int wake = (w.arrived & ~(1u << self)) | w.pending;  // in lane order
     w.arrived = 0;
     w.pending = 0;
-    for (unsigned int bits = wake; bits; bits &= bits - 1) push(first + (unsigned int)__builtin_ctz(bits));
+    if (wake == 0) return;
+    if (b_.head == b_.tail) b_.next = &b_.fibers[first + (unsigned int)__builtin_ctz(wake)];
+    unsigned int tail = b_.tail;
+    for (unsigned int bits = wake; bits; bits &= bits - 1) b_.ring[tail++ & b_.ring_mask] = first + (unsigned int)__builtin_ctz(bits);
+    b_.tail = tail;
 }
 
-// "__syncthreads at f.body:5" / "__shfl_down_sync (mask 0xffffffff) at f.body:9"
-std::string site(const kd_host_fiber& f) {
-    const bool block = f.wait == KD_HOST_WAIT_BARRIER;
-    const char* name = block ? kBarrierNames[f.op & 3] : warp_name(f.op);
-    std::string s = block ? std::string(name) : format("%s (mask 0x%08x)", name, f.mask);
+// "__syncthreads at f.body:5" / "__shfl_down_sync (mask 0xffffffff) at f.body:9"; a thread at its
+// warp's collective in flight has that collective's operation and mask.
+std::string site(const kd_host_fiber& f, const kd_host_warp& w, unsigned int pending_mask) {
+    const bool block = f.wait == KD_HOST_WAIT_BARRIER, in_flight = f.wait == KD_HOST_WAIT_WARP;
+    const unsigned int op = in_flight ? w.op : f.op, mask = in_flight ? w.mask : pending_mask;
+    const char* name = block ? kBarrierNames[f.op & 3] : warp_name(op);
+    std::string s = block ? std::string(name) : format("%s (mask 0x%08x)", name, mask);
     s += format(" at %s:%d", f.file ? f.file : "?", f.line);
     if (f.wait == KD_HOST_WAIT_PENDING) s += ", waiting for its warp's collective over other lanes";
     return s;
@@ -760,7 +783,7 @@ void Scheduler::deadlock() {
             exited.push_back(i);
             continue;
         }
-        const std::string at = site(b_.fibers[i]);
+        const std::string at = site(b_.fibers[i], b_.warps[i >> 5], masks_[i]);
         size_t g = 0;
         while (g < groups.size() && groups[g].first != at) ++g;
         if (g == groups.size()) groups.emplace_back(at, std::vector<unsigned int>());
@@ -787,7 +810,7 @@ void Scheduler::exited_in_collective(kd_host_fiber* f, const kd_host_warp& w) {
         waiting.push_back((f->linear & ~31u) + (unsigned int)__builtin_ctz(bits));
     const kd_host_fiber& first = b_.fibers[waiting.front()];
     owner_->error = format("%s: thread %u exited while threads %s wait for it at %s", where().c_str(), f->linear,
-                           ranges(waiting).c_str(), site(first).c_str());
+                           ranges(waiting).c_str(), site(first, w, masks_[first.linear]).c_str());
     fail(kLaunchFailed);
 }
 
