@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 SHIM_DIR = Path(__file__).resolve().parent.parent / "templates" / "host"
-CXX = shutil.which("c++")
-pytestmark = pytest.mark.skipif(CXX is None, reason="no system C++ compiler (c++) on PATH")
+CXX = shutil.which(os.environ.get("KERNELDSL_HOST_CXX", "c++"))  # the compiler the CPU device is told to use
+pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler ($KERNELDSL_HOST_CXX or c++) on PATH")
 
 RUNTIME_COMMAND = ["-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fno-strict-aliasing"]
 MODULE_COMMAND = [

@@ -677,8 +677,8 @@ __forceinline__ constexpr bool isfinite(float x) noexcept { return __builtin_isf
 __forceinline__ constexpr bool isfinite(double x) noexcept { return __builtin_isfinite(x); }
 __forceinline__ constexpr bool isnormal(float x) noexcept { return __builtin_isnormal(x); }
 __forceinline__ constexpr bool isnormal(double x) noexcept { return __builtin_isnormal(x); }
-__forceinline__ constexpr bool signbit(float x) noexcept { return __builtin_signbit(x); }
-__forceinline__ constexpr bool signbit(double x) noexcept { return __builtin_signbit(x); }
+__forceinline__ constexpr bool signbit(float x) noexcept { return __builtin_bit_cast(unsigned int, x) >> 31; }
+__forceinline__ constexpr bool signbit(double x) noexcept { return __builtin_bit_cast(unsigned long long, x) >> 63; }
 template <class T, kd_host::if_integral<T> = 0> __forceinline__ constexpr bool isnan(T) noexcept { return false; }
 template <class T, kd_host::if_integral<T> = 0> __forceinline__ constexpr bool isinf(T) noexcept { return false; }
 template <class T, kd_host::if_integral<T> = 0> __forceinline__ constexpr bool isfinite(T) noexcept { return true; }
@@ -686,11 +686,11 @@ template <class T, kd_host::if_integral<T> = 0> __forceinline__ constexpr bool s
 __forceinline__ constexpr int __isnanf(float x) noexcept { return __builtin_isnan(x); }
 __forceinline__ constexpr int __isinff(float x) noexcept { return __builtin_isinf(x); }
 __forceinline__ constexpr int __finitef(float x) noexcept { return __builtin_isfinite(x); }
-__forceinline__ constexpr int __signbitf(float x) noexcept { return __builtin_signbit(x); }
+__forceinline__ constexpr int __signbitf(float x) noexcept { return signbit(x); }
 __forceinline__ constexpr int __isnan(double x) noexcept { return __builtin_isnan(x); }
 __forceinline__ constexpr int __isinf(double x) noexcept { return __builtin_isinf(x); }
 __forceinline__ constexpr int __finite(double x) noexcept { return __builtin_isfinite(x); }
-__forceinline__ constexpr int __signbit(double x) noexcept { return __builtin_signbit(x); }
+__forceinline__ constexpr int __signbit(double x) noexcept { return signbit(x); }
 // min and max: CUDA's overloads for every pair of arithmetic types, with the usual arithmetic
 // conversions; floating ones ignore a NaN operand, as fminf/fmaxf do.
 template <class A, class B, kd_host::if_arithmetic<A, B> = 0> __forceinline__ constexpr auto min(A a, B b) -> decltype(a + b) {
