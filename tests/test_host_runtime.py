@@ -1074,6 +1074,28 @@ def test_launch_ex_without_special_attributes_is_an_ordinary_launch(
     np.testing.assert_array_equal(y, expected)
 
 
+SOURCES["grid_sync_failing"] = (
+    SOURCES["grid_sync"]
+    .replace("kd_grid_sync", "kd_grid_sync_failing")
+    .replace(
+        "    if (threadIdx.x == 0) {\n        values",
+        "    assert(blockIdx.x != 5);\n    if (threadIdx.x == 0) {\n        values",
+    )
+)
+
+
+def test_a_cooperative_grid_whose_block_fails_ends_instead_of_waiting_at_its_grid_barrier(
+    kernels: Callable[..., Module],
+) -> None:
+    blocks = 8
+    arrived, values, sums = np.zeros(1, np.uint32), np.zeros(blocks, np.int32), np.zeros(blocks * 32, np.int32)
+    outcome = launch_ex(
+        kernels("grid_sync_failing"), "kd_grid_sync_failing", blocks, 32, [arrived, values, sums], {COOPERATIVE: [1]}
+    )
+    assert outcome.code == ASSERT_FAILED
+    assert "block (5,0,0) thread (0,0,0): assertion 'blockIdx.x != 5' failed" in outcome.error
+
+
 def test_thread_block_clusters_are_refused_naming_them(kernels: Callable[..., Module]) -> None:
     y = np.zeros(64, np.float32)
     outcome = launch_ex(

@@ -1148,8 +1148,16 @@ KD_EXPORT unsigned int kd_host_activemask_v1(void) {
     return c && c->scheduler.active() ? c->scheduler.activemask() : 0xffffffffu;
 }
 
+// __nanosleep: a spin-wait's pause. When another block of the grid has failed, what this one waits
+// for may never come (a grid barrier, a look-back): the block ends instead of spinning on.
 KD_EXPORT void kd_host_yield_v1(void) {
     ThreadContext* c = tls_context;
+    if (c && c->abandoned && c->abandoned->load(std::memory_order_relaxed)) {
+        c->error = "abandoned: another block of the grid failed";
+        c->code = kLaunchFailed;
+        if (c->scheduler.active()) c->scheduler.fail(kLaunchFailed);
+        if (c->landing) std::longjmp(*c->landing, 1);
+    }
     if (c && c->scheduler.active()) c->scheduler.yield();
     else sched_yield();
 }
