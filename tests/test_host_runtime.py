@@ -1024,13 +1024,13 @@ class LaunchConfig(ctypes.Structure):
 
 
 def launch_ex(
-    module: Module, entry: str, grid: int, block: int, args: Sequence[Arg], attrs: dict[int, list[int]]
+    module: Module, entry: str, grid: int, block: int, args: Sequence[Arg], attrs: dict[int, list[int]], shared: int = 0
 ) -> Outcome:
     attributes = (LaunchAttribute * max(len(attrs), 1))()
     for slot, (key, words) in zip(attributes, attrs.items()):
         slot.id = key
         slot.value[: len(words)] = words
-    config = LaunchConfig((grid, 1, 1), (block, 1, 1), 0, None, attributes, len(attrs))
+    config = LaunchConfig((grid, 1, 1), (block, 1, 1), shared, None, attributes, len(attrs))
     holders = [ctypes.c_void_p(a.ctypes.data) if isinstance(a, np.ndarray) else a for a in args]
     params = (ctypes.c_void_p * len(holders))(*[ctypes.addressof(h) for h in holders])
     rt = module.runtime
@@ -1096,13 +1096,82 @@ def test_a_cooperative_grid_whose_block_fails_ends_instead_of_waiting_at_its_gri
     assert "block (5,0,0) thread (0,0,0): assertion 'blockIdx.x != 5' failed" in outcome.error
 
 
-def test_thread_block_clusters_are_refused_naming_them(kernels: Callable[..., Module]) -> None:
-    y = np.zeros(64, np.float32)
+SOURCES["clusters"] = r"""
+extern "C" __global__ void kd_cluster_sum(unsigned int* ranks, int* sums, int* spread) {
+#line 1 "cluster_sum.body"
+    // every block of a cluster adds the values its cluster's blocks hold in shared memory, as the
+    // fused rows' split reduction does (static and dynamic shared memory, read through mapa)
+    __shared__ int mine;
+    KD_DYNAMIC_SHARED(int, staged);
+    const unsigned int rank = kd_host_cluster_rank(), size = kd_host_cluster_size();
+    if (threadIdx.x == 0) { mine = (int)blockIdx.x + 1; staged[3] = 10 * ((int)blockIdx.x + 1); }
+    kd_host_cluster_sync();
+    int sum = 0, spread_sum = 0;
+    for (unsigned int q = 0; q < size; ++q) {
+        sum += *kd_host_cluster_map(&mine, q);
+        spread_sum += kd_host_cluster_map(staged, q)[3];
+    }
+    kd_host_cluster_sync();  // no block leaves while another may still read its shared memory
+    if (threadIdx.x == 0) { ranks[2 * blockIdx.x] = rank; ranks[2 * blockIdx.x + 1] = size; }
+    sums[blockIdx.x * blockDim.x + threadIdx.x] = sum;
+    spread[blockIdx.x * blockDim.x + threadIdx.x] = spread_sum;
+}
+KD_HOST_KERNEL(kd_cluster_sum, unsigned int*, int*, int*)
+extern "C" __global__ void kd_cluster_fails(int* out) {
+#line 1 "cluster_fails.body"
+    assert(blockIdx.x != 6);
+    kd_host_cluster_sync();
+    out[blockIdx.x] = 1;
+}
+KD_HOST_KERNEL(kd_cluster_fails, int*)
+"""
+
+
+@pytest.mark.parametrize("cluster", [1, 2, 4, 8])
+def test_a_cluster_runs_its_blocks_at_once_and_they_read_each_others_shared_memory(
+    kernels: Callable[..., Module], cluster: int
+) -> None:
+    blocks, threads = 16, 64
+    ranks = np.zeros((blocks, 2), np.uint32)
+    sums, spread = np.zeros((blocks, threads), np.int32), np.zeros((blocks, threads), np.int32)
+    module = kernels("clusters")
+    attributes = {CLUSTER_DIMENSION: [cluster, 1, 1]}
+    holders = [ranks, sums, spread]
+    outcome = launch_ex(module, "kd_cluster_sum", blocks, threads, holders, attributes, shared=64)
+    assert outcome == Outcome(0, "")
+    b = np.arange(blocks)
+    np.testing.assert_array_equal(ranks, np.stack([b % cluster, np.full(blocks, cluster)], axis=1))
+    first = b - b % cluster  # each cluster's first block
+    expected = sum(first + q + 1 for q in range(cluster))
+    np.testing.assert_array_equal(sums, np.repeat(expected[:, None], threads, axis=1))
+    np.testing.assert_array_equal(spread, 10 * sums)
+
+
+def test_a_failing_block_of_a_cluster_fails_the_launch_without_leaving_the_others_waiting(
+    kernels: Callable[..., Module],
+) -> None:
     outcome = launch_ex(
-        kernels("saxpy", False), "kd_saxpy", 4, 64, [y, y, f32(1), i32(64)], {CLUSTER_DIMENSION: [2, 1, 1]}
+        kernels("clusters"), "kd_cluster_fails", 8, 32, [np.zeros(8, np.int32)], {CLUSTER_DIMENSION: [4, 1, 1]}
     )
-    assert outcome.code == NOT_SUPPORTED
-    assert outcome.error == "kernel 'kd_saxpy': thread block clusters (2,1,1) are not emulated by the CPU device"
+    assert outcome.code == ASSERT_FAILED
+    assert "block (6,0,0) thread (0,0,0): assertion 'blockIdx.x != 6' failed" in outcome.error
+
+
+@pytest.mark.parametrize(
+    ("grid", "cluster", "code", "message"),
+    [
+        (6, [4, 1, 1], INVALID_VALUE, "grid (6,1,1) is not a multiple of cluster (4,1,1)"),
+        (64, [32, 1, 1], NOT_SUPPORTED, "a cluster of 32 blocks; the CPU device runs at most 16"),
+    ],
+)
+def test_a_cluster_launch_the_cpu_device_cannot_run_is_refused(
+    kernels: Callable[..., Module], grid: int, cluster: list[int], code: int, message: str
+) -> None:
+    out = np.zeros(grid, np.int32)
+    outcome = launch_ex(kernels("clusters"), "kd_cluster_fails", grid, 32, [out], {CLUSTER_DIMENSION: cluster})
+    assert outcome.code == code
+    assert message in outcome.error
+    assert (out == 0).all()
 
 
 def test_launches_from_several_threads_at_once_each_give_their_own_result(

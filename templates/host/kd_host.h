@@ -95,7 +95,8 @@ struct dim3 {
 struct kd_host_launch {  // filled by the runtime per launch
     unsigned int grid[3], block[3];
     unsigned int dynamic_shared;  // bytes of `extern __shared__` memory per block
-    void* reserved[4];
+    unsigned int cluster[3];      // thread block cluster dimensions (1, 1, 1 without clusters)
+    void* reserved[2];
 };
 struct kd_host_function {  // exported by each kernel module as kd_host_fn_<entry>
     unsigned int magic;    // KD_HOST_MAGIC
@@ -142,7 +143,7 @@ struct kd_host_block {  // the running block's scheduling state
 // to reach, from any module). A module's loop writes it in loop mode; the runtime (and the inline
 // fast paths) at every fiber switch.
 struct kd_host_index {
-    uint3 thread, block, block_dim, grid_dim;
+    uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;  // fiber mode: the running block's state,
     kd_host_fiber* fiber;      // the running thread's record
     kd_host_warp* warp;        // and its warp's
@@ -205,7 +206,8 @@ __forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context
 extern "C" {
 extern __thread kd_host_index kd_host_index_v1 __attribute__((tls_model("initial-exec")));
 int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long long first_block, unsigned long long end_block,
-                          void (*entry)(void*), void* args);
+                          void (*entry)(void*), void* args, void* tls_anchor);
+void* kd_host_cluster_map_v1(void* shared, unsigned int rank);
 int kd_host_barrier_v1(int mode, int predicate, const char* file, int line);
 unsigned int kd_host_warp_v1(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b,
                              const char* file, int line);
@@ -468,6 +470,24 @@ __forceinline__ unsigned int __activemask() {
 }
 // __nanosleep lets the other threads of the block run: a spin-wait with it makes progress.
 __forceinline__ void __nanosleep(unsigned int) { kd_host_yield_v1(); }
+// Thread block clusters, for templates' host branches of PTX's %cluster_ctarank and
+// %cluster_nctarank, barrier.cluster.arrive + wait (every thread of every block of the cluster;
+// the runtime runs a cluster's blocks at once, each on its own OS thread) and mapa (a shared
+// memory address's counterpart in the block of another rank). Without clusters: rank 0 of 1.
+__forceinline__ unsigned int kd_host_cluster_size() {
+    return kd_host_ix.cluster_dim.x * kd_host_ix.cluster_dim.y * kd_host_ix.cluster_dim.z;
+}
+__forceinline__ unsigned int kd_host_cluster_rank() {
+    const uint3 c = kd_host_ix.cluster_dim, b = kd_host_ix.block;
+    return b.x % c.x + c.x * (b.y % c.y + c.y * (b.z % c.z));
+}
+__forceinline__ void kd_host_cluster_sync(KD_HOST_SITE) {
+    KD_HOST_COLLECTIVE("kd_host_cluster_sync", kd_host_barrier_v1(4, 1, file, line));
+}
+template <class T> __forceinline__ T* kd_host_cluster_map(T* shared, unsigned int rank, KD_HOST_SITE) {
+    KD_HOST_COLLECTIVE("kd_host_cluster_map", 0);  // without fibers no cluster barrier orders the access
+    return (T*)kd_host_cluster_map_v1((void*)shared, rank);
+}
 #undef KD_HOST_COLLECTIVE
 
 // ---------------------------------------------------------------------------------------------
@@ -1097,6 +1117,9 @@ __forceinline__ long clock() { return (long)clock64(); }
 // kernel inlined, or through the runtime's fibers. The kernel's address is taken with its exact
 // type, since its name may also name prelude overloads.
 namespace kd_host {
+// Where this module's thread-locals (its __shared__ variables) start on the running OS thread:
+// mapping a shared address to another block of a cluster is an offset between two threads' copies.
+static thread_local char tls_anchor;
 template <unsigned I, class T> struct slot { T value; };
 template <class S, class... A> struct pack;
 template <unsigned... I, class... A> struct pack<seq<I...>, A...> : slot<I, A>... {
@@ -1113,7 +1136,7 @@ template <class Sig, Sig* F> struct kernel {
     static void fiber(void* a) { static_cast<args*>(a)->template call<F>(); }
     static int run_fibers(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
         args a(params);
-        return kd_host_run_fibers_v1(launch, first, end, &fiber, &a);
+        return kd_host_run_fibers_v1(launch, first, end, &fiber, &a, &tls_anchor);
     }
     __attribute__((flatten)) static int run_loop(const kd_host_launch* launch, void** params, unsigned long long first,
                                                  unsigned long long end) {
@@ -1123,6 +1146,7 @@ template <class Sig, Sig* F> struct kernel {
         const unsigned int gx = launch->grid[0], gy = launch->grid[1];
         ix.block_dim = uint3{bx, by, bz};
         ix.grid_dim = uint3{gx, gy, launch->grid[2]};
+        ix.cluster_dim = uint3{launch->cluster[0], launch->cluster[1], launch->cluster[2]};
         uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
         for (unsigned long long b = first; b < end; ++b) {
             ix.block = block;

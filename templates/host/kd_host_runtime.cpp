@@ -52,7 +52,8 @@ struct uint3 { unsigned int x, y, z; };
 struct kd_host_launch {
     unsigned int grid[3], block[3];
     unsigned int dynamic_shared;
-    void* reserved[4];
+    unsigned int cluster[3];
+    void* reserved[2];
 };
 typedef struct kd_host_launch LaunchDims;  // the entry kd_host_launch hides the struct's name
 struct kd_host_function {
@@ -89,7 +90,7 @@ struct kd_host_block {
     unsigned int arrived, n;
 };
 struct kd_host_index {
-    uint3 thread, block, block_dim, grid_dim;
+    uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;
     kd_host_fiber* fiber;
     kd_host_warp* warp;
@@ -234,6 +235,7 @@ constexpr unsigned int kColours = 64;
 constexpr size_t kDynamicSharedBytes = 1 << 20;
 constexpr unsigned int kMaxBlockThreads = 1024;
 constexpr unsigned long long kMaxCooperativeBlocks = 1024;
+constexpr unsigned int kMaxClusterBlocks = 16;  // CUDA's non-portable maximum
 
 struct Stack {
     char* top;  // 16-byte aligned, coloured
@@ -309,7 +311,9 @@ private:
 // kd_host_block the shim's inline fast paths also use: a thread that waits records where, joins
 // the waiters (barrier) or its warp's collective in flight, and switches to the head of the ring
 // of runnable threads; the last to arrive releases the others into the ring and carries on.
-const char* const kBarrierNames[] = {"__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or"};
+enum { kClusterBarrier = 4 };  // the barrier mode of kd_host_cluster_sync
+const char* const kBarrierNames[] = {"__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or",
+                                     "kd_host_cluster_sync"};
 const char* const kWarpNames[] = {
     "__syncwarp", "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__any_sync", "__all_sync",
     "__uni_sync", "__ballot_sync", "__match_any_sync", "__match_all_sync", "__reduce_add_sync", "__reduce_min_sync",
@@ -384,6 +388,7 @@ public:
         const unsigned int g = gen_;
         count_[g & 1] += predicate != 0;
         if (++b_.arrived == b_.n) {  // the last thread: release the others and carry on
+            if (mode == kClusterBarrier) cluster_barrier();  // once every block of the cluster is there
             b_.arrived = 0;
             gen_ = g + 1;
             count_[(g + 1) & 1] = 0;
@@ -542,6 +547,7 @@ private:
     }
 
     void complete(kd_host_warp& w, unsigned int first, unsigned int self);
+    void cluster_barrier();
     Stack* owner_stack();
     void release(unsigned int linear);
     // The error paths, kept out of line so the hot paths' frames stay small.
@@ -574,6 +580,44 @@ private:
 };
 
 // ---------------------------------------------------------------------------------------------
+// Thread block clusters. Rule: a cluster's blocks run at once, one on each OS thread of a team;
+// the team meets at a barrier before each cluster's blocks start (every block's shared memory is
+// known) and after they finish (none is reused while another block may still read it), and at
+// each cluster barrier of the kernel. A member waits with a short spin, then yields; it gives up
+// when the grid has failed, so a failed block never leaves the others waiting.
+void pause_briefly() {
+#if defined(__x86_64__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+struct Team {
+    unsigned int size = 0;
+    std::atomic<unsigned int> arrived{0}, gen{0};
+    struct Member {
+        std::atomic<char*> tls_anchor{nullptr}, dynamic_shared{nullptr};
+    } members[kMaxClusterBlocks];
+
+    // Every member arrives; false when the grid failed while waiting.
+    bool meet(const std::atomic<int>& failed) {
+        const unsigned int g = gen.load(std::memory_order_acquire);
+        if (arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == size) {
+            arrived.store(0, std::memory_order_relaxed);
+            gen.store(g + 1, std::memory_order_release);
+            return true;
+        }
+        for (unsigned int spins = 0; gen.load(std::memory_order_acquire) == g; ++spins) {
+            if (failed.load(std::memory_order_relaxed)) return false;
+            if (spins < 256) pause_briefly();
+            else sched_yield();
+        }
+        return true;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
 // What each OS thread that runs blocks keeps. Rule: created on first use, destroyed at the
 // thread's exit (its stacks go to the spare list, its dynamic shared memory is unmapped).
 struct ThreadContext {
@@ -590,6 +634,9 @@ struct ThreadContext {
     std::string error;
     std::string last_error;  // the last failed launch's message, for kd_host_last_error
     void* dynamic_shared = nullptr;
+    struct Team* team = nullptr;  // a cluster launch: this thread's cluster team, its rank,
+    unsigned int rank = 0;
+    void* tls_anchor = nullptr;   // and where the running module's thread-locals start here
 };
 
 thread_local ThreadContext* tls_context KD_TLS = nullptr;
@@ -674,6 +721,13 @@ int Scheduler::run_block() {
 void Scheduler::fail(int code) {
     code_ = code;
     jump_to(&main_);
+}
+
+void Scheduler::cluster_barrier() {
+    if (owner_->team && !owner_->team->meet(*owner_->abandoned)) {
+        owner_->error = "abandoned at a cluster barrier: another block of the grid failed";
+        fail(kLaunchFailed);
+    }
 }
 
 // Every lane's shuffle result, for one mode (the switch hoisted out of the lanes' loop).
@@ -761,7 +815,7 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
 std::string site(const kd_host_fiber& f, const kd_host_warp& w, unsigned int pending_mask) {
     const bool block = f.wait == KD_HOST_WAIT_BARRIER, in_flight = f.wait == KD_HOST_WAIT_WARP;
     const unsigned int op = in_flight ? w.op : f.op, mask = in_flight ? w.mask : pending_mask;
-    const char* name = block ? kBarrierNames[f.op & 3] : warp_name(op);
+    const char* name = block ? kBarrierNames[f.op <= kClusterBarrier ? f.op : 0] : warp_name(op);
     std::string s = block ? std::string(name) : format("%s (mask 0x%08x)", name, mask);
     s += format(" at %s:%d", f.file ? f.file : "?", f.line);
     if (f.wait == KD_HOST_WAIT_PENDING) s += ", waiting for its warp's collective over other lanes";
@@ -1086,6 +1140,46 @@ int run_cooperative(Grid& grid) {
     return finish_launch(grid);
 }
 
+// Cluster grids: a team of as many OS threads as a cluster has blocks (the caller is rank 0) runs
+// the clusters one after another, each member the block of its rank.
+int run_clusters(Grid& grid) {
+    const unsigned int* g = grid.launch.grid;
+    const unsigned int* k = grid.launch.cluster;
+    const unsigned int size = k[0] * k[1] * k[2];
+    const unsigned long long clusters = grid.total / size;
+    Team team;
+    team.size = size;
+    grid.chunk = 1;
+    auto member = [&grid, &team, g, k, clusters](unsigned int rank) {
+        ThreadContext& c = context();
+        c.team = &team;
+        c.rank = rank;
+        const unsigned int rx = rank % k[0], ry = rank / k[0] % k[1], rz = rank / k[0] / k[1];
+        const unsigned int ncx = g[0] / k[0], ncy = g[1] / k[1];
+        c.function = grid.function;
+        c.abandoned = &grid.failed;
+        for (unsigned long long q = 0; q < clusters && !grid.failed.load(std::memory_order_relaxed); ++q) {
+            const unsigned long long bx = q % ncx * k[0] + rx, by = q / ncx % ncy * k[1] + ry, bz = q / ncx / ncy * k[2] + rz;
+            const unsigned long long b = bx + g[0] * (by + (unsigned long long)g[1] * bz);
+            const int rc = run_range(c, grid, b, b + 1);
+            if (rc) grid.record(rc, c.error);
+        }
+        c.team = nullptr;
+        c.function = nullptr;
+        c.abandoned = nullptr;
+    };
+    std::vector<std::thread> threads;
+    try {
+        for (unsigned int rank = 1; rank < size; ++rank) threads.emplace_back(member, rank);
+    } catch (...) {
+        grid.record(kNotSupported, format("kernel '%s': a cluster of %u blocks needs as many OS threads; only %zu could "
+                                          "start", grid.function->name, size, threads.size() + 1));
+    }
+    if (!grid.failed.load()) member(0);
+    for (std::thread& t : threads) t.join();
+    return finish_launch(grid);
+}
+
 // cuLaunchKernelEx's configuration (cuda.h), as far as the CPU device reads it.
 struct LaunchAttribute {
     int id;
@@ -1108,8 +1202,9 @@ enum { kAttributeCooperative = 2, kAttributeClusterDimension = 4 };
 
 // ---------------------------------------------------------------------------------------------
 // The entries kernel modules call (declared in kd_host.h).
+KD_EXPORT void* kd_host_dynamic_shared_v1(void);
 KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long long first, unsigned long long end,
-                                    void (*entry)(void*), void* args) {
+                                    void (*entry)(void*), void* args, void* tls_anchor) {
     ThreadContext& c = context();
     Scheduler& s = c.scheduler;
     kd_host_index* ix = &kd_host_index_v1;
@@ -1117,12 +1212,21 @@ KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long 
     const unsigned int gx = launch->grid[0], gy = launch->grid[1];
     ix->block_dim = uint3{launch->block[0], launch->block[1], launch->block[2]};
     ix->grid_dim = uint3{gx, gy, launch->grid[2]};
+    ix->cluster_dim = uint3{launch->cluster[0], launch->cluster[1], launch->cluster[2]};
+    c.tls_anchor = static_cast<char*>(tls_anchor);
+    if (c.team) {  // a cluster's block: its shared memory is known to the team before any block runs
+        Team::Member& me = c.team->members[c.rank];
+        me.tls_anchor.store(static_cast<char*>(tls_anchor), std::memory_order_relaxed);
+        me.dynamic_shared.store(static_cast<char*>(kd_host_dynamic_shared_v1()), std::memory_order_relaxed);
+        if (!c.team->meet(*c.abandoned)) return 0;  // the grid failed: its first error is reported
+    }
     uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
     for (unsigned long long b = first; b < end; ++b) {
         if (c.abandoned && c.abandoned->load(std::memory_order_relaxed)) break;
         ix->block = block;
         const int rc = s.run_block();
         if (rc) return rc;
+        if (c.team && !c.team->meet(*c.abandoned)) return 0;
         if (++block.x == gx) {
             block.x = 0;
             if (++block.y == gy) {
@@ -1175,6 +1279,19 @@ KD_EXPORT void* kd_host_dynamic_shared_v1(void) {
     return c.dynamic_shared;
 }
 
+// mapa: a __shared__ variable's or the dynamic shared buffer's counterpart in the block of `rank`
+// of the caller's cluster (every thread's copy of a module's thread-locals has the same layout).
+KD_EXPORT void* kd_host_cluster_map_v1(void* shared, unsigned int rank) {
+    ThreadContext& c = context();
+    if (c.team == nullptr || rank >= c.team->size) return rank == 0 ? shared : nullptr;
+    const Team::Member& other = c.team->members[rank];
+    char* const p = static_cast<char*>(shared);
+    char* const dynamic = static_cast<char*>(c.dynamic_shared);
+    if (dynamic && p >= dynamic && p < dynamic + kDynamicSharedBytes)
+        return other.dynamic_shared.load(std::memory_order_relaxed) + (p - dynamic);
+    return other.tls_anchor.load(std::memory_order_relaxed) + (p - static_cast<char*>(c.tls_anchor));
+}
+
 KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file,
                                                          int line, const kd_host_index* ix) {
     ThreadContext& c = context();
@@ -1200,7 +1317,7 @@ KD_EXPORT int kd_host_launch(const void* function, unsigned int gx, unsigned int
     if (const int rc = check(f, grid_dims, block_dims, dynamic_shared, params, extra)) return rc;
     Grid grid;
     grid.function = f;
-    grid.launch = LaunchDims{{gx, gy, gz}, {bx, by, bz}, dynamic_shared, {}};
+    grid.launch = LaunchDims{{gx, gy, gz}, {bx, by, bz}, dynamic_shared, {1, 1, 1}, {}};
     grid.params = params;
     grid.total = (unsigned long long)gx * gy * gz;
     Pool::get().run(grid);
@@ -1214,22 +1331,34 @@ KD_EXPORT int kd_host_launch_ex(const void* config, const void* function, void**
     if (f == nullptr) return refuse(kInvalidValue, "not a kernel of the CPU device (no kd_host_function descriptor)");
     if (const int rc = check(f, cfg->grid, cfg->block, cfg->shared, params, extra)) return rc;
     bool cooperative = false;
+    unsigned int cluster[3] = {1, 1, 1};
     for (unsigned int i = 0; i < cfg->nattrs; ++i) {
         const LaunchAttribute& a = cfg->attrs[i];
         if (a.id == kAttributeCooperative) cooperative = a.value.cooperative != 0;
-        if (a.id == kAttributeClusterDimension &&
-            (unsigned long long)a.value.cluster.x * a.value.cluster.y * a.value.cluster.z > 1)
-            return refuse(kNotSupported, format("kernel '%s': thread block clusters (%u,%u,%u) are not emulated by the CPU "
-                                                "device", f->name, a.value.cluster.x, a.value.cluster.y, a.value.cluster.z));
+        if (a.id == kAttributeClusterDimension) {
+            cluster[0] = a.value.cluster.x ? a.value.cluster.x : 1;
+            cluster[1] = a.value.cluster.y ? a.value.cluster.y : 1;
+            cluster[2] = a.value.cluster.z ? a.value.cluster.z : 1;
+        }
         // Other attributes are scheduling hints with no meaning for a synchronous host launch.
     }
+    const unsigned long long cluster_size = (unsigned long long)cluster[0] * cluster[1] * cluster[2];
+    if (cluster_size > kMaxClusterBlocks)
+        return refuse(kNotSupported, format("kernel '%s': a cluster of %llu blocks; the CPU device runs at most %u", f->name,
+                                            cluster_size, kMaxClusterBlocks));
+    if (cfg->grid[0] % cluster[0] || cfg->grid[1] % cluster[1] || cfg->grid[2] % cluster[2])
+        return refuse(kInvalidValue, format("kernel '%s': grid (%u,%u,%u) is not a multiple of cluster (%u,%u,%u)", f->name,
+                                            cfg->grid[0], cfg->grid[1], cfg->grid[2], cluster[0], cluster[1], cluster[2]));
+    if (cooperative && cluster_size > 1)
+        return refuse(kNotSupported, format("kernel '%s': a cooperative launch with clusters", f->name));
     Grid grid;
     grid.function = f;
     grid.launch = LaunchDims{{cfg->grid[0], cfg->grid[1], cfg->grid[2]}, {cfg->block[0], cfg->block[1], cfg->block[2]},
-                                 cfg->shared, {}};
+                             cfg->shared, {cluster[0], cluster[1], cluster[2]}, {}};
     grid.params = params;
     grid.total = (unsigned long long)cfg->grid[0] * cfg->grid[1] * cfg->grid[2];
     if (cooperative) return run_cooperative(grid);
+    if (cluster_size > 1) return run_clusters(grid);
     Pool::get().run(grid);
     return finish_launch(grid);
 }
