@@ -139,9 +139,9 @@ struct kd_host_block {  // the running block's scheduling state
     unsigned int head, tail, ring_mask, nwait;
     unsigned int arrived, n;  // threads at the block barrier; threads in the block
 };
-// The running CUDA thread: one per OS thread, in the runtime (initial-exec TLS: two instructions
-// to reach, from any module). A module's loop writes it in loop mode; the runtime (and the inline
-// fast paths) at every fiber switch.
+// The running CUDA thread. Fiber mode: the runtime's, one per OS thread (initial-exec TLS, two
+// instructions from any module), which it and the inline paths write at every switch. Loop mode:
+// the module's own, which its loop writes (see "Thread and block indices").
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;  // fiber mode: the running block's state,
@@ -155,6 +155,11 @@ enum {
     KD_HOST_MATCH_ALL, KD_HOST_REDUCE_ADD, KD_HOST_REDUCE_MIN_U, KD_HOST_REDUCE_MIN_S,
     KD_HOST_REDUCE_MAX_U, KD_HOST_REDUCE_MAX_S, KD_HOST_REDUCE_AND, KD_HOST_REDUCE_OR, KD_HOST_REDUCE_XOR
 };
+// The runtime asserts the same: its copy of these structures cannot drift from this one.
+static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
+                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 64 &&
+                  sizeof(kd_host_index) == 88 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+              "the host ABI's layout (KD_HOST_ABI 1)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
 // context holds) is declared clobbered, so the compiler keeps only what is live, and nothing is
 // written to the stack (a leaf kernel may keep locals below its stack pointer).

@@ -12,8 +12,11 @@
 // - Fiber mode: a block's threads start in order, one after another, on stacks from this OS
 //   thread's pool; one that finishes without blocking hands its stack to the next. A thread that
 //   waits (barrier, collective) switches directly to the next runnable thread, or starts the next
-//   one; the last to arrive releases the waiters into a FIFO and carries on. Nothing runnable and
-//   threads still waiting is a deadlock, reported with where each thread waits.
+//   one; the last to arrive releases the waiters into a FIFO and carries on. The common case of
+//   waiting runs inline in the kernel (kd_host.h) on the block state kept here; the rest is here.
+//   Nothing runnable and threads still waiting is a deadlock, reported with where each waits.
+// - Cooperative grids run every block on its own OS thread; clusters run a cluster's blocks at
+//   once on a team of OS threads, cluster after cluster.
 // - Errors (assert, __trap, a deadlock, a collective misused) end the block at once: a fiber
 //   switches to the block's main context, a loop-mode kernel longjmps to its chunk's landing. No
 //   C++ exception crosses a module.
@@ -104,6 +107,11 @@ enum {
     KD_HOST_MATCH_ALL, KD_HOST_REDUCE_ADD, KD_HOST_REDUCE_MIN_U, KD_HOST_REDUCE_MIN_S,
     KD_HOST_REDUCE_MAX_U, KD_HOST_REDUCE_MAX_S, KD_HOST_REDUCE_AND, KD_HOST_REDUCE_OR, KD_HOST_REDUCE_XOR
 };
+// The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
+static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
+                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 64 &&
+                  sizeof(kd_host_index) == 88 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+              "the host ABI's layout (KD_HOST_ABI 1)");
 
 // CUresult codes a launch returns.
 enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 801 };
