@@ -90,7 +90,14 @@ def runtime_library() -> ctypes.CDLL:
             image = compile_shared(host_compiler(), source, flags, "kd_host_runtime")
             store.put(key, image, material)
             log.debug("compiled the CPU device's runtime library (%d bytes)", len(image))
-        lib = load_image(image, global_symbols=True)
+        try:
+            lib = load_image(image, global_symbols=True)
+        except OSError as exc:
+            raise RuntimeError(
+                f"the CPU device's runtime library could not be loaded ({exc}); it needs a little of glibc's "
+                "static TLS reserve: import kerneldsl and open the CPU device's session before libraries that use "
+                "it all up, or raise it with GLIBC_TUNABLES=glibc.rtld.optional_static_tls=2048"
+            ) from exc
     lib.kd_host_launch.argtypes = LAUNCH_ARGS
     lib.kd_host_launch.restype = ctypes.c_int
     lib.kd_host_launch_ex.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
