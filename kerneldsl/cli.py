@@ -31,10 +31,12 @@ from .dispatch import Kernel
 from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
 from .progress import Progress
 from .runtime import driver
+from .runtime.host_toolchain import host_compiler
+from .runtime.selection import is_available
 from .target import ARCH_ENV, device_arch, resolve_arch
 
 _PACKAGES = ("cuda-bindings", "cuda-core", "numpy")
-_NO_DRIVER = f"no CUDA driver found: kernels can be compiled (set {ARCH_ENV} or pass --arch) but not launched"
+_NO_DRIVER = f"no CUDA driver found: kernels can be compiled (set {ARCH_ENV} or pass --arch), not launched on a GPU"
 
 # --- info ------------------------------------------------------------------------------------
 
@@ -48,8 +50,18 @@ def collect_info() -> dict[str, Any]:
         "supported_archs": [f"sm_{a}" for a in supported_archs()],
         "c_launch_path": fastpath.status(),
         "driver": _driver_info(),
+        "cpu_device": _cpu_device_info(),
         "cache": _cache_info(),
     }
+
+
+def _cpu_device_info() -> dict[str, Any]:
+    """Whether kernels can run on the CPU device here, and with which host compiler."""
+    try:
+        compiler = host_compiler()
+    except KernelDSLError as exc:
+        return {"available": False, "compiler": None, "problem": str(exc)}
+    return {"available": is_available("cpu"), "compiler": f"{compiler.version} ({compiler.target})", "problem": None}
 
 
 def _package_version(name: str) -> str | None:
@@ -132,9 +144,16 @@ def format_info(info: dict[str, Any]) -> str:
         ("archs", " ".join(info["supported_archs"])),
         ("C launch path", info["c_launch_path"]),
         *_driver_rows(info["driver"]),
+        ("CPU device", _cpu_device_line(info["cpu_device"])),
         ("cache", _cache_line(info["cache"])),
     ]
     return "\n".join(f"{label:<14} {value}" for label, value in rows)
+
+
+def _cpu_device_line(c: dict[str, Any]) -> str:
+    if c["compiler"] is None:
+        return f"unavailable: {c['problem']}"
+    return f"kernels run on the host, compiled by {c['compiler']}" if c["available"] else "unavailable: no shim"
 
 
 def _driver_rows(d: dict[str, Any]) -> list[tuple[str, str]]:

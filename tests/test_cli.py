@@ -68,7 +68,7 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_info_without_a_driver_says_so_plainly(capsys, no_driver, isolated_cache):
     code, out, _ = run(capsys, "info")
     assert code == 0
-    assert "no CUDA driver found: kernels can be compiled (set KERNELDSL_ARCH or pass --arch) but not launched" in out
+    assert "no CUDA driver found: kernels can be compiled (set KERNELDSL_ARCH or pass --arch), not launched on a GPU" in out
     assert "NVRTC" in out and "sm_90" in out
     assert f"{isolated_cache}: does not exist yet" in out
     assert not isolated_cache.exists()
@@ -358,3 +358,18 @@ def test_compile_progress_is_quiet_off_a_terminal_and_for_few_builds(capsys, ker
     monkeypatch.setattr(sys, "stderr", terminal)
     assert run(capsys, "compile", str(kernels_file), "--arch", "sm_90")[0] == 0  # 3 builds
     assert terminal.getvalue() == ""
+
+
+def test_info_names_the_cpu_devices_compiler() -> None:
+    from kerneldsl.cli import collect_info
+
+    found = collect_info()["cpu_device"]
+    assert found["available"] and found["compiler"]
+
+
+def test_info_says_why_there_is_no_cpu_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kerneldsl.cli import collect_info
+
+    monkeypatch.setenv("KERNELDSL_HOST_CXX", "/nonexistent/c++")
+    found = collect_info()["cpu_device"]
+    assert not found["available"] and "names no program" in found["problem"]
