@@ -31,8 +31,7 @@ from .dispatch import Kernel
 from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
 from .progress import Progress
 from .runtime import driver
-from .runtime.host_toolchain import host_compiler
-from .runtime.selection import is_available
+from .runtime.host_toolchain import host_compiler, shim_dir
 from .target import ARCH_ENV, device_arch, resolve_arch
 
 _PACKAGES = ("cuda-bindings", "cuda-core", "numpy")
@@ -58,10 +57,11 @@ def collect_info() -> dict[str, Any]:
 def _cpu_device_info() -> dict[str, Any]:
     """Whether kernels can run on the CPU device here, and with which host compiler."""
     try:
-        compiler = host_compiler()
+        compiler = host_compiler(remember=False)
     except KernelDSLError as exc:
         return {"available": False, "compiler": None, "problem": str(exc)}
-    return {"available": is_available("cpu"), "compiler": f"{compiler.version} ({compiler.target})", "problem": None}
+    shim = (shim_dir() / "kd_host.h").is_file()
+    return {"available": shim, "compiler": f"{compiler.version} ({compiler.target})", "problem": None}
 
 
 def _package_version(name: str) -> str | None:

@@ -87,11 +87,11 @@ def _ask(argv: tuple[str, ...], flag: str) -> str:
 
 
 @lru_cache(maxsize=4)
-def _compiler(argv: tuple[str, ...]) -> HostCompiler:
+def _compiler(argv: tuple[str, ...], remember: bool) -> HostCompiler:
     """Who ``argv`` is. A plain program's answer is kept in the disk cache under its resolved
     path, size, inode and change time, so a fresh process whose kernels all hit the disk cache
     runs no compiler at all (a replaced or updated binary is asked again)."""
-    program = shutil.which(argv[0]) if len(argv) == 1 else None
+    program = shutil.which(argv[0]) if len(argv) == 1 and remember else None
     if program is None:
         return HostCompiler(argv, _ask(argv, "--version"), _ask(argv, "-dumpmachine"))
     from .. import cache as disk_cache
@@ -111,9 +111,10 @@ def _compiler(argv: tuple[str, ...]) -> HostCompiler:
     return found
 
 
-def host_compiler() -> HostCompiler:
-    """The configured compiler, asked who it is once per process and configuration."""
-    return _compiler(_configured_argv())
+def host_compiler(remember: bool = True) -> HostCompiler:
+    """The configured compiler, asked who it is once per process and configuration; with
+    ``remember=False`` (``kerneldsl info``) the disk cache is neither read nor created."""
+    return _compiler(_configured_argv(), remember)
 
 
 def shim_dir() -> Path:
