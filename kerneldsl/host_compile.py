@@ -29,11 +29,8 @@ from .errors import UnsupportedOnCpuError
 from .runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
 
 HOST_OUTPUT = "host"
-# -march=native targets this host's vector units (the key records its ISA), short of AVX-512:
-# with it, g++ 12 -O2 gives wrong sums in fiber-mode kernels that shuffle twice in a row (the fused
-# layer norm of tests/test_fuse_reductions_gpu.py's interleaved short rows), a fault not yet found.
-_NO_AVX512 = ("-mno-avx512f",) if platform.machine() in ("x86_64", "AMD64") else ()
-BASE_FLAGS = ("-O2", "-march=native", *_NO_AVX512, "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
+# -march=native: this host's vector units (the key records its ISA).
+BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
 
 _COLLECTIVE = re.compile(
     r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync|__uni_sync"
