@@ -1,7 +1,8 @@
 """The CPU device's native half on its own: the shim (templates/host/kd_host.h) and the runtime
-library (templates/host/kd_host_runtime.cpp), compiled with the system C++ compiler using exactly
-the command lines of notes/HOST_ABI.md, loaded with ctypes (the runtime with RTLD_GLOBAL first)
-and launched through ``kd_host_launch``, as the Python host driver and the C launch path do.
+library (templates/host/kd_host_runtime.cpp). Modules are compiled with the system C++ compiler
+using the module command line of the Python side, loaded with ctypes and launched through the
+process's one runtime library (kerneldsl's, loaded RTLD_GLOBAL) with ``kd_host_launch``, as the
+Python host driver and the C launch path do.
 Kernels here are small hand-written CUDA sources in the shape kernel.cu.j2 renders (a ``#line``
 into the body, then ``KD_HOST_KERNEL``)."""
 
@@ -27,7 +28,6 @@ SHIM_DIR = Path(__file__).resolve().parent.parent / "templates" / "host"
 CXX = shutil.which(os.environ.get("KERNELDSL_HOST_CXX", "c++"))  # the compiler the CPU device is told to use
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler ($KERNELDSL_HOST_CXX or c++) on PATH")
 
-RUNTIME_COMMAND = ["-O2", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fno-strict-aliasing"]
 MODULE_COMMAND = [
     "-O2",
     "-std=c++17",
@@ -52,8 +52,8 @@ class Outcome:
 class Runtime:
     """The runtime library, loaded once, with the launch entries typed."""
 
-    def __init__(self, path: Path) -> None:
-        self.lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    def __init__(self, lib: ctypes.CDLL) -> None:
+        self.lib = lib
         self.lib.kd_host_launch.argtypes = LAUNCH_ARGTYPES
         self.lib.kd_host_launch.restype = ctypes.c_int
         self.lib.kd_host_launch_ex.argtypes = [ctypes.c_void_p] * 4
@@ -69,10 +69,13 @@ class Runtime:
         return buffer.value.decode()
 
 
-def compile_runtime(folder: Path) -> Path:
-    out = folder / "libkd_host_runtime.so"
-    subprocess.run([CXX, *RUNTIME_COMMAND, str(SHIM_DIR / "kd_host_runtime.cpp"), "-o", str(out)], check=True)
-    return out
+def process_runtime() -> ctypes.CDLL:
+    """The process's one runtime library, as kerneldsl builds and loads it (RTLD_GLOBAL): modules
+    resolve the runtime's symbols against the first one loaded, so a second copy in the process
+    would launch kernels whose failures land in the other."""
+    from kerneldsl.runtime.host_runtime import runtime_library
+
+    return runtime_library()
 
 
 def compile_module(folder: Path, name: str, source: str, fibers: bool) -> Path:
@@ -125,8 +128,8 @@ def build_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runtime(build_dir: Path) -> Iterator[Runtime]:
-    rt = Runtime(compile_runtime(build_dir))
+def runtime() -> Iterator[Runtime]:
+    rt = Runtime(process_runtime())
     workers = rt.lib.kd_host_workers()
     yield rt
     rt.lib.kd_host_set_workers(workers)
