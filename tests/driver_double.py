@@ -19,8 +19,6 @@ from typing import Any
 
 from cuda.bindings import driver as _real
 
-from kerneldsl.runtime.host_driver import LaunchConfig  # cuda.h's structures, as the C launch path passes them
-
 CUresult = _real.CUresult
 NOT_READY = 600
 INVALID_CONTEXT = 201
@@ -71,8 +69,25 @@ _C_LAUNCH = ctypes.CFUNCTYPE(
 _C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 
+class _CLaunchAttribute(ctypes.Structure):
+    """cuda.h's CUlaunchAttribute: a 4-byte id, padding to 8, a 64-byte value."""
+
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class _CLaunchConfig(ctypes.Structure):
+    """cuda.h's CUlaunchConfig, as the C launch path hands it to cuLaunchKernelEx."""
+
+    _fields_ = [
+        ("dims", ctypes.c_uint * 7),  # grid x, y, z, block x, y, z, shared bytes
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_CLaunchAttribute)),
+        ("nattrs", ctypes.c_uint),
+    ]
+
+
 _C_LAUNCH_EX = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+    ctypes.c_int, ctypes.POINTER(_CLaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
 )
 _C_POOL_ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
 _C_FREE_ASYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p)
