@@ -68,7 +68,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 def test_info_without_a_driver_says_so_plainly(capsys, no_driver, isolated_cache):
     code, out, _ = run(capsys, "info")
     assert code == 0
-    assert "no CUDA driver found: kernels can be compiled (set KERNELDSL_ARCH or pass --arch), not launched on a GPU" in out
+    assert "no CUDA driver found: kernels can be compiled (set KERNELDSL_ARCH or pass --arch)" in out
+    assert "not launched on a GPU" in out
     assert "NVRTC" in out and "sm_90" in out
     assert f"{isolated_cache}: does not exist yet" in out
     assert not isolated_cache.exists()
