@@ -1,7 +1,7 @@
 // kerneldsl's CPU device shim: force-included (`-include kd_host.h`) before every rendered CUDA
 // source, which the host C++ compiler then builds into a shared library that the host runtime
 // (kd_host_runtime.cpp, loaded first with RTLD_GLOBAL) launches. The contract between the two,
-// the compile commands and the execution model are in notes/HOST_ABI.md.
+// the compile commands and the execution model are in docs/cpu-device-abi.md.
 //
 // The rule for the whole file: no #include, not even of a compiler header. The prelude that
 // follows typedefs int64_t as `long long`, which clashes with glibc's, and libc++'s headers drag in

@@ -3,7 +3,7 @@
 // on when its kernel has barriers or warp collectives, and the errors a launch reports. Compiled
 // once per host compiler into a shared library that is loaded with RTLD_GLOBAL before any kernel
 // module, which resolves the kd_host_*_v1 entries the shim (kd_host.h) declares. The contract is
-// notes/HOST_ABI.md.
+// docs/cpu-device-abi.md.
 //
 // Execution model, and the rules the code below keeps:
 // - A grid's blocks are taken in order, in chunks, from an atomic counter by a pool of OS threads
@@ -1314,7 +1314,7 @@ KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* w
 }
 
 // ---------------------------------------------------------------------------------------------
-// The launch entries and the pool's settings (notes/HOST_ABI.md).
+// The launch entries and the pool's settings (docs/cpu-device-abi.md).
 KD_EXPORT int kd_host_launch(const void* function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                              unsigned int by, unsigned int bz, unsigned int dynamic_shared, void* stream, void** params,
                              void** extra) {
