@@ -34,7 +34,7 @@ BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=
 
 _COLLECTIVE = re.compile(
     r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync|__uni_sync"
-    r"|__activemask|__match_(?:any|all)_sync|__reduce_\w+_sync|__nanosleep|kd_cluster_sync)\b"
+    r"|__activemask|__match_(?:any|all)_sync|__reduce_\w+_sync|__nanosleep)\b"
 )
 _INDEX_TYPEDEF = re.compile(r"^typedef (?:int|long long) index_t;$", re.MULTILINE)
 _ALIGN = r"(?:__align__\s*\(\s*\d+\s*\)\s+)?"
