@@ -57,6 +57,7 @@ _CODEGEN_MODULES = (
     "specialize.py",
     "launch_plan.py",
     "codegen.py",
+    "source_lines.py",
     "compiler.py",
     "device_code.py",
     "headers.py",
@@ -372,7 +373,9 @@ def _compile(
 
         compiler = "the host C++ compiler" if output == HOST_OUTPUT else "NVRTC"
         origin = BodyOrigin.of(body)
-        mapped = map_log(failure.log, generated.body_file, generated.body, origin, generated.cuda_source)
+        mapped = map_log(
+            failure.log, generated.body_file, generated.body, origin, generated.cuda_source, generated.body_places
+        )
         summary = "\n".join(mapped) if mapped else failure.log
         raise KernelCompileError(
             f"{compiler} could not compile {spec.describe()}:\n{summary}\n--- {compiler} log ---\n{failure.log}",

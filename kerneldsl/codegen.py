@@ -28,6 +28,7 @@ from .installed import dist_info_pattern, first_version
 from .launch_plan import SLOT_BYTES, LaunchPlan, Slot, launch_plan
 from .runtime.limits import MAX_INDEX32_THREADS
 from .signature import ArrayParam, Expr, ScalarParam
+from .source_lines import LineMap, locate_body
 from .specialize import Specialization
 from .template_options import COMPILED_DIR, make_environment
 
@@ -182,14 +183,53 @@ class GeneratedBody:
     decisions: Decisions
 
 
-def call_body(spec: Specialization, body: Callable[..., Any]) -> tuple[str, Decisions]:
+def call_body(spec: Specialization, body: Callable[..., Any]) -> tuple[str, Decisions, LineMap | None]:
+    """The body's text (dedented, outer blank lines dropped), its decisions, and where each of
+    its lines sits in the user's file when the body function returned one of its own string
+    literals (``source_lines``; kerneldsl's generated bodies are never placed)."""
     result = body(**body_arguments(spec))
     text, decisions = (result.text, result.decisions) if isinstance(result, GeneratedBody) else (result, Decisions())
     if not isinstance(text, str):
         raise DeclarationError(
             spec.signature.name, None, f"the body function must return the CUDA body as str, got {type(text).__name__}"
         )
-    return textwrap.dedent(text).strip("\n"), decisions
+    dedented = textwrap.dedent(text)
+    stripped = dedented.strip("\n")
+    placed = None if isinstance(result, GeneratedBody) else locate_body(body, text)
+    if placed is not None:  # body line k is the returned string's line k - 1 + (blank lines dropped above)
+        first = len(dedented) - len(dedented.lstrip("\n"))
+        placed = LineMap(placed.filename, placed.lines[first : first + stripped.count("\n") + 1])
+    return stripped, decisions, placed
+
+
+def body_segments(body: str, body_file: str, placed: LineMap | None) -> list[dict[str, Any]]:
+    """The body as runs of lines, each run under one ``#line`` directive: a line placed in the
+    user's file is numbered there, any other line by its place in ``<kernel>.body``. A blank line
+    continues the run it is in (it holds nothing to number), so no run starts blank."""
+    runs: list[dict[str, Any]] = []
+    next_line: tuple[str, int] | None = None
+    for k, text in enumerate(body.split("\n"), start=1):
+        at = placed.lines[k - 1] if placed is not None and k <= len(placed.lines) else None
+        where = (placed.filename, at) if placed is not None and at is not None else (body_file, k)
+        if runs and (where == next_line or not text.strip()):
+            runs[-1]["lines"].append(text)
+            assert next_line is not None
+            next_line = (next_line[0], next_line[1] + 1)
+            continue
+        runs.append({"file": where[0], "line": where[1], "lines": [text]})
+        next_line = (where[0], where[1] + 1)
+    return [{"file": r["file"], "line": r["line"], "text": "\n".join(r["lines"])} for r in runs]
+
+
+def number_generated_lines(source: str, generated_file: str) -> str:
+    """The kernel template marks where numbering returns to the generated file with
+    ``#line 0 "<generated file>"`` (a template cannot count its own lines); each mark becomes
+    the true number of the line after it, so a report on generated code names that line."""
+    mark = f'#line 0 "{generated_file}"'
+    if mark not in source:
+        return source
+    lines = source.split("\n")
+    return "\n".join(f'#line {i + 2} "{generated_file}"' if line == mark else line for i, line in enumerate(lines))
 
 
 # --- the generated pair ----------------------------------------------------------------------------
@@ -206,6 +246,7 @@ class Generated:
     body_file: str
     launch: LaunchPlan  # what both launch paths check, compute and pack
     decisions: Decisions
+    body_places: tuple[tuple[str, int], ...] = ()  # (file, line) the #line directives give each body line
 
     @property
     def abi(self) -> tuple[tuple[str, str], ...]:
@@ -247,6 +288,7 @@ class GenerationPlan:
     kernel_context: dict[str, Any]
     adapter_context: dict[str, Any]
     includes: tuple[str, ...] = ()  # what the body's and device functions' #include lines name
+    body_places: tuple[tuple[str, int], ...] = ()  # (file, line) the #line directives give each body line
 
     @property
     def abi(self) -> tuple[tuple[str, str], ...]:
@@ -269,11 +311,14 @@ class GenerationPlan:
             body_file=self.body_file,
             launch=self.launch,
             decisions=self.decisions,
+            body_places=self.body_places,
         )
 
     def render(self) -> Generated:
+        cuda_source = render(KERNEL_TEMPLATE, **self.kernel_context)
         return self.with_sources(
-            render(KERNEL_TEMPLATE, **self.kernel_context), render(ADAPTER_TEMPLATE, **self.adapter_context)
+            number_generated_lines(cuda_source, self.kernel_context["generated_file"]),
+            render(ADAPTER_TEMPLATE, **self.adapter_context),
         )
 
 
@@ -301,7 +346,7 @@ def plan_generation(
     """Call the body and decide everything the templates are given; renders nothing. The body's
     and device functions' ``#include`` lines move to file scope (blanked where they were)."""
     sig = spec.signature
-    body_text, decisions = call_body(spec, body)
+    body_text, decisions, placed = call_body(spec, body)
     body_text, includes = hoist_includes(body_text)
     functions = []
     for function in code.ordered():
@@ -312,6 +357,7 @@ def plan_generation(
     body_file = f"{sig.name}.body"
     launch = launch_plan(spec)
     restrict = "" if sig.allow_alias else " __restrict__"
+    segments = body_segments(body_text, body_file, placed)
     kernel_context = {
         "name": sig.name,
         "arch": spec.arch,
@@ -331,8 +377,8 @@ def plan_generation(
         "entry": entry,
         "params": [{"decl": _decl(s, restrict), "ctype": s.ctype} for s in launch.slots],
         "arrays": [{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
-        "body_file": body_file,
-        "body": body_text,
+        "generated_file": f"{entry}.cu",  # the name NVRTC compiles it under
+        "body_segments": segments,
         "includes": list(dict.fromkeys(includes)),
         "device_functions": functions,
     }
@@ -345,6 +391,7 @@ def plan_generation(
         kernel_context=kernel_context,
         adapter_context=adapter_context(launch, spec.arch),
         includes=tuple(dict.fromkeys(includes)),
+        body_places=tuple((s["file"], s["line"] + i) for s in segments for i in range(s["text"].count("\n") + 1)),
     )
 
 

@@ -1,9 +1,12 @@
-"""Mapping NVRTC diagnostics back to the user's Python file.
+"""Mapping NVRTC's and the host C++ compiler's diagnostics back to the user's Python file.
 
-The generated source marks the body with ``#line 1 "<kernel>.body"``, so NVRTC reports body
-errors as ``<kernel>.body(K)``. The body is usually an f-string inside the decorated function;
-``BodyOrigin`` finds which source line produced body line K by matching the f-string's literal
-parts, and the error message then points at ``file.py:LINE``.
+The generated source numbers each body line with ``#line`` directives (``source_lines``): a line
+placed in the user's file under that file and line, any other under ``<kernel>.body`` and its
+body line, and generated code under the generated file's own lines. A compiler reports a body
+line as ``file.py(L)`` (NVRTC) or ``file.py:L:C`` (the host compiler), which the places the
+directives gave (``places``) turn back into the body line; a body line numbered in
+``<kernel>.body`` (kerneldsl's generated bodies, an elementwise expression) is placed by
+``BodyOrigin``, which matches the literal text of the function the code came from.
 
 Two things NVRTC does are undone here. A missing token (``expected a ";"``) is reported at the
 *next* token: when that starts a line, the culprit is the line before; after the body's last
@@ -20,8 +23,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_DIAGNOSTIC = re.compile(
-    r"^(?P<file>[^\s()]+)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$"
+_DIAGNOSTIC = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$")
+# The host compiler's (GCC, Clang): file:line:column: kind: message.
+_HOST_DIAGNOSTIC = re.compile(
+    r"^(?P<file>.+?):(?P<line>\d+):(?:\d+:)? (?P<kind>error|warning|fatal error)(?P<rest>.*)$"
 )
 # A diagnostic NVRTC cannot place on a line: an unbalanced "{" is only noticed at the source's end.
 _AT_END = re.compile(r"^At end of source: (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$")
@@ -96,67 +101,102 @@ def _literal_patterns(source_line: str) -> list[re.Pattern[str]]:
     return [p for t in texts if len(t) >= _MIN_LITERAL and (p := _line_pattern(t)) is not None]
 
 
-def map_log(log: str, body_file: str, body: str, origin: BodyOrigin | None, source: str) -> list[str]:
-    """One entry per distinct diagnostic: the user's file:line when known, the message, the offending line."""
+def map_log(
+    log: str,
+    body_file: str,
+    body: str,
+    origin: BodyOrigin | None,
+    source: str,
+    places: tuple[tuple[str, int], ...] = (),
+) -> list[str]:
+    """One entry per distinct diagnostic: the user's file:line when known, the message, the
+    offending line. ``places``: the (file, line) the source's ``#line`` directives give each body
+    line (without them, body lines are numbered in ``body_file``)."""
     body_lines = body.splitlines()
     source_lines = source.splitlines()
+    places = places or tuple((body_file, k) for k in range(1, len(body_lines) + 1))
+    body_line_of = {place: k for k, place in reversed(list(enumerate(places, start=1)))}
     located = origin.locate(body_lines) if origin else {}
-    body_start = _body_start(source_lines, body_file)
+    generated_at = _generated_lines(source_lines, places)
     mapped: list[str] = []
     seen: set[tuple[str, str]] = set()
     log_lines = log.splitlines()
     for i, raw in enumerate(log_lines):
         end = _AT_END.match(raw.strip())
         if end is not None:
-            mapped.append(_end_entry(f"{end.group('kind')}{end.group('rest')}", body_lines, located, origin, body_file))
+            mapped.append(
+                _end_entry(f"{end.group('kind')}{end.group('rest')}", body_lines, located, origin, places, body_file)
+            )
             continue
-        m = _DIAGNOSTIC.match(raw.strip())
+        m = _DIAGNOSTIC.match(raw.strip()) or _HOST_DIAGNOSTIC.match(raw.strip())
         if not m:
             continue
-        reported = int(m.group("line"))
+        file, reported = m.group("file"), int(m.group("line"))
         message = f"{m.group('kind')}{m.group('rest')}"
-        at = (
-            _body_line(body_lines, reported, _missing_token(message, log_lines, i))
-            if m.group("file") == body_file
-            else None
-        )
-        if at is not None:
+        in_body = body_line_of.get((file, reported))
+        if in_body is None and file == body_file and reported > len(body_lines):
+            in_body = reported  # past the body's end, still numbered in its file
+        if in_body is None and _closes_body(source_lines, file, reported):
+            in_body = len(body_lines) + 1  # the generated "}" after the body: a token missing at its end
+        at = None if in_body is None else _body_line(body_lines, in_body, _missing_token(message, log_lines, i))
+        if at is not None and in_body is not None:
             text = body_lines[at - 1].strip()
-            where = _where(at, located, origin, body_file)
-            entry = _body_entry(where, message, at, text, reported, body_start)
-        elif m.group("file") != body_file and 1 <= reported <= len(source_lines):
+            where = _where(at, located, origin, places, body_file)
+            entry = _body_entry(where, message, at, text, in_body, generated_at.get(at))
+        elif file not in {f for f, _ in places} and 1 <= reported <= len(source_lines):
             text = source_lines[reported - 1].strip()
             entry = f"generated line {reported}: {message}\n    {text}"
         else:
             text = ""
-            entry = f"{m.group('file')}:{reported}: {message}"
+            entry = f"{file}:{reported}: {message}"
         if (message, text or entry) not in seen:
             seen.add((message, text or entry))
             mapped.append(entry)
     stray = stray_brace(body_lines) if mapped else None
     if stray is not None:  # the errors after it are its consequence: name the cause first
-        where = _where(stray, located, origin, body_file)
+        where = _where(stray, located, origin, places, body_file)
         cause = f'{where}: error: this "}}" closes nothing the body opened, so it ends the kernel\'s function'
         mapped.insert(0, f"{cause}\n    body line {stray}: {body_lines[stray - 1].strip()}")
     return mapped
 
 
+def _closes_body(source_lines: list[str], file: str, reported: int) -> bool:
+    """Whether generated line ``reported`` of ``file`` is the "}" that the kernel template puts
+    right after the body's directive back to the generated file."""
+    return (
+        2 <= reported <= len(source_lines)
+        and source_lines[reported - 1].strip() == "}"
+        and source_lines[reported - 2] == f'#line {reported} "{file}"'
+    )
+
+
 def _end_entry(
-    message: str, body_lines: list[str], located: dict[int, int], origin: BodyOrigin | None, body_file: str
+    message: str,
+    body_lines: list[str],
+    located: dict[int, int],
+    origin: BodyOrigin | None,
+    places: tuple[tuple[str, int], ...],
+    body_file: str,
 ) -> str:
     """An 'at end of source' diagnostic: a "{" the body leaves open is the usual cause, so the
     entry points at it (NVRTC's own note points at the generated function's brace)."""
     at = unclosed_brace(body_lines)
     if at is None:
         return f"end of the generated source: {message}"
-    where = _where(at, located, origin, body_file)
+    where = _where(at, located, origin, places, body_file)
     text = body_lines[at - 1].strip()
     return f'{where}: {message}: the "{{" on body line {at} is never closed\n    body line {at}: {text}'
 
 
-def _where(at: int, located: dict[int, int], origin: BodyOrigin | None, body_file: str) -> str:
-    """Body line ``at`` as the user's ``file.py:LINE`` when known, else ``<kernel>.body:LINE``."""
-    return f"{origin.filename}:{located[at]}" if origin and at in located else f"{body_file}:{at}"
+def _where(
+    at: int, located: dict[int, int], origin: BodyOrigin | None, places: tuple[tuple[str, int], ...], body_file: str
+) -> str:
+    """Body line ``at`` as the user's ``file.py:LINE`` when known (from its directive, else from
+    ``BodyOrigin``), else ``<kernel>.body:LINE``."""
+    file, line = places[at - 1]
+    if file == body_file and origin and at in located:
+        return f"{origin.filename}:{located[at]}"
+    return f"{file}:{line}"
 
 
 _LEXEME = re.compile(r"//[^\n]*|/\*.*?\*/|\"(?:\\.|[^\"\\\n])*\"|'(?:\\.|[^'\\\n])*'|[{}]", re.S)
@@ -194,12 +234,12 @@ def _brace_balance(body_lines: list[str]) -> tuple[int | None, int | None]:
     return (open_lines[0] if open_lines else None), stray
 
 
-def _body_entry(where: str, message: str, at: int, text: str, reported: int, body_start: int | None) -> str:
+def _body_entry(where: str, message: str, at: int, text: str, reported: int, generated: int | None) -> str:
     entry = f"{where}: {message}\n    body line {at}: {text}"
     if at != reported:
         entry += f"\n    (NVRTC reports it at the next token, body line {reported})"
-    if body_start is not None:
-        entry += f"\n    generated line {body_start + at}"
+    if generated is not None:
+        entry += f"\n    generated line {generated}"
     return entry
 
 
@@ -223,9 +263,19 @@ def _body_line(body_lines: list[str], reported: int, missing_token: bool) -> int
     return None
 
 
-def _body_start(source_lines: list[str], body_file: str) -> int | None:
-    marker = f'#line 1 "{body_file}"'
-    for i, text in enumerate(source_lines, start=1):
-        if text.strip() == marker:
-            return i
-    return None
+def _generated_lines(source_lines: list[str], places: tuple[tuple[str, int], ...]) -> dict[int, int]:
+    """Body line -> its line in the generated source: the lines after the body's first
+    directive, directives skipped (none when the source holds no such directive)."""
+    if not places:
+        return {}
+    marker = f'#line {places[0][1]} "{places[0][0]}"'
+    start = next((i for i, text in enumerate(source_lines, start=1) if text.strip() == marker), None)
+    if start is None:
+        return {}
+    found: dict[int, int] = {}
+    for i in range(start, len(source_lines)):
+        if len(found) == len(places):
+            break
+        if not source_lines[i].startswith("#line "):
+            found[len(found) + 1] = i + 1
+    return found

@@ -345,8 +345,9 @@ def test_compile_error_mapped_points_at_the_offending_line(compile_error: Kernel
     assert "body line 3" in compile_error.mapped[0]
 
 
-def test_compile_error_carries_the_nvrtc_log(compile_error: KernelCompileError) -> None:
-    assert re.search(r"broken\.body\(3\): error: identifier \"undeclared_zz\" is undefined", compile_error.log)
+def test_compile_error_carries_the_nvrtc_log_naming_this_file(compile_error: KernelCompileError) -> None:
+    where = re.escape(f"{THIS_FILE}({line_of('{x}[i] * ' + 'undeclared_zz')})")
+    assert re.search(where + r": error: identifier \"undeclared_zz\" is undefined", compile_error.log)
     assert compile_error.log in str(compile_error)
 
 
