@@ -23,7 +23,11 @@ from .installed import first_version
 
 _ARCH = re.compile(r"(sm|compute)_([1-9][0-9]{1,2})([af]?)")  # fullmatch: exact, lowercase, ASCII digits
 OUTPUTS = ("cubin", "ptx")
-BASE_OPTIONS = ("-std=c++17", "-Xptxas=-v")  # -v: ptxas reports registers and shared memory
+# -v: ptxas reports registers and shared memory. -lineinfo: the image carries the #line
+# directives' file and line of each instruction, so compute-sanitizer, cuda-gdb and Nsight
+# Compute name the user's .py line; it adds a line table to the cubin and changes no instruction.
+BASE_OPTIONS = ("-std=c++17", "-Xptxas=-v", "-lineinfo")
+_LINE_INFO = ("-lineinfo", "--generate-line-info", "-G", "--device-debug")  # -G carries full debug info
 
 # Options a user may add; anything else (include paths, -arch, output selection) is ours to set.
 _ALLOWED_OPTIONS = re.compile(  # fullmatch: nothing after the option, not even a newline
@@ -173,7 +177,8 @@ def build_options(arch: str, output: str, user_options: Sequence[str] = ()) -> t
         raise InvalidArchError(f"a cubin needs a real arch (sm_XY), not {arch!r}")
     user = check_options(user_options)
     std = tuple(o for o in user if "std=" in o)
-    base = tuple(o for o in BASE_OPTIONS if not (std and "std=" in o))
+    lines = any(o in _LINE_INFO for o in user)
+    base = tuple(o for o in BASE_OPTIONS if not (std and "std=" in o) and not (lines and o == "-lineinfo"))
     return (f"--gpu-architecture={arch}",) + base + user
 
 

@@ -12,12 +12,22 @@ branches apply. Decided here, in Python, before the compiler runs:
   ``#include`` of CUDA headers (CUB, cooperative groups, libcu++), and inline PTX that the
   compiler meets (PTX under ``#ifdef __CUDA_ARCH__`` is never compiled here, so it is fine);
 - NVRTC options map to the host's: ``--fmad=false`` keeps its meaning (no contraction is ever
-  made), ``-G``/``-lineinfo`` become ``-g``, ``-D``/``-U`` pass through, the rest only shape PTX.
+  made), ``-lineinfo`` becomes ``-g``, ``-G`` (device debug) a debug build, ``-D``/``-U`` pass
+  through, the rest only shape PTX;
+- a debug build (``KERNELDSL_HOST_DEBUG=1`` in the environment, or ``-G`` in a kernel's
+  options): ``-O0 -g`` in place of ``-O2``, so a debugger stops at a body's line in the user's
+  file (``gdb -ex "break my_kernels.py:42"``: the ``#line`` directives name it) and shows every
+  variable. The flags are part of the build's cache key, so debug and optimized images never mix.
+
+The rendered source's ``#line`` directives number each body line in the user's ``.py`` file, so
+the compiler's diagnostics, ``assert``/``__trap`` reports (``__FILE__``/``__LINE__``) and a debug
+build's line table all name the user's line.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import re
 from collections.abc import Sequence
@@ -31,6 +41,9 @@ from .runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared
 HOST_OUTPUT = "host"
 # -march=native: this host's vector units (the key records its ISA).
 BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
+DEBUG_ENV = "KERNELDSL_HOST_DEBUG"
+DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable where the debugger looks
+_DEVICE_DEBUG = ("-G", "--device-debug")
 
 _COLLECTIVE = re.compile(
     r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync|__uni_sync"
@@ -55,15 +68,24 @@ def host_source(source: str) -> str:
     return _DYNAMIC_SHARED.sub(r"KD_DYNAMIC_SHARED(\1, \2);", source)
 
 
+def host_debug_requested() -> bool:
+    """Whether ``KERNELDSL_HOST_DEBUG`` asks for debug builds (read at each build, never at a call)."""
+    return os.environ.get(DEBUG_ENV, "0").strip() not in ("", "0")
+
+
 def host_options(user_options: Sequence[str]) -> tuple[str, ...]:
     """The compiler flags for a kernel built with NVRTC options ``user_options`` (already checked)."""
     mapped: list[str] = []
+    debug = host_debug_requested()
     for option in user_options:
         if option.startswith(("-D", "-U")):
             mapped.append(option)
-        elif option in ("-G", "--device-debug", "-lineinfo", "--generate-line-info"):
+        elif option in _DEVICE_DEBUG:
+            debug = True
+        elif option in ("-lineinfo", "--generate-line-info"):
             mapped.append("-g")
-    return (*BASE_FLAGS, *dict.fromkeys(mapped))
+    base = (*DEBUG_FLAGS, *BASE_FLAGS[1:]) if debug else BASE_FLAGS
+    return tuple(dict.fromkeys((*base, *mapped)))
 
 
 @lru_cache(maxsize=1)
