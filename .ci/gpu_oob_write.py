@@ -40,7 +40,7 @@ def off_by_one(y: kd.Out[kd.float32, n]) -> str:
 def bad_line() -> int:
     """The file line of the body's out-of-bounds store, which the sanitizer's report names."""
     lines, first = inspect.getsourcelines(off_by_one.body)
-    return first + next(k for k, text in enumerate(lines) if "y[i] = 1.0f;" in text)
+    return first + next(k for k, text in enumerate(lines) if "y[i] = " + "1.0f;" in text)
 
 
 def main() -> None:
