@@ -22,9 +22,11 @@ line it does not come from.
 from __future__ import annotations
 
 import ast
+import bisect
 import inspect
-import io
+import linecache
 import re
+import sys
 import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -101,59 +103,84 @@ class _Piece:
 
 @dataclass(frozen=True)
 class _Literal:
-    pieces: tuple[_Piece, ...]
-    lazy: re.Pattern[str]
-    greedy: re.Pattern[str]
+    """A literal as runs of literal text (``runs[k]``: its pieces) with a field between each two."""
+
+    runs: tuple[tuple[_Piece, ...], ...]
+    fields: tuple[_Piece, ...]  # the field between run k and run k + 1
+
+    @classmethod
+    def of(cls, pieces: list[_Piece]) -> _Literal:
+        runs: list[list[_Piece]] = [[]]
+        fields = []
+        for piece in pieces:
+            if piece.text is None:
+                fields.append(piece)
+                runs.append([])
+            else:
+                runs[-1].append(piece)
+        return cls(tuple(tuple(run) for run in runs), tuple(fields))
 
     def place(self, value: str) -> tuple[int | None, ...] | None:
         """The file line of each line of ``value`` when this literal spells it, else None. The
-        fields are matched shortest-first and longest-first: lines the two readings place
-        differently are not placed."""
-        first = self._lines(self.lazy, value)
-        if first is None:
+        fields are read shortest-first and longest-first (each run of literal text at its first
+        and at its last possible place): lines the two readings place differently are not placed."""
+        texts = ["".join(p.text or "" for p in run) for run in self.runs]
+        if not self.fields:
+            return self._lines(value, [0]) if value == texts[0] else None
+        head, tail = texts[0], texts[-1]
+        if len(value) < len(head) + len(tail) or not value.startswith(head) or not value.endswith(tail):
             return None
-        second = self._lines(self.greedy, value)
-        if second is None:
+        first, position = [0], len(head)
+        for text in texts[1:-1]:
+            found = value.find(text, position)
+            if found < 0:
+                return None
+            first.append(found)
+            position = found + len(text)
+        if position > len(value) - len(tail):
             return None
-        return tuple(a if a == b else None for a, b in zip(first, second))
+        last, end = [len(value) - len(tail)], len(value) - len(tail)
+        for text in reversed(texts[1:-1]):
+            end = value.rfind(text, len(head), end)
+            if end < 0:
+                return None
+            last.append(end)
+        last.append(0)
+        first.append(len(value) - len(tail))
+        shortest, longest = self._lines(value, first), self._lines(value, last[::-1])
+        return tuple(a if a == b else None for a, b in zip(shortest, longest))
 
-    def _lines(self, pattern: re.Pattern[str], value: str) -> tuple[int | None, ...] | None:
-        match = pattern.fullmatch(value)
-        if match is None:
-            return None
-        spans: list[tuple[int, int, int]] = []  # (start, end, file line) of each piece in value
-        position, field = 0, 0
-        for piece in self.pieces:
-            if piece.text is None:
-                field += 1
-                start, end = match.span(field)
-            else:
-                start, end = position, position + len(piece.text)
-            spans.append((start, end, piece.line))
-            position = end
-        starts = [0] + [i + 1 for i, c in enumerate(value) if c == "\n"]
-        return tuple(_line_at(spans, start) for start in starts)
-
-
-def _line_at(spans: list[tuple[int, int, int]], position: int) -> int | None:
-    """The file line of the piece holding ``position``; at a field's boundary the piece that
-    starts there (the line's first character comes from it)."""
-    for start, end, line in spans:
-        if start <= position < end:
-            return line
-    return None
+    def _lines(self, value: str, run_starts: list[int]) -> tuple[int | None, ...]:
+        """The file line of each line of ``value`` with run k of literal text at ``run_starts[k]``."""
+        spans: list[tuple[int, int, int]] = []  # (start, end, file line) of each piece in value, in order
+        cursor = 0
+        for k, run in enumerate(self.runs):
+            position = run_starts[k]
+            if k:  # the field before this run fills the gap
+                spans.append((cursor, position, self.fields[k - 1].line))
+            for piece in run:
+                spans.append((position, position + len(piece.text or ""), piece.line))
+                position = spans[-1][1]
+            cursor = position
+        starts = [start for start, _, _ in spans]
+        lines: list[int | None] = []
+        for line_start in [0] + [i + 1 for i, c in enumerate(value) if c == "\n"]:
+            k = bisect.bisect_right(starts, line_start) - 1
+            inside = k >= 0 and spans[k][0] <= line_start < spans[k][1]
+            lines.append(spans[k][2] if inside else None)
+        return tuple(lines)
 
 
 @lru_cache(maxsize=256)
 def _literals(code: CodeType) -> tuple[str, tuple[_Literal, ...]] | None:
     """The function's file name and the string literals it returns or assigns, parsed from its
-    source (one ``getsourcelines``: the function's own block, not the whole file)."""
+    own lines of the file as ``linecache`` holds them (what ``inspect`` reads)."""
     filename = safe_filename(code.co_filename)
     if filename is None:
         return None
-    try:
-        lines, first = inspect.getsourcelines(code)
-    except (OSError, TypeError):
+    first = code.co_firstlineno
+    lines = _block(code, linecache.getlines(filename)[first - 1 :])
+    if not lines:
         return None
     source = "".join(lines)
     indented = bool(source[:1].isspace())
@@ -168,8 +195,26 @@ def _literals(code: CodeType) -> tuple[str, tuple[_Literal, ...]] | None:
     for node in _returned_literals(tree):
         pieces = _pieces(_segment(text_lines, node), node.lineno + offset)
         if pieces is not None:
-            literals.append(_compiled(pieces))
+            literals.append(_Literal.of(pieces))
     return filename, tuple(literals)
+
+
+def _block(code: CodeType, lines: list[str]) -> list[str]:
+    """The function's lines, from its first (decorators included) to the last any of its
+    instructions (or a nested function's) spans: the code object's positions say where it ends,
+    so no tokenizer runs (``inspect.getblock`` where positions are not kept, before Python 3.11)."""
+    if sys.version_info < (3, 11):
+        try:
+            return list(inspect.getblock(lines))
+        except (IndexError, SyntaxError, tokenize.TokenError):
+            return []
+    last = code.co_firstlineno
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        last = max([last, *(end for _, end, _, _ in current.co_positions() if end is not None)])
+        pending.extend(c for c in current.co_consts if isinstance(c, CodeType))
+    return lines[: last - code.co_firstlineno + 1]
 
 
 def _returned_literals(tree: ast.AST) -> Iterator[ast.expr]:
@@ -192,15 +237,10 @@ def _segment(lines: list[str], node: ast.expr) -> str:
 
 def _pieces(text: str, line: int) -> list[_Piece] | None:
     """The pieces of a literal that is one string token starting on file line ``line``
-    (implicit concatenation and bytes are not placed). Literal text is split after each source
-    newline, so every piece lies on one file line."""
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return None
-    strings = [t for t in tokens if t.type == tokenize.STRING]
+    (implicit concatenation and bytes are not placed: the scan meets a closing quote early).
+    Literal text is split after each source newline, so every piece lies on one file line."""
     head = _PREFIX.match(text)
-    if len(strings) != 1 or strings[0].string != text or head is None or "b" in head.group("prefix").lower():
+    if head is None or "b" in head.group("prefix").lower() or not text.endswith(head.group("quote")):
         return None
     quote, prefix = head.group("quote"), head.group("prefix").lower()
     content = text[head.end() : len(text) - len(quote)]
@@ -216,7 +256,15 @@ def _pieces(text: str, line: int) -> list[_Piece] | None:
     i = 0
     while i < len(content):
         c = content[i]
-        if formatted and content[i : i + 2] in ("{{", "}}"):
+        if content.startswith(quote, i):  # the literal ends before the node does: concatenation
+            return None
+        if raw and c == "\\":  # kept as written, and the character after it cannot end the literal
+            literal.append(content[i : i + 2])
+            if content[i + 1 : i + 2] == "\n":
+                flush()
+                line += 1
+            i += 2
+        elif formatted and content[i : i + 2] in ("{{", "}}"):
             literal.append(c)
             i += 2
         elif formatted and c == "{":
@@ -278,13 +326,3 @@ def _decoded(escape: re.Match[str]) -> str:
             return chr(int(escape.group(name), 16))
     other = escape.group("other")
     return _SIMPLE_ESCAPES.get(other, "\\" + other)
-
-
-def _compiled(pieces: list[_Piece]) -> _Literal:
-    """The literal as two patterns over the returned string: each field as any text, shortest
-    and longest first."""
-
-    def pattern(field: str) -> re.Pattern[str]:
-        return re.compile("".join(field if p.text is None else re.escape(p.text) for p in pieces), re.S)
-
-    return _Literal(tuple(pieces), pattern("(.*?)"), pattern("(.*)"))

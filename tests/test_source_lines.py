@@ -201,6 +201,26 @@ e; // \\n"""  # escape-test
     assert placed is not None and placed.lines == (last - 3, last - 3, last - 2, last)
 
 
+def test_a_raw_string_keeps_its_backslashes_and_is_placed() -> None:
+    def body() -> str:
+        return r"""a; // \n
+b;"""  # raw-test
+
+    placed = locate_body(body, body())
+    last = line_of("# raw-" + "test")
+    assert placed is not None and placed.lines == (last - 1, last)
+
+
+def test_implicitly_concatenated_literals_are_not_placed() -> None:
+    def body() -> str:
+        return (
+            "a;\n"  # one literal
+            "b;"  # and another
+        )
+
+    assert locate_body(body, body()) is None
+
+
 def test_a_literal_read_two_ways_places_only_the_lines_both_agree_on() -> None:
     def body(a: str, b: str) -> str:
         return f"""{a}
