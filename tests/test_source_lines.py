@@ -10,6 +10,7 @@ import linecache
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -24,7 +25,7 @@ import kerneldsl as kd
 from kerneldsl import codegen
 from kerneldsl.build import key_material, source_material
 from kerneldsl.codegen import generate
-from kerneldsl.compiler import build_options
+from kerneldsl.compiler import build_options, compile_source
 from kerneldsl.errors import KernelCompileError, KernelFaultError
 from kerneldsl.host_compile import DEBUG_ENV, host_options
 from kerneldsl.source_lines import locate_body, safe_filename
@@ -359,6 +360,30 @@ def test_the_cubin_names_this_file_in_its_line_table(isolated_cache: Path) -> No
     # DWARF's line table holds a file as its directory and its name
     assert str(Path(THIS_FILE).parent).encode() + b"\x00" in build.cubin
     assert Path(THIS_FILE).name.encode() + b"\x00" in build.cubin
+
+
+def text_section(cubin: bytes, name: str) -> bytes:
+    """Section ``name`` of an ELF64 cubin (the kernel's instructions are ``.text.<entry>``)."""
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    size, count, names = struct.unpack_from("<HHH", cubin, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * size) for i in range(count)]
+    strings = headers[names][4]
+    for header in headers:
+        start = strings + header[0]
+        if cubin[start : cubin.index(b"\0", start)] == name.encode():
+            return cubin[header[4] : header[4] + header[5]]
+    raise KeyError(name)
+
+
+def test_line_info_changes_no_instruction() -> None:
+    g = generate(spec_of(fstring_body), fstring_body.body)
+    plain = tuple(o for o in build_options("sm_90", "cubin") if o != "-lineinfo")
+    with_lines, without = (
+        compile_source(g.cuda_source, f"{g.entry}.cu", options, "cubin").image
+        for options in (plain + ("-lineinfo",), plain)
+    )
+    assert with_lines != without
+    assert text_section(with_lines, f".text.{g.entry}") == text_section(without, f".text.{g.entry}")
 
 
 GDB_SCRIPT = textwrap.dedent(
