@@ -138,6 +138,22 @@ def test_numbering_returns_to_the_generated_file_at_each_of_its_lines() -> None:
     assert g.cuda_source.split("\n")[back[-1][0]] == "}"
 
 
+HALF_OF = kd.device_function("half_of", "__device__ float half_of(float v) {\n    return v * 0.5f;\n}")
+
+
+@kd.kernel(grid=1, block=1, uses=[HALF_OF])
+def uses_a_device_function(y: kd.Out["float32", "n"], x: kd.In["float32", "n"]) -> str:
+    return "y[0] = half_of(x[0]);"
+
+
+def test_numbering_returns_to_the_generated_file_after_device_functions() -> None:
+    g = generate(spec_of(uses_a_device_function), uses_a_device_function.body, uses_a_device_function.code)
+    found = directives(g.cuda_source)
+    device = next(k for k, (_, _, file) in enumerate(found) if file == "half_of.device")
+    at, number, file = found[device + 1]
+    assert (file, number) == (f"{g.entry}.cu", at + 1)
+
+
 def test_the_directives_are_all_that_changes_in_the_rendered_source(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rendered with and without the user's places: equal once the directives are dropped."""
     placed = generate(spec_of(fstring_body), fstring_body.body).cuda_source
