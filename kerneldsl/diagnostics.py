@@ -28,6 +28,7 @@ _DIAGNOSTIC = re.compile(r"^(?P<file>.+?)\((?P<line>\d+)\): (?P<kind>error|warni
 _HOST_DIAGNOSTIC = re.compile(
     r"^(?P<file>.+?):(?P<line>\d+):(?:\d+:)? (?P<kind>error|warning|fatal error)(?P<rest>.*)$"
 )
+_GUTTER = re.compile(r"^\s*\d+\s*\|(.*)$")  # GCC's and Clang's echo of a source line: "   16 |     text"
 # A diagnostic NVRTC cannot place on a line: an unbalanced "{" is only noticed at the source's end.
 _AT_END = re.compile(r"^At end of source: (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$")
 _PLACEHOLDER = re.compile(r"\\\{[^}]*\\\}")
@@ -115,7 +116,9 @@ def map_log(
     body_lines = body.splitlines()
     source_lines = source.splitlines()
     places = places or tuple((body_file, k) for k in range(1, len(body_lines) + 1))
-    body_line_of = {place: k for k, place in reversed(list(enumerate(places, start=1)))}
+    body_lines_at: dict[tuple[str, int], list[int]] = {}
+    for k, place in enumerate(places, start=1):
+        body_lines_at.setdefault(place, []).append(k)
     located = origin.locate(body_lines) if origin else {}
     generated_at = _generated_lines(source_lines, places)
     mapped: list[str] = []
@@ -133,7 +136,7 @@ def map_log(
             continue
         file, reported = m.group("file"), int(m.group("line"))
         message = f"{m.group('kind')}{m.group('rest')}"
-        in_body = body_line_of.get((file, reported))
+        in_body = _which(body_lines_at.get((file, reported), []), body_lines, _echo(log_lines, i))
         if in_body is None and file == body_file and reported > len(body_lines):
             in_body = reported  # past the body's end, still numbered in its file
         if in_body is None and _closes_body(source_lines, file, reported):
@@ -158,6 +161,26 @@ def map_log(
         cause = f'{where}: error: this "}}" closes nothing the body opened, so it ends the kernel\'s function'
         mapped.insert(0, f"{cause}\n    body line {stray}: {body_lines[stray - 1].strip()}")
     return mapped
+
+
+def _which(candidates: list[int], body_lines: list[str], echo: str | None) -> int | None:
+    """The body line a report at one (file, line) is about: lines a field inserted share their
+    field's line, so the one whose text the compiler echoed, else the first."""
+    if len(candidates) > 1 and echo is not None:
+        for k in candidates:
+            if body_lines[k - 1].strip() == echo:
+                return k
+    return candidates[0] if candidates else None
+
+
+def _echo(log_lines: list[str], i: int) -> str | None:
+    """The source line the compiler echoes under diagnostic ``i``: NVRTC's as is, GCC's and
+    Clang's after the ``N |`` gutter."""
+    if i + 1 >= len(log_lines):
+        return None
+    echo = log_lines[i + 1]
+    gutter = _GUTTER.match(echo)
+    return (gutter.group(1) if gutter else echo).strip()
 
 
 def _closes_body(source_lines: list[str], file: str, reported: int) -> bool:

@@ -293,6 +293,23 @@ def test_the_host_compiler_reports_a_third_line_syntax_error_at_this_file(cpu: A
     assert f"{where}:" in info.value.log  # the compiler's own log names it too
 
 
+@kd.kernel(grid=1, block=1)
+def error_in_inserted_lines(y: kd.Out["float32", "n"], x: kd.In["float32", "n"]) -> str:
+    inserted = "float a = x[0];\nfloat b = a +* ;\nfloat c = b;"
+    return f"""
+    {inserted}  // inserted-field
+    y[0] = c;
+    """
+
+
+def test_an_error_in_a_line_a_field_inserted_names_the_fields_line_and_that_line(isolated_cache: Path) -> None:
+    with pytest.raises(KernelCompileError) as info:
+        error_in_inserted_lines.inspect(np.zeros(1, np.float32), np.zeros(1, np.float32), arch="sm_90")
+    where = f"{THIS_FILE}:{line_of('// inserted-' + 'field')}"
+    assert info.value.mapped[0].startswith(where + ": error")
+    assert "body line 2: float b = a +* ;" in info.value.mapped[0]
+
+
 # --- the CPU device's reports at the user's line -------------------------------------------------------------
 
 
