@@ -80,7 +80,7 @@ def locate_body(func: Callable[..., object], returned: str) -> LineMap | None:
     code = getattr(inspect.unwrap(func), "__code__", None)
     if not isinstance(code, CodeType):
         return None
-    found = _literals(code)
+    found = _literals(code.co_filename, code)
     if found is None:
         return None
     filename, literals = found
@@ -172,14 +172,16 @@ class _Literal:
 
 
 @lru_cache(maxsize=256)
-def _literals(code: CodeType) -> tuple[str, tuple[_Literal, ...]] | None:
+def _literals(filename: str, code: CodeType) -> tuple[str, tuple[_Literal, ...]] | None:
     """The function's file name and the string literals it returns or assigns, parsed from its
-    own lines of the file as ``linecache`` holds them (what ``inspect`` reads)."""
-    filename = safe_filename(code.co_filename)
-    if filename is None:
+    own lines of the file as ``linecache`` holds them (what ``inspect`` reads). Keyed by the file
+    name too: equal code objects (the same function in two files, at the same line) compare equal
+    whatever their files."""
+    safe = safe_filename(filename)
+    if safe is None:
         return None
     first = code.co_firstlineno
-    lines = _block(code, linecache.getlines(filename)[first - 1 :])
+    lines = _block(code, linecache.getlines(safe)[first - 1 :])
     if not lines:
         return None
     source = "".join(lines)
@@ -196,7 +198,7 @@ def _literals(code: CodeType) -> tuple[str, tuple[_Literal, ...]] | None:
         pieces = _pieces(_segment(text_lines, node), node.lineno + offset)
         if pieces is not None:
             literals.append(_Literal.of(pieces))
-    return filename, tuple(literals)
+    return safe, tuple(literals)
 
 
 def _block(code: CodeType, lines: list[str]) -> list[str]:

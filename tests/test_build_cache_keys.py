@@ -1,4 +1,6 @@
-"""Disk-cache keys: stable across processes and paths, sensitive to every input that shapes the image."""
+"""Disk-cache keys: stable across processes, sensitive to every input that shapes the image, including
+where the user's body is spelled (the ``#line`` directives name its file and lines, which the image
+carries)."""
 
 import hashlib
 import importlib.util
@@ -166,11 +168,14 @@ def test_key_changes_with_body_source() -> None:
     assert key_of(body=other_body) != key_of()
 
 
-def test_key_does_not_depend_on_where_the_body_function_lives() -> None:
+def test_key_changes_with_where_the_body_is_spelled() -> None:
+    """The same text from a function that does not spell it is numbered in ``scaled.body``, not at
+    this file's line: other source, so another key."""
+
     def same_body(**params: Any) -> str:
         return scaled.body(**params)
 
-    assert key_of(body=same_body) == key_of()
+    assert key_of(body=same_body) != key_of()
 
 
 # --- templates --------------------------------------------------------------------------------------------
@@ -248,26 +253,40 @@ def test_every_module_of_the_signature_package_is_in_the_fingerprint() -> None:
 # --- nothing unstable in the material -------------------------------------------------------------------------
 
 
-def test_material_contains_no_paths_or_line_numbers() -> None:
-    text = json.dumps(material_of())
+def test_material_names_no_path_but_the_directive_of_the_bodys_own_file() -> None:
+    material = material_of()
+    directive = f'#line {scaled.body.__code__.co_firstlineno + 2} "{THIS_FILE}"'
+    assert directive in material["source"].split("\n")
+    material["source"] = material["source"].replace(directive, "")
+    text = json.dumps(material)
     for forbidden in (THIS_FILE, str(Path(THIS_FILE).parent), str(REPO), Path(THIS_FILE).name, os.getcwd()):
         assert forbidden not in text
-    assert '#line 1 \\"scaled.body\\"' in text  # the body marker names no file on disk
 
 
-def test_key_is_stable_across_processes_paths_and_line_numbers(tmp_path: Path) -> None:
+def test_key_is_stable_across_processes_and_hash_seeds(tmp_path: Path) -> None:
     a = write_script(tmp_path / "a")
-    b = write_script(tmp_path / "elsewhere" / "b", leading_blank_lines=25)
-    cache = tmp_path / "cache"
-    first = run_script(a, "plain", cache, hash_seed="1")
-    second = run_script(b, "plain", tmp_path / "cache2", hash_seed="2")
+    first = run_script(a, "plain", tmp_path / "cache", hash_seed="1")
+    second = run_script(a, "plain", tmp_path / "cache2", hash_seed="2")
     assert first["key"] == second["key"]
     assert first["origin"] == second["origin"] == "nvrtc"
     assert first["cubin"] == second["cubin"]
     # and the same as this process computes for the same declaration
-    module = load_script(write_script(tmp_path / "c", leading_blank_lines=7))
+    module = load_script(a)
     spec = bind_declared(module.axpb.signature, {"T": np.float32}, {}, "sm_90")
     assert cache_key(material_of(spec=spec, body=module.axpb.body)) == first["key"]
+
+
+def test_a_kernel_moved_in_its_file_or_to_another_path_gets_another_key(tmp_path: Path) -> None:
+    """Its image names its file and lines (compiler reports, line tables): it is compiled again."""
+    keys = set()
+    for script in (
+        write_script(tmp_path / "a"),
+        write_script(tmp_path / "a2", leading_blank_lines=0),
+        write_script(tmp_path / "b", leading_blank_lines=25),
+    ):
+        spec = bind_declared(load_script(script).axpb.signature, {"T": np.float32}, {}, "sm_90")
+        keys.add(cache_key(material_of(spec=spec, body=load_script(script).axpb.body)))
+    assert len(keys) == 3
 
 
 # --- disk hits across processes ---------------------------------------------------------------------------------
