@@ -27,7 +27,7 @@ from .headers import hoist_includes
 from .installed import dist_info_pattern, first_version
 from .launch_plan import SLOT_BYTES, LaunchPlan, Slot, launch_plan
 from .runtime.limits import MAX_INDEX32_THREADS
-from .signature import ArrayParam, Expr, ScalarParam
+from .signature import ArrayParam, Expr, ScalarParam, extent_c_text
 from .specialize import Specialization
 from .template_options import COMPILED_DIR, make_environment
 
@@ -115,7 +115,7 @@ class ArrayProxy(_Proxy):
         self.dtype: np.dtype = et.numpy
         self.ctype = et.ctype
         self.ndim = len(param.shape)
-        self.shape: tuple[str, ...] = tuple(str(d) for d in param.shape)
+        self.shape: tuple[str, ...] = tuple(extent_c_text(d) for d in param.shape)
         self.strides: tuple[str, ...] = tuple(f"{param.name}_stride{i}" for i in range(self.ndim))
         self.aligned16 = aligned16
 
@@ -330,7 +330,7 @@ def plan_generation(
         "fixed_symbols": [{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
         "entry": entry,
         "params": [{"decl": _decl(s, restrict), "ctype": s.ctype} for s in launch.slots],
-        "arrays": [{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
+        "arrays": [{"name": a.name, "shape": [extent_c_text(d) for d in a.shape]} for a in sig.arrays if not a.strided],
         "body_file": body_file,
         "body": body_text,
         "includes": list(dict.fromkeys(includes)),
@@ -365,7 +365,7 @@ def adapter_context(launch: LaunchPlan, arch: str) -> dict[str, Any]:
         "strided": [a.name for a in launch.arrays if a.strided],
         "symbol_binds": [{"symbol": b.symbol, "array": b.array, "axis": b.axis} for b in launch.binds],
         "shape_checks": [
-            {"array": c.array, "axis": c.axis, "value": c.value, "symbol": c.symbol, "what": c.what}
+            {"array": c.array, "axis": c.axis, "value": c.value, "symbol": c.symbol, "what": c.what, "expr": c.expr}
             for c in launch.checks
         ],
         "constants": dict(launch.constants),

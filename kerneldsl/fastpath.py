@@ -298,6 +298,8 @@ def _table(plan: LaunchPlan) -> tuple[Any, ...] | None:
     arg_index = {name: i for i, name in enumerate(plan.params)}
     array_index = {a.name: j for j, a in enumerate(plan.arrays)}
     symbol_index = {b.symbol: k for k, b in enumerate(plan.binds)}
+    if any(c.expr is not None for c in plan.checks):
+        return None  # a computed extent: its check is the adapter's (the tables compare extents to symbols)
     try:
         programs = _programs(plan, symbol_index)
         slots = _slots(plan, array_index, symbol_index, arg_index)

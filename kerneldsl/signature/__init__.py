@@ -19,7 +19,7 @@ dimensions: ``Expr``, ``cdiv``, ``dmin``, ``dmax``, ``sym``), ``parse`` (``parse
 
 from __future__ import annotations
 
-from .dims import Dim, Expr, as_expr, cdiv, dmax, dmin, plain_identifier, plain_int, sym
+from .dims import Dim, Expr, as_expr, cdiv, dmax, dmin, extent_c_text, plain_identifier, plain_int, sym
 from .parse import (
     CONST_TYPES,
     INT64_MAX,
@@ -27,6 +27,7 @@ from .parse import (
     RESERVED_NAMES,
     ArrayParam,
     ConstParam,
+    Extent,
     Param,
     ScalarParam,
     Signature,
@@ -47,6 +48,7 @@ __all__ = [
     "ConstParam",
     "Dim",
     "Expr",
+    "Extent",
     "In",
     "InOut",
     "Out",
@@ -60,6 +62,7 @@ __all__ = [
     "const_value",
     "dmax",
     "dmin",
+    "extent_c_text",
     "parse_signature",
     "plain_identifier",
     "plain_int",
