@@ -31,6 +31,7 @@ from .errors import (
     DeclarationError,
     DriverNotFoundError,
     KernelDSLError,
+    LaunchConfigError,
     NoDeviceError,
     WrongSessionError,
 )
@@ -190,7 +191,10 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         block = None if block is None else dim3(name, "block", block)
         check_host_arguments(self.signature, args)
         grid, block, shared = planned_launch(spec, args, grid, block, shared)
-        check_launch_dims(grid, block, shared)
+        try:
+            check_launch_dims(grid, block, shared)
+        except LaunchConfigError as exc:
+            raise exc.naming(name) from None
         if spec.index_bits == 32 and needs_wide_index(grid, block):
             spec = dataclasses.replace(spec, index_bits=64)
         return spec
@@ -261,19 +265,22 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         bound, staged = found
         grid = None if grid is None else dim3(self.signature.name, "grid", grid)
         block = None if block is None else dim3(self.signature.name, "block", block)
-        if staged:
-            check_host_arguments(self.signature, args)
+        try:  # a LaunchConfigError comes from the session's checks, which know the function, not its kernel
+            if staged:
+                check_host_arguments(self.signature, args)
+                try:
+                    stage_host_call(bound, self.signature, args, grid, block, shared, stream)
+                except WideIndexNeeded:
+                    stage_host_call(self._wide(bound), self.signature, args, grid, block, shared, stream)
+                return
             try:
-                stage_host_call(bound, self.signature, args, grid, block, shared, stream)
+                call = nvtx.ranged(bound.call, "launch", bound.build.specialization) if nvtx.ON else bound.call
+                call(*args, grid, block, shared, stream)
             except WideIndexNeeded:
-                stage_host_call(self._wide(bound), self.signature, args, grid, block, shared, stream)
-            return
-        try:
-            call = nvtx.ranged(bound.call, "launch", bound.build.specialization) if nvtx.ON else bound.call
-            call(*args, grid, block, shared, stream)
-        except WideIndexNeeded:
-            bound = self._wide(bound)
-            bound.call(*args, grid, block, shared, stream)
+                bound = self._wide(bound)
+                bound.call(*args, grid, block, shared, stream)
+        except LaunchConfigError as exc:
+            raise exc.naming(self.signature.name) from None
         if bound.session.capturing:
             bound.session.keep_alive(args)
         elif grid is None and block is None and shared is None and not consts and self._c_path and not nvtx.ON:

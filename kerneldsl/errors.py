@@ -171,7 +171,21 @@ class OutOfMemoryError(CudaError, MemoryError):
 class LaunchConfigError(KernelDSLError, ValueError):
     """A launch configuration the device cannot run, refused before the launch: a grid, block or
     shared-memory value past its limit, negative, or not an integer. The message names the
-    dimension and the limit."""
+    dimension and the limit, and ``kernel`` (when the launch was a kernel's) the kernel."""
+
+    def __init__(self, message: str, kernel: str | None = None) -> None:
+        super().__init__(f"kernel {kernel!r}: {message}" if kernel else message)
+        self.message = message
+        self.kernel = kernel
+
+    def naming(self, kernel: str) -> LaunchConfigError:
+        """This error as raised by a launch of ``kernel`` (the session's checks know only the
+        function); itself when it names a kernel already."""
+        if self.kernel is not None:
+            return self
+        named = type(self)(self.message, kernel)
+        named.__traceback__ = self.__traceback__
+        return named
 
 
 class DeviceInUseError(KernelDSLError, RuntimeError):

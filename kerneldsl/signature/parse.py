@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BindingError, DeclarationError
-from ..runtime.limits import MAX_CLUSTER_BLOCKS
+from ..runtime.limits import MAX_BLOCK, MAX_BLOCK_THREADS, MAX_CLUSTER_BLOCKS, MAX_GRID
 from .dims import Dim, Expr, as_expr, plain_identifier
 from .spelling import ANNOTATION_CLASSES, NO_DEFAULT, ArrayAnnotation, ConstAnnotation, ScalarAnnotation
 
@@ -175,6 +175,7 @@ def parse_signature(
     }
     if type(cooperative) is not bool:
         raise DeclarationError(name, None, f"cooperative must be True or False, got {cooperative!r}")
+    _check_constant_launch_limits(name, launch["grid"], launch["block"])
     for what, dims in launch.items():  # cluster= reads symbols and constants as grid= does
         for dim in dims:
             undefined = dim.symbols() - set(symbols) - set(consts)
@@ -250,6 +251,29 @@ def _launch_dims(kernel: str, what: str, value: Dim | tuple[Dim, ...]) -> tuple[
     if not 1 <= len(dims) <= 3:
         raise DeclarationError(kernel, None, f"{what} needs 1, 2 or 3 dimensions, got {len(dims)}")
     return tuple(_launch_dim(kernel, what, d) for d in dims)
+
+
+def _check_constant_launch_limits(kernel: str, grid: tuple[Expr, ...], block: tuple[Expr, ...]) -> None:
+    """What no device launches, refused where the declaration says it in integers: a grid or
+    block axis past its limit, a block of no threads, or block axes whose product alone is past
+    the threads a block holds (an axis computed at the call is at least 1 in any launch that
+    runs, so integer axes over the limit doom every launch)."""
+    for what, dims, limits in (("grid", grid, MAX_GRID), ("block", block, MAX_BLOCK)):
+        for axis, d, limit in zip("xyz", dims, limits):
+            if d.op == "int" and not 0 <= d.args[0] <= limit:
+                raise DeclarationError(kernel, None, f"{what}.{axis} = {d.args[0]} is outside 0..{limit}")
+    fixed = [d.args[0] for d in block if d.op == "int"]
+    threads = 1
+    for extent in fixed:
+        threads *= extent
+    if not 0 < threads <= MAX_BLOCK_THREADS:
+        shown = ", ".join(repr(d) for d in block)
+        raise DeclarationError(
+            kernel,
+            None,
+            f"block ({shown}) has {'at least ' if len(fixed) < len(block) else ''}{threads} threads; "
+            f"a block holds 1..{MAX_BLOCK_THREADS} (and at most {MAX_BLOCK} along x, y, z)",
+        )
 
 
 def _cluster_dims(kernel: str, value: Dim | tuple[Dim, ...]) -> tuple[Expr, ...]:
