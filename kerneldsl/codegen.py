@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._version import __version__
+from .body_checks import check_body
 from .device_code import NO_DEVICE_CODE, DeviceCode
 from .dtypes import ELEMENT_TYPES, ElementType
 from .errors import DeclarationError, ProxyAttributeError
@@ -189,6 +190,7 @@ def call_body(spec: Specialization, body: Callable[..., Any]) -> tuple[str, Deci
         raise DeclarationError(
             spec.signature.name, None, f"the body function must return the CUDA body as str, got {type(text).__name__}"
         )
+    check_body(spec.signature, body, text)
     return textwrap.dedent(text).strip("\n"), decisions
 
 

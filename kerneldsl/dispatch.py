@@ -191,10 +191,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         block = None if block is None else dim3(name, "block", block)
         check_host_arguments(self.signature, args)
         grid, block, shared = planned_launch(spec, args, grid, block, shared)
-        try:
-            check_launch_dims(grid, block, shared)
-        except LaunchConfigError as exc:
-            raise exc.naming(name) from None
+        check_launch_dims(grid, block, shared, name)
         if spec.index_bits == 32 and needs_wide_index(grid, block):
             spec = dataclasses.replace(spec, index_bits=64)
         return spec
@@ -267,12 +264,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         block = None if block is None else dim3(self.signature.name, "block", block)
         try:  # a LaunchConfigError comes from the session's checks, which know the function, not its kernel
             if staged:
-                check_host_arguments(self.signature, args)
-                try:
-                    stage_host_call(bound, self.signature, args, grid, block, shared, stream)
-                except WideIndexNeeded:
-                    stage_host_call(self._wide(bound), self.signature, args, grid, block, shared, stream)
-                return
+                return _staged_call(self, bound, args, grid, block, shared, stream)
             try:
                 call = nvtx.ranged(bound.call, "launch", bound.build.specialization) if nvtx.ON else bound.call
                 call(*args, grid, block, shared, stream)
@@ -410,6 +402,19 @@ class Launch(Generic[_P]):
 
     def __repr__(self) -> str:
         return f"<kd.kernel {self.kernel.signature.name} launch {self.overrides}>"
+
+
+def _staged_call(
+    kernel: Kernel[Any], bound: BoundLaunch, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
+) -> None:
+    """A call with numpy arrays: refused as the borrowing path cannot honour it, else copied in,
+    launched (the 64-bit-index build where the launch needs it) and copied back."""
+    sig = kernel.signature
+    check_host_arguments(sig, args)
+    try:
+        stage_host_call(bound, sig, args, grid, block, shared, stream)
+    except WideIndexNeeded:
+        stage_host_call(kernel._wide(bound), sig, args, grid, block, shared, stream)
 
 
 def _checked_precompile(sig: Signature, bindings: Mapping[str, Any]) -> dict[str, Any]:

@@ -365,3 +365,12 @@ class InsecureClusterWarning(UserWarning):
     """A ``LocalGPUCluster`` started with ``security=False``: its ports speak plain TCP, so any
     user of this machine can connect and run code as the cluster's owner. A warning, not an
     error: on a machine of one user it is a choice (``warnings.simplefilter`` silences it)."""
+
+
+class PerBlockExtentWarning(UserWarning):
+    """A kernel body writes ``out[blockIdx.x]`` to an array whose declared extent can be smaller
+    than the grid's blocks (``kd.Out[T, m]`` or ``kd.Out[T, 1]`` for ``grid=kd.cdiv(n, 256)``),
+    so a call passing fewer elements than blocks writes past its end. A warning, not an error:
+    it comes from a textual check of the body, which a guard (``if (blockIdx.x < m)``) can make
+    safe; declaring the grid's expression as the extent (``kd.Out[T, kd.cdiv(n, 256)]``) checks
+    every call instead."""

@@ -12,6 +12,11 @@ Python default (``TILE: kd.Const[int] = 16``); for checkers the annotations are 
 with the attributes the body function sees (``x.strides``, ``x.ctype``). The string one:
 ``kd.In["T", ("m", "n")]``, ``kd.Const[int, 16]``.
 
+An extent may also be computed from symbols bound elsewhere and int constants,
+``kd.Out[kd.float32, kd.cdiv(n, 256)]`` (one partial per block): it binds nothing, a call's
+array is checked against it, and the body sees it as an ``index_t`` expression. Its checked
+spelling is ``Annotated[int, kd.cdiv(n, 256)]``, as a type checker takes no call in a type.
+
 Where each part lives: ``spelling`` (the annotations and their checker types), ``dims`` (launch
 dimensions: ``Expr``, ``cdiv``, ``dmin``, ``dmax``, ``sym``), ``parse`` (``parse_signature``,
 ``Signature`` and its parameters); this module re-exports them.
