@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from .runtime.limits import DEFAULT_SHARED_LIMIT as STATIC_SHARED_LIMIT  # static shared memory's limit too
+from .runtime.limits import DEFAULT_SHARED_LIMIT
+
+STATIC_SHARED_LIMIT = DEFAULT_SHARED_LIMIT  # 48 KiB: the most a kernel declares statically, too
 
 # ptxas's wording for static shared memory past the limit (hexadecimal sizes).
 _TOO_MUCH_SHARED = re.compile(r"uses too much shared data \((0x[0-9a-fA-F]+) bytes, (0x[0-9a-fA-F]+) max\)")
