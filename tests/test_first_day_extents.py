@@ -123,13 +123,10 @@ def test_products_and_sums_of_symbols_are_extents_too() -> None:
         kernel.specialize(np.zeros((3, 4), np.float32), np.zeros(12, np.float32), arch="sm_90")
 
 
-def test_the_adapter_checks_a_computed_extent_and_the_c_launch_table_leaves_it_to_the_adapter() -> None:
+def test_the_launch_plan_checks_a_computed_extent_by_its_expression() -> None:
     spec = block_sums.specialize(np.zeros(1000, np.float32), np.zeros(4, np.float32), arch="sm_90")
     (check,) = launch_plan(spec).checks
     assert (check.array, check.expr) == ("out", Expr("cdiv", (Expr("sym", ("n",)), Expr("int", (256,)))))
-    from kerneldsl import fastpath
-
-    assert fastpath.launch_table(launch_plan(spec)) is None
 
 
 def test_a_specialized_symbol_folds_the_computed_extent_into_a_fixed_check() -> None:
