@@ -121,7 +121,9 @@ else:
         direction = "in"
 
     class Out(_ArrayDirection):
-        """An array the kernel writes: ``kd.Out[T, m, n]`` (``kd.Out["T", ("m", "n")]``)."""
+        """An array the kernel writes: ``kd.Out[T, m, n]`` (``kd.Out["T", ("m", "n")]``); an extent
+        may be computed from symbols bound elsewhere, ``kd.Out[T, kd.cdiv(n, 256)]`` (checked
+        spelling ``Annotated[int, kd.cdiv(n, 256)]``), and every call is checked against it."""
 
         direction = "out"
 
