@@ -41,6 +41,7 @@ from .signature import ArrayParam, Expr, Signature, as_expr
 _PYTHON_REPR = re.compile(r"<class '[\w.]+'>|<built-in (?:function|method) [\w.]+>|<[\w.]+ [^\n]*? at 0x[0-9a-fA-F]+>")
 _SAMPLES = (1, 7, 256, 1000, 65536)
 _MAX_SAMPLED_NAMES = 4  # 5**4 evaluations at most; a grid over more names is not checked
+_WARNED: dict[Any, Any] = {}  # the warnings registry: a kernel's warning shows once, not once per build
 
 
 def check_body(sig: Signature, body: Callable[..., Any], text: str) -> None:
@@ -55,6 +56,7 @@ def check_body(sig: Signature, body: Callable[..., Any], text: str) -> None:
             code.co_filename if code else "<kernel body>",
             code.co_firstlineno if code else 0,
             module=getattr(body, "__module__", None) or "kerneldsl",
+            registry=_WARNED,
         )
 
 
