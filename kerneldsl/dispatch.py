@@ -52,7 +52,7 @@ from .runtime.memory import ARRAY_TYPES
 from .runtime.session import default_session
 from .runtime.session_launch import check_launch_dims
 from .runtime.stream import Stream, check_stream
-from .signature import ArrayParam, Dim, Signature, parse_signature
+from .signature import ArrayParam, Dim, Signature, check_constant_launch_limits, parse_signature
 from .specialize import Specialization, bind, bind_declared, const_key, scalar_checks
 from .target import resolve_arch
 
@@ -473,6 +473,7 @@ def kernel(
             cooperative=cooperative,
             cluster=cluster,
         )
+        check_constant_launch_limits(sig)
         return Kernel(func, sig, options, precompile, declared(sig.name, includes, include_dirs, uses))
 
     return decorate

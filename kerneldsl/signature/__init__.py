@@ -36,6 +36,7 @@ from .parse import (
     Param,
     ScalarParam,
     Signature,
+    check_constant_launch_limits,
     const_value,
     parse_signature,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "Signature",
     "as_expr",
     "cdiv",
+    "check_constant_launch_limits",
     "const_value",
     "dmax",
     "dmin",

@@ -175,7 +175,6 @@ def parse_signature(
     }
     if type(cooperative) is not bool:
         raise DeclarationError(name, None, f"cooperative must be True or False, got {cooperative!r}")
-    _check_constant_launch_limits(name, launch["grid"], launch["block"])
     for what, dims in launch.items():  # cluster= reads symbols and constants as grid= does
         for dim in dims:
             undefined = dim.symbols() - set(symbols) - set(consts)
@@ -253,11 +252,14 @@ def _launch_dims(kernel: str, what: str, value: Dim | tuple[Dim, ...]) -> tuple[
     return tuple(_launch_dim(kernel, what, d) for d in dims)
 
 
-def _check_constant_launch_limits(kernel: str, grid: tuple[Expr, ...], block: tuple[Expr, ...]) -> None:
-    """What no device launches, refused where the declaration says it in integers: a grid or
-    block axis past its limit, a block of no threads, or block axes whose product alone is past
-    the threads a block holds (an axis computed at the call is at least 1 in any launch that
-    runs, so integer axes over the limit doom every launch)."""
+def check_constant_launch_limits(sig: Signature) -> None:
+    """What no device launches, refused where a declaration says it in integers: a grid or block
+    axis past its limit, a block of no threads, or block axes whose product alone is past the
+    threads a block holds (an axis computed at the call is at least 1 in any launch that runs,
+    so integer axes over the limit doom every launch). ``@kd.kernel`` checks its declaration;
+    an autotune configuration past a limit is skipped when it is measured, as one that fails to
+    launch is."""
+    kernel, grid, block = sig.name, sig.grid, sig.block
     for what, dims, limits in (("grid", grid, MAX_GRID), ("block", block, MAX_BLOCK)):
         for axis, d, limit in zip("xyz", dims, limits):
             if d.op == "int" and not 0 <= d.args[0] <= limit:
