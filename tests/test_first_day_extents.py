@@ -159,3 +159,23 @@ def test_block_sums_of_a_computed_extent_match_numpy(rng: np.random.Generator) -
         np.testing.assert_allclose(out.to_host(), expected, rtol=1e-5)
         with pytest.raises(ShapeMismatchError, match=r"cdiv\(n, 256\) = 4, got 5"):
             block_sums(s.to_device(x), s.to_device(np.zeros(5, np.float32)))
+
+
+@kd.kernel(grid=1, block=1)
+def extents_seen(
+    x: kd.In[kd.float32, n],
+    a: kd.Out[kd.int64, kd.cdiv(n, 7)],
+    b: kd.Out[kd.int64, kd.dmin(n, 5) + 1],
+    c: kd.Out[kd.int64, kd.sym(n) // 3 * 2 + 1],
+    d: kd.Out[kd.int64, kd.dmax(kd.sym(n) - 4, 2)],
+) -> str:
+    return f"{a}[0] = {a.shape[0]}; {b}[0] = {b.shape[0]}; {c}[0] = {c.shape[0]}; {d}[0] = {d.shape[0]};"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("size", [1, 6, 7, 8, 100])
+def test_the_kernel_computes_each_extent_as_the_binding_does(size: int) -> None:
+    extents = (-(-size // 7), min(size, 5) + 1, size // 3 * 2 + 1, max(size - 4, 2))
+    outs = [np.full(e, -1, np.int64) for e in extents]
+    extents_seen(np.zeros(size, np.float32), *outs)
+    assert [int(o[0]) for o in outs] == list(extents)
