@@ -14,7 +14,6 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl.build import Build
-from kerneldsl.runtime import driver
 
 T = TypeVar("T")  # a dtype variable: bound per call, typedef'd in the CUDA source
 n = NewType("n", int)  # a shape symbol: unified across parameters, an index_t in the kernel
@@ -73,7 +72,7 @@ def run(device: int | str) -> None:
 
 
 def main() -> None:
-    has_gpu = driver.driver_available() and driver.device_count() > 0
+    has_gpu = kd.is_available("cuda")
     arch = None if has_gpu else os.environ.get("KERNELDSL_ARCH", "sm_90")
     compile_specializations(arch or kd.resolve_arch())
     if not has_gpu:

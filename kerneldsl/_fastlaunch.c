@@ -74,7 +74,10 @@ static struct {
     unsigned long long grid[3], block[3], block_threads, shared, index32_threads;
 } limits;
 
-/* Launch-dimension programs: postfix over int64, one program per grid/block axis and shared. */
+/* Launch-dimension programs: postfix over int64, one program per grid/block axis and shared, then
+ * one per computed extent (a check whose symbol is CHECK_COMPUTED compares with the value of the
+ * program its value numbers). */
+#define CHECK_COMPUTED -2
 enum { OP_END, OP_INT, OP_SYM, OP_ADD, OP_SUB, OP_MUL, OP_FLOORDIV, OP_CDIV, OP_MIN, OP_MAX };
 
 /* What goes in each 8-byte parameter slot (mirrors the adapter's struct format). */
@@ -188,7 +191,7 @@ typedef struct {
     int cooperative;
     unsigned cluster[3];
     unsigned long long co_resident;
-    int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots;
+    int nargs, narrays, nbinds, nchecks, naliases, nprogram, nslots, nextents;
     char is_array[MAX_ARGS];
     int array_arg[MAX_ARRAYS], array_ndim[MAX_ARRAYS];
     int bind_sym[MAX_SYMS], bind_array[MAX_SYMS], bind_axis[MAX_SYMS];
@@ -793,7 +796,7 @@ static int load_table(Launch *L, PyObject *table)
     for (n = 0; n < L->nchecks; n++) {
         if (!in_range(t[4 * n], 0, L->narrays - 1, "check array") ||
             !in_range(t[4 * n + 1], 0, L->array_ndim[t[4 * n]] - 1, "check axis") ||
-            !in_range(t[4 * n + 2], -1, L->nbinds - 1, "check symbol"))
+            !in_range(t[4 * n + 2], CHECK_COMPUTED, L->nbinds - 1, "check symbol"))
             return -1;
         L->check_array[n] = (int)t[4 * n];
         L->check_axis[n] = (int)t[4 * n + 1];
@@ -831,10 +834,14 @@ static int load_table(Launch *L, PyObject *table)
         L->program_op[n] = op;
         L->program_arg[n] = t[2 * n + 1];
     }
-    if (ends != 7) {
-        PyErr_SetString(PyExc_ValueError, "launch table needs 7 programs: grid, block, shared");
+    if (ends < 7 || ends > 7 + MAX_CHECKS) {
+        PyErr_SetString(PyExc_ValueError, "launch table needs 7 programs (grid, block, shared), then computed extents");
         return -1;
     }
+    L->nextents = ends - 7;
+    for (n = 0; n < L->nchecks; n++)
+        if (L->check_sym[n] == CHECK_COMPUTED && !in_range(L->check_value[n], 0, L->nextents - 1, "computed extent"))
+            return -1;
     if (read_table(slots, 2, MAX_SLOTS, t, &L->nslots) < 0)
         return -1;
     for (n = 0; n < L->nslots; n++) {
@@ -997,8 +1004,9 @@ static int floordiv(long long a, long long b, long long *out)
     return 1;
 }
 
-/* Evaluate the 7 launch-dimension programs; 0 if any step leaves what the fast path handles. */
-static int eval_dims(const Launch *L, const long long *syms, unsigned dims[7])
+/* Evaluate the 7 launch-dimension programs into dims, then the computed extents' into extents;
+ * 0 if any step leaves what the fast path handles (a negative extent: the Python path says why). */
+static int eval_dims(const Launch *L, const long long *syms, unsigned dims[7], long long *extents)
 {
     long long stack[MAX_STACK];
     int sp = 0, which = 0;
@@ -1007,9 +1015,13 @@ static int eval_dims(const Launch *L, const long long *syms, unsigned dims[7])
         switch (L->program_op[i]) {
         case OP_END:
             r = stack[--sp];
-            if (r < 0 || r > 0xFFFFFFFFLL)
+            if (r < 0 || (which < 7 && r > 0xFFFFFFFFLL))
                 return 0;
-            dims[which++] = (unsigned)r;
+            if (which < 7)
+                dims[which] = (unsigned)r;
+            else
+                extents[which - 7] = r;
+            which++;
             continue;
         case OP_INT:
             stack[sp++] = L->program_arg[i];
@@ -1281,8 +1293,13 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
     }
     for (int b = 0; b < L->nbinds; b++)
         syms[L->bind_sym[b]] = extents[L->bind_array[b]][L->bind_axis[b]];
+    unsigned dims[7];
+    long long computed[MAX_CHECKS];
+    if (!eval_dims(L, syms, dims, computed))
+        goto decline;
     for (int c = 0; c < L->nchecks; c++) {
-        long long expected = L->check_sym[c] >= 0 ? syms[L->check_sym[c]] : L->check_value[c];
+        int sym = L->check_sym[c];
+        long long expected = sym >= 0 ? syms[sym] : sym == CHECK_COMPUTED ? computed[L->check_value[c]] : L->check_value[c];
         if (extents[L->check_array[c]][L->check_axis[c]] != expected)
             goto decline;
     }
@@ -1291,8 +1308,7 @@ static int launch_attempt(PyObject *entry, PyObject *const *call_args, Py_ssize_
         if (ptrs[a] < ptrs[b] + (unsigned long long)nbytes[b] && ptrs[b] < ptrs[a] + (unsigned long long)nbytes[a])
             goto decline;
     }
-    unsigned dims[7];
-    if (!eval_dims(L, syms, dims) || !dims_launchable(L, dims))
+    if (!dims_launchable(L, dims))
         goto decline;
 
     for (int s = 0; s < L->nslots; s++) {
@@ -1834,7 +1850,8 @@ static int add_limits(PyObject *m)
                    PyModule_AddIntConstant(m, "MAX_ALIASES", MAX_ALIASES) < 0 ||
                    PyModule_AddIntConstant(m, "MAX_PROGRAM", MAX_PROGRAM) < 0 ||
                    PyModule_AddIntConstant(m, "MAX_STACK", MAX_STACK) < 0 ||
-                   PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0
+                   PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0 ||
+                   PyModule_AddIntConstant(m, "CHECK_COMPUTED", CHECK_COMPUTED) < 0
                ? -1
                : 0;
 }

@@ -11,6 +11,7 @@ MAX_ALIASES: int
 MAX_PROGRAM: int
 MAX_STACK: int
 MAX_SLOTS: int
+CHECK_COMPUTED: int
 OPCODES: dict[str, int]
 SLOT_KINDS: dict[str, int]
 

@@ -23,6 +23,7 @@ from . import cache as disk_cache
 from . import logs
 from ._version import __version__
 from .codegen import Decisions, Generated, GenerationPlan, plan_generation, renderer_identity, template_digest
+from .compile_hints import STATIC_SHARED_LIMIT, compile_error_message, static_shared_hint
 from .compiler import (
     CompiledCode,
     NvrtcFailure,
@@ -38,6 +39,7 @@ from .headers import NO_HEADERS, Headers, headers_unchanged, resolve
 from .host_compile import HOST_OUTPUT, compile_host, host_identity, host_options, refuse_unsupported
 from .launch_plan import LaunchPlan
 from .runtime import nvtx
+from .runtime.host_image import static_shared_bytes
 from .runtime.host_toolchain import HostCompileFailure
 from .specialize import Specialization
 
@@ -366,7 +368,9 @@ def _compile(
     try:
         with nvtx.span("compile", spec):
             if output == HOST_OUTPUT:
-                return compile_host(generated.cuda_source, f"{generated.entry}.cu", options)
+                return _within_gpu_limits(
+                    spec, generated, compile_host(generated.cuda_source, f"{generated.entry}.cu", options)
+                )
             return compile_source(generated.cuda_source, f"{generated.entry}.cu", options, output)
     except (NvrtcFailure, HostCompileFailure) as failure:
         from .diagnostics import BodyOrigin, map_log  # only a failed compile maps lines onto the source
@@ -376,11 +380,20 @@ def _compile(
         mapped = map_log(
             failure.log, generated.body_file, generated.body, origin, generated.cuda_source, generated.body_places
         )
-        summary = "\n".join(mapped) if mapped else failure.log
         raise KernelCompileError(
-            f"{compiler} could not compile {spec.describe()}:\n{summary}\n--- {compiler} log ---\n{failure.log}",
+            compile_error_message(compiler, spec.describe(), mapped, failure.log),
             failure.log,
             mapped,
             generated.cuda_source,
             spec.signature.name,
         ) from None
+
+
+def _within_gpu_limits(spec: Specialization, generated: Generated, compiled: CompiledCode) -> CompiledCode:
+    """A CPU-device image, refused as a GPU build would be when its kernel declares more static
+    shared memory than any GPU takes, so that what runs on the CPU device compiles for a GPU."""
+    used = static_shared_bytes(compiled.image, generated.entry)
+    if used is None or used <= STATIC_SHARED_LIMIT:
+        return compiled
+    message = f"the CPU device refuses {spec.describe()} as a GPU would:\nhint: {static_shared_hint(used)}"
+    raise KernelCompileError(message, "", [], generated.cuda_source, spec.signature.name)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._version import __version__
+from .body_checks import check_body
 from .device_code import NO_DEVICE_CODE, DeviceCode
 from .dtypes import ELEMENT_TYPES, ElementType
 from .errors import DeclarationError, ProxyAttributeError
@@ -27,7 +28,7 @@ from .headers import hoist_includes
 from .installed import dist_info_pattern, first_version
 from .launch_plan import SLOT_BYTES, LaunchPlan, Slot, launch_plan
 from .runtime.limits import MAX_INDEX32_THREADS
-from .signature import ArrayParam, Expr, ScalarParam
+from .signature import ArrayParam, Expr, ScalarParam, extent_c_text
 from .source_lines import LineMap, locate_body
 from .specialize import Specialization
 from .template_options import COMPILED_DIR, make_environment
@@ -116,7 +117,7 @@ class ArrayProxy(_Proxy):
         self.dtype: np.dtype = et.numpy
         self.ctype = et.ctype
         self.ndim = len(param.shape)
-        self.shape: tuple[str, ...] = tuple(str(d) for d in param.shape)
+        self.shape: tuple[str, ...] = tuple(extent_c_text(d) for d in param.shape)
         self.strides: tuple[str, ...] = tuple(f"{param.name}_stride{i}" for i in range(self.ndim))
         self.aligned16 = aligned16
 
@@ -193,6 +194,7 @@ def call_body(spec: Specialization, body: Callable[..., Any]) -> tuple[str, Deci
         raise DeclarationError(
             spec.signature.name, None, f"the body function must return the CUDA body as str, got {type(text).__name__}"
         )
+    check_body(spec.signature, body, text)
     dedented = textwrap.dedent(text)
     stripped = dedented.strip("\n")
     placed = None if isinstance(result, GeneratedBody) else locate_body(body, text)
@@ -376,7 +378,7 @@ def plan_generation(
         "fixed_symbols": [{"name": s, "value": _int_literal(v)} for s, v in spec.fixed_symbols],
         "entry": entry,
         "params": [{"decl": _decl(s, restrict), "ctype": s.ctype} for s in launch.slots],
-        "arrays": [{"name": a.name, "shape": [str(d) for d in a.shape]} for a in sig.arrays if not a.strided],
+        "arrays": [{"name": a.name, "shape": [extent_c_text(d) for d in a.shape]} for a in sig.arrays if not a.strided],
         "generated_file": f"{entry}.cu",  # the name NVRTC compiles it under
         "body_segments": segments,
         "includes": list(dict.fromkeys(includes)),
@@ -412,7 +414,7 @@ def adapter_context(launch: LaunchPlan, arch: str) -> dict[str, Any]:
         "strided": [a.name for a in launch.arrays if a.strided],
         "symbol_binds": [{"symbol": b.symbol, "array": b.array, "axis": b.axis} for b in launch.binds],
         "shape_checks": [
-            {"array": c.array, "axis": c.axis, "value": c.value, "symbol": c.symbol, "what": c.what}
+            {"array": c.array, "axis": c.axis, "value": c.value, "symbol": c.symbol, "what": c.what, "expr": c.expr}
             for c in launch.checks
         ],
         "constants": dict(launch.constants),

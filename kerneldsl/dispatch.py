@@ -31,6 +31,7 @@ from .errors import (
     DeclarationError,
     DriverNotFoundError,
     KernelDSLError,
+    LaunchConfigError,
     NoDeviceError,
     WrongSessionError,
 )
@@ -51,7 +52,7 @@ from .runtime.memory import ARRAY_TYPES
 from .runtime.session import default_session
 from .runtime.session_launch import check_launch_dims
 from .runtime.stream import Stream, check_stream
-from .signature import ArrayParam, Dim, Signature, parse_signature
+from .signature import ArrayParam, Dim, Signature, check_constant_launch_limits, parse_signature
 from .specialize import Specialization, bind, bind_declared, const_key, scalar_checks
 from .target import resolve_arch
 
@@ -190,7 +191,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         block = None if block is None else dim3(name, "block", block)
         check_host_arguments(self.signature, args)
         grid, block, shared = planned_launch(spec, args, grid, block, shared)
-        check_launch_dims(grid, block, shared)
+        check_launch_dims(grid, block, shared, name)
         if spec.index_bits == 32 and needs_wide_index(grid, block):
             spec = dataclasses.replace(spec, index_bits=64)
         return spec
@@ -261,19 +262,17 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         bound, staged = found
         grid = None if grid is None else dim3(self.signature.name, "grid", grid)
         block = None if block is None else dim3(self.signature.name, "block", block)
-        if staged:
-            check_host_arguments(self.signature, args)
+        try:  # a LaunchConfigError comes from the session's checks, which know the function, not its kernel
+            if staged:
+                return _staged_call(self, bound, args, grid, block, shared, stream)
             try:
-                stage_host_call(bound, self.signature, args, grid, block, shared, stream)
+                call = nvtx.ranged(bound.call, "launch", bound.build.specialization) if nvtx.ON else bound.call
+                call(*args, grid, block, shared, stream)
             except WideIndexNeeded:
-                stage_host_call(self._wide(bound), self.signature, args, grid, block, shared, stream)
-            return
-        try:
-            call = nvtx.ranged(bound.call, "launch", bound.build.specialization) if nvtx.ON else bound.call
-            call(*args, grid, block, shared, stream)
-        except WideIndexNeeded:
-            bound = self._wide(bound)
-            bound.call(*args, grid, block, shared, stream)
+                bound = self._wide(bound)
+                bound.call(*args, grid, block, shared, stream)
+        except LaunchConfigError as exc:
+            raise exc.naming(self.signature.name) from None
         if bound.session.capturing:
             bound.session.keep_alive(args)
         elif grid is None and block is None and shared is None and not consts and self._c_path and not nvtx.ON:
@@ -405,6 +404,19 @@ class Launch(Generic[_P]):
         return f"<kd.kernel {self.kernel.signature.name} launch {self.overrides}>"
 
 
+def _staged_call(
+    kernel: Kernel[Any], bound: BoundLaunch, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
+) -> None:
+    """A call with numpy arrays: refused as the borrowing path cannot honour it, else copied in,
+    launched (the 64-bit-index build where the launch needs it) and copied back."""
+    sig = kernel.signature
+    check_host_arguments(sig, args)
+    try:
+        stage_host_call(bound, sig, args, grid, block, shared, stream)
+    except WideIndexNeeded:
+        stage_host_call(kernel._wide(bound), sig, args, grid, block, shared, stream)
+
+
 def _checked_precompile(sig: Signature, bindings: Mapping[str, Any]) -> dict[str, Any]:
     """One ``precompile=`` entry, bound now so that a bad dtype fails at decoration, not at ``compile``."""
     types = {k: v for k, v in bindings.items() if k in sig.dtype_vars}
@@ -461,6 +473,7 @@ def kernel(
             cooperative=cooperative,
             cluster=cluster,
         )
+        check_constant_launch_limits(sig)
         return Kernel(func, sig, options, precompile, declared(sig.name, includes, include_dirs, uses))
 
     return decorate

@@ -171,7 +171,21 @@ class OutOfMemoryError(CudaError, MemoryError):
 class LaunchConfigError(KernelDSLError, ValueError):
     """A launch configuration the device cannot run, refused before the launch: a grid, block or
     shared-memory value past its limit, negative, or not an integer. The message names the
-    dimension and the limit."""
+    dimension and the limit, and ``kernel`` (when the launch was a kernel's) the kernel."""
+
+    def __init__(self, message: str, kernel: str | None = None) -> None:
+        super().__init__(f"kernel {kernel!r}: {message}" if kernel else message)
+        self.message = message
+        self.kernel = kernel
+
+    def naming(self, kernel: str) -> LaunchConfigError:
+        """This error as raised by a launch of ``kernel`` (the session's checks know only the
+        function); itself when it names a kernel already."""
+        if self.kernel is not None:
+            return self
+        named = type(self)(self.message, kernel)
+        named.__traceback__ = self.__traceback__
+        return named
 
 
 class DeviceInUseError(KernelDSLError, RuntimeError):
@@ -351,3 +365,12 @@ class InsecureClusterWarning(UserWarning):
     """A ``LocalGPUCluster`` started with ``security=False``: its ports speak plain TCP, so any
     user of this machine can connect and run code as the cluster's owner. A warning, not an
     error: on a machine of one user it is a choice (``warnings.simplefilter`` silences it)."""
+
+
+class PerBlockExtentWarning(UserWarning):
+    """A kernel body writes ``out[blockIdx.x]`` to an array whose declared extent can be smaller
+    than the grid's blocks (``kd.Out[T, m]`` or ``kd.Out[T, 1]`` for ``grid=kd.cdiv(n, 256)``),
+    so a call passing fewer elements than blocks writes past its end. A warning, not an error:
+    it comes from a textual check of the body, which a guard (``if (blockIdx.x < m)``) can make
+    safe; declaring the grid's expression as the extent (``kd.Out[T, kd.cdiv(n, 256)]``) checks
+    every call instead."""

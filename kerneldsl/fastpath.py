@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import logs
-from .launch_plan import LaunchPlan
+from .launch_plan import LaunchPlan, ShapeCheck
 from .runtime import memory
 from .runtime.limits import LAUNCH_LIMITS
 from .runtime.memory import ARRAY_TYPES, DeviceBuffer
@@ -63,6 +63,9 @@ OPCODES: dict[str, int] = {} if _fastlaunch is None else _fastlaunch.OPCODES
 SLOT_KINDS: dict[str, int] = {} if _fastlaunch is None else _fastlaunch.SLOT_KINDS
 LIMITS: dict[str, int] = {} if _fastlaunch is None else {name: getattr(_fastlaunch, name) for name in TABLE_SIZES}
 _INT64 = (-(2**63), 2**63 - 1)
+# A check row's symbol for a computed extent; None from a module built without computed extents,
+# whose tables leave such plans to the Python path.
+CHECK_COMPUTED: int | None = getattr(_fastlaunch, "CHECK_COMPUTED", None)
 
 
 def status() -> str:
@@ -278,9 +281,10 @@ def launch_table(plan: LaunchPlan) -> tuple[Any, ...] | None:
     - ``arrays``: per array parameter, ``(argument index, ndim)``;
     - ``binds``: per shape symbol, ``(symbol, array, axis)`` it is read from;
     - ``checks``: ``(array, axis, symbol, value)``, the extent equals the symbol (or ``value`` when
-      the symbol is -1);
+      the symbol is -1, or computed extent number ``value`` when it is ``CHECK_COMPUTED``);
     - ``aliases``: ``(array, array)`` pairs that may not overlap;
-    - ``programs``: grid x/y/z, block x/y/z and shared as postfix ``(opcode, operand)`` programs;
+    - ``programs``: grid x/y/z, block x/y/z and shared, then the computed extents
+      (``kd.Out[T, kd.cdiv(n, 256)]``), as postfix ``(opcode, operand)`` programs;
     - ``slots``: per 8-byte parameter slot, ``(SLOT_KINDS kind, array/argument/symbol index)``;
     - ``index_bits``: 32 or 64; a 32-bit build cannot address more than 2**31-1 threads per axis.
 
@@ -298,8 +302,11 @@ def _table(plan: LaunchPlan) -> tuple[Any, ...] | None:
     arg_index = {name: i for i, name in enumerate(plan.params)}
     array_index = {a.name: j for j, a in enumerate(plan.arrays)}
     symbol_index = {b.symbol: k for k, b in enumerate(plan.binds)}
+    computed = [c.expr for c in plan.checks if c.expr is not None]
+    if computed and CHECK_COMPUTED is None:
+        return None
     try:
-        programs = _programs(plan, symbol_index)
+        programs = _programs(plan, symbol_index, computed)
         slots = _slots(plan, array_index, symbol_index, arg_index)
     except _PythonAdapterOnly:
         return None
@@ -307,10 +314,7 @@ def _table(plan: LaunchPlan) -> tuple[Any, ...] | None:
         len(plan.params),
         tuple((a.argument, a.ndim) for a in plan.arrays),
         tuple((symbol_index[b.symbol], array_index[b.array], b.axis) for b in plan.binds),
-        tuple(
-            (array_index[c.array], c.axis, -1 if c.symbol is None else symbol_index[c.symbol], c.value or 0)
-            for c in plan.checks
-        ),
+        tuple(_check_row(c, array_index, symbol_index, computed) for c in plan.checks),
         tuple((array_index[a], array_index[b]) for a, b in plan.aliases),
         programs,
         slots,
@@ -347,12 +351,24 @@ def _stack_depth(programs: tuple[tuple[int, int], ...]) -> int:
     return deepest
 
 
-def _programs(plan: LaunchPlan, symbol_index: dict[str, int]) -> tuple[tuple[int, int], ...]:
-    """The launch dimensions (grid, block and shared) as postfix programs, each ended by ``end``."""
+def _check_row(
+    check: ShapeCheck, array_index: dict[str, int], symbol_index: dict[str, int], computed: list[Expr]
+) -> tuple[int, int, int, int]:
+    """``(array, axis, symbol, value)``: symbol -1 compares with ``value``, ``CHECK_COMPUTED``
+    with the computed extent whose program ``value`` numbers (after the launch dimensions')."""
+    if check.expr is not None and CHECK_COMPUTED is not None:
+        return (array_index[check.array], check.axis, CHECK_COMPUTED, computed.index(check.expr))
+    symbol = -1 if check.symbol is None else symbol_index[check.symbol]
+    return (array_index[check.array], check.axis, symbol, check.value or 0)
+
+
+def _programs(plan: LaunchPlan, symbol_index: dict[str, int], computed: list[Expr]) -> tuple[tuple[int, int], ...]:
+    """The launch dimensions (grid, block and shared), then the computed extents, as postfix
+    programs, each ended by ``end``."""
     values: dict[str, tuple[int, int]] = {s: (OPCODES["sym"], i) for s, i in symbol_index.items()}
     values.update({n: (OPCODES["int"], v) for n, v in plan.constants})
     code: list[tuple[int, int]] = []
-    for expr in plan.dims:
+    for expr in (*plan.dims, *computed):
         _emit(expr, values, code)
         code.append((OPCODES["end"], 0))
     return tuple(code)

@@ -21,8 +21,8 @@ import numpy as np
 from .dtypes import ElementType, complex_part_ctype
 from .errors import DeclarationError
 from .runtime.limits import CLUSTER_MIN_MAJOR
-from .signature import ArrayParam, Expr, Signature
-from .specialize import Specialization
+from .signature import ArrayParam, Expr, Extent, Signature
+from .specialize import Specialization, computed_extent
 
 SLOT_BYTES = 8  # every kernel parameter gets one 8-byte slot in the packed buffer
 
@@ -48,13 +48,15 @@ class SymbolBind:
 
 @dataclass(frozen=True)
 class ShapeCheck:
-    """The extent of ``array`` along ``axis`` must be ``value``, or with ``symbol`` that symbol's."""
+    """The extent of ``array`` along ``axis`` must be ``value``, or with ``symbol`` that symbol's,
+    or with ``expr`` that computed extent's (over bound symbols and the plan's constants)."""
 
     array: str
     axis: int
     value: int | None
     symbol: str | None
     what: str  # how an error names what was expected
+    expr: Expr | None = None
 
 
 @dataclass(frozen=True)
@@ -120,11 +122,11 @@ def launch_plan(spec: Specialization) -> LaunchPlan:
         index_bits=spec.index_bits,
         params=tuple(arguments),
         arrays=tuple(
-            ArrayArgument(a.name, arguments[a.name], len(a.shape), str(a.shape).replace("'", ""), a.writes, a.strided)
+            ArrayArgument(a.name, arguments[a.name], len(a.shape), shape_text(a.shape), a.writes, a.strided)
             for a in sig.arrays
         ),
         binds=tuple(SymbolBind(s, param, axis) for s, (param, axis) in sig.symbols.items() if s not in fixed),
-        checks=_shape_checks(spec),
+        checks=_shape_checks(spec, constants),
         aliases=() if sig.allow_alias else alias_pairs(sig),
         dims=launch_dims(sig),
         constants=tuple(constants.items()),
@@ -159,12 +161,26 @@ def _pad3(dims: tuple[Expr, ...]) -> tuple[Expr, ...]:
     return dims + (Expr("int", (1,)),) * (3 - len(dims))
 
 
-def _shape_checks(spec: Specialization) -> tuple[ShapeCheck, ...]:
+def shape_text(shape: tuple[Extent, ...]) -> str:
+    """A declared shape as errors quote it: ``(m, n)``, ``(cdiv(n, 256),)``."""
+    texts = [repr(d) if isinstance(d, Expr) else str(d) for d in shape]
+    return f"({', '.join(texts)}{',' if len(texts) == 1 else ''})"
+
+
+def _shape_checks(spec: Specialization, constants: dict[str, int]) -> tuple[ShapeCheck, ...]:
+    """What each array's extents must be. A computed extent whose names are all constants
+    (specialized symbols, int constants) is folded to a fixed value."""
     fixed = dict(spec.fixed_symbols)
     checks = []
     for a in spec.signature.arrays:
         for axis, d in enumerate(a.shape):
-            if isinstance(d, int):
+            if isinstance(d, Expr):
+                if d.symbols() <= constants.keys():
+                    value = computed_extent(spec.signature, a.name, axis, d, constants)
+                    checks.append(ShapeCheck(a.name, axis, value, None, repr(d)))
+                else:
+                    checks.append(ShapeCheck(a.name, axis, None, None, repr(d), d))
+            elif isinstance(d, int):
                 checks.append(ShapeCheck(a.name, axis, operator.index(d), None, "its fixed extent"))
             elif d in fixed:
                 checks.append(ShapeCheck(a.name, axis, operator.index(fixed[d]), None, f"specialized {d}"))

@@ -20,7 +20,7 @@ import numpy as np
 from . import dtypes
 from .dtypes import INT32_MAX, ElementType
 from .errors import BindingError, ScalarConversionError, ShapeMismatchError, StridedArrayError
-from .signature import INT64_MAX, ArrayParam, ConstParam, ScalarParam, Signature, const_value
+from .signature import INT64_MAX, ArrayParam, ConstParam, Expr, ScalarParam, Signature, const_value
 
 
 @dataclass(frozen=True)
@@ -114,11 +114,13 @@ def bind(
     for p, value in zip(runtime, args):
         if isinstance(p, ScalarParam):
             param_types[p.name] = _bind_scalar(sig, p, value, type_vars)
+    bound_consts = bind_consts(sig, consts)
+    check_computed_extents(sig, args, extents, bound_consts)
     return Specialization(
         signature=sig,
         param_types=tuple((n, et.name) for n, et in param_types.items()),
         type_vars=tuple((v, type_vars[v].name) for v in sig.dtype_vars),
-        consts=bind_consts(sig, consts),
+        consts=bound_consts,
         index_bits=index_bits(args),
         aligned=tuple(aligned.items()),
         fixed_symbols=tuple((s, _fixed_extent(sig, s, extents[s])) for s in sig.specialize),
@@ -246,6 +248,8 @@ def _unify_dtype(
 
 def _unify_shape(sig: Signature, p: ArrayParam, shape: tuple[int, ...], extents: dict[str, int]) -> None:
     for axis, (declared, actual) in enumerate(zip(p.shape, shape)):
+        if isinstance(declared, Expr):  # checked once every symbol is bound: check_computed_extents
+            continue
         if isinstance(declared, int):
             if actual != declared:
                 raise ShapeMismatchError(sig.name, p.name, f"axis {axis} must be {declared}, got {actual}")
@@ -258,6 +262,34 @@ def _unify_shape(sig: Signature, p: ArrayParam, shape: tuple[int, ...], extents:
                 p.name,
                 f"axis {axis} is {actual} but symbol {declared!r} is {bound} from {first!r} axis {first_axis}",
             )
+
+
+def computed_extent(sig: Signature, param: str, axis: int, extent: Expr, values: Mapping[str, int]) -> int:
+    """``extent`` (an array's computed extent) from the bound symbols and int constants in
+    ``values``; BindingError when it divides by zero."""
+    try:
+        return extent.evaluate(dict(values))
+    except ZeroDivisionError:
+        raise BindingError(sig.name, param, f"axis {axis} is {extent!r}, which divides by zero here") from None
+
+
+def check_computed_extents(
+    sig: Signature, args: tuple[Any, ...], extents: Mapping[str, int], consts: tuple[tuple[str, Any], ...]
+) -> None:
+    """Every computed extent (``kd.Out[T, kd.cdiv(n, 256)]``) equals the passed array's extent:
+    a ShapeMismatchError naming the parameter, the expression, its value and the extent passed."""
+    values = {**{n: v for n, v in consts if type(v) is int}, **extents}
+    for p, value in zip(sig.runtime_params, args):
+        if not isinstance(p, ArrayParam):
+            continue
+        for axis, declared in enumerate(p.shape):
+            if isinstance(declared, Expr):
+                expected = computed_extent(sig, p.name, axis, declared, values)
+                actual = int(value.shape[axis])
+                if actual != expected:
+                    raise ShapeMismatchError(
+                        sig.name, p.name, f"axis {axis} must be {declared!r} = {expected}, got {actual}"
+                    )
 
 
 def _bind_scalar(sig: Signature, p: ScalarParam, value: Any, type_vars: dict[str, ElementType]) -> ElementType:

@@ -90,11 +90,16 @@ def everything(
     return "/* the driver double does not run kernels */"
 
 
+@kd.kernel(grid=kd.cdiv("n", 128), block=128)
+def per_block(out: kd.Out[kd.float32, kd.cdiv("n", 128)], x: kd.In[kd.float32, "n"]):
+    return f"if (threadIdx.x == 0) {out}[blockIdx.x] = {x}[blockIdx.x * 128];"
+
+
 @pytest.fixture
 def drv(isolated_cache: None) -> Iterator[FakeDriver]:
     fake = FakeDriver()
     fake.snapshot_slots = 3
-    with installed_driver(fake, saxpy, everything, scale32):
+    with installed_driver(fake, saxpy, everything, scale32, per_block):
         yield fake
 
 
@@ -399,6 +404,38 @@ def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> 
     with pytest.raises(ValueError, match="opcode"):
         _fastlaunch.Launch(
             table=(1, ((0, 1),), (), (), (), ((99, 0),), ((0, 0),), 32),
+            session=s,
+            guards=(0,),
+            launch=1,
+            function=1,
+            stream=1,
+        )
+
+
+def test_a_computed_extent_is_checked_from_c_after_the_first_call(s: kd.Session, drv: FakeDriver) -> None:
+    x = s.zeros(1000, np.float32)
+    per_block(s.zeros(8, np.float32), x)
+    per_block(s.zeros(8, np.float32), x)
+    assert drv.c_launches == 1 and len(drv.launches) == 2
+    python, c = drv.launches
+    assert python[:4] == c[:4]
+
+
+def test_a_wrong_computed_extent_on_a_warm_call_gets_the_python_paths_error(s: kd.Session, drv: FakeDriver) -> None:
+    x = s.zeros(1000, np.float32)
+    per_block(s.zeros(8, np.float32), x)
+    with pytest.raises(ShapeMismatchError, match=r"axis 0 must be cdiv\(n, 128\) = 8, got 7"):
+        per_block(s.zeros(7, np.float32), x)
+    assert (len(drv.launches), drv.c_launches) == (1, 0)
+
+
+def test_a_table_whose_check_names_no_computed_extent_is_refused(s: kd.Session) -> None:
+    from kerneldsl import _fastlaunch
+
+    programs = ((1, 1), (0, 0)) * 7
+    with pytest.raises(ValueError, match="computed extent"):
+        _fastlaunch.Launch(
+            table=(1, ((0, 1),), (), ((0, 0, fastpath.CHECK_COMPUTED, 0),), (), programs, ((0, 0),), 32),
             session=s,
             guards=(0,),
             launch=1,

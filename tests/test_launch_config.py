@@ -12,7 +12,7 @@ from conftest import installed_driver
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl.errors import LaunchConfigError
+from kerneldsl.errors import DeclarationError, LaunchConfigError
 
 
 @kd.kernel(grid=kd.cdiv("n", 128), block=128)
@@ -37,7 +37,7 @@ def scalars_only(cycles: kd.Scalar[kd.int64]):
 
 @pytest.fixture
 def drv() -> Any:
-    with installed_driver(FakeDriver(), saxpy, many_threads, shrinking, scalars_only) as fake:
+    with installed_driver(FakeDriver(), saxpy, many_threads, shrinking, tiled, scalars_only) as fake:
         yield fake
 
 
@@ -67,9 +67,52 @@ def test_a_launch_past_a_limit_is_refused_before_the_driver_sees_it(
     s: kd.Session, drv: FakeDriver, override: dict[str, Any], names: str
 ) -> None:
     dy, dx = _pair(s)
-    with pytest.raises(LaunchConfigError, match=names):
+    with pytest.raises(LaunchConfigError, match=names) as info:
         saxpy(dy, dx, np.float32(1), **override)
     assert not drv.launches and not s.poisoned
+    assert info.value.kernel == "saxpy" and str(info.value).startswith("kernel 'saxpy': ")
+
+
+def test_a_computed_block_past_the_limit_is_refused_naming_the_kernel(s: kd.Session, drv: FakeDriver) -> None:
+    y = s.zeros(256, np.float32)
+    tiled(y)  # 16 x 16 threads
+    with pytest.raises(LaunchConfigError, match=r"^kernel 'tiled': block \(64, 64, 1\) has 4096 threads") as info:
+        tiled(y, TILE=64)
+    assert info.value.kernel == "tiled" and len(drv.launches) == 1
+
+
+@pytest.mark.parametrize(
+    ("block", "names"),
+    [
+        ((64, 32), r"block \(64, 32\) has 2048 threads; a block holds 1..1024"),
+        (2048, "block.x = 2048 is outside 0..1024"),
+        ((1, 1, 65), "block.z = 65 is outside 0..64"),
+        ((64, 32, "TILE"), r"block \(64, 32, TILE\) has at least 2048 threads"),
+        ((0, 32), r"block \(0, 32\) has 0 threads"),
+    ],
+)
+def test_a_block_of_integers_past_the_limit_is_refused_at_declaration(block: Any, names: str) -> None:
+    def k(y: kd.Out[kd.float32, "n"], TILE: kd.Const[int] = 1) -> str:
+        return ""
+
+    with pytest.raises(DeclarationError, match=names) as info:
+        kd.kernel(grid=1, block=block)(k)
+    assert info.value.kernel == "k"
+
+
+def test_a_grid_axis_of_an_integer_past_its_limit_is_refused_at_declaration() -> None:
+    def k(y: kd.Out[kd.float32, "n"]) -> str:
+        return ""
+
+    with pytest.raises(DeclarationError, match="grid.y = 70000 is outside 0..65535"):
+        kd.kernel(grid=(1, 70000), block=1)(k)
+
+
+def test_a_block_with_a_computed_axis_is_checked_at_the_call() -> None:
+    def k(y: kd.Out[kd.float32, "n"], TILE: kd.Const[int] = 1) -> str:
+        return ""
+
+    assert kd.kernel(grid=1, block=(32, 32, "TILE"))(k).signature.block[2].symbols() == {"TILE"}
 
 
 def test_a_computed_negative_grid_is_refused(s: kd.Session, drv: FakeDriver) -> None:
@@ -140,8 +183,9 @@ def tiled(y: kd.Out[kd.float32, "n"], TILE: kd.Const[int] = 16):
 def test_inspect_refuses_a_launch_a_call_would_refuse(kernel: Any, keywords: dict[str, Any], names: str) -> None:
     n = 256
     args = (np.zeros(n, np.float32),) if kernel is tiled else (np.zeros(n, np.float32), np.zeros(n, np.float32), 1.0)
-    with pytest.raises(LaunchConfigError, match=names):
+    with pytest.raises(LaunchConfigError, match=names) as info:
         kernel.inspect(*args, arch="sm_90", **keywords)
+    assert info.value.kernel == kernel.__name__ and str(info.value).startswith(f"kernel {kernel.__name__!r}: ")
 
 
 def test_inspect_takes_the_64_bit_build_when_the_grid_has_more_threads_than_int32_numbers() -> None:

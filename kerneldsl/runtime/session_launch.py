@@ -23,23 +23,25 @@ if TYPE_CHECKING:
     from .session import Session
 
 
-def check_launch_dims(grid: Any, block: Any, shared: Any) -> bool:
+def check_launch_dims(grid: Any, block: Any, shared: Any, kernel: str | None = None) -> bool:
     """Whether a launch of ``grid`` x ``block`` with ``shared`` bytes has threads to run (False for
-    an empty grid); LaunchConfigError naming the dimension and its limit for one no device runs.
-    Needs no device, so ``Kernel.inspect`` refuses exactly what a call would (a device's own
-    shared-memory limit is checked at the launch)."""
+    an empty grid); LaunchConfigError naming the dimension and its limit (and ``kernel``) for one
+    no device runs. Needs no device, so ``Kernel.inspect`` refuses exactly what a call would (a
+    device's own shared-memory limit is checked at the launch)."""
     dims = [(f"grid.{a}", v, limit) for a, v, limit in zip("xyz", grid, MAX_GRID)]
     dims += [(f"block.{a}", v, limit) for a, v, limit in zip("xyz", block, MAX_BLOCK)]
     for name, value, limit in dims:
         if type(value) is not int or not 0 <= value <= limit:
-            raise LaunchConfigError(f"{name} = {value!r} is outside 0..{limit}")
+            raise LaunchConfigError(f"{name} = {value!r} is outside 0..{limit}", kernel)
     if type(shared) is not int or shared < 0:
-        raise LaunchConfigError(f"shared = {shared!r} must be a non-negative int (bytes of dynamic shared memory)")
+        message = f"shared = {shared!r} must be a non-negative int (bytes of dynamic shared memory)"
+        raise LaunchConfigError(message, kernel)
     if 0 in grid:
         return False
     threads = block[0] * block[1] * block[2]
     if not 0 < threads <= MAX_BLOCK_THREADS:
-        raise LaunchConfigError(f"block {tuple(block)} has {threads} threads; a block holds 1..{MAX_BLOCK_THREADS}")
+        message = f"block {tuple(block)} has {threads} threads; a block holds 1..{MAX_BLOCK_THREADS}"
+        raise LaunchConfigError(message, kernel)
     return True
 
 

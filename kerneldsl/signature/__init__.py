@@ -12,6 +12,11 @@ Python default (``TILE: kd.Const[int] = 16``); for checkers the annotations are 
 with the attributes the body function sees (``x.strides``, ``x.ctype``). The string one:
 ``kd.In["T", ("m", "n")]``, ``kd.Const[int, 16]``.
 
+An extent may also be computed from symbols bound elsewhere and int constants,
+``kd.Out[kd.float32, kd.cdiv(n, 256)]`` (one partial per block): it binds nothing, a call's
+array is checked against it, and the body sees it as an ``index_t`` expression. Its checked
+spelling is ``Annotated[int, kd.cdiv(n, 256)]``, as a type checker takes no call in a type.
+
 Where each part lives: ``spelling`` (the annotations and their checker types), ``dims`` (launch
 dimensions: ``Expr``, ``cdiv``, ``dmin``, ``dmax``, ``sym``), ``parse`` (``parse_signature``,
 ``Signature`` and its parameters); this module re-exports them.
@@ -19,7 +24,7 @@ dimensions: ``Expr``, ``cdiv``, ``dmin``, ``dmax``, ``sym``), ``parse`` (``parse
 
 from __future__ import annotations
 
-from .dims import Dim, Expr, as_expr, cdiv, dmax, dmin, plain_identifier, plain_int, sym
+from .dims import Dim, Expr, as_expr, cdiv, dmax, dmin, extent_c_text, plain_identifier, plain_int, sym
 from .parse import (
     CONST_TYPES,
     INT64_MAX,
@@ -27,9 +32,11 @@ from .parse import (
     RESERVED_NAMES,
     ArrayParam,
     ConstParam,
+    Extent,
     Param,
     ScalarParam,
     Signature,
+    check_constant_launch_limits,
     const_value,
     parse_signature,
 )
@@ -47,6 +54,7 @@ __all__ = [
     "ConstParam",
     "Dim",
     "Expr",
+    "Extent",
     "In",
     "InOut",
     "Out",
@@ -57,9 +65,11 @@ __all__ = [
     "Signature",
     "as_expr",
     "cdiv",
+    "check_constant_launch_limits",
     "const_value",
     "dmax",
     "dmin",
+    "extent_c_text",
     "parse_signature",
     "plain_identifier",
     "plain_int",

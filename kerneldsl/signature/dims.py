@@ -1,6 +1,8 @@
-"""Launch dimensions: ``Expr``, a small integer expression over shape symbols and constants
-(``kd.cdiv("n", 256)``, ``kd.sym(n) * 2``), checked so that no leaf carries text into generated
-code."""
+"""Launch dimensions and computed extents: ``Expr``, a small integer expression over shape
+symbols and constants (``kd.cdiv("n", 256)``, ``kd.sym(n) * 2``), checked so that no leaf carries
+text into generated code. A launch dimension is evaluated by the host adapter; an array extent
+written as one (``kd.Out[kd.float32, kd.cdiv(n, 256)]``) is also spelled in the kernel's C source
+(``c_text``)."""
 
 from __future__ import annotations
 
@@ -19,9 +21,10 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # ASCII; always used with f
 Dim = Union[int, str, "Expr", TypeVar, Callable[[int], int]]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Expr:
-    """A small integer expression over shape symbols and constants, for grid/block/shared."""
+    """A small integer expression over shape symbols and constants, for grid/block/shared and
+    computed array extents; shown in messages as it is written (``cdiv(n, 256)``)."""
 
     op: str  # "int", "sym", "add", "sub", "mul", "floordiv", "cdiv", "min", "max"
     args: tuple[Any, ...]
@@ -47,6 +50,28 @@ class Expr:
 
     def __floordiv__(self, other: Dim) -> Expr:
         return Expr("floordiv", (self, as_expr(other)))
+
+    def __repr__(self) -> str:
+        if self.op in ("int", "sym"):
+            return str(self.args[0])
+        a, b = self.args
+        if self.op in _INFIX:
+            return f"({a!r} {_INFIX[self.op]} {b!r})"
+        return f"{_CALLS[self.op]}({a!r}, {b!r})"
+
+    def c_text(self) -> str:
+        """The expression in C, over the kernel's ``index_t`` symbol parameters and constants
+        (names only, checked identifiers); extents are non-negative, so C's division truncating
+        toward zero is the floor, and the ceiling is ``a / b + (a % b != 0)``, which cannot
+        overflow as ``(a + b - 1) / b`` can."""
+        if self.op in ("int", "sym"):
+            return str(self.args[0])
+        a, b = (x.c_text() for x in self.args)
+        if self.op == "cdiv":
+            return f"({a} / {b} + ({a} % {b} != 0))"
+        if self.op in ("min", "max"):
+            return f"({a} {'<' if self.op == 'min' else '>'} {b} ? {a} : {b})"
+        return f"({a} {_C_INFIX[self.op]} {b})"
 
     def symbols(self) -> set[str]:
         if self.op == "sym":
@@ -76,6 +101,11 @@ _EVALUATORS: dict[str, Callable[[int, int], int]] = {
 }
 
 
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//"}
+_C_INFIX = {"add": "+", "sub": "-", "mul": "*", "floordiv": "/"}
+_CALLS = {"cdiv": "cdiv", "min": "dmin", "max": "dmax"}
+
+
 def _checked_args(op: Any, args: Any) -> tuple[Any, ...]:
     """``args`` with every leaf a plain int or an ASCII identifier; TypeError for anything else."""
     if type(op) is str and isinstance(args, tuple):
@@ -86,6 +116,12 @@ def _checked_args(op: Any, args: Any) -> tuple[Any, ...]:
         if op in _EVALUATORS and len(args) == 2 and all(isinstance(a, Expr) for a in args):
             return args
     raise TypeError(f"not a launch-dimension expression: op {op!r} with arguments {args!r}")
+
+
+def extent_c_text(extent: int | str | Expr) -> str:
+    """An array extent as the kernel's C source spells it: a fixed one as a literal, a symbol by
+    its ``index_t`` parameter, a computed one as its expression cast to ``index_t``."""
+    return f"((index_t){extent.c_text()})" if isinstance(extent, Expr) else str(extent)
 
 
 def plain_int(value: Any, what: str) -> int:

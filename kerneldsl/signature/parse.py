@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import BindingError, DeclarationError
-from ..runtime.limits import MAX_CLUSTER_BLOCKS
+from ..runtime.limits import MAX_BLOCK, MAX_BLOCK_THREADS, MAX_CLUSTER_BLOCKS, MAX_GRID
 from .dims import Dim, Expr, as_expr, plain_identifier
 from .spelling import ANNOTATION_CLASSES, NO_DEFAULT, ArrayAnnotation, ConstAnnotation, ScalarAnnotation
 
@@ -48,12 +48,15 @@ RESERVED_NAMES = frozenset(
 CONST_TYPES: dict[type, str] = {bool: "bool", int: "long long", float: "double"}
 
 
+Extent = int | str | Expr  # fixed, a shape symbol (which binds it), or computed from symbols and constants
+
+
 @dataclass(frozen=True)
 class ArrayParam:
     name: str
     direction: str
     dtype: str  # a type name from dtypes.ELEMENT_TYPES, or a dtype variable
-    shape: tuple[int | str, ...]
+    shape: tuple[Extent, ...]
     strided: bool = False  # accepts strided views; otherwise a strided view is a StridedArrayError
 
     @property
@@ -163,6 +166,7 @@ def parse_signature(
     symbols = _collect_symbols(name, params)
     _check_names(name, params, symbols)
     consts = {p.name: p for p in params if isinstance(p, ConstParam)}
+    _check_computed_extents(name, params, symbols, consts)
     launch = {
         "grid": _launch_dims(name, "grid", grid),
         "block": _launch_dims(name, "block", block),
@@ -246,6 +250,32 @@ def _launch_dims(kernel: str, what: str, value: Dim | tuple[Dim, ...]) -> tuple[
     if not 1 <= len(dims) <= 3:
         raise DeclarationError(kernel, None, f"{what} needs 1, 2 or 3 dimensions, got {len(dims)}")
     return tuple(_launch_dim(kernel, what, d) for d in dims)
+
+
+def check_constant_launch_limits(sig: Signature) -> None:
+    """What no device launches, refused where a declaration says it in integers: a grid or block
+    axis past its limit, a block of no threads, or block axes whose product alone is past the
+    threads a block holds (an axis computed at the call is at least 1 in any launch that runs,
+    so integer axes over the limit doom every launch). ``@kd.kernel`` checks its declaration;
+    an autotune configuration past a limit is skipped when it is measured, as one that fails to
+    launch is."""
+    kernel, grid, block = sig.name, sig.grid, sig.block
+    for what, dims, limits in (("grid", grid, MAX_GRID), ("block", block, MAX_BLOCK)):
+        for axis, d, limit in zip("xyz", dims, limits):
+            if d.op == "int" and not 0 <= d.args[0] <= limit:
+                raise DeclarationError(kernel, None, f"{what}.{axis} = {d.args[0]} is outside 0..{limit}")
+    fixed = [d.args[0] for d in block if d.op == "int"]
+    threads = 1
+    for extent in fixed:
+        threads *= extent
+    if not 0 < threads <= MAX_BLOCK_THREADS:
+        shown = ", ".join(repr(d) for d in block)
+        raise DeclarationError(
+            kernel,
+            None,
+            f"block ({shown}) has {'at least ' if len(fixed) < len(block) else ''}{threads} threads; "
+            f"a block holds 1..{MAX_BLOCK_THREADS} (and at most {MAX_BLOCK} along x, y, z)",
+        )
 
 
 def _cluster_dims(kernel: str, value: Dim | tuple[Dim, ...]) -> tuple[Expr, ...]:
@@ -334,19 +364,38 @@ def _looks_like_type_name(name: str) -> bool:
     return bool(_TYPE_LIKE.fullmatch(name)) or (len(name) > 1 and name in np.sctypeDict)
 
 
-def _shape(kernel: str, param: str, shape: Any) -> tuple[int | str, ...]:
+def _shape(kernel: str, param: str, shape: Any) -> tuple[Extent, ...]:
     if shape is None:
         raise DeclarationError(kernel, param, "array needs a shape: kd.In[dtype, 'n'] or kd.In[dtype, ('m', 'n')]")
     dims = shape if isinstance(shape, tuple) else (shape,)
-    return tuple(
-        _identifier(kernel, param, d, "shape symbol") if isinstance(d, str) else _fixed_extent(kernel, param, d)
-        for d in dims
-    )
+    return tuple(_extent(kernel, param, d) for d in dims)
+
+
+def _extent(kernel: str, param: str, extent: Any) -> Extent:
+    """A shape entry: a symbol, a fixed extent, or an expression (``kd.cdiv(n, 256)``), which
+    ``kd.sym(n)`` and constant-only expressions reduce to a symbol or a fixed extent."""
+    if isinstance(extent, Expr):
+        if extent.op == "sym":
+            extent = extent.args[0]
+        elif not extent.symbols():
+            try:
+                extent = extent.evaluate({})
+            except ZeroDivisionError:
+                raise DeclarationError(kernel, param, f"extent {extent!r} divides by zero") from None
+        else:
+            return extent
+    if isinstance(extent, str):
+        return _identifier(kernel, param, extent, "shape symbol")
+    return _fixed_extent(kernel, param, extent)
 
 
 def _fixed_extent(kernel: str, param: str, extent: Any) -> int:
     if isinstance(extent, bool) or not isinstance(extent, int):
-        raise DeclarationError(kernel, param, f"shape entries are symbols or ints, not {extent!r}")
+        raise DeclarationError(
+            kernel,
+            param,
+            f"shape entries are symbols or ints, or expressions of symbols such as kd.cdiv(n, 256), not {extent!r}",
+        )
     value = operator.index(extent)
     if value < 0:
         raise DeclarationError(kernel, param, f"fixed extent {value} is negative")
@@ -404,6 +453,28 @@ def _collect_symbols(kernel: str, params: tuple[Param, ...]) -> dict[str, tuple[
                 if isinstance(d, str):
                     symbols.setdefault(d, (p.name, axis))
     return symbols
+
+
+def _check_computed_extents(
+    kernel: str, params: tuple[Param, ...], symbols: dict[str, tuple[str, int]], consts: dict[str, ConstParam]
+) -> None:
+    """An extent computed by an expression is checked against the call, never read from it: each
+    of its names must be a symbol some array's plain extent binds, or an int constant."""
+    for p in params:
+        if not isinstance(p, ArrayParam):
+            continue
+        for axis, d in enumerate(p.shape):
+            if not isinstance(d, Expr):
+                continue
+            unbound = sorted(d.symbols() - set(symbols) - set(consts))
+            if unbound:
+                raise DeclarationError(
+                    kernel,
+                    p.name,
+                    f"axis {axis} is {d!r}, but no array's shape has {unbound[0]!r} as a plain extent to bind it "
+                    "(a computed extent is checked against the symbols, never solved for them)",
+                )
+            _check_launch_consts(kernel, f"the extent of {p.name!r} axis {axis}", d, consts)
 
 
 def _check_names(kernel: str, params: tuple[Param, ...], symbols: dict[str, tuple[str, int]]) -> None:

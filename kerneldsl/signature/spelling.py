@@ -12,11 +12,16 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 def spelled(value: Any) -> Any:
     """The plain spelling of a checked-spelling object: a TypeVar or NewType becomes its name,
-    ``Literal[k]`` becomes ``k``; anything else is returned as it is (and checked later)."""
+    ``Literal[k]`` becomes ``k``, ``Annotated[int, e]`` (a computed extent, ``kd.cdiv(n, 256)``,
+    where a type checker needs a type) becomes ``e``; anything else is returned as it is (and
+    checked later)."""
     if isinstance(value, (TypeVar, typing.NewType)):
         return value.__name__
     if typing.get_origin(value) is Literal and len(typing.get_args(value)) == 1:
         return typing.get_args(value)[0]
+    if typing.get_origin(value) is typing.Annotated and typing.get_args(value)[0] is int:
+        metadata = typing.get_args(value)[1:]
+        return metadata[0] if len(metadata) == 1 else value
     return value
 
 
@@ -116,7 +121,9 @@ else:
         direction = "in"
 
     class Out(_ArrayDirection):
-        """An array the kernel writes: ``kd.Out[T, m, n]`` (``kd.Out["T", ("m", "n")]``)."""
+        """An array the kernel writes: ``kd.Out[T, m, n]`` (``kd.Out["T", ("m", "n")]``); an extent
+        may be computed from symbols bound elsewhere, ``kd.Out[T, kd.cdiv(n, 256)]`` (checked
+        spelling ``Annotated[int, kd.cdiv(n, 256)]``), and every call is checked against it."""
 
         direction = "out"
 

@@ -15,8 +15,9 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DeclarationError
-from ..signature import ArrayParam, ScalarParam, Signature
+from ..signature import ArrayParam, Extent, ScalarParam, Signature
 from ..signature.spelling import NO_DEFAULT
+from ..specialize import computed_extent
 
 TuneFor = Mapping[str, Any] | Callable[[], tuple[Any, ...]]
 
@@ -59,7 +60,7 @@ def tune_arguments(sig: Signature, entry: TuneFor, session: Any) -> tuple[Any, .
     for p in sig.runtime_params:
         if isinstance(p, ArrayParam):
             dtype = dtypes.element_type(entry[p.dtype] if p.dtype in sig.dtype_vars else p.dtype).numpy
-            shape = tuple(d if isinstance(d, int) else entry[d] for d in p.shape)
+            shape = tuple(_allocated_extent(sig, entry, p.name, axis, d) for axis, d in enumerate(p.shape))
             host = np.zeros(shape, dtype)
             if p.direction != "out" and dtype.kind == "f":
                 host = rng.standard_normal(shape).astype(dtype)
@@ -67,3 +68,23 @@ def tune_arguments(sig: Signature, entry: TuneFor, session: Any) -> tuple[Any, .
         elif isinstance(p, ScalarParam):
             args.append(entry.get(p.name, 1 if p.default is NO_DEFAULT else p.default))
     return tuple(args)
+
+
+def _allocated_extent(sig: Signature, entry: Mapping[str, Any], param: str, axis: int, extent: Extent) -> int:
+    """An extent of an array ``tune_arguments`` allocates: fixed, the entry's symbol, or computed
+    (``kd.cdiv(n, 256)``) from the entry's symbols and the int constants' defaults."""
+    if isinstance(extent, int):
+        return extent
+    if isinstance(extent, str):
+        return int(entry[extent])
+    values = {c.name: c.default for c in sig.consts if c.type is int and c.has_default}
+    values.update({s: int(entry[s]) for s in sig.symbols})
+    missing = sorted(extent.symbols() - values.keys())
+    if missing:
+        raise DeclarationError(
+            sig.name,
+            param,
+            f"tune_for cannot size axis {axis} ({extent!r}): constant {missing[0]!r} has no default; "
+            "give the entry as a function returning the arguments",
+        )
+    return computed_extent(sig, param, axis, extent, values)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NewType, TypeVar
+from typing import Annotated, NewType, TypeVar
 
 import kerneldsl as kd
 
@@ -17,3 +17,9 @@ def saxpy(y: kd.InOut[T, n], x: kd.In[T, n], alpha: kd.Scalar[T], TILE: kd.Const
 
 
 tuned_saxpy = kd.autotune(configs={"TILE": [128, 256]}, key=(T, n))(saxpy)  # typed as saxpy is
+
+
+@kd.kernel(grid=kd.cdiv(n, 256), block=256)
+def block_sums(sums: kd.Out[kd.float32, Annotated[int, kd.cdiv(n, 256)]], x: kd.In[kd.float32, n]) -> str:
+    # A computed extent's checked spelling: Annotated[int, expression] (a checker takes no call in a type).
+    return f"if (threadIdx.x == 0) {sums}[blockIdx.x] = {x}[blockIdx.x * 256];"

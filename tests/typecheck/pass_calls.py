@@ -10,7 +10,7 @@ from typing_extensions import assert_type
 import kerneldsl as kd
 from kerneldsl.distributed.handles import RemoteArray, RemoteFuture
 
-from .kernels import saxpy, tuned_saxpy
+from .kernels import block_sums, saxpy, tuned_saxpy
 
 HostArray = np.ndarray[Any, Any]
 
@@ -19,6 +19,7 @@ def host(y: np.ndarray, x: np.ndarray) -> None:
     assert_type(saxpy(y, x, np.float32(2.0)), None)
     assert_type(saxpy(y, x, 2.0, TILE=128), None)
     assert_type(saxpy(y=y, x=x, alpha=2), None)
+    assert_type(block_sums(np.zeros(4, np.float32), x), None)
 
 
 def device(s: kd.Session, y: np.ndarray) -> None:
