@@ -192,6 +192,11 @@ def _from_signature(qualname: str, sig: Signature, kind: str) -> OpDeclaration:
     if kind == "fused" and consts:
         raise TorchOpError(qualname, consts[0].name, "a fused function takes no kd.Const parameters")
     inputs = [p for p in positional if isinstance(p, ArrayParam)]
+    if not inputs:
+        raise TorchOpError(
+            qualname, None, "an operator needs an array argument (In or InOut): torch picks the kernel and the "
+            "device by its tensors"
+        )
     bound_symbols = {d for p in inputs for d in p.shape if isinstance(d, str)}
     sizes = tuple(dict.fromkeys(d for p in outputs for d in p.shape if isinstance(d, str) and d not in bound_symbols))
     bound_types = {p.dtype for p in inputs}

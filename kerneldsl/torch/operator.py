@@ -86,10 +86,7 @@ class TorchOp:
 
 
 def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor:
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            return a
-    raise TorchOpError("kd.torch", None, "an operator needs at least one tensor argument to know its device")
+    return next(a for a in args if isinstance(a, torch.Tensor))
 
 
 def _returned(outs: tuple[torch.Tensor, ...]) -> Any:
@@ -121,7 +118,7 @@ class _Runner:
         self.scalars = tuple(
             (order.index(p.name), i, p.default) for i, p in enumerate(decl.positional) if not isinstance(p, ArrayParam)
         )
-        self.first_array = self.arrays[0][1] if self.arrays else None
+        self.first_array = self.arrays[0][1]
         sources: dict[str, tuple[int, int]] = {}
         dtypes: dict[str, int] = {}
         for i, p in enumerate(decl.positional):
@@ -143,16 +140,20 @@ class _Runner:
         self.single = len(decl.outputs) == 1
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.first_array is None:
-            raise TorchOpError(self.decl.op, None, "an operator needs at least one tensor argument to know its device")
         first = args[self.first_array]
         device = device_of(first)
         call: list[Any] = [None] * self.width
+        copies = []  # contiguous copies of strided inputs: alive until the kernel has read them
         for slot, i, name, writes in self.arrays:
             t = args[i]
             if not isinstance(t, torch.Tensor):
                 bind_outputs(self.decl, self._named(args, kwargs))  # raises why
-            call[slot] = device.adopt(t if writes else t.contiguous(), self.what, name)
+            if not writes:
+                c = t.contiguous()
+                if c is not t:
+                    copies.append(c)
+                    t = c
+            call[slot] = device.adopt(t, self.what, name)
         for slot, i, default in self.scalars:
             call[slot] = args[i] if i < len(args) else default  # the dispatcher leaves defaults out
         try:
