@@ -20,7 +20,7 @@ import torch
 
 from ..dtypes import is_dtype_name
 from ..errors import TorchOpError
-from ..signature import ArrayParam
+from ..signature import ArrayParam, ScalarParam
 from .autograd import refuse_mutating, register_backward
 from .declaration import OpDeclaration, read_declaration, split_name
 from .shapes import bind_outputs
@@ -128,12 +128,7 @@ class _Runner:
                         sources.setdefault(d, (i, axis))
                 dtypes.setdefault(p.dtype, i)
         self.outputs = tuple(
-            (
-                order.index(p.name),
-                p.name,
-                tuple(d if isinstance(d, int) else sources.get(d, d) for d in p.shape),
-                _dtype_recipe(p.dtype, dtypes),
-            )
+            (order.index(p.name), p.name, _shape_recipe(p, decl.positional, sources), _dtype_recipe(p.dtype, dtypes))
             for p in decl.outputs
         )
         self.consts = tuple(c.name for c in decl.consts)
@@ -142,6 +137,7 @@ class _Runner:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         first = args[self.first_array]
         device = device_of(first)
+        adopt = device.adopt
         call: list[Any] = [None] * self.width
         copies = []  # contiguous copies of strided inputs: alive until the kernel has read them
         for slot, i, name, writes in self.arrays:
@@ -153,36 +149,41 @@ class _Runner:
                 if c is not t:
                     copies.append(c)
                     t = c
-            call[slot] = device.adopt(t, self.what, name)
+            call[slot] = adopt(t, self.what, name)
         for slot, i, default in self.scalars:
             call[slot] = args[i] if i < len(args) else default  # the dispatcher leaves defaults out
+        outs = []
         try:
-            outs = tuple(
-                torch.empty(_shape(shape, args, kwargs), dtype=_dtype(dtype, args, kwargs), device=first.device)
-                for _, _, shape, dtype in self.outputs
-            )
+            for _, _, shape, dtype in self.outputs:
+                outs.append(
+                    torch.empty(
+                        args[shape].shape if type(shape) is int else _shape(shape, args, kwargs),
+                        dtype=args[dtype].dtype if type(dtype) is int else _dtype(dtype, kwargs),
+                        device=first.device,
+                    )
+                )
         except (IndexError, KeyError, TypeError, AttributeError):
             bind_outputs(self.decl, self._named(args, kwargs))  # raises the declared error
             raise
-        consts = {c: kwargs[c] for c in self.consts if c in kwargs}
+        consts = {c: kwargs[c] for c in self.consts if c in kwargs} if self.consts else {}
         if self.fused:
             self._call_fused(device, call, outs)
         else:
             for (slot, name, _, _), t in zip(self.outputs, outs):
-                call[slot] = device.adopt(t, self.what, name)
+                call[slot] = adopt(t, self.what, name)
             stream = device.current_stream()
             if stream is None:
                 self.target(*call, **consts)
             else:
                 self.target(*call, stream=stream, **consts)
-        return _returned(outs)
+        return outs[0] if self.single else (tuple(outs) or None)
 
     def _named(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         named = {p.name: a for p, a in zip(self.decl.positional, args)}
         named.update(kwargs)
         return named
 
-    def _call_fused(self, device: Device, call: list[Any], outs: tuple[torch.Tensor, ...]) -> None:
+    def _call_fused(self, device: Device, call: list[Any], outs: list[torch.Tensor]) -> None:
         """A fused function or op runs on its session's stream: on CUDA that stream first waits
         for torch's, and torch's then waits for it (events, no host synchronization)."""
         inputs = call[: self.width - len(outs)]
@@ -206,13 +207,25 @@ def _dtype_recipe(declared: str, dtypes: dict[str, int]) -> Any:
     return dtypes.get(declared, declared)  # an input's index, or the dtype argument's name
 
 
+def _shape_recipe(
+    out: ArrayParam, positional: tuple[ArrayParam | ScalarParam, ...], sources: dict[str, tuple[int, int]]
+) -> Any:
+    """How a call finds an output's shape: the index of an input of the very same shape (its
+    ``shape`` is taken whole), else per axis a fixed extent, an ``(input, axis)`` or a size
+    argument's name."""
+    for i, p in enumerate(positional):
+        if isinstance(p, ArrayParam) and p.shape == out.shape and all(
+            isinstance(d, int) or sources[d] == (i, axis) for axis, d in enumerate(p.shape)
+        ):
+            return i
+    return tuple(d if isinstance(d, int) else sources.get(d, d) for d in out.shape)
+
+
 def _shape(recipe: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
     return [d if type(d) is int else (args[d[0]].shape[d[1]] if type(d) is tuple else kwargs[d]) for d in recipe]
 
 
-def _dtype(recipe: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.dtype:
-    if type(recipe) is int:
-        return args[recipe].dtype  # type: ignore[no-any-return]
+def _dtype(recipe: Any, kwargs: dict[str, Any]) -> torch.dtype:
     return recipe if isinstance(recipe, torch.dtype) else kwargs[recipe]
 
 

@@ -7,13 +7,16 @@ session of device ``k`` (the same primary context torch uses) and the kernel lau
 launch is ordered with torch's work, never synchronizes, and is captured by a CUDA graph
 torch records on that stream.
 
-A warm call adopts a tensor with one dict lookup: arrays are cached per session by what makes
-them (data pointer, shape, dtype). A cached array holds no reference to its tensor; it is only
-ever used for the call that looked it up, while the tensor is that call's argument.
+A warm call adopts a tensor with one dict lookup and one store: the array kept for that parameter
+(per thread, shape, dtype and 16-byte alignment, which fix its dispatch tag) is pointed at the
+tensor's data. A kept array holds no reference to any tensor; it is used only by the call that
+pointed it, while the tensor is that call's argument (the C launch path reads ``ptr`` at every
+launch).
 """
 
 from __future__ import annotations
 
+from threading import get_ident
 from typing import Any
 
 import numpy as np
@@ -27,7 +30,7 @@ from ..runtime.interop import DeviceView, c_strides
 from ..runtime.session import Session, default_session
 from ..runtime.stream import Stream
 
-MAX_ADOPTED = 4096  # cached arrays per device; the table starts afresh when full
+MAX_ADOPTED = 4096  # kept arrays per device; the table starts afresh when full
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -69,26 +72,32 @@ class Device:
         self.ordinal = ordinal
 
     def adopt(self, t: torch.Tensor, what: str, param: str) -> Any:
-        """``t`` (C-contiguous) as a DeviceArray of this device's session, without a copy."""
-        if not t.is_contiguous():  # first: a transposed square tensor has the key of its base
+        """``t`` (C-contiguous) as a DeviceArray of this device's session, without a copy, for
+        the call under way: the array kept for ``param`` (per thread, shape, dtype and alignment
+        class) is pointed at ``t``'s data."""
+        if not t.is_contiguous():
             raise StridedArrayError(
                 what, param, f"is a strided tensor (shape {tuple(t.shape)}, strides {t.stride()}) and the kernel "
                 "writes it as C-contiguous: pass a contiguous tensor"
             )
-        key = (t.data_ptr(), t.shape, t.dtype)
-        found = self.arrays.get(key)
-        if found is not None:
-            return found
+        ptr = t.data_ptr()
+        key = (get_ident(), param, t.shape, t.dtype, ptr % 16 == 0)
+        array = self.arrays.get(key)
+        if array is None:
+            array = self._borrow(t, what, param)
+            if len(self.arrays) >= MAX_ADOPTED:
+                self.arrays.clear()
+            self.arrays[key] = array
+        array.ptr = ptr
+        return array
+
+    def _borrow(self, t: torch.Tensor, what: str, param: str) -> Any:
         dtype = NUMPY_DTYPES.get(t.dtype)
         if dtype is None:
             raise BindingError(what, param, f"dtype {element_name(t.dtype)} has no kerneldsl element type")
         shape = tuple(t.shape)
         view = DeviceView(t.data_ptr(), shape, c_strides(shape, dtype.itemsize), dtype, self.session.device, False, None)
-        array = memory.array_type.borrow(self.session, view)
-        if len(self.arrays) >= MAX_ADOPTED:
-            self.arrays.clear()
-        self.arrays[key] = array
-        return array
+        return memory.array_type.borrow(self.session, view)
 
     def current_stream(self) -> Stream | None:
         """``torch.cuda.current_stream()`` of this device as a kd.Stream (None on the CPU device)."""
