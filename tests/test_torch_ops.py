@@ -217,7 +217,9 @@ def test_a_tensor_reused_at_a_new_address_gives_its_own_result(gen: torch.Genera
 def test_a_shape_mismatch_names_the_argument_and_the_symbol(gen: torch.Generator) -> None:
     y, x = torch.zeros(4), torch.zeros(5)
     # the kernel's own check (its C launch path words it "must be n = 4, got 5")
-    with pytest.raises(ShapeMismatchError, match="argument 'x' of kernel 'axpy_': axis 0 (is 5 .*is 4|must be n = 4, got 5)"):
+    with pytest.raises(
+        ShapeMismatchError, match="argument 'x' of kernel 'axpy_': axis 0 (is 5 .*is 4|must be n = 4, got 5)"
+    ):
         axpy_(y, x)
 
 

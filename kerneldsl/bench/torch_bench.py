@@ -25,16 +25,15 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any, NewType, TypeVar
-
-import kerneldsl.torch  # noqa: F401 - the extra's check (TorchNotAvailableError) comes before torch
-
-import torch
+from typing import TYPE_CHECKING, Any, NewType, TypeVar
 
 import kerneldsl as kd
 
-from ..torch.tensors import device_of
+from ..torch.tensors import device_of  # kd.torch checks the extra (TorchNotAvailableError) before torch loads
 from .report import Report, run_sections
+
+if TYPE_CHECKING:
+    import torch
 
 T = TypeVar("T")
 n = NewType("n", int)
@@ -60,30 +59,39 @@ _registered: dict[str, Any] = {}
 
 def _operators() -> tuple[Any, Any]:
     """``kdbench::scale`` (kd.torch.op) and ``kdbench::scale_custom`` (custom_op by hand), made once."""
+    import torch
+
     if not _registered:
         _registered["op"] = kd.torch.op("kdbench::scale")(scale)
 
-        @torch.library.custom_op("kdbench::scale_custom", mutates_args=())
         def scale_custom(x: torch.Tensor, alpha: float) -> torch.Tensor:
             device = device_of(x)
             y = torch.empty_like(x)
             scale(device.adopt(y, "scale", "y"), device.adopt(x, "scale", "x"), alpha)
             return y
 
-        @scale_custom.register_fake
-        def _(x: torch.Tensor, alpha: float) -> torch.Tensor:
+        def scale_custom_fake(x: torch.Tensor, alpha: float) -> torch.Tensor:
             return torch.empty_like(x)
 
-        _registered["custom"] = scale_custom
+        # the schema is given: annotations are strings here (from __future__ import annotations)
+        registered = torch.library.custom_op(
+            "kdbench::scale_custom", scale_custom, mutates_args=(), schema="(Tensor x, float alpha) -> Tensor"
+        )
+        registered.register_fake(scale_custom_fake)
+        _registered["custom"] = registered
     return _registered["op"], _registered["custom"]
 
 
 def _checked(result: Any, x: torch.Tensor, name: str) -> None:
+    import torch
+
     if not torch.equal(result, x * ALPHA):
         raise WrongResultError(f"{name}: {result} is not {ALPHA} * {x}")
 
 
-def _per_call(contenders: dict[str, Callable[[], Any]], calls: int, reps: int, sync: Callable[[], None]) -> dict[str, float]:
+def _per_call(
+    contenders: dict[str, Callable[[], Any]], calls: int, reps: int, sync: Callable[[], None]
+) -> dict[str, float]:
     """Median µs per call of each contender, over ``reps`` rounds that time every contender in turn."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for run in contenders.values():  # warm: compile, load, remember the C path
@@ -113,6 +121,8 @@ def _figures(times: dict[str, float]) -> dict[str, float]:
 
 
 def _contenders(device: str, session: Any, sync: Callable[[], None]) -> dict[str, Callable[[], Any]]:
+    import torch
+
     op, custom = _operators()
     overload = op.overload
     x = torch.full((1,), 3.0, device=device)
@@ -135,6 +145,8 @@ def _contenders(device: str, session: Any, sync: Callable[[], None]) -> dict[str
 
 
 def bench_cpu(args: argparse.Namespace) -> dict[str, float]:
+    import torch
+
     session = device_of(torch.empty(1)).session
     contenders = _contenders("cpu", session, lambda: None)
     figures = _figures(_per_call(contenders, args.calls, args.reps, lambda: None))
@@ -146,12 +158,16 @@ def bench_cpu(args: argparse.Namespace) -> dict[str, float]:
 
 
 def bench_cuda(args: argparse.Namespace) -> dict[str, float]:
+    import torch
+
     if not torch.cuda.is_available():
         print("cuda: skipped (no GPU, or a CPU build of torch)")
         return {}
     x = torch.full((1,), 3.0, device="cuda")
     session = device_of(x).session
-    figures = _figures(_per_call(_contenders("cuda", session, torch.cuda.synchronize), args.calls, args.reps, torch.cuda.synchronize))
+    figures = _figures(
+        _per_call(_contenders("cuda", session, torch.cuda.synchronize), args.calls, args.reps, torch.cuda.synchronize)
+    )
     figures.update(_graph_replay(args.reps))
     print(f"cuda: {torch.cuda.get_device_name(0)}")
     return figures
@@ -160,9 +176,15 @@ def bench_cuda(args: argparse.Namespace) -> dict[str, float]:
 def _graph_replay(reps: int) -> dict[str, float]:
     """GPU µs per op of a CUDA graph of ``GRAPH_OPS`` chained calls, against the same chain of
     ``torch.mul``: what the op costs once the host is out of the way."""
+    import torch
+
     op, _ = _operators()
     timings = {}
-    for name, step in [("kd.torch.op", lambda t: op.overload(t, 1.0)), ("torch.mul", lambda t: torch.mul(t, 1.0))]:
+    steps: list[tuple[str, Callable[[Any], Any]]] = [
+        ("kd.torch.op", lambda t: op.overload(t, 1.0)),
+        ("torch.mul", lambda t: torch.mul(t, 1.0)),
+    ]
+    for name, step in steps:
         x = torch.full((1,), 3.0, device="cuda")
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -34,8 +34,10 @@ def refuse_mutating(forward: TorchOp) -> None:
     mutated = forward.declaration.mutated
     if mutated:
         raise TorchOpError(
-            forward.qualname, mutated[0].name, "an InOut parameter leaves the op without backward=: autograd "
-            "formulas are for operators that mutate nothing (declare it In and return an Out)"
+            forward.qualname,
+            mutated[0].name,
+            "an InOut parameter leaves the op without backward=: autograd "
+            "formulas are for operators that mutate nothing (declare it In and return an Out)",
         )
 
 
@@ -131,13 +133,17 @@ def _targets(forward: TorchOp, backward: TorchOp) -> list[int]:
     if backward.declaration.kind == "fused":
         if len(results) > len(tensors):
             raise TorchOpError(
-                backward.qualname, None, f"returns {len(results)} gradients for {len(tensors)} tensor inputs of {forward.qualname}"
+                backward.qualname,
+                None,
+                f"returns {len(results)} gradients for {len(tensors)} tensor inputs of {forward.qualname}",
             )
         return tensors[: len(results)]
     by_name = {f"grad_{decl.positional[i].name}": i for i in tensors}
     for p in results:
         if p.name not in by_name:
             raise TorchOpError(
-                backward.qualname, p.name, f"an output of a backward kernel is named grad_<input> ({', '.join(sorted(by_name))})"
+                backward.qualname,
+                p.name,
+                f"an output of a backward kernel is named grad_<input> ({', '.join(sorted(by_name))})",
             )
     return [by_name[p.name] for p in results]

@@ -67,7 +67,8 @@ def opcheck(
     if not args and not kwargs:
         args, kwargs = sample_inputs(op)
     options = {} if test_utils is None else {"test_utils": test_utils}
-    return torch.library.opcheck(op.overload, args, kwargs, **options)
+    results: dict[str, str] = torch.library.opcheck(op.overload, args, kwargs, **options)
+    return results
 
 
 def _dtype_of(declared: str, types: Mapping[str, torch.dtype]) -> torch.dtype:

@@ -128,7 +128,9 @@ def read_declaration(qualname: str, target: Any, declare: Callable[..., Any] | N
     (or of the function a ``@kd.fuse`` object wraps)."""
     if isinstance(target, Kernel):
         if declare is not None:
-            raise TorchOpError(qualname, "declare", "a @kd.kernel declares itself: declare= is for fused functions and ops")
+            raise TorchOpError(
+                qualname, "declare", "a @kd.kernel declares itself: declare= is for fused functions and ops"
+            )
         return _from_signature(qualname, target.signature, "kernel")
     if declare is None:
         if not isinstance(target, Fused):
@@ -161,8 +163,10 @@ def _function_signature(qualname: str, func: Callable[..., Any]) -> Signature:
     for p in params:
         if isinstance(p.annotation, ArrayAnnotation) and p.annotation.direction != "in":
             raise TorchOpError(
-                qualname, p.name, "a fused function's parameters are kd.In arrays and kd.Scalar numbers: its results "
-                "are declared by its return annotation"
+                qualname,
+                p.name,
+                "a fused function's parameters are kd.In arrays and kd.Scalar numbers: its results "
+                "are declared by its return annotation",
             )
         if p.name in names:
             raise TorchOpError(qualname, p.name, "the name is the one its result takes: rename the parameter")
@@ -186,7 +190,11 @@ class _Declared:
 
 
 def _from_signature(qualname: str, sig: Signature, kind: str) -> OpDeclaration:
-    positional = tuple(p for p in sig.runtime_params if not (isinstance(p, ArrayParam) and p.direction == "out"))
+    positional = tuple(
+        p
+        for p in sig.runtime_params
+        if isinstance(p, ScalarParam) or (isinstance(p, ArrayParam) and p.direction != "out")
+    )
     outputs = tuple(p for p in sig.arrays if p.direction == "out")
     consts = sig.consts
     if kind == "fused" and consts:
@@ -194,13 +202,16 @@ def _from_signature(qualname: str, sig: Signature, kind: str) -> OpDeclaration:
     inputs = [p for p in positional if isinstance(p, ArrayParam)]
     if not inputs:
         raise TorchOpError(
-            qualname, None, "an operator needs an array argument (In or InOut): torch picks the kernel and the "
-            "device by its tensors"
+            qualname,
+            None,
+            "an operator needs an array argument (In or InOut): torch picks the kernel and the device by its tensors",
         )
     bound_symbols = {d for p in inputs for d in p.shape if isinstance(d, str)}
     sizes = tuple(dict.fromkeys(d for p in outputs for d in p.shape if isinstance(d, str) and d not in bound_symbols))
     bound_types = {p.dtype for p in inputs}
-    dtype_args = tuple(dict.fromkeys(p.dtype for p in outputs if not is_dtype_name(p.dtype) and p.dtype not in bound_types))
+    dtype_args = tuple(
+        dict.fromkeys(p.dtype for p in outputs if not is_dtype_name(p.dtype) and p.dtype not in bound_types)
+    )
     for s in sig.scalars:
         if not is_dtype_name(s.dtype) and s.dtype not in bound_types and s.dtype not in dtype_args:
             raise TorchOpError(

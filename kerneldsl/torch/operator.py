@@ -14,7 +14,7 @@ from shapes read off the inputs, call the kernel (its C launch path). Nothing sy
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -49,7 +49,8 @@ class TorchOp:
         self.target = target
         self.declaration = read_declaration(qualname, target, declare)
         self.schema = self.declaration.schema()
-        self._library = torch.library.Library(namespace, "FRAGMENT")  # the operator lives as long as it
+        # the operator lives as long as its library (torch.library.Library is untyped)
+        self._library: Any = cast(Any, torch.library.Library)(namespace, "FRAGMENT")
         try:
             self._library.define(f"{name}{self.schema}", tags=(torch.Tag.needs_contiguous_strides,))
         except RuntimeError as exc:
@@ -159,7 +160,7 @@ class _Runner:
                     torch.empty(
                         args[shape].shape if type(shape) is int else _shape(shape, args, kwargs),
                         dtype=args[dtype].dtype if type(dtype) is int else _dtype(dtype, kwargs),
-                        device=first.device,
+                        device=device.place,
                     )
                 )
         except (IndexError, KeyError, TypeError, AttributeError):
@@ -214,8 +215,10 @@ def _shape_recipe(
     ``shape`` is taken whole), else per axis a fixed extent, an ``(input, axis)`` or a size
     argument's name."""
     for i, p in enumerate(positional):
-        if isinstance(p, ArrayParam) and p.shape == out.shape and all(
-            isinstance(d, int) or sources[d] == (i, axis) for axis, d in enumerate(p.shape)
+        if (
+            isinstance(p, ArrayParam)
+            and p.shape == out.shape
+            and all(isinstance(d, int) or sources[d] == (i, axis) for axis, d in enumerate(p.shape))
         ):
             return i
     return tuple(d if isinstance(d, int) else sources.get(d, d) for d in out.shape)

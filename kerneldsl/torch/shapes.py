@@ -33,7 +33,9 @@ def bind_outputs(decl: OpDeclaration, values: Mapping[str, Any]) -> list[OutputS
         if not isinstance(t, torch.Tensor):
             raise BindingError(name, p.name, f"expected a Tensor ({p.direction}), got {type(t).__name__}")
         if t.dim() != len(p.shape):
-            raise ShapeMismatchError(name, p.name, f"expected {len(p.shape)} dimension(s) {p.shape}, got shape {tuple(t.shape)}")
+            raise ShapeMismatchError(
+                name, p.name, f"expected {len(p.shape)} dimension(s) {p.shape}, got shape {tuple(t.shape)}"
+            )
         _unify_dtype(name, p.name, p.dtype, t.dtype, types)
         for axis, (declared, actual) in enumerate(zip(p.shape, t.shape)):
             if isinstance(declared, int):
@@ -44,7 +46,9 @@ def bind_outputs(decl: OpDeclaration, values: Mapping[str, Any]) -> list[OutputS
             if bound is not actual and bound != actual:
                 first, first_axis = _first_use(decl, declared)
                 raise ShapeMismatchError(
-                    name, p.name, f"axis {axis} is {actual} but symbol {declared!r} is {bound} from {first!r} axis {first_axis}"
+                    name,
+                    p.name,
+                    f"axis {axis} is {actual} but symbol {declared!r} is {bound} from {first!r} axis {first_axis}",
                 )
     for s in decl.sizes:
         extent = values.get(s)

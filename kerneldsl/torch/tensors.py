@@ -63,13 +63,14 @@ def element_name(dtype: torch.dtype) -> str:
 class Device:
     """One device's session, its cache of adopted arrays and (CUDA) wrappers of torch's streams."""
 
-    __slots__ = ("session", "arrays", "streams", "ordinal")
+    __slots__ = ("session", "arrays", "streams", "ordinal", "place")
 
-    def __init__(self, session: Session, ordinal: int | None) -> None:
+    def __init__(self, session: Session, ordinal: int | None, place: torch.device) -> None:
         self.session = session
         self.arrays: dict[tuple[Any, ...], Any] = {}
         self.streams: dict[int, Stream] = {}
         self.ordinal = ordinal
+        self.place = place  # where outputs are allocated
 
     def adopt(self, t: torch.Tensor, what: str, param: str) -> Any:
         """``t`` (C-contiguous) as a DeviceArray of this device's session, without a copy, for
@@ -77,8 +78,10 @@ class Device:
         class) is pointed at ``t``'s data."""
         if not t.is_contiguous():
             raise StridedArrayError(
-                what, param, f"is a strided tensor (shape {tuple(t.shape)}, strides {t.stride()}) and the kernel "
-                "writes it as C-contiguous: pass a contiguous tensor"
+                what,
+                param,
+                f"is a strided tensor (shape {tuple(t.shape)}, strides {t.stride()}) and the kernel "
+                "writes it as C-contiguous: pass a contiguous tensor",
             )
         ptr = t.data_ptr()
         key = (get_ident(), param, t.shape, t.dtype, ptr % 16 == 0)
@@ -96,7 +99,8 @@ class Device:
         if dtype is None:
             raise BindingError(what, param, f"dtype {element_name(t.dtype)} has no kerneldsl element type")
         shape = tuple(t.shape)
-        view = DeviceView(t.data_ptr(), shape, c_strides(shape, dtype.itemsize), dtype, self.session.device, False, None)
+        # device None: the session adopting it is the tensor's by construction (device_of)
+        view = DeviceView(t.data_ptr(), shape, c_strides(shape, dtype.itemsize), dtype, None, False, None)
         return memory.array_type.borrow(self.session, view)
 
     def current_stream(self) -> Stream | None:
@@ -121,25 +125,26 @@ def _borrowed_stream(session: Session, handle: int) -> Stream:
     return stream
 
 
-_devices: dict[Any, Device] = {}
+_devices: dict[int, Device] = {}  # by Tensor.get_device(): -1 for the CPU, else the CUDA ordinal
 
 
 def device_of(t: torch.Tensor) -> Device:
     """The kerneldsl device a tensor's op runs on: the CPU device, or the CUDA device it lives on."""
-    place = t.device
-    found = _devices.get(place)
+    found = _devices.get(t.get_device())
     if found is None or found.session.closed:
-        if place.type == "cpu":
-            found = Device(default_session("cpu"), None)
-        elif place.type == "cuda":
-            ordinal = place.index if place.index is not None else torch.cuda.current_device()
-            session = default_session(ordinal)
-            if session.gpu.host:
-                raise BindingError(
-                    "torch operator", None, f"a tensor on {place} met KERNELDSL_DEVICE=cpu: device {ordinal} is the CPU device"
-                )
-            found = Device(session, ordinal)
-        else:
-            raise BindingError("torch operator", None, f"tensors on {place} have no kerneldsl device (cpu or cuda)")
-        _devices[place] = found
+        found = _devices[t.get_device()] = _open(t.device)
     return found
+
+
+def _open(place: torch.device) -> Device:
+    if place.type == "cpu":
+        return Device(default_session("cpu"), None, place)
+    if place.type != "cuda":
+        raise BindingError("torch operator", None, f"tensors on {place} have no kerneldsl device (cpu or cuda)")
+    ordinal = place.index if place.index is not None else torch.cuda.current_device()
+    session = default_session(ordinal)
+    if session.gpu.host:
+        raise BindingError(
+            "torch operator", None, f"a tensor on {place} met KERNELDSL_DEVICE=cpu: device {ordinal} is the CPU device"
+        )
+    return Device(session, ordinal, torch.device("cuda", ordinal))
