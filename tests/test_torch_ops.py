@@ -409,3 +409,14 @@ def test_without_torch_kd_torch_names_the_extra() -> None:
 def test_results_match_numpy_on_integer_dtypes(gen: torch.Generator) -> None:
     x = torch.randint(-100, 100, (30,), generator=gen, dtype=torch.int32)
     np.testing.assert_array_equal(scale(x, 3).numpy(), x.numpy() * 3)
+
+
+def test_the_readme_pytorch_block_runs() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    section = readme.split("## PyTorch operators", 1)[1]
+    block = section.split("```py\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {"__name__": "readme_torch"}
+    exec(compile(block.replace("demo::", "kdtest_readme::"), "README.md", "exec"), namespace)
+    assert isinstance(namespace["layer_norm"], kd.torch.TorchOp)
