@@ -420,3 +420,22 @@ def test_the_readme_pytorch_block_runs() -> None:
     namespace: dict[str, object] = {"__name__": "readme_torch"}
     exec(compile(block.replace("demo::", "kdtest_readme::"), "README.md", "exec"), namespace)
     assert isinstance(namespace["layer_norm"], kd.torch.TorchOp)
+
+
+def test_a_borrowed_stream_launches_and_orders_without_owning_the_stream(gen: torch.Generator) -> None:
+    # CUDA tensors launch on torch's current stream through this wrapper; the CPU device runs it
+    # over a stream of its own session, which closing the wrapper must leave open
+    from kerneldsl.torch.tensors import _borrowed_stream, device_of
+
+    device = device_of(torch.empty(1))
+    owner = kd.Stream(device.session)
+    borrowed = _borrowed_stream(device.session, owner.handle)
+    x = torch.randn(10, generator=gen)
+    for alpha in (2.0, 3.0):  # the second call takes the C launch path's entry for that stream
+        y = torch.empty(10)
+        scale.target(device.adopt(y, "scale", "y"), device.adopt(x, "scale", "x"), alpha, stream=borrowed)
+        assert torch.equal(y, x * alpha)
+    device.session.stream.wait(device.session.create_event(timing=False).record(borrowed))
+    borrowed.close()
+    assert borrowed.closed and not owner.closed
+    owner.close()
