@@ -230,6 +230,16 @@ def test_a_shape_mismatch_raises_from_the_fake_kernel_at_trace_time() -> None:
         axpy_(torch.empty(4), torch.empty(5))
 
 
+def test_a_fused_op_holds_its_inputs_to_the_declared_shapes(gen: torch.Generator) -> None:
+    def declared(x: kd.In[T, m, n], w: kd.In[T, n]) -> kd.Out[T, m, n]: ...
+
+    scaled = kd.torch.op("kdtest_ops::scale_rows", declare=declared)(kd.ops.multiply)
+    x = torch.randn(3, 4, generator=gen)
+    torch.testing.assert_close(scaled(x, torch.full((4,), 2.0)), x * 2)
+    with pytest.raises(ShapeMismatchError, match="argument 'w'.*symbol 'n' is 4"):
+        scaled(x, torch.ones(1))  # kd.ops.multiply would broadcast it; the declaration says n
+
+
 def test_a_wrong_dtype_names_the_argument() -> None:
     with pytest.raises(BindingError, match="argument 'x' of kernel 'axpy_': expected dtype float32, got float64"):
         axpy_(torch.zeros(3), torch.zeros(3, dtype=torch.float64))

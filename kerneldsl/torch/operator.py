@@ -72,18 +72,19 @@ class TorchOp:
     def __repr__(self) -> str:
         return f"<kd.torch.op {self.qualname}{self.schema}>"
 
-    def named_arguments(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        """A call's arguments by parameter name (defaults left out, as the dispatcher passes them)."""
-        named = {p.name: a for p, a in zip(self.declaration.positional, args)}
-        named.update(kwargs)
-        return named
-
     def _fake(self, *args: Any, **kwargs: Any) -> Any:
         """Outputs of the right shape, dtype and device, from the declaration; no data is read."""
-        specs = bind_outputs(self.declaration, self.named_arguments(args, kwargs))
+        specs = bind_outputs(self.declaration, named_arguments(self.declaration, args, kwargs))
         device = _first_tensor(args).device
         outs = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in specs)
         return _returned(outs)
+
+
+def named_arguments(decl: OpDeclaration, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments by parameter name (defaults left out, as the dispatcher passes them)."""
+    named = {p.name: a for p, a in zip(decl.positional, args)}
+    named.update(kwargs)
+    return named
 
 
 def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor:
@@ -97,10 +98,11 @@ def _returned(outs: tuple[torch.Tensor, ...]) -> Any:
 class _Runner:
     """The real kernel: what each call does is decided here once, from the declaration.
 
-    ``slots`` places the schema's positional arguments in the kerneldsl call; each output has a
-    recipe for its shape (a fixed extent, an input's axis, or a size argument) and its dtype (a
-    fixed dtype, an input's, or a dtype argument), read with no checks; when reading fails, or a
-    check of kerneldsl's fails, the call's error is the one ``bind_outputs`` and the kernel give.
+    ``arrays`` and ``scalars`` place the schema's positional arguments in the kerneldsl call; each
+    output has a recipe for its shape (an input's whole shape, or per axis a fixed extent, an
+    input's axis or a size argument) and its dtype (a fixed dtype, an input's, or a dtype
+    argument), read with no checks; when reading fails, the call raises what ``bind_outputs``
+    raises, and a mismatch reading misses is the kernel's own binding error.
     """
 
     def __init__(self, decl: OpDeclaration, target: Any) -> None:
@@ -144,7 +146,7 @@ class _Runner:
         for slot, i, name, writes in self.arrays:
             t = args[i]
             if not isinstance(t, torch.Tensor):
-                bind_outputs(self.decl, self._named(args, kwargs))  # raises why
+                bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))  # raises why
             if not writes:
                 c = t.contiguous()
                 if c is not t:
@@ -154,6 +156,8 @@ class _Runner:
         for slot, i, default in self.scalars:
             call[slot] = args[i] if i < len(args) else default  # the dispatcher leaves defaults out
         outs = []
+        if self.fused:  # a fused function broadcasts: the declaration's extents are checked here
+            bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
         try:
             for _, _, shape, dtype in self.outputs:
                 outs.append(
@@ -164,7 +168,7 @@ class _Runner:
                     )
                 )
         except (IndexError, KeyError, TypeError, AttributeError):
-            bind_outputs(self.decl, self._named(args, kwargs))  # raises the declared error
+            bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))  # raises the declared error
             raise
         consts = {c: kwargs[c] for c in self.consts if c in kwargs} if self.consts else {}
         if self.fused:
@@ -178,11 +182,6 @@ class _Runner:
             else:
                 self.target(*call, stream=stream, **consts)
         return outs[0] if self.single else (tuple(outs) or None)
-
-    def _named(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-        named = {p.name: a for p, a in zip(self.decl.positional, args)}
-        named.update(kwargs)
-        return named
 
     def _call_fused(self, device: Device, call: list[Any], outs: list[torch.Tensor]) -> None:
         """A fused function or op runs on its session's stream: on CUDA that stream first waits
