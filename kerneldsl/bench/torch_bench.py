@@ -3,10 +3,10 @@
 One kernel of one element (``y = alpha * x``), so what is timed is the call, not the work:
 
 - ``direct``: the kernel called with DeviceArrays, its output preallocated (kerneldsl's floor),
-  and with its output allocated by ``torch.empty`` and adopted as the operator does;
+  and with its output allocated by ``torch.empty_like`` and adopted as the operator does;
 - ``kd.torch.op``: the operator ``kd.torch.op`` registered (``Library.define`` / ``impl``), called
   as ``torch.ops.kdbench.scale.default(x, alpha)`` from eager PyTorch: adopts the tensor,
-  allocates the output with ``torch.empty``, launches;
+  allocates the output (``torch.empty_like``, the output being the input's twin), launches;
 - ``custom_op``: the same work (the same adoption and allocation) wrapped by hand in
   ``torch.library.custom_op`` with a ``register_fake``, as users wrap kernels today;
 - ``torch.mul``: PyTorch's own op on the same tensors, for scale.
@@ -139,7 +139,7 @@ def _contenders(device: str, session: Any, sync: Callable[[], None]) -> dict[str
         raise WrongResultError(f"direct call: {dy.to_host()} is not {ALPHA} * 3")
     return {
         "direct kerneldsl call (µs)": lambda: scale(dy, dx, ALPHA, **launch),
-        "direct call, output from torch.empty (µs)": lambda: _direct_allocating(x, dx, launch),
+        "direct call, output from torch.empty_like (µs)": lambda: _direct_allocating(x, dx, launch),
         "kd.torch.op from eager torch (µs)": lambda: overload(x, ALPHA),
         "custom_op by hand (µs)": lambda: custom(x, ALPHA),
         "torch.mul (µs)": lambda: torch.mul(x, ALPHA),
@@ -150,7 +150,7 @@ def _direct_allocating(x: Any, dx: Any, launch: dict[str, Any]) -> Any:
     """The direct call with the output the operator would allocate: what remains is the dispatch."""
     import torch
 
-    y = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    y = torch.empty_like(x)
     scale(device_of(y).adopt(y, "scale", "y"), dx, ALPHA, **launch)
     return y
 

@@ -7,8 +7,9 @@ autograd formula (``register_autograd``). The operator is tagged ``needs_contigu
 kerneldsl kernels index their arrays as C-contiguous, so Inductor hands it contiguous tensors; an
 eager call makes a strided input contiguous (a copy) and refuses a strided ``InOut``.
 
-The warm call: adopt each tensor (a dict lookup), allocate each output with ``torch.empty``
-from shapes read off the inputs, call the kernel (its C launch path). Nothing synchronizes.
+The warm call: adopt each tensor (a dict lookup), allocate each output (``torch.empty_like`` of
+the input it is the twin of, else ``torch.empty`` from shapes read off the inputs), call the
+kernel (its C launch path). Nothing synchronizes.
 """
 
 from __future__ import annotations
@@ -130,9 +131,11 @@ class _Runner:
                     if isinstance(d, str):
                         sources.setdefault(d, (i, axis))
                 dtypes.setdefault(p.dtype, i)
+        recipes = [(_shape_recipe(p, decl.positional, sources), _dtype_recipe(p.dtype, dtypes)) for p in decl.outputs]
+        # (slot, name, shape recipe, dtype recipe, the input it is the twin of: same shape and dtype, or -1)
         self.outputs = tuple(
-            (order.index(p.name), p.name, _shape_recipe(p, decl.positional, sources), _dtype_recipe(p.dtype, dtypes))
-            for p in decl.outputs
+            (order.index(p.name), p.name, shape, dtype, shape if type(shape) is int and shape == dtype else -1)
+            for p, (shape, dtype) in zip(decl.outputs, recipes)
         )
         self.consts = tuple(c.name for c in decl.consts)
         self.single = len(decl.outputs) == 1
@@ -159,7 +162,10 @@ class _Runner:
         if self.fused:  # a fused function broadcasts: the declaration's extents are checked here
             bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
         try:
-            for _, _, shape, dtype in self.outputs:
+            for _, _, shape, dtype, twin in self.outputs:
+                if twin >= 0 and not copies:  # empty_like of a contiguous input: a fraction of empty's cost
+                    outs.append(torch.empty_like(args[twin]))
+                    continue
                 outs.append(
                     torch.empty(
                         args[shape].shape if type(shape) is int else _shape(shape, args, kwargs),
@@ -174,7 +180,7 @@ class _Runner:
         if self.fused:
             self._call_fused(device, call, outs)
         else:
-            for (slot, name, _, _), t in zip(self.outputs, outs):
+            for (slot, name, _, _, _), t in zip(self.outputs, outs):
                 call[slot] = adopt(t, self.what, name)
             stream = device.current_stream()
             if stream is None:
@@ -187,7 +193,7 @@ class _Runner:
         """A fused function or op runs on its session's stream: on CUDA that stream first waits
         for torch's, and torch's then waits for it (events, no host synchronization)."""
         inputs = call[: self.width - len(outs)]
-        adopted = [device.adopt(t, self.what, name) for (_, name, _, _), t in zip(self.outputs, outs)]
+        adopted = [device.adopt(t, self.what, name) for (_, name, _, _, _), t in zip(self.outputs, outs)]
         stream = device.current_stream()
         session = device.session
         if stream is not None:
