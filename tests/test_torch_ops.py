@@ -369,6 +369,26 @@ def test_a_scalar_whose_dtype_no_array_binds_is_refused() -> None:
 def test_an_inout_operator_takes_no_backward() -> None:
     with pytest.raises(TorchOpError, match="parameter 'y' of torch operator 'kdtest_ops::axpy2_'.*InOut"):
         kd.torch.op("kdtest_ops::axpy2_", backward=scale.target)(axpy_.target)
+    assert not hasattr(torch.ops.kdtest_ops, "axpy2_")  # nothing was registered
+
+
+def test_a_failed_registration_leaves_the_name_free() -> None:
+    @kd.kernel(grid=kd.cdiv(n, 64), block=64)
+    def confused(grad_x: kd.Out[T, n], nothing: kd.In[T, n]) -> str:
+        return ""
+
+    with pytest.raises(TorchOpError, match="'nothing'"):
+        kd.torch.op("kdtest_ops::scale3", backward=confused)(scale.target)
+    again = kd.torch.op("kdtest_ops::scale3")(scale.target)  # neither scale3 nor scale3_backward stayed
+    assert torch.equal(again(torch.ones(3), 2.0), torch.full((3,), 2.0))
+
+
+def test_an_operator_stays_registered_without_a_reference() -> None:
+    kd.torch.op("kdtest_ops::unreferenced")(scale.target)
+    import gc
+
+    gc.collect()
+    assert torch.equal(torch.ops.kdtest_ops.unreferenced(torch.ones(2), 3.0), torch.full((2,), 3.0))
 
 
 def test_a_backward_parameter_names_a_forward_value() -> None:

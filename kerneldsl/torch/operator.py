@@ -27,6 +27,8 @@ from .declaration import OpDeclaration, read_declaration, split_name
 from .shapes import bind_outputs
 from .tensors import Device, device_of, torch_dtype
 
+LIVE: dict[str, TorchOp] = {}  # every registered operator, by name: alive for the process, as torch's own
+
 
 class TorchOp:
     """A kerneldsl kernel, fused function or op registered as ``torch.ops.<namespace>.<name>``.
@@ -50,22 +52,38 @@ class TorchOp:
         self.target = target
         self.declaration = read_declaration(qualname, target, declare)
         self.schema = self.declaration.schema()
-        # the operator lives as long as its library (torch.library.Library is untyped)
-        self._library: Any = cast(Any, torch.library.Library)(namespace, "FRAGMENT")
-        try:
-            self._library.define(f"{name}{self.schema}", tags=(torch.Tag.needs_contiguous_strides,))
-        except RuntimeError as exc:
-            raise TorchOpError(qualname, None, f"cannot be defined: {str(exc).splitlines()[0]}") from None
-        self.overload: torch._ops.OpOverload = getattr(getattr(torch.ops, namespace), name).default
-        self._run = _Runner(self.declaration, target)
-        self._library.impl(name, self._run, "CPU")
-        self._library.impl(name, self._run, "CUDA")
-        torch.library.register_fake(qualname, self._fake, lib=self._library)
         self.backward: TorchOp | None = None
         if backward is not None:
             refuse_mutating(self)
-            self.backward = TorchOp(f"{namespace}::{name}_backward", backward)
-            register_backward(self, self.backward)
+        # torch.library.Library is untyped; the operator lives as long as its library, which the
+        # process keeps (LIVE) once registration has succeeded, and which a failure destroys
+        self._library: Any = cast(Any, torch.library.Library)(namespace, "FRAGMENT")
+        try:
+            self._register(name, backward)
+        except BaseException:
+            self._library._destroy()
+            raise
+        LIVE[qualname] = self
+
+    def _register(self, name: str, backward: Any) -> None:
+        try:
+            self._library.define(f"{name}{self.schema}", tags=(torch.Tag.needs_contiguous_strides,))
+        except RuntimeError as exc:
+            raise TorchOpError(self.qualname, None, f"cannot be defined: {str(exc).splitlines()[0]}") from None
+        namespace = self.qualname.split("::")[0]
+        self.overload: torch._ops.OpOverload = getattr(getattr(torch.ops, namespace), name).default
+        self._run = _Runner(self.declaration, self.target)
+        self._library.impl(name, self._run, "CPU")
+        self._library.impl(name, self._run, "CUDA")
+        torch.library.register_fake(self.qualname, self._fake, lib=self._library)
+        if backward is not None:
+            self.backward = TorchOp(f"{self.qualname}_backward", backward)
+            try:
+                register_backward(self, self.backward)
+            except BaseException:
+                LIVE.pop(self.backward.qualname, None)
+                self.backward._library._destroy()
+                raise
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.overload(*args, **kwargs)
