@@ -44,6 +44,15 @@ def scale(y: kd.Out[T, n], x: kd.In[T, n], alpha: kd.Scalar[T]) -> str:
     """
 
 
+@kd.torch.op("kdtest_compile::axpy_")
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def axpy_(y: kd.InOut[kd.float32, n], x: kd.In[kd.float32, n], alpha: kd.Scalar[kd.float32]) -> str:
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {y}[i] += {alpha} * {x}[i];
+    """
+
+
 @kd.fuse
 def layer_norm_gelu_backward(x: kd.In[T, m, n], grad_out: kd.In[T, m, n]) -> kd.Out[T, m, n]:
     mu = kd.ops.mean(x, axis=-1, keepdims=True)
@@ -89,6 +98,18 @@ def test_compile_fullgraph_traces_the_op_without_a_graph_break(dynamic: bool, ge
     torch.testing.assert_close(compiled(x), (x + 1) * 6)
     assert counter.frame_count == 1
     assert counter.op_count == 3  # add, the kerneldsl op, mul: all in the one graph
+
+
+def test_a_mutating_op_mutates_its_input_inside_a_compiled_graph(gen: torch.Generator) -> None:
+    def step(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        axpy_(y, x, 2.0)
+        return y * 3  # reads the mutated y: the graph must order the mutation before it
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True, dynamic=True)
+    y, x = torch.randn(30, generator=gen), torch.randn(30, generator=gen)
+    expected = y + 2.0 * x
+    torch.testing.assert_close(compiled(y, x), expected * 3)
+    torch.testing.assert_close(y, expected)
 
 
 def test_dynamic_shapes_run_new_sizes_without_recompiling(gen: torch.Generator) -> None:
