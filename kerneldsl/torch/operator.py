@@ -120,8 +120,10 @@ class _Runner:
     ``arrays`` and ``scalars`` place the schema's positional arguments in the kerneldsl call; each
     output has a recipe for its shape (an input's whole shape, or per axis a fixed extent, an
     input's axis or a size argument) and its dtype (a fixed dtype, an input's, or a dtype
-    argument), read with no checks; when reading fails, the call raises what ``bind_outputs``
-    raises, and a mismatch reading misses is the kernel's own binding error.
+    argument), read with no checks. When reading fails, the call raises what ``bind_outputs``
+    raises; a mismatch reading does not see (two inputs disagreeing on a symbol) is the kernel's
+    own binding error, of the same class. A fused function broadcasts instead of binding, so its
+    calls run ``bind_outputs`` first.
     """
 
     def __init__(self, decl: OpDeclaration, target: Any) -> None:
@@ -149,12 +151,13 @@ class _Runner:
                     if isinstance(d, str):
                         sources.setdefault(d, (i, axis))
                 dtypes.setdefault(p.dtype, i)
-        recipes = [(_shape_recipe(p, decl.positional, sources), _dtype_recipe(p.dtype, dtypes)) for p in decl.outputs]
         # (slot, name, shape recipe, dtype recipe, the input it is the twin of: same shape and dtype, or -1)
-        self.outputs = tuple(
-            (order.index(p.name), p.name, shape, dtype, shape if type(shape) is int and shape == dtype else -1)
-            for p, (shape, dtype) in zip(decl.outputs, recipes)
-        )
+        outputs = []
+        for p in decl.outputs:
+            shape, dtype = _shape_recipe(p, decl.positional, sources), _dtype_recipe(p.dtype, dtypes)
+            twin = shape if type(shape) is int and decl.positional[shape].dtype == p.dtype else -1
+            outputs.append((order.index(p.name), p.name, shape, dtype, twin))
+        self.outputs = tuple(outputs)
         self.consts = tuple(c.name for c in decl.consts)
         self.single = len(decl.outputs) == 1
 
