@@ -13,6 +13,9 @@ import fnmatch
 # node-id pattern (fnmatch) -> why it does not run on the CPU device
 EXCLUDED: dict[str, str] = {
     "tests/test_devices_agree_gpu.py::*": "compares the CPU device with a real GPU: without one there is nothing to compare",
+    "tests/test_kernel_gpu.py::test_torch_tensors_are_kernel_arguments_without_copies": (
+        "makes CUDA tensors: the CPU build of PyTorch that CI installs for kd.torch has none"
+    ),
     "tests/test_torch_gpu.py::*": (
         "CUDA tensors, torch's current stream and CUDA graphs: the CPU device runs torch's CPU tensors, which "
         "tests/test_torch_ops.py and tests/test_torch_compile.py cover"
