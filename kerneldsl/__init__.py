@@ -18,7 +18,7 @@ from ._version import __version__
 # The public API, written once: home module -> the names it defines ("" lists modules named by
 # themselves). Type checkers read __init__.pyi, which tests/test_structure.py proves lists the same.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "": ("array_api", "blas", "cache", "distributed", "errors", "ops", "random"),
+    "": ("array_api", "blas", "cache", "distributed", "errors", "ops", "random", "torch"),
     ".array.creation": (
         "arange",
         "asarray",
@@ -84,7 +84,7 @@ _MAKE_NO_ARRAYS = {
 
 def __getattr__(name: str) -> object:
     """Import a public name's module on first access (``kd.blas`` needs ``kerneldsl[blas]``,
-    ``kd.distributed`` ``kerneldsl[distributed]``)."""
+    ``kd.distributed`` ``kerneldsl[distributed]``, ``kd.torch`` ``kerneldsl[torch]``)."""
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,6 +8,7 @@ from . import distributed as distributed
 from . import errors as errors
 from . import ops as ops
 from . import random as random
+from . import torch as torch
 from ._version import __version__ as __version__
 from .array.creation import arange as arange
 from .array.creation import asarray as asarray
@@ -81,6 +82,7 @@ __all__ = [
     "errors",
     "ops",
     "random",
+    "torch",
     "arange",
     "asarray",
     "empty",

@@ -296,6 +296,10 @@ class NvtxNotAvailableError(ExtraNotInstalledError):
     ``kerneldsl[nvtx]`` extra (the ``nvtx`` package) is not installed."""
 
 
+class TorchNotAvailableError(ExtraNotInstalledError):
+    """``kd.torch`` was used and the optional ``kerneldsl[torch]`` extra (PyTorch) is not installed."""
+
+
 class AutotuneError(KernelDSLError, RuntimeError):
     """No configuration of a ``@kd.autotune`` kernel compiled and launched for a call's key:
     ``failures`` maps each configuration's label to why it was skipped."""
@@ -374,3 +378,17 @@ class PerBlockExtentWarning(UserWarning):
     it comes from a textual check of the body, which a guard (``if (blockIdx.x < m)``) can make
     safe; declaring the grid's expression as the extent (``kd.Out[T, kd.cdiv(n, 256)]``) checks
     every call instead."""
+
+
+# --- PyTorch operators (kerneldsl.torch) ------------------------------------------------------------
+
+
+class TorchOpError(KernelDSLError, TypeError):
+    """A kernel, fused function or op cannot become the PyTorch operator asked for: the message
+    names the operator, the parameter at fault (if one is) and why."""
+
+    def __init__(self, op: str, param: str | None, message: str) -> None:
+        where = f"parameter {param!r} of torch operator {op!r}" if param else f"torch operator {op!r}"
+        super().__init__(f"{where}: {message}")
+        self.op = op
+        self.param = param

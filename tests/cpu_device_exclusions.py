@@ -12,10 +12,16 @@ import fnmatch
 
 # node-id pattern (fnmatch) -> why it does not run on the CPU device
 EXCLUDED: dict[str, str] = {
-    "tests/test_kernel_gpu.py::test_torch_tensors_are_kernel_arguments_without_copies": (
-        "passes torch CUDA tensors, CUDA memory the CPU device cannot address"
+    "tests/test_devices_agree_gpu.py::*": (
+        "compares the CPU device with a real GPU: without one there is nothing to compare"
     ),
-    "tests/test_devices_agree_gpu.py::*": "compares the CPU device with a real GPU: without one there is nothing to compare",
+    "tests/test_kernel_gpu.py::test_torch_tensors_are_kernel_arguments_without_copies": (
+        "makes CUDA tensors: the CPU build of PyTorch that CI installs for kd.torch has none"
+    ),
+    "tests/test_torch_gpu.py::*": (
+        "CUDA tensors, torch's current stream and CUDA graphs: the CPU device runs torch's CPU tensors, which "
+        "tests/test_torch_ops.py and tests/test_torch_compile.py cover"
+    ),
     "tests/test_runtime_gpu.py::*": (
         "the raw CUDA runtime under kerneldsl: modules loaded from NVRTC cubins (the CPU device needs the source), "
         "the real driver's device queries, an illegal address's sticky error, Ctrl-C of a clock64 spin, the "

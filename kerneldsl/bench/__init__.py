@@ -142,6 +142,13 @@ BENCHMARKS: dict[str, Benchmark] = {
         modules={"warp": "NVIDIA Warp", "numba": "Numba"},
         install="pip install 'kerneldsl[bench-cpu]'",
     ),
+    "torch": Benchmark(
+        "kd.torch.op: host cost of a warm operator call vs the direct kernel call and a hand-written custom_op "
+        "(CPU tensors; CUDA tensors and CUDA graphs with a GPU)",
+        "kerneldsl.bench.torch_bench",
+        modules={"torch": "PyTorch"},
+        install="pip install 'kerneldsl[torch]'",
+    ),
     "distributed": Benchmark(
         "GPU: remote kernel call vs Dask actor and task round trips, pipelining, worker-to-worker copies, "
         "scaling over 1..N GPUs, a sharded sum, worker cold start",

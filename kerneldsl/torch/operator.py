@@ -1,0 +1,274 @@
+"""``kd.torch.op``: a declaration registered as a torch operator.
+
+Registration goes through ``torch.library.Library`` ``define`` / ``impl`` (the ``custom_op``
+wrapper adds several microseconds of Python to every call): one implementation for the CPU and
+CUDA dispatch keys, a fake kernel (``register_fake``) for tracing, and, with ``backward=``, an
+autograd formula (``register_autograd``). The operator is tagged ``needs_contiguous_strides``:
+kerneldsl kernels index their arrays as C-contiguous, so Inductor hands it contiguous tensors; an
+eager call makes a strided input contiguous (a copy) and refuses a strided ``InOut``.
+
+The warm call: adopt each tensor (a dict lookup), allocate each output (``torch.empty_like`` of
+the input it is the twin of, else ``torch.empty`` from shapes read off the inputs), call the
+kernel (its C launch path). Nothing synchronizes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+import torch
+
+from ..dtypes import is_dtype_name
+from ..errors import TorchOpError
+from ..signature import ArrayParam, ScalarParam
+from .autograd import refuse_mutating, register_backward
+from .declaration import OpDeclaration, read_declaration, split_name
+from .shapes import bind_outputs
+from .tensors import Device, device_of, torch_dtype
+
+LIVE: dict[str, TorchOp] = {}  # every registered operator, by name: alive for the process, as torch's own
+
+
+class TorchOp:
+    """A kerneldsl kernel, fused function or op registered as ``torch.ops.<namespace>.<name>``.
+
+    Call it as the operator (``op(x, alpha)``, or ``torch.ops.mylib.scale(x, alpha)``): arrays the
+    declaration reads or mutates and scalars by position, sizes, dtypes and constants by keyword;
+    it returns its ``Out`` arrays (one tensor, a tuple, or None). ``overload`` is the
+    ``OpOverload``, ``schema`` its schema, ``declaration`` what both were read from.
+    """
+
+    def __init__(
+        self,
+        qualname: str,
+        target: Any,
+        *,
+        declare: Callable[..., Any] | None = None,
+        backward: Any = None,
+    ) -> None:
+        namespace, name = split_name(qualname)
+        self.qualname = qualname
+        self.target = target
+        self.declaration = read_declaration(qualname, target, declare)
+        self.schema = self.declaration.schema()
+        self.backward: TorchOp | None = None
+        if backward is not None:
+            refuse_mutating(self)
+        # torch.library.Library is untyped; the operator lives as long as its library, which the
+        # process keeps (LIVE) once registration has succeeded, and which a failure destroys
+        self._library: Any = cast(Any, torch.library.Library)(namespace, "FRAGMENT")
+        try:
+            self._register(name, backward)
+        except BaseException:
+            self._library._destroy()
+            raise
+        LIVE[qualname] = self
+
+    def _register(self, name: str, backward: Any) -> None:
+        try:
+            self._library.define(f"{name}{self.schema}", tags=(torch.Tag.needs_contiguous_strides,))
+        except RuntimeError as exc:
+            raise TorchOpError(self.qualname, None, f"cannot be defined: {str(exc).splitlines()[0]}") from None
+        namespace = self.qualname.split("::")[0]
+        self.overload: torch._ops.OpOverload = getattr(getattr(torch.ops, namespace), name).default
+        self._run = _Runner(self.declaration, self.target)
+        self._library.impl(name, self._run, "CPU")
+        self._library.impl(name, self._run, "CUDA")
+        torch.library.register_fake(self.qualname, self._fake, lib=self._library)
+        if backward is not None:
+            self.backward = TorchOp(f"{self.qualname}_backward", backward)
+            try:
+                register_backward(self, self.backward)
+            except BaseException:
+                LIVE.pop(self.backward.qualname, None)
+                self.backward._library._destroy()
+                raise
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.overload(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<kd.torch.op {self.qualname}{self.schema}>"
+
+    def _fake(self, *args: Any, **kwargs: Any) -> Any:
+        """Outputs of the right shape, dtype and device, from the declaration; no data is read."""
+        specs = bind_outputs(self.declaration, named_arguments(self.declaration, args, kwargs))
+        device = _first_tensor(args).device
+        outs = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in specs)
+        return _returned(outs)
+
+
+def named_arguments(decl: OpDeclaration, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A call's arguments by parameter name (defaults left out, as the dispatcher passes them)."""
+    named = {p.name: a for p, a in zip(decl.positional, args)}
+    named.update(kwargs)
+    return named
+
+
+def _first_tensor(args: tuple[Any, ...]) -> torch.Tensor:
+    return next(a for a in args if isinstance(a, torch.Tensor))
+
+
+def _returned(outs: tuple[torch.Tensor, ...]) -> Any:
+    return outs[0] if len(outs) == 1 else (outs or None)
+
+
+class _Runner:
+    """The real kernel: what each call does is decided here once, from the declaration.
+
+    ``arrays`` and ``scalars`` place the schema's positional arguments in the kerneldsl call; each
+    output has a recipe for its shape (an input's whole shape, or per axis a fixed extent, an
+    input's axis or a size argument) and its dtype (a fixed dtype, an input's, or a dtype
+    argument), read with no checks. When reading fails, the call raises what ``bind_outputs``
+    raises; a mismatch reading does not see (two inputs disagreeing on a symbol) is the kernel's
+    own binding error, of the same class. A fused function broadcasts instead of binding, so its
+    calls run ``bind_outputs`` first.
+    """
+
+    def __init__(self, decl: OpDeclaration, target: Any) -> None:
+        self.decl = decl
+        self.target = target
+        self.name = decl.signature.name
+        self.what = f"kernel {self.name}"
+        order = [p.name for p in decl.signature.runtime_params]
+        self.width = len(order)
+        self.fused = decl.kind == "fused"
+        self.arrays = tuple(
+            (order.index(p.name), i, p.name, p.direction == "inout")
+            for i, p in enumerate(decl.positional)
+            if isinstance(p, ArrayParam)
+        )
+        self.scalars = tuple(
+            (order.index(p.name), i, p.default) for i, p in enumerate(decl.positional) if not isinstance(p, ArrayParam)
+        )
+        self.first_array = self.arrays[0][1]
+        sources: dict[str, tuple[int, int]] = {}
+        dtypes: dict[str, int] = {}
+        for i, p in enumerate(decl.positional):
+            if isinstance(p, ArrayParam):
+                for axis, d in enumerate(p.shape):
+                    if isinstance(d, str):
+                        sources.setdefault(d, (i, axis))
+                dtypes.setdefault(p.dtype, i)
+        # (slot, name, shape recipe, dtype recipe, the input it is the twin of: same shape and dtype, or -1)
+        outputs = []
+        for p in decl.outputs:
+            shape, dtype = _shape_recipe(p, decl.positional, sources), _dtype_recipe(p.dtype, dtypes)
+            twin = shape if type(shape) is int and decl.positional[shape].dtype == p.dtype else -1
+            outputs.append((order.index(p.name), p.name, shape, dtype, twin))
+        self.outputs = tuple(outputs)
+        self.consts = tuple(c.name for c in decl.consts)
+        self.single = len(decl.outputs) == 1
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        first = args[self.first_array]
+        device = device_of(first)
+        adopt = device.adopt
+        call: list[Any] = [None] * self.width
+        copies = []  # contiguous copies of strided inputs: alive until the kernel has read them
+        for slot, i, name, writes in self.arrays:
+            t = args[i]
+            if not isinstance(t, torch.Tensor):
+                bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))  # raises why
+            if not writes:
+                c = t.contiguous()
+                if c is not t:
+                    copies.append(c)
+                    t = c
+            call[slot] = adopt(t, self.what, name)
+        for slot, i, default in self.scalars:
+            call[slot] = args[i] if i < len(args) else default  # the dispatcher leaves defaults out
+        outs = []
+        if self.fused:  # a fused function broadcasts: the declaration's extents are checked here
+            bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
+        try:
+            for _, _, shape, dtype, twin in self.outputs:
+                if twin >= 0 and not copies:  # empty_like of a contiguous input: a fraction of empty's cost
+                    outs.append(torch.empty_like(args[twin]))
+                    continue
+                outs.append(
+                    torch.empty(
+                        args[shape].shape if type(shape) is int else _shape(shape, args, kwargs),
+                        dtype=args[dtype].dtype if type(dtype) is int else _dtype(dtype, kwargs),
+                        device=device.place,
+                    )
+                )
+        except (IndexError, KeyError, TypeError, AttributeError):
+            bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))  # raises the declared error
+            raise
+        consts = {c: kwargs[c] for c in self.consts if c in kwargs} if self.consts else {}
+        if self.fused:
+            self._call_fused(device, call, outs)
+        else:
+            for (slot, name, _, _, _), t in zip(self.outputs, outs):
+                call[slot] = adopt(t, self.what, name)
+            stream = device.current_stream()
+            if stream is None:
+                self.target(*call, **consts)
+            else:
+                self.target(*call, stream=stream, **consts)
+        return outs[0] if self.single else (tuple(outs) or None)
+
+    def _call_fused(self, device: Device, call: list[Any], outs: list[torch.Tensor]) -> None:
+        """A fused function or op runs on its session's stream: on CUDA that stream first waits
+        for torch's, and torch's then waits for it (events, no host synchronization)."""
+        inputs = call[: self.width - len(outs)]
+        adopted = [device.adopt(t, self.what, name) for (_, name, _, _, _), t in zip(self.outputs, outs)]
+        stream = device.current_stream()
+        session = device.session
+        if stream is not None:
+            session.stream.wait(session.create_event(timing=False).record(stream))
+        if self.single:
+            self.target(*inputs, out=adopted[0])
+        else:  # fused pipelines returning a tuple take no out=: their results are copied over
+            for result, out in zip(self.target(*inputs), adopted):
+                result.copy_to(out)
+        if stream is not None:
+            stream.wait(session.create_event(timing=False).record())
+
+
+def _dtype_recipe(declared: str, dtypes: dict[str, int]) -> Any:
+    if is_dtype_name(declared):
+        return torch_dtype(declared)
+    return dtypes.get(declared, declared)  # an input's index, or the dtype argument's name
+
+
+def _shape_recipe(
+    out: ArrayParam, positional: tuple[ArrayParam | ScalarParam, ...], sources: dict[str, tuple[int, int]]
+) -> Any:
+    """How a call finds an output's shape: the index of an input of the very same shape (its
+    ``shape`` is taken whole), else per axis a fixed extent, an ``(input, axis)`` or a size
+    argument's name."""
+    for i, p in enumerate(positional):
+        if (
+            isinstance(p, ArrayParam)
+            and p.shape == out.shape
+            and all(isinstance(d, int) or sources[d] == (i, axis) for axis, d in enumerate(p.shape))
+        ):
+            return i
+    return tuple(d if isinstance(d, int) else sources.get(d, d) for d in out.shape)
+
+
+def _shape(recipe: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    return [d if type(d) is int else (args[d[0]].shape[d[1]] if type(d) is tuple else kwargs[d]) for d in recipe]
+
+
+def _dtype(recipe: Any, kwargs: dict[str, Any]) -> torch.dtype:
+    return recipe if isinstance(recipe, torch.dtype) else kwargs[recipe]
+
+
+def op(qualname: str, *, declare: Callable[..., Any] | None = None, backward: Any = None) -> Callable[[Any], TorchOp]:
+    """Register a kernel, fused function or op as the torch operator ``qualname``
+    (``"namespace::name"``): ``kd.torch.op("mylib::scale")(scale)``, or stacked as a decorator
+    above ``@kd.kernel`` / ``@kd.fuse``.
+
+    ``declare=``: a function whose annotations declare what ``kd.ops`` functions (and fused
+    functions written without annotations) take and return. ``backward=``: a kernel or fused
+    function computing the gradients (see ``kerneldsl.torch.autograd``).
+    """
+
+    def register(target: Any) -> TorchOp:
+        return TorchOp(qualname, target, declare=declare, backward=backward)
+
+    return register
