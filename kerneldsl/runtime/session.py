@@ -67,6 +67,37 @@ class Session(Generic[ArrayT]):
     Use as a context manager, or call ``close()``; open sessions are closed at exit. Generic,
     for type checkers, in the array type its factories make: the runtime cannot name the array
     layer's ``DeviceArray`` (``kd.Session`` is ``Session[DeviceArray]``, see ``array.sessions``).
+
+    Parameters
+    ----------
+    device : int or str, optional
+        A GPU ordinal, ``"cuda:N"``, or ``"cpu"`` for the CPU device. None: ``$KERNELDSL_DEVICE``,
+        else GPU 0, else the CPU device.
+    pool_limit : int, optional
+        The most bytes this session's memory pool may hold (default: ``$KERNELDSL_POOL_LIMIT``,
+        else no cap but the device's memory).
+
+    Raises
+    ------
+    kerneldsl.errors.DriverNotFoundError
+        A GPU was asked for on a machine without a CUDA driver.
+    kerneldsl.errors.SessionPoisonedError
+        The device's context holds a sticky error the driver keeps for the whole process.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import numpy as np
+
+        import kerneldsl as kd
+
+        with kd.Session(device="cpu") as s:  # or device=0 for the first GPU
+            x = s.to_device(np.arange(4, dtype=np.float32))
+            stream = s.create_stream()
+            done = s.create_event()
+            y = x * 2
+            print(y.to_host())
     """
 
     def __init__(self, device: DeviceSpec | None = None, pool_limit: int | None = None) -> None:
@@ -122,6 +153,7 @@ class Session(Generic[ArrayT]):
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` has run: every later use raises ``ClosedError``."""
         return self._state == CLOSED
 
     @property
@@ -131,10 +163,12 @@ class Session(Generic[ArrayT]):
 
     @property
     def poisoned(self) -> bool:
+        """Whether a sticky CUDA error poisoned the session: every later call raises ``SessionPoisonedError``."""
         return self._poison is not None
 
     @property
     def forked(self) -> bool:
+        """Whether this is a forked child's copy, which refuses every use (``ForkedProcessError``)."""
         return self._forked
 
     def fast_path_watch(self) -> tuple[collections.deque[tuple[str, Any]], list[graph.Graph]]:
@@ -259,24 +293,49 @@ class Session(Generic[ArrayT]):
     # -- factories -------------------------------------------------------------------------------
 
     def empty(self, shape: Any, dtype: Any = np.float32) -> ArrayT:
+        """A new array of ``shape`` and ``dtype`` (default float32) from the session's pool, not
+        initialised; ordered on the session stream."""
         return cast(ArrayT, memory.empty(self, shape, dtype))
 
     def zeros(self, shape: Any, dtype: Any = np.float32) -> ArrayT:
+        """A new array of ``shape`` and ``dtype`` (default float32) from the session's pool, set
+        to zero on the session stream."""
         return cast(ArrayT, memory.zeros(self, shape, dtype))
 
     def empty_like(self, a: Any) -> ArrayT:
+        """``empty`` with the shape and dtype of ``a`` (any array)."""
         return cast(ArrayT, memory.empty(self, a.shape, a.dtype))
 
     def zeros_like(self, a: Any) -> ArrayT:
+        """``zeros`` with the shape and dtype of ``a`` (any array)."""
         return cast(ArrayT, memory.zeros(self, a.shape, a.dtype))
 
     def to_device(self, host: Any) -> ArrayT:
+        """A new device array holding a copy of ``host`` (a numpy array or anything
+        ``numpy.asarray`` takes), ordered after the work queued on the session stream; returns
+        once the bytes have moved, so ``host`` may change at once.
+
+        Examples
+        --------
+        .. code-block:: python
+
+            import numpy as np
+
+            import kerneldsl as kd
+
+            with kd.Session(device="cpu") as s:
+                d = s.to_device(np.arange(6).reshape(2, 3))
+                print(d.shape, d.to_host())
+        """
         return cast(ArrayT, memory.to_device(self, host))
 
     def copy(self, a: memory.DeviceBuffer) -> ArrayT:
+        """A new C-contiguous device array with the values of ``a`` (a device array or view of this session)."""
         return cast(ArrayT, memory.copy(self, a))
 
     def pinned_empty(self, shape: Any, dtype: Any = np.float32) -> memory.PinnedArray:
+        """Page-locked host memory of ``shape`` and ``dtype``, for asynchronous copies
+        (``a.copy_from_host(p, stream=...)``); freed when the session closes."""
         return memory.pinned_empty(self, shape, dtype)
 
     def host_staging(self, nbytes: int) -> staging.StagingBuffer | None:
@@ -295,9 +354,32 @@ class Session(Generic[ArrayT]):
             self._staging.discard(buf)
 
     def create_stream(self) -> Stream:
+        """A new non-blocking stream of this session. Pass it as ``stream=`` to kernels, ops and
+        copies; work on it runs concurrently with the session stream. Before it uses an array
+        made on the session stream, make it wait: ``stream.wait(s.create_event().record())``.
+
+        Examples
+        --------
+        .. code-block:: python
+
+            import numpy as np
+
+            import kerneldsl as kd
+
+            with kd.Session(device="cpu") as s:
+                x = s.to_device(np.ones(1024, np.float32))
+                side = s.create_stream()
+                side.wait(s.create_event().record())  # x was made on the session stream
+                y = kd.ops.multiply(x, 2.0)
+                kd.ops.add(y, 1.0, out=y, stream=side)
+                side.synchronize()
+        """
         return Stream(self)
 
     def create_event(self, timing: bool = True) -> Event:
+        """A new event: ``record()`` it on a stream, then ``wait`` on it from another stream,
+        ``synchronize()`` on it, or time between two (``end.elapsed_since(start)``, in ms); ``timing=False``
+        makes a cheaper event that cannot time."""
         return Event(self, timing)
 
     def load_module(self, cubin: bytes) -> module.Module:
