@@ -158,7 +158,7 @@ class Session(Generic[ArrayT]):
 
     @property
     def capturing(self) -> bool:
-        """Whether a CUDA graph is being captured: work enqueued now is recorded, not run."""
+        """True while a CUDA graph is being captured; work enqueued now is recorded, not run."""
         return bool(self.captures)
 
     @property
