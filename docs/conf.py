@@ -14,6 +14,14 @@ sys.path.insert(0, str(HERE.parent))  # this checkout's kerneldsl, not an instal
 os.environ.setdefault("KERNELDSL_ARCH", "sm_90")  # importing never needs a GPU; this keeps it so
 
 import kerneldsl  # noqa: E402
+from kerneldsl.bench.report import markdown  # noqa: E402
+
+# The benchmark results page, written from the recorded results files at every build (and ignored
+# by git): figures are never pasted by hand. Rewritten only when it changes, so Sphinx's
+# incremental builds stay incremental.
+_results_page = markdown((HERE / "results").glob("*.json"))
+if not (HERE / "benchmarks.md").exists() or (HERE / "benchmarks.md").read_text() != _results_page:
+    (HERE / "benchmarks.md").write_text(_results_page)
 
 project = "kerneldsl"
 author = "the kerneldsl authors"

@@ -121,4 +121,3 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("kd-names", KdNames)
     app.connect("env-updated", _check_coverage)
     return {"parallel_read_safe": False, "version": "1"}
-
