@@ -61,7 +61,8 @@ nitpick_ignore_regex = [
 
 html_theme = "furo"
 html_title = f"kerneldsl {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_favicon = "_static/favicon.svg"  # else every browser asks for /favicon.ico and logs a 404
 html_show_sourcelink = False
 
 # Guides other work adds beside these (docs/checks.md, docs/torch.md): listed when the file is there.

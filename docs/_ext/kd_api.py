@@ -59,10 +59,11 @@ def public_names(module: types.ModuleType) -> list[str]:
 def _directive(qualified: str, value: Any) -> list[str]:
     if isinstance(value, types.ModuleType):
         return [f"* :mod:`{qualified}`: see its own section", ""]
+    module, _, name = qualified.rpartition(".")
     if isinstance(value, type) and value.__module__ == "numpy":  # kd's dtypes: numpy's scalar types
-        return [f".. py:data:: {qualified}", "", f"   ``numpy.{value.__name__}``, as a kernel dtype.", ""]
+        return [f".. py:data:: {name}", f"   :module: {module}", "", f"   ``numpy.{value.__name__}``, as a dtype.", ""]
     if isinstance(value, np.dtype):  # the Array API's dtypes: numpy's dtype objects
-        return [f".. py:data:: {qualified}", "", f"   ``numpy.dtype('{value.name}')``.", ""]
+        return [f".. py:data:: {name}", f"   :module: {module}", "", f"   ``numpy.dtype('{value.name}')``.", ""]
     if isinstance(value, type):
         members = MEMBERS.get(qualified)
         bases = (
