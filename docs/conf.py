@@ -45,6 +45,7 @@ myst_heading_anchors = 3
 autodoc_typehints = "none"
 autodoc_member_order = "bysource"
 autodoc_class_signature = "separated"
+autoclass_content = "both"  # the class docstring, then __init__'s (its parameters)
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False

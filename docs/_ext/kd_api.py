@@ -40,8 +40,8 @@ PUBLIC_MODULES = (
 # Classes whose public API is a subset of their methods: the rest is plumbing other modules call.
 MEMBERS = {
     "kerneldsl.Session": (
-        "to_device, empty, empty_like, zeros, zeros_like, copy, pinned_empty, create_stream, create_event, "
-        "capture, capturing, synchronize, memory_info, trim, load_module, close, closed, state, poisoned, forked"
+        "to_device, empty, empty_like, zeros, zeros_like, create_stream, create_event, "
+        "capture, capturing, synchronize, memory_info, trim, load_module, close, state"
     ),
 }
 

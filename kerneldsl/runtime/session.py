@@ -64,41 +64,9 @@ else:
 class Session(Generic[ArrayT]):
     """Owns device ``device``'s primary context, a default stream, and every object made here.
 
-    Use as a context manager, or call ``close()``; open sessions are closed at exit. Generic,
-    for type checkers, in the array type its factories make: the runtime cannot name the array
-    layer's ``DeviceArray`` (``kd.Session`` is ``Session[DeviceArray]``, see ``array.sessions``).
-
-    Parameters
-    ----------
-    device : int or str, optional
-        A GPU ordinal, ``"cuda:N"``, or ``"cpu"`` for the CPU device. None: ``$KERNELDSL_DEVICE``,
-        else GPU 0, else the CPU device.
-    pool_limit : int, optional
-        The most bytes this session's memory pool may hold (default: ``$KERNELDSL_POOL_LIMIT``,
-        else no cap but the device's memory).
-
-    Raises
-    ------
-    kerneldsl.errors.DriverNotFoundError
-        A GPU was asked for on a machine without a CUDA driver.
-    kerneldsl.errors.SessionPoisonedError
-        The device's context holds a sticky error the driver keeps for the whole process.
-
-    Examples
-    --------
-    .. code-block:: python
-
-        import numpy as np
-
-        import kerneldsl as kd
-
-        with kd.Session(device="cpu") as s:  # or device=0 for the first GPU
-            x = s.to_device(np.arange(4, dtype=np.float32))
-            stream = s.create_stream()
-            done = s.create_event()
-            y = x * 2
-            print(y.to_host())
-    """
+    Use as a context manager, or call ``close()``; open sessions are closed at exit. Generic, for type checkers,
+    in the array type its factories make: the runtime cannot name the array layer's ``DeviceArray``
+    (``kd.Session`` is ``Session[DeviceArray]``, see ``array.sessions``)."""
 
     def __init__(self, device: DeviceSpec | None = None, pool_limit: int | None = None) -> None:
         """``device``: a GPU ordinal or ``"cpu"`` (the CPU device); None picks as
@@ -153,7 +121,6 @@ class Session(Generic[ArrayT]):
 
     @property
     def closed(self) -> bool:
-        """Whether ``close()`` has run: every later use raises ``ClosedError``."""
         return self._state == CLOSED
 
     @property
@@ -163,12 +130,10 @@ class Session(Generic[ArrayT]):
 
     @property
     def poisoned(self) -> bool:
-        """Whether a sticky CUDA error poisoned the session: every later call raises ``SessionPoisonedError``."""
         return self._poison is not None
 
     @property
     def forked(self) -> bool:
-        """Whether this is a forked child's copy, which refuses every use (``ForkedProcessError``)."""
         return self._forked
 
     def fast_path_watch(self) -> tuple[collections.deque[tuple[str, Any]], list[graph.Graph]]:
@@ -279,9 +244,8 @@ class Session(Generic[ArrayT]):
     def keep_alive(self, obj: Any, stream: Stream | None = None) -> None:
         """Hold ``obj`` until a sync proves the work queued so far finished.
 
-        ``stream=None``: released only by ``Session.synchronize``; else also by syncing that
-        stream. Objects registered during a graph capture also live as long as the graph.
-        """
+        ``stream=None``: released only by ``Session.synchronize``; else also by syncing that stream. Objects
+        registered during a graph capture also live as long as the graph."""
         self.order.keep_alive(obj, stream)
 
     def synchronize(self, timeout: float | None = None) -> bool:
@@ -293,13 +257,11 @@ class Session(Generic[ArrayT]):
     # -- factories -------------------------------------------------------------------------------
 
     def empty(self, shape: Any, dtype: Any = np.float32) -> ArrayT:
-        """A new array of ``shape`` and ``dtype`` (default float32) from the session's pool, not
-        initialised; ordered on the session stream."""
+        """A new array of ``shape`` and ``dtype`` from the session's pool, not initialised (session stream)."""
         return cast(ArrayT, memory.empty(self, shape, dtype))
 
     def zeros(self, shape: Any, dtype: Any = np.float32) -> ArrayT:
-        """A new array of ``shape`` and ``dtype`` (default float32) from the session's pool, set
-        to zero on the session stream."""
+        """A new array of ``shape`` and ``dtype`` from the session's pool, zeroed on the session stream."""
         return cast(ArrayT, memory.zeros(self, shape, dtype))
 
     def empty_like(self, a: Any) -> ArrayT:
@@ -311,31 +273,13 @@ class Session(Generic[ArrayT]):
         return cast(ArrayT, memory.zeros(self, a.shape, a.dtype))
 
     def to_device(self, host: Any) -> ArrayT:
-        """A new device array holding a copy of ``host`` (a numpy array or anything
-        ``numpy.asarray`` takes), ordered after the work queued on the session stream; returns
-        once the bytes have moved, so ``host`` may change at once.
-
-        Examples
-        --------
-        .. code-block:: python
-
-            import numpy as np
-
-            import kerneldsl as kd
-
-            with kd.Session(device="cpu") as s:
-                d = s.to_device(np.arange(6).reshape(2, 3))
-                print(d.shape, d.to_host())
-        """
+        """A device copy of ``host`` (anything ``np.asarray`` takes), after the queued work; returns once copied."""
         return cast(ArrayT, memory.to_device(self, host))
 
     def copy(self, a: memory.DeviceBuffer) -> ArrayT:
-        """A new C-contiguous device array with the values of ``a`` (a device array or view of this session)."""
         return cast(ArrayT, memory.copy(self, a))
 
     def pinned_empty(self, shape: Any, dtype: Any = np.float32) -> memory.PinnedArray:
-        """Page-locked host memory of ``shape`` and ``dtype``, for asynchronous copies
-        (``a.copy_from_host(p, stream=...)``); freed when the session closes."""
         return memory.pinned_empty(self, shape, dtype)
 
     def host_staging(self, nbytes: int) -> staging.StagingBuffer | None:
@@ -354,32 +298,11 @@ class Session(Generic[ArrayT]):
             self._staging.discard(buf)
 
     def create_stream(self) -> Stream:
-        """A new non-blocking stream of this session. Pass it as ``stream=`` to kernels, ops and
-        copies; work on it runs concurrently with the session stream. Before it uses an array
-        made on the session stream, make it wait: ``stream.wait(s.create_event().record())``.
-
-        Examples
-        --------
-        .. code-block:: python
-
-            import numpy as np
-
-            import kerneldsl as kd
-
-            with kd.Session(device="cpu") as s:
-                x = s.to_device(np.ones(1024, np.float32))
-                side = s.create_stream()
-                side.wait(s.create_event().record())  # x was made on the session stream
-                y = kd.ops.multiply(x, 2.0)
-                kd.ops.add(y, 1.0, out=y, stream=side)
-                side.synchronize()
-        """
+        """A new stream: pass it as ``stream=``; order it after the session stream with ``wait(event)``."""
         return Stream(self)
 
     def create_event(self, timing: bool = True) -> Event:
-        """A new event: ``record()`` it on a stream, then ``wait`` on it from another stream,
-        ``synchronize()`` on it, or time between two (``end.elapsed_since(start)``, in ms); ``timing=False``
-        makes a cheaper event that cannot time."""
+        """A new event to ``record()`` on a stream, ``wait`` on, ``synchronize()`` or time (``elapsed_since``)."""
         return Event(self, timing)
 
     def load_module(self, cubin: bytes) -> module.Module:
@@ -389,19 +312,16 @@ class Session(Generic[ArrayT]):
     def capture(self, stream: Stream | None = None) -> contextlib.AbstractContextManager[graph.Graph]:
         """``with s.capture() as g: ...`` records the work on ``stream``; then ``g.replay()``.
 
-        Allocate, upload and synchronize before the block: inside it only launches and
-        device-to-device work may be enqueued (CUDA refuses the rest during capture).
-        """
+        Allocate, upload and synchronize before the block: inside it only launches and device-to-device work
+        may be enqueued (CUDA refuses the rest during capture)."""
         return graph.capture(self, stream)
 
     def vendor_handle(self, key: str, create: Callable[[Session], _Vendor]) -> _Vendor:
         """The library handle registered as ``key`` (e.g. ``"cublas"``), made by ``create(self)`` on first use.
 
-        ``create`` runs with the session activated. The object it returns must have
-        ``release()`` (destroy the library handle; close() calls it with the context current,
-        before any other handle is freed, collecting what it raises) and ``abandon()`` (forget
-        it without calling the library: forked child, poisoned context).
-        """
+        ``create`` runs with the session activated. The object it returns must have ``release()`` (destroy the
+        library handle; close() calls it with the context current, before any other handle is freed, collecting
+        what it raises) and ``abandon()`` (forget it without calling the library: forked child, poisoned context)."""
         return self.vendors.get(key, create)
 
     # -- close -------------------------------------------------------------------------------------
@@ -409,11 +329,9 @@ class Session(Generic[ArrayT]):
     def close(self, timeout: float | None = None) -> None:
         """Refuse new work, wait for queued work, free everything, release the context.
 
-        Idempotent. Failures are collected and raised once as SessionCloseError after the
-        session is closed. A poisoned session (or one whose work did not finish within
-        ``timeout`` seconds) leaks its memory instead of freeing into a broken context; a forked
-        child only forgets its handles.
-        """
+        Idempotent. Failures are collected and raised once as SessionCloseError after the session is closed. A
+        poisoned session (or one whose work did not finish within ``timeout`` seconds) leaks its memory instead of
+        freeing into a broken context; a forked child only forgets its handles."""
         errors: list[BaseException] = []
         with self.lock:
             if self._state == CLOSED:
