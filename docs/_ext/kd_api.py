@@ -21,19 +21,16 @@ from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
 
+import kerneldsl
+
 logger = logging.getLogger(__name__)
 
-# The modules whose public names the reference must cover: the package and its public submodules.
+# The modules whose public names the reference must cover: the package, its public submodules (the
+# modules among ``kd.__all__``) and the Array API's ``linalg`` extension.
 PUBLIC_MODULES = (
     "kerneldsl",
-    "kerneldsl.ops",
-    "kerneldsl.random",
-    "kerneldsl.blas",
-    "kerneldsl.array_api",
+    *sorted(f"kerneldsl.{n}" for n in kerneldsl.__all__ if isinstance(getattr(kerneldsl, n), types.ModuleType)),
     "kerneldsl.array_api.linalg",
-    "kerneldsl.distributed",
-    "kerneldsl.cache",
-    "kerneldsl.errors",
 )
 
 
