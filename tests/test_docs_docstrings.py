@@ -1,14 +1,17 @@
 """Every public name explains itself: ``kd.__all__``, the public submodules' ``__all__`` and the
 exceptions of ``kerneldsl.errors`` each have a docstring of their own, and a callable's docstring
 names every parameter it takes (``help(kd.kernel)`` explains ``grid``, ``block``, ``shared``,
-``options`` and ``precompile``). The API reference is generated from these docstrings."""
+``options`` and ``precompile``). The API reference is generated from these docstrings, and every
+example in them (a ``.. code-block:: python``) runs alone, on the CPU device where there is no GPU."""
 
 from __future__ import annotations
 
 import importlib
 import inspect
 import pydoc
+import re
 import sys
+import textwrap
 import types
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from typing import Any
 import pytest
 
 import kerneldsl as kd
+from kerneldsl.runtime import driver
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "docs" / "_ext"))
 kd_api = importlib.import_module("kd_api")  # the reference's own list of public modules and names
@@ -86,3 +90,31 @@ def test_help_on_an_op_shows_the_op_not_its_class(op: str) -> None:
 def test_an_op_signature_is_its_calls() -> None:
     assert str(inspect.signature(kd.ops.add)) == "(a, b, /, *, out=None, stream=None)"
     assert str(inspect.signature(kd.ops.sum)) == "(x, /, *, axis=None, out=None, keepdims=False)"
+
+
+_EXAMPLE = re.compile(r"^\.\. code-block:: python\n\n(.*?)(?=^\S|\Z)", flags=re.S | re.M)
+
+
+def _docstring_examples() -> list[Any]:
+    """Each distinct example of the public names' docstrings (an alias shares its op's)."""
+    examples: dict[str, str] = {}
+    for name, value in _public():
+        members = kd_api.MEMBERS.get(name, "").replace(" ", "").split(",") if isinstance(value, type) else []
+        for documented in [value, *(getattr(value, m) for m in members if m)]:
+            for block in _EXAMPLE.findall((inspect.getdoc(documented) or "") + "\n"):
+                examples.setdefault(textwrap.dedent(block), name)
+    return [pytest.param(code, id=f"{name}-{i}") for i, (code, name) in enumerate(examples.items())]
+
+
+def test_the_docstrings_have_examples() -> None:
+    assert len(_docstring_examples()) >= 50
+
+
+@pytest.mark.parametrize("code", _docstring_examples())
+def test_a_docstring_example_runs_alone(
+    code: str, isolated_cache_module: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not (driver.driver_available() and driver.device_count() > 0):
+        monkeypatch.setenv("KERNELDSL_DEVICE", "cpu")
+    monkeypatch.setenv("KERNELDSL_ARCH", "sm_90")
+    exec(compile(code, "<docstring example>", "exec"), {"__name__": "docstring_example"})
