@@ -10,6 +10,7 @@ and one the reference lost is a broken build, not a silent gap.
 from __future__ import annotations
 
 import importlib
+import inspect
 import types
 from typing import Any
 
@@ -69,6 +70,16 @@ def _directive(qualified: str, value: Any) -> list[str]:
             else [f":members: {members}" if members else ":members:"]
         )
         return [f".. autoclass:: {qualified}", *(f"   {b}" for b in bases), ""]
+    canonical = getattr(value, "__name__", name)
+    if callable(value) and canonical != name and getattr(importlib.import_module(module), canonical, None) is value:
+        signature = str(inspect.signature(value))  # an alias (``kd.ops.absolute``): one entry holds the docs
+        return [
+            f".. py:function:: {name}{signature}",
+            f"   :module: {module}",
+            "",
+            f"   The same as :func:`{canonical}`.",
+            "",
+        ]
     if callable(value):
         return [f".. autofunction:: {qualified}", ""]
     return [f".. autodata:: {qualified}", "   :no-value:", ""]
