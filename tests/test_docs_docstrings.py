@@ -22,15 +22,15 @@ import kerneldsl as kd
 from kerneldsl.runtime import driver
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "docs" / "_ext"))
-kd_api = importlib.import_module("kd_api")  # the reference's own list of public modules and names
+kd_public = importlib.import_module("kd_public")  # the reference's own list of public modules and names
 sys.path.pop(0)
 
 
 def _public() -> list[tuple[str, Any]]:
     names = []
-    for module_name in kd_api.PUBLIC_MODULES:
+    for module_name in kd_public.PUBLIC_MODULES:
         module = importlib.import_module(module_name)
-        for name in kd_api.public_names(module):
+        for name in kd_public.public_names(module):
             value = getattr(module, name)
             if isinstance(value, types.ModuleType) or not (callable(value) or isinstance(value, type)):
                 continue  # modules have their own entry; data (dtypes, constants) is described on its page
@@ -69,7 +69,7 @@ def test_a_public_name_has_a_docstring_naming_its_parameters(name: str, value: A
         assert missing == [], f"{name}'s docstring does not explain {missing}"
 
 
-@pytest.mark.parametrize("member", [m.strip() for m in kd_api.MEMBERS["kerneldsl.Session"].split(",")])
+@pytest.mark.parametrize("member", [m.strip() for m in kd_public.MEMBERS["kerneldsl.Session"].split(",")])
 def test_the_documented_session_members_have_docstrings(member: str) -> None:
     assert inspect.getdoc(getattr(kd.Session, member))
 
@@ -99,7 +99,7 @@ def _docstring_examples() -> list[Any]:
     """Each distinct example of the public names' docstrings (an alias shares its op's)."""
     examples: dict[str, str] = {}
     for name, value in _public():
-        members = kd_api.MEMBERS.get(name, "").replace(" ", "").split(",") if isinstance(value, type) else []
+        members = kd_public.MEMBERS.get(name, "").replace(" ", "").split(",") if isinstance(value, type) else []
         for documented in [value, *(getattr(value, m) for m in members if m)]:
             for block in _EXAMPLE.findall((inspect.getdoc(documented) or "") + "\n"):
                 examples.setdefault(textwrap.dedent(block), name)

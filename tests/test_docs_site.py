@@ -46,14 +46,14 @@ def test_the_site_builds_without_a_warning(site: Path) -> None:
 def test_every_public_name_has_an_entry_in_the_reference(site: Path) -> None:
     sys.path.insert(0, str(DOCS / "_ext"))
     try:
-        kd_api = importlib.import_module("kd_api")
+        kd_public = importlib.import_module("kd_public")
     finally:
         sys.path.remove(str(DOCS / "_ext"))
     pages = "".join(page.read_text() for page in (site / "api").glob("*.html"))
     missing = [
         f"{module}.{name}"
-        for module in kd_api.PUBLIC_MODULES
-        for name in kd_api.public_names(importlib.import_module(module))
+        for module in kd_public.PUBLIC_MODULES
+        for name in kd_public.public_names(importlib.import_module(module))
         if f'id="{module}.{name}"' not in pages and f'id="module-{module}.{name}"' not in pages
     ]
     assert missing == []
