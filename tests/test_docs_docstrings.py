@@ -69,9 +69,13 @@ def test_a_public_name_has_a_docstring_naming_its_parameters(name: str, value: A
         assert missing == [], f"{name}'s docstring does not explain {missing}"
 
 
-@pytest.mark.parametrize("member", [m.strip() for m in kd_public.MEMBERS["kerneldsl.Session"].split(",")])
-def test_the_documented_session_members_have_docstrings(member: str) -> None:
-    assert inspect.getdoc(getattr(kd.Session, member))
+_MEMBERS = [(cls, m.strip()) for cls, members in kd_public.MEMBERS.items() for m in members.split(",")]
+
+
+@pytest.mark.parametrize(("cls", "member"), _MEMBERS, ids=[f"{c}.{m}" for c, m in _MEMBERS])
+def test_a_documented_member_has_a_docstring(cls: str, member: str) -> None:
+    owner = getattr(kd, cls.rpartition(".")[2])
+    assert inspect.getdoc(getattr(owner, member)), f"{cls}.{member} has no docstring"
 
 
 def test_help_on_kd_kernel_explains_the_launch_parameters() -> None:

@@ -17,12 +17,23 @@ PUBLIC_MODULES = (
 )
 
 
-# Classes whose public API is a subset of their methods: the rest is plumbing other modules call.
+# Classes whose public API is a subset of their methods (the rest is plumbing other modules call),
+# listed with the methods a user calls; inherited ones included (DeviceArray's come from mixins).
 MEMBERS = {
     "kerneldsl.Session": (
         "to_device, empty, empty_like, zeros, zeros_like, create_stream, create_event, "
         "capture, capturing, synchronize, memory_info, trim, load_module, close, state"
     ),
+    "kerneldsl.DeviceArray": (
+        "to_host, copy_to_host, copy_from_host, copy_to, to_device, copy, astype, fill, reshape, ravel, "
+        "transpose, squeeze, expand_dims, item, sum, prod, min, max, mean, std, var, argmin, argmax, any, all, "
+        "cumsum, cumprod, conj, real, imag, mT, close, closed"
+    ),
+    "kerneldsl.Kernel": "inspect, compile, explain, launch, resources, occupancy, suggest_block",
+    "kerneldsl.Autotuned": "explain, variant, tune, tune_ahead",
+    "kerneldsl.Stream": "synchronize, wait, close, closed",
+    "kerneldsl.Event": "record, query, synchronize, elapsed_since, elapsed_ms, close, closed",
+    "kerneldsl.PinnedArray": "array, close, closed",
 }
 
 
