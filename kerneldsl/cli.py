@@ -468,7 +468,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_bench_report(args: argparse.Namespace) -> int:
     """The benchmark results page, in Markdown, from results files that ``--json`` runs printed."""
-    print(results_page(Path(p) for p in args.results), end="")
+    try:
+        page = results_page(Path(p) for p in args.results)
+    except (OSError, ValueError) as exc:  # a file that is missing, or not JSON
+        print(f"kerneldsl: error: {exc}", file=sys.stderr)
+        return 1
+    print(page, end="")
     return 0
 
 

@@ -72,3 +72,12 @@ def test_the_report_command_prints_the_page(tmp_path: Path, capsys: pytest.Captu
     path = _write(tmp_path, "cpu.json", RECORDED)
     assert main(["bench", "report", str(path)]) == 0
     assert capsys.readouterr().out == markdown([path])
+
+
+def test_the_report_command_names_a_results_file_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert main(["bench", "report", str(broken)]) == 1
+    assert "kerneldsl: error:" in capsys.readouterr().err
