@@ -467,8 +467,9 @@ Raises
 ------
 kerneldsl.errors.OperandDtypeError
     Operand dtypes that ``numpy.{rule}`` has no loop for.
-kerneldsl.errors.ComplexUnsupportedError
-    A complex operand, where the op has no complex form here.
+"""
+_NO_COMPLEX = """kerneldsl.errors.ComplexUnsupportedError
+    A complex operand: the op has no complex form here.
 """
 _REDUCTIONS = {
     "sum": "The sum of the elements",
@@ -535,7 +536,9 @@ def _document(namespace: dict[str, Any]) -> None:
         doc = _OP_DOC.format(
             rule=rule, kinds=", ".join(_KINDS[k] for k in kinds), params=", ".join(op.params), returns=_RETURNS
         )
-        op.__doc__ = doc + _EXAMPLE.format(name=name, operands=", ".join(operands))
+        op.__doc__ = (
+            doc + ("" if op.complex_form else _NO_COMPLEX) + _EXAMPLE.format(name=name, operands=", ".join(operands))
+        )
         op.__signature__ = _signature(*op.params, out=None, stream=None)  # type: ignore[attr-defined]
     for name, what in _REDUCTIONS.items():
         reduction = namespace[name]
