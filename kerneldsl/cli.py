@@ -14,6 +14,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +25,7 @@ from typing import Any
 
 from . import __version__, fastpath
 from .bench import BENCHMARKS, plot
+from .bench.report import markdown as results_page
 from .build import fingerprint
 from .cache import DiskCache, default_cache_dir, get_default_cache
 from .compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
@@ -451,7 +453,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     parser.add_argument(
         "--plot", metavar="FILE.svg", help="also draw the figures, one bar chart per section (needs matplotlib)"
     )
-    args = parser.parse_args(args.options)
+    args = parser.parse_args(options := args.options)
+    args.command_line = shlex.join(["kerneldsl", "bench", name, *options])  # recorded with --json
     unmet = benchmark.unmet(name) or (plot.unavailable() if args.plot else None)
     if unmet:
         print(f"kerneldsl: error: {unmet}", file=sys.stderr)
@@ -460,6 +463,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.plot:
         plot.save(report, args.plot, f"kerneldsl bench {name}")
         print(f"plotted to {args.plot}", file=sys.stderr)  # stdout may be --json
+    return 0
+
+
+def cmd_bench_report(args: argparse.Namespace) -> int:
+    """The benchmark results page, in Markdown, from results files that ``--json`` runs printed."""
+    try:
+        page = results_page(Path(p) for p in args.results)
+    except (OSError, ValueError) as exc:  # a file that is missing, or not JSON
+        print(f"kerneldsl: error: {exc}", file=sys.stderr)
+        return 1
+    print(page, end="")
     return 0
 
 
@@ -538,6 +552,13 @@ def build_parser() -> argparse.ArgumentParser:
     benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     for name, b in BENCHMARKS.items():
         _command(benchmarks, name, cmd_bench, b.help, add_help=False)  # cmd_bench parses its options
+    page = _command(
+        benchmarks,
+        "report",
+        cmd_bench_report,
+        "the benchmark results page (Markdown) from results files of `kerneldsl bench NAME --json` runs",
+    )
+    page.add_argument("results", nargs="*", metavar="RESULTS.json", help="results files, one per run")
     return parser
 
 
@@ -552,7 +573,7 @@ def _command(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, options = parser.parse_known_args(argv)
-    if options and args.command != "bench":
+    if options and (args.command != "bench" or args.benchmark == "report"):
         parser.error(f"unrecognized arguments: {' '.join(options)}")
     args.options = options
     handler: Callable[[argparse.Namespace], int] = args.handler

@@ -37,7 +37,15 @@ class DeviceFunction:
 def device_function(name: str, text: str, *, uses: Sequence[DeviceFunction] = ()) -> DeviceFunction:
     """Declare shared CUDA text: ``kd.device_function("clamp01", "__device__ float clamp01(float v) {...}")``.
     ``name`` (a C identifier) names it in compile errors and ``explain``; ``#include`` lines in
-    ``text`` are placed at file scope, like a body's."""
+    ``text`` are placed at file scope, like a body's; ``uses=[...]`` lists the device functions
+    this text calls, rendered above it. Kernels name it in ``@kd.kernel(..., uses=[f])``; its
+    text is part of their cache key.
+
+    Raises
+    ------
+    kerneldsl.errors.DeclarationError
+        A name that is not a C identifier, or empty text.
+    """
     if type(name) is not str or not _NAME.fullmatch(name):
         raise DeclarationError(name if type(name) is str else "?", None, "a device function's name is a C identifier")
     if type(text) is not str or not text.strip() or len(text) > _MAX_TEXT or "\x00" in text:

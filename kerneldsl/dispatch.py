@@ -445,21 +445,87 @@ def kernel(
 ) -> Callable[[Callable[_Q, str | GeneratedBody]], Kernel[_Q]]:
     """Declare a kernel. The decorated function returns the CUDA body; its annotations declare the rest.
 
-    ``strided=("x",)``: array ``x`` may be a strided view (``a.T``, ``a[::2]``); the body indexes
-    it with ``{x.strides[k]}``, its element strides, passed at launch. Other arrays must be
-    C-contiguous (a strided view there is a ``StridedArrayError``).
+    The function's parameters are annotated ``kd.In``/``kd.Out``/``kd.InOut`` (arrays),
+    ``kd.Scalar`` (by value) and ``kd.Const`` (compile-time constants); it runs once per
+    specialization and returns the body as a string. Launch dimensions are expressions of the
+    shape symbols and constants, evaluated at each call.
 
-    ``cooperative=True``: every block is resident at once (checked against the occupancy at each
-    launch, a ``LaunchConfigError`` if the grid does not fit), so a grid-wide barrier works.
-    ``cluster=(x, y, z)``: blocks launch in thread-block clusters of that shape (sm_90+), from
-    shape symbols and constants as ``grid`` is; the grid must be a multiple of it. Both launch
-    through ``cuLaunchKernelEx`` on the Python launch path.
+    Parameters
+    ----------
+    grid, block : int, shape expression, or a tuple of up to three of them
+        Blocks per grid and threads per block: ``grid=kd.cdiv(n, 256)``,
+        ``block=(kd.sym("TILE"), kd.sym("TILE"))``. Checked at every launch against the device's
+        limits (at most 1024 threads a block; a ``LaunchConfigError`` names the dimension).
+    shared : int or shape expression
+        Bytes of dynamic shared memory per block, the body's ``extern __shared__`` array
+        (``shared=kd.sym("TILE") * 4``); above 48 KiB it is opted into up to the device's limit.
+    options : sequence of str
+        NVRTC options from an allow-list: macros (``-DNAME=1``), ``--use_fast_math``, the
+        ftz/prec flags, ``--maxrregcount=N``, ``-lineinfo``, ``-G``, ``-Xptxas=...``.
+    specialize : sequence of str
+        Shape symbols whose extent is baked into the build as a constant (one build per extent).
+    allow_alias : bool
+        Let one array be passed for two parameters when one of them is written (refused by default).
+    precompile : sequence of dict
+        Bindings (``{"T": np.float32, "TILE": 64}``) that ``kerneldsl compile MODULE`` builds ahead of
+        time into the disk cache.
+    strided : sequence of str
+        Array parameters that may be strided views (``a.T``, ``a[::2]``); the body indexes them with
+        ``{x.strides[k]}``, their element strides passed at launch. Other arrays must be
+        C-contiguous (a strided view there is a ``StridedArrayError``).
+    cooperative : bool
+        Every block resident at once (checked against the occupancy at each launch, a
+        ``LaunchConfigError`` if the grid does not fit), so a grid-wide barrier works.
+    cluster : int, shape expression or tuple, optional
+        Launch thread-block clusters of that shape (sm_90 and newer), from shape symbols and
+        constants as ``grid`` is; the grid must be a multiple of it. Cooperative and cluster
+        launches go through ``cuLaunchKernelEx``.
+    includes : sequence of str
+        Header sets of the ``kerneldsl[headers]`` extra to put on the include path without an
+        ``#include`` in the body (``includes=("cub",)``). ``#include`` lines in the body reach CUB,
+        cooperative groups and libcu++ from that extra, and ``include_dirs``.
+    include_dirs : sequence of str or path
+        Absolute directories of your own headers; every header a build opens is in its cache key.
+    uses : sequence of DeviceFunction
+        ``kd.device_function`` texts rendered above the kernel (in the cache key too).
 
-    ``#include`` lines in the body reach the CUDA headers of the ``kerneldsl[headers]`` extra
-    (CUB, cooperative groups, libcu++) and the user's ``include_dirs=`` (absolute directories);
-    ``includes=("cub",)`` asks for the extra's headers without an ``#include`` in the body.
-    ``uses=(f,)``: ``kd.device_function`` objects rendered above the kernel. Every header and
-    device function is part of the cache key."""
+    Returns
+    -------
+    Callable[[function], Kernel]
+        A decorator that turns the body function into a :class:`kerneldsl.Kernel`: call it with
+        arrays and scalars, or ``inspect``/``compile``/``explain`` it without a GPU.
+
+    Raises
+    ------
+    kerneldsl.errors.DeclarationError
+        At decoration, naming the parameter: an unknown dtype, an undefined symbol in a launch
+        dimension, a constant without a type, a name clashing with C++/CUDA keywords.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        from typing import NewType, TypeVar
+
+        import numpy as np
+
+        import kerneldsl as kd
+
+        T = TypeVar("T")
+        n = NewType("n", int)
+
+
+        @kd.kernel(grid=kd.cdiv(n, 256), block=256)
+        def saxpy(y: kd.InOut[T, n], x: kd.In[T, n], alpha: kd.Scalar[T]) -> str:
+            return f'''
+            index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+            if (i < n) {y}[i] = {alpha} * {x}[i] + {y}[i];
+            '''
+
+
+        y, x = np.ones(1000, np.float32), np.arange(1000, dtype=np.float32)
+        saxpy(y, x, np.float32(2.0))  # on a GPU, else on the CPU device
+    """
 
     def decorate(func: Callable[_Q, str | GeneratedBody]) -> Kernel[_Q]:
         sig = parse_signature(

@@ -26,6 +26,7 @@ in tests/test_complex_math.py); ``fma`` /
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
@@ -271,6 +272,7 @@ def _named_rows(namespace: dict[str, Any]) -> dict[str, Op]:
     return rows
 
 
+#: Every elementwise op of this module by the name it is defined as (aliases such as ``absolute`` excluded).
 TABLE: dict[str, Op] = _named_rows(globals())
 ELEMENTWISE: dict[str, ElementwiseFunction] = dict(TABLE)
 COMPARISONS = frozenset(name for name, op in TABLE.items() if op.inputs is _compared)
@@ -334,7 +336,32 @@ def astype(a: RemoteOperand, dtype: Any, out: RemoteArray | None = None) -> Remo
 @overload
 def astype(a: DeviceOperand, dtype: Any, out: DeviceArray | None = None) -> DeviceArray: ...
 def astype(a: Any, dtype: Any, out: Any = None) -> Any:
-    """``a`` converted to ``dtype`` (a new array, or written into ``out``)."""
+    """``a`` converted to ``dtype`` (a new array, or written into ``out``), with NumPy's unsafe casting.
+
+    Parameters
+    ----------
+    a : array_like
+        A DeviceArray, numpy array or CUDA array.
+    dtype : dtype
+        The result's element type; complex to real drops the imaginary part.
+    out : array, optional
+        Written in place of a new result.
+
+    Returns
+    -------
+    DeviceArray, numpy.ndarray or RemoteArray
+        Of ``a``'s kind.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import numpy as np
+
+        import kerneldsl as kd
+
+        print(kd.ops.astype(np.linspace(0, 3, 4), np.int32))
+    """
     return _astype_op(dtype)(a, out=out)
 
 
@@ -360,13 +387,174 @@ def dot(a: RemoteOperand, b: RemoteOperand, out: RemoteArray | None = None) -> R
 @overload
 def dot(a: DeviceOperand, b: DeviceOperand, out: DeviceArray | None = None) -> DeviceArray: ...
 def dot(a: Any, b: Any, out: Any = None) -> Any:
-    """Inner product of two 1-D arrays (NumPy's dtype: int8 . int8 is int8, wrapping)."""
+    """Inner product of two 1-D arrays (NumPy's dtype: int8 . int8 is int8, wrapping).
+
+    Parameters
+    ----------
+    a, b : array_like
+        1-D arrays of one length.
+    out : array, optional
+        A 0-d array written in place of a new result.
+
+    Returns
+    -------
+    DeviceArray, numpy.ndarray or RemoteArray
+        A 0-d array of the operands' kind.
+
+    Raises
+    ------
+    ValueError
+        An operand that is not 1-D, or lengths that differ.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import numpy as np
+
+        import kerneldsl as kd
+
+        print(kd.ops.dot(np.arange(3.0), np.ones(3)))
+    """
     for x in (a, b):
         if getattr(x, "ndim", len(getattr(x, "shape", ()))) != 1:
             raise ValueError(f"kd.ops.dot supports 1-D arrays only, got shape {getattr(x, 'shape', None)}")
     if a.shape != b.shape:
         raise ValueError(f"kd.ops.dot: shapes {a.shape} and {b.shape} not aligned")
     return _dot(a, b, out=out)
+
+
+# -- docstrings: one template per kind of callable, filled from each row ----------------------------
+
+_KINDS = {"b": "bool", "i": "signed integer", "u": "unsigned integer", "f": "floating-point", "c": "complex"}
+_EXAMPLE_OPERANDS = {
+    "f": "np.linspace(0.25, 0.75, 3)",
+    "i": "np.arange(1, 4)",
+    "u": "np.arange(1, 4, dtype=np.uint8)",
+    "b": "np.array([True, False, True])",
+}
+_RETURNS = """DeviceArray, numpy.ndarray or RemoteArray
+    Of the operands' kind: DeviceArrays (and CUDA arrays) give a DeviceArray, computed
+    asynchronously on the session stream; numpy arrays give a numpy array; RemoteArrays a
+    RemoteArray on their worker. Inside ``@kd.fuse`` the call is traced into the fused kernel."""
+_EXAMPLE = """
+Examples
+--------
+.. code-block:: python
+
+    import numpy as np
+
+    import kerneldsl as kd
+
+    print(kd.ops.{name}({operands}))
+"""
+_OP_DOC = """NumPy's ``numpy.{rule}`` element by element, as one generated kernel (defined for {kinds} operands).
+
+Parameters
+----------
+{params} : array_like
+    DeviceArrays, numpy arrays, CUDA arrays (CuPy, PyTorch) or scalars, broadcast together as NumPy does.
+out : array, optional
+    Written in place of a new result: a DeviceArray for device operands, a numpy array for numpy ones.
+stream : Stream, optional
+    Launch on this stream of the operands' session instead of the session stream.
+
+Returns
+-------
+{returns} The dtype is NumPy 2's for ``numpy.{rule}``.
+
+Raises
+------
+kerneldsl.errors.OperandDtypeError
+    Operand dtypes that ``numpy.{rule}`` has no loop for.
+"""
+_NO_COMPLEX = """kerneldsl.errors.ComplexUnsupportedError
+    A complex operand: the op has no complex form here.
+"""
+_REDUCTIONS = {
+    "sum": "The sum of the elements",
+    "prod": "The product of the elements",
+    "min": "The smallest element (NaN propagates, as in NumPy)",
+    "max": "The largest element (NaN propagates, as in NumPy)",
+    "mean": "The arithmetic mean of the elements",
+    "argmax": "The index of the first largest element (``axis``: None or one int)",
+    "argmin": "The index of the first smallest element (``axis``: None or one int)",
+    "norm": "The Euclidean norm: the square root of the sum of squares",
+}
+_REDUCTION_DOC = """{what}, over ``axis``, as one deterministic kernel launch (the same bits run to run).
+
+Parameters
+----------
+x : array_like
+    A DeviceArray (or a strided view of one), numpy array or CUDA array.
+axis : int or tuple of int, optional
+    The axes reduced; None (the default) reduces all of them.
+out : array, optional
+    Written in place of a new result.
+keepdims : bool
+    Keep the reduced axes as extent 1, so the result broadcasts against ``x``.
+
+Returns
+-------
+{returns} The dtype is NumPy's; float16 and bfloat16 accumulate in float32.
+"""
+_SCANS = {"cumsum": "The running sum", "cumprod": "The running product"}
+_SCAN_DOC = """{what} of ``x`` along ``axis``, as NumPy's ``numpy.{name}``.
+
+Parameters
+----------
+x : array_like
+    A DeviceArray, numpy array or CUDA array.
+axis : int, optional
+    The axis scanned; None (the default) scans the flattened array.
+out : array, optional
+    Written in place of a new result.
+exclusive : bool
+    Give each position the fold of the values before it (the identity first) instead of up to it.
+
+Returns
+-------
+{returns}
+"""
+_ARRAY = "np.arange(1.0, 7.0).reshape(2, 3)"
+
+
+def _signature(*positional: str, **keywords: Any) -> inspect.Signature:
+    P = inspect.Parameter
+    return inspect.Signature(
+        [P(n, P.POSITIONAL_ONLY) for n in positional] + [P(k, P.KEYWORD_ONLY, default=v) for k, v in keywords.items()]
+    )
+
+
+def _document(namespace: dict[str, Any]) -> None:
+    """Give every op, reduction and scan its own docstring and call signature (``help(kd.ops.sin)``)."""
+    for name, op in TABLE.items():
+        kinds = sorted({k for key in op.exprs for k in key}, key="biufc".index)
+        example = next(_EXAMPLE_OPERANDS[k] for k in "fiub" if k in kinds)
+        operands = [_EXAMPLE_OPERANDS["b"] if p == "c" else example for p in op.params]
+        rule = op.rule.__name__ if op.rule is not _axpy_dtype else "multiply`` then ``numpy.add"
+        doc = _OP_DOC.format(
+            rule=rule, kinds=", ".join(_KINDS[k] for k in kinds), params=", ".join(op.params), returns=_RETURNS
+        )
+        op.__doc__ = (
+            doc + ("" if op.complex_form else _NO_COMPLEX) + _EXAMPLE.format(name=name, operands=", ".join(operands))
+        )
+        op.__signature__ = _signature(*op.params, out=None, stream=None)  # type: ignore[attr-defined]
+    for name, what in _REDUCTIONS.items():
+        reduction = namespace[name]
+        reduction.__doc__ = _REDUCTION_DOC.format(what=what, returns=_RETURNS) + _EXAMPLE.format(
+            name=name, operands=f"{_ARRAY}, axis=1"
+        )
+        reduction.__signature__ = _signature("x", axis=None, out=None, keepdims=False)
+    for name, what in _SCANS.items():
+        scan = namespace[name]
+        scan.__doc__ = _SCAN_DOC.format(what=what, name=name, returns=_RETURNS) + _EXAMPLE.format(
+            name=name, operands=f"{_ARRAY}, axis=1"
+        )
+        scan.__signature__ = _signature("x", axis=None, out=None, exclusive=False)
+
+
+_document(globals())
 
 
 # every op, reduction, scan and function defined above, by the name it is bound to

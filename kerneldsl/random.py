@@ -164,7 +164,33 @@ def uniform(
     seed: int | None = None,
     session: Session | None = None,
 ) -> DeviceArray:
-    """Values in ``(low, high]``: element ``i`` depends only on ``seed`` and ``i``."""
+    """Values in ``(low, high]``: element ``i`` depends only on ``seed`` and ``i``.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The result's extents.
+    dtype : dtype
+        float16, bfloat16, float32 (the default) or float64.
+    low, high : float
+        The interval.
+    seed : int, optional
+        The Philox key; None continues the process's default generator (seeded 0), a new draw each call.
+    session : Session, optional
+        Where the array lives (default: the default session).
+
+    Returns
+    -------
+    DeviceArray
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import kerneldsl as kd
+
+        u = kd.random.uniform((2, 3), seed=1)
+    """
     return _generator(seed).uniform(shape, dtype, low, high, session)
 
 
@@ -176,7 +202,33 @@ def normal(
     seed: int | None = None,
     session: Session | None = None,
 ) -> DeviceArray:
-    """Normal values (Box-Muller): element ``i`` depends only on ``seed`` and ``i``."""
+    """Normal values (Box-Muller): element ``i`` depends only on ``seed`` and ``i``.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The result's extents.
+    dtype : dtype
+        float16, bfloat16, float32 (the default) or float64.
+    loc, scale : float
+        The mean and the standard deviation.
+    seed : int, optional
+        The Philox key; None continues the process's default generator (seeded 0), a new draw each call.
+    session : Session, optional
+        Where the array lives (default: the default session).
+
+    Returns
+    -------
+    DeviceArray
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import kerneldsl as kd
+
+        z = kd.random.normal(1000, seed=42)
+    """
     return _generator(seed).normal(shape, dtype, loc, scale, session)
 
 
@@ -188,5 +240,32 @@ def integers(
     seed: int | None = None,
     session: Session | None = None,
 ) -> DeviceArray:
-    """Integers in ``[low, high)``: element ``i`` depends only on ``seed`` and ``i``."""
+    """Integers in ``[low, high)`` (``[0, low)`` when ``high`` is None): element ``i`` depends only
+    on ``seed`` and ``i``.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+        The result's extents.
+    low, high : int
+        The range, as NumPy's ``Generator.integers``.
+    dtype : dtype
+        An integer type (default int64).
+    seed : int, optional
+        The Philox key; None continues the process's default generator (seeded 0), a new draw each call.
+    session : Session, optional
+        Where the array lives (default: the default session).
+
+    Returns
+    -------
+    DeviceArray
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import kerneldsl as kd
+
+        dice = kd.random.integers(10, 1, 7, seed=0)
+    """
     return _generator(seed).integers(shape, low, high, dtype, session)

@@ -145,7 +145,26 @@ def stack(
     dtype: Any = None,
     casting: str = "same_kind",
 ) -> Any:
-    """The arrays (all of one shape) joined along a new axis ``axis`` of the result."""
+    """The arrays (all of one shape) joined along a new axis ``axis`` of the result.
+
+    Parameters
+    ----------
+    arrays : sequence of array_like
+        DeviceArrays or numpy arrays (numpy ones are uploaded to the first DeviceArray's session).
+    axis : int
+        Where the new axis goes in the result.
+    out : array, optional
+        Written in place of a new result.
+    dtype : dtype, optional
+        The result's element type, cast with ``casting``.
+    casting : str
+        NumPy's casting rule for ``dtype`` and ``out`` (default ``"same_kind"``).
+
+    Returns
+    -------
+    DeviceArray or numpy.ndarray
+        A numpy array when every input is one, else a DeviceArray.
+    """
     items = list(arrays)
     if not items:
         raise ValueError("need at least one array to stack")

@@ -367,5 +367,22 @@ def scan(op: str = "a + b", identity: str = "0", map: str = "x", dtype: Any = No
     ``b`` (associative; it need not commute: values combine in index order), ``identity`` is its
     neutral value (or ``"max"``/``"min"``), ``map`` the contribution of element ``x``. The
     accumulation dtype is the input's (float16/bfloat16 -> float32), the result ``dtype`` or the
-    input's."""
+    input's; ``name`` names the scan in its kernels and errors.
+
+    Returns
+    -------
+    Scan
+        Called as ``f(x, axis=None, out=None, exclusive=False)``, like ``kd.ops.cumsum``.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import numpy as np
+
+        import kerneldsl as kd
+
+        running_max = kd.scan(op="a > b ? a : b", identity="min", name="running_max")
+        print(running_max(np.array([3.0, 1.0, 4.0, 1.0, 5.0])))
+    """
     return Scan(user_reducer(name, op, identity, map, dtype))

@@ -11,7 +11,9 @@ listed, with the reason, in ``.ci/array-api-skips.txt`` (the solvers and decompo
 
 from __future__ import annotations
 
+import inspect
 import math
+import types
 
 import numpy as np
 
@@ -290,3 +292,29 @@ __all__ = [
     "zeros",
     "zeros_like",
 ]
+
+_STANDARD = "https://data-apis.org/array-api/2024.12/API_specification/generated/array_api.{name}.html"
+
+
+def _complete_docstrings(functions: list[types.FunctionType], prefix: str) -> None:
+    """Functions that follow the standard's signature to the letter name the parameters their
+    docstring does not explain, with the standard's page that defines them (``help(xp.sum)``)."""
+    for func in functions:
+        doc = inspect.cleandoc(func.__doc__ or "")
+        params = [
+            p for p in inspect.signature(func).parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        missing = [p.name for p in params if p.name not in doc]
+        if doc and not missing:
+            continue
+        page = _STANDARD.format(name=prefix + func.__name__)
+        lines = [doc or f"The Array API standard's ``{prefix}{func.__name__}`` on kerneldsl's arrays."]
+        lines += ["", f"As the standard defines it: {page}"]
+        if missing:
+            lines += ["", "Parameters", "----------"]
+            lines += [f"{name}\n    As the standard's ``{func.__name__}`` defines it." for name in missing]
+        func.__doc__ = "\n".join(lines)
+
+
+_complete_docstrings([v for v in map(globals().get, __all__) if isinstance(v, types.FunctionType)], "")
+_complete_docstrings([v for v in map(vars(linalg).get, linalg.__all__) if isinstance(v, types.FunctionType)], "linalg.")

@@ -229,5 +229,5 @@ def run(args: argparse.Namespace) -> Report:
         ratios["host kerneldsl / torch"] = host["kerneldsl"] / host["torch.mm"]
     report["ratios"] = ratios
     report["targets met"] = {k: float(ratios[k] <= limit) for k, limit in TARGETS.items() if k in ratios}
-    print_report(report, args.json)
+    print_report(report, args)
     return report

@@ -197,5 +197,5 @@ def measure(runs: int) -> Report:
 
 def run(args: argparse.Namespace) -> Report:
     report = measure(args.runs)
-    print_report(report, args.json)
+    print_report(report, args)
     return report

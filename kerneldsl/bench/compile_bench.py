@@ -28,7 +28,7 @@ from kerneldsl import cache
 from kerneldsl.compiler import normalize_arch, nvrtc_version
 from kerneldsl.errors import KernelDSLError
 
-from .report import Report
+from .report import Report, print_json
 
 # Run in a fresh interpreter against a warm cache directory; times only the builds.
 _CHILD = """
@@ -222,5 +222,8 @@ def sections(r: dict[str, Any]) -> Report:
 
 def run(args: argparse.Namespace) -> Report:
     results = measure(args.arch, args.runs, args.disk_runs, args.iterations)
-    print(json.dumps(results, indent=2) if args.json else format_results(results))
+    if args.json:
+        print_json(results, args)
+    else:
+        print(format_results(results))
     return sections(results)

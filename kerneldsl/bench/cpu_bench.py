@@ -43,7 +43,7 @@ import kerneldsl as kd
 
 from . import cpu_cases
 from .cpu_cases import FULL, QUICK, THREAD_ELEMENTS, Case, Sizes, poison_value
-from .report import Report
+from .report import Report, print_json
 
 SECTIONS = ("kernels", "fibers", "ops", "first")
 BARRIER_FREE = ("saxpy", "stencil")
@@ -441,8 +441,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Report:
-    import json
-
     sizes = QUICK if args.quick else FULL
     s = kd.Session(device="cpu")
     measures: dict[str, Callable[[], tuple[list[Figure], list[str]]]] = {
@@ -460,5 +458,5 @@ def run(args: argparse.Namespace) -> Report:
         if not args.json:
             print_table(TITLES[key], figures, notes)
     if args.json:
-        print(json.dumps(report, indent=2))
+        print_json(report, args)
     return report

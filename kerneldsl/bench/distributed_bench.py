@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> Report:
     gpu_count = len(set(cluster.devices)) if args.gpus != "all" else driver.device_count()
     sizes = tuple(int(m) for m in args.copy_mib.split(","))
     report["worker-to-worker copy (gpu-0 -> gpu-1)"] = data.copy_bandwidth(gpu_count, sizes)
-    print_report(report, args.json)
+    print_report(report, args)
     return report
 
 

@@ -309,5 +309,5 @@ def run(args: argparse.Namespace) -> Report:
         "pinned D2H kerneldsl / CuPy": report["transfer (GB/s)"]["kerneldsl D2H pinned"]
         / report["transfer (GB/s)"]["CuPy D2H pinned"],
     }
-    print_report(report, args.json)
+    print_report(report, args)
     return report

@@ -134,7 +134,8 @@ def _gemm(
     tf32: bool = False,
     stream: Stream | None = None,
 ) -> DeviceArray:
-    """``out = alpha * op(a) @ op(b) + beta * out`` with ``op(x) = x.T`` when ``trans_x``; returns ``out``.
+    """``out = alpha * op(a) @ op(b) + beta * out`` with ``op(x) = x.T`` when ``trans_x``
+    (``trans_a``, ``trans_b``); returns ``out``.
 
     2-D row-major arrays of one dtype (float16, bfloat16, float32, float64, complex64,
     complex128; complex ones run cublasGemmEx, with complex ``alpha``/``beta`` allowed). Without
@@ -308,6 +309,8 @@ def gemm_batched(
     """``out[i] = alpha * op(a[i]) @ op(b[i]) + beta * out[i]`` for 3-D arrays (one strided-batched call).
 
     Same dtypes, transposes and ``out`` rules as :func:`gemm`; the batch extents must agree.
+    ``trans_a``/``trans_b`` transpose each matrix of ``a``/``b``; ``tf32=True`` lets float32
+    products use TF32 tensor cores; ``stream``: a stream of the arrays' session.
     """
     out, problem = _matmul("kd.blas.gemm_batched", a, b, out, stream, 3, trans_a, trans_b, beta, tf32)
     if problem is None:

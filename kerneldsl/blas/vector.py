@@ -93,7 +93,8 @@ def gemv(
 
 @routed
 def axpy(alpha: float, x: DeviceArray, y: DeviceArray, *, stream: Stream | None = None) -> DeviceArray:
-    """``y += alpha * x`` in place over all elements (same shape, float32 or float64); returns ``y``."""
+    """``y += alpha * x`` in place over all elements (same shape, float32 or float64); returns ``y``.
+    ``stream``: a stream of the arrays' session (default: the session stream)."""
     op = "kd.blas.axpy"
     session = session_of(op, ("x", "y"), (x, y), stream)
     dt = common_dtype(op, VECTOR_PREFIX, ("x", "y"), (x, y))

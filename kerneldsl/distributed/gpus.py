@@ -437,7 +437,10 @@ def attach(
     """Install the warm-session plugin on every worker of ``client``'s cluster (and on each worker
     that joins or restarts later), and return this client's ``GPUs``. Profiles default to those
     of a ``LocalGPUCluster``; on other clusters start workers with ``--resources
-    kerneldsl-profile-NAME=1``."""
+    kerneldsl-profile-NAME=1``. ``profiles``: name -> ``{"options": [...]}`` (NVRTC options
+    added to kernels run on that profile's workers); ``max_in_flight``: calls in flight per
+    worker from this client before one more blocks (backpressure); ``restart_timeout``: seconds
+    a call waits for a restarting worker before ``WorkerLostError``."""
     client.register_plugin(GPUSessionPlugin(), name=GPUSessionPlugin.name)
     if profiles is None:
         profiles = {name: p.spec for name, p in getattr(client.cluster, "profiles", {}).items()}

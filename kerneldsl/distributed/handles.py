@@ -64,7 +64,7 @@ class RemoteFuture:
             raise
 
     def result(self, timeout: float | None = None) -> Any:
-        """The call's value: arrays as ``RemoteArray``s (not copied back), everything else as is.
+        """The call's value: arrays as ``RemoteArray`` handles (not copied back), everything else as is.
         Made once: each array key has one handle here, whose drop frees it there."""
         described = self._described(timeout)
         if self._value is _UNSET:

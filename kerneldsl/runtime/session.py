@@ -64,10 +64,9 @@ else:
 class Session(Generic[ArrayT]):
     """Owns device ``device``'s primary context, a default stream, and every object made here.
 
-    Use as a context manager, or call ``close()``; open sessions are closed at exit. Generic,
-    for type checkers, in the array type its factories make: the runtime cannot name the array
-    layer's ``DeviceArray`` (``kd.Session`` is ``Session[DeviceArray]``, see ``array.sessions``).
-    """
+    Use as a context manager, or call ``close()``; open sessions are closed at exit. Generic, for type checkers,
+    in the array type its factories make: the runtime cannot name the array layer's ``DeviceArray``
+    (``kd.Session`` is ``Session[DeviceArray]``, see ``array.sessions``)."""
 
     def __init__(self, device: DeviceSpec | None = None, pool_limit: int | None = None) -> None:
         """``device``: a GPU ordinal or ``"cpu"`` (the CPU device); None picks as
@@ -126,7 +125,7 @@ class Session(Generic[ArrayT]):
 
     @property
     def capturing(self) -> bool:
-        """Whether a CUDA graph is being captured: work enqueued now is recorded, not run."""
+        """True while a CUDA graph is being captured; work enqueued now is recorded, not run."""
         return bool(self.captures)
 
     @property
@@ -245,9 +244,8 @@ class Session(Generic[ArrayT]):
     def keep_alive(self, obj: Any, stream: Stream | None = None) -> None:
         """Hold ``obj`` until a sync proves the work queued so far finished.
 
-        ``stream=None``: released only by ``Session.synchronize``; else also by syncing that
-        stream. Objects registered during a graph capture also live as long as the graph.
-        """
+        ``stream=None``: released only by ``Session.synchronize``; else also by syncing that stream. Objects
+        registered during a graph capture also live as long as the graph."""
         self.order.keep_alive(obj, stream)
 
     def synchronize(self, timeout: float | None = None) -> bool:
@@ -259,18 +257,23 @@ class Session(Generic[ArrayT]):
     # -- factories -------------------------------------------------------------------------------
 
     def empty(self, shape: Any, dtype: Any = np.float32) -> ArrayT:
+        """A new array of ``shape`` and ``dtype`` from the session's pool, not initialised (session stream)."""
         return cast(ArrayT, memory.empty(self, shape, dtype))
 
     def zeros(self, shape: Any, dtype: Any = np.float32) -> ArrayT:
+        """A new array of ``shape`` and ``dtype`` from the session's pool, zeroed on the session stream."""
         return cast(ArrayT, memory.zeros(self, shape, dtype))
 
     def empty_like(self, a: Any) -> ArrayT:
+        """``empty`` with the shape and dtype of ``a`` (any array)."""
         return cast(ArrayT, memory.empty(self, a.shape, a.dtype))
 
     def zeros_like(self, a: Any) -> ArrayT:
+        """``zeros`` with the shape and dtype of ``a`` (any array)."""
         return cast(ArrayT, memory.zeros(self, a.shape, a.dtype))
 
     def to_device(self, host: Any) -> ArrayT:
+        """A device copy of ``host`` (anything ``np.asarray`` takes), after the queued work; returns once copied."""
         return cast(ArrayT, memory.to_device(self, host))
 
     def copy(self, a: memory.DeviceBuffer) -> ArrayT:
@@ -295,9 +298,11 @@ class Session(Generic[ArrayT]):
             self._staging.discard(buf)
 
     def create_stream(self) -> Stream:
+        """A new stream: pass it as ``stream=``; order it after the session stream with ``wait(event)``."""
         return Stream(self)
 
     def create_event(self, timing: bool = True) -> Event:
+        """A new event to ``record()`` on a stream, ``wait`` on, ``synchronize()`` or time (``elapsed_since``)."""
         return Event(self, timing)
 
     def load_module(self, cubin: bytes) -> module.Module:
@@ -307,19 +312,16 @@ class Session(Generic[ArrayT]):
     def capture(self, stream: Stream | None = None) -> contextlib.AbstractContextManager[graph.Graph]:
         """``with s.capture() as g: ...`` records the work on ``stream``; then ``g.replay()``.
 
-        Allocate, upload and synchronize before the block: inside it only launches and
-        device-to-device work may be enqueued (CUDA refuses the rest during capture).
-        """
+        Allocate, upload and synchronize before the block: inside it only launches and device-to-device work
+        may be enqueued (CUDA refuses the rest during capture)."""
         return graph.capture(self, stream)
 
     def vendor_handle(self, key: str, create: Callable[[Session], _Vendor]) -> _Vendor:
         """The library handle registered as ``key`` (e.g. ``"cublas"``), made by ``create(self)`` on first use.
 
-        ``create`` runs with the session activated. The object it returns must have
-        ``release()`` (destroy the library handle; close() calls it with the context current,
-        before any other handle is freed, collecting what it raises) and ``abandon()`` (forget
-        it without calling the library: forked child, poisoned context).
-        """
+        ``create`` runs with the session activated. The object it returns must have ``release()`` (destroy the
+        library handle; close() calls it with the context current, before any other handle is freed, collecting
+        what it raises) and ``abandon()`` (forget it without calling the library: forked child, poisoned context)."""
         return self.vendors.get(key, create)
 
     # -- close -------------------------------------------------------------------------------------
@@ -327,11 +329,9 @@ class Session(Generic[ArrayT]):
     def close(self, timeout: float | None = None) -> None:
         """Refuse new work, wait for queued work, free everything, release the context.
 
-        Idempotent. Failures are collected and raised once as SessionCloseError after the
-        session is closed. A poisoned session (or one whose work did not finish within
-        ``timeout`` seconds) leaks its memory instead of freeing into a broken context; a forked
-        child only forgets its handles.
-        """
+        Idempotent. Failures are collected and raised once as SessionCloseError after the session is closed. A
+        poisoned session (or one whose work did not finish within ``timeout`` seconds) leaks its memory instead of
+        freeing into a broken context; a forked child only forgets its handles."""
         errors: list[BaseException] = []
         with self.lock:
             if self._state == CLOSED:

@@ -151,18 +151,86 @@ def as_expr(value: Dim) -> Expr:
 
 
 def sym(name: Dim) -> Expr:
-    """A shape symbol or constant, for arithmetic in launch dimensions: ``kd.sym(n) * 2``."""
+    """A shape symbol or constant, for arithmetic in launch dimensions: ``kd.sym(n) * 2``.
+
+    Parameters
+    ----------
+    name : str, NewType or int
+        A shape symbol (``n = NewType("n", int)`` or its name ``"n"``), a ``kd.Const`` parameter's
+        name (``kd.sym("TILE")``), or an int.
+
+    Returns
+    -------
+    Expr
+        An expression that ``+ - * // %`` combine with ints and other expressions; launch
+        dimensions (``grid``, ``block``, ``shared``, ``cluster``) evaluate it at each call.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import kerneldsl as kd
+
+        block = (kd.sym("TILE"), kd.sym("TILE"))
+        shared = kd.sym("TILE") * 4
+    """
     return as_expr(name) if not isinstance(name, str) else Expr("sym", (name,))
 
 
 def cdiv(a: Dim, b: Dim) -> Expr:
-    """Ceiling division, the usual grid size: ``grid=kd.cdiv("n", 256)``."""
+    """Ceiling division, the usual grid size: ``grid=kd.cdiv(n, 256)``.
+
+    Parameters
+    ----------
+    a, b : shape symbol, expression or int
+        The dividend and the divisor; ``(a + b - 1) // b`` at launch.
+
+    Returns
+    -------
+    Expr
+        A launch-dimension expression.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        from typing import NewType
+
+        import kerneldsl as kd
+
+        n = NewType("n", int)
+        grid = kd.cdiv(n, 256)  # enough 256-thread blocks to cover n elements
+    """
     return Expr("cdiv", (as_expr(a), as_expr(b)))
 
 
 def dmin(a: Dim, b: Dim) -> Expr:
+    """The smaller of two launch-dimension values, evaluated at launch.
+
+    Parameters
+    ----------
+    a, b : shape symbol, expression or int
+        The values compared.
+
+    Returns
+    -------
+    Expr
+        A launch-dimension expression: ``grid=kd.dmin(kd.cdiv(n, 256), 1024)`` caps a grid.
+    """
     return Expr("min", (as_expr(a), as_expr(b)))
 
 
 def dmax(a: Dim, b: Dim) -> Expr:
+    """The larger of two launch-dimension values, evaluated at launch.
+
+    Parameters
+    ----------
+    a, b : shape symbol, expression or int
+        The values compared.
+
+    Returns
+    -------
+    Expr
+        A launch-dimension expression: ``grid=kd.dmax(kd.cdiv(n, 256), 1)`` launches at least one block.
+    """
     return Expr("max", (as_expr(a), as_expr(b)))

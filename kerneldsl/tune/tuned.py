@@ -410,7 +410,21 @@ def autotune(
     winner; ``prune=f(config, *args) -> bool`` drops configurations before anything runs.
     ``tune_for=[{"n": 1 << 20, "T": np.float32}, ...]`` (every symbol and dtype variable; scalars
     optional) or functions returning a call's arguments: what ``kerneldsl tune MODULE`` tunes
-    ahead of time."""
+    ahead of time. Each configuration is timed ``warmup`` times untimed, then for about ``rep_ms``
+    milliseconds.
+
+    Returns
+    -------
+    Callable[[Kernel], Autotuned]
+        A decorator over a ``@kd.kernel``; the result is called like the kernel.
+
+    Raises
+    ------
+    kerneldsl.errors.DeclarationError
+        ``warmup`` below 1, ``rep_ms`` not positive, or configurations that do not fit the kernel.
+    kerneldsl.errors.AutotuneError
+        At a call, when every configuration failed.
+    """
     from ..dispatch import Kernel
 
     if type(warmup) is not int or warmup < 1 or not rep_ms > 0:

@@ -153,6 +153,23 @@ def reduction(
     partial results ``a`` and ``b`` (must be associative and commutative); ``identity``: the
     neutral value (C expression, or ``"max"`` / ``"min"`` for the dtype's largest / smallest);
     ``post``: the output from the total ``r`` and the count ``n``. The accumulation dtype is the
-    input's (float16/bfloat16 -> float32); the result dtype is ``dtype`` or the input's.
+    input's (float16/bfloat16 -> float32); the result dtype is ``dtype`` or the input's; ``name``
+    names the reduction in its kernels and errors.
+
+    Returns
+    -------
+    Reduction
+        Called as ``f(x, axis=None, out=None, keepdims=False)``, like ``kd.ops.sum``.
+
+    Examples
+    --------
+    .. code-block:: python
+
+        import numpy as np
+
+        import kerneldsl as kd
+
+        norm2 = kd.reduction(map="x * x", reduce="a + b", identity="0", post="sqrt(r)", name="norm2")
+        print(norm2(np.arange(4.0)))
     """
     return Reduction(user_reducer(name, reduce, identity, map, dtype, post))
