@@ -357,6 +357,15 @@ def test_an_operator_without_an_array_argument_is_refused() -> None:
         kd.torch.op("kdtest_ops::arange")(arange)
 
 
+def test_a_computed_extent_is_refused_naming_the_parameter() -> None:
+    @kd.kernel(grid=kd.cdiv(n, 256), block=256)
+    def block_firsts(out: kd.Out[kd.float32, kd.cdiv(n, 256)], x: kd.In[kd.float32, n]) -> str:  # type: ignore[valid-type]
+        return "if (threadIdx.x == 0) out[blockIdx.x] = x[blockIdx.x * 256];"
+
+    with pytest.raises(TorchOpError, match="parameter 'out'.*computed"):
+        kd.torch.op("kdtest_ops::block_firsts")(block_firsts)
+
+
 def test_a_scalar_whose_dtype_no_array_binds_is_refused() -> None:
     def declared(out: kd.Out[kd.float32, n], x: kd.In[kd.float32, n], v: kd.Scalar[U]) -> str:
         return ""

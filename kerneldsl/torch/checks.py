@@ -8,7 +8,7 @@ autograd registration, and that tracing works (``aot_dispatch_dynamic``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -43,7 +43,7 @@ def sample_inputs(
     args: list[Any] = []
     for p in decl.positional:
         if isinstance(p, ArrayParam):
-            shape = tuple(d if isinstance(d, int) else symbols[d] for d in p.shape)
+            shape = tuple(d if isinstance(d, int) else symbols[cast(str, d)] for d in p.shape)
             t = _random(shape, _dtype_of(p.dtype, types), generator).to(device)
             args.append(t.requires_grad_() if requires_grad and (t.is_floating_point() or t.is_complex()) else t)
         else:

@@ -244,10 +244,10 @@ def _shape_recipe(
         if (
             isinstance(p, ArrayParam)
             and p.shape == out.shape
-            and all(isinstance(d, int) or sources[d] == (i, axis) for axis, d in enumerate(p.shape))
+            and all(isinstance(d, int) or sources[cast(str, d)] == (i, axis) for axis, d in enumerate(p.shape))
         ):
             return i
-    return tuple(d if isinstance(d, int) else sources.get(d, d) for d in out.shape)
+    return tuple(d if isinstance(d, int) else sources.get(cast(str, d), d) for d in out.shape)
 
 
 def _shape(recipe: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:

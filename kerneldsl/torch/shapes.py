@@ -10,7 +10,7 @@ shapes fails, so an eager call raises what tracing raises.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -42,9 +42,10 @@ def bind_outputs(decl: OpDeclaration, values: Mapping[str, Any]) -> list[OutputS
                 if actual != declared:
                     raise ShapeMismatchError(name, p.name, f"axis {axis} must be {declared}, got {actual}")
                 continue
-            bound = extents.setdefault(declared, actual)
+            symbol = cast(str, declared)  # read_declaration refuses computed extents
+            bound = extents.setdefault(symbol, actual)
             if bound is not actual and bound != actual:
-                first, first_axis = _first_use(decl, declared)
+                first, first_axis = _first_use(decl, symbol)
                 raise ShapeMismatchError(
                     name,
                     p.name,
@@ -63,7 +64,7 @@ def bind_outputs(decl: OpDeclaration, values: Mapping[str, Any]) -> list[OutputS
             raise BindingError(name, v, f"the output dtype {v!r} is a torch.dtype, got {type(given).__name__}")
         types[v] = given
     return [
-        (tuple(d if isinstance(d, int) else extents[d] for d in p.shape), _output_dtype(p.dtype, types))
+        (tuple(d if isinstance(d, int) else extents[cast(str, d)] for d in p.shape), _output_dtype(p.dtype, types))
         for p in decl.outputs
     ]
 
