@@ -511,14 +511,15 @@ def test_database_writable_by_others_is_refused(tmp_path: Path, name: str) -> No
 def test_database_owned_by_another_user_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "cache"
     DiskCache(path).close()
-    real_fstat = os.fstat
+    real_lstat = os.lstat
 
-    def foreign(fd: int) -> os.stat_result:
-        fields = list(real_fstat(fd))
-        fields[4] += 1  # st_uid
+    def foreign(path: str | os.PathLike[str]) -> os.stat_result:
+        fields = list(real_lstat(path))
+        if os.fspath(path).endswith("cache.db"):
+            fields[4] += 1  # st_uid
         return os.stat_result(fields)
 
-    monkeypatch.setattr(os, "fstat", foreign)
+    monkeypatch.setattr(os, "lstat", foreign)
     with pytest.raises(UnsafeCacheDirError, match="cache.db is owned by uid"):
         DiskCache(path)
 

@@ -27,9 +27,12 @@ Design, and why:
   directory above it that someone else could rename or replace (OpenSSH's rule): every ancestor
   is owned by root or us and writable by nobody else, unless it is sticky like ``/tmp``, where
   others cannot rename what is ours. diskcache connects to SQLite by path once per thread (and
-  after a fork), so all of this is checked again before each new connection. A location that merely does not work
-  (read-only, under a file, corrupt database) degrades to a per-process in-memory cache with
-  one warning.
+  after a fork), so all of this is checked again before each new connection. Those checks
+  ``lstat`` ``cache.db`` and never open it: closing any descriptor of a file drops every POSIX
+  lock the process holds on it, SQLite's included, and other processes could then corrupt it.
+  A location that merely does not work (read-only, under a file, corrupt database) degrades to
+  a per-process in-memory cache with one warning; ``kerneldsl cache clear`` deletes a corrupt
+  database (and its value files) and starts afresh.
 * The path is resolved once (``~`` expanded, absolute, symlinks resolved) and must not
   contain ``$``: diskcache runs ``os.path.expandvars`` on it and would open wherever the
   variable points, a directory nobody checked. Such a path, an unknown ``~user`` or a

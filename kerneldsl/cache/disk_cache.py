@@ -17,7 +17,7 @@ from .location import default_cache_dir, resolve_directory
 from .notice import logger, warn
 from .seal import PROCESS_SECRET, check_identity, pack, unpack
 from .secret import signing_key
-from .store import STORE_ERRORS, DiskStore, MemoryStore, Store
+from .store import STORE_ERRORS, DiskStore, MemoryStore, Store, discard_database, is_corrupt
 
 DEFAULT_SIZE_LIMIT = 2 * 1024**3
 _MAX_SIZE_LIMIT = 2**63 - 1  # SQLite's largest INTEGER: diskcache stores the limit in its table
@@ -52,6 +52,7 @@ class DiskCache:
             raise ValueError(f"size_limit must be a non-negative int, got {size_limit!r}")
         self.size_limit = min(size_limit, _MAX_SIZE_LIMIT)
         self._lock = threading.Lock()
+        self._corrupt: Path | None = None  # the directory whose database SQLite cannot read
         path = resolve_directory(directory if directory is not None else default_cache_dir())
         self.directory, self.in_memory = path, False
         try:
@@ -113,7 +114,12 @@ class DiskCache:
         return self._use(lambda store: store.volume())
 
     def clear(self) -> int:
-        """Remove every entry; returns how many there were."""
+        """Remove every entry; returns how many there were. A cache kept in memory because its
+        database is corrupt deletes that database (its entries cannot be counted) and goes
+        back to disk."""
+        with self._lock:
+            if self._corrupt is not None:
+                self._start_afresh(self._corrupt)
         return self._use(lambda store: store.clear())
 
     def explain(self, material: Mapping[str, object]) -> str:
@@ -166,10 +172,27 @@ class DiskCache:
                 self._degrade(CacheError("there is no usable kerneldsl secret to seal its entries with"))
         return PROCESS_SECRET
 
+    def _start_afresh(self, directory: Path) -> None:
+        self.directory, self._corrupt = directory, None
+        try:
+            discard_database(directory)
+            fresh = DiskStore(directory, self.size_limit)
+        except UnsafeCacheDirError:
+            self.directory = None
+            raise
+        except STORE_ERRORS as exc:
+            self._degrade(exc)
+            return
+        self._store, self.in_memory = fresh, False
+
     def _degrade(self, reason: BaseException) -> None:
+        remedy = ""
+        if self.directory is not None and is_corrupt(reason):
+            self._corrupt = self.directory
+            remedy = "; run `kerneldsl cache clear` to delete its database and start afresh"
         warn(
             f"kerneldsl cache directory {self.directory} is unusable ({reason}); "
-            "compiled kernels are cached in memory for this process only"
+            f"compiled kernels are cached in memory for this process only{remedy}"
         )
         broken = getattr(self, "_store", None)
         self._store = MemoryStore(self.size_limit)

@@ -5,8 +5,10 @@ each new connection."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -92,8 +94,10 @@ def _distrust(info: os.stat_result) -> str | None:
 
 
 def vet(info: os.stat_result, path: str, kind: str, error: type[CacheError]) -> None:
-    """Raise ``error`` unless ``info`` (from lstat or fstat, so a symlink is not of any
-    kind) is of ``kind``, ours and writable by nobody else."""
+    """Raise ``error`` unless ``info`` (from lstat or fstat: a symlink is refused as one) is
+    of ``kind``, ours and writable by nobody else."""
+    if stat.S_ISLNK(info.st_mode):
+        raise error(f"{path} is a symlink")
     reason = None if _KINDS[kind](info.st_mode) else f"is not a {kind}"
     reason = reason or _distrust(info)
     if reason:
@@ -114,16 +118,18 @@ def prepare_database(directory: Path) -> os.stat_result:
     """Create ``cache.db`` 0o600 before SQLite does (it would follow the umask; its -wal and
     -shm files take the database's mode), or refuse an existing one, or its -wal or -shm,
     that is a symlink, not a regular file (a FIFO would block SQLite's open), not ours or
-    writable by others: its rows could be forged."""
+    writable by others: its rows could be forged.
+
+    An existing ``cache.db`` is only ever ``lstat``-ed, never opened: closing any descriptor of
+    a file drops every POSIX lock this process holds on it, so opening and closing it while a
+    connection of this process holds SQLite's locks would let other processes write, checkpoint
+    and delete the WAL under that connection, and corrupt the database
+    (https://www.sqlite.org/howtocorrupt.html, section 2.2). A new one is made under a private
+    name, closed, and linked into place, so no descriptor of ``cache.db`` is closed here."""
     path = str(directory / DBNAME)
-    try:
-        fd = os.open(path, CREATE_FLAGS, 0o600)
-    except FileExistsError:
-        fd = open_no_symlink(path, os.O_RDONLY, UnsafeCacheDirError)
-    try:
-        info = os.fstat(fd)
-    finally:
-        os.close(fd)
+    if not os.path.lexists(path):
+        _create_empty(path)
+    info = os.lstat(path)
     vet(info, path, "file", UnsafeCacheDirError)
     for companion in (path + "-wal", path + "-shm"):
         try:
@@ -131,6 +137,19 @@ def prepare_database(directory: Path) -> os.stat_result:
         except FileNotFoundError:
             pass
     return info
+
+
+def _create_empty(path: str) -> None:
+    """An empty file (an empty SQLite database) at ``path``, mode 0o600; a concurrent
+    creator's file wins."""
+    staging = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+    os.close(os.open(staging, CREATE_FLAGS, 0o600))
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.link(staging, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staging)
 
 
 def verify_location(directory: Path) -> None:

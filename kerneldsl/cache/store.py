@@ -19,9 +19,26 @@ from diskcache.core import DBNAME, DEFAULT_SETTINGS, ENOVAL, METADATA
 from ..errors import CacheError
 from .location import warn_if_network_fs
 from .safety import check_opened, make_private_dir, prepare_database, verify_location
-from .values import BytesOnlyDisk
+from .values import BytesOnlyDisk, remove_value_files
 
 STORE_ERRORS = (OSError, sqlite3.Error)
+
+
+def is_corrupt(error: BaseException) -> bool:
+    """Whether SQLite found the database corrupt or not a database at all: Python raises plain
+    ``DatabaseError`` for those, a subclass for locks, I/O errors, a full disk or a read-only file."""
+    return type(error) is sqlite3.DatabaseError
+
+
+def discard_database(directory: Path) -> None:
+    """Delete the database in ``directory`` (with its WAL, shared memory and value files),
+    which SQLite cannot read: only a user asking to clear the cache does this, as another
+    process may still have it open."""
+    make_private_dir(directory)
+    for name in (DBNAME, f"{DBNAME}-wal", f"{DBNAME}-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(directory / name)
+    remove_value_files(str(directory))
 
 
 class _VerifiedCache(diskcache.Cache):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import stat
 from typing import TypeGuard
 
 import diskcache
@@ -16,6 +18,7 @@ from .safety import CREATE_FLAGS, open_no_symlink, vet
 
 _MIN_FILE_SIZE = 2**15  # values at least this large live in their own file
 _VALUE_FILENAME = re.compile(r"[0-9a-f]{2}[/\\][0-9a-f]{2}[/\\][0-9a-f]{28}\.val")
+_VALUE_TOP_SUBDIR = re.compile(r"[0-9a-f]{2}")  # the first part of a value file's name
 _WRITE_ATTEMPTS = 10  # as diskcache: a concurrent remove() may prune a fresh subdirectory
 
 
@@ -110,3 +113,12 @@ def _read_value_file(directory: str, filename: str) -> bytes:
     with os.fdopen(open_no_symlink(path, os.O_RDONLY, CacheError), "rb") as reader:
         vet(os.fstat(reader.fileno()), path, "file", CacheError)
         return reader.read()
+
+
+def remove_value_files(directory: str) -> None:
+    """Delete every value subdirectory of ``directory`` (never following a symlink), for a
+    database that is discarded: nothing else names those files."""
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if _VALUE_TOP_SUBDIR.fullmatch(name) and stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
