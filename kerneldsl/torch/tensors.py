@@ -87,14 +87,15 @@ class Device:
         key = (get_ident(), param, t.shape, t.dtype, ptr % 16 == 0)
         array = self.arrays.get(key)
         if array is None:
-            array = self._borrow(t, what, param)
+            array = self.borrow(t, what, param)
             if len(self.arrays) >= MAX_ADOPTED:
                 self.arrays.clear()
             self.arrays[key] = array
         array.ptr = ptr
         return array
 
-    def _borrow(self, t: torch.Tensor, what: str, param: str) -> Any:
+    def borrow(self, t: torch.Tensor, what: str, param: str) -> Any:
+        """A new DeviceArray of this session over ``t``'s data (C-contiguous), holding no reference to it."""
         dtype = NUMPY_DTYPES.get(t.dtype)
         if dtype is None:
             raise BindingError(what, param, f"dtype {element_name(t.dtype)} has no kerneldsl element type")
