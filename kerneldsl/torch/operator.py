@@ -124,7 +124,11 @@ class _Kept:
     __slots__ = ("device", "session", "place", "arrays", "shapes", "dtypes")
 
     def __init__(
-        self, device: Device, arrays: tuple[Any, ...], shapes: tuple[tuple[int, ...], ...], dtypes: tuple[torch.dtype, ...]
+        self,
+        device: Device,
+        arrays: tuple[Any, ...],
+        shapes: tuple[tuple[int, ...], ...],
+        dtypes: tuple[torch.dtype, ...],
     ) -> None:
         self.device = device
         self.session = device.session
