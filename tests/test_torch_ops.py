@@ -307,6 +307,13 @@ def test_a_wrong_dtype_names_the_argument() -> None:
         axpy_(torch.zeros(3), torch.zeros(3, dtype=torch.float64))
 
 
+def test_a_dtype_kerneldsl_lacks_names_the_argument_and_the_kernel() -> None:
+    with pytest.raises(
+        BindingError, match="argument 'x' of kernel 'scale': dtype float8_e4m3fn has no kerneldsl element type"
+    ):
+        scale(torch.zeros(3, dtype=torch.float8_e4m3fn), 2)
+
+
 def test_the_fake_kernel_unifies_dtype_variables_like_a_call() -> None:
     def declared(x: kd.In[T, n], y: kd.In[T, n]) -> kd.Out[T, n]: ...
 

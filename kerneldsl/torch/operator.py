@@ -7,9 +7,13 @@ autograd formula (``register_autograd``). The operator is tagged ``needs_contigu
 kerneldsl kernels index their arrays as C-contiguous, so Inductor hands it contiguous tensors; an
 eager call makes a strided input contiguous (a copy) and refuses a strided ``InOut``.
 
-The warm call: adopt each tensor (a dict lookup), allocate each output (``torch.empty_like`` of
-the input it is the twin of, else ``torch.empty`` from shapes read off the inputs), call the
-kernel (its C launch path). Nothing synchronizes.
+The implementation bound to the dispatcher is, for a kernel, a function generated once per
+operator (``templates/torch_warm.py.j2``): a warm call makes one key (thread, device, each input's
+shape, dtype and alignment), finds the arrays kept for it, points them at the tensors, allocates
+each output (``torch.empty_like`` of the input it is the twin of, else ``torch.empty`` of the
+recorded shape and dtype) and calls the kernel (its C launch path). The general path, which
+checks everything, serves a key's first call, anything the warm call does not take, and fused
+functions. Nothing synchronizes.
 """
 
 from __future__ import annotations
@@ -147,14 +151,15 @@ class _Runner:
     argument), read with no checks. When reading fails, the call raises what ``bind_outputs``
     raises; a mismatch reading does not see (two inputs disagreeing on a symbol) is the kernel's
     own binding error, of the same class. A fused function broadcasts instead of binding, so its
-    calls run ``bind_outputs`` first.
+    calls run ``bind_outputs`` first. ``impl``, what the dispatcher calls, is the generated warm
+    call where the declaration allows one (a kernel without size or dtype arguments), else this
+    general path.
     """
 
     def __init__(self, decl: OpDeclaration, target: Any) -> None:
         self.decl = decl
         self.target = target
         self.name = decl.signature.name
-        self.what = f"kernel {self.name}"
         order = [p.name for p in decl.signature.runtime_params]
         self.width = len(order)
         self.fused = decl.kind == "fused"
@@ -230,6 +235,7 @@ class _Runner:
         return warm
 
     def _general_returned(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The general path as the warm call's fallback (arguments as a tuple and a dict)."""
         return self._returned(self._general(args, kwargs))
 
     def _returned(self, outs: list[torch.Tensor]) -> Any:
@@ -242,8 +248,8 @@ class _Runner:
         if any(t.data_ptr() % 16 for t in outs):
             return self._returned(outs)
         device = device_of(args[self.first_array])
-        arrays = tuple(device.borrow(args[i], self.what, name) for _, i, name, _ in self.arrays) + tuple(
-            device.borrow(t, self.what, name) for (_, name, _, _, _), t in zip(self.outputs, outs)
+        arrays = tuple(device.borrow(args[i], self.name, name) for _, i, name, _ in self.arrays) + tuple(
+            device.borrow(t, self.name, name) for (_, name, _, _, _), t in zip(self.outputs, outs)
         )
         if len(self.kept) >= MAX_ADOPTED:
             self.kept.clear()
@@ -267,7 +273,7 @@ class _Runner:
                 if c is not t:
                     copies.append(c)
                     t = c
-            call[slot] = adopt(t, self.what, name)
+            call[slot] = adopt(t, self.name, name)
         for slot, i, default in self.scalars:
             call[slot] = args[i] if i < len(args) else default  # the dispatcher leaves defaults out
         outs = []
@@ -293,7 +299,7 @@ class _Runner:
             self._call_fused(device, call, outs)
         else:
             for (slot, name, _, _, _), t in zip(self.outputs, outs):
-                call[slot] = adopt(t, self.what, name)
+                call[slot] = adopt(t, self.name, name)
             stream = device.current_stream()
             if stream is None:
                 self.target(*call, **consts)
@@ -305,7 +311,7 @@ class _Runner:
         """A fused function or op runs on its session's stream: on CUDA that stream first waits
         for torch's, and torch's then waits for it (events, no host synchronization)."""
         inputs = call[: self.width - len(outs)]
-        adopted = [device.adopt(t, self.what, name) for (_, name, _, _, _), t in zip(self.outputs, outs)]
+        adopted = [device.adopt(t, self.name, name) for (_, name, _, _, _), t in zip(self.outputs, outs)]
         stream = device.current_stream()
         session = device.session
         if stream is not None:
