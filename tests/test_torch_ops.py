@@ -211,6 +211,68 @@ def test_a_tensor_reused_at_a_new_address_gives_its_own_result(gen: torch.Genera
         assert torch.equal(scale(x, 2.0), x * 2.0)
 
 
+# --- the warm path: a call whose key (thread, device, shapes, dtypes, alignment) was seen ---------
+
+
+def test_warm_calls_write_fresh_outputs_each_time(gen: torch.Generator) -> None:
+    x = torch.randn(3, 20, generator=gen, dtype=torch.float64)
+    first = clamp_split(x, LIMIT=0.25)
+    for limit in (0.25, -0.5, 0.0):
+        lo, hi = clamp_split(x, LIMIT=limit)
+        assert lo is not first[0] and hi is not first[1]
+        assert torch.equal(lo, x.clamp(max=limit)) and torch.equal(hi, x.clamp(min=limit))
+
+
+def test_warm_calls_mutate_the_inout_tensor_they_are_given(gen: torch.Generator) -> None:
+    x = torch.randn(33, generator=gen)
+    for _ in range(3):
+        y = torch.randn(33, generator=gen)
+        expected = y + 0.5 * x
+        axpy_(y, x, 0.5)
+        torch.testing.assert_close(y, expected)
+        expected = y + x
+        axpy_(y, x)  # the default scalar, left out by the dispatcher
+        torch.testing.assert_close(y, expected)
+
+
+def test_a_new_dtype_or_shape_after_warm_calls_gets_its_own_arrays(gen: torch.Generator) -> None:
+    for dtype, size in [(torch.float32, 10), (torch.float64, 10), (torch.float32, 11), (torch.float32, 10)] * 2:
+        x = torch.randn(size, generator=gen, dtype=dtype)
+        y = scale(x, 1.5)
+        assert y.dtype == dtype and torch.equal(y, x * 1.5)
+
+
+def test_an_input_off_the_16_byte_alignment_is_read_where_it_is(gen: torch.Generator) -> None:
+    base = torch.randn(41, generator=gen)
+    for start in (0, 1, 0, 1):  # float32: one element in is 4 bytes off
+        x = base[start : start + 40]
+        assert x.is_contiguous()
+        assert torch.equal(scale(x, 2.0), x * 2.0)
+
+
+def test_warm_calls_from_several_threads_each_get_their_own_result() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(seed: int) -> bool:
+        g = torch.Generator().manual_seed(seed)
+        checks = []
+        for _ in range(50):
+            x = torch.randn(64, generator=g)
+            checks.append(torch.equal(scale(x, 3.0), x * 3.0))
+        return all(checks)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(8)))
+
+
+def test_a_warm_call_after_a_wrong_one_runs_as_before(gen: torch.Generator) -> None:
+    x = torch.randn(6, 4, generator=gen)
+    row_sums(x)
+    with pytest.raises(ShapeMismatchError):
+        row_sums(torch.randn(6, 5, generator=gen))
+    torch.testing.assert_close(row_sums(x), x.sum(dim=1))
+
+
 # --- binding errors: the same in eager calls and at trace time -----------------------------------
 
 
@@ -243,6 +305,13 @@ def test_a_fused_op_holds_its_inputs_to_the_declared_shapes(gen: torch.Generator
 def test_a_wrong_dtype_names_the_argument() -> None:
     with pytest.raises(BindingError, match="argument 'x' of kernel 'axpy_': expected dtype float32, got float64"):
         axpy_(torch.zeros(3), torch.zeros(3, dtype=torch.float64))
+
+
+def test_a_dtype_kerneldsl_lacks_names_the_argument_and_the_kernel() -> None:
+    with pytest.raises(
+        BindingError, match="argument 'x' of kernel 'scale': dtype float8_e4m3fn has no kerneldsl element type"
+    ):
+        scale(torch.zeros(3, dtype=torch.float8_e4m3fn), 2)
 
 
 def test_the_fake_kernel_unifies_dtype_variables_like_a_call() -> None:

@@ -3,21 +3,26 @@
 One kernel of one element (``y = alpha * x``), so what is timed is the call, not the work:
 
 - ``direct``: the kernel called with DeviceArrays, its output preallocated (kerneldsl's floor),
-  and with its output allocated by ``torch.empty_like`` and adopted as the operator does;
+  and the baseline of the targets: the same direct call with its output allocated by
+  ``torch.empty_like`` and adopted, as the operator must (the input adopted once, before timing);
 - ``kd.torch.op``: the operator ``kd.torch.op`` registered (``Library.define`` / ``impl``), called
   as ``torch.ops.kdbench.scale.default(x, alpha)`` from eager PyTorch: adopts the tensor,
   allocates the output (``torch.empty_like``, the output being the input's twin), launches;
 - ``custom_op``: the same work (the same adoption and allocation) wrapped by hand in
   ``torch.library.custom_op`` with a ``register_fake``, as users wrap kernels today;
+- the dispatcher's floor: operators of the same schema registered the same way whose
+  implementation returns its input, or only allocates the output (``torch.empty_like``);
 - ``torch.mul``: PyTorch's own op on the same tensors, for scale.
 
-Targets: the operator at most 2 µs above the direct call, and its overhead (time above the
-direct call) at most 0.5x ``custom_op``'s. Section ``cpu`` runs on CPU tensors (kerneldsl's CPU
-device); section ``cuda``, when a GPU and a CUDA torch are present, on CUDA tensors (host time
-per call, work queued on torch's current stream) and under a CUDA graph (GPU time per captured
-op). Each figure is the median over ``--reps`` rounds of ``--calls`` calls; in a round every
-contender takes its turn, so a shared machine's load falls on all alike. Every contender's result
-is checked against ``alpha * x`` before and after timing.
+Targets: the operator at most 2 µs above the direct call that allocates its output, and its
+overhead (time above that call) at most 0.5x ``custom_op``'s; its time above the preallocated
+direct call is shown too. Section ``cpu`` runs on CPU tensors (kerneldsl's CPU device); section
+``cuda``, when a GPU and a CUDA torch are present, on CUDA tensors (host time per call, work
+queued on torch's current stream) and under a CUDA graph (GPU time per captured op). Each figure
+is the median over ``--reps`` rounds of ``--calls`` calls; in a round every contender takes its
+turn, so a shared machine's load falls on all alike. Every contender that runs the kernel has its
+result checked against ``alpha * x`` before and after timing. ``--clock cpu`` times rounds by
+the thread's CPU time instead of the wall clock.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NewType, TypeVar
+from typing import TYPE_CHECKING, Any, NewType, TypeVar, cast
 
 import kerneldsl as kd
 
@@ -63,6 +68,7 @@ def _operators() -> tuple[Any, Any]:
     import torch
 
     if not _registered:
+        _registered["floor"] = _dispatcher_floor()
         _registered["op"] = kd.torch.op("kdbench::scale")(scale)
 
         def scale_custom(x: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -83,6 +89,20 @@ def _operators() -> tuple[Any, Any]:
     return _registered["op"], _registered["custom"]
 
 
+def _dispatcher_floor() -> Any:
+    """``kdbench::floor_identity`` and ``kdbench::floor_allocate``: the operator's schema, registered
+    with ``Library.define`` / ``impl`` as kd.torch registers, doing nothing (returning its input)
+    or only allocating the output. Kept alive with the registrations (the library owns them)."""
+    import torch
+
+    library = cast(Any, torch.library.Library)("kdbench", "FRAGMENT")
+    library.define("floor_identity(Tensor x, Scalar alpha) -> Tensor")
+    library.define("floor_allocate(Tensor x, Scalar alpha) -> Tensor")
+    library.impl("floor_identity", lambda x, alpha: x, "CPU")
+    library.impl("floor_allocate", lambda x, alpha: torch.empty_like(x), "CPU")
+    return library
+
+
 def _checked(result: Any, x: torch.Tensor, name: str) -> None:
     import torch
 
@@ -90,10 +110,16 @@ def _checked(result: Any, x: torch.Tensor, name: str) -> None:
         raise WrongResultError(f"{name}: {result} is not {ALPHA} * {x}")
 
 
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
 def _per_call(
-    contenders: dict[str, Callable[[], Any]], calls: int, reps: int, sync: Callable[[], None]
+    contenders: dict[str, Callable[[], Any]], calls: int, reps: int, sync: Callable[[], None], clock: str = "wall"
 ) -> dict[str, float]:
-    """Median µs per call of each contender, over ``reps`` rounds that time every contender in turn."""
+    """Median µs per call of each contender, over ``reps`` rounds that time every contender in turn,
+    by the wall clock or by this thread's CPU time (which other jobs of a shared machine do not
+    inflate, as they do wall time; work a GPU does while the thread waits is not counted)."""
+    now = CLOCKS[clock]
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     for run in contenders.values():  # warm: compile, load, remember the C path
         for _ in range(10):
@@ -101,22 +127,29 @@ def _per_call(
     sync()
     for _ in range(reps):
         for name, run in contenders.items():
-            start = time.perf_counter()
+            start = now()
             for _ in range(calls):
                 run()
             sync()
-            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+            samples[name].append((now() - start) / calls * 1e6)
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+DIRECT = "direct kerneldsl call, output preallocated (µs)"
+BASELINE = "direct call, output from torch.empty_like (µs)"
+OURS = "kd.torch.op from eager torch (µs)"
+CUSTOM = "custom_op by hand (µs)"
+
+
 def _figures(times: dict[str, float]) -> dict[str, float]:
-    direct = times["direct kerneldsl call (µs)"]
-    ours = times["kd.torch.op from eager torch (µs)"] - direct
-    custom = times["custom_op by hand (µs)"] - direct
+    baseline = times[BASELINE]
+    ours = times[OURS] - baseline
+    custom = times[CUSTOM] - baseline
     return {
         **times,
-        "kd.torch.op above the direct call (µs, target <= 2)": ours,
-        "custom_op above the direct call (µs)": custom,
+        "kd.torch.op above the allocating direct call (µs, target <= 2)": ours,
+        "kd.torch.op above the preallocated direct call (µs)": times[OURS] - times[DIRECT],
+        "custom_op above the allocating direct call (µs)": custom,
         "kd.torch.op overhead / custom_op's (target <= 0.5)": ours / custom,
     }
 
@@ -137,13 +170,18 @@ def _contenders(device: str, session: Any, sync: Callable[[], None]) -> dict[str
     sync()
     if float(dy.to_host()[0]) != 3.0 * ALPHA:
         raise WrongResultError(f"direct call: {dy.to_host()} is not {ALPHA} * 3")
-    return {
-        "direct kerneldsl call (µs)": lambda: scale(dy, dx, ALPHA, **launch),
-        "direct call, output from torch.empty_like (µs)": lambda: _direct_allocating(x, dx, launch),
-        "kd.torch.op from eager torch (µs)": lambda: overload(x, ALPHA),
-        "custom_op by hand (µs)": lambda: custom(x, ALPHA),
+    contenders = {
+        DIRECT: lambda: scale(dy, dx, ALPHA, **launch),
+        BASELINE: lambda: _direct_allocating(x, dx, launch),
+        OURS: lambda: overload(x, ALPHA),
+        CUSTOM: lambda: custom(x, ALPHA),
         "torch.mul (µs)": lambda: torch.mul(x, ALPHA),
     }
+    if x.device.type == "cpu":  # the floor operators have CPU implementations
+        identity, allocate = torch.ops.kdbench.floor_identity.default, torch.ops.kdbench.floor_allocate.default
+        contenders["dispatcher floor: an operator returning its input (µs)"] = lambda: identity(x, ALPHA)
+        contenders["dispatcher floor: an operator allocating its output (µs)"] = lambda: allocate(x, ALPHA)
+    return contenders
 
 
 def _direct_allocating(x: Any, dx: Any, launch: dict[str, Any]) -> Any:
@@ -160,7 +198,7 @@ def bench_cpu(args: argparse.Namespace) -> dict[str, float]:
 
     session = device_of(torch.empty(1)).session
     contenders = _contenders("cpu", session, lambda: None)
-    figures = _figures(_per_call(contenders, args.calls, args.reps, lambda: None))
+    figures = _figures(_per_call(contenders, args.calls, args.reps, lambda: None, args.clock))
     op, custom = _operators()
     x = torch.full((1,), 3.0)
     _checked(op.overload(x, ALPHA), x, "kd.torch.op after timing")
@@ -177,7 +215,13 @@ def bench_cuda(args: argparse.Namespace) -> dict[str, float]:
     x = torch.full((1,), 3.0, device="cuda")
     session = device_of(x).session
     figures = _figures(
-        _per_call(_contenders("cuda", session, torch.cuda.synchronize), args.calls, args.reps, torch.cuda.synchronize)
+        _per_call(
+            _contenders("cuda", session, torch.cuda.synchronize),
+            args.calls,
+            args.reps,
+            torch.cuda.synchronize,
+            args.clock,
+        )
     )
     figures.update(_graph_replay(args.reps))
     print(f"cuda: {torch.cuda.get_device_name(0)}")
@@ -232,6 +276,12 @@ SECTIONS = {
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=15, help="timed rounds per contender (median reported)")
     parser.add_argument("--calls", type=int, default=2000, help="calls per round")
+    parser.add_argument(
+        "--clock",
+        choices=list(CLOCKS),
+        default="wall",
+        help="time rounds by the wall clock, or by the thread's CPU time (steadier on a shared machine)",
+    )
     parser.add_argument("--only", choices=list(SECTIONS), action="append", help="run only these sections (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 

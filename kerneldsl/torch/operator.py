@@ -7,25 +7,32 @@ autograd formula (``register_autograd``). The operator is tagged ``needs_contigu
 kerneldsl kernels index their arrays as C-contiguous, so Inductor hands it contiguous tensors; an
 eager call makes a strided input contiguous (a copy) and refuses a strided ``InOut``.
 
-The warm call: adopt each tensor (a dict lookup), allocate each output (``torch.empty_like`` of
-the input it is the twin of, else ``torch.empty`` from shapes read off the inputs), call the
-kernel (its C launch path). Nothing synchronizes.
+The implementation bound to the dispatcher is, for a kernel, a function generated once per
+operator (``templates/torch_warm.py.j2``): a warm call makes one key (thread, device, each input's
+shape, dtype and alignment), finds the arrays kept for it, points them at the tensors, allocates
+each output (``torch.empty_like`` of the input it is the twin of, else ``torch.empty`` of the
+recorded shape and dtype) and calls the kernel (its C launch path). The general path, which
+checks everything, serves a key's first call, anything the warm call does not take, and fused
+functions. Nothing synchronizes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from threading import get_ident
 from typing import Any, cast
 
 import torch
+from torch import Tensor, empty, empty_like
 
+from ..codegen import render
 from ..dtypes import is_dtype_name
 from ..errors import TorchOpError
 from ..signature import ArrayParam, ScalarParam
 from .autograd import refuse_mutating, register_backward
 from .declaration import OpDeclaration, read_declaration, split_name
 from .shapes import bind_outputs
-from .tensors import Device, device_of, torch_dtype
+from .tensors import MAX_ADOPTED, Device, device_of, torch_dtype
 
 LIVE: dict[str, TorchOp] = {}  # every registered operator, by name: alive for the process, as torch's own
 
@@ -73,8 +80,8 @@ class TorchOp:
         namespace = self.qualname.split("::")[0]
         self.overload: torch._ops.OpOverload = getattr(getattr(torch.ops, namespace), name).default
         self._run = _Runner(self.declaration, self.target)
-        self._library.impl(name, self._run, "CPU")
-        self._library.impl(name, self._run, "CUDA")
+        self._library.impl(name, self._run.impl, "CPU")
+        self._library.impl(name, self._run.impl, "CUDA")
         torch.library.register_fake(self.qualname, self._fake, lib=self._library)
         if backward is not None:
             self.backward = TorchOp(f"{self.qualname}_backward", backward)
@@ -114,6 +121,27 @@ def _returned(outs: tuple[torch.Tensor, ...]) -> Any:
     return outs[0] if len(outs) == 1 else (outs or None)
 
 
+class _Kept:
+    """What the warm calls of one key reuse: the device, the arrays kept for its inputs then
+    its outputs, and the outputs' shapes and dtypes (for those that are no input's twin)."""
+
+    __slots__ = ("device", "session", "place", "arrays", "shapes", "dtypes")
+
+    def __init__(
+        self,
+        device: Device,
+        arrays: tuple[Any, ...],
+        shapes: tuple[tuple[int, ...], ...],
+        dtypes: tuple[torch.dtype, ...],
+    ) -> None:
+        self.device = device
+        self.session = device.session
+        self.place = device.place
+        self.arrays = arrays
+        self.shapes = shapes
+        self.dtypes = dtypes
+
+
 class _Runner:
     """The real kernel: what each call does is decided here once, from the declaration.
 
@@ -123,14 +151,15 @@ class _Runner:
     argument), read with no checks. When reading fails, the call raises what ``bind_outputs``
     raises; a mismatch reading does not see (two inputs disagreeing on a symbol) is the kernel's
     own binding error, of the same class. A fused function broadcasts instead of binding, so its
-    calls run ``bind_outputs`` first.
+    calls run ``bind_outputs`` first. ``impl``, what the dispatcher calls, is the generated warm
+    call where the declaration allows one (a kernel without size or dtype arguments), else this
+    general path.
     """
 
     def __init__(self, decl: OpDeclaration, target: Any) -> None:
         self.decl = decl
         self.target = target
         self.name = decl.signature.name
-        self.what = f"kernel {self.name}"
         order = [p.name for p in decl.signature.runtime_params]
         self.width = len(order)
         self.fused = decl.kind == "fused"
@@ -160,8 +189,76 @@ class _Runner:
         self.outputs = tuple(outputs)
         self.consts = tuple(c.name for c in decl.consts)
         self.single = len(decl.outputs) == 1
+        # the warm path: kernels whose outputs' shapes and dtypes follow from the inputs' alone
+        # (keywords, if any, are constants passed through); a fused function broadcasts, so it binds
+        self.kept: dict[tuple[Any, ...], _Kept] = {}
+        warm = not self.fused and not decl.sizes and not decl.dtype_args
+        self.impl: Callable[..., Any] = self._warm_function() if warm else self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Any call, by the general path."""
+        return self._returned(self._general(args, kwargs))
+
+    def _warm_function(self) -> Callable[..., Any]:
+        """The generated warm call (``templates/torch_warm.py.j2``): straight-line code for this
+        declaration's arguments, with the general path (``__call__``) for anything it does not take."""
+        slots: list[str] = [""] * self.width
+        for slot, i, _, _ in self.arrays:
+            slots[slot] = f"a{i}"
+        for slot, i, _ in self.scalars:
+            slots[slot] = f"s{i}"
+        for j, (slot, _, _, _, _) in enumerate(self.outputs):
+            slots[slot] = f"b{j}"
+        source = render(
+            "torch_warm.py.j2",
+            op=self.decl.op,
+            npos=len(self.decl.positional),
+            names=[f"{'t' if isinstance(p, ArrayParam) else 's'}{i}" for i, p in enumerate(self.decl.positional)],
+            arrays=[i for _, i, _, _ in self.arrays],
+            kept=[f"a{i}" for _, i, _, _ in self.arrays] + [f"b{j}" for j in range(len(self.outputs))],
+            outputs=[twin for _, _, _, _, twin in self.outputs],
+            call=slots,
+        )
+        namespace: dict[str, Any] = {
+            "Tensor": Tensor,
+            "empty": empty,
+            "empty_like": empty_like,
+            "get_ident": get_ident,
+            "table": self.kept,
+            "padding": tuple(None if isinstance(p, ArrayParam) else p.default for p in self.decl.positional),
+            "general": self._general_returned,
+            "first": self._first,
+            "target": self.target,
+        }
+        exec(compile(source, f"<kerneldsl torch op {self.decl.op}>", "exec"), namespace)
+        warm: Callable[..., Any] = namespace["warm"]
+        return warm
+
+    def _general_returned(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The general path as the warm call's fallback (arguments as a tuple and a dict)."""
+        return self._returned(self._general(args, kwargs))
+
+    def _returned(self, outs: list[torch.Tensor]) -> Any:
+        return outs[0] if self.single else (tuple(outs) or None)
+
+    def _first(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The general path, then what later calls of this key reuse: arrays borrowed from the
+        inputs and outputs (holding no reference to any tensor) and the outputs' shapes and dtypes."""
+        outs = self._general(args, kwargs)
+        if any(t.data_ptr() % 16 for t in outs):
+            return self._returned(outs)
+        device = device_of(args[self.first_array])
+        arrays = tuple(device.borrow(args[i], self.name, name) for _, i, name, _ in self.arrays) + tuple(
+            device.borrow(t, self.name, name) for (_, name, _, _, _), t in zip(self.outputs, outs)
+        )
+        if len(self.kept) >= MAX_ADOPTED:
+            self.kept.clear()
+        self.kept[key] = _Kept(device, arrays, tuple(tuple(t.shape) for t in outs), tuple(t.dtype for t in outs))
+        return self._returned(outs)
+
+    def _general(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
+        """Any call: checks what the warm path takes for granted, copies strided inputs, adopts
+        each tensor, allocates each output from its recipe and runs the kernel or fused function."""
         first = args[self.first_array]
         device = device_of(first)
         adopt = device.adopt
@@ -176,7 +273,7 @@ class _Runner:
                 if c is not t:
                     copies.append(c)
                     t = c
-            call[slot] = adopt(t, self.what, name)
+            call[slot] = adopt(t, self.name, name)
         for slot, i, default in self.scalars:
             call[slot] = args[i] if i < len(args) else default  # the dispatcher leaves defaults out
         outs = []
@@ -202,19 +299,19 @@ class _Runner:
             self._call_fused(device, call, outs)
         else:
             for (slot, name, _, _, _), t in zip(self.outputs, outs):
-                call[slot] = adopt(t, self.what, name)
+                call[slot] = adopt(t, self.name, name)
             stream = device.current_stream()
             if stream is None:
                 self.target(*call, **consts)
             else:
                 self.target(*call, stream=stream, **consts)
-        return outs[0] if self.single else (tuple(outs) or None)
+        return outs
 
     def _call_fused(self, device: Device, call: list[Any], outs: list[torch.Tensor]) -> None:
         """A fused function or op runs on its session's stream: on CUDA that stream first waits
         for torch's, and torch's then waits for it (events, no host synchronization)."""
         inputs = call[: self.width - len(outs)]
-        adopted = [device.adopt(t, self.what, name) for (_, name, _, _, _), t in zip(self.outputs, outs)]
+        adopted = [device.adopt(t, self.name, name) for (_, name, _, _, _), t in zip(self.outputs, outs)]
         stream = device.current_stream()
         session = device.session
         if stream is not None:

@@ -7,11 +7,12 @@ session of device ``k`` (the same primary context torch uses) and the kernel lau
 launch is ordered with torch's work, never synchronizes, and is captured by a CUDA graph
 torch records on that stream.
 
-A warm call adopts a tensor with one dict lookup and one store: the array kept for that parameter
-(per thread, shape, dtype and 16-byte alignment, which fix its dispatch tag) is pointed at the
-tensor's data. A kept array holds no reference to any tensor; it is used only by the call that
-pointed it, while the tensor is that call's argument (the C launch path reads ``ptr`` at every
-launch).
+``Device.adopt`` (the operators' general path) takes a tensor with one dict lookup and one store:
+the array kept for that parameter (per thread, shape, dtype and 16-byte alignment, which fix its
+dispatch tag) is pointed at the tensor's data; an operator's warm call keeps its own arrays
+(``Device.borrow``) the same way. A kept array holds no reference to any tensor; it is used only
+by the call that pointed it, while the tensor is that call's argument (the C launch path reads
+``ptr`` at every launch).
 """
 
 from __future__ import annotations
@@ -87,14 +88,15 @@ class Device:
         key = (get_ident(), param, t.shape, t.dtype, ptr % 16 == 0)
         array = self.arrays.get(key)
         if array is None:
-            array = self._borrow(t, what, param)
+            array = self.borrow(t, what, param)
             if len(self.arrays) >= MAX_ADOPTED:
                 self.arrays.clear()
             self.arrays[key] = array
         array.ptr = ptr
         return array
 
-    def _borrow(self, t: torch.Tensor, what: str, param: str) -> Any:
+    def borrow(self, t: torch.Tensor, what: str, param: str) -> Any:
+        """A new DeviceArray of this session over ``t``'s data (C-contiguous), holding no reference to it."""
         dtype = NUMPY_DTYPES.get(t.dtype)
         if dtype is None:
             raise BindingError(what, param, f"dtype {element_name(t.dtype)} has no kerneldsl element type")
