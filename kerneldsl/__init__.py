@@ -16,9 +16,10 @@ import importlib
 from ._version import __version__
 
 # The public API, written once: home module -> the names it defines ("" lists modules named by
-# themselves). Type checkers read __init__.pyi, which tests/test_structure.py proves lists the same.
+# their last part: ``kd.ops`` is ``kerneldsl.array.ops``). Type checkers read __init__.pyi, which
+# tests/test_structure.py proves lists the same.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "": ("array_api", "blas", "cache", "distributed", "errors", "ops", "random"),
+    "": ("array_api", "blas", "cache", "distributed", "errors", "array.ops", "random"),
     ".array.creation": (
         "arange",
         "asarray",
@@ -65,8 +66,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".tune": ("Autotuned", "autotune"),
 }
 
-# public name -> the module that defines it
-_HOMES = {name: home for home, names in _PUBLIC.items() for name in names}
+# public name -> the module that defines it ("" for a module), and a public module -> its path
+_HOMES = {name.rpartition(".")[2]: home for home, names in _PUBLIC.items() for name in names}
+_MODULES = {path.rpartition(".")[2]: f".{path}" for path in _PUBLIC[""]}
 
 # names that make no arrays; every other name imports the array class first, so that it
 # registers DeviceArray with the runtime and every array made from then on has operators
@@ -90,7 +92,7 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if (home or name) not in _MAKE_NO_ARRAYS:
         importlib.import_module(".array.ndarray", __name__)
-    module = importlib.import_module(home or f".{name}", __name__)
+    module = importlib.import_module(home or _MODULES[name], __name__)
     value = module if not home else getattr(module, name)
     globals()[name] = value
     return value

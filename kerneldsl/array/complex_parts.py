@@ -46,7 +46,7 @@ class ComplexParts:
 
     def conj(self) -> DeviceArray:
         """``kd.ops.conj(a)``: a new array (a real one's copy)."""
-        from .. import ops  # the op table imports the array layer: imported on first use
+        from . import ops  # the op table imports the array layer: imported on first use
 
         result: DeviceArray = ops.conj(_array(self))
         return result

@@ -27,9 +27,9 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .. import ops
 from ..build import Build
 from ..errors import FusionError
+from . import ops
 from .elementwise import plan_elementwise
 from .fused_plan import plan_fused_rows
 from .fused_warm import FusedSlot, FusedWarmLaunches, fused_key

@@ -221,6 +221,6 @@ def _target(session: Any, shape: tuple[int, ...], dtype: np.dtype, out: Any) -> 
 
 
 def _ops() -> Any:
-    from .. import ops  # the op table imports the array layer: imported on first use
+    from . import ops  # the op table imports the array layer: imported on first use
 
     return ops

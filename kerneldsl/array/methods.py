@@ -132,6 +132,6 @@ def _dtyped() -> Any:
 
 
 def _ops() -> Any:
-    from .. import ops  # below the array class whose methods these are
+    from . import ops  # below the array class whose methods these are
 
     return ops

@@ -213,7 +213,7 @@ def _ops() -> Any:
     table imports this module; then kept, as an operator's import costs a lookup)."""
     ops = _imported.get("ops")
     if ops is None:
-        from .. import ops
+        from . import ops
 
         _imported["ops"] = ops
     return ops

@@ -183,6 +183,6 @@ class ArrayProtocol:
 
 
 def _ops() -> Any:
-    from .. import ops  # the op table imports the array layer: imported on first use
+    from . import ops  # the op table imports the array layer: imported on first use
 
     return ops

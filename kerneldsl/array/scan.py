@@ -358,8 +358,8 @@ def _check_flag(flag: Any, what: str, name: str) -> bool:
     return bool(flag)
 
 
-cumsum = Scan(replace(REDUCERS["sum"], name="cumsum"), home="kerneldsl.ops")
-cumprod = Scan(replace(REDUCERS["prod"], name="cumprod"), home="kerneldsl.ops")
+cumsum = Scan(replace(REDUCERS["sum"], name="cumsum"), home="kerneldsl.array.ops")
+cumprod = Scan(replace(REDUCERS["prod"], name="cumprod"), home="kerneldsl.array.ops")
 
 
 def scan(op: str = "a + b", identity: str = "0", map: str = "x", dtype: Any = None, name: str = "scan") -> Scan:

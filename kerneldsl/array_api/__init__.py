@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from .. import ops as _ops
+from ..array import ops as _ops
 from . import linalg
 from ._compute import (
     all,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import ops
+from ..array import ops
 from ..array.creation import asarray, full
 from ..array.ndarray import DeviceArray
 from ..runtime.views import normalize_axis

@@ -131,7 +131,7 @@ def linspace(
 
 
 def _triangle(x: Any, k: int, lower: bool) -> DeviceArray:
-    from .. import ops
+    from ..array import ops
 
     if x.ndim < 2:
         raise ValueError(f"tril/triu need an array of at least 2 dimensions, got shape {x.shape}")

@@ -13,7 +13,7 @@ from ..errors import OperandDtypeError
 def conj(x: Any, /) -> DeviceArray:
     """The complex conjugate of each element (``kd.ops.conj``): of a real-valued array, a copy of ``x``."""
     if x.dtype.kind == "c":
-        from .. import ops
+        from ..array import ops
 
         conjugated: DeviceArray = ops.conj(x)
         return conjugated

@@ -12,7 +12,7 @@ from typing import Any, NewType, TypeVar
 
 import numpy as np
 
-from .. import ops
+from ..array import ops
 from ..array.creation import asarray as upload
 from ..array.ndarray import DeviceArray
 from ..dispatch import kernel

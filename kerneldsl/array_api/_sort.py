@@ -20,7 +20,7 @@ from typing import Any, NamedTuple, NewType, TypeVar
 
 import numpy as np
 
-from .. import ops
+from ..array import ops
 from ..array.creation import empty
 from ..array.ndarray import DeviceArray
 from ..dispatch import kernel

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import ops
+from ..array import ops
 from ..array.ndarray import DeviceArray
 from ..runtime.views import normalize_axis
 from ._compute import matmul, matrix_transpose, tensordot, vecdot

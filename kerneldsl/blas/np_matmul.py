@@ -157,7 +157,7 @@ def device_matmul(session: Session, a: DeviceArray, b: DeviceArray, out: DeviceA
     if target.size:
         _product(session, a, b, batch, target)
     if out is not None and target is not out:
-        from .. import ops  # the array layer's kernels (imported here: the op table may import this module)
+        from ..array import ops  # the array layer's kernels (imported here: the op table may import this module)
 
         ops.astype(target, out.dtype, out=out)  # one kernel: the cast, into any layout
         return out

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import ops
+from ..array import ops
 from .checks import BF16, F16, F32, F64
 
 if TYPE_CHECKING:

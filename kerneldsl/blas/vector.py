@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..array.ndarray import DeviceArray
-from .. import ops
+from ..array import ops
 from ..errors import ShapeMismatchError
 from ..routing import routed
 from ..runtime import memory

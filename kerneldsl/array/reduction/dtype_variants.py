@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import dtypes, ops, promotion
+from ... import dtypes, promotion
+from .. import ops
 from ..placement import check_out
 from ..scan import Scan
 from .api import Reduction

@@ -31,19 +31,19 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from . import promotion
-from .array.elementwise import ElementwiseFunction
-from .array.program import kind
-from .array.reduction import REDUCERS, Reduction
-from .array.scan import Scan
-from .array.scan import cumprod as cumprod
-from .array.scan import cumsum as cumsum
-from .errors import ComplexUnsupportedError, OperandDtypeError
+from .. import promotion
+from ..errors import ComplexUnsupportedError, OperandDtypeError
+from .elementwise import ElementwiseFunction
+from .program import kind
+from .reduction import REDUCERS, Reduction
+from .scan import Scan
+from .scan import cumprod as cumprod
+from .scan import cumsum as cumsum
 
 if TYPE_CHECKING:
-    from .array.ndarray import DeviceArray
-    from .array.operands import DeviceOperand, HostArray, HostOperand, RemoteOperand
-    from .distributed.handles import RemoteArray
+    from ..distributed.handles import RemoteArray
+    from .ndarray import DeviceArray
+    from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand
 
 _IPOW = (
     "[&]() -> kdT { if (b < 0) return (kdT)(a == 1 ? 1 : (a == (kdT)-1 ? ((b & 1) ? -1 : 1) : 0)); "
