@@ -126,7 +126,7 @@ def _array(a: object) -> DeviceArray:
 def _dtyped() -> Any:
     """``reduction.dtype_variants`` (imported on first use: the reduction layer imports the array
     class, which mixes this module in)."""
-    from .reduction import dtype_variants
+    from . import dtype_variants
 
     return dtype_variants
 

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ... import dtypes, promotion
-from .. import ops
-from ..placement import check_out
-from ..scan import Scan
-from .api import Reduction
-from .axes import normalize_axes, result_shape
-from .reducers import REDUCERS, Reducer, accumulation_dtype
+from .. import dtypes, promotion
+from . import ops
+from .placement import check_out
+from .reduction.api import Reduction
+from .reduction.axes import normalize_axes, result_shape
+from .reduction.reducers import REDUCERS, Reducer, accumulation_dtype
+from .scan import Scan
 
 if TYPE_CHECKING:
-    from ..ndarray import DeviceArray
+    from .ndarray import DeviceArray
 
 _BOOL = np.dtype(np.bool_)
 _FLOAT32 = np.dtype(np.float32)
