@@ -347,11 +347,37 @@ def _modules_on_cycles(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_import_that_runs_closes_a_loop_anywhere_in_the_package() -> None:
     """Every import that runs, at import time or lazily in a function, points down the house:
-    ``DeviceArray`` calls the engine and cuBLAS, which know it through the runtime's registration
-    (``array.arraytype``); only annotations (TYPE_CHECKING) may name a module above."""
+    ``DeviceArray`` calls the engine and cuBLAS (through ``array.engine``), which know it through
+    the runtime's registration (``array.arraytype``); only annotations (TYPE_CHECKING) may name a
+    module above."""
     graph = _import_graph(for_checkers=False)
-    assert "kerneldsl.array.ops" in graph["kerneldsl.array.ndarray"]  # the lazy imports are in the graph
+    assert "kerneldsl.array.ops" in graph["kerneldsl.array.engine"]  # the lazy imports are in the graph
     assert _modules_on_cycles(graph) == []
+
+
+_ARRAY_AND_ABOVE = ("kerneldsl.array", "kerneldsl.blas")
+
+
+def _lazy_array_imports(path: Path) -> list[str]:
+    """``file:line`` of each import of the array layer or cuBLAS made inside a function of ``path``."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    return [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for function in ast.walk(ast.parse(path.read_text()))
+        if isinstance(function, ast.FunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, ast.ImportFrom)
+        and importlib.util.resolve_name("." * node.level + (node.module or ""), package).startswith(_ARRAY_AND_ABOVE)
+    ]
+
+
+def test_the_array_layer_imports_on_first_use_through_one_door() -> None:
+    """``DeviceArray``'s surface reaches the op table, the dtype variants and cuBLAS through
+    ``array/engine.py`` (imported on first use, so that declaring a kernel stays cheap); no
+    other module of the array layer hand-rolls a lazy import of it."""
+    found = [hit for path in sorted((PACKAGE / "array").rglob("*.py")) for hit in _lazy_array_imports(path)]
+    assert found and all(hit.startswith("array/engine.py:") for hit in found), found
 
 
 def test_the_loop_check_names_the_modules_on_a_lazy_loop() -> None:

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from .engine import ops
+
 if TYPE_CHECKING:
     from .ndarray import DeviceArray
 
@@ -46,9 +48,7 @@ class ComplexParts:
 
     def conj(self) -> DeviceArray:
         """``kd.ops.conj(a)``: a new array (a real one's copy)."""
-        from . import ops  # the op table imports the array layer: imported on first use
-
-        result: DeviceArray = ops.conj(_array(self))
+        result: DeviceArray = ops().conj(_array(self))
         return result
 
     conjugate = conj

@@ -20,6 +20,7 @@ import numpy as np
 from .. import promotion
 from ..errors import WrongSessionError
 from ..runtime.views import normalize_axis
+from . import ops
 from .creation import asarray
 from .ndarray import DeviceArray
 
@@ -132,7 +133,7 @@ def concatenate(
     for p in parts:
         n = p.shape[axis]
         if p.size:
-            _ops().astype(p, result, out=target[(slice(None),) * axis + (slice(start, start + n),)])
+            ops.astype(p, result, out=target[(slice(None),) * axis + (slice(start, start + n),)])
         start += n
     return target
 
@@ -218,9 +219,3 @@ def _target(session: Any, shape: tuple[int, ...], dtype: np.dtype, out: Any) -> 
     if tuple(out.shape) != shape:
         raise ValueError(f"Output array is the wrong shape: out= has shape {tuple(out.shape)}, the result {shape}")
     return out
-
-
-def _ops() -> Any:
-    from . import ops  # the op table imports the array layer: imported on first use
-
-    return ops

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from .engine import dtype_variants, ops
+
 if TYPE_CHECKING:
     from .ndarray import DeviceArray
 
@@ -25,7 +27,7 @@ class ReductionMethods:
         self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None, keepdims: bool = False
     ) -> DeviceArray:
         """``kd.ops.sum`` over ``axis`` (an int, a tuple, None: all), accumulating in ``dtype``."""
-        result: DeviceArray = _dtyped().typed(_ops().sum, _array(self).dtype, dtype)(
+        result: DeviceArray = dtype_variants().typed(ops().sum, _array(self).dtype, dtype)(
             self, axis=axis, out=out, keepdims=keepdims
         )
         return result
@@ -34,26 +36,26 @@ class ReductionMethods:
         self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None, keepdims: bool = False
     ) -> DeviceArray:
         """``kd.ops.prod`` over ``axis``, accumulating in ``dtype``."""
-        result: DeviceArray = _dtyped().typed(_ops().prod, _array(self).dtype, dtype)(
+        result: DeviceArray = dtype_variants().typed(ops().prod, _array(self).dtype, dtype)(
             self, axis=axis, out=out, keepdims=keepdims
         )
         return result
 
     def min(self, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False) -> DeviceArray:
         """``kd.ops.min`` over ``axis`` (ValueError for an empty reduction, as NumPy)."""
-        result: DeviceArray = _ops().min(self, axis=axis, out=out, keepdims=keepdims)
+        result: DeviceArray = ops().min(self, axis=axis, out=out, keepdims=keepdims)
         return result
 
     def max(self, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False) -> DeviceArray:
         """``kd.ops.max`` over ``axis`` (ValueError for an empty reduction, as NumPy)."""
-        result: DeviceArray = _ops().max(self, axis=axis, out=out, keepdims=keepdims)
+        result: DeviceArray = ops().max(self, axis=axis, out=out, keepdims=keepdims)
         return result
 
     def mean(
         self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None, keepdims: bool = False
     ) -> DeviceArray:
         """``kd.ops.mean`` over ``axis``: float64 for integers and bool, float16 stays float16."""
-        result: DeviceArray = _dtyped().typed(_ops().mean, _array(self).dtype, dtype)(
+        result: DeviceArray = dtype_variants().typed(ops().mean, _array(self).dtype, dtype)(
             self, axis=axis, out=out, keepdims=keepdims
         )
         return result
@@ -70,7 +72,9 @@ class ReductionMethods:
     ) -> DeviceArray:
         """The mean squared deviation from the mean, divided by ``n - ddof`` instead of ``n``
         (``correction`` is the Array API's name for ``ddof``): three launches, four with ``ddof``."""
-        result: DeviceArray = _dtyped().variance(_array(self), axis, dtype, out, ddof, correction, keepdims, root=False)
+        result: DeviceArray = dtype_variants().variance(
+            _array(self), axis, dtype, out, ddof, correction, keepdims, root=False
+        )
         return result
 
     def std(
@@ -84,54 +88,42 @@ class ReductionMethods:
         correction: Any = None,
     ) -> DeviceArray:
         """The square root of ``var`` (same arguments and dtypes)."""
-        result: DeviceArray = _dtyped().variance(_array(self), axis, dtype, out, ddof, correction, keepdims, root=True)
+        result: DeviceArray = dtype_variants().variance(
+            _array(self), axis, dtype, out, ddof, correction, keepdims, root=True
+        )
         return result
 
     def argmin(self, axis: Any = None, out: DeviceArray | None = None, *, keepdims: bool = False) -> DeviceArray:
         """``kd.ops.argmin``: int64 indices of the first minimum (of the first NaN) along one axis."""
-        result: DeviceArray = _ops().argmin(self, axis=axis, out=out, keepdims=keepdims)
+        result: DeviceArray = ops().argmin(self, axis=axis, out=out, keepdims=keepdims)
         return result
 
     def argmax(self, axis: Any = None, out: DeviceArray | None = None, *, keepdims: bool = False) -> DeviceArray:
         """``kd.ops.argmax``: int64 indices of the first maximum (of the first NaN) along one axis."""
-        result: DeviceArray = _ops().argmax(self, axis=axis, out=out, keepdims=keepdims)
+        result: DeviceArray = ops().argmax(self, axis=axis, out=out, keepdims=keepdims)
         return result
 
     def any(self, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False) -> DeviceArray:
         """Whether any element along ``axis`` is nonzero (bool; False for an empty reduction)."""
-        result: DeviceArray = _dtyped().any(_array(self), axis=axis, out=out, keepdims=keepdims)
+        result: DeviceArray = dtype_variants().any(_array(self), axis=axis, out=out, keepdims=keepdims)
         return result
 
     def all(self, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False) -> DeviceArray:
         """Whether every element along ``axis`` is nonzero (bool; True for an empty reduction)."""
-        result: DeviceArray = _dtyped().all(_array(self), axis=axis, out=out, keepdims=keepdims)
+        result: DeviceArray = dtype_variants().all(_array(self), axis=axis, out=out, keepdims=keepdims)
         return result
 
     def cumsum(self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None) -> DeviceArray:
         """``kd.ops.cumsum`` along ``axis`` (None: the flattened array), accumulating in ``dtype``."""
-        result: DeviceArray = _dtyped().typed(_ops().cumsum, _array(self).dtype, dtype)(self, axis=axis, out=out)
+        result: DeviceArray = dtype_variants().typed(ops().cumsum, _array(self).dtype, dtype)(self, axis=axis, out=out)
         return result
 
     def cumprod(self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None) -> DeviceArray:
         """``kd.ops.cumprod`` along ``axis`` (None: the flattened array), accumulating in ``dtype``."""
-        result: DeviceArray = _dtyped().typed(_ops().cumprod, _array(self).dtype, dtype)(self, axis=axis, out=out)
+        result: DeviceArray = dtype_variants().typed(ops().cumprod, _array(self).dtype, dtype)(self, axis=axis, out=out)
         return result
 
 
 def _array(a: object) -> DeviceArray:
     """A mixin's ``self``: always a DeviceArray (the one class that mixes these in)."""
     return cast("DeviceArray", a)
-
-
-def _dtyped() -> Any:
-    """``reduction.dtype_variants`` (imported on first use: the reduction layer imports the array
-    class, which mixes this module in)."""
-    from . import dtype_variants
-
-    return dtype_variants
-
-
-def _ops() -> Any:
-    from . import ops  # below the array class whose methods these are
-
-    return ops

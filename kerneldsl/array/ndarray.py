@@ -1,11 +1,12 @@
 """The user-facing device array: ``kd.DeviceArray``, a ``runtime.memory.DeviceBuffer`` that
 programs like a NumPy array.
 
-The runtime owns the memory, its layout and views; this class adds what runs kernels: the
-operators (``kd.ops`` calls; ``@`` is ``kd.matmul``), ``astype``, ``fill``, ``copy``,
-``ravel``, item assignment, and the kernels that copy and fill strided views; NumPy's
-reduction methods (``array/methods.py``), the scalar and Array API protocol
-(``array/protocol.py``) and the complex parts (``array/complex_parts.py``) are mixins. Importing it
+The runtime owns the memory, its layout and views; this class adds what runs kernels: ``@``
+(``kd.matmul``), ``astype``, ``fill``, ``copy``, ``ravel``, item assignment, and the kernels
+that copy and fill strided views; the operators (``array/operators.py``, ``kd.ops`` calls),
+NumPy's reduction methods (``array/methods.py``), the scalar and Array API protocol
+(``array/protocol.py``) and the complex parts (``array/complex_parts.py``) are mixins, which
+reach the engine through ``array/engine.py``. Importing it
 registers it with the runtime (``memory.use_array_type``), so that every array the runtime makes
 from then on, the C path's included, is a DeviceArray. It declares no slots: the C path reads
 arrays at the DeviceBuffer's slot offsets.
@@ -22,16 +23,19 @@ from ..runtime.memory import DeviceBuffer
 from ..runtime.transfers import Transfers
 from .arraytype import as_array
 from .complex_parts import ComplexParts
+from .engine import ops, products
 from .methods import ReductionMethods
+from .operators import InPlaceOperators, Operators
 from .protocol import ArrayProtocol
 
 
-class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol, ComplexParts):
+class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, ArrayProtocol, ComplexParts):
     """Device memory that behaves like a NumPy array where that costs nothing: operators map to
     ``kd.ops``, basic indexing and reshaping give views, host conversion is explicit
-    (``to_host()``; ``item()`` and ``float(a)`` of one element synchronize). NumPy's reduction
-    methods (``ReductionMethods``) and the Array API protocol (``ArrayProtocol``) are mixed in.
-    See ``DeviceBuffer`` for the memory, layout, views and transfers."""
+    (``to_host()``; ``item()`` and ``float(a)`` of one element synchronize). The operators
+    (``Operators``, ``InPlaceOperators``), NumPy's reduction methods (``ReductionMethods``) and
+    the Array API protocol (``ArrayProtocol``) are mixed in. See ``DeviceBuffer`` for the
+    memory, layout, views and transfers."""
 
     __slots__ = ()
 
@@ -54,7 +58,7 @@ class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol, ComplexParts):
                 value = value.astype(target.dtype)
         elif isinstance(value, np.ndarray) or not hasattr(value, "shape"):
             value = np.asarray(value, dtype=target.dtype)  # host data: cast here, uploaded by the op
-        _ops().where(True, value, target, out=target)
+        ops().where(True, value, target, out=target)
 
     def ravel(self) -> DeviceArray:
         """The elements as a 1-D array: a view when the layout allows one, else a copy (as NumPy)."""
@@ -71,85 +75,20 @@ class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol, ComplexParts):
 
     def astype(self, dtype: Any) -> DeviceArray:
         """A new array converted to ``dtype`` with NumPy's ``astype`` semantics."""
-        result: DeviceArray = _ops().astype(self, dtype)
+        result: DeviceArray = ops().astype(self, dtype)
         return result
 
     def fill(self, value: Any) -> None:
         """Enqueue setting every element to ``value``, converted to this dtype as NumPy's ``fill`` does."""
         self._check()
         scalar = np.asarray(value, dtype=self.dtype)[()]
-        _ops().where(True, scalar, self, out=self)
+        ops().where(True, scalar, self, out=self)
 
     def _copy_by_kernel(self, other: Transfers) -> None:
-        _ops().astype(self, self.dtype, out=other)
+        ops().astype(self, self.dtype, out=other)
 
     def _fill_by_kernel(self, value: Any) -> None:
         self.fill(value)
-
-    # -- operators: kd.ops ---------------------------------------------------------------------
-
-    def __add__(self, other: Any) -> Any:
-        return _ops().add(self, other)
-
-    def __radd__(self, other: Any) -> Any:
-        return _ops().add(other, self)
-
-    def __iadd__(self, other: Any) -> Any:
-        return _ops().add(self, other, out=self)
-
-    def __sub__(self, other: Any) -> Any:
-        return _ops().subtract(self, other)
-
-    def __rsub__(self, other: Any) -> Any:
-        return _ops().subtract(other, self)
-
-    def __isub__(self, other: Any) -> Any:
-        return _ops().subtract(self, other, out=self)
-
-    def __mul__(self, other: Any) -> Any:
-        return _ops().multiply(self, other)
-
-    def __rmul__(self, other: Any) -> Any:
-        return _ops().multiply(other, self)
-
-    def __imul__(self, other: Any) -> Any:
-        return _ops().multiply(self, other, out=self)
-
-    def __truediv__(self, other: Any) -> Any:
-        return _ops().divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> Any:
-        return _ops().divide(other, self)
-
-    def __itruediv__(self, other: Any) -> Any:
-        return _ops().divide(self, other, out=self)
-
-    def __floordiv__(self, other: Any) -> Any:
-        return _ops().floor_divide(self, other)
-
-    def __rfloordiv__(self, other: Any) -> Any:
-        return _ops().floor_divide(other, self)
-
-    def __ifloordiv__(self, other: Any) -> Any:
-        return _ops().floor_divide(self, other, out=self)
-
-    def __mod__(self, other: Any) -> Any:
-        return _ops().remainder(self, other)
-
-    def __rmod__(self, other: Any) -> Any:
-        return _ops().remainder(other, self)
-
-    def __imod__(self, other: Any) -> Any:
-        return _ops().remainder(self, other, out=self)
-
-    def __pow__(self, other: Any) -> Any:
-        return _ops().power(self, other)
-
-    def __rpow__(self, other: Any) -> Any:
-        return _ops().power(other, self)
-
-    def __ipow__(self, other: Any) -> Any:
-        return _ops().power(self, other, out=self)
 
     def __matmul__(self, other: DeviceArray | np.ndarray) -> DeviceArray:
         """``kd.matmul(self, other)``; device operands of one dtype and session skip its general
@@ -157,7 +96,7 @@ class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol, ComplexParts):
         launch path once warm); a real float product with a 1-D operand (``A @ v``, ``v @ A``,
         ``v @ w``) is the ``dot`` reduction over A's rows or columns, launched from C once warm
         (``kerneldsl.blas.reduced``; ``v @ w`` a 0-d array that stays on the device)."""
-        products = _matmul()
+        blas = products()
         if (
             type(other) is DeviceArray
             and self.dtype is other.dtype
@@ -167,69 +106,19 @@ class DeviceArray(DeviceBuffer, ReductionMethods, ArrayProtocol, ComplexParts):
             and self.shape[-1] == other.shape[0]
         ):
             if self.ndim == 1 or other.ndim == 1:
-                if self.dtype in products.REDUCED:
-                    return products.vector_product(self, other)  # type: ignore[no-any-return]
-            elif self.is_contiguous and other.is_contiguous and self.dtype in products.GEMM_TYPES:
+                if self.dtype in blas.REDUCED:
+                    return blas.vector_product(self, other)  # type: ignore[no-any-return]
+            elif self.is_contiguous and other.is_contiguous and self.dtype in blas.GEMM_TYPES:
                 out = self.session.empty((self.shape[0], other.shape[1]), self.dtype)
-                return products.gemm(self, other, out)  # type: ignore[no-any-return]
-        return products.matmul(self, other)  # type: ignore[no-any-return]
+                return blas.gemm(self, other, out)  # type: ignore[no-any-return]
+        return blas.matmul(self, other)  # type: ignore[no-any-return]
 
     def __rmatmul__(self, other: np.ndarray) -> DeviceArray:
-        return _matmul().matmul(other, self)  # type: ignore[no-any-return]
+        return products().matmul(other, self)  # type: ignore[no-any-return]
 
     def __imatmul__(self, other: DeviceArray | np.ndarray) -> DeviceArray:
         """``a @= b``: NumPy's in-place matmul (the product, through a temporary, written into ``a``)."""
-        return _matmul().matmul(self, other, out=self)  # type: ignore[no-any-return]
-
-    def __neg__(self) -> Any:
-        return _ops().negative(self)
-
-    def __abs__(self) -> Any:
-        return _ops().abs(self)
-
-    def __lt__(self, other: Any) -> Any:
-        return _ops().less(self, other)
-
-    def __le__(self, other: Any) -> Any:
-        return _ops().less_equal(self, other)
-
-    def __gt__(self, other: Any) -> Any:
-        return _ops().greater(self, other)
-
-    def __ge__(self, other: Any) -> Any:
-        return _ops().greater_equal(self, other)
-
-    def __eq__(self, other: Any) -> Any:  # elementwise, like numpy's
-        return _ops().equal(self, other)
-
-    def __ne__(self, other: Any) -> Any:
-        return _ops().not_equal(self, other)
-
-    __hash__ = DeviceBuffer.__hash__  # by identity (defining __eq__ drops it): sessions keep arrays in weak sets
-
-
-def _ops() -> Any:
-    """``kerneldsl.ops``, which DeviceArray's operators are (imported on the first operator: the op
-    table imports this module; then kept, as an operator's import costs a lookup)."""
-    ops = _imported.get("ops")
-    if ops is None:
-        from . import ops
-
-        _imported["ops"] = ops
-    return ops
-
-
-_imported: dict[str, Any] = {}
-
-
-def _matmul() -> Any:
-    """``kerneldsl.blas.np_matmul`` (the kerneldsl[blas] extra, imported on the first ``@``, then kept)."""
-    products = _imported.get("matmul")
-    if products is None:
-        from ..blas import np_matmul as products
-
-        _imported["matmul"] = products
-    return products
+        return products().matmul(self, other, out=self)  # type: ignore[no-any-return]
 
 
 memory.use_array_type(DeviceArray)

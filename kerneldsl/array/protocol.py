@@ -1,7 +1,6 @@
 """The Python and Array API protocol of ``kd.DeviceArray``: scalar conversions (``item()``,
-``float``/``int``/``bool``/``operator.index``), ``__array_namespace__``, ``.mT``,
-``to_device`` and the Array API's operators NumPy's arithmetic leaves out (``+x``, ``~x``,
-``& | ^ << >>`` with their reflected and in-place forms). ``.device`` is the array's device
+``float``/``int``/``bool``/``operator.index``), ``__array_namespace__``, ``.mT`` and
+``to_device`` (the operators are ``array/operators.py``'s). ``.device`` is the array's device
 ordinal (an int), which ``to_device`` and ``kd.default_session`` take.
 
 Scalar conversions synchronize: they wait for the work queued on the session stream and copy
@@ -103,59 +102,6 @@ class ArrayProtocol:
 
         return kerneldsl.array_api
 
-    # the Array API's operators beyond NumPy's arithmetic (ndarray.py): unary + and ~, bitwise, shifts
-
-    def __pos__(self) -> Any:
-        return _ops().positive(self)
-
-    def __invert__(self) -> Any:
-        return _ops().invert(self)
-
-    def __and__(self, other: Any) -> Any:
-        return _ops().bitwise_and(self, other)
-
-    def __rand__(self, other: Any) -> Any:
-        return _ops().bitwise_and(other, self)
-
-    def __iand__(self, other: Any) -> Any:
-        return _ops().bitwise_and(self, other, out=self)
-
-    def __or__(self, other: Any) -> Any:
-        return _ops().bitwise_or(self, other)
-
-    def __ror__(self, other: Any) -> Any:
-        return _ops().bitwise_or(other, self)
-
-    def __ior__(self, other: Any) -> Any:
-        return _ops().bitwise_or(self, other, out=self)
-
-    def __xor__(self, other: Any) -> Any:
-        return _ops().bitwise_xor(self, other)
-
-    def __rxor__(self, other: Any) -> Any:
-        return _ops().bitwise_xor(other, self)
-
-    def __ixor__(self, other: Any) -> Any:
-        return _ops().bitwise_xor(self, other, out=self)
-
-    def __lshift__(self, other: Any) -> Any:
-        return _ops().left_shift(self, other)
-
-    def __rlshift__(self, other: Any) -> Any:
-        return _ops().left_shift(other, self)
-
-    def __ilshift__(self, other: Any) -> Any:
-        return _ops().left_shift(self, other, out=self)
-
-    def __rshift__(self, other: Any) -> Any:
-        return _ops().right_shift(self, other)
-
-    def __rrshift__(self, other: Any) -> Any:
-        return _ops().right_shift(other, self)
-
-    def __irshift__(self, other: Any) -> Any:
-        return _ops().right_shift(self, other, out=self)
-
     @property
     def mT(self) -> DeviceArray:
         """A view with the last two axes swapped (a stack of transposed matrices)."""
@@ -180,9 +126,3 @@ class ArrayProtocol:
             return a
         moved: DeviceArray = target.to_device(a.to_host())
         return moved
-
-
-def _ops() -> Any:
-    from . import ops  # the op table imports the array layer: imported on first use
-
-    return ops

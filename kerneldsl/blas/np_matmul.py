@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 
-from ..array import placement
+from ..array import ops, placement
 from ..array.arraytype import as_array
 from ..runtime import memory
 from ..runtime.session import default_session
@@ -157,8 +157,6 @@ def device_matmul(session: Session, a: DeviceArray, b: DeviceArray, out: DeviceA
     if target.size:
         _product(session, a, b, batch, target)
     if out is not None and target is not out:
-        from ..array import ops  # the array layer's kernels (imported here: the op table may import this module)
-
         ops.astype(target, out.dtype, out=out)  # one kernel: the cast, into any layout
         return out
     return target
