@@ -19,7 +19,7 @@ from ._version import __version__
 # their last part: ``kd.ops`` is ``kerneldsl.array.ops``). Type checkers read __init__.pyi, which
 # tests/test_structure.py proves lists the same.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "": ("array_api", "blas", "cache", "distributed", "errors", "array.ops", "random"),
+    "": ("array_api", "blas", "cache", "distributed", "errors", "array.ops", "array.random"),
     ".array.creation": (
         "arange",
         "asarray",

@@ -6,9 +6,9 @@ from . import blas as blas
 from . import cache as cache
 from . import distributed as distributed
 from . import errors as errors
-from . import random as random
 from ._version import __version__ as __version__
 from .array import ops as ops
+from .array import random as random
 from .array.creation import arange as arange
 from .array.creation import asarray as asarray
 from .array.creation import empty as empty

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl import ops, promotion
+from kerneldsl import ops
+from kerneldsl.array import promotion
 from kerneldsl.dtypes import all_element_types
 
 ARCH = "sm_90"

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import dtypes, promotion
-from . import ops
+from .. import dtypes
+from . import ops, promotion
 from .placement import check_out
 from .reduction.api import Reduction
 from .reduction.axes import normalize_axes, result_shape

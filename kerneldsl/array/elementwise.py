@@ -7,7 +7,7 @@ warm dispatch as ``@kd.kernel``.
 
 Semantics (documented, tested against NumPy):
 
-- Dtypes follow NumPy 2 (``kerneldsl.promotion``); each node converts its operands to its loop
+- Dtypes follow NumPy 2 (``kerneldsl.array.promotion``); each node converts its operands to its loop
   dtype, computes, and float16/bfloat16 values are computed in float32 and rounded back to
   their dtype after every node, exactly like NumPy's loops. Kernels are compiled with
   ``--fmad=false`` so ``a * x + y`` rounds twice, as in NumPy: fused and unfused results agree
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .. import dtypes, fastpath, promotion
+from .. import dtypes, fastpath
 from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
@@ -47,6 +47,7 @@ from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
 from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
+from . import promotion
 
 if TYPE_CHECKING:
     from ..distributed.handles import RemoteArray

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import promotion
 from ..errors import WrongSessionError
 from ..runtime.views import normalize_axis
-from . import ops
+from . import ops, promotion
 from .creation import asarray
 from .ndarray import DeviceArray
 

@@ -5,7 +5,7 @@ arrays (numpy result) and on foreign CUDA arrays (adopted zero-copy), takes ``ou
 inside ``@kd.fuse`` records itself into the fused kernel instead of running.
 
 Elementwise ops are rows of ``TABLE``: operand names, the NumPy function whose dtype rule they
-follow (``kerneldsl.promotion``) and one short C expression per dtype kind (``b`` bool, ``i``
+follow (``kerneldsl.array.promotion``) and one short C expression per dtype kind (``b`` bool, ``i``
 signed, ``u`` unsigned, ``f`` float; ``kdT`` is the type the op computes in, ``kdU`` its
 unsigned twin so that integer overflow wraps like NumPy's instead of being undefined). Kind
 ``c`` is the expression used when an operand is complex (``kd_complex<R>``, the prelude's, with
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .. import promotion
 from ..errors import ComplexUnsupportedError, OperandDtypeError
+from . import promotion
 from .elementwise import ElementwiseFunction
 from .program import kind
 from .reduction import REDUCERS, Reduction

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .. import promotion
 from ..build import Build
 from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
@@ -34,6 +33,7 @@ from ..errors import FusionError
 from ..routing import public
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
+from . import promotion
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out, unalias
 from .plan import Plan, PlanCache

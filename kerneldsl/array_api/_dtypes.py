@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import promotion
+from ..array import promotion
 
 BOOL = np.dtype(np.bool_)
 SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))

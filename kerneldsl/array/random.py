@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .array.creation import empty
-from .array.kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
-from .array.ndarray import DeviceArray
-from .codegen import Decisions, GeneratedBody, render
-from .dispatch import Kernel
-from .errors import BindingError
-from .runtime.session import Session
-from .signature import cdiv
+from .. import dtypes
+from ..codegen import Decisions, GeneratedBody, render
+from ..dispatch import Kernel
+from ..errors import BindingError
+from ..runtime.session import Session
+from ..signature import cdiv
+from .creation import empty
+from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
+from .ndarray import DeviceArray
 
 __all__ = ["Generator", "integers", "normal", "uniform"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .errors import ComplexUnsupportedError
+from .. import dtypes
+from ..errors import ComplexUnsupportedError
 
 Operand = Any  # an np.dtype (array operand) or a Python / numpy scalar
 
