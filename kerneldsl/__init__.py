@@ -40,7 +40,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".array.scan": ("scan",),
     ".array.sessions": ("Session", "default_session"),
     ".blas.np_matmul": ("matmul",),
-    ".device_code": ("DeviceFunction", "device_function"),
+    ".jit.device_code": ("DeviceFunction", "device_function"),
     ".dispatch": ("Kernel", "kernel"),
     ".dtypes": (
         "bool_",
@@ -61,8 +61,8 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".runtime": ("Event", "PinnedArray", "Stream", "reset_device"),
     ".runtime.nvtx": ("profile",),
     ".runtime.selection": ("devices", "is_available"),
-    ".signature": ("Const", "In", "InOut", "Out", "Scalar", "cdiv", "dmax", "dmin", "sym"),
-    ".target": ("resolve_arch",),
+    ".jit.signature": ("Const", "In", "InOut", "Out", "Scalar", "cdiv", "dmax", "dmin", "sym"),
+    ".jit.target": ("resolve_arch",),
     ".tune": ("Autotuned", "autotune"),
 }
 
@@ -73,12 +73,12 @@ _MODULES = {path.rpartition(".")[2]: f".{path}" for path in _PUBLIC[""]}
 # names that make no arrays; every other name imports the array class first, so that it
 # registers DeviceArray with the runtime and every array made from then on has operators
 _MAKE_NO_ARRAYS = {
-    ".device_code",
+    ".jit.device_code",
     ".dtypes",
     ".runtime.nvtx",
     ".runtime.selection",
-    ".signature",
-    ".target",
+    ".jit.signature",
+    ".jit.target",
     "cache",
     "errors",
 }

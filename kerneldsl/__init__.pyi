@@ -34,8 +34,6 @@ from .array.scan import scan as scan
 from .array.sessions import Session as Session
 from .array.sessions import default_session as default_session
 from .blas.np_matmul import matmul as matmul
-from .device_code import DeviceFunction as DeviceFunction
-from .device_code import device_function as device_function
 from .dispatch import Kernel as Kernel
 from .dispatch import kernel as kernel
 from .dtypes import bool_ as bool_
@@ -52,6 +50,18 @@ from .dtypes import uint8 as uint8
 from .dtypes import uint16 as uint16
 from .dtypes import uint32 as uint32
 from .dtypes import uint64 as uint64
+from .jit.device_code import DeviceFunction as DeviceFunction
+from .jit.device_code import device_function as device_function
+from .jit.signature import Const as Const
+from .jit.signature import In as In
+from .jit.signature import InOut as InOut
+from .jit.signature import Out as Out
+from .jit.signature import Scalar as Scalar
+from .jit.signature import cdiv as cdiv
+from .jit.signature import dmax as dmax
+from .jit.signature import dmin as dmin
+from .jit.signature import sym as sym
+from .jit.target import resolve_arch as resolve_arch
 from .runtime import Event as Event
 from .runtime import PinnedArray as PinnedArray
 from .runtime import Stream as Stream
@@ -59,16 +69,6 @@ from .runtime import reset_device as reset_device
 from .runtime.nvtx import profile as profile
 from .runtime.selection import devices as devices
 from .runtime.selection import is_available as is_available
-from .signature import Const as Const
-from .signature import In as In
-from .signature import InOut as InOut
-from .signature import Out as Out
-from .signature import Scalar as Scalar
-from .signature import cdiv as cdiv
-from .signature import dmax as dmax
-from .signature import dmin as dmin
-from .signature import sym as sym
-from .target import resolve_arch as resolve_arch
 from .tune import Autotuned as Autotuned
 from .tune import autotune as autotune
 

@@ -22,12 +22,12 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import logs
-from .launch_plan import LaunchPlan
+from .jit.launch_plan import LaunchPlan
+from .jit.signature import Expr
 from .runtime import memory
 from .runtime.limits import LAUNCH_LIMITS
 from .runtime.memory import ARRAY_TYPES, DeviceBuffer
 from .runtime.stream import Stream
-from .signature import Expr
 
 if TYPE_CHECKING:
     from .launch import BoundLaunch

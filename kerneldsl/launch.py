@@ -26,15 +26,15 @@ from .errors import (
     WrongSessionError,
 )
 from .fastpath import CLaunchSlot
-from .launch_plan import launch_dims
+from .jit.launch_plan import launch_dims
+from .jit.signature import ArrayParam, Signature
+from .jit.specialize import ScalarCheck, check_scalar_value
 from .runtime.limits import MAX_INDEX32_THREADS
 from .runtime.staging import Region, staged_bytes
-from .signature import ArrayParam, Signature
-from .specialize import ScalarCheck, check_scalar_value
 
 if TYPE_CHECKING:
-    from .build import Build
-    from .specialize import Specialization
+    from .jit.build import Build
+    from .jit.specialize import Specialization
 
 
 def unusable_array(kernel: str, param: str, array: Any, session: Any) -> None:

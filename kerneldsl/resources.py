@@ -21,8 +21,8 @@ from .runtime import occupancy as driver_occupancy
 from .runtime.occupancy import FunctionAttributes
 
 if TYPE_CHECKING:
-    from .build import Build
     from .dispatch import Kernel
+    from .jit.build import Build
     from .launch import BoundLaunch
 
 __all__ = ["DeviceLimits", "KernelResources", "Occupancy", "SuggestedBlock", "build_resources", "compute_occupancy"]

@@ -26,7 +26,6 @@ from hypothesis import strategies as st
 import kerneldsl as kd
 from kerneldsl import fastpath
 from kerneldsl.array.ndarray import DeviceArray
-from kerneldsl.codegen import adapter_context, plan_generation
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -40,9 +39,10 @@ from kerneldsl.errors import (
     WrongSessionError,
 )
 from kerneldsl.fastpath import launch_table
-from kerneldsl.launch_plan import launch_plan
+from kerneldsl.jit.codegen import adapter_context, plan_generation
+from kerneldsl.jit.launch_plan import launch_plan
+from kerneldsl.jit.specialize import bind_declared
 from kerneldsl.runtime import Stream
-from kerneldsl.specialize import bind_declared
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 

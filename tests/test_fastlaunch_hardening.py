@@ -24,9 +24,9 @@ import kerneldsl as kd
 from kerneldsl import blas, fastpath
 from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError, KernelDSLError
-from kerneldsl.launch_plan import launch_plan
+from kerneldsl.jit.launch_plan import launch_plan
+from kerneldsl.jit.specialize import bind_declared
 from kerneldsl.runtime.limits import LAUNCH_LIMITS
-from kerneldsl.specialize import bind_declared
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 

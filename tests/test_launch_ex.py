@@ -15,7 +15,7 @@ from driver_double import FakeDriver
 import kerneldsl as kd
 from kerneldsl import fastpath
 from kerneldsl.errors import DeclarationError, LaunchConfigError
-from kerneldsl.signature import Expr
+from kerneldsl.jit.signature import Expr
 
 BODY = "index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] = 1.0f;"
 

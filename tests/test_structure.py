@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import kerneldsl
-from kerneldsl.codegen import templates_dir
 from kerneldsl.errors import ExtraNotInstalledError
+from kerneldsl.jit.codegen import templates_dir
 
 PACKAGE = Path(kerneldsl.__file__).parent
 
@@ -155,7 +155,7 @@ def _too_long(source: str, label: str) -> list[str]:
 
 def test_no_module_is_over_600_lines_and_no_class_over_300() -> None:
     """The C launch path aside; generated template modules (an installed package's) are not ours to split."""
-    from kerneldsl.template_options import COMPILED_DIR
+    from kerneldsl.jit.template_options import COMPILED_DIR
 
     offenders = [
         found

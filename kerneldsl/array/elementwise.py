@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from .. import dtypes, fastpath
-from ..build import Build
-from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import ComplexUnsupportedError, DeclarationError, FusionError
+from ..jit.build import Build
+from ..jit.codegen import Decisions, GeneratedBody, render
+from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
-from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from . import promotion
 
 if TYPE_CHECKING:

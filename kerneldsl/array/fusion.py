@@ -27,8 +27,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from ..build import Build
 from ..errors import FusionError
+from ..jit.build import Build
 from . import ops
 from .elementwise import plan_elementwise
 from .fused_plan import plan_fused_rows

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..build import Build
+from ..jit.build import Build
 from ..routing import find_remote, route
 from ..runtime.stream import check_stream
 from .kernels import BoundedCache

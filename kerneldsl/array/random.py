@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import BindingError
+from ..jit.codegen import Decisions, GeneratedBody, render
+from ..jit.signature import cdiv
 from ..runtime.session import Session
-from ..signature import cdiv
 from .creation import empty
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .ndarray import DeviceArray

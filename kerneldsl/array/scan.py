@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from ..build import Build
-from ..codegen import Decisions, GeneratedBody, render
 from ..dispatch import Kernel
 from ..errors import FusionError
+from ..jit.build import Build
+from ..jit.codegen import Decisions, GeneratedBody, render
 from ..routing import public
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session

@@ -17,8 +17,8 @@ from ..array.creation import asarray as upload
 from ..array.ndarray import DeviceArray
 from ..dispatch import kernel
 from ..dtypes import int64
+from ..jit.signature import In, Out, Scalar, cdiv
 from ..runtime.views import normalize_axis
-from ..signature import In, Out, Scalar, cdiv
 from ._manipulation import broadcast_to
 
 BLOCK = 256

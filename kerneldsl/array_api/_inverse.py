@@ -18,7 +18,7 @@ import numpy as np
 from ..array.ndarray import DeviceArray
 from ..dispatch import kernel
 from ..errors import OperandDtypeError
-from ..signature import InOut, Out
+from ..jit.signature import InOut, Out
 
 BLOCK = 256
 T = TypeVar("T")  # the dtype the elimination runs in: float32 or float64

@@ -25,8 +25,8 @@ from ..array.creation import empty
 from ..array.ndarray import DeviceArray
 from ..dispatch import kernel
 from ..dtypes import int32, int64
+from ..jit.signature import In, InOut, Out, Scalar, cdiv
 from ..runtime.views import normalize_axis
-from ..signature import In, InOut, Out, Scalar, cdiv
 from ._creation import arange
 from ._gather import nonzero, take
 from ._manipulation import broadcast_to, concat, moveaxis, reshape

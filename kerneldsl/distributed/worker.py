@@ -41,9 +41,9 @@ from ..errors import (
     ShippingError,
     StickyCudaError,
 )
+from ..jit.signature import ArrayParam
 from ..runtime.driver import pci_bus_id
 from ..runtime.session import Session, default_session
-from ..signature import ArrayParam
 from . import exports
 
 PLUGIN_NAME = "kerneldsl-gpu-session"

@@ -15,8 +15,8 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DeclarationError
-from ..signature import ArrayParam, ScalarParam, Signature
-from ..signature.spelling import NO_DEFAULT
+from ..jit.signature import ArrayParam, ScalarParam, Signature
+from ..jit.signature.spelling import NO_DEFAULT
 
 TuneFor = Mapping[str, Any] | Callable[[], tuple[Any, ...]]
 

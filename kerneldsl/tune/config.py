@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DeclarationError, InvalidOptionError
-from ..signature import ConstParam, Expr, parse_signature
-from ..signature.parse import const_value
+from ..jit.signature import ConstParam, Expr, parse_signature
+from ..jit.signature.parse import const_value
 
 if TYPE_CHECKING:
     from ..dispatch import Kernel

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..jit.signature import ArrayParam, Signature
 from ..runtime.memory import ARRAY_TYPES
-from ..signature import ArrayParam, Signature
 
 if TYPE_CHECKING:
     from ..dispatch import Kernel

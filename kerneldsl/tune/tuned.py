@@ -30,6 +30,7 @@ from ..errors import (
     KernelDSLError,
     StickyCudaError,
 )
+from ..jit.specialize import const_key
 from ..launch import planned_launch
 from ..progress import Progress
 from ..routing import is_remote
@@ -38,7 +39,6 @@ from ..runtime.memory import ARRAY_TYPES
 from ..runtime.occupancy import function_attributes
 from ..runtime.session import default_session
 from ..runtime.stream import check_stream
-from ..specialize import const_key
 from . import records
 from .ahead import checked_tune_for, tune_arguments
 from .config import Config, declared_configs, variant

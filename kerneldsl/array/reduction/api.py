@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from ...build import Build
 from ...errors import FusionError
+from ...jit.build import Build
 from ...routing import public
 from ..elementwise import ElementwiseFunction
 from ..plan import PlanCache

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .dtypes import INT32_MAX, ElementType
-from .errors import BindingError, ScalarConversionError, ShapeMismatchError, StridedArrayError
+from .. import dtypes
+from ..dtypes import INT32_MAX, ElementType
+from ..errors import BindingError, ScalarConversionError, ShapeMismatchError, StridedArrayError
 from .signature import INT64_MAX, ArrayParam, ConstParam, ScalarParam, Signature, const_value
 
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .errors import DeclarationError
+from ..errors import DeclarationError
 
 # The header libraries ``includes=`` may name; every one comes from the kerneldsl[headers] wheels.
 HEADER_LIBRARIES = ("cccl", "cooperative_groups", "cub", "cuda_runtime", "libcudacxx", "thrust")

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._version import __version__
+from .._version import __version__
+from ..dtypes import ELEMENT_TYPES, ElementType
+from ..errors import DeclarationError, ProxyAttributeError
+from ..installed import dist_info_pattern, first_version
+from ..runtime.limits import MAX_INDEX32_THREADS
 from .device_code import NO_DEVICE_CODE, DeviceCode
-from .dtypes import ELEMENT_TYPES, ElementType
-from .errors import DeclarationError, ProxyAttributeError
 from .headers import hoist_includes
-from .installed import dist_info_pattern, first_version
 from .launch_plan import SLOT_BYTES, LaunchPlan, Slot, launch_plan
-from .runtime.limits import MAX_INDEX32_THREADS
 from .signature import ArrayParam, Expr, ScalarParam
 from .specialize import Specialization
 from .template_options import COMPILED_DIR, make_environment
@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 def templates_dir() -> Path:
     """Installed wheels carry the templates inside the package; a checkout has them at the top."""
-    packaged = Path(__file__).parent / "templates"
-    return packaged if packaged.is_dir() else Path(__file__).parent.parent / "templates"
+    package = Path(__file__).parent.parent
+    packaged = package / "templates"
+    return packaged if packaged.is_dir() else package.parent / "templates"
 
 
 def compiled_templates_dir() -> Path:

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from ..errors import HeadersNotAvailableError
+from ..installed import dist_info_pattern, first_version
 from .device_code import DeviceCode
-from .errors import HeadersNotAvailableError
-from .installed import dist_info_pattern, first_version
 
 # An #include line with a literal target; fullmatch per line so a computed include is left as is.
 _INCLUDE = re.compile(r'[ \t]*#[ \t]*include[ \t]*(<[^<>"\n]+>|"[^<>"\n]+")[ \t]*(//.*)?')

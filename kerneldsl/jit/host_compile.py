@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from ..errors import UnsupportedOnCpuError
+from ..runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
 from .compiler import CompiledCode
-from .errors import UnsupportedOnCpuError
-from .runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
 
 HOST_OUTPUT = "host"
 # -march=native: this host's vector units (the key records its ISA).

@@ -19,9 +19,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import cache as disk_cache
-from . import logs
-from ._version import __version__
+from .. import cache as disk_cache
+from .. import logs
+from .._version import __version__
+from ..errors import InvalidCacheEntryError, KernelCompileError
+from ..runtime import nvtx
+from ..runtime.host_toolchain import HostCompileFailure
 from .codegen import Decisions, Generated, GenerationPlan, plan_generation, renderer_identity, template_digest
 from .compiler import (
     CompiledCode,
@@ -33,18 +36,15 @@ from .compiler import (
     require_supported,
 )
 from .device_code import NO_DEVICE_CODE, DeviceCode
-from .errors import InvalidCacheEntryError, KernelCompileError
 from .headers import NO_HEADERS, Headers, headers_unchanged, resolve
 from .host_compile import HOST_OUTPUT, compile_host, host_identity, host_options, refuse_unsupported
 from .launch_plan import LaunchPlan
-from .runtime import nvtx
-from .runtime.host_toolchain import HostCompileFailure
 from .specialize import Specialization
 
 if TYPE_CHECKING:
-    from .resources import Resources
+    from ..resources import Resources
 
-log = logs.get("build")
+log = logs.get("jit.build")
 
 COMPILED_BY = ("nvrtc", "c++")  # a build's origin when it was compiled: for the GPU, for the CPU device
 
@@ -60,7 +60,7 @@ _CODEGEN_MODULES = (
     "compiler.py",
     "device_code.py",
     "headers.py",
-    "dtypes.py",
+    "../dtypes.py",
     "template_options.py",
 )
 
@@ -247,7 +247,7 @@ class Build:
         """The driver's attributes of this image loaded in ``session`` (default: the default
         session): registers, static/const/local bytes, max threads per block, PTX and binary
         versions, max dynamic shared bytes (``kerneldsl.resources.Resources``)."""
-        from .resources import build_resources
+        from ..resources import build_resources
 
         return build_resources(self, session)
 

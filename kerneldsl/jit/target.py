@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
+from ..errors import InvalidArchError, NoDeviceError
+from ..runtime import driver
+from ..runtime.selection import CPU, CPU_ARCH, forced_device
 from .compiler import normalize_arch
-from .errors import InvalidArchError, NoDeviceError
-from .runtime import driver
-from .runtime.selection import CPU, CPU_ARCH, forced_device
 
 ARCH_ENV = "KERNELDSL_ARCH"
 

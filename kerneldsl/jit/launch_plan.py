@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .dtypes import ElementType, complex_part_ctype
-from .errors import DeclarationError
-from .runtime.limits import CLUSTER_MIN_MAJOR
+from ..dtypes import ElementType, complex_part_ctype
+from ..errors import DeclarationError
+from ..runtime.limits import CLUSTER_MIN_MAJOR
 from .signature import ArrayParam, Expr, Signature
 from .specialize import Specialization
 

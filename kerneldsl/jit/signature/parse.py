@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import BindingError, DeclarationError
-from ..runtime.limits import MAX_CLUSTER_BLOCKS
+from ... import dtypes
+from ...errors import BindingError, DeclarationError
+from ...runtime.limits import MAX_CLUSTER_BLOCKS
 from .dims import Dim, Expr, as_expr, plain_identifier
 from .spelling import ANNOTATION_CLASSES, NO_DEFAULT, ArrayAnnotation, ConstAnnotation, ScalarAnnotation
 

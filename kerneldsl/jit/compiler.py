@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .errors import InvalidArchError, InvalidCacheEntryError, InvalidOptionError, NvrtcNotFoundError
+from ..errors import InvalidArchError, InvalidCacheEntryError, InvalidOptionError, NvrtcNotFoundError
+from ..installed import first_version
 from .headers import HeaderDigests, read_headers
-from .installed import first_version
 
 _ARCH = re.compile(r"(sm|compute)_([1-9][0-9]{1,2})([af]?)")  # fullmatch: exact, lowercase, ASCII digits
 OUTPUTS = ("cubin", "ptx")
