@@ -1,9 +1,11 @@
 """kerneldsl: declarative, specialized, cached CUDA kernels with a persistent GPU runtime.
 
-The pipeline, one module per stage: signature -> specialize -> codegen -> compiler -> cache
--> build -> launch -> dispatch (``@kd.kernel``), with ``runtime/`` owning everything that talks
-to the CUDA driver, ``fastpath`` the C launch path, and ``array/`` the core that ``kd.ops``,
-``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share.
+The folders read as the pipeline, each importing only those before it in this list: ``runtime/``
+owns everything that talks to the CUDA driver (and the CPU device); ``cache/`` the disk cache;
+``jit/`` the compile pipeline (signature -> specialize -> codegen -> compiler -> build);
+``launch/`` the ``Kernel`` object (``@kd.kernel``) and its launch paths, Python's and C's
+(``_fastlaunch.c``); ``array/`` the core that ``kd.ops``, ``@kd.elementwise``, ``kd.reduction``
+and ``@kd.fuse`` share; ``blas/``, ``tune/``, ``distributed/`` and ``array_api/`` on top.
 
 ``import kerneldsl`` imports nothing but this file: each public name is imported on first use
 (PEP 562), so a program pays for the parts it touches (a cold start is mostly imports).
@@ -41,7 +43,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".array.sessions": ("Session", "default_session"),
     ".blas.np_matmul": ("matmul",),
     ".jit.device_code": ("DeviceFunction", "device_function"),
-    ".dispatch": ("Kernel", "kernel"),
+    ".launch.dispatch": ("Kernel", "kernel"),
     ".dtypes": (
         "bool_",
         "complex64",

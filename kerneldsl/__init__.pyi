@@ -34,8 +34,6 @@ from .array.scan import scan as scan
 from .array.sessions import Session as Session
 from .array.sessions import default_session as default_session
 from .blas.np_matmul import matmul as matmul
-from .dispatch import Kernel as Kernel
-from .dispatch import kernel as kernel
 from .dtypes import bool_ as bool_
 from .dtypes import complex64 as complex64
 from .dtypes import complex128 as complex128
@@ -62,6 +60,8 @@ from .jit.signature import dmax as dmax
 from .jit.signature import dmin as dmin
 from .jit.signature import sym as sym
 from .jit.target import resolve_arch as resolve_arch
+from .launch.dispatch import Kernel as Kernel
+from .launch.dispatch import kernel as kernel
 from .runtime import Event as Event
 from .runtime import PinnedArray as PinnedArray
 from .runtime import Stream as Stream

@@ -18,7 +18,7 @@ import kerneldsl as kd
 from kerneldsl.errors import AliasingError, BindingError, DeclarationError, ShapeMismatchError
 from kerneldsl.jit.codegen import SLOT_BYTES, Generated, generate
 from kerneldsl.jit.specialize import bind_declared
-from kerneldsl.launch import ADAPTER_RUNTIME
+from kerneldsl.launch.bound import ADAPTER_RUNTIME
 
 GOLDEN = Path(__file__).parent / "golden"
 UPDATE = os.environ.get("KERNELDSL_UPDATE_GOLDEN") == "1"

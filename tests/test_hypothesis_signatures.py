@@ -19,7 +19,7 @@ from kerneldsl.jit.build import build
 from kerneldsl.jit.codegen import SLOT_BYTES, generate
 from kerneldsl.jit.signature import RESERVED_NAMES, Signature, parse_signature
 from kerneldsl.jit.specialize import bind
-from kerneldsl.launch import ADAPTER_RUNTIME
+from kerneldsl.launch.bound import ADAPTER_RUNTIME
 
 SYMBOLS = ("n", "m", "k", "rows")
 TYPE_VARS = ("T", "U")

@@ -11,7 +11,7 @@
 - ``program``: the per-element IR (leaves and operator nodes) and the builder that traces it;
 - ``placement``: where a call runs (host or which session), adopting foreign arrays, ``out=`` rules;
 - ``plan``: one compiled program for one argument specialization, and the bounded plan cache;
-- ``kernels``: programs turned into ``kerneldsl.dispatch.Kernel`` objects (parameters, cache);
+- ``kernels``: programs turned into ``kerneldsl.launch.dispatch.Kernel`` objects (parameters, cache);
 - ``elementwise``, ``reduction``, ``fusion``: the three kinds of callables built on them.
 
 Every kernel made here is an ordinary ``Kernel``: same binding, NVRTC, disk cache, adapter and

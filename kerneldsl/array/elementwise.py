@@ -38,12 +38,13 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .. import dtypes, fastpath
-from ..dispatch import Kernel
+from .. import dtypes
 from ..errors import ComplexUnsupportedError, DeclarationError, FusionError
 from ..jit.build import Build
 from ..jit.codegen import Decisions, GeneratedBody, render
 from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
+from ..launch import fastpath
+from ..launch.dispatch import Kernel
 from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer

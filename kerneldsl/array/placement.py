@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..routing import is_remote
+from ..launch.routing import is_remote
 from ..runtime import memory
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.memory import DeviceBuffer

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..dispatch import Kernel
 from ..errors import BindingError
 from ..jit.codegen import Decisions, GeneratedBody, render
 from ..jit.signature import cdiv
+from ..launch.dispatch import Kernel
 from ..runtime.session import Session
 from .creation import empty
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param

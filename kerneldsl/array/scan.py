@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from ..dispatch import Kernel
 from ..errors import FusionError
 from ..jit.build import Build
 from ..jit.codegen import Decisions, GeneratedBody, render
-from ..routing import public
+from ..launch.dispatch import Kernel
+from ..launch.routing import public
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
 from . import promotion

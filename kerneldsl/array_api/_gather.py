@@ -15,9 +15,9 @@ import numpy as np
 from ..array import ops
 from ..array.creation import asarray as upload
 from ..array.ndarray import DeviceArray
-from ..dispatch import kernel
 from ..dtypes import int64
 from ..jit.signature import In, Out, Scalar, cdiv
+from ..launch.dispatch import kernel
 from ..runtime.views import normalize_axis
 from ._manipulation import broadcast_to
 

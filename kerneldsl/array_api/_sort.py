@@ -23,9 +23,9 @@ import numpy as np
 from ..array import ops
 from ..array.creation import empty
 from ..array.ndarray import DeviceArray
-from ..dispatch import kernel
 from ..dtypes import int32, int64
 from ..jit.signature import In, InOut, Out, Scalar, cdiv
+from ..launch.dispatch import kernel
 from ..runtime.views import normalize_axis
 from ._creation import arange
 from ._gather import nonzero, take

@@ -33,7 +33,7 @@ from ..runtime.session import default_session
 if TYPE_CHECKING:
     from ..array.ndarray import DeviceArray
 from ..errors import BindingError, ShapeMismatchError
-from ..routing import RemoteArguments, find_remote, routed
+from ..launch.routing import RemoteArguments, find_remote, routed
 from ..runtime.handle import check_same_session
 from ..runtime.session import Session
 from .binding import GEMM_DEFAULT, OP_N, OP_T

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..array.ndarray import DeviceArray
 from ..array import ops
 from ..errors import ShapeMismatchError
-from ..routing import routed
+from ..launch.routing import routed
 from ..runtime import memory
 from ..runtime.session import Session
 from ..runtime.stream import Stream

@@ -29,7 +29,6 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..array.arraytype import as_array
 from ..array.ndarray import DeviceArray
-from ..dispatch import Kernel
 from ..errors import (
     BindingError,
     CallCancelledError,
@@ -42,6 +41,7 @@ from ..errors import (
     StickyCudaError,
 )
 from ..jit.signature import ArrayParam
+from ..launch.dispatch import Kernel
 from ..runtime.driver import pci_bus_id
 from ..runtime.session import Session, default_session
 from . import exports

@@ -42,7 +42,7 @@ from .launch_plan import LaunchPlan
 from .specialize import Specialization
 
 if TYPE_CHECKING:
-    from ..resources import Resources
+    from ..launch.resources import Resources
 
 log = logs.get("jit.build")
 
@@ -246,8 +246,8 @@ class Build:
     def resources(self, session: Any = None) -> Resources:
         """The driver's attributes of this image loaded in ``session`` (default: the default
         session): registers, static/const/local bytes, max threads per block, PTX and binary
-        versions, max dynamic shared bytes (``kerneldsl.resources.Resources``)."""
-        from ..resources import build_resources
+        versions, max dynamic shared bytes (``kerneldsl.launch.resources.Resources``)."""
+        from ..launch.resources import build_resources
 
         return build_resources(self, session)
 

@@ -436,7 +436,7 @@ def on_array_type(hook: Callable[[type[DeviceBuffer]], object]) -> None:
     hook(array_type)
 
 
-native_allocator_type: Any = None  # the C path's Allocator class, once kerneldsl.fastpath registers it
+native_allocator_type: Any = None  # the C path's Allocator class, once kerneldsl.launch.fastpath registers it
 
 
 def use_native_allocator(allocator_type: Any) -> None:

@@ -18,7 +18,7 @@ from ..jit.signature import ArrayParam, Signature
 from ..runtime.memory import ARRAY_TYPES
 
 if TYPE_CHECKING:
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
 ROUNDS = 3  # timed rounds per configuration; the fastest round's mean is its time
 MAX_REPS = 1000

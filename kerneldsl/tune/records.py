@@ -27,7 +27,7 @@ from ..jit.signature.spelling import NO_DEFAULT
 
 if TYPE_CHECKING:
     from ..cache import CacheEntryInfo, DiskCache
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
 KIND = "tuning"  # the "kind" and "output" of a record's key material
 

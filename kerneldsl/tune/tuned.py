@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
-from .. import fastpath, logs
+from .. import logs
 from ..errors import (
     AutotuneError,
     BindingError,
@@ -31,9 +31,10 @@ from ..errors import (
     StickyCudaError,
 )
 from ..jit.specialize import const_key
-from ..launch import planned_launch
+from ..launch import fastpath
+from ..launch.bound import planned_launch
+from ..launch.routing import is_remote
 from ..progress import Progress
-from ..routing import is_remote
 from ..runtime import nvtx
 from ..runtime.memory import ARRAY_TYPES
 from ..runtime.occupancy import function_attributes
@@ -48,7 +49,7 @@ from .measure import scratch, time_launches
 if TYPE_CHECKING:
     from typing_extensions import ParamSpec
 
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
     _P = ParamSpec("_P", default=...)
     _Q = ParamSpec("_Q")
@@ -343,7 +344,7 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
     def _time(self, c: Config, args: tuple[Any, ...], consts: dict[str, Any], session: Any) -> float:
         """Milliseconds per launch of ``c`` on ``args`` (the benchmark's), after refusing a
         configuration no SM can hold a block of (occupancy 0) before it launches."""
-        from ..resources import DeviceLimits, compute_occupancy
+        from ..launch.resources import DeviceLimits, compute_occupancy
 
         v = self.variants[c.identity]
         found = v.lookup(args, consts)
@@ -411,7 +412,7 @@ def autotune(
     ``tune_for=[{"n": 1 << 20, "T": np.float32}, ...]`` (every symbol and dtype variable; scalars
     optional) or functions returning a call's arguments: what ``kerneldsl tune MODULE`` tunes
     ahead of time."""
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
     if type(warmup) is not int or warmup < 1 or not rep_ms > 0:
         raise DeclarationError(

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from ...errors import FusionError
 from ...jit.build import Build
-from ...routing import public
+from ...launch.routing import public
 from ..elementwise import ElementwiseFunction
 from ..plan import PlanCache
 from ..program import ProgramBuilder, Traced

@@ -15,15 +15,15 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from .errors import BindingError
-from .launch import dim3, planned_launch
-from .runtime import occupancy as driver_occupancy
-from .runtime.occupancy import FunctionAttributes
+from ..errors import BindingError
+from ..runtime import occupancy as driver_occupancy
+from ..runtime.occupancy import FunctionAttributes
+from .bound import dim3, planned_launch
 
 if TYPE_CHECKING:
+    from ..jit.build import Build
+    from .bound import BoundLaunch
     from .dispatch import Kernel
-    from .jit.build import Build
-    from .launch import BoundLaunch
 
 __all__ = ["DeviceLimits", "KernelResources", "Occupancy", "SuggestedBlock", "build_resources", "compute_occupancy"]
 
@@ -168,7 +168,7 @@ def build_resources(build: Build, session: Any = None) -> Resources:
     """``build``'s attributes on ``session`` (default: the default session), its image loaded
     there once and the answer kept on the build."""
     if session is None:
-        from .runtime.session import default_session
+        from ..runtime.session import default_session
 
         session = default_session()
     found: Resources | None = build.resources_by_session.get(session.session_id)

@@ -17,24 +17,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dtypes import to_bfloat16_bits, to_complex
-from .errors import (
-    AliasingError,
-    BindingError,
-    ReadOnlyArrayError,
-    ShapeMismatchError,
-    WrongSessionError,
-)
+from ..dtypes import to_bfloat16_bits, to_complex
+from ..errors import AliasingError, BindingError, ReadOnlyArrayError, ShapeMismatchError, WrongSessionError
+from ..jit.launch_plan import launch_dims
+from ..jit.signature import ArrayParam, Signature
+from ..jit.specialize import ScalarCheck, check_scalar_value
+from ..runtime.limits import MAX_INDEX32_THREADS
+from ..runtime.staging import Region, staged_bytes
 from .fastpath import CLaunchSlot
-from .jit.launch_plan import launch_dims
-from .jit.signature import ArrayParam, Signature
-from .jit.specialize import ScalarCheck, check_scalar_value
-from .runtime.limits import MAX_INDEX32_THREADS
-from .runtime.staging import Region, staged_bytes
 
 if TYPE_CHECKING:
-    from .jit.build import Build
-    from .jit.specialize import Specialization
+    from ..jit.build import Build
+    from ..jit.specialize import Specialization
 
 
 def unusable_array(kernel: str, param: str, array: Any, session: Any) -> None:

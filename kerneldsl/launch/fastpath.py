@@ -21,18 +21,18 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import logs
-from .jit.launch_plan import LaunchPlan
-from .jit.signature import Expr
-from .runtime import memory
-from .runtime.limits import LAUNCH_LIMITS
-from .runtime.memory import ARRAY_TYPES, DeviceBuffer
-from .runtime.stream import Stream
+from .. import logs
+from ..jit.launch_plan import LaunchPlan
+from ..jit.signature import Expr
+from ..runtime import memory
+from ..runtime.limits import LAUNCH_LIMITS
+from ..runtime.memory import ARRAY_TYPES, DeviceBuffer
+from ..runtime.stream import Stream
 
 if TYPE_CHECKING:
-    from .launch import BoundLaunch
+    from .bound import BoundLaunch
 
-log = logs.get("fastpath")
+log = logs.get("launch.fastpath")
 
 
 def _compiled() -> ModuleType | None:

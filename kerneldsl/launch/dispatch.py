@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, Generic
 
 import numpy as np
 
-from . import fastpath
-from .dtypes import INT32_MAX
-from .errors import (
+from ..dtypes import INT32_MAX
+from ..errors import (
     BindingError,
     CudaError,
     DeclarationError,
@@ -32,12 +31,19 @@ from .errors import (
     NoDeviceError,
     WrongSessionError,
 )
-from .jit.compiler import check_options
-from .jit.device_code import NO_DEVICE_CODE, DeviceCode, DeviceFunction, declared
-from .jit.signature import ArrayParam, Dim, Signature, parse_signature
-from .jit.specialize import Specialization, bind, bind_declared, const_key, scalar_checks
-from .jit.target import resolve_arch
-from .launch import (
+from ..jit.compiler import check_options
+from ..jit.device_code import NO_DEVICE_CODE, DeviceCode, DeviceFunction, declared
+from ..jit.signature import ArrayParam, Dim, Signature, parse_signature
+from ..jit.specialize import Specialization, bind, bind_declared, const_key, scalar_checks
+from ..jit.target import resolve_arch
+from ..runtime import nvtx
+from ..runtime.foreign import adopt, is_foreign
+from ..runtime.memory import ARRAY_TYPES
+from ..runtime.session import default_session
+from ..runtime.session_launch import check_launch_dims
+from ..runtime.stream import Stream, check_stream
+from . import fastpath
+from .bound import (
     BoundLaunch,
     WideIndexNeeded,
     check_host_arguments,
@@ -48,21 +54,15 @@ from .launch import (
 )
 from .resources import KernelResources
 from .routing import find_remote, is_remote, route
-from .runtime import nvtx
-from .runtime.foreign import adopt, is_foreign
-from .runtime.memory import ARRAY_TYPES
-from .runtime.session import default_session
-from .runtime.session_launch import check_launch_dims
-from .runtime.stream import Stream, check_stream
 
 if TYPE_CHECKING:
     from typing import Concatenate, overload
 
     from typing_extensions import ParamSpec
 
-    from .distributed.handles import RemoteArray, RemoteFuture
-    from .jit.build import Build
-    from .jit.codegen import GeneratedBody
+    from ..distributed.handles import RemoteArray, RemoteFuture
+    from ..jit.build import Build
+    from ..jit.codegen import GeneratedBody
 
     _P = ParamSpec("_P", default=...)  # a bare ``Kernel`` is a kernel of any declaration
     _Q = ParamSpec("_Q")
@@ -152,7 +152,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         with lock:
             found = self._builds.get(key)
             if found is None:
-                from .jit.build import build
+                from ..jit.build import build
 
                 found = build(spec, self.body, self.options, output, code=self.code)
                 self._builds[key] = found
@@ -205,11 +205,11 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
 
     def explain(self, *args: Any, arch: str | None = None, **consts: Any) -> str:
         """Why these arguments would hit or miss the disk cache."""
-        from .cache import get_default_cache
-        from .jit.build import key_material
-        from .jit.codegen import plan_generation
-        from .jit.compiler import build_options
-        from .jit.headers import resolve
+        from ..cache import get_default_cache
+        from ..jit.build import key_material
+        from ..jit.codegen import plan_generation
+        from ..jit.compiler import build_options
+        from ..jit.headers import resolve
 
         spec = self.specialize(*args, arch=arch, **consts)
         planned = plan_generation(spec, self.body, self.code)
@@ -352,8 +352,8 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
 
     def _reload(self, spec: Specialization, session: Any) -> BoundLaunch:
         """A cached image the driver refused: compile afresh once and replace the cache entry."""
-        from .cache import get_default_cache
-        from .jit.build import build
+        from ..cache import get_default_cache
+        from ..jit.build import build
 
         output = session.gpu.output
         fresh = build(spec, self.body, self.options, output, use_disk=False, code=self.code)
