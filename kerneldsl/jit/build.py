@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import cache as disk_cache
 from .. import logs
@@ -25,6 +25,7 @@ from .._version import __version__
 from ..errors import InvalidCacheEntryError, KernelCompileError
 from ..runtime import nvtx
 from ..runtime.host_toolchain import HostCompileFailure
+from .attributes import Resources, image_resources
 from .codegen import Decisions, Generated, GenerationPlan, plan_generation, renderer_identity, template_digest
 from .compiler import (
     CompiledCode,
@@ -41,37 +42,21 @@ from .host_compile import HOST_OUTPUT, compile_host, host_identity, host_options
 from .launch_plan import LaunchPlan
 from .specialize import Specialization
 
-if TYPE_CHECKING:
-    from ..launch.resources import Resources
-
 log = logs.get("jit.build")
 
 COMPILED_BY = ("nvrtc", "c++")  # a build's origin when it was compiled: for the GPU, for the CPU device
 
-# Modules whose code decides what gets generated: changing them must change every key.
-_CODEGEN_MODULES = (
-    "signature/__init__.py",
-    "signature/dims.py",
-    "signature/parse.py",
-    "signature/spelling.py",
-    "specialize.py",
-    "launch_plan.py",
-    "codegen.py",
-    "compiler.py",
-    "device_code.py",
-    "headers.py",
-    "../dtypes.py",
-    "template_options.py",
-)
-
 
 @lru_cache(maxsize=1)
 def fingerprint() -> str:
-    """kerneldsl version plus a hash of the templates and the code-generating modules."""
+    """kerneldsl version plus a hash of the templates and the code that decides what is generated:
+    every module of this package (the compile pipeline, found, never listed) and the dtype table
+    it spells C types from. A change to any of them changes every key."""
     h = hashlib.sha256(template_digest().encode())
     here = Path(__file__).parent
-    for name in _CODEGEN_MODULES:
-        h.update((here / name).read_bytes())
+    for path in [*sorted(here.rglob("*.py")), here.parent / "dtypes.py"]:
+        h.update(path.relative_to(here.parent).as_posix().encode())
+        h.update(path.read_bytes())
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 
@@ -246,10 +231,8 @@ class Build:
     def resources(self, session: Any = None) -> Resources:
         """The driver's attributes of this image loaded in ``session`` (default: the default
         session): registers, static/const/local bytes, max threads per block, PTX and binary
-        versions, max dynamic shared bytes (``kerneldsl.launch.resources.Resources``)."""
-        from ..launch.resources import build_resources
-
-        return build_resources(self, session)
+        versions, max dynamic shared bytes (``kerneldsl.jit.attributes.Resources``)."""
+        return image_resources(self, session)
 
     @property
     def arch(self) -> str:

@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import BindingError
+from ..jit.attributes import Resources
 from ..runtime import occupancy as driver_occupancy
 from ..runtime.occupancy import FunctionAttributes
 from .bound import dim3, planned_launch
 
 if TYPE_CHECKING:
-    from ..jit.build import Build
     from .bound import BoundLaunch
     from .dispatch import Kernel
 
-__all__ = ["DeviceLimits", "KernelResources", "Occupancy", "SuggestedBlock", "build_resources", "compute_occupancy"]
+__all__ = ["DeviceLimits", "KernelResources", "Occupancy", "SuggestedBlock", "compute_occupancy"]
 
 _REGISTER_UNIT = 256  # registers are allocated to a warp in these units
 _SUB_PARTITIONS = 4  # an SM's register file is split between four schedulers
@@ -135,49 +135,6 @@ def _shared_limit(nbytes: int, limits: DeviceLimits) -> int:
         return 0
     per_block = _round_up(nbytes + limits.reserved_shared_per_block, _SHARED_UNIT)
     return limits.shared_per_sm // per_block if per_block else limits.blocks_per_sm
-
-
-@dataclass(frozen=True)
-class Resources:
-    """A build's function attributes as the driver reports them (``cuFuncGetAttribute``)."""
-
-    registers: int
-    shared_bytes: int  # static shared memory per block
-    const_bytes: int
-    local_bytes: int  # per thread: register spills and local arrays
-    max_threads_per_block: int
-    ptx_version: int  # e.g. 90 for PTX ISA 9.0
-    binary_version: int  # e.g. 90 for sm_90
-    max_dynamic_shared_bytes: int
-
-    @classmethod
-    def of(cls, attrs: FunctionAttributes) -> Resources:
-        return cls(
-            registers=attrs.registers,
-            shared_bytes=attrs.shared_bytes,
-            const_bytes=attrs.const_bytes,
-            local_bytes=attrs.local_bytes,
-            max_threads_per_block=attrs.max_threads,
-            ptx_version=attrs.ptx_version,
-            binary_version=attrs.binary_version,
-            max_dynamic_shared_bytes=attrs.max_dynamic_shared_bytes,
-        )
-
-
-def build_resources(build: Build, session: Any = None) -> Resources:
-    """``build``'s attributes on ``session`` (default: the default session), its image loaded
-    there once and the answer kept on the build."""
-    if session is None:
-        from ..runtime.session import default_session
-
-        session = default_session()
-    found: Resources | None = build.resources_by_session.get(session.session_id)
-    if found is None:
-        function = session.load_module(build.image).function(build.generated.entry)
-        found = build.resources_by_session[session.session_id] = Resources.of(
-            driver_occupancy.function_attributes(session, function)
-        )
-    return found
 
 
 def launch_occupancy(bound: BoundLaunch, threads: int, shared: int) -> Occupancy:
