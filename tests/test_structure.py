@@ -402,3 +402,66 @@ def test_the_cycle_check_names_a_runtime_module_on_a_loop_with_an_upper_one() ->
         "kerneldsl.runtime.memory <-> kerneldsl.array.ndarray",
         "kerneldsl.runtime.memory <-> kerneldsl.array.ops",
     ]
+
+
+# -- the floors: no folder imports one above it (issue 41) -----------------------------------------
+
+# Bottom to top: the foundation modules, the disk cache, the runtime (the driver door), the compile
+# pipeline, the Kernel and its launch paths, the array layer, cuBLAS, the front ends on top.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("_version", "errors", "dtypes", "logs", "progress", "installed"),
+    ("cache",),
+    ("runtime",),
+    ("jit",),
+    ("launch",),
+    ("array",),
+    ("blas",),
+    ("distributed", "tune"),
+    ("array_api",),
+    ("bench",),
+    ("cli",),
+)
+
+# The one import that runs upward: ``a @ b`` on a DeviceArray runs cuBLAS (kerneldsl[blas]), which
+# is made of the array layer; it goes once DeviceArray's surface sits above blas (issue 41).
+KNOWN_UPWARD = {
+    ("kerneldsl.array.engine", "kerneldsl.blas"),
+    ("kerneldsl.array.engine", "kerneldsl.blas.np_matmul"),
+}
+
+
+def _floor(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    (floor,) = [n for n, names in enumerate(FLOORS) if top in names] or [len(FLOORS)]  # the facade: above all
+    return floor
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for each import that points to a higher floor."""
+    return sorted(
+        f"{m} -> {t}" for m, ts in graph.items() for t in ts if _floor(t) > _floor(m) and (m, t) not in KNOWN_UPWARD
+    )
+
+
+def test_every_folder_and_top_level_module_has_a_floor() -> None:
+    tops = {
+        p.stem if p.is_file() else p.name
+        for p in PACKAGE.iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
+    assert tops - {"__init__"} == {name for names in FLOORS for name in names}
+
+
+def test_no_folder_imports_one_above_it() -> None:
+    """Every import that runs, at import time or lazily in a function, points to the importer's
+    floor or one below (annotations may name the remote handles above: ``kd.distributed``'s
+    types in the overloads of the calls they route)."""
+    graph = _import_graph(for_checkers=False)
+    assert ("kerneldsl.array.engine", "kerneldsl.blas.np_matmul") in {(m, t) for m, ts in graph.items() for t in ts}
+    assert _upward(graph) == []
+
+
+def test_the_floor_check_names_an_upward_import() -> None:
+    graph = {"kerneldsl.jit.build": {"kerneldsl.launch.resources", "kerneldsl.runtime.session"}}
+    assert _upward(graph) == ["kerneldsl.jit.build -> kerneldsl.launch.resources"]
