@@ -4,8 +4,9 @@ The folders read as the pipeline, each importing only those before it in this li
 owns everything that talks to the CUDA driver (and the CPU device); ``cache/`` the disk cache;
 ``jit/`` the compile pipeline (signature -> specialize -> codegen -> compiler -> build);
 ``launch/`` the ``Kernel`` object (``@kd.kernel``) and its launch paths, Python's and C's
-(``_fastlaunch.c``); ``array/`` the core that ``kd.ops``, ``@kd.elementwise``, ``kd.reduction``
-and ``@kd.fuse`` share; ``blas/``, ``tune/``, ``distributed/`` and ``array_api/`` on top.
+(``_fastlaunch.c``); ``array/`` the engine that ``kd.ops``, ``@kd.elementwise``, ``kd.reduction``
+and ``@kd.fuse`` share; ``blas/`` cuBLAS; ``device_array/`` ``kd.DeviceArray`` and its NumPy
+surface; ``tune/``, ``distributed/`` and ``array_api/`` on top.
 
 ``import kerneldsl`` imports nothing but this file: each public name is imported on first use
 (PEP 562), so a program pays for the parts it touches (a cold start is mostly imports).
@@ -21,8 +22,8 @@ from ._version import __version__
 # their last part: ``kd.ops`` is ``kerneldsl.array.ops``). Type checkers read __init__.pyi, which
 # tests/test_structure.py proves lists the same.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "": ("array_api", "blas", "cache", "distributed", "errors", "array.ops", "array.random"),
-    ".array.creation": (
+    "": ("array_api", "blas", "cache", "distributed", "errors", "array.ops", "device_array.random"),
+    ".device_array.creation": (
         "arange",
         "asarray",
         "empty",
@@ -36,11 +37,19 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     ".array.elementwise": ("elementwise",),
     ".array.fusion": ("fuse",),
-    ".array.manipulation": ("broadcast_to", "concatenate", "expand_dims", "flip", "moveaxis", "squeeze", "stack"),
-    ".array.ndarray": ("DeviceArray",),
+    ".device_array.manipulation": (
+        "broadcast_to",
+        "concatenate",
+        "expand_dims",
+        "flip",
+        "moveaxis",
+        "squeeze",
+        "stack",
+    ),
+    ".device_array.ndarray": ("DeviceArray",),
     ".array.reduction": ("reduction",),
     ".array.scan": ("scan",),
-    ".array.sessions": ("Session", "default_session"),
+    ".device_array.sessions": ("Session", "default_session"),
     ".blas.np_matmul": ("matmul",),
     ".jit.device_code": ("DeviceFunction", "device_function"),
     ".launch.dispatch": ("Kernel", "kernel"),
@@ -93,7 +102,7 @@ def __getattr__(name: str) -> object:
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if (home or name) not in _MAKE_NO_ARRAYS:
-        importlib.import_module(".array.ndarray", __name__)
+        importlib.import_module(".device_array.ndarray", __name__)
     module = importlib.import_module(home or _MODULES[name], __name__)
     value = module if not home else getattr(module, name)
     globals()[name] = value

@@ -205,7 +205,7 @@ def test_reduction_templates_are_one_a_stage_with_the_accumulator_chosen_in_pyth
 
 # -- the runtime imports nothing above it (issue 19 item 1) ----------------------------------------
 
-_ABOVE_THE_RUNTIME = ("kerneldsl.array", "kerneldsl.blas", "kerneldsl.distributed")
+_ABOVE_THE_RUNTIME = ("kerneldsl.array", "kerneldsl.blas", "kerneldsl.device_array", "kerneldsl.distributed")
 
 
 def _module_name(path: Path) -> str:
@@ -278,15 +278,15 @@ def test_the_upward_import_check_names_each_import_of_a_layer_above() -> None:
         "from typing import TYPE_CHECKING\n"
         "from ..errors import ClosedError\n"
         "if TYPE_CHECKING:\n"
-        "    from ..array.ndarray import DeviceArray\n"
+        "    from ..device_array.ndarray import DeviceArray\n"
         "def f():\n"
         "    from ..array import ops\n"
         "    import kerneldsl.blas\n"
         "    return importlib.import_module('kerneldsl.distributed')\n"
     )
     assert _upward_imports(offender, "runtime/offender.py", "kerneldsl.runtime.offender") == [
-        "runtime/offender.py:4 imports kerneldsl.array.ndarray",
-        "runtime/offender.py:4 imports kerneldsl.array.ndarray.DeviceArray",
+        "runtime/offender.py:4 imports kerneldsl.device_array.ndarray",
+        "runtime/offender.py:4 imports kerneldsl.device_array.ndarray.DeviceArray",
         "runtime/offender.py:6 imports kerneldsl.array",
         "runtime/offender.py:6 imports kerneldsl.array.ops",
         "runtime/offender.py:7 imports kerneldsl.blas",
@@ -335,8 +335,8 @@ def test_no_import_cycle_runs_through_the_runtime_and_a_layer_outside_it() -> No
     imports it back (cycles among the runtime's own modules, annotations naming each other, stay
     inside it)."""
     graph = _import_graph()
-    assert "kerneldsl.array.ndarray" in graph["kerneldsl.array.sessions"]  # the graph sees what it must
-    assert "kerneldsl.runtime.memory" in graph["kerneldsl.array.ndarray"]
+    assert "kerneldsl.device_array.ndarray" in graph["kerneldsl.device_array.sessions"]  # the graph sees what it must
+    assert "kerneldsl.runtime.memory" in graph["kerneldsl.device_array.ndarray"]
     assert _cycles_leaving_the_runtime(graph) == []
 
 
@@ -347,7 +347,7 @@ def _modules_on_cycles(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_import_that_runs_closes_a_loop_anywhere_in_the_package() -> None:
     """Every import that runs, at import time or lazily in a function, points down the house:
-    ``DeviceArray`` calls the engine and cuBLAS (through ``array.engine``), which know it through
+    ``DeviceArray`` calls the engine and cuBLAS (through ``array.engine``, ``products``), which know it through
     the runtime's registration (``array.arraytype``); only annotations (TYPE_CHECKING) may name a
     module above."""
     graph = _import_graph(for_checkers=False)
@@ -355,7 +355,7 @@ def test_no_import_that_runs_closes_a_loop_anywhere_in_the_package() -> None:
     assert _modules_on_cycles(graph) == []
 
 
-_ARRAY_AND_ABOVE = ("kerneldsl.array", "kerneldsl.blas")
+_ARRAY_AND_ABOVE = ("kerneldsl.array", "kerneldsl.blas", "kerneldsl.device_array")
 
 
 def _lazy_array_imports(path: Path) -> list[str]:
@@ -374,40 +374,44 @@ def _lazy_array_imports(path: Path) -> list[str]:
 
 def test_the_array_layer_imports_on_first_use_through_one_door() -> None:
     """``DeviceArray``'s surface reaches the op table, the dtype variants and cuBLAS through
-    ``array/engine.py`` (imported on first use, so that declaring a kernel stays cheap); no
-    other module of the array layer hand-rolls a lazy import of it."""
-    found = [hit for path in sorted((PACKAGE / "array").rglob("*.py")) for hit in _lazy_array_imports(path)]
-    assert found and all(hit.startswith("array/engine.py:") for hit in found), found
+    ``array/engine.py`` (imported on first use, so that declaring a kernel stays cheap) and
+    cuBLAS through ``DeviceArray``'s ``products()`` (the kerneldsl[blas] extra); no other module of
+    the array layers hand-rolls a lazy import of them."""
+    paths = sorted([*(PACKAGE / "array").rglob("*.py"), *(PACKAGE / "device_array").rglob("*.py")])
+    found = [hit for path in paths for hit in _lazy_array_imports(path)]
+    doors = {"array/engine.py", "device_array/ndarray.py"}
+    assert found and {hit.partition(":")[0] for hit in found} == doors, found
 
 
 def test_the_loop_check_names_the_modules_on_a_lazy_loop() -> None:
     graph = {
-        "kerneldsl.array.ndarray": {"kerneldsl.array.ops"},
+        "kerneldsl.device_array.ndarray": {"kerneldsl.array.ops"},
         "kerneldsl.array.ops": {"kerneldsl.array.elementwise"},
-        "kerneldsl.array.elementwise": {"kerneldsl.array.ndarray", "kerneldsl.runtime.memory"},
+        "kerneldsl.array.elementwise": {"kerneldsl.device_array.ndarray", "kerneldsl.runtime.memory"},
         "kerneldsl.runtime.memory": set(),
     }
-    on_cycles = ["kerneldsl.array.elementwise", "kerneldsl.array.ndarray", "kerneldsl.array.ops"]
+    on_cycles = ["kerneldsl.array.elementwise", "kerneldsl.array.ops", "kerneldsl.device_array.ndarray"]
     assert _modules_on_cycles(graph) == on_cycles
 
 
 def test_the_cycle_check_names_a_runtime_module_on_a_loop_with_an_upper_one() -> None:
     graph = {
         "kerneldsl.runtime.memory": {"kerneldsl.array.ops"},
-        "kerneldsl.array.ops": {"kerneldsl.array.ndarray"},
-        "kerneldsl.array.ndarray": {"kerneldsl.runtime.memory"},
+        "kerneldsl.array.ops": {"kerneldsl.device_array.ndarray"},
+        "kerneldsl.device_array.ndarray": {"kerneldsl.runtime.memory"},
         "kerneldsl.runtime.session": {"kerneldsl.runtime.memory"},
     }
     assert _cycles_leaving_the_runtime(graph) == [
-        "kerneldsl.runtime.memory <-> kerneldsl.array.ndarray",
         "kerneldsl.runtime.memory <-> kerneldsl.array.ops",
+        "kerneldsl.runtime.memory <-> kerneldsl.device_array.ndarray",
     ]
 
 
 # -- the floors: no folder imports one above it (issue 41) -----------------------------------------
 
 # Bottom to top: the foundation modules, the disk cache, the runtime (the driver door), the compile
-# pipeline, the Kernel and its launch paths, the array layer, cuBLAS, the front ends on top.
+# pipeline, the Kernel and its launch paths, the array engine, cuBLAS, kd.DeviceArray's surface,
+# the front ends on top.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("_version", "errors", "dtypes", "logs", "progress", "installed"),
     ("cache",),
@@ -416,18 +420,12 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("launch",),
     ("array",),
     ("blas",),
+    ("device_array",),
     ("distributed", "tune"),
     ("array_api",),
     ("bench",),
     ("cli",),
 )
-
-# The one import that runs upward: ``a @ b`` on a DeviceArray runs cuBLAS (kerneldsl[blas]), which
-# is made of the array layer; it goes once DeviceArray's surface sits above blas (issue 41).
-KNOWN_UPWARD = {
-    ("kerneldsl.array.engine", "kerneldsl.blas"),
-    ("kerneldsl.array.engine", "kerneldsl.blas.np_matmul"),
-}
 
 
 def _floor(module: str) -> int:
@@ -439,18 +437,12 @@ def _floor(module: str) -> int:
 
 def _upward(graph: dict[str, set[str]]) -> list[str]:
     """``importer -> imported`` for each import that points to a higher floor."""
-    return sorted(
-        f"{m} -> {t}" for m, ts in graph.items() for t in ts if _floor(t) > _floor(m) and (m, t) not in KNOWN_UPWARD
-    )
+    return sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts if _floor(t) > _floor(m))
 
 
 def test_every_folder_and_top_level_module_has_a_floor() -> None:
-    tops = {
-        p.stem if p.is_file() else p.name
-        for p in PACKAGE.iterdir()
-        if p.suffix == ".py" or (p / "__init__.py").exists()
-    }
-    assert tops - {"__init__"} == {name for names in FLOORS for name in names}
+    modules = {p.stem for p in PACKAGE.glob("*.py")} | {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert modules - {"__init__"} == {name for names in FLOORS for name in names}
 
 
 def test_no_folder_imports_one_above_it() -> None:
@@ -458,7 +450,9 @@ def test_no_folder_imports_one_above_it() -> None:
     floor or one below (annotations may name the remote handles above: ``kd.distributed``'s
     types in the overloads of the calls they route)."""
     graph = _import_graph(for_checkers=False)
-    assert ("kerneldsl.array.engine", "kerneldsl.blas.np_matmul") in {(m, t) for m, ts in graph.items() for t in ts}
+    assert ("kerneldsl.device_array.ndarray", "kerneldsl.blas.np_matmul") in {
+        (m, t) for m, ts in graph.items() for t in ts
+    }
     assert _upward(graph) == []
 
 

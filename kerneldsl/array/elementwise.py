@@ -51,9 +51,9 @@ from ..runtime.memory import DeviceBuffer
 from . import promotion
 
 if TYPE_CHECKING:
+    from ..device_array.ndarray import DeviceArray
     from ..distributed.handles import RemoteArray
     from ..runtime.stream import Stream
-    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
     from .program import Traced
 from .kernels import (

@@ -1,11 +1,12 @@
-"""The one door from ``kd.DeviceArray``'s Python surface (``ndarray``, ``operators``,
-``methods``, ``complex_parts``) to what it calls: the op table, NumPy's array-method dtype rules
-and cuBLAS's products, each imported on the first call that needs it and then kept.
+"""The door from ``kd.DeviceArray``'s Python surface (``kerneldsl.device_array``: the operators,
+the reduction methods, the complex parts) and the ``operators`` mixin to the array engine: the op
+table and NumPy's array-method dtype rules, each imported on the first call that needs it and
+then kept.
 
 Why a door and not import statements: every public ``kd`` name imports DeviceArray first (it
 registers the class with the runtime), and declaring a kernel must import no build pipeline
-(``tests/test_cold_start.py``), which the op table's kernels are made with; the products need
-the ``kerneldsl[blas]`` extra. Nothing the door opens imports the surface back.
+(``tests/test_cold_start.py``), which the op table's kernels are made with. Nothing the door
+opens imports the surface back.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from types import ModuleType
 
 _ops: ModuleType | None = None
 _dtype_variants: ModuleType | None = None
-_products: ModuleType | None = None
 
 
 def ops() -> ModuleType:
@@ -35,13 +35,3 @@ def dtype_variants() -> ModuleType:
 
         _dtype_variants = variants
     return _dtype_variants
-
-
-def products() -> ModuleType:
-    """``kerneldsl.blas.np_matmul``, what ``@`` runs (the kerneldsl[blas] extra)."""
-    global _products
-    if _products is None:
-        from ..blas import np_matmul
-
-        _products = np_matmul
-    return _products

@@ -41,8 +41,8 @@ from .scan import cumprod as cumprod
 from .scan import cumsum as cumsum
 
 if TYPE_CHECKING:
+    from ..device_array.ndarray import DeviceArray
     from ..distributed.handles import RemoteArray
-    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand
 
 _IPOW = (

@@ -21,7 +21,7 @@ from ..runtime.memory import DeviceBuffer
 from . import promotion
 
 if TYPE_CHECKING:
-    from .ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 from .program import SCALAR_TYPES
 
 

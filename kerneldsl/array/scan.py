@@ -45,8 +45,8 @@ from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, overlaps_out, wa
 from .scratch import SCRATCH
 
 if TYPE_CHECKING:
+    from ..device_array.ndarray import DeviceArray
     from ..distributed.handles import RemoteArray
-    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each

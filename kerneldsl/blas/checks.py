@@ -14,7 +14,7 @@ from ..array.arraytype import as_array
 from ..runtime import memory
 
 if TYPE_CHECKING:
-    from ..array.ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 from ..dtypes import ELEMENT_TYPES, INT32_MAX, add_bfloat16
 from ..errors import AliasingError, BindingError, ShapeMismatchError, StridedArrayError
 from ..launch.routing import RemoteArguments, is_remote

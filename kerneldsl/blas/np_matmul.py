@@ -31,7 +31,7 @@ from ..runtime import memory
 from ..runtime.session import default_session
 
 if TYPE_CHECKING:
-    from ..array.ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 from ..errors import BindingError, ShapeMismatchError
 from ..launch.routing import RemoteArguments, find_remote, routed
 from ..runtime.handle import check_same_session

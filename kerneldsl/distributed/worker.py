@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..array.arraytype import as_array
-from ..array.ndarray import DeviceArray
+from ..device_array.ndarray import DeviceArray
 from ..errors import (
     BindingError,
     CallCancelledError,

@@ -21,8 +21,8 @@ from .strategy import Step, planning_multiprocessors
 from .warm import WarmLaunches, WarmSlot, warm_key
 
 if TYPE_CHECKING:
+    from ...device_array.ndarray import DeviceArray
     from ...distributed.handles import RemoteArray
-    from ..ndarray import DeviceArray
     from ..operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
 
 

@@ -21,13 +21,13 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
+from ..array.kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from ..errors import BindingError
 from ..jit.codegen import Decisions, GeneratedBody, render
 from ..jit.signature import cdiv
 from ..launch.dispatch import Kernel
 from ..runtime.session import Session
 from .creation import empty
-from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .ndarray import DeviceArray
 
 __all__ = ["Generator", "integers", "normal", "uniform"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from .engine import ops
+from ..array.engine import ops
 
 if TYPE_CHECKING:
     from .ndarray import DeviceArray

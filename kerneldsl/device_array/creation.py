@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from ..array.arraytype import as_array
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.session import Session, default_session
-from .arraytype import as_array
 from .ndarray import DeviceArray
 
 

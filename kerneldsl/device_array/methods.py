@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from .engine import dtype_variants, ops
+from ..array.engine import dtype_variants, ops
 
 if TYPE_CHECKING:
     from .ndarray import DeviceArray

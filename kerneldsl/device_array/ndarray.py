@@ -14,18 +14,19 @@ arrays at the DeviceBuffer's slot offsets.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from ..array.arraytype import as_array
+from ..array.engine import ops
+from ..array.operators import InPlaceOperators, Operators
 from ..runtime import memory
 from ..runtime.memory import DeviceBuffer
 from ..runtime.transfers import Transfers
-from .arraytype import as_array
 from .complex_parts import ComplexParts
-from .engine import ops, products
 from .methods import ReductionMethods
-from .operators import InPlaceOperators, Operators
 from .protocol import ArrayProtocol
 
 
@@ -119,6 +120,20 @@ class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, A
     def __imatmul__(self, other: DeviceArray | np.ndarray) -> DeviceArray:
         """``a @= b``: NumPy's in-place matmul (the product, through a temporary, written into ``a``)."""
         return products().matmul(self, other, out=self)  # type: ignore[no-any-return]
+
+
+_products: ModuleType | None = None
+
+
+def products() -> ModuleType:
+    """``kerneldsl.blas.np_matmul``, what ``@`` runs: imported on the first ``@`` (it needs the
+    kerneldsl[blas] extra), then kept, as an operator's import would cost a lookup."""
+    global _products
+    if _products is None:
+        from ..blas import np_matmul
+
+        _products = np_matmul
+    return _products
 
 
 memory.use_array_type(DeviceArray)

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from ..array import ops, promotion
 from ..errors import WrongSessionError
 from ..runtime.views import normalize_axis
-from . import ops, promotion
 from .creation import asarray
 from .ndarray import DeviceArray
 
