@@ -8,7 +8,10 @@ through the runtime's registration, ``arraytype``).
 - ``placement``: where a call runs (host or which session), adopting foreign arrays, ``out=`` rules;
 - ``plan``: one compiled program for one argument specialization, and the bounded plan cache;
 - ``kernels``: programs turned into ``kerneldsl.launch.dispatch.Kernel`` objects (parameters, cache);
-- ``elementwise``, ``reduction``, ``fusion``: the three kinds of callables built on them.
+- ``elementwise``, ``reduction``, ``fusion``: the three kinds of callables built on them;
+- ``operators``: Python's operators as op-table rows, written once for DeviceArray and the fuse
+  tracer; ``engine`` the door through which they reach the op table on first use;
+- ``promotion``: NumPy 2's dtype rules, which every op and reduction follows.
 
 Every kernel made here is an ordinary ``Kernel``: same binding, NVRTC, disk cache, adapter and
 C launch path as ``@kd.kernel``.
