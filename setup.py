@@ -4,7 +4,7 @@
   kerneldsl.templates;
 - the optional C launch path (kerneldsl/_fastlaunch.c): without a C compiler the package installs
   and runs in pure Python;
-- the Jinja templates compiled into their code cache (kerneldsl/template_cache.py) inside the built
+- the Jinja templates compiled into their code cache (kerneldsl/jit/template_cache.py) inside the built
   package, or inside the checkout for an editable install or an in-place build
   (``setup.py build_ext --inplace``), so that rendering parses no template.
 """
@@ -52,10 +52,12 @@ def _compile_templates(templates: str) -> None:
 
 
 def _load_by_path(name: str) -> ModuleType:
-    """kerneldsl/<name>.py by its path: an isolated build cannot import the package it is building
+    """kerneldsl/jit/<name>.py by its path: an isolated build cannot import the package it is building
     (its dependencies are not installed there); these modules import only Jinja and the standard
     library."""
-    spec = importlib.util.spec_from_file_location(f"_kerneldsl_{name}", os.path.join(ROOT, "kerneldsl", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(
+        f"_kerneldsl_{name}", os.path.join(ROOT, "kerneldsl", "jit", f"{name}.py")
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -13,7 +13,7 @@ from typing import NewType, TypeVar
 import numpy as np
 
 import kerneldsl as kd
-from kerneldsl.build import Build
+from kerneldsl.jit.build import Build
 
 T = TypeVar("T")  # a dtype variable: bound per call, typedef'd in the CUDA source
 n = NewType("n", int)  # a shape symbol: unified across parameters, an index_t in the kernel

@@ -1,9 +1,12 @@
 """kerneldsl: declarative, specialized, cached CUDA kernels with a persistent GPU runtime.
 
-The pipeline, one module per stage: signature -> specialize -> codegen -> compiler -> cache
--> build -> launch -> dispatch (``@kd.kernel``), with ``runtime/`` owning everything that talks
-to the CUDA driver, ``fastpath`` the C launch path, and ``array/`` the core that ``kd.ops``,
-``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share.
+The folders read as the pipeline, each importing only those before it in this list: ``runtime/``
+owns everything that talks to the CUDA driver (and the CPU device); ``cache/`` the disk cache;
+``jit/`` the compile pipeline (signature -> specialize -> codegen -> compiler -> build);
+``launch/`` the ``Kernel`` object (``@kd.kernel``) and its launch paths, Python's and C's
+(``_fastlaunch.c``); ``array/`` the engine that ``kd.ops``, ``@kd.elementwise``, ``kd.reduction``
+and ``@kd.fuse`` share; ``blas/`` cuBLAS; ``device_array/`` ``kd.DeviceArray`` and its NumPy
+surface; ``tune/``, ``distributed/`` and ``array_api/`` on top.
 
 ``import kerneldsl`` imports nothing but this file: each public name is imported on first use
 (PEP 562), so a program pays for the parts it touches (a cold start is mostly imports).
@@ -16,10 +19,11 @@ import importlib
 from ._version import __version__
 
 # The public API, written once: home module -> the names it defines ("" lists modules named by
-# themselves). Type checkers read __init__.pyi, which tests/test_structure.py proves lists the same.
+# their last part: ``kd.ops`` is ``kerneldsl.array.ops``). Type checkers read __init__.pyi, which
+# tests/test_structure.py proves lists the same.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "": ("array_api", "blas", "cache", "distributed", "errors", "ops", "random", "torch"),
-    ".array.creation": (
+    "": ("array_api", "blas", "cache", "distributed", "errors", "array.ops", "device_array.random", "torch"),
+    ".device_array.creation": (
         "arange",
         "asarray",
         "empty",
@@ -33,14 +37,22 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ),
     ".array.elementwise": ("elementwise",),
     ".array.fusion": ("fuse",),
-    ".array.manipulation": ("broadcast_to", "concatenate", "expand_dims", "flip", "moveaxis", "squeeze", "stack"),
-    ".array.ndarray": ("DeviceArray",),
+    ".device_array.manipulation": (
+        "broadcast_to",
+        "concatenate",
+        "expand_dims",
+        "flip",
+        "moveaxis",
+        "squeeze",
+        "stack",
+    ),
+    ".device_array.ndarray": ("DeviceArray",),
     ".array.reduction": ("reduction",),
     ".array.scan": ("scan",),
-    ".array.sessions": ("Session", "default_session"),
+    ".device_array.sessions": ("Session", "default_session"),
     ".blas.np_matmul": ("matmul",),
-    ".device_code": ("DeviceFunction", "device_function"),
-    ".dispatch": ("Kernel", "kernel"),
+    ".jit.device_code": ("DeviceFunction", "device_function"),
+    ".launch.dispatch": ("Kernel", "kernel"),
     ".dtypes": (
         "bool_",
         "complex64",
@@ -60,23 +72,24 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     ".runtime": ("Event", "PinnedArray", "Stream", "reset_device"),
     ".runtime.nvtx": ("profile",),
     ".runtime.selection": ("devices", "is_available"),
-    ".signature": ("Const", "In", "InOut", "Out", "Scalar", "cdiv", "dmax", "dmin", "sym"),
-    ".target": ("resolve_arch",),
+    ".jit.signature": ("Const", "In", "InOut", "Out", "Scalar", "cdiv", "dmax", "dmin", "sym"),
+    ".jit.target": ("resolve_arch",),
     ".tune": ("Autotuned", "autotune"),
 }
 
-# public name -> the module that defines it
-_HOMES = {name: home for home, names in _PUBLIC.items() for name in names}
+# public name -> the module that defines it ("" for a module), and a public module -> its path
+_HOMES = {name.rpartition(".")[2]: home for home, names in _PUBLIC.items() for name in names}
+_MODULES = {path.rpartition(".")[2]: f".{path}" for path in _PUBLIC[""]}
 
 # names that make no arrays; every other name imports the array class first, so that it
 # registers DeviceArray with the runtime and every array made from then on has operators
 _MAKE_NO_ARRAYS = {
-    ".device_code",
+    ".jit.device_code",
     ".dtypes",
     ".runtime.nvtx",
     ".runtime.selection",
-    ".signature",
-    ".target",
+    ".jit.signature",
+    ".jit.target",
     "cache",
     "errors",
 }
@@ -89,8 +102,8 @@ def __getattr__(name: str) -> object:
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if (home or name) not in _MAKE_NO_ARRAYS:
-        importlib.import_module(".array.ndarray", __name__)
-    module = importlib.import_module(home or f".{name}", __name__)
+        importlib.import_module(".device_array.ndarray", __name__)
+    module = importlib.import_module(home or _MODULES[name], __name__)
     value = module if not home else getattr(module, name)
     globals()[name] = value
     return value

@@ -23,18 +23,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from . import __version__, fastpath
+from . import __version__
 from .bench import BENCHMARKS, plot
 from .bench.report import markdown as results_page
-from .build import fingerprint
 from .cache import DiskCache, default_cache_dir, get_default_cache
-from .compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
-from .dispatch import Kernel
 from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
+from .jit.build import fingerprint
+from .jit.compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
+from .jit.target import ARCH_ENV, device_arch, resolve_arch
+from .launch import fastpath
+from .launch.dispatch import Kernel
 from .progress import Progress
 from .runtime import driver
 from .runtime.host_toolchain import host_compiler, shim_dir
-from .target import ARCH_ENV, device_arch, resolve_arch
 
 _PACKAGES = ("cuda-bindings", "cuda-core", "numpy")
 _NO_DRIVER = f"no CUDA driver found: kernels can be compiled (set {ARCH_ENV} or pass --arch), not launched on a GPU"

@@ -37,7 +37,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     """Say which launch path the run exercises: without the compiled module its tests skip."""
-    from kerneldsl import fastpath
+    from kerneldsl.launch import fastpath
 
     return f"kerneldsl C launch path: {fastpath.status()}"
 

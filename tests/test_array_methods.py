@@ -14,7 +14,7 @@ from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import ops
-from kerneldsl.array.reduction import dtype_variants
+from kerneldsl.array import dtype_variants
 from kerneldsl.errors import ArrayScalarError, ArraySizeError, ViewError
 
 REDUCTIONS = ["sum", "prod", "min", "max", "mean", "std", "var", "any", "all"]

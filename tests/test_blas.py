@@ -21,9 +21,9 @@ from conftest import in_threads
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import blas, fastpath
-from kerneldsl.array.ndarray import DeviceArray
+from kerneldsl import blas
 from kerneldsl.blas import binding, lt_config
+from kerneldsl.device_array.ndarray import DeviceArray
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -37,6 +37,7 @@ from kerneldsl.errors import (
     StridedArrayError,
     WrongSessionError,
 )
+from kerneldsl.launch import fastpath
 from kerneldsl.runtime import Session
 
 GEMM_DTYPES = [np.float16, np.float32, np.float64] + ([BF16] if BF16 is not None else [])

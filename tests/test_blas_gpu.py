@@ -18,11 +18,12 @@ import pytest
 from conftest import in_threads
 
 import kerneldsl as kd
-from kerneldsl import blas, fastpath
+from kerneldsl import blas
 from kerneldsl.blas import lt_config
 from kerneldsl.blas.checks import GEMM_TYPES
 from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
 from kerneldsl.errors import BlasError, ClosedError
+from kerneldsl.launch import fastpath
 from kerneldsl.runtime import Session, default_session
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not blas.available(), reason="kerneldsl[blas] is not installed")]

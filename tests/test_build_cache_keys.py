@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-import kerneldsl.build
-import kerneldsl.codegen
-from kerneldsl.build import SOURCE_OUTPUT, fingerprint, key_material
+import kerneldsl.jit.build
+import kerneldsl.jit.codegen
 from kerneldsl.cache import cache_key
-from kerneldsl.codegen import generate
-from kerneldsl.compiler import build_options
-from kerneldsl.specialize import Specialization, bind_declared
+from kerneldsl.jit.build import SOURCE_OUTPUT, fingerprint, key_material
+from kerneldsl.jit.codegen import generate
+from kerneldsl.jit.compiler import build_options
+from kerneldsl.jit.specialize import Specialization, bind_declared
 
 REPO = Path(__file__).resolve().parents[1]
 THIS_FILE = str(Path(__file__).resolve())
@@ -45,13 +45,13 @@ if __name__ == "__main__":
     import hashlib, sys
     mode = sys.argv[1]
     if mode == "forbid-nvrtc":
-        import kerneldsl.build, kerneldsl.compiler
+        import kerneldsl.jit.build, kerneldsl.jit.compiler
 
         def refuse(*args, **kwargs):
             raise RuntimeError("NVRTC called")
 
-        kerneldsl.compiler.compile_source = refuse
-        kerneldsl.build.compile_source = refuse
+        kerneldsl.jit.compiler.compile_source = refuse
+        kerneldsl.jit.build.compile_source = refuse
     b = axpb.compile(T=np.float32, arch="sm_90")
     print("key", b.cache_key)
     print("origin", b.origin)
@@ -182,17 +182,17 @@ def test_key_changes_with_where_the_body_is_spelled() -> None:
 
 
 def _clear_template_caches() -> None:
-    kerneldsl.codegen._environment.cache_clear()
-    kerneldsl.codegen.template_digest.cache_clear()
-    kerneldsl.build.fingerprint.cache_clear()
+    kerneldsl.jit.codegen._environment.cache_clear()
+    kerneldsl.jit.codegen.template_digest.cache_clear()
+    kerneldsl.jit.build.fingerprint.cache_clear()
 
 
 @pytest.fixture
 def template_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     """Point code generation at an editable copy of the templates; call the result after editing."""
     copy = tmp_path / "templates"
-    shutil.copytree(kerneldsl.codegen.templates_dir(), copy)
-    monkeypatch.setattr(kerneldsl.codegen, "templates_dir", lambda: copy)
+    shutil.copytree(kerneldsl.jit.codegen.templates_dir(), copy)
+    monkeypatch.setattr(kerneldsl.jit.codegen, "templates_dir", lambda: copy)
     _clear_template_caches()
     yield copy
     monkeypatch.undo()
@@ -201,7 +201,7 @@ def template_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def test_template_digest_hashes_names_and_contents_of_every_template(template_copy: Path) -> None:
     original = REPO / "templates"
-    assert kerneldsl.codegen.template_digest() == _digest_of(original)
+    assert kerneldsl.jit.codegen.template_digest() == _digest_of(original)
 
 
 def _digest_of(directory: Path) -> str:
@@ -243,11 +243,24 @@ def test_fingerprint_is_cached_until_cleared(template_copy: Path) -> None:
     assert fingerprint() != first
 
 
-def test_every_module_of_the_signature_package_is_in_the_fingerprint() -> None:
-    """A change to any part of a declaration's rules must change every key."""
-    package = Path(kerneldsl.build.__file__).parent
-    modules = {str(p.relative_to(package)) for p in (package / "signature").glob("*.py")}
-    assert modules and modules <= set(kerneldsl.build._CODEGEN_MODULES)
+_JIT = Path(kerneldsl.jit.build.__file__).parent
+
+
+@pytest.mark.parametrize("module", sorted(str(p.relative_to(_JIT)) for p in _JIT.rglob("*.py")))
+def test_a_change_to_any_module_of_the_compile_pipeline_changes_the_fingerprint(
+    module: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change to any part of a declaration's rules or of code generation must change every key
+    (the modules are found, never listed: a new one counts at once)."""
+    changed, read = _JIT / module, Path.read_bytes
+    _clear_template_caches()
+    before = fingerprint()
+    monkeypatch.setattr(Path, "read_bytes", lambda path: read(path) + (b"# changed\n" if path == changed else b""))
+    _clear_template_caches()
+    after = fingerprint()
+    monkeypatch.undo()
+    _clear_template_caches()
+    assert after != before
 
 
 # --- nothing unstable in the material -------------------------------------------------------------------------
@@ -312,7 +325,7 @@ def test_redeclared_kernel_hits_the_disk_cache_in_process(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("NVRTC must not be reached")
 
-    monkeypatch.setattr(kerneldsl.build, "compile_source", refuse)
+    monkeypatch.setattr(kerneldsl.jit.build, "compile_source", refuse)
     again = load_script(script).axpb.compile(T=np.float64, arch="sm_80")
     assert again is not first
     assert again.origin == "disk"
@@ -378,7 +391,7 @@ def test_explain_names_the_constant_dtype_and_index_width_that_changed(tmp_path:
 @pytest.fixture
 def fake_nvrtc(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A stand-in compiler recording what it compiled."""
-    from kerneldsl.compiler import CompiledCode
+    from kerneldsl.jit.compiler import CompiledCode
 
     compiled: list[str] = []
 
@@ -386,12 +399,12 @@ def fake_nvrtc(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> list[st
         compiled.append(name)
         return CompiledCode(b"\x7fELF image of " + source.encode(), output, "", 8, 0, 0)
 
-    monkeypatch.setattr(kerneldsl.build, "compile_source", fake_compile)
+    monkeypatch.setattr(kerneldsl.jit.build, "compile_source", fake_compile)
     return compiled
 
 
-def build_scaled() -> kerneldsl.build.Build:
-    return kerneldsl.build.build(spec_of(), scaled.body, ())
+def build_scaled() -> kerneldsl.jit.build.Build:
+    return kerneldsl.jit.build.build(spec_of(), scaled.body, ())
 
 
 def _image_entry(meta: object, image: bytes = b"\x7fELF cubin") -> bytes:
@@ -435,7 +448,7 @@ def test_a_substituted_image_without_the_seal_is_compiled_again_never_loaded(fak
     import diskcache
 
     from kerneldsl.cache import get_default_cache, seal
-    from kerneldsl.compiler import CompiledCode
+    from kerneldsl.jit.compiler import CompiledCode
 
     first = build_scaled()
     mallory = CompiledCode(b"MALLORY-CUBIN", "cubin", "", 8, 0, 0).to_bytes()

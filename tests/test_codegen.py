@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.codegen import SLOT_BYTES, Generated, generate
 from kerneldsl.errors import AliasingError, BindingError, DeclarationError, ShapeMismatchError
-from kerneldsl.launch import ADAPTER_RUNTIME
-from kerneldsl.specialize import bind_declared
+from kerneldsl.jit.codegen import SLOT_BYTES, Generated, generate
+from kerneldsl.jit.specialize import bind_declared
+from kerneldsl.launch.bound import ADAPTER_RUNTIME
 
 GOLDEN = Path(__file__).parent / "golden"
 THIS_FILE = __file__

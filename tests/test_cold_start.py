@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 
 import kerneldsl as kd
-from kerneldsl import compiler
+from kerneldsl.jit import compiler
 
 ROOT = Path(__file__).parent.parent
 HEAVY = ("kerneldsl.", "jinja2", "cuda", "diskcache", "numpy")
-LOOKED_FOR = ("jinja2", "cuda.bindings.nvrtc", "kerneldsl.diagnostics", "ml_dtypes")
+LOOKED_FOR = ("jinja2", "cuda.bindings.nvrtc", "kerneldsl.jit.diagnostics", "ml_dtypes")
 NOT_AT_DECLARATION = (
-    "kerneldsl.build",
-    "kerneldsl.codegen",
+    "kerneldsl.jit.build",
+    "kerneldsl.jit.codegen",
     "kerneldsl.cache",
-    "kerneldsl.diagnostics",
+    "kerneldsl.jit.diagnostics",
     "diskcache",
     "logging",
     "ml_dtypes",
@@ -109,8 +109,8 @@ def test_a_bfloat16_asked_for_first_imports_ml_dtypes_then(spelling: str) -> Non
 def test_another_nvrtc_release_gets_other_cache_keys(monkeypatch: pytest.MonkeyPatch, isolated_cache: Any) -> None:
     import numpy as np
 
-    from kerneldsl.build import key_material
-    from kerneldsl.codegen import generate
+    from kerneldsl.jit.build import key_material
+    from kerneldsl.jit.codegen import generate
 
     @kd.kernel(grid=1, block=1)
     def one(y: kd.Out[kd.float32, 1]) -> str:
@@ -186,7 +186,7 @@ def test_the_coldstart_bench_reports_every_figure_the_targets_need(monkeypatch: 
 
 
 def test_the_jinja_release_in_keys_is_found_without_importing_jinja() -> None:
-    code = "import sys; from kerneldsl.codegen import renderer_identity as r; print(r(), 'jinja2' in sys.modules)"
+    code = "import sys; from kerneldsl.jit.codegen import renderer_identity as r; print(r(), 'jinja2' in sys.modules)"
     import jinja2
 
     assert _python(code).split() == ["jinja2", jinja2.__version__, "False"]

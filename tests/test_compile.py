@@ -12,9 +12,7 @@ import pytest
 from test_codegen import mask_half, saxpy, scale_rows
 
 import kerneldsl as kd
-import kerneldsl.build
-from kerneldsl.codegen import generate
-from kerneldsl.compiler import CompiledCode, arch_for_capability, build_options, check_options, normalize_arch
+import kerneldsl.jit.build
 from kerneldsl.errors import (
     InvalidArchError,
     InvalidCacheEntryError,
@@ -22,8 +20,10 @@ from kerneldsl.errors import (
     KernelCompileError,
     NoDeviceError,
 )
+from kerneldsl.jit.codegen import generate
+from kerneldsl.jit.compiler import CompiledCode, arch_for_capability, build_options, check_options, normalize_arch
+from kerneldsl.jit.target import ARCH_ENV, resolve_arch
 from kerneldsl.runtime import driver
-from kerneldsl.target import ARCH_ENV, resolve_arch
 
 THIS_FILE = str(Path(__file__).resolve())
 ELF_MAGIC = b"\x7fELF"
@@ -59,7 +59,7 @@ def nvrtc_forbidden(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("NVRTC must not be reached")
 
-    monkeypatch.setattr(kerneldsl.build, "compile_source", refuse)
+    monkeypatch.setattr(kerneldsl.jit.build, "compile_source", refuse)
 
 
 # --- successful compiles ----------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def test_user_options_reach_nvrtc(isolated_cache: Path) -> None:
 
 
 EMPTY_LOG_THEN_JOIN = """
-from kerneldsl.compiler import compile_source
+from kerneldsl.jit.compiler import compile_source
 compiled = compile_source('extern "C" __global__ void k() {}', "k.cu", ["--gpu-architecture=sm_90"])
 assert compiled.log == ""
 print(b" ".join([b"a", b"b"]))

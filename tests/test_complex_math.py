@@ -23,7 +23,7 @@ import pytest
 from complex_cases import FUNCTIONS, OPS_NAME, Part, failures, sentences
 
 from kerneldsl import ops
-from kerneldsl.codegen import templates_dir
+from kerneldsl.jit.codegen import templates_dir
 
 C64, C128 = np.dtype(np.complex64), np.dtype(np.complex128)
 EPS = {C64: 2.0**-23, C128: 2.0**-52}

@@ -6,13 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kerneldsl.errors import NoDeviceError, UnsupportedOnCpuError
-from kerneldsl.host_compile import (
-    BASE_FLAGS,
-    host_options,
-    host_source,
-    refuse_unsupported,
-    uses_collectives,
-)
+from kerneldsl.jit.host_compile import BASE_FLAGS, host_options, host_source, refuse_unsupported, uses_collectives
 from kerneldsl.runtime import selection
 from kerneldsl.runtime.selection import CPU, DEVICE_ENV, resolve_device
 

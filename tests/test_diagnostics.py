@@ -1,4 +1,4 @@
-"""NVRTC logs mapped back to user code (``kerneldsl.diagnostics``); NVRTC runs without a GPU."""
+"""NVRTC logs mapped back to user code (``kerneldsl.jit.diagnostics``); NVRTC runs without a GPU."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.diagnostics import BodyOrigin, map_log, stray_brace, unclosed_brace
 from kerneldsl.errors import KernelCompileError
+from kerneldsl.jit.diagnostics import BodyOrigin, map_log, stray_brace, unclosed_brace
 
 THIS_FILE = str(Path(__file__).resolve())
 

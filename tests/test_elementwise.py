@@ -53,7 +53,7 @@ def test_vector_ptx_uses_16_byte_accesses() -> None:
         x,
         arch=ARCH,
     )
-    from kerneldsl.compiler import build_options, compile_source
+    from kerneldsl.jit.compiler import build_options, compile_source
 
     ptx = compile_source(b.cuda_source, "v.cu", build_options(ARCH, "ptx", ("--fmad=false",)), "ptx").image.decode()
     assert "ld.global.v4.f32" in ptx and "st.global.v4.f32" in ptx

@@ -24,9 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kerneldsl as kd
-from kerneldsl import fastpath
-from kerneldsl.array.ndarray import DeviceArray
-from kerneldsl.codegen import adapter_context, plan_generation
+from kerneldsl.device_array.ndarray import DeviceArray
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -39,10 +37,12 @@ from kerneldsl.errors import (
     StickyCudaError,
     WrongSessionError,
 )
-from kerneldsl.fastpath import launch_table
-from kerneldsl.launch_plan import launch_plan
+from kerneldsl.jit.codegen import adapter_context, plan_generation
+from kerneldsl.jit.launch_plan import launch_plan
+from kerneldsl.jit.specialize import bind_declared
+from kerneldsl.launch import fastpath
+from kerneldsl.launch.fastpath import launch_table
 from kerneldsl.runtime import Stream
-from kerneldsl.specialize import bind_declared
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 
@@ -461,7 +461,7 @@ def test_a_launch_for_a_stream_that_is_not_a_stream_is_refused(s: kd.Session, st
 
 
 def test_with_kerneldsl_c_launch_0_every_call_takes_the_python_path() -> None:
-    code = "import kerneldsl as kd, kerneldsl.fastpath as f; print(f.ENABLED, kd.Kernel.__mro__[1].__name__)"
+    code = "import kerneldsl as kd, kerneldsl.launch.fastpath as f; print(f.ENABLED, kd.Kernel.__mro__[1].__name__)"
     env = {**os.environ, "KERNELDSL_C_LAUNCH": "0"}
     out = subprocess.run(
         [sys.executable, "-c", code],

@@ -7,8 +7,8 @@ import pytest
 from conftest import in_threads
 
 import kerneldsl as kd
-from kerneldsl import fastpath
 from kerneldsl.errors import LaunchConfigError
+from kerneldsl.launch import fastpath
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")]
 

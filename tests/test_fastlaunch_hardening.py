@@ -21,12 +21,13 @@ from driver_double import FakeDriver
 from scalar_hooks import Hook, HookFloat32, HookInt32
 
 import kerneldsl as kd
-from kerneldsl import blas, fastpath
-from kerneldsl.array.ndarray import DeviceArray
+from kerneldsl import blas
+from kerneldsl.device_array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError, KernelDSLError
-from kerneldsl.launch_plan import launch_plan
+from kerneldsl.jit.launch_plan import launch_plan
+from kerneldsl.jit.specialize import bind_declared
+from kerneldsl.launch import fastpath
 from kerneldsl.runtime.limits import LAUNCH_LIMITS
-from kerneldsl.specialize import bind_declared
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 
@@ -203,7 +204,7 @@ def test_an_entry_that_cannot_be_made_is_logged_and_the_call_stands(caplog: pyte
         raise ValueError("launch table too large for the C launch path")
 
     slot = fastpath.CLaunchSlot()
-    with caplog.at_level(logging.DEBUG, logger="kerneldsl.fastpath"):
+    with caplog.at_level(logging.DEBUG, logger="kerneldsl.launch.fastpath"):
         fastpath.remember(fastpath.PythonPathCallable(), slot, broken)
     assert slot.entry is False and "too large" in caplog.text
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kerneldsl.bench.fuse_bench import layer_norm, softmax
-from kerneldsl.compiler import check_options
+from kerneldsl.jit.compiler import check_options
 
 NO_HEADERS = {"system": None, "user": {}}
 

@@ -12,8 +12,8 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.errors import DeclarationError, ShapeMismatchError
-from kerneldsl.launch_plan import launch_plan
-from kerneldsl.signature import Expr
+from kerneldsl.jit.launch_plan import launch_plan
+from kerneldsl.jit.signature import Expr
 from kerneldsl.tune.ahead import tune_arguments
 
 n = typing.NewType("n", int)

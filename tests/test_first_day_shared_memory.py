@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.compile_hints import compile_error_message, hints
 from kerneldsl.errors import KernelCompileError
+from kerneldsl.jit.compile_hints import compile_error_message, hints
 from kerneldsl.runtime.host_image import static_shared_bytes
 
 PTXAS_LOG = """\

@@ -13,8 +13,8 @@ import pytest
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import fastpath
 from kerneldsl.array.fusion import Fused
+from kerneldsl.launch import fastpath
 
 
 @pytest.fixture(autouse=True, scope="module")

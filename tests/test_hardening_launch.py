@@ -21,9 +21,9 @@ from driver_double import FakeDriver
 from scalar_hooks import Hook, HookFloat32, HookInt32
 
 import kerneldsl as kd
-from kerneldsl import fastpath
-from kerneldsl.array.ndarray import DeviceArray
+from kerneldsl.device_array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError
+from kerneldsl.launch import fastpath
 from kerneldsl.runtime import memory
 
 SLOTS = 4  # parameter slots each launch records

@@ -21,8 +21,9 @@ from driver_double import FakeDriver
 from scalar_hooks import Hook
 
 import kerneldsl as kd
-from kerneldsl import blas, fastpath
+from kerneldsl import blas
 from kerneldsl.errors import ClosedError, InvalidStreamError, WrongSessionError
+from kerneldsl.launch import fastpath
 from kerneldsl.runtime.stream import Stream
 
 needs_c_path = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch is not built or is off")

@@ -19,14 +19,14 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl import compiler, headers
-from kerneldsl.codegen import plan_generation
 from kerneldsl.errors import (
     DeclarationError,
     ExtraNotInstalledError,
     HeadersNotAvailableError,
     KernelCompileError,
 )
+from kerneldsl.jit import compiler, headers
+from kerneldsl.jit.codegen import plan_generation
 
 ROOT = Path(__file__).parent.parent
 

@@ -13,13 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kerneldsl as kd
-from kerneldsl.build import build
-from kerneldsl.codegen import SLOT_BYTES, generate
 from kerneldsl.dtypes import all_element_types, to_bfloat16_bits
 from kerneldsl.errors import DeclarationError
-from kerneldsl.launch import ADAPTER_RUNTIME
-from kerneldsl.signature import RESERVED_NAMES, Signature, parse_signature
-from kerneldsl.specialize import bind
+from kerneldsl.jit.build import build
+from kerneldsl.jit.codegen import SLOT_BYTES, generate
+from kerneldsl.jit.signature import RESERVED_NAMES, Signature, parse_signature
+from kerneldsl.jit.specialize import bind
+from kerneldsl.launch.bound import ADAPTER_RUNTIME
 
 SYMBOLS = ("n", "m", "k", "rows")
 TYPE_VARS = ("T", "U")

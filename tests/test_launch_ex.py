@@ -13,9 +13,9 @@ from conftest import installed_driver
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import fastpath
 from kerneldsl.errors import DeclarationError, LaunchConfigError
-from kerneldsl.signature import Expr
+from kerneldsl.jit.signature import Expr
+from kerneldsl.launch import fastpath
 
 BODY = "index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) {y}[i] = 1.0f;"
 

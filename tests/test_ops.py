@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl import ops, promotion
+from kerneldsl import ops
+from kerneldsl.array import promotion
 from kerneldsl.dtypes import all_element_types
+from kerneldsl.launch import fastpath
 
 ARCH = "sm_90"
 DTYPES = [et.numpy for et in all_element_types().values() if et.kind != "c"]  # complex: test_complex_arrays.py
@@ -158,7 +160,7 @@ def test_a_0d_operand_keeps_the_flat_vectorized_layout() -> None:
     assert ops.add.inspect(np.ones((3, 1), np.float32), np.ones((3, 5)), arch=ARCH).decisions.layout == "broadcast"
 
 
-@pytest.mark.skipif(not kd.fastpath.ENABLED, reason="the C launch path is off")
+@pytest.mark.skipif(not fastpath.ENABLED, reason="the C launch path is off")
 def test_a_warm_op_with_a_0d_operand_launches_from_c_for_any_length(drv) -> None:  # type: ignore[no-untyped-def]
     s = kd.Session(0)
     alpha, x = s.to_device(np.float32(2.0)), s.zeros(4096, np.float32)

@@ -15,7 +15,7 @@ from philox_reference import KAT, philox4x32_10, words
 
 import kerneldsl as kd
 from kerneldsl import dtypes
-from kerneldsl import random as kdr
+from kerneldsl.device_array import random as kdr
 from kerneldsl.errors import BindingError
 
 

@@ -14,9 +14,10 @@ from conftest import launch_outcome as _outcome
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import fastpath, ops
+from kerneldsl import ops
 from kerneldsl.array.reduction import REDUCERS, Reduction
 from kerneldsl.array.scan import Scan
+from kerneldsl.launch import fastpath
 
 
 @pytest.fixture(autouse=True, scope="module")

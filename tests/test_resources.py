@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.resources import DeviceLimits, Resources, SuggestedBlock, compute_occupancy
+from kerneldsl.launch.resources import DeviceLimits, Resources, SuggestedBlock, compute_occupancy
 from kerneldsl.runtime.occupancy import FunctionAttributes
 
 H200 = DeviceLimits(

@@ -12,8 +12,8 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.errors import DeclarationError
-from kerneldsl.signature import ArrayParam, ConstParam, ScalarParam
-from kerneldsl.signature.parse import MAX_IDENTIFIER_LENGTH
+from kerneldsl.jit.signature import ArrayParam, ConstParam, ScalarParam
+from kerneldsl.jit.signature.parse import MAX_IDENTIFIER_LENGTH
 
 
 def declare(func: Callable[..., str], **options: Any) -> kd.Kernel:

@@ -1,6 +1,6 @@
 """Source lines everywhere: the rendered source's ``#line`` directives number each body line at its
 line in this file, so compile errors, ``assert``/``__trap``/``printf`` positions on the CPU device
-and a debugger name the user's line (``kerneldsl.source_lines``, ``templates/kernel.cu.j2``).
+and a debugger name the user's line (``kerneldsl.jit.source_lines``, ``templates/kernel.cu.j2``).
 
 Expected lines are found in this file's text (``line_of``), never written down."""
 
@@ -22,13 +22,13 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl import codegen
-from kerneldsl.build import key_material, source_material
-from kerneldsl.codegen import generate
-from kerneldsl.compiler import build_options, compile_source
 from kerneldsl.errors import KernelCompileError, KernelFaultError
-from kerneldsl.host_compile import DEBUG_ENV, host_options
-from kerneldsl.source_lines import locate_body, safe_filename
+from kerneldsl.jit import codegen
+from kerneldsl.jit.build import key_material, source_material
+from kerneldsl.jit.codegen import generate
+from kerneldsl.jit.compiler import build_options, compile_source
+from kerneldsl.jit.host_compile import DEBUG_ENV, host_options
+from kerneldsl.jit.source_lines import locate_body, safe_filename
 
 THIS_FILE = str(Path(__file__).resolve())
 ROOT = Path(__file__).parent.parent
@@ -168,7 +168,7 @@ def test_generated_bodies_keep_their_own_numbering(
 ) -> None:
     """kerneldsl's own kernels (an op, a reduction, an elementwise function's kernel around the
     user's expression) are numbered in ``<kernel>.body``: their lines are generated text."""
-    from kerneldsl import build
+    from kerneldsl.jit import build
 
     planned: list[Any] = []
     plan = build.plan_generation

@@ -8,7 +8,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl.dtypes import INT32_MAX
 from kerneldsl.errors import BindingError, ScalarConversionError, ShapeMismatchError
-from kerneldsl.specialize import bind, bind_declared, describe_array
+from kerneldsl.jit.specialize import bind, bind_declared, describe_array
 
 ARCH = "sm_90"
 

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-import kerneldsl.build
 import kerneldsl.cache
-import kerneldsl.codegen
-import kerneldsl.compiler
-from kerneldsl.build import SOURCE_OUTPUT, Build, build, source_material
+import kerneldsl.jit.build
+import kerneldsl.jit.codegen
+import kerneldsl.jit.compiler
 from kerneldsl.cache import cache_key, default_secret_path, get_default_cache, signing_key
-from kerneldsl.codegen import GenerationPlan, plan_generation
-from kerneldsl.compiler import CompiledCode
-from kerneldsl.specialize import Specialization, bind_declared
+from kerneldsl.jit.build import SOURCE_OUTPUT, Build, build, source_material
+from kerneldsl.jit.codegen import GenerationPlan, plan_generation
+from kerneldsl.jit.compiler import CompiledCode
+from kerneldsl.jit.specialize import Specialization, bind_declared
 
 
 @kd.kernel(grid=kd.cdiv("n", 128), block=128)
@@ -48,7 +48,7 @@ class Counts:
 @pytest.fixture
 def counts(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Counts]:
     seen = Counts()
-    real_render = kerneldsl.codegen.render
+    real_render = kerneldsl.jit.codegen.render
 
     def counting_render(template: str, **context: Any) -> str:
         seen.renders += 1
@@ -58,19 +58,19 @@ def counts(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Co
         seen.compiles += 1
         return CompiledCode(b"\x7fELF image of " + source.encode(), output, "", 8, 0, 0)
 
-    monkeypatch.setattr(kerneldsl.codegen, "render", counting_render)
-    monkeypatch.setattr(kerneldsl.build, "compile_source", fake_compile)
-    monkeypatch.setattr(kerneldsl.build, "require_supported", lambda arch: None)
+    monkeypatch.setattr(kerneldsl.jit.codegen, "render", counting_render)
+    monkeypatch.setattr(kerneldsl.jit.build, "compile_source", fake_compile)
+    monkeypatch.setattr(kerneldsl.jit.build, "require_supported", lambda arch: None)
     yield seen
     _clear_identity_caches()
 
 
 _IDENTITY_CACHES = (
-    kerneldsl.codegen.template_digest,
-    kerneldsl.codegen.renderer_identity,
-    kerneldsl.codegen._environment,
-    kerneldsl.build.fingerprint,
-    kerneldsl.compiler.nvrtc_identity,
+    kerneldsl.jit.codegen.template_digest,
+    kerneldsl.jit.codegen.renderer_identity,
+    kerneldsl.jit.codegen._environment,
+    kerneldsl.jit.build.fingerprint,
+    kerneldsl.jit.compiler.nvrtc_identity,
 )
 
 
@@ -140,10 +140,10 @@ def test_another_body_source_misses_text_and_image(counts: Counts) -> None:
 def test_changed_templates_miss_text_and_image(counts: Counts, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     build_scaled()
     copy = tmp_path / "templates"
-    shutil.copytree(kerneldsl.codegen.templates_dir(), copy)
+    shutil.copytree(kerneldsl.jit.codegen.templates_dir(), copy)
     adapter = copy / "adapter.py.j2"  # the adapter alone: the CUDA source stays the same
     adapter.write_text(adapter.read_text() + "# a template change\n")
-    monkeypatch.setattr(kerneldsl.codegen, "templates_dir", lambda: copy)
+    monkeypatch.setattr(kerneldsl.jit.codegen, "templates_dir", lambda: copy)
     _clear_identity_caches()
     again = build_scaled()
     assert again.origin == "nvrtc" and again.host_adapter_source.endswith("# a template change\n")
@@ -152,24 +152,24 @@ def test_changed_templates_miss_text_and_image(counts: Counts, tmp_path: Path, m
 
 def test_another_package_version_misses_text_and_image(counts: Counts, monkeypatch: pytest.MonkeyPatch) -> None:
     build_scaled()
-    monkeypatch.setattr(kerneldsl.build, "__version__", "99.0")
-    kerneldsl.build.fingerprint.cache_clear()
+    monkeypatch.setattr(kerneldsl.jit.build, "__version__", "99.0")
+    kerneldsl.jit.build.fingerprint.cache_clear()
     assert build_scaled().origin == "nvrtc"
     assert (counts.renders, counts.compiles) == (4, 2)
 
 
 def test_another_jinja_release_misses_the_text(counts: Counts, monkeypatch: pytest.MonkeyPatch) -> None:
     build_scaled()
-    monkeypatch.setattr(kerneldsl.codegen, "renderer_identity", lambda: "jinja2 0.1")
-    monkeypatch.setattr(kerneldsl.build, "renderer_identity", lambda: "jinja2 0.1")
+    monkeypatch.setattr(kerneldsl.jit.codegen, "renderer_identity", lambda: "jinja2 0.1")
+    monkeypatch.setattr(kerneldsl.jit.build, "renderer_identity", lambda: "jinja2 0.1")
     assert build_scaled().origin == "disk"  # rendered again, to the same text: the image is found
     assert (counts.renders, counts.compiles) == (4, 1)
 
 
 def test_another_nvrtc_misses_the_image(counts: Counts, monkeypatch: pytest.MonkeyPatch) -> None:
     build_scaled()
-    kerneldsl.compiler.nvrtc_identity.cache_clear()
-    monkeypatch.setattr(kerneldsl.compiler, "_wheel_version", lambda: "13.0.1")
+    kerneldsl.jit.compiler.nvrtc_identity.cache_clear()
+    monkeypatch.setattr(kerneldsl.jit.compiler, "_wheel_version", lambda: "13.0.1")
     assert build_scaled().origin == "nvrtc"
     assert (counts.renders, counts.compiles) == (2, 2)  # the text is NVRTC's input, shared
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import kerneldsl
-from kerneldsl.codegen import templates_dir
 from kerneldsl.errors import ExtraNotInstalledError
+from kerneldsl.jit.codegen import templates_dir
 
 PACKAGE = Path(kerneldsl.__file__).parent
 
@@ -155,7 +155,7 @@ def _too_long(source: str, label: str) -> list[str]:
 
 def test_no_module_is_over_600_lines_and_no_class_over_300() -> None:
     """The C launch path aside; generated template modules (an installed package's) are not ours to split."""
-    from kerneldsl.template_options import COMPILED_DIR
+    from kerneldsl.jit.template_options import COMPILED_DIR
 
     offenders = [
         found
@@ -177,7 +177,8 @@ def test_the_type_stub_names_exactly_the_public_api() -> None:
     tree = ast.parse((PACKAGE / "__init__.pyi").read_text())
     imports = [node for node in tree.body if isinstance(node, ast.ImportFrom)]
     declared = {("." + (node.module or ""), alias.name, alias.asname) for node in imports for alias in node.names}
-    homes = {"__version__": "._version", **{name: home or "." for name, home in kerneldsl._HOMES.items()}}
+    package = {name: path.rpartition(".")[0] or "." for name, path in kerneldsl._MODULES.items()}
+    homes = {"__version__": "._version", **{name: home or package[name] for name, home in kerneldsl._HOMES.items()}}
     assert declared == {(home, name, name) for name, home in homes.items()}
     (names,) = [node.value for node in tree.body if isinstance(node, ast.Assign)]
     assert ast.literal_eval(names) == kerneldsl.__all__
@@ -204,7 +205,7 @@ def test_reduction_templates_are_one_a_stage_with_the_accumulator_chosen_in_pyth
 
 # -- the runtime imports nothing above it (issue 19 item 1) ----------------------------------------
 
-_ABOVE_THE_RUNTIME = ("kerneldsl.array", "kerneldsl.ops", "kerneldsl.blas", "kerneldsl.distributed")
+_ABOVE_THE_RUNTIME = ("kerneldsl.array", "kerneldsl.blas", "kerneldsl.device_array", "kerneldsl.distributed")
 
 
 def _module_name(path: Path) -> str:
@@ -277,16 +278,17 @@ def test_the_upward_import_check_names_each_import_of_a_layer_above() -> None:
         "from typing import TYPE_CHECKING\n"
         "from ..errors import ClosedError\n"
         "if TYPE_CHECKING:\n"
-        "    from ..array.ndarray import DeviceArray\n"
+        "    from ..device_array.ndarray import DeviceArray\n"
         "def f():\n"
-        "    from .. import ops\n"
+        "    from ..array import ops\n"
         "    import kerneldsl.blas\n"
         "    return importlib.import_module('kerneldsl.distributed')\n"
     )
     assert _upward_imports(offender, "runtime/offender.py", "kerneldsl.runtime.offender") == [
-        "runtime/offender.py:4 imports kerneldsl.array.ndarray",
-        "runtime/offender.py:4 imports kerneldsl.array.ndarray.DeviceArray",
-        "runtime/offender.py:6 imports kerneldsl.ops",
+        "runtime/offender.py:4 imports kerneldsl.device_array.ndarray",
+        "runtime/offender.py:4 imports kerneldsl.device_array.ndarray.DeviceArray",
+        "runtime/offender.py:6 imports kerneldsl.array",
+        "runtime/offender.py:6 imports kerneldsl.array.ops",
         "runtime/offender.py:7 imports kerneldsl.blas",
         "runtime/offender.py:8 imports kerneldsl.distributed",
     ]
@@ -333,8 +335,8 @@ def test_no_import_cycle_runs_through_the_runtime_and_a_layer_outside_it() -> No
     imports it back (cycles among the runtime's own modules, annotations naming each other, stay
     inside it)."""
     graph = _import_graph()
-    assert "kerneldsl.array.ndarray" in graph["kerneldsl.array.sessions"]  # the graph sees what it must
-    assert "kerneldsl.runtime.memory" in graph["kerneldsl.array.ndarray"]
+    assert "kerneldsl.device_array.ndarray" in graph["kerneldsl.device_array.sessions"]  # the graph sees what it must
+    assert "kerneldsl.runtime.memory" in graph["kerneldsl.device_array.ndarray"]
     assert _cycles_leaving_the_runtime(graph) == []
 
 
@@ -345,31 +347,115 @@ def _modules_on_cycles(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_import_that_runs_closes_a_loop_anywhere_in_the_package() -> None:
     """Every import that runs, at import time or lazily in a function, points down the house:
-    ``DeviceArray`` calls the engine and cuBLAS, which know it through the runtime's registration
-    (``array.arraytype``); only annotations (TYPE_CHECKING) may name a module above."""
+    ``DeviceArray`` calls the engine and cuBLAS (through ``array.engine``, ``products``), which know it through
+    the runtime's registration (``array.arraytype``); only annotations (TYPE_CHECKING) may name a
+    module above."""
     graph = _import_graph(for_checkers=False)
-    assert "kerneldsl.ops" in graph["kerneldsl.array.ndarray"]  # the lazy imports are in the graph
+    assert "kerneldsl.array.ops" in graph["kerneldsl.array.engine"]  # the lazy imports are in the graph
     assert _modules_on_cycles(graph) == []
+
+
+_ARRAY_AND_ABOVE = ("kerneldsl.array", "kerneldsl.blas", "kerneldsl.device_array")
+
+
+def _lazy_array_imports(path: Path) -> list[str]:
+    """``file:line`` of each import of the array layer or cuBLAS made inside a function of ``path``."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    return [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for function in ast.walk(ast.parse(path.read_text()))
+        if isinstance(function, ast.FunctionDef)
+        for node in ast.walk(function)
+        if isinstance(node, ast.ImportFrom)
+        and importlib.util.resolve_name("." * node.level + (node.module or ""), package).startswith(_ARRAY_AND_ABOVE)
+    ]
+
+
+def test_the_array_layer_imports_on_first_use_through_one_door() -> None:
+    """``DeviceArray``'s surface reaches the op table, the dtype variants and cuBLAS through
+    ``array/engine.py`` (imported on first use, so that declaring a kernel stays cheap) and
+    cuBLAS through ``DeviceArray``'s ``products()`` (the kerneldsl[blas] extra); no other module of
+    the array layers hand-rolls a lazy import of them."""
+    paths = sorted([*(PACKAGE / "array").rglob("*.py"), *(PACKAGE / "device_array").rglob("*.py")])
+    found = [hit for path in paths for hit in _lazy_array_imports(path)]
+    doors = {"array/engine.py", "device_array/ndarray.py"}
+    assert found and {hit.partition(":")[0] for hit in found} == doors, found
 
 
 def test_the_loop_check_names_the_modules_on_a_lazy_loop() -> None:
     graph = {
-        "kerneldsl.array.ndarray": {"kerneldsl.ops"},
-        "kerneldsl.ops": {"kerneldsl.array.elementwise"},
-        "kerneldsl.array.elementwise": {"kerneldsl.array.ndarray", "kerneldsl.runtime.memory"},
+        "kerneldsl.device_array.ndarray": {"kerneldsl.array.ops"},
+        "kerneldsl.array.ops": {"kerneldsl.array.elementwise"},
+        "kerneldsl.array.elementwise": {"kerneldsl.device_array.ndarray", "kerneldsl.runtime.memory"},
         "kerneldsl.runtime.memory": set(),
     }
-    assert _modules_on_cycles(graph) == ["kerneldsl.array.elementwise", "kerneldsl.array.ndarray", "kerneldsl.ops"]
+    on_cycles = ["kerneldsl.array.elementwise", "kerneldsl.array.ops", "kerneldsl.device_array.ndarray"]
+    assert _modules_on_cycles(graph) == on_cycles
 
 
 def test_the_cycle_check_names_a_runtime_module_on_a_loop_with_an_upper_one() -> None:
     graph = {
-        "kerneldsl.runtime.memory": {"kerneldsl.ops"},
-        "kerneldsl.ops": {"kerneldsl.array.ndarray"},
-        "kerneldsl.array.ndarray": {"kerneldsl.runtime.memory"},
+        "kerneldsl.runtime.memory": {"kerneldsl.array.ops"},
+        "kerneldsl.array.ops": {"kerneldsl.device_array.ndarray"},
+        "kerneldsl.device_array.ndarray": {"kerneldsl.runtime.memory"},
         "kerneldsl.runtime.session": {"kerneldsl.runtime.memory"},
     }
     assert _cycles_leaving_the_runtime(graph) == [
-        "kerneldsl.runtime.memory <-> kerneldsl.array.ndarray",
-        "kerneldsl.runtime.memory <-> kerneldsl.ops",
+        "kerneldsl.runtime.memory <-> kerneldsl.array.ops",
+        "kerneldsl.runtime.memory <-> kerneldsl.device_array.ndarray",
     ]
+
+
+# -- the floors: no folder imports one above it (issue 41) -----------------------------------------
+
+# Bottom to top: the foundation modules, the disk cache, the runtime (the driver door), the compile
+# pipeline, the Kernel and its launch paths, the array engine, cuBLAS, kd.DeviceArray's surface,
+# the front ends on top.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("_version", "errors", "dtypes", "logs", "progress", "installed"),
+    ("cache",),
+    ("runtime",),
+    ("jit",),
+    ("launch",),
+    ("array",),
+    ("blas",),
+    ("device_array",),
+    ("distributed", "tune"),
+    ("array_api",),
+    ("bench",),
+    ("cli",),
+)
+
+
+def _floor(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    (floor,) = [n for n, names in enumerate(FLOORS) if top in names] or [len(FLOORS)]  # the facade: above all
+    return floor
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for each import that points to a higher floor."""
+    return sorted(f"{m} -> {t}" for m, ts in graph.items() for t in ts if _floor(t) > _floor(m))
+
+
+def test_every_folder_and_top_level_module_has_a_floor() -> None:
+    modules = {p.stem for p in PACKAGE.glob("*.py")} | {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert modules - {"__init__"} == {name for names in FLOORS for name in names}
+
+
+def test_no_folder_imports_one_above_it() -> None:
+    """Every import that runs, at import time or lazily in a function, points to the importer's
+    floor or one below (annotations may name the remote handles above: ``kd.distributed``'s
+    types in the overloads of the calls they route)."""
+    graph = _import_graph(for_checkers=False)
+    assert ("kerneldsl.device_array.ndarray", "kerneldsl.blas.np_matmul") in {
+        (m, t) for m, ts in graph.items() for t in ts
+    }
+    assert _upward(graph) == []
+
+
+def test_the_floor_check_names_an_upward_import() -> None:
+    graph = {"kerneldsl.jit.build": {"kerneldsl.launch.resources", "kerneldsl.runtime.session"}}
+    assert _upward(graph) == ["kerneldsl.jit.build -> kerneldsl.launch.resources"]

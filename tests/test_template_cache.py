@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-import kerneldsl.codegen as codegen
-from kerneldsl.template_cache import TemplateCodeCache, compile_all
-from kerneldsl.template_options import COMPILED_DIR, make_environment
+import kerneldsl.jit.codegen as codegen
+from kerneldsl.jit.template_cache import TemplateCodeCache, compile_all
+from kerneldsl.jit.template_options import COMPILED_DIR, make_environment
 
 
 @kd.kernel(grid=1, block=1)

@@ -20,8 +20,8 @@ from conftest import installed_driver
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import fastpath
 from kerneldsl.errors import ClosedError, CudaError, SessionPoisonedError, StickyCudaError
+from kerneldsl.launch import fastpath
 from kerneldsl.runtime import host_copies, memory, pinned_pipeline
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")

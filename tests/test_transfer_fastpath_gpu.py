@@ -10,8 +10,8 @@ import pytest
 from conftest import in_threads
 
 import kerneldsl as kd
-from kerneldsl import fastpath
 from kerneldsl.dtypes import all_element_types
+from kerneldsl.launch import fastpath
 from kerneldsl.runtime import pinned_pipeline
 
 pytestmark = [

@@ -19,9 +19,10 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import cache as disk_cache
-from kerneldsl import fastpath, tune
+from kerneldsl import tune
 from kerneldsl.cli import main
 from kerneldsl.errors import AutotuneError, BindingError, DeclarationError
+from kerneldsl.launch import fastpath
 from kerneldsl.tune import records
 
 

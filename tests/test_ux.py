@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-import kerneldsl.build
+import kerneldsl.jit.build
 from kerneldsl import cache, dtypes
 from kerneldsl.errors import DeclarationError, ProxyAttributeError
 
@@ -61,7 +61,7 @@ def _example(name: str) -> ModuleType:
 
 def test_saxpy_example_says_registers_unknown_never_none(capsys, isolated_cache, monkeypatch):
     """ptxas's info log (and so the register count) is not always there."""
-    monkeypatch.setattr(kerneldsl.build.Build, "registers", property(lambda self: None))
+    monkeypatch.setattr(kerneldsl.jit.build.Build, "registers", property(lambda self: None))
     _example("saxpy").compile_specializations("sm_90")
     out = capsys.readouterr().out
     assert out.count("registers unknown") == 2 and "None" not in out
@@ -73,24 +73,24 @@ def scaled(y: kd.Out["T", "n"], x: kd.In["T", "n"], a: kd.Scalar["T"], TILE: kd.
 
 
 @pytest.fixture
-def scaled_build(isolated_cache: Path) -> kerneldsl.build.Build:
+def scaled_build(isolated_cache: Path) -> kerneldsl.jit.build.Build:
     return scaled.inspect(np.zeros(8, np.float32), np.zeros(8, np.float32), 1.0, TILE=32, arch="sm_90")
 
 
-def test_a_build_prints_as_one_short_line_naming_its_specialization(scaled_build: kerneldsl.build.Build) -> None:
+def test_a_build_prints_as_one_short_line_naming_its_specialization(scaled_build: kerneldsl.jit.build.Build) -> None:
     text = repr(scaled_build)
     assert len(text) < 200 and "\n" not in text
     assert "scaled[T=float32, TILE=32; 32-bit; sm_90]" in text and scaled_build.cache_key[:12] in text
     assert f"{scaled_build.registers} registers" in text
 
 
-def test_a_builds_big_fields_stay_attributes_and_out_of_its_repr(scaled_build: kerneldsl.build.Build) -> None:
+def test_a_builds_big_fields_stay_attributes_and_out_of_its_repr(scaled_build: kerneldsl.jit.build.Build) -> None:
     for obj in (scaled_build, scaled_build.compiled, scaled_build.generated, scaled_build.specialization):
         assert len(repr(obj)) < 200, type(obj).__name__
     assert scaled_build.cubin.startswith(b"\x7fELF") and "kd_scaled" in scaled_build.cuda_source
 
 
-def test_a_build_shows_as_a_table_in_a_notebook(scaled_build: kerneldsl.build.Build) -> None:
+def test_a_build_shows_as_a_table_in_a_notebook(scaled_build: kerneldsl.jit.build.Build) -> None:
     table = scaled_build._repr_markdown_()
     assert "| constants | TILE=32 |" in table and "| index width | 32-bit |" in table and "| arch | sm_90 |" in table
 

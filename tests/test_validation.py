@@ -17,9 +17,9 @@ from driver_double import FakeDriver
 import kerneldsl as kd
 from kerneldsl.array.elementwise import Elementwise
 from kerneldsl.array.kernels import make_kernel
-from kerneldsl.codegen import Generated, GeneratedBody, generate
 from kerneldsl.errors import BindingError, DeclarationError
-from kerneldsl.signature import Expr
+from kerneldsl.jit.codegen import Generated, GeneratedBody, generate
+from kerneldsl.jit.signature import Expr
 
 PAYLOAD = "__import__('os').getpid()"
 

@@ -16,11 +16,12 @@ from conftest import launch_outcome as _outcome
 from driver_double import FakeDriver
 
 import kerneldsl as kd
-from kerneldsl import blas, fastpath, ops
+from kerneldsl import blas, ops
 from kerneldsl.array.reduction import REDUCERS, Reduction
 from kerneldsl.array.reduction.plan import COPY_BROADCAST
 from kerneldsl.blas import np_matmul, reduced, vector
 from kerneldsl.errors import BindingError, ClosedError, ShapeMismatchError, StridedArrayError
+from kerneldsl.launch import fastpath
 from kerneldsl.runtime import Session
 
 SMS = 132

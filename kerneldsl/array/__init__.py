@@ -1,15 +1,17 @@
-"""The array core: what ``kd.ops``, ``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share.
+"""The array engine: what ``kd.ops``, ``@kd.elementwise``, ``kd.reduction`` and ``@kd.fuse`` share
+(``kd.DeviceArray``, above it and cuBLAS, is ``kerneldsl.device_array``; the engine knows the class
+through the runtime's registration, ``arraytype``).
 
-- ``ndarray``: ``DeviceArray``, the user-facing array (operators, ``astype``, ``fill``, the
-  ``methods`` and ``protocol`` mixins), at the top of this layer: it calls the engine below and
-  cuBLAS, which know it only through the runtime's registration (``arraytype``); it registers
-  itself when imported, which every public ``kd`` name that makes arrays does first;
-- ``creation``: ``kd.asarray``, ``kd.empty`` and the other NumPy-style constructors;
+- ``ops``: ``kd.ops``, the op table (one row per elementwise op, the reductions and scans), made
+  of ``elementwise``, ``reduction`` and ``scan``; ``dtype_variants`` the same in another dtype;
 - ``program``: the per-element IR (leaves and operator nodes) and the builder that traces it;
 - ``placement``: where a call runs (host or which session), adopting foreign arrays, ``out=`` rules;
 - ``plan``: one compiled program for one argument specialization, and the bounded plan cache;
-- ``kernels``: programs turned into ``kerneldsl.dispatch.Kernel`` objects (parameters, cache);
-- ``elementwise``, ``reduction``, ``fusion``: the three kinds of callables built on them.
+- ``kernels``: programs turned into ``kerneldsl.launch.dispatch.Kernel`` objects (parameters, cache);
+- ``elementwise``, ``reduction``, ``fusion``: the three kinds of callables built on them;
+- ``operators``: Python's operators as op-table rows, written once for DeviceArray and the fuse
+  tracer; ``engine`` the door through which they reach the op table on first use;
+- ``promotion``: NumPy 2's dtype rules, which every op and reduction follows.
 
 Every kernel made here is an ordinary ``Kernel``: same binding, NVRTC, disk cache, adapter and
 C launch path as ``@kd.kernel``.

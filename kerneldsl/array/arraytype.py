@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 from ..runtime.memory import DeviceBuffer
 
 if TYPE_CHECKING:
-    from .ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 
 
 def as_array(buffer: DeviceBuffer) -> DeviceArray:

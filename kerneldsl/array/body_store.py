@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from .. import cache as disk_cache
-from ..build import fingerprint
-from ..codegen import render, renderer_identity
+from ..jit.build import fingerprint
+from ..jit.codegen import render, renderer_identity
 
 OUTPUT = "body"
 

@@ -7,7 +7,7 @@ warm dispatch as ``@kd.kernel``.
 
 Semantics (documented, tested against NumPy):
 
-- Dtypes follow NumPy 2 (``kerneldsl.promotion``); each node converts its operands to its loop
+- Dtypes follow NumPy 2 (``kerneldsl.array.promotion``); each node converts its operands to its loop
   dtype, computes, and float16/bfloat16 values are computed in float32 and rounded back to
   their dtype after every node, exactly like NumPy's loops. Kernels are compiled with
   ``--fmad=false`` so ``a * x + y`` rounds twice, as in NumPy: fused and unfused results agree
@@ -38,20 +38,22 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .. import dtypes, fastpath, promotion
-from ..build import Build
-from ..codegen import Decisions, GeneratedBody, render
-from ..dispatch import Kernel
+from .. import dtypes
 from ..errors import ComplexUnsupportedError, DeclarationError, FusionError
+from ..jit.build import Build
+from ..jit.codegen import Decisions, GeneratedBody, render
+from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
+from ..launch import fastpath
+from ..launch.dispatch import Kernel
 from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
-from ..signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
+from . import promotion
 
 if TYPE_CHECKING:
+    from ..device_array.ndarray import DeviceArray
     from ..distributed.handles import RemoteArray
     from ..runtime.stream import Stream
-    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
     from .program import Traced
 from .kernels import (

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from ..build import Build
-from ..dispatch import Kernel
 from ..errors import FusionError
+from ..jit.build import Build
+from ..launch.dispatch import Kernel
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
 from .fused_rows import CLUSTER_MAJOR, Layout, Strategy, decide, fused_rows_kernel, held_leaves, reads

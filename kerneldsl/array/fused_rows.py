@@ -58,8 +58,8 @@ from typing import Any
 
 import numpy as np
 
-from ..codegen import Decisions, GeneratedBody
-from ..dispatch import Kernel
+from ..jit.codegen import Decisions, GeneratedBody
+from ..launch.dispatch import Kernel
 from .body_store import rendered
 from .kernels import KERNELS, all_aligned, array_param, make_kernel, scalar_param
 from .pipeline import Phase, Pipeline, phase

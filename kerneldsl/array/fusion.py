@@ -27,12 +27,13 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from .. import ops
-from ..build import Build
 from ..errors import FusionError
+from ..jit.build import Build
+from . import ops
 from .elementwise import plan_elementwise
 from .fused_plan import plan_fused_rows
 from .fused_warm import FusedSlot, FusedWarmLaunches, fused_key
+from .operators import Operators
 from .pipeline import PipelineBuilder, analyze
 from .placement import is_array
 from .plan import Plan, PlanCache
@@ -46,66 +47,10 @@ def _refuse(what: str) -> NoReturn:
     )
 
 
-class Tracer(Traced):
-    """A traced array: supports arithmetic operators; everything that needs real data raises."""
+class Tracer(Traced, Operators):
+    """A traced array: its operators record ``kd.ops`` nodes; everything that needs real data raises."""
 
     __slots__ = ()
-
-    def __add__(self, other: Any) -> Any:
-        return ops.add(self, other)
-
-    def __radd__(self, other: Any) -> Any:
-        return ops.add(other, self)
-
-    def __sub__(self, other: Any) -> Any:
-        return ops.subtract(self, other)
-
-    def __rsub__(self, other: Any) -> Any:
-        return ops.subtract(other, self)
-
-    def __mul__(self, other: Any) -> Any:
-        return ops.multiply(self, other)
-
-    def __rmul__(self, other: Any) -> Any:
-        return ops.multiply(other, self)
-
-    def __truediv__(self, other: Any) -> Any:
-        return ops.divide(self, other)
-
-    def __rtruediv__(self, other: Any) -> Any:
-        return ops.divide(other, self)
-
-    def __pow__(self, other: Any) -> Any:
-        return ops.power(self, other)
-
-    def __rpow__(self, other: Any) -> Any:
-        return ops.power(other, self)
-
-    def __lt__(self, other: Any) -> Any:
-        return ops.less(self, other)
-
-    def __le__(self, other: Any) -> Any:
-        return ops.less_equal(self, other)
-
-    def __gt__(self, other: Any) -> Any:
-        return ops.greater(self, other)
-
-    def __ge__(self, other: Any) -> Any:
-        return ops.greater_equal(self, other)
-
-    def __eq__(self, other: Any) -> Any:  # elementwise, like numpy's
-        return ops.equal(self, other)
-
-    def __ne__(self, other: Any) -> Any:
-        return ops.not_equal(self, other)
-
-    __hash__ = Traced.__hash__
-
-    def __neg__(self) -> Any:
-        return ops.negative(self)
-
-    def __abs__(self) -> Any:
-        return ops.abs(self)
 
     def astype(self, dtype: Any) -> Any:
         return ops.astype(self, dtype)

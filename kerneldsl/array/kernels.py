@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..codegen import GeneratedBody
-from ..dispatch import Kernel
-from ..signature import ArrayAnnotation, Expr, ScalarAnnotation, parse_signature
+from ..jit.codegen import GeneratedBody
+from ..jit.signature import ArrayAnnotation, Expr, ScalarAnnotation, parse_signature
+from ..launch.dispatch import Kernel
 from .program import Program, storage_ctype
 
 BLOCK = 256

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..device_array.ndarray import DeviceArray
     from ..distributed.handles import RemoteArray
-    from .ndarray import DeviceArray
     from .program import Traced
 
     class CudaArray(Protocol):

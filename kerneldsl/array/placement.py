@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import promotion
-from ..routing import is_remote
+from ..launch.routing import is_remote
 from ..runtime import memory
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.memory import DeviceBuffer
+from . import promotion
 
 if TYPE_CHECKING:
-    from .ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 from .program import SCALAR_TYPES
 
 

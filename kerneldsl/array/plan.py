@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from ..build import Build
-from ..routing import find_remote, route
+from ..jit.build import Build
+from ..launch.routing import find_remote, route
 from ..runtime.stream import check_stream
 from .kernels import BoundedCache
 from .placement import arg_key, check_placement, contiguous, fast_place, into_strided, is_strided, place

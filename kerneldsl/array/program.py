@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .. import dtypes, promotion
+from .. import dtypes
 from ..errors import FusionError
+from . import promotion
 
 if TYPE_CHECKING:
     from .elementwise import ElementwiseFunction

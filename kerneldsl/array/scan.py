@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from .. import promotion
-from ..build import Build
-from ..codegen import Decisions, GeneratedBody, render
-from ..dispatch import Kernel
 from ..errors import FusionError
-from ..routing import public
+from ..jit.build import Build
+from ..jit.codegen import Decisions, GeneratedBody, render
+from ..launch.dispatch import Kernel
+from ..launch.routing import public
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
+from . import promotion
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out, unalias
 from .plan import Plan, PlanCache
@@ -45,8 +45,8 @@ from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, overlaps_out, wa
 from .scratch import SCRATCH
 
 if TYPE_CHECKING:
+    from ..device_array.ndarray import DeviceArray
     from ..distributed.handles import RemoteArray
-    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
@@ -358,8 +358,8 @@ def _check_flag(flag: Any, what: str, name: str) -> bool:
     return bool(flag)
 
 
-cumsum = Scan(replace(REDUCERS["sum"], name="cumsum"), home="kerneldsl.ops")
-cumprod = Scan(replace(REDUCERS["prod"], name="cumprod"), home="kerneldsl.ops")
+cumsum = Scan(replace(REDUCERS["sum"], name="cumsum"), home="kerneldsl.array.ops")
+cumprod = Scan(replace(REDUCERS["prod"], name="cumprod"), home="kerneldsl.array.ops")
 
 
 def scan(op: str = "a + b", identity: str = "0", map: str = "x", dtype: Any = None, name: str = "scan") -> Scan:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from .ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 
 EPOCH_LIMIT = 1 << 30  # scan flags hold the epoch in 30 bits: past it, the flags start over zeroed
 

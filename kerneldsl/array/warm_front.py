@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import fastpath
-from ..launch import BoundLaunch
+from ..launch import fastpath
+from ..launch.bound import BoundLaunch
 from ..runtime import nvtx
 
 

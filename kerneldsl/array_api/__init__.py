@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 
-from .. import ops as _ops
+from ..array import ops as _ops
 from . import linalg
 from ._compute import (
     all,

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ..array import creation
-from ..array.ndarray import DeviceArray
+from ..device_array import creation
+from ..device_array.ndarray import DeviceArray
 from ..runtime.foreign import is_foreign
 from ..runtime.session import Session, default_session
 from ._dtypes import DEFAULT_FLOAT
@@ -131,7 +131,7 @@ def linspace(
 
 
 def _triangle(x: Any, k: int, lower: bool) -> DeviceArray:
-    from .. import ops
+    from ..array import ops
 
     if x.ndim < 2:
         raise ValueError(f"tril/triu need an array of at least 2 dimensions, got shape {x.shape}")
@@ -154,7 +154,7 @@ def triu(x: Any, /, *, k: int = 0) -> DeviceArray:
 
 def meshgrid(*arrays: Any, indexing: str = "xy") -> list[DeviceArray]:
     """Coordinate arrays from 1-D arrays (``indexing="xy"``: the first two axes swapped, as NumPy)."""
-    from ..array.manipulation import broadcast_to
+    from ..device_array.manipulation import broadcast_to
 
     if indexing not in ("xy", "ij"):
         raise ValueError(f"indexing must be 'xy' or 'ij', got {indexing!r}")

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import promotion
+from ..array import promotion
 
 BOOL = np.dtype(np.bool_)
 SIGNED = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
@@ -100,7 +100,7 @@ def can_cast(from_: Any, to: Any, /) -> bool:
 
 def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> Any:
     """``x`` in ``dtype``: ``x`` itself when it already is and ``copy`` is False, else a new array."""
-    from .. import ops
+    from ..array import ops
 
     target = np.dtype(dtype)
     if x.dtype == target:

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..array.ndarray import DeviceArray
+from ..device_array.ndarray import DeviceArray
 from ..errors import OperandDtypeError
 
 
 def conj(x: Any, /) -> DeviceArray:
     """The complex conjugate of each element (``kd.ops.conj``): of a real-valued array, a copy of ``x``."""
     if x.dtype.kind == "c":
-        from .. import ops
+        from ..array import ops
 
         conjugated: DeviceArray = ops.conj(x)
         return conjugated

@@ -12,13 +12,13 @@ from typing import Any, NewType, TypeVar
 
 import numpy as np
 
-from .. import ops
-from ..array.creation import asarray as upload
-from ..array.ndarray import DeviceArray
-from ..dispatch import kernel
+from ..array import ops
+from ..device_array.creation import asarray as upload
+from ..device_array.ndarray import DeviceArray
 from ..dtypes import int64
+from ..jit.signature import In, Out, Scalar, cdiv
+from ..launch.dispatch import kernel
 from ..runtime.views import normalize_axis
-from ..signature import In, Out, Scalar, cdiv
 from ._manipulation import broadcast_to
 
 BLOCK = 256

@@ -15,10 +15,10 @@ from typing import Any, NewType, TypeVar
 
 import numpy as np
 
-from ..array.ndarray import DeviceArray
-from ..dispatch import kernel
+from ..device_array.ndarray import DeviceArray
 from ..errors import OperandDtypeError
-from ..signature import InOut, Out
+from ..jit.signature import InOut, Out
+from ..launch.dispatch import kernel
 
 BLOCK = 256
 T = TypeVar("T")  # the dtype the elimination runs in: float32 or float64

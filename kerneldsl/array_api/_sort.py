@@ -20,13 +20,13 @@ from typing import Any, NamedTuple, NewType, TypeVar
 
 import numpy as np
 
-from .. import ops
-from ..array.creation import empty
-from ..array.ndarray import DeviceArray
-from ..dispatch import kernel
+from ..array import ops
+from ..device_array.creation import empty
+from ..device_array.ndarray import DeviceArray
 from ..dtypes import int32, int64
+from ..jit.signature import In, InOut, Out, Scalar, cdiv
+from ..launch.dispatch import kernel
 from ..runtime.views import normalize_axis
-from ..signature import In, InOut, Out, Scalar, cdiv
 from ._creation import arange
 from ._gather import nonzero, take
 from ._manipulation import broadcast_to, concat, moveaxis, reshape

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from .. import blas
-from ..array.sessions import Session, default_session
 from ..blas import lt_config
 from ..blas.matmul import _gemm as python_path
+from ..device_array.sessions import Session, default_session
 from .held_timing import interleaved_enqueue_costs, spin
 from .report import Report, print_report
 

@@ -25,8 +25,8 @@ import numpy as np
 
 import kerneldsl as kd
 from kerneldsl import cache
-from kerneldsl.compiler import normalize_arch, nvrtc_version
 from kerneldsl.errors import KernelDSLError
+from kerneldsl.jit.compiler import normalize_arch, nvrtc_version
 
 from .report import Report, print_json
 

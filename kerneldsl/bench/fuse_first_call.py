@@ -6,7 +6,7 @@ before it; the result is checked after, and a wrong one fails the process and th
 empty disk cache (trace, render, NVRTC, load, launch) and with the cache that run filled (trace,
 disk hit, load, launch). The warm-cache process also says whether the call imported Jinja or NVRTC,
 which a disk hit should not need; the empty-cache process, whether the templates' compiled code
-(``kerneldsl.template_cache``: built with the package, or written beside a checkout's templates by
+(``kerneldsl.jit.template_cache``: built with the package, or written beside a checkout's templates by
 its first render) was there, or the call parsed its templates.
 
 Python's bytecode of every module the call imports (Jinja, cuda.pathfinder, kerneldsl's own) is in

@@ -73,7 +73,7 @@ def print_json(figures: Mapping[str, Any], args: argparse.Namespace) -> None:
 
 def run_metadata(command: str | None) -> dict[str, Any]:
     """How a run was made: the command, the UTC date, and the machine it ran on."""
-    from ..compiler import nvrtc_version
+    from ..jit.compiler import nvrtc_version
     from ..runtime import driver
 
     gpus: list[str] = []

@@ -14,10 +14,10 @@ from ..array.arraytype import as_array
 from ..runtime import memory
 
 if TYPE_CHECKING:
-    from ..array.ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 from ..dtypes import ELEMENT_TYPES, INT32_MAX, add_bfloat16
 from ..errors import AliasingError, BindingError, ShapeMismatchError, StridedArrayError
-from ..routing import RemoteArguments, is_remote
+from ..launch.routing import RemoteArguments, is_remote
 from ..runtime.handle import check_same_session
 from ..runtime.session import Session
 from ..runtime.stream import Stream, check_stream

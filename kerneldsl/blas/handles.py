@@ -22,7 +22,7 @@ from ..runtime import memory
 from . import host, lt_config
 
 if TYPE_CHECKING:
-    from ..array.ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 from ..errors import BlasNotAvailableError, ClosedError
 from ..runtime.session import Session, default_session
 from ..runtime.stream import Stream

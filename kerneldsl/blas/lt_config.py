@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..fastpath import CLaunchSlot
+from ..launch.fastpath import CLaunchSlot
 
 MAX_ALIGNMENT = 256  # cuBLASLt's default assumption about operand pointers
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .. import fastpath
+from ..launch import fastpath
 from ..runtime import memory
 from . import lt_config
 
 if TYPE_CHECKING:
-    from ..array.ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 from ..errors import ShapeMismatchError
-from ..routing import RemoteArguments, public, route, routed
+from ..launch.routing import RemoteArguments, public, route, routed
 from ..runtime.session import Session
 from ..runtime.stream import Stream
 from .binding import COMPUTE_32F_FAST_TF32, COMPUTE_64F, GEMM_DEFAULT, OP_N, OP_T, R_32F, blas_error

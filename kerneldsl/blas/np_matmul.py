@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 import numpy as np
 
-from ..array import placement
+from ..array import ops, placement
 from ..array.arraytype import as_array
 from ..runtime import memory
 from ..runtime.session import default_session
 
 if TYPE_CHECKING:
-    from ..array.ndarray import DeviceArray
+    from ..device_array.ndarray import DeviceArray
 from ..errors import BindingError, ShapeMismatchError
-from ..routing import RemoteArguments, find_remote, routed
+from ..launch.routing import RemoteArguments, find_remote, routed
 from ..runtime.handle import check_same_session
 from ..runtime.session import Session
 from .binding import GEMM_DEFAULT, OP_N, OP_T
@@ -157,8 +157,6 @@ def device_matmul(session: Session, a: DeviceArray, b: DeviceArray, out: DeviceA
     if target.size:
         _product(session, a, b, batch, target)
     if out is not None and target is not out:
-        from .. import ops  # the array layer's kernels (imported here: the op table may import this module)
-
         ops.astype(target, out.dtype, out=out)  # one kernel: the cast, into any layout
         return out
     return target

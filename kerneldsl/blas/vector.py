@@ -16,10 +16,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..array.ndarray import DeviceArray
-from .. import ops
+    from ..device_array.ndarray import DeviceArray
+from ..array import ops
 from ..errors import ShapeMismatchError
-from ..routing import routed
+from ..launch.routing import routed
 from ..runtime import memory
 from ..runtime.session import Session
 from ..runtime.stream import Stream

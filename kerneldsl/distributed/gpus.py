@@ -28,7 +28,6 @@ import cloudpickle
 from distributed import Client
 from distributed.protocol.serialize import Serialize
 
-from ..dispatch import Kernel
 from ..errors import (
     Backpressure,
     NoWorkerError,
@@ -38,6 +37,7 @@ from ..errors import (
     WorkerLostError,
     WrongWorkerError,
 )
+from ..launch.dispatch import Kernel
 from . import parallel
 from .handles import RemoteArray, RemoteFuture
 from .profiles import Profile, checked_profiles

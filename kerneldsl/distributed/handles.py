@@ -2,7 +2,7 @@
 
 A handle names its worker incarnation (one process: a restarted worker is a new one) and the key
 of its array in this client's store there. Calling a kerneldsl callable with remote arrays sends
-the call to that worker (``kd_route``, found by ``kerneldsl.routing``) and returns at once.
+the call to that worker (``kd_route``, found by ``kerneldsl.launch.routing``) and returns at once.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class RemoteArray(RemoteFuture):
         weakref.finalize(self, inc.drop, key)
 
     def kd_route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run a kerneldsl call whose arguments include this array on its worker (see ``kerneldsl.routing``)."""
+        """Run a kerneldsl call whose arguments include this array on its worker (see ``kerneldsl.launch.routing``)."""
         return self._gpus.route(fn, args, kwargs)
 
     @property

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..array.manipulation import concatenate
-from ..array.ndarray import DeviceArray
+from ..device_array.manipulation import concatenate
+from ..device_array.ndarray import DeviceArray
 from ..errors import NoWorkerError
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def reduce(
     partials) on ``worker`` (default: the first part's), the parts moved there device to device."""
     if not parts:
         raise ValueError("reduce needs at least one part")
-    from .. import ops
+    from ..array import ops
 
     here = _onto(gpus, parts, worker or parts[0].worker)
     combine = ops.add if op is None else op

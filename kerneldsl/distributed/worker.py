@@ -28,8 +28,7 @@ from typing import Any, NamedTuple
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from ..array.arraytype import as_array
-from ..array.ndarray import DeviceArray
-from ..dispatch import Kernel
+from ..device_array.ndarray import DeviceArray
 from ..errors import (
     BindingError,
     CallCancelledError,
@@ -41,9 +40,10 @@ from ..errors import (
     ShippingError,
     StickyCudaError,
 )
+from ..jit.signature import ArrayParam
+from ..launch.dispatch import Kernel
 from ..runtime.driver import pci_bus_id
 from ..runtime.session import Session, default_session
-from ..signature import ArrayParam
 from . import exports
 
 PLUGIN_NAME = "kerneldsl-gpu-session"

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import TorchOpError
-from ..signature import ArrayParam
+from ..jit.signature import ArrayParam
 
 if TYPE_CHECKING:
     from .operator import TorchOp

@@ -13,8 +13,8 @@ from typing import Any, cast
 import torch
 
 from ..dtypes import is_dtype_name
-from ..signature import ArrayParam, ScalarParam
-from ..signature.spelling import NO_DEFAULT
+from ..jit.signature import ArrayParam, ScalarParam
+from ..jit.signature.spelling import NO_DEFAULT
 from .operator import TorchOp
 from .tensors import torch_dtype
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..array.fusion import Fused
-from ..dispatch import Kernel
 from ..dtypes import is_dtype_name
 from ..errors import DeclarationError, TorchOpError
-from ..signature import ArrayParam, ConstParam, ScalarParam, Signature, parse_signature
-from ..signature.spelling import NO_DEFAULT, ArrayAnnotation
+from ..jit.signature import ArrayParam, ConstParam, ScalarParam, Signature, parse_signature
+from ..jit.signature.spelling import NO_DEFAULT, ArrayAnnotation
+from ..launch.dispatch import Kernel
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 # namespaces PyTorch owns: an operator there would shadow or clash with PyTorch's own

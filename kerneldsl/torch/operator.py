@@ -25,10 +25,10 @@ from typing import Any, cast
 import torch
 from torch import Tensor, empty, empty_like
 
-from ..codegen import render
 from ..dtypes import is_dtype_name
 from ..errors import TorchOpError
-from ..signature import ArrayParam, ScalarParam
+from ..jit.codegen import render
+from ..jit.signature import ArrayParam, ScalarParam
 from .autograd import refuse_mutating, register_backward
 from .declaration import OpDeclaration, read_declaration, split_name
 from .shapes import bind_outputs

@@ -15,9 +15,9 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import DeclarationError
-from ..signature import ArrayParam, Extent, ScalarParam, Signature
-from ..signature.spelling import NO_DEFAULT
-from ..specialize import computed_extent
+from ..jit.signature import ArrayParam, Extent, ScalarParam, Signature
+from ..jit.signature.spelling import NO_DEFAULT
+from ..jit.specialize import computed_extent
 
 TuneFor = Mapping[str, Any] | Callable[[], tuple[Any, ...]]
 

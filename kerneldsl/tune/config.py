@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DeclarationError, InvalidOptionError
-from ..signature import ConstParam, Expr, parse_signature
-from ..signature.parse import const_value
+from ..jit.signature import ConstParam, Expr, parse_signature
+from ..jit.signature.parse import const_value
 
 if TYPE_CHECKING:
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
 LAUNCH_KEYS = ("block", "grid", "shared")
 OPTION_KEYS = ("options", "maxrregcount")
@@ -115,7 +115,7 @@ def _shown(value: Any) -> str:
 def variant(kernel: Kernel[Any], config: Config) -> Kernel[Any]:
     """The kernel ``config`` makes: the declaration parsed again with its launch dimensions, its
     constants' defaults set to the configuration's values, its options extended."""
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
     sig = kernel.signature
     values = config.values

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import BindingError, DeclarationError
-from ..signature import ArrayParam, ScalarParam, Signature
-from ..signature.spelling import spelled
+from ..jit.signature import ArrayParam, ScalarParam, Signature
+from ..jit.signature.spelling import spelled
 
 KeyPart = str | TypeVar | Callable[..., Any]  # a name (or the NewType / TypeVar spelling it), or a function
 _JSON_SCALARS = (str, int, float, bool, type(None))

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..jit.signature import ArrayParam, Signature
 from ..runtime.memory import ARRAY_TYPES
-from ..signature import ArrayParam, Signature
 
 if TYPE_CHECKING:
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
 ROUNDS = 3  # timed rounds per configuration; the fastest round's mean is its time
 MAX_REPS = 1000

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import cache as disk_cache
-from ..signature import Signature
-from ..signature.spelling import NO_DEFAULT
+from ..jit.signature import Signature
+from ..jit.signature.spelling import NO_DEFAULT
 
 if TYPE_CHECKING:
     from ..cache import CacheEntryInfo, DiskCache
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
 KIND = "tuning"  # the "kind" and "output" of a record's key material
 
@@ -47,8 +47,8 @@ class Timing:
 
 def kernel_identity(kernel: Kernel[Any]) -> str:
     """A digest of what decides the kernel's code, stable across processes."""
-    from ..build import fingerprint
-    from ..compiler import nvrtc_identity
+    from ..jit.build import fingerprint
+    from ..jit.compiler import nvrtc_identity
 
     sig = kernel.signature
     material = {

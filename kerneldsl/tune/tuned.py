@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
-from .. import fastpath, logs
+from .. import logs
 from ..errors import (
     AutotuneError,
     BindingError,
@@ -30,15 +30,16 @@ from ..errors import (
     KernelDSLError,
     StickyCudaError,
 )
-from ..launch import planned_launch
+from ..jit.specialize import const_key
+from ..launch import fastpath
+from ..launch.bound import planned_launch
+from ..launch.routing import is_remote
 from ..progress import Progress
-from ..routing import is_remote
 from ..runtime import nvtx
 from ..runtime.memory import ARRAY_TYPES
 from ..runtime.occupancy import function_attributes
 from ..runtime.session import default_session
 from ..runtime.stream import check_stream
-from ..specialize import const_key
 from . import records
 from .ahead import checked_tune_for, tune_arguments
 from .config import Config, declared_configs, variant
@@ -48,7 +49,7 @@ from .measure import scratch, time_launches
 if TYPE_CHECKING:
     from typing_extensions import ParamSpec
 
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
     _P = ParamSpec("_P", default=...)
     _Q = ParamSpec("_Q")
@@ -343,7 +344,7 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
     def _time(self, c: Config, args: tuple[Any, ...], consts: dict[str, Any], session: Any) -> float:
         """Milliseconds per launch of ``c`` on ``args`` (the benchmark's), after refusing a
         configuration no SM can hold a block of (occupancy 0) before it launches."""
-        from ..resources import DeviceLimits, compute_occupancy
+        from ..launch.resources import DeviceLimits, compute_occupancy
 
         v = self.variants[c.identity]
         found = v.lookup(args, consts)
@@ -425,7 +426,7 @@ def autotune(
     kerneldsl.errors.AutotuneError
         At a call, when every configuration failed.
     """
-    from ..dispatch import Kernel
+    from ..launch.dispatch import Kernel
 
     if type(warmup) is not int or warmup < 1 or not rep_ms > 0:
         raise DeclarationError(

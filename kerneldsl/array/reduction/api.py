@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
-from ...build import Build
 from ...errors import FusionError
-from ...routing import public
+from ...jit.build import Build
+from ...launch.routing import public
 from ..elementwise import ElementwiseFunction
 from ..plan import PlanCache
 from ..program import ProgramBuilder, Traced
@@ -21,8 +21,8 @@ from .strategy import Step, planning_multiprocessors
 from .warm import WarmLaunches, WarmSlot, warm_key
 
 if TYPE_CHECKING:
+    from ...device_array.ndarray import DeviceArray
     from ...distributed.handles import RemoteArray
-    from ..ndarray import DeviceArray
     from ..operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from ...codegen import Decisions, GeneratedBody, render
-from ...dispatch import Kernel
+from ...jit.codegen import Decisions, GeneratedBody, render
+from ...launch.dispatch import Kernel
 from ..kernels import (
     BLOCK,
     KERNELS,

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ...build import Build
-from ...dispatch import Kernel
+from ...jit.build import Build
+from ...launch.dispatch import Kernel
 from ...runtime import memory, nvtx
 from ...runtime.session import default_session
 from ..kernels import MAX_ENTRIES, vector_width

@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from ... import dtypes, promotion
+from ... import dtypes
+from .. import promotion
 from ..program import compute_ctype, unsigned_ctype
 
 _HALF = ("float16", "bfloat16")

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ...dispatch import Kernel
+from ...launch.dispatch import Kernel
 from ...runtime import driver
 from ..kernels import BLOCK
 

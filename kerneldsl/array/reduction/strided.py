@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...dispatch import Kernel
+from ...launch.dispatch import Kernel
 from ..kernels import BLOCK
 from .canonical import Canonical, Group
 from .strategy import (

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ...launch import BoundLaunch, WideIndexNeeded
+from ...launch.bound import BoundLaunch, WideIndexNeeded
 from ...runtime import memory
 from ..kernels import BoundedCache
 from ..scratch import SCRATCH

@@ -1,0 +1,157 @@
+"""The CPU device's compile: the same rendered CUDA C++ -> a shared library for the host.
+
+The rendered source is compiled as written, behind the shim ``templates/host/kd_host.h`` (the
+CUDA built-ins on the host), with ``KD_HOST_EMULATION`` defined so the templates' few host
+branches apply. Decided here, in Python, before the compiler runs:
+
+- fibers or a plain loop: a kernel whose text references a barrier or warp collective runs its
+  threads as fibers (``KD_HOST_FIBERS=1``), every other kernel as a loop;
+- ``extern __shared__ T x[];`` becomes ``KD_DYNAMIC_SHARED(T, x);`` in the host copy (a thread-local
+  cannot be ``extern``);
+- what has no host meaning is refused with the construct named (``UnsupportedOnCpuError``):
+  ``#include`` of CUDA headers (CUB, cooperative groups, libcu++), and inline PTX that the
+  compiler meets (PTX under ``#ifdef __CUDA_ARCH__`` is never compiled here, so it is fine);
+- NVRTC options map to the host's: ``--fmad=false`` keeps its meaning (no contraction is ever
+  made), ``-lineinfo`` becomes ``-g``, ``-G`` (device debug) a debug build, ``-D``/``-U`` pass
+  through, the rest only shape PTX;
+- a debug build (``KERNELDSL_HOST_DEBUG=1`` in the environment, or ``-G`` in a kernel's
+  options): ``-O0 -g`` in place of ``-O2``, so a debugger stops at a body's line in the user's
+  file (``gdb -ex "break my_kernels.py:42"``: the ``#line`` directives name it) and shows every
+  variable. The flags are part of the build's cache key, so debug and optimized images never mix.
+
+The rendered source's ``#line`` directives number each body line in the user's ``.py`` file, so
+the compiler's diagnostics, ``assert``/``__trap`` reports (``__FILE__``/``__LINE__``) and a debug
+build's line table all name the user's line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from ..errors import UnsupportedOnCpuError
+from ..runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
+from .compiler import CompiledCode
+
+HOST_OUTPUT = "host"
+# -march=native: this host's vector units (the key records its ISA).
+BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
+DEBUG_ENV = "KERNELDSL_HOST_DEBUG"
+DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable where the debugger looks
+_DEVICE_DEBUG = ("-G", "--device-debug")
+
+_COLLECTIVE = re.compile(
+    r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync|__uni_sync"
+    r"|__activemask|__match_(?:any|all)_sync|__reduce_\w+_sync|__nanosleep)\b"
+)
+_INDEX_TYPEDEF = re.compile(r"^typedef (?:int|long long) index_t;$", re.MULTILINE)
+_ALIGN = r"(?:__align__\s*\(\s*\d+\s*\)\s+)?"
+_NAME = r"[A-Za-z_]\w*"
+_DYNAMIC_SHARED = re.compile(rf"\bextern\s+__shared__\s+{_ALIGN}({_NAME}[\w:<>, ]*?)\s+{_ALIGN}({_NAME})\s*\[\s*\]\s*;")
+_INLINE_ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b")
+
+
+def uses_collectives(source: str) -> bool:
+    """Whether the kernel's own text (after the prelude, whose complex shuffle overloads are only
+    templates) references a barrier or warp collective: then its threads must run as fibers."""
+    start = _INDEX_TYPEDEF.search(source)
+    return _COLLECTIVE.search(source, start.start() if start else 0) is not None
+
+
+def host_source(source: str) -> str:
+    """The host copy of ``source``: dynamic shared arrays spelled the shim's way."""
+    return _DYNAMIC_SHARED.sub(r"KD_DYNAMIC_SHARED(\1, \2);", source)
+
+
+def host_debug_requested() -> bool:
+    """Whether ``KERNELDSL_HOST_DEBUG`` asks for debug builds (read at each build, never at a call)."""
+    return os.environ.get(DEBUG_ENV, "0").strip() not in ("", "0")
+
+
+def host_options(user_options: Sequence[str]) -> tuple[str, ...]:
+    """The compiler flags for a kernel built with NVRTC options ``user_options`` (already checked)."""
+    mapped: list[str] = []
+    debug = host_debug_requested()
+    for option in user_options:
+        if option.startswith(("-D", "-U")):
+            mapped.append(option)
+        elif option in _DEVICE_DEBUG:
+            debug = True
+        elif option in ("-lineinfo", "--generate-line-info"):
+            mapped.append("-g")
+    base = (*DEBUG_FLAGS, *BASE_FLAGS[1:]) if debug else BASE_FLAGS
+    return tuple(dict.fromkeys((*base, *mapped)))
+
+
+@lru_cache(maxsize=1)
+def host_identity() -> dict[str, Any]:
+    """What a host image's key records of where it was built: the compiler, the host CPU's
+    instruction set (``-march=native`` targets it), the shim's digest and the runtime ABI."""
+    return {
+        **host_compiler().identity(),
+        "cpu": _cpu_identity(),
+        "shim": hashlib.sha256((shim_dir() / "kd_host.h").read_bytes()).hexdigest(),
+        "host_abi": HOST_ABI,
+    }
+
+
+def _cpu_identity() -> str:
+    """The machine and its instruction-set flags (an image built for AVX-512 must not load elsewhere)."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()} {hashlib.sha256(flags.encode()).hexdigest()[:16]}"
+
+
+def refuse_unsupported(includes: Sequence[str]) -> None:
+    """UnsupportedOnCpuError for a kernel that includes CUDA headers (CUB, cooperative groups,
+    libcu++): their device code has no host build."""
+    if includes:
+        raise UnsupportedOnCpuError(
+            f"#include {', '.join(includes)}: CUDA headers (CUB, cooperative groups, libcu++) have no host "
+            "build, so the CPU device cannot run this kernel; run it on a GPU"
+        )
+
+
+def compile_host(source: str, program_name: str, options: Sequence[str]) -> CompiledCode:
+    """Compile ``source`` for the CPU device; ``HostCompileFailure`` carries the compiler's log,
+    ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
+    flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}", "-include", str(shim_dir() / "kd_host.h"))
+    try:
+        image = compile_shared(host_compiler(), host_source(source), flags, program_name.removesuffix(".cu"))
+    except HostCompileFailure as failure:
+        line = _inline_ptx_line(source)
+        if line is not None:
+            raise UnsupportedOnCpuError(
+                f"inline PTX (asm) at {line} has no host equivalent: the CPU device cannot run it; guard it with "
+                "#ifdef __CUDA_ARCH__ and give a portable branch, or run on a GPU"
+            ) from None
+        raise failure
+    return CompiledCode(image, HOST_OUTPUT, "", None, None, None)
+
+
+def _inline_ptx_line(source: str) -> str | None:
+    """``file:line`` (as the ``#line`` directives name it) of the first ``asm`` in the kernel's text."""
+    start = _INDEX_TYPEDEF.search(source)
+    found = _INLINE_ASM.search(source, start.start() if start else 0)
+    if found is None:
+        return None
+    name, line = "<source>", 1  # the number the next line read has
+    for text in source[: found.start()].split("\n")[:-1]:
+        directive = re.match(r'#line (\d+) "([^"]+)"', text)
+        if directive:
+            name, line = directive.group(2), int(directive.group(1))
+        else:
+            line += 1
+    return f"{name}:{line}"
