@@ -421,7 +421,7 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("array",),
     ("blas",),
     ("device_array",),
-    ("distributed", "tune"),
+    ("distributed", "tune", "torch"),
     ("array_api",),
     ("bench",),
     ("cli",),
