@@ -16,6 +16,12 @@ os.environ.setdefault("KERNELDSL_ARCH", "sm_90")  # importing never needs a GPU;
 import kerneldsl  # noqa: E402
 from kerneldsl.bench.report import markdown  # noqa: E402
 
+# kd.ops and kd.random are the public names of modules that live in the array layer's folders
+# (kerneldsl/array/ops.py, kerneldsl/device_array/random.py): autodoc imports a module by its dotted
+# name, so the reference registers each public name as the module it means.
+for _public in ("ops", "random"):
+    sys.modules[f"kerneldsl.{_public}"] = getattr(kerneldsl, _public)
+
 # The benchmark results page, written from the recorded results files at every build (and ignored
 # by git): figures are never pasted by hand. Rewritten only when it changes, so Sphinx's
 # incremental builds stay incremental.

@@ -29,7 +29,7 @@ sys.path.pop(0)
 def _public() -> list[tuple[str, Any]]:
     names = []
     for module_name in kd_public.PUBLIC_MODULES:
-        module = importlib.import_module(module_name)
+        module = kd_public.public_module(module_name)
         for name in kd_public.public_names(module):
             value = getattr(module, name)
             if isinstance(value, types.ModuleType) or not (callable(value) or isinstance(value, type)):

@@ -53,7 +53,7 @@ def test_every_public_name_has_an_entry_in_the_reference(site: Path) -> None:
     missing = [
         f"{module}.{name}"
         for module in kd_public.PUBLIC_MODULES
-        for name in kd_public.public_names(importlib.import_module(module))
+        for name in kd_public.public_names(kd_public.public_module(module))
         if f'id="{module}.{name}"' not in pages and f'id="module-{module}.{name}"' not in pages
     ]
     assert missing == []

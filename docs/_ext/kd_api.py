@@ -9,7 +9,6 @@ and one the reference lost is a broken build, not a silent gap.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import types
 from typing import Any
@@ -18,7 +17,7 @@ import numpy as np
 from docutils import nodes
 from docutils.parsers.rst import directives
 from docutils.statemachine import StringList
-from kd_public import MEMBERS, PUBLIC_MODULES, public_names
+from kd_public import MEMBERS, PUBLIC_MODULES, public_module, public_names
 from sphinx.application import Sphinx
 from sphinx.util import logging
 from sphinx.util.docutils import SphinxDirective
@@ -43,7 +42,7 @@ def _directive(qualified: str, value: Any) -> list[str]:
         )
         return [f".. autoclass:: {qualified}", *(f"   {b}" for b in bases), ""]
     canonical = getattr(value, "__name__", name)
-    if callable(value) and canonical != name and getattr(importlib.import_module(module), canonical, None) is value:
+    if callable(value) and canonical != name and getattr(public_module(module), canonical, None) is value:
         signature = str(inspect.signature(value))  # an alias (``kd.ops.absolute``): one entry holds the docs
         return [
             f".. py:function:: {name}{signature}",
@@ -73,7 +72,7 @@ class KdNames(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         module_name = self.arguments[0]
-        module = importlib.import_module(module_name)
+        module = public_module(module_name)
         names = self.options["names"].split() if "names" in self.options else public_names(module)
         excluded = set(self.options.get("exclude", "").split())
         documented = _documented(self.env)
@@ -92,7 +91,7 @@ class KdNames(SphinxDirective):
 def _check_coverage(app: Sphinx, env: Any) -> None:
     """Every public name has a reference entry."""
     for module_name in PUBLIC_MODULES:
-        module = importlib.import_module(module_name)
+        module = public_module(module_name)
         for name in public_names(module):
             if f"{module_name}.{name}" not in _documented(env):
                 logger.warning("public name %s.%s has no entry in the API reference", module_name, name)

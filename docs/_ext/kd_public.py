@@ -5,11 +5,23 @@ docstring tests (``tests/test_docs_docstrings.py``, which run where Sphinx is no
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import kerneldsl
 
+
 # The modules whose public names the reference must cover: the package, its public submodules (the
 # modules among ``kd.__all__``) and the Array API's ``linalg`` extension.
+def public_module(name: str) -> types.ModuleType:
+    """The module a public dotted name means: ``kerneldsl.ops`` is ``kd.ops``, whichever folder
+    of the package holds it (``kerneldsl.array.ops``)."""
+    module: Any = kerneldsl
+    for part in name.split(".")[1:]:
+        module = getattr(module, part)
+    assert isinstance(module, types.ModuleType), name
+    return module
+
+
 PUBLIC_MODULES = (
     "kerneldsl",
     *sorted(f"kerneldsl.{n}" for n in kerneldsl.__all__ if isinstance(getattr(kerneldsl, n), types.ModuleType)),

@@ -34,7 +34,9 @@ def sample_inputs(
     """Arguments for one call of ``op``: a random tensor for each array it reads (dtype variables
     take ``dtypes[name]``, else ``dtype``; symbols ``sizes[name]``, else distinct small extents),
     a number of each scalar's type, each constant's default (else 1), and the keyword sizes and
-    dtypes outputs need. ``requires_grad``: floating-point tensors require grad."""
+    dtypes outputs need. ``requires_grad``: floating-point tensors require grad. ``device``: where
+    the tensors live (``"cpu"`` runs the op on the CPU device). ``seed``: the tensors' values, the
+    same for the same seed."""
     decl = op.declaration
     generator = torch.Generator().manual_seed(seed)
     symbols = {s: _FIRST_EXTENT + i for i, s in enumerate(decl.signature.symbols)}
@@ -63,7 +65,8 @@ def opcheck(
     **kwargs: Any,
 ) -> dict[str, str]:
     """``torch.library.opcheck`` of ``op`` on ``args`` / ``kwargs`` (none given: ``sample_inputs(op)``);
-    raises on the first failed check, else returns each check's result."""
+    raises on the first failed check, else returns each check's result. ``test_utils``: the checks
+    to run, by ``torch.library.opcheck``'s names (all of them by default)."""
     if not args and not kwargs:
         args, kwargs = sample_inputs(op)
     options = {} if test_utils is None else {"test_utils": test_utils}
