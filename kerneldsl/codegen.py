@@ -172,7 +172,9 @@ class Decisions:
     copy: str | None = None  # a reduction's: why its operands were read from a contiguous copy (None: in place)
     shifted: bool = False  # fused rows not a multiple of the vector: aligned vectors, per-element edges
     carried: bool = False  # fused rows: a full value a later pass reads is kept in registers, not recomputed
-    host_plan: str | None = None  # the CPU device's own plan where a GPU would run another (KERNELDSL_CPU_PLAN=gpu: the GPU's)
+    host_plan: str | None = (
+        None  # the CPU device's own plan where a GPU would run another (KERNELDSL_CPU_PLAN=gpu: the GPU's)
+    )
 
 
 @dataclass(frozen=True)

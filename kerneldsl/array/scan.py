@@ -9,7 +9,10 @@ One launch per call, from ``templates/scan.cu.j2``:
   once, written once) in tiles chained by a decoupled look-back, made deterministic by always
   folding a fixed window of predecessors in index order (see the template);
 - "lines" otherwise: one thread per scanned line, walking it in order (coalesced across
-  threads when the axis is not innermost).
+  threads when the axis is not innermost);
+- on the CPU device every scan takes "lines" in blocks of one thread (``HOST_LINES``): a
+  look-back tile's barriers and shuffles would run as fibers, and a thread walking a line in
+  order is the host's own way (``KERNELDSL_CPU_PLAN=gpu`` keeps the GPU's plan).
 
 Accumulation and result dtypes follow ``kd.ops.sum`` / ``prod`` (NumPy's ``cumsum`` rules:
 small integers widen, float16/bfloat16 accumulate in float32 and round each output once).
@@ -40,7 +43,13 @@ from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype
 from .reduction.axes import normalize_axes
 from .reduction.reducers import REDUCERS, Reducer, accumulator_context, user_reducer
-from .reduction.strategy import INSPECT_MULTIPROCESSORS, device_multiprocessors, planning_multiprocessors
+from .reduction.strategy import (
+    HOST_BLOCKS_PER_CORE,
+    INSPECT_MULTIPROCESSORS,
+    device_multiprocessors,
+    host_plans,
+    planning_multiprocessors,
+)
 from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, overlaps_out, warm_key
 from .scratch import SCRATCH
 
@@ -53,6 +62,7 @@ LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
 WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and WINDOW - 1 aggregates
 ITEMS_BYTES = 128  # accumulator bytes each thread of a look-back tile holds (and stages in shared memory)
 MAX_ITEMS = 32  # values per thread at most
+HOST_LINES = "a thread scans each line in order, blocks of one thread (no barrier or collective)"
 
 _UINT32 = np.dtype(np.uint32)
 _UINT64 = np.dtype(np.uint64)
@@ -61,12 +71,13 @@ _INT64 = np.dtype(np.int64)
 
 @dataclass(frozen=True)
 class ScanVariant:
-    """Compile-time choices of a scan kernel: the stage, inclusive or exclusive, and values per
-    thread (lookback only)."""
+    """Compile-time choices of a scan kernel: the stage, inclusive or exclusive, values per
+    thread (lookback only), and threads per block (1: the CPU device's lines)."""
 
     stage: str
     exclusive: bool
     items: int = 1
+    threads: int = BLOCK
 
 
 def scan_kernel(
@@ -119,11 +130,14 @@ def _build(
             pre=reducer.pre,
             pre_param=reducer.pre_param,
         )
-        decisions = Decisions(layout="flat", stage=variant.stage, accumulation=acc, group=variant.items)
+        host_plan = HOST_LINES if variant.threads == 1 else None
+        decisions = Decisions(
+            layout="flat", stage=variant.stage, accumulation=acc, group=variant.items, host_plan=host_plan
+        )
         return GeneratedBody(text, decisions)
 
     name = f"{reducer.name}_scan_{variant.stage}"
-    return make_kernel(name, _params(ndim, out_ndim, variant, value, acc, result), body)
+    return make_kernel(name, _params(ndim, out_ndim, variant, value, acc, result), body, block=variant.threads)
 
 
 def status_words(acc: np.dtype) -> int:
@@ -159,7 +173,7 @@ class ScanPlan(Plan):
     value: np.dtype
     acc: np.dtype
     dtype: np.dtype
-    _steps: dict[int, ScanStep] = field(default_factory=dict, init=False, repr=False)  # by SM count
+    _steps: dict[tuple[int, bool], ScanStep] = field(default_factory=dict, init=False, repr=False)  # by SMs, host
 
     @cached_property
     def extents(self) -> tuple[int, int, int]:
@@ -170,12 +184,12 @@ class ScanPlan(Plan):
         inner = int(np.prod(self.value_shape[self.axis + 1 :], dtype=np.int64))
         return outer, self.value_shape[self.axis], inner
 
-    def step(self, sms: int) -> ScanStep:
-        """The launch for this shape on a device with ``sms`` multiprocessors, decided once per
-        plan and SM count: warm calls only look it up."""
-        found = self._steps.get(sms)
+    def step(self, sms: int, host: bool = False) -> ScanStep:
+        """The launch for this shape on a device with ``sms`` multiprocessors (``host``: the CPU
+        device's plan), decided once per plan and kind of device: warm calls only look it up."""
+        found = self._steps.get((sms, host))
         if found is None:
-            found = self._steps[sms] = self._decide(sms)
+            found = self._steps[(sms, host)] = self._decide(sms, host)
         return found
 
     @cached_property
@@ -184,9 +198,13 @@ class ScanPlan(Plan):
         words = status_words(self.acc)
         return f"scan-aggregates-{words}", f"scan-inclusive-{words}"
 
-    def _decide(self, sms: int) -> ScanStep:
+    def _decide(self, sms: int, host: bool) -> ScanStep:
         outer, count, inner = self.extents
         ndim, out_ndim = len(self.value_shape), len(self.shape)
+        if host:
+            variant = ScanVariant("lines", self.exclusive, threads=1)
+            kernel = scan_kernel(self.reducer, ndim, out_ndim, variant, self.value, self.acc, self.dtype)
+            return ScanStep(variant, kernel, max(1, min(outer * inner, sms * HOST_BLOCKS_PER_CORE)))
         if inner == 1 and count > LINES_MAX:
             items = max(1, min(MAX_ITEMS, ITEMS_BYTES // max(self.value.itemsize, self.acc.itemsize)))
             variant = ScanVariant("lookback", self.exclusive, items)
@@ -220,7 +238,7 @@ class ScanPlan(Plan):
         that writes it, as an elementwise kernel does."""
         if out.size == 0:
             return
-        step = self.step(device_multiprocessors(session))
+        step = self.step(device_multiprocessors(session), host_plans(session))
         (value,) = values
         step.kernel(unalias(value, out, session), out, *self._after(step, session), grid=(step.blocks, 1, 1))
 
@@ -250,7 +268,7 @@ class ScanPlan(Plan):
             return
         if out is not None and overlaps_out(values, out, in_place=True):  # the full path reads a copy
             return
-        step = self.step(device_multiprocessors(session))
+        step = self.step(device_multiprocessors(session), host_plans(session))
         after = self._after(step, session)
         found = step.kernel.lookup((*values, result, *after), {})
         if found is None or found[1]:
