@@ -10,9 +10,10 @@ One launch per call, from ``templates/scan.cu.j2``:
   folding a fixed window of predecessors in index order (see the template);
 - "lines" otherwise: one thread per scanned line, walking it in order (coalesced across
   threads when the axis is not innermost);
-- on the CPU device every scan takes "lines" in blocks of one thread (``HOST_LINES``): a
-  look-back tile's barriers and shuffles would run as fibers, and a thread walking a line in
-  order is the host's own way (``KERNELDSL_CPU_PLAN=gpu`` keeps the GPU's plan).
+- on the CPU device every scan takes "host-lines" in blocks of one thread (``HOST_LINES``): a
+  thread walks up to ``host_width`` adjacent lines together down the axis, each step reading one
+  contiguous run (a line alone when the axis is innermost), where a look-back tile's barriers and
+  shuffles would run as fibers (``KERNELDSL_CPU_PLAN=gpu`` keeps the GPU's plan).
 
 Accumulation and result dtypes follow ``kd.ops.sum`` / ``prod`` (NumPy's ``cumsum`` rules:
 small integers widen, float16/bfloat16 accumulate in float32 and round each output once).
@@ -45,6 +46,8 @@ from .reduction.axes import normalize_axes
 from .reduction.reducers import REDUCERS, Reducer, accumulator_context, user_reducer
 from .reduction.strategy import (
     HOST_BLOCKS_PER_CORE,
+    HOST_COLUMN_BYTES,
+    HOST_ITEMS_PER_CORE,
     INSPECT_MULTIPROCESSORS,
     device_multiprocessors,
     host_plans,
@@ -62,7 +65,8 @@ LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
 WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and WINDOW - 1 aggregates
 ITEMS_BYTES = 128  # accumulator bytes each thread of a look-back tile holds (and stages in shared memory)
 MAX_ITEMS = 32  # values per thread at most
-HOST_LINES = "a thread scans each line in order, blocks of one thread (no barrier or collective)"
+HOST_LINES = "a thread scans {items} adjacent lines together in order, blocks of one thread (no barrier or collective)"
+HOST_LINES_MIN = 16  # fewest adjacent lines a host-lines thread takes when the axis is not innermost
 
 _UINT32 = np.dtype(np.uint32)
 _UINT64 = np.dtype(np.uint64)
@@ -71,13 +75,12 @@ _INT64 = np.dtype(np.int64)
 
 @dataclass(frozen=True)
 class ScanVariant:
-    """Compile-time choices of a scan kernel: the stage, inclusive or exclusive, values per
-    thread (lookback only), and threads per block (1: the CPU device's lines)."""
+    """Compile-time choices of a scan kernel: the stage, inclusive or exclusive, and values per
+    thread (lookback; host-lines: adjacent lines a thread takes)."""
 
     stage: str
     exclusive: bool
     items: int = 1
-    threads: int = BLOCK
 
 
 def scan_kernel(
@@ -130,14 +133,15 @@ def _build(
             pre=reducer.pre,
             pre_param=reducer.pre_param,
         )
-        host_plan = HOST_LINES if variant.threads == 1 else None
+        host_plan = HOST_LINES.format(items=variant.items) if variant.stage == "host-lines" else None
         decisions = Decisions(
             layout="flat", stage=variant.stage, accumulation=acc, group=variant.items, host_plan=host_plan
         )
         return GeneratedBody(text, decisions)
 
     name = f"{reducer.name}_scan_{variant.stage}"
-    return make_kernel(name, _params(ndim, out_ndim, variant, value, acc, result), body, block=variant.threads)
+    block = 1 if variant.stage == "host-lines" else BLOCK
+    return make_kernel(name, _params(ndim, out_ndim, variant, value, acc, result), body, block=block)
 
 
 def status_words(acc: np.dtype) -> int:
@@ -157,6 +161,17 @@ class ScanStep:
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def host_width(outer: int, inner: int, acc_itemsize: int, cores: int) -> int:
+    """Adjacent lines a host-lines thread scans together: 1 along the innermost axis, else a power
+    of two from ``HOST_LINES_MIN`` up to ``HOST_COLUMN_BYTES`` of running values (and ``BLOCK``),
+    as wide as leaves ``HOST_ITEMS_PER_CORE`` tiles a core."""
+    if inner == 1:
+        return 1
+    widest = min(BLOCK, HOST_COLUMN_BYTES // acc_itemsize)
+    share = max(1, outer * inner // (cores * HOST_ITEMS_PER_CORE))
+    return max(HOST_LINES_MIN, min(widest, 1 << (share.bit_length() - 1)))
 
 
 @dataclass(eq=False)
@@ -202,9 +217,11 @@ class ScanPlan(Plan):
         outer, count, inner = self.extents
         ndim, out_ndim = len(self.value_shape), len(self.shape)
         if host:
-            variant = ScanVariant("lines", self.exclusive, threads=1)
+            width = host_width(outer, inner, self.acc.itemsize, sms)
+            variant = ScanVariant("host-lines", self.exclusive, width)
             kernel = scan_kernel(self.reducer, ndim, out_ndim, variant, self.value, self.acc, self.dtype)
-            return ScanStep(variant, kernel, max(1, min(outer * inner, sms * HOST_BLOCKS_PER_CORE)))
+            tiles = outer * _ceil(inner, width)
+            return ScanStep(variant, kernel, max(1, min(tiles, sms * HOST_BLOCKS_PER_CORE)))
         if inner == 1 and count > LINES_MAX:
             items = max(1, min(MAX_ITEMS, ITEMS_BYTES // max(self.value.itemsize, self.acc.itemsize)))
             variant = ScanVariant("lookback", self.exclusive, items)
@@ -245,7 +262,7 @@ class ScanPlan(Plan):
     def _after(self, step: ScanStep, session: Any) -> tuple[Any, ...]:
         """The arguments after the output: the extents, and for look-back its scratch and epoch."""
         outer, count, inner = self.extents
-        if step.variant.stage == "lines":
+        if step.variant.stage != "lookback":
             return (count, outer, inner)
         epoch, wrapped = SCRATCH.next_epoch(session)
         words = status_words(self.acc)
