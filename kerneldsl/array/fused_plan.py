@@ -64,7 +64,7 @@ class FusedRowsPlan(Plan):
         if found is None:
             p, s = self.pipeline, self.layout.strategy
             if host:
-                strategy = host_strategy(s.width, max(1, reads(p)))
+                strategy = host_strategy(p.count, s.width, self.held_bytes, max(1, reads(p)))
             else:
                 strategy = decide(p.count, s.width, self.held_bytes, max(1, reads(p)), p.rows, sms, clusters)
             layout = replace(self.layout, strategy=strategy)

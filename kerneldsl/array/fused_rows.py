@@ -73,6 +73,7 @@ from .reduction.reducers import accumulator_context
 
 WARP_MAX = 1024  # rows up to this many elements take (part of) a warp each
 HOLD_BYTES = 128  # register bytes per thread that may hold a row's inputs
+HOST_HOLD_BYTES = 16384  # ... on the CPU device (a row per thread, held in its stack and L1)
 BLOCKS = (256, 512, 1024)  # row-per-block sizes, the smallest that holds the row wins ...
 NARROW_BLOCK = 128  # ... but a 16-bit row takes this many threads ...
 PREFER_HELD_BYTES = 64  # ... when each then holds at most this much of it
@@ -152,9 +153,14 @@ def decide(count: int, width: int, held_bytes: int, reads: int, rows: int, sms: 
     return Strategy(name, lanes, threads, width, items, 1, cluster)
 
 
-def host_strategy(width: int, reads: int) -> Strategy:
-    """The CPU device's strategy: a row per thread, read again by each of its ``reads`` phases
-    (from the core's cache), units of ``width`` as the GPU's."""
+def host_strategy(count: int, width: int, held_bytes: int, reads: int) -> Strategy:
+    """The CPU device's strategy: a row per thread, units of ``width`` as the GPU's, the row's
+    inputs held (``items``: all its units, one pass, values a later phase reads computed once)
+    when they fit ``HOST_HOLD_BYTES``, else read again by each of its ``reads`` phases (from the
+    core's cache)."""
+    units = max(1, _ceil(count, width) + (count % width != 0))  # a shifted row's extra unit
+    if held_bytes and units * width * held_bytes <= HOST_HOLD_BYTES:
+        return Strategy("row-per-thread", 1, 1, width, units, 1)
     return Strategy("row-per-thread", 1, 1, width, None, reads)
 
 
@@ -295,9 +301,10 @@ class _Context:
                 varies = (True,) * layout.ndim  # the reduced shape itself: every stride exists
                 self.arrays[f"o{k}"] = _array(layout, f"o{k}", f"kdout{k}", dtype, layout.ndim, varies)
         items = layout.strategy.items
+        self.hold = HOST_HOLD_BYTES if layout.strategy.strategy == "row-per-thread" else HOLD_BYTES
         held = held_leaves(pipeline, layout.leaves, layout.axes) if items else []
         self._passes(carry=items is not None)
-        if items is not None and items * layout.strategy.width * self._live_bytes(held, False) > HOLD_BYTES:
+        if items is not None and items * layout.strategy.width * self._live_bytes(held, False) > self.hold:
             self._passes(carry=False)  # carried values must fit beside the held inputs, or they spill
         self.held = [self.arrays[v] for v in held]
         self.held_ids = {str(v) for v in held}
@@ -309,7 +316,7 @@ class _Context:
         carried values (a float16 conversion that keeps a NaN's sign is several instructions)."""
         if not any(_leaf(self.pipeline, v).dtype.itemsize == 2 for v in held):
             return False
-        return items * self.layout.strategy.width * self._live_bytes(held, True) <= HOLD_BYTES
+        return items * self.layout.strategy.width * self._live_bytes(held, True) <= self.hold
 
     def _live_bytes(self, held: list[int], widened: bool) -> int:
         """The most register bytes per element that held inputs (float32 copies when ``widened``)
