@@ -81,6 +81,16 @@ def test_host_argmax_returns_the_first_of_ties_and_the_first_nan(cpu: Any, axis:
     np.testing.assert_array_equal(ops.argmax(cpu.to_device(x), axis=axis).to_host(), np.argmax(x, axis=axis))
 
 
+@pytest.mark.parametrize("nan", [False, True])
+def test_split_host_argmax_of_a_long_line_takes_the_first_best(cpu: Any, nan: bool) -> None:
+    x = np.zeros(1 << 20, np.float32)
+    x[[70000, 400000, 900000]] = 2.0
+    if nan:
+        x[[600000, 800000]] = np.nan
+    assert ops.argmax.strategy(x, axis=0, multiprocessors=2, host=True).splits > 1
+    assert int(ops.argmax(cpu.to_device(x), axis=0).to_host()) == np.argmax(x)
+
+
 def test_the_gpu_plan_on_request_gives_the_same_sums(cpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     x = (np.random.default_rng(4).integers(-64, 64, (300, 700)) / 8).astype(np.float32)
     d = cpu.to_device(x)

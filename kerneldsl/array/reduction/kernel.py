@@ -137,6 +137,7 @@ def _context(
         along=along,
         vec=vector_width(program),
         accumulator="reduction_indexed.cuh.j2" if reducer.indexed else "reduction_value.cuh.j2",
+        indexed=reducer.indexed,
         size_expr=" * ".join(f"(index_t)kdd{j}" for j in range(geometry.ndim)) or "1",
         dims=[f"kdd{j}" for j in range(geometry.ndim)],
         team=variant.team,
