@@ -192,7 +192,7 @@ class ReductionPlan(Plan):
             if not self.geometry.broadcast and all(self.value_shape):
                 canonical = canonicalize(self.value_shape, c_strides(self.value_shape), self.axes)
             if host and not self.extents.gather:
-                found = host_step(self.extents, acc_bytes, sms, self._kernel)
+                found = host_step(self.extents, acc_bytes, sms, self._kernel, self.acc.itemsize)
             elif canonical is not None and canonical.plain and slabs_fit(self.extents, self.acc.itemsize):
                 found = slabs_step(self.extents, vec, self.acc.itemsize, sms, self._kernel)
             elif canonical is not None and (not canonical.plain or _short_columns(self.extents)):

@@ -200,15 +200,18 @@ def host_accumulators(acc_bytes: int) -> int:
     return max(low, min(high, _pow2_at_most(max(1, HOST_VECTOR_BYTES // acc_bytes))))
 
 
-def host_step(e: Extents, acc_bytes: int, cores: int, kernel: Callable[[Variant], Kernel]) -> Step:
+def host_step(
+    e: Extents, acc_bytes: int, cores: int, kernel: Callable[[Variant], Kernel], value_bytes: int = 0
+) -> Step:
     """The CPU device's launch for plain contiguous extents ``e`` (no gather) on ``cores``: a
     thread per output row ("host-rows", ``inner == 1``) or per ``HOST_COLUMN_BYTES`` of
     accumulators for adjacent columns ("host-columns": each reduced index a contiguous run, at most
     a block's width, as a variant's lanes are), each run split over threads until there are
     ``HOST_ITEMS_PER_CORE`` runs a core, no run shorter than ``HOST_PIECE`` values; one-thread
-    blocks take runs grid-stride."""
+    blocks take consecutive runs. ``value_bytes``: a row lane's accumulator when it keeps no index
+    (an indexed reduction's rows find the best value first, then its index)."""
     columns = min(BLOCK, _pow2_at_most(max(1, HOST_COLUMN_BYTES // acc_bytes)))
-    lanes = host_accumulators(acc_bytes) if e.inner == 1 else columns
+    lanes = host_accumulators(value_bytes or acc_bytes) if e.inner == 1 else columns
     stage = "host-rows" if e.inner == 1 else "host-columns"
     tiles = max(1, e.outer * (1 if e.inner == 1 else _ceil(e.inner, lanes)))
     width = 1 if e.inner == 1 else min(lanes, e.inner)  # values a thread takes from one reduced index
