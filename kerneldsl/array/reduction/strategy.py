@@ -210,7 +210,9 @@ def host_step(
     ``HOST_ITEMS_PER_CORE`` runs a core, no run shorter than ``HOST_PIECE`` values; one-thread
     blocks take consecutive runs. ``value_bytes``: a row lane's accumulator when it keeps no index
     (an indexed reduction's rows find the best value first, then its index)."""
-    columns = min(BLOCK, _pow2_at_most(max(1, HOST_COLUMN_BYTES // acc_bytes)))
+    # a tile of adjacent columns: no wider than the kept extent, so most tiles are whole (a whole
+    # tile's loop has a fixed trip count, which the compiler vectorizes)
+    columns = min(BLOCK, _pow2_at_most(max(1, HOST_COLUMN_BYTES // acc_bytes)), _pow2_at_most(max(1, e.inner)))
     lanes = host_accumulators(value_bytes or acc_bytes) if e.inner == 1 else columns
     stage = "host-rows" if e.inner == 1 else "host-columns"
     tiles = max(1, e.outer * (1 if e.inner == 1 else _ceil(e.inner, lanes)))
