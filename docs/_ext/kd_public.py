@@ -10,11 +10,9 @@ from typing import Any
 import kerneldsl
 
 
-# The modules whose public names the reference must cover: the package, its public submodules (the
-# modules among ``kd.__all__``) and the Array API's ``linalg`` extension.
 def public_module(name: str) -> types.ModuleType:
-    """The module a public dotted name means: ``kerneldsl.ops`` is ``kd.ops``, whichever folder
-    of the package holds it (``kerneldsl.array.ops``)."""
+    """The module a public dotted name means: ``kd.ops`` in the reference is whichever module of
+    the package holds it (autodoc is told the same in ``conf.py``)."""
     module: Any = kerneldsl
     for part in name.split(".")[1:]:
         module = getattr(module, part)
@@ -22,6 +20,8 @@ def public_module(name: str) -> types.ModuleType:
     return module
 
 
+# The modules whose public names the reference must cover: the package, its public submodules (the
+# modules among ``kd.__all__``) and the Array API's ``linalg`` extension.
 PUBLIC_MODULES = (
     "kerneldsl",
     *sorted(f"kerneldsl.{n}" for n in kerneldsl.__all__ if isinstance(getattr(kerneldsl, n), types.ModuleType)),

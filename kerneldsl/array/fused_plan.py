@@ -15,12 +15,13 @@ from ..jit.build import Build
 from ..launch.dispatch import Kernel
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
-from .fused_rows import CLUSTER_MAJOR, Layout, Strategy, decide, fused_rows_kernel, held_leaves, reads
+from .fused_rows import CLUSTER_MAJOR, Layout, Strategy, decide, fused_rows_kernel, held_leaves, host_strategy, reads
 from .fused_warm import FusedSlot, FusedWarm
 from .pipeline import Leaf, Pipeline
 from .placement import check_out, check_placement, contiguous, is_strided
 from .plan import Plan
 from .reduction import INSPECT_MULTIPROCESSORS, device_multiprocessors
+from .reduction.strategy import host_plans
 
 BLOCKS_PER_SM = 32  # grid cap per SM: rows beyond it are taken by a grid-stride loop
 
@@ -48,7 +49,7 @@ class FusedRowsPlan(Plan):
     held_bytes: int
     shape: tuple[int, ...] = ()
     dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float32))
-    _steps: dict[tuple[int, bool], Step] = field(default_factory=dict, init=False, repr=False)
+    _steps: dict[tuple[int, bool, bool], Step] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.shape, self.dtype = self.shapes[0], self.dtypes[0]
@@ -56,17 +57,20 @@ class FusedRowsPlan(Plan):
         empty = p.count == 0 and p.rows > 0
         self._no_identity = next((r.reducer.name for r in p.reductions if empty and r.reducer.needs_values), None)
 
-    def step(self, sms: int, clusters: bool) -> Step:
-        """The kernel and grid for a device with ``sms`` SMs (``clusters``: sm_90+), decided once
-        per plan and kind of device: warm calls only look it up."""
-        found = self._steps.get((sms, clusters))
+    def step(self, sms: int, clusters: bool, host: bool = False) -> Step:
+        """The kernel and grid for a device with ``sms`` SMs (``clusters``: sm_90+; ``host``: the
+        CPU device's plan), decided once per plan and kind of device: warm calls only look it up."""
+        found = self._steps.get((sms, clusters, host))
         if found is None:
             p, s = self.pipeline, self.layout.strategy
-            strategy = decide(p.count, s.width, self.held_bytes, max(1, reads(p)), p.rows, sms, clusters)
+            if host:
+                strategy = host_strategy(p.count, s.width, self.held_bytes, max(1, reads(p)))
+            else:
+                strategy = decide(p.count, s.width, self.held_bytes, max(1, reads(p)), p.rows, sms, clusters)
             layout = replace(self.layout, strategy=strategy)
             per = strategy.threads // strategy.lanes
             blocks = max(1, min(_ceil(p.rows, per), sms * BLOCKS_PER_SM // strategy.cluster)) * strategy.cluster
-            found = self._steps[(sms, clusters)] = Step(fused_rows_kernel(p, layout), strategy, blocks)
+            found = self._steps[(sms, clusters, host)] = Step(fused_rows_kernel(p, layout), strategy, blocks)
         return found
 
     @property
@@ -105,8 +109,7 @@ class FusedRowsPlan(Plan):
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         if self.pipeline.rows == 0:
             return
-        gpu = session.gpu
-        step = self.step(device_multiprocessors(session), gpu.compute_capability[0] >= CLUSTER_MAJOR and not gpu.host)
+        step = self._device_step(session)
         step.kernel(*values, *out, *self.pipeline.shape, grid=(step.blocks, 1, 1))
 
     def remember(
@@ -125,14 +128,19 @@ class FusedRowsPlan(Plan):
         outs = [result] if self.single else list(result)
         if not all(type(o) is memory.array_type and o.is_contiguous for o in outs):
             return
-        gpu = session.gpu
-        step = self.step(device_multiprocessors(session), gpu.compute_capability[0] >= CLUSTER_MAJOR and not gpu.host)
+        step = self._device_step(session)
         extents = tuple(self.pipeline.shape)
         found = step.kernel.lookup((*values, *constants, *outs, *extents), {})
         if found is None or found[1]:
             return
         outputs = tuple(zip(self.shapes, self.dtypes))
         front.store(FusedWarm(found[0], (step.blocks, 1, 1), constants, extents, outputs, self.single))
+
+    def _device_step(self, session: Any) -> Step:
+        """The step for ``session``'s device: clusters on a GPU of sm_90+, the host's plan on the CPU device."""
+        gpu = session.gpu
+        clusters = gpu.compute_capability[0] >= CLUSTER_MAJOR and not gpu.host
+        return self.step(device_multiprocessors(session), clusters, host_plans(session))
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()

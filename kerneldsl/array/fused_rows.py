@@ -40,7 +40,12 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   float16 75 where shifted rows staged through shared memory took 121, softmax over 20001 x 301
   float32 13.8 where shifted took 16.1; but softmax over 30001 x 199 bfloat16 took 19.7 where
   shifted took 16.2). Other axis sets
-  (``layout="permuted"``) decompose offsets per element: correct for every axis set, not tuned.
+  (``layout="permuted"``) decompose offsets per element: correct for every axis set, not tuned;
+- on the CPU device (``host_strategy``) a thread takes a row alone ("row-per-thread", blocks of
+  one thread), folding each element of a unit into its own accumulator and combining them as a
+  tree: no shuffle or barrier, so the host runs the kernel as a plain loop the compiler
+  vectorizes, where a GPU's warps and blocks would run as fibers (``KERNELDSL_CPU_PLAN=gpu``
+  keeps the GPU's strategy; ``Decisions.host_plan`` names the host's).
 
 Values follow NumPy's dtypes per op, as unfused ``kd.ops`` calls do, but the arithmetic is a
 fused kernel's, as PyTorch's and Triton's are: float16/bfloat16 values compute in float32 through
@@ -68,6 +73,7 @@ from .reduction.reducers import accumulator_context
 
 WARP_MAX = 1024  # rows up to this many elements take (part of) a warp each
 HOLD_BYTES = 128  # register bytes per thread that may hold a row's inputs
+HOST_HOLD_BYTES = 16384  # ... on the CPU device (a row per thread, held in its stack and L1)
 BLOCKS = (256, 512, 1024)  # row-per-block sizes, the smallest that holds the row wins ...
 NARROW_BLOCK = 128  # ... but a 16-bit row takes this many threads ...
 PREFER_HELD_BYTES = 64  # ... when each then holds at most this much of it
@@ -87,6 +93,7 @@ CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
 # copy floor)
 INTERLEAVE_MAX = {2: 32 * SHORT_ROW_ITEMS, 4: 32 * 13, 8: 32 * 5, 16: 32 * SHORT_ROW_ITEMS}
 REGISTERS = 64  # per thread: 1024 threads per SM stay resident, their loads in flight hide memory latency
+HOST_PLAN = "a thread takes a row alone, an accumulator per element of a unit (no barrier or collective)"
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
 # float32 max / min folds as one sm_80+ instruction that returns NaN when either side is one (a NaN
@@ -98,7 +105,9 @@ _NAN_EXTREMES = {"max": "max.NaN.f32", "min": "min.NaN.f32"}
 class Strategy:
     """The compile-time choices of a fused rows kernel."""
 
-    strategy: str  # "row-per-warp", "row-per-block" or "split" (a row per cluster of ``cluster`` blocks)
+    strategy: (
+        str  # "row-per-warp", "row-per-block", "split" (a row per cluster of ``cluster`` blocks) or "row-per-thread"
+    )
     lanes: int  # threads per row in one block
     threads: int  # per block
     width: int  # elements per unit (16 bytes of the widest full array; 1 for interleaved short rows)
@@ -142,6 +151,17 @@ def decide(count: int, width: int, held_bytes: int, reads: int, rows: int, sms: 
     if held_bytes == 0 or items * width * held_bytes > HOLD_BYTES:
         return Strategy(name, lanes, threads, width, None, reads, cluster)
     return Strategy(name, lanes, threads, width, items, 1, cluster)
+
+
+def host_strategy(count: int, width: int, held_bytes: int, reads: int) -> Strategy:
+    """The CPU device's strategy: a row per thread, units of ``width`` as the GPU's, the row's
+    inputs held (``items``: all its units, one pass, values a later phase reads computed once)
+    when they fit ``HOST_HOLD_BYTES``, else read again by each of its ``reads`` phases (from the
+    core's cache)."""
+    units = max(1, _ceil(count, width) + (count % width != 0))  # a shifted row's extra unit
+    if held_bytes and units * width * held_bytes <= HOST_HOLD_BYTES:
+        return Strategy("row-per-thread", 1, 1, width, units, 1)
+    return Strategy("row-per-thread", 1, 1, width, None, reads)
 
 
 def _block(units: int, width: int, held_bytes: int, narrow: bool) -> int:
@@ -281,9 +301,10 @@ class _Context:
                 varies = (True,) * layout.ndim  # the reduced shape itself: every stride exists
                 self.arrays[f"o{k}"] = _array(layout, f"o{k}", f"kdout{k}", dtype, layout.ndim, varies)
         items = layout.strategy.items
+        self.hold = HOST_HOLD_BYTES if layout.strategy.strategy == "row-per-thread" else HOLD_BYTES
         held = held_leaves(pipeline, layout.leaves, layout.axes) if items else []
         self._passes(carry=items is not None)
-        if items is not None and items * layout.strategy.width * self._live_bytes(held, False) > HOLD_BYTES:
+        if items is not None and items * layout.strategy.width * self._live_bytes(held, False) > self.hold:
             self._passes(carry=False)  # carried values must fit beside the held inputs, or they spill
         self.held = [self.arrays[v] for v in held]
         self.held_ids = {str(v) for v in held}
@@ -295,7 +316,7 @@ class _Context:
         carried values (a float16 conversion that keeps a NaN's sign is several instructions)."""
         if not any(_leaf(self.pipeline, v).dtype.itemsize == 2 for v in held):
             return False
-        return items * self.layout.strategy.width * self._live_bytes(held, True) <= HOLD_BYTES
+        return items * self.layout.strategy.width * self._live_bytes(held, True) <= self.hold
 
     def _live_bytes(self, held: list[int], widened: bool) -> int:
         """The most register bytes per element that held inputs (float32 copies when ``widened``)
@@ -494,6 +515,7 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
             fast_math=True,
             shifted=shifted,
             carried=bool(context.carried),
+            host_plan=HOST_PLAN if s.strategy == "row-per-thread" else None,
         )
         return GeneratedBody(context.render(vector, shifted), decisions)
 

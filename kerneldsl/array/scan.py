@@ -9,7 +9,11 @@ One launch per call, from ``templates/scan.cu.j2``:
   once, written once) in tiles chained by a decoupled look-back, made deterministic by always
   folding a fixed window of predecessors in index order (see the template);
 - "lines" otherwise: one thread per scanned line, walking it in order (coalesced across
-  threads when the axis is not innermost).
+  threads when the axis is not innermost);
+- on the CPU device every scan takes "host-lines" in blocks of one thread (``HOST_LINES``): a
+  thread walks up to ``host_width`` adjacent lines together down the axis, each step reading one
+  contiguous run (a line alone when the axis is innermost), where a look-back tile's barriers and
+  shuffles would run as fibers (``KERNELDSL_CPU_PLAN=gpu`` keeps the GPU's plan).
 
 Accumulation and result dtypes follow ``kd.ops.sum`` / ``prod`` (NumPy's ``cumsum`` rules:
 small integers widen, float16/bfloat16 accumulate in float32 and round each output once).
@@ -40,7 +44,15 @@ from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype
 from .reduction.axes import normalize_axes
 from .reduction.reducers import REDUCERS, Reducer, accumulator_context, user_reducer
-from .reduction.strategy import INSPECT_MULTIPROCESSORS, device_multiprocessors, planning_multiprocessors
+from .reduction.strategy import (
+    HOST_BLOCKS_PER_CORE,
+    HOST_COLUMN_BYTES,
+    HOST_ITEMS_PER_CORE,
+    INSPECT_MULTIPROCESSORS,
+    device_multiprocessors,
+    host_plans,
+    planning_multiprocessors,
+)
 from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, overlaps_out, warm_key
 from .scratch import SCRATCH
 
@@ -53,6 +65,8 @@ LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
 WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and WINDOW - 1 aggregates
 ITEMS_BYTES = 128  # accumulator bytes each thread of a look-back tile holds (and stages in shared memory)
 MAX_ITEMS = 32  # values per thread at most
+HOST_LINES = "a thread scans {items} adjacent lines together in order, blocks of one thread (no barrier or collective)"
+HOST_LINES_MIN = 16  # fewest adjacent lines a host-lines thread takes when the axis is not innermost
 
 _UINT32 = np.dtype(np.uint32)
 _UINT64 = np.dtype(np.uint64)
@@ -62,7 +76,7 @@ _INT64 = np.dtype(np.int64)
 @dataclass(frozen=True)
 class ScanVariant:
     """Compile-time choices of a scan kernel: the stage, inclusive or exclusive, and values per
-    thread (lookback only)."""
+    thread (lookback; host-lines: adjacent lines a thread takes)."""
 
     stage: str
     exclusive: bool
@@ -119,11 +133,15 @@ def _build(
             pre=reducer.pre,
             pre_param=reducer.pre_param,
         )
-        decisions = Decisions(layout="flat", stage=variant.stage, accumulation=acc, group=variant.items)
+        host_plan = HOST_LINES.format(items=variant.items) if variant.stage == "host-lines" else None
+        decisions = Decisions(
+            layout="flat", stage=variant.stage, accumulation=acc, group=variant.items, host_plan=host_plan
+        )
         return GeneratedBody(text, decisions)
 
     name = f"{reducer.name}_scan_{variant.stage}"
-    return make_kernel(name, _params(ndim, out_ndim, variant, value, acc, result), body)
+    block = 1 if variant.stage == "host-lines" else BLOCK
+    return make_kernel(name, _params(ndim, out_ndim, variant, value, acc, result), body, block=block)
 
 
 def status_words(acc: np.dtype) -> int:
@@ -145,6 +163,17 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def host_width(outer: int, inner: int, acc_itemsize: int, cores: int) -> int:
+    """Adjacent lines a host-lines thread scans together: 1 along the innermost axis, else a power
+    of two from ``HOST_LINES_MIN`` up to ``HOST_COLUMN_BYTES`` of running values (and ``BLOCK``),
+    as wide as leaves ``HOST_ITEMS_PER_CORE`` tiles a core."""
+    if inner == 1:
+        return 1
+    widest = min(BLOCK, HOST_COLUMN_BYTES // acc_itemsize)
+    share = max(1, outer * inner // (cores * HOST_ITEMS_PER_CORE))
+    return max(HOST_LINES_MIN, min(widest, 1 << (share.bit_length() - 1)))
+
+
 @dataclass(eq=False)
 class ScanPlan(Plan):
     """A compiled scan for one input dtype and shape, axis and inclusiveness."""
@@ -159,7 +188,7 @@ class ScanPlan(Plan):
     value: np.dtype
     acc: np.dtype
     dtype: np.dtype
-    _steps: dict[int, ScanStep] = field(default_factory=dict, init=False, repr=False)  # by SM count
+    _steps: dict[tuple[int, bool], ScanStep] = field(default_factory=dict, init=False, repr=False)  # by SMs, host
 
     @cached_property
     def extents(self) -> tuple[int, int, int]:
@@ -170,12 +199,12 @@ class ScanPlan(Plan):
         inner = int(np.prod(self.value_shape[self.axis + 1 :], dtype=np.int64))
         return outer, self.value_shape[self.axis], inner
 
-    def step(self, sms: int) -> ScanStep:
-        """The launch for this shape on a device with ``sms`` multiprocessors, decided once per
-        plan and SM count: warm calls only look it up."""
-        found = self._steps.get(sms)
+    def step(self, sms: int, host: bool = False) -> ScanStep:
+        """The launch for this shape on a device with ``sms`` multiprocessors (``host``: the CPU
+        device's plan), decided once per plan and kind of device: warm calls only look it up."""
+        found = self._steps.get((sms, host))
         if found is None:
-            found = self._steps[sms] = self._decide(sms)
+            found = self._steps[(sms, host)] = self._decide(sms, host)
         return found
 
     @cached_property
@@ -184,9 +213,15 @@ class ScanPlan(Plan):
         words = status_words(self.acc)
         return f"scan-aggregates-{words}", f"scan-inclusive-{words}"
 
-    def _decide(self, sms: int) -> ScanStep:
+    def _decide(self, sms: int, host: bool) -> ScanStep:
         outer, count, inner = self.extents
         ndim, out_ndim = len(self.value_shape), len(self.shape)
+        if host:
+            width = host_width(outer, inner, self.acc.itemsize, sms)
+            variant = ScanVariant("host-lines", self.exclusive, width)
+            kernel = scan_kernel(self.reducer, ndim, out_ndim, variant, self.value, self.acc, self.dtype)
+            tiles = outer * _ceil(inner, width)
+            return ScanStep(variant, kernel, max(1, min(tiles, sms * HOST_BLOCKS_PER_CORE)))
         if inner == 1 and count > LINES_MAX:
             items = max(1, min(MAX_ITEMS, ITEMS_BYTES // max(self.value.itemsize, self.acc.itemsize)))
             variant = ScanVariant("lookback", self.exclusive, items)
@@ -220,14 +255,14 @@ class ScanPlan(Plan):
         that writes it, as an elementwise kernel does."""
         if out.size == 0:
             return
-        step = self.step(device_multiprocessors(session))
+        step = self.step(device_multiprocessors(session), host_plans(session))
         (value,) = values
         step.kernel(unalias(value, out, session), out, *self._after(step, session), grid=(step.blocks, 1, 1))
 
     def _after(self, step: ScanStep, session: Any) -> tuple[Any, ...]:
         """The arguments after the output: the extents, and for look-back its scratch and epoch."""
         outer, count, inner = self.extents
-        if step.variant.stage == "lines":
+        if step.variant.stage != "lookback":
             return (count, outer, inner)
         epoch, wrapped = SCRATCH.next_epoch(session)
         words = status_words(self.acc)
@@ -250,7 +285,7 @@ class ScanPlan(Plan):
             return
         if out is not None and overlaps_out(values, out, in_place=True):  # the full path reads a copy
             return
-        step = self.step(device_multiprocessors(session))
+        step = self.step(device_multiprocessors(session), host_plans(session))
         after = self._after(step, session)
         found = step.kernel.lookup((*values, result, *after), {})
         if found is None or found[1]:

@@ -16,7 +16,7 @@ timing (``s.to_device``), so no transfer is timed. Four sections (``--only``):
   as a plain loop.
 - ``ops``: ``kd.ops`` elementwise (float32 <= 1.2x NumPy's time, 16-bit floats <= 2x), sum / max /
   argmax along each axis (<= 2x), ``@kd.fuse`` softmax and layer norm against NumPy's unfused
-  expression (<= 1.0x), cumsum (<= 2x); outputs preallocated on both sides.
+  expression (<= 1.0x), cumsum flat and along each axis (<= 2x); outputs preallocated on both sides.
 - ``first``: a small kernel's first call in fresh processes (``cpu_first_call``): cold disk cache
   <= 0.3 s; a disk hit that runs no compiler and imports no Jinja.
 
@@ -352,6 +352,10 @@ def op_cases(n: int, side: int, seed: int = 2) -> list[OpCase]:
     cases.append(
         OpCase(Case("cumsum float32", {}, np.cumsum(flat), 0.0, n), _kd_op("cumsum"), _np_op(np.cumsum), (flat,), 2.0)
     )
+    for axis in (0, 1):
+        want = np.cumsum(eighths, axis=axis)
+        case = Case(f"cumsum axis={axis} float32", {}, want, 0.0, eighths.size)
+        cases.append(OpCase(case, _kd_op("cumsum", axis=axis), _np_op(np.cumsum, axis=axis), (eighths,), 2.0))
     return cases
 
 

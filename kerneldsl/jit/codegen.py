@@ -164,7 +164,7 @@ class Decisions:
 
     layout: str | None = None  # "flat" (every array has the result's shape) or "broadcast"
     vector_width: int = 1  # elements per 16-byte access; 1: the scalar path
-    stage: str | None = None  # a reduction kernel: direct, partial, rows, columns, segments, lines or gather
+    stage: str | None = None  # a reduction kernel: direct, partial, rows, columns, segments, lines, gather, host-*
     accumulation: np.dtype | None = None  # the dtype a reduction accumulates in
     group: int | None = None  # a reduction's lanes per row (rows, gather) or across columns (columns)
     split: bool = False  # several blocks share one output; the last to finish folds their partials
@@ -175,6 +175,9 @@ class Decisions:
     copy: str | None = None  # a reduction's: why its operands were read from a contiguous copy (None: in place)
     shifted: bool = False  # fused rows not a multiple of the vector: aligned vectors, per-element edges
     carried: bool = False  # fused rows: a full value a later pass reads is kept in registers, not recomputed
+    host_plan: str | None = (
+        None  # the CPU device's own plan where a GPU would run another (KERNELDSL_CPU_PLAN=gpu: the GPU's)
+    )
 
 
 @dataclass(frozen=True)

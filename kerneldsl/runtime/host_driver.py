@@ -25,7 +25,7 @@ from cuda.bindings import driver as _bindings
 from ..errors import KernelFaultError
 from . import host_runtime
 from .host_work import INVALID_VALUE, SUCCESS, HostWork
-from .selection import CPU_ARCH
+from .selection import CPU_ARCH, gpu_plans
 
 CUresult = _bindings.CUresult
 INVALID_IMAGE = 200
@@ -33,7 +33,6 @@ INVALID_CONTEXT = 201
 NOT_FOUND = 500
 ARCH = (int(CPU_ARCH[3]), int(CPU_ARCH[4]))  # the compute capability it reports
 DEVICE_NAME = b"kerneldsl CPU device"
-PLAN_ENV = "KERNELDSL_CPU_PLAN"  # "gpu": plan grids for an H200's 132 SMs (debugging fidelity)
 
 _C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _C_POOL_ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
@@ -62,7 +61,7 @@ class LaunchConfig(ctypes.Structure):
 def plan_multiprocessors() -> int:
     """The SM count the CPU device reports, which grid planners size for: one an OS worker (fewer,
     fatter blocks suit the host), or the H200's 132 with ``KERNELDSL_CPU_PLAN=gpu``."""
-    if os.environ.get(PLAN_ENV, "").strip().lower() == "gpu":
+    if gpu_plans():
         return 132
     return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 

@@ -19,10 +19,17 @@ from . import driver
 CPU = "cpu"
 CPU_ARCH = "sm_90"  # the arch whose rendering decisions the CPU device runs: the H200's
 DEVICE_ENV = "KERNELDSL_DEVICE"
+PLAN_ENV = "KERNELDSL_CPU_PLAN"  # "gpu": the CPU device runs a GPU's plans (debugging their fidelity)
 DeviceSpec = int | str
 
 log = logs.get("runtime.selection")
 _noticed = threading.Event()
+
+
+def gpu_plans() -> bool:
+    """Whether ``KERNELDSL_CPU_PLAN=gpu`` asks the CPU device to run a GPU's plans (an H200's SM
+    count, the GPU's stages and strategies) instead of the host's."""
+    return os.environ.get(PLAN_ENV, "").strip().lower() == "gpu"
 
 
 def _parse(text: str, where: str) -> DeviceSpec:

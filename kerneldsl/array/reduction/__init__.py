@@ -8,12 +8,13 @@ the stage). One concern per module, as the elementwise layer is split:
 - ``reducers``: how values fold (the reducer table) and the accumulation and result dtypes;
 - ``axes``: NumPy's ``axis=`` / ``keepdims`` rules and result shapes;
 - ``strategy``: the stage, variant and launch (grid, splits, partials) of a shape on a device,
-  from its SM count: pure decisions, no templates or sessions;
+  from its SM count (on the CPU device, its own "host-rows" / "host-columns" stages): pure
+  decisions, no templates or sessions;
 - ``canonical``: any axis set over any strides as alternating kept / reduced groups (merged runs,
   extent-1 axes dropped), and ``strided``: the ``segments`` / ``lines`` launches of the groups
   the plain stages do not take (interleaved axes, strided views read in place);
 - ``kernel``: a variant's parameters and its body, from the stage's template
-  (``templates/reduction_{full,rows,columns,segments,lines,gather}.cu.j2`` over ``reduction.cuh.j2``);
+  (``templates/reduction_{full,rows,columns,segments,lines,gather,host}.cu.j2`` over ``reduction.cuh.j2``);
 - ``plan``: a reduction compiled for one set of argument dtypes and shapes, and its launch;
 - ``warm``: the warm path, one dict lookup to a launch prebuilt by the first such call;
 - ``api``: ``Reduction`` (callable, traceable inside ``@kd.fuse``) and ``kd.reduction``.

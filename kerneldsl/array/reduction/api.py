@@ -95,15 +95,21 @@ class Reduction:
         return self._plan(operands, axis, out, keepdims).inspect(operands, out, arch)
 
     def strategy(
-        self, *operands: Any, axis: Any = None, keepdims: bool = False, multiprocessors: int | None = None
+        self,
+        *operands: Any,
+        axis: Any = None,
+        keepdims: bool = False,
+        multiprocessors: int | None = None,
+        host: bool = False,
     ) -> Step:
         """The launch a call with these operands makes on a GPU with ``multiprocessors`` SMs (by
         default the device a call would run on; without one, ``INSPECT_MULTIPROCESSORS``): the
         kernel's variant (stage, lanes, split), its grid and how many blocks share an output. A
         strided DeviceArray view gets the launch that reads it in place, or the contiguous one
-        with ``variant.copy`` saying why it is copied first."""
+        with ``variant.copy`` saying why it is copied first. ``host``: the CPU device's plan
+        instead (its ``multiprocessors`` are cores), which it runs unless ``KERNELDSL_CPU_PLAN=gpu``."""
         plan = self._plan(operands, axis, None, keepdims)
-        return plan.choose(plan.values(operands), planning_multiprocessors(multiprocessors))
+        return plan.choose(plan.values(operands), planning_multiprocessors(multiprocessors), host)
 
     def _root(self, builder: ProgramBuilder, traced: Sequence[Any]) -> Traced:
         if self.map is not None:

@@ -1,5 +1,6 @@
 """Reduction kernels: the parameters a variant takes and its body rendered from the stage's
-template (``reduction_full``, ``_rows``, ``_columns``, ``_slabs``, ``_segments``, ``_lines``, ``_gather``.cu.j2, sharing
+template (``reduction_full``, ``_rows``, ``_columns``, ``_slabs``, ``_segments``, ``_lines``, ``_gather``,
+and the CPU device's ``_host``.cu.j2, sharing
 ``reduction.cuh.j2``), with the accumulator's macros chosen here: ``reduction_value.cuh.j2`` or,
 for argmax/argmin, ``reduction_indexed.cuh.j2``."""
 
@@ -39,6 +40,12 @@ _TEMPLATES = {
     "segments": "reduction_segments.cu.j2",
     "lines": "reduction_lines.cu.j2",
     "slabs": "reduction_slabs.cu.j2",
+    "host-rows": "reduction_host.cu.j2",
+    "host-columns": "reduction_host.cu.j2",
+}
+HOST_STAGES = {  # the CPU device's stages (a thread a run: blocks of one thread), as Decisions.host_plan says them
+    "host-rows": "a thread folds each run of a row into {lanes} accumulators (no barrier or collective)",
+    "host-columns": "a thread folds a run of {lanes} adjacent columns (no barrier or collective)",
 }
 _FULL = ("direct", "partial")
 _CANONICAL = ("segments", "lines")  # stages over canonical groups (their offsets from group strides)
@@ -130,6 +137,7 @@ def _context(
         along=along,
         vec=vector_width(program),
         accumulator="reduction_indexed.cuh.j2" if reducer.indexed else "reduction_value.cuh.j2",
+        indexed=reducer.indexed,
         size_expr=" * ".join(f"(index_t)kdd{j}" for j in range(geometry.ndim)) or "1",
         dims=[f"kdd{j}" for j in range(geometry.ndim)],
         team=variant.team,
@@ -177,8 +185,10 @@ def _build(
             group=variant.lanes if stage not in _FULL else None,
             split=variant.split,
             copy=variant.copy or None,
+            host_plan=HOST_STAGES[stage].format(lanes=variant.lanes) if stage in HOST_STAGES else None,
         )
         return GeneratedBody(text, decisions)
 
-    name = f"{program.name}_{reducer.name}_{stage}"
-    return make_kernel(name, _params(program, reducer, geometry, variant, acc, result), body)
+    name = f"{program.name}_{reducer.name}_{stage.replace('-', '_')}"
+    block = 1 if stage in HOST_STAGES else BLOCK
+    return make_kernel(name, _params(program, reducer, geometry, variant, acc, result), body, block=block)

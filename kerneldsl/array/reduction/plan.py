@@ -37,6 +37,8 @@ from .strategy import (
     decide,
     device_multiprocessors,
     extents,
+    host_plans,
+    host_step,
     slabs_fit,
     slabs_step,
 )
@@ -67,8 +69,8 @@ class ReductionPlan(Plan):
     shape: tuple[int, ...]
     acc: np.dtype
     dtype: np.dtype  # of the output
-    _steps: dict[int, Step] = field(default_factory=dict, init=False, repr=False)  # by SM count
-    _views: dict[tuple[Any, ...], Step] = field(default_factory=dict, init=False, repr=False)  # by SMs, strides
+    _steps: dict[tuple[int, bool], Step] = field(default_factory=dict, init=False, repr=False)  # by SMs, host
+    _views: dict[tuple[Any, ...], Step] = field(default_factory=dict, init=False, repr=False)  # by SMs, host, strides
     strided_operands = True  # views are read in place, or copied here where the kernels cannot (``Variant.copy``)
 
     def run_host(self, values: list[Any], out: Any) -> Any:
@@ -100,7 +102,7 @@ class ReductionPlan(Plan):
             return
         if out.is_contiguous and overlaps_out(values, out, in_place=False):
             values = [session.copy(v) if overlaps_out((v,), out, in_place=False) else v for v in values]
-        step = self.choose(values, device_multiprocessors(session))
+        step = self.choose(values, device_multiprocessors(session), host_plans(session))
         if step.variant.copy:
             values = contiguous(values)
         if out.is_contiguous:
@@ -134,7 +136,7 @@ class ReductionPlan(Plan):
             return
         if out is not None and overlaps_out(values, out, in_place=False):  # the full path reads copies
             return
-        step = self.choose(values, device_multiprocessors(session))
+        step = self.choose(values, device_multiprocessors(session), host_plans(session))
         if step.variant.copy:
             return
         scratch = self._scratch(step, session)
@@ -178,17 +180,20 @@ class ReductionPlan(Plan):
     def extents(self) -> Extents:
         return extents(self.value_shape, self.axes)
 
-    def step(self, sms: int) -> Step:
+    def step(self, sms: int, host: bool = False) -> Step:
         """The strategy for this shape on a device with ``sms`` multiprocessors (see ``Variant``),
-        decided once per plan and SM count: warm calls only look it up."""
-        found = self._steps.get(sms)
+        the CPU device's own stages when ``host`` (``strategy.host_step``, every layout but the
+        gathered one), decided once per plan and kind of device: warm calls only look it up."""
+        found = self._steps.get((sms, host))
         if found is None:
             acc_bytes = self._acc_bytes
             vec = vector_width(self.program)
             canonical = None
             if not self.geometry.broadcast and all(self.value_shape):
                 canonical = canonicalize(self.value_shape, c_strides(self.value_shape), self.axes)
-            if canonical is not None and canonical.plain and slabs_fit(self.extents, self.acc.itemsize):
+            if host and not self.extents.gather:
+                found = host_step(self.extents, acc_bytes, sms, self._kernel, self.acc.itemsize)
+            elif canonical is not None and canonical.plain and slabs_fit(self.extents, self.acc.itemsize):
                 found = slabs_step(self.extents, vec, self.acc.itemsize, sms, self._kernel)
             elif canonical is not None and (not canonical.plain or _short_columns(self.extents)):
                 found = self._strided_step(canonical, sms)
@@ -196,7 +201,7 @@ class ReductionPlan(Plan):
                 broadcast = self.geometry.broadcast and not self.geometry.along  # lines load as vectors
                 phased = not self.reducer.indexed and not self.geometry.broadcast  # no leaf read per row
                 found = decide(self.extents, vec, broadcast, acc_bytes, sms, self._kernel, phased)
-            self._steps[sms] = found
+            self._steps[(sms, host)] = found
         return found
 
     @property
@@ -208,22 +213,23 @@ class ReductionPlan(Plan):
         vec = vector_width(self.program)
         return strided_step(canonical, vec, self._acc_bytes, self.reducer.indexed, sms, self._kernel, view)
 
-    def choose(self, values: Sequence[Any], sms: int) -> Step:
-        """The launch for these leaf values on ``sms`` SMs: ``step(sms)`` when every array leaf
-        is C-contiguous, else the strided views' launch, decided once per (SM count, strides)."""
+    def choose(self, values: Sequence[Any], sms: int, host: bool = False) -> Step:
+        """The launch for these leaf values on ``sms`` SMs (``host``: the CPU device's plans):
+        ``step(sms, host)`` when every array leaf is C-contiguous, else the strided views'
+        launch, decided once per (SM count, host, strides)."""
         views = [v for v in values if type(v) is memory.array_type and not v.is_contiguous]
         if not views:
-            return self.step(sms)
+            return self.step(sms, host)
         arrays = [v for v in values if type(v) is memory.array_type]
-        key = (sms, *(a.strides for a in arrays))
+        key = (sms, host, *(a.strides for a in arrays))
         found = self._views.get(key)
         if found is None:
             if len(self._views) >= MAX_ENTRIES:
                 self._views.clear()
-            found = self._views[key] = self._view_step(arrays, sms)
+            found = self._views[key] = self._view_step(arrays, sms, host)
         return found
 
-    def _view_step(self, arrays: list[Any], sms: int) -> Step:
+    def _view_step(self, arrays: list[Any], sms: int, host: bool) -> Step:
         """A view's launch: in place on the canonical groups of its strides, or (``Variant.copy``
         says why) the contiguous launch on copies."""
         layouts = {(tuple(a.shape), tuple(s // a.dtype.itemsize for s in a.strides)) for a in arrays}
@@ -239,7 +245,7 @@ class ReductionPlan(Plan):
             canonical = canonicalize(self.value_shape, strides, self.axes)
             copy = COPY_REVERSED if canonical is None else ""
         if canonical is None or canonical.plain:
-            contiguous_step = self.step(sms)
+            contiguous_step = self.step(sms, host)
             variant = replace(contiguous_step.variant, copy=copy or COPY_LAYOUTS)
             return replace(contiguous_step, variant=variant, kernel=self._kernel(variant))
         return self._strided_step(canonical, sms, view=True)

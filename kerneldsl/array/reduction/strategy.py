@@ -17,6 +17,14 @@ they are.
 - reduced axes that kept ones interleave, or a strided view: ``canonical`` groups on the
   ``segments`` or ``lines`` stages (``strided``); with broadcast leaves, "gather": a warp per
   output.
+
+On the CPU device (``host_step``) the plain contiguous layouts take the host's own stages, where
+a GPU's trees of threads would run as fibers paying a switch per barrier and shuffle: "host-rows"
+(reduced values innermost, the full reduction included) and "host-columns" (kept values after
+them). A thread alone folds a run of values into ``HOST_ACCUMULATORS`` accumulators (interleaved
+along a row, or side by side across columns) with no barrier or collective, so the runtime runs
+it as a plain loop that the compiler vectorizes; long runs split over several threads, the last
+to finish folding the partials in index order, as the GPU's split stages do.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import numpy as np
 
 from ...launch.dispatch import Kernel
 from ...runtime import driver
+from ...runtime.selection import gpu_plans
 from ..kernels import BLOCK
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
@@ -52,6 +61,12 @@ SLAB_TILE_BYTES = 16384  # shared memory a slabs block stages its slabs' values 
 # worth the occupancy ((4001, 17, 33) float16: 7.4 -> 5.9 us on the H200)
 SLABS_PER_TILE = 4  # fewest slabs a tile holds: longer slabs take the columns or lines stages
 INSPECT_MULTIPROCESSORS = 132  # inspect() (and strategy() without a GPU) plans for an H100/H200
+HOST_VECTOR_BYTES = 64  # the host stages' accumulators of one thread: a 64-byte vector register's worth, ...
+HOST_ACCUMULATORS = (8, 16)  # ... at least and at most this many (independent folds in flight; the template's tree)
+HOST_COLUMN_BYTES = 1024  # accumulators a host-columns thread keeps (in L1): each reduced index a run this long
+HOST_PIECE = 16384  # fewest values a thread of a split host stage folds (its fixed costs stay small)
+HOST_ITEMS_PER_CORE = 8  # runs a host stage aims for per core, so that uneven ones still balance
+HOST_BLOCKS_PER_CORE = 16  # grid cap per core: blocks of one thread take runs by a grid-stride loop
 
 
 def device_multiprocessors(session: Any) -> int:
@@ -59,6 +74,12 @@ def device_multiprocessors(session: Any) -> int:
     ask for it (its Device asks the driver once)."""
     n: int = session.gpu.multiprocessors
     return n
+
+
+def host_plans(session: Any) -> bool:
+    """Whether launches on ``session``'s device take the host's plans: on the CPU device, unless
+    ``KERNELDSL_CPU_PLAN=gpu`` asks for a GPU's (``Decisions.host_plan`` names a host plan)."""
+    return bool(session.gpu.host) and not gpu_plans()
 
 
 def planning_multiprocessors(multiprocessors: int | None) -> int:
@@ -170,6 +191,38 @@ def _pow2_at_least(n: int) -> int:
 
 def _pow2_at_most(n: int) -> int:
     return 1 << (n.bit_length() - 1)
+
+
+def host_accumulators(acc_bytes: int) -> int:
+    """Accumulators a host stage's thread keeps: a vector register's worth within
+    ``HOST_ACCUMULATORS`` (a power of two: they combine as a tree)."""
+    low, high = HOST_ACCUMULATORS
+    return max(low, min(high, _pow2_at_most(max(1, HOST_VECTOR_BYTES // acc_bytes))))
+
+
+def host_step(
+    e: Extents, acc_bytes: int, cores: int, kernel: Callable[[Variant], Kernel], value_bytes: int = 0
+) -> Step:
+    """The CPU device's launch for plain contiguous extents ``e`` (no gather) on ``cores``: a
+    thread per output row ("host-rows", ``inner == 1``) or per ``HOST_COLUMN_BYTES`` of
+    accumulators for adjacent columns ("host-columns": each reduced index a contiguous run, at most
+    a block's width, as a variant's lanes are), each run split over threads until there are
+    ``HOST_ITEMS_PER_CORE`` runs a core, no run shorter than ``HOST_PIECE`` values; one-thread
+    blocks take consecutive runs. ``value_bytes``: a row lane's accumulator when it keeps no index
+    (an indexed reduction's rows find the best value first, then its index)."""
+    # a tile of adjacent columns: no wider than the kept extent, so most tiles are whole (a whole
+    # tile's loop has a fixed trip count, which the compiler vectorizes)
+    columns = min(BLOCK, _pow2_at_most(max(1, HOST_COLUMN_BYTES // acc_bytes)), _pow2_at_most(max(1, e.inner)))
+    lanes = host_accumulators(value_bytes or acc_bytes) if e.inner == 1 else columns
+    stage = "host-rows" if e.inner == 1 else "host-columns"
+    tiles = max(1, e.outer * (1 if e.inner == 1 else _ceil(e.inner, lanes)))
+    width = 1 if e.inner == 1 else min(lanes, e.inner)  # values a thread takes from one reduced index
+    wanted = _ceil(cores * HOST_ITEMS_PER_CORE, tiles)
+    splits = max(1, min(wanted, e.count * width // HOST_PIECE))
+    variant = Variant(stage, lanes, split=splits > 1)
+    partials, tickets = (e.outer * e.inner * splits, tiles) if splits > 1 else (0, 0)
+    blocks = min(tiles * splits, cores * HOST_BLOCKS_PER_CORE)
+    return Step(variant, kernel(variant), blocks, splits, partials, tickets)
 
 
 def full_variant(size: int) -> Variant:

@@ -1,0 +1,112 @@
+"""The CPU device's own plans for kerneldsl's kernels: reductions, fused rows and scans take
+stages with no barrier or collective (a thread a run), which the host runs as plain loops;
+``KERNELDSL_CPU_PLAN=gpu`` runs the GPU's plans instead. Results are NumPy's either way."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl import ops
+from kerneldsl.array.reduction.strategy import HOST_PIECE, extents, host_step
+from kerneldsl.runtime.selection import PLAN_ENV
+
+pytestmark = pytest.mark.skipif(not kd.is_available("cpu"), reason="no host C++ compiler for the CPU device")
+
+
+@pytest.fixture(scope="module")
+def cpu() -> Iterator[Any]:
+    with kd.Session(device="cpu") as s:
+        yield s
+
+
+@kd.fuse
+def softmax(x: Any) -> Any:
+    e = kd.ops.exp(x - kd.ops.max(x, axis=-1, keepdims=True))
+    return e / kd.ops.sum(e, axis=-1, keepdims=True)
+
+
+def numpy_softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis", "stage"), [((40, 50), 1, "host-rows"), ((40, 50), 0, "host-columns"), ((9,), None, "host-rows")]
+)
+def test_reductions_take_the_host_stage_of_their_layout(shape: tuple[int, ...], axis: Any, stage: str) -> None:
+    assert ops.sum.strategy(np.zeros(shape, np.float32), axis=axis, multiprocessors=2, host=True).variant.stage == stage
+
+
+def test_a_gathered_layout_keeps_the_gpu_stage_on_the_host() -> None:
+    step = ops.sum.strategy(np.zeros((4, 5, 6), np.float32), axis=(0, 2), multiprocessors=2, host=True)
+    assert not step.variant.stage.startswith("host-")
+
+
+def test_long_runs_split_over_threads_of_at_least_a_piece_each() -> None:
+    step = host_step(extents((1 << 22,), (0,)), 4, 2, lambda v: None)  # type: ignore[arg-type,return-value]
+    assert step.splits > 1 and (1 << 22) // step.splits >= HOST_PIECE
+    assert step.partials == step.splits and step.tickets == 1
+
+
+def test_a_host_reduction_build_says_its_plan() -> None:
+    x = np.zeros((40, 50), np.float32)
+    step = ops.sum.strategy(x, axis=1, multiprocessors=2, host=True)
+    build = step.kernel.inspect(x, np.empty(40, np.float32), 50, 40, 1, 1, 40, 50, arch="sm_90")
+    assert build.decisions.stage == "host-rows" and build.decisions.host_plan
+    assert "__syncthreads" not in build.cuda_source and "__shfl" not in build.cuda_source
+
+
+@pytest.mark.parametrize("shape", [(1 << 20,), (3, 300000), (300000, 3), (5, 70001, 3)])
+@pytest.mark.parametrize("op", ["sum", "max", "argmin"])
+def test_split_host_reductions_match_numpy(cpu: Any, shape: tuple[int, ...], op: str) -> None:
+    x = (np.random.default_rng(3).integers(-64, 64, shape) / 8).astype(np.float32)  # exact sums
+    d = cpu.to_device(x)
+    for axis in [None, *range(len(shape))] if op != "argmin" else range(len(shape)):
+        np.testing.assert_array_equal(
+            np.asarray(getattr(ops, op)(d, axis=axis).to_host()), getattr(np, op)(x, axis=axis)
+        )
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_host_argmax_returns_the_first_of_ties_and_the_first_nan(cpu: Any, axis: int) -> None:
+    x = np.zeros((37, 1000), np.float32)
+    x[5, 700] = x[5, 900] = x[20, 3] = 2.0
+    x[30, 400] = x[30, 600] = np.nan
+    x = x if axis == 1 else np.ascontiguousarray(x.T)
+    np.testing.assert_array_equal(ops.argmax(cpu.to_device(x), axis=axis).to_host(), np.argmax(x, axis=axis))
+
+
+@pytest.mark.parametrize("nan", [False, True])
+def test_split_host_argmax_of_a_long_line_takes_the_first_best(cpu: Any, nan: bool) -> None:
+    x = np.zeros(1 << 20, np.float32)
+    x[[70000, 400000, 900000]] = 2.0
+    if nan:
+        x[[600000, 800000]] = np.nan
+    assert ops.argmax.strategy(x, axis=0, multiprocessors=2, host=True).splits > 1
+    assert int(ops.argmax(cpu.to_device(x), axis=0).to_host()) == np.argmax(x)
+
+
+def test_the_gpu_plan_on_request_gives_the_same_sums(cpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = (np.random.default_rng(4).integers(-64, 64, (300, 700)) / 8).astype(np.float32)
+    d = cpu.to_device(x)
+    host = ops.sum(d, axis=1).to_host()
+    monkeypatch.setenv(PLAN_ENV, "gpu")
+    np.testing.assert_array_equal(ops.sum(d, axis=1).to_host(), host)
+
+
+@pytest.mark.parametrize("shape", [(64, 1000), (300, 37), (5, 4096)])
+def test_fused_rows_on_the_host_match_numpy(cpu: Any, shape: tuple[int, ...]) -> None:
+    x = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    got = softmax(cpu.to_device(x)).to_host()
+    np.testing.assert_allclose(got, numpy_softmax(x.astype(np.float64)), rtol=2e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize(("shape", "axis"), [((1000, 300), 1), ((1000, 300), 0), ((37, 100, 129), 2), ((100000,), 0)])
+def test_host_scans_match_numpy(cpu: Any, shape: tuple[int, ...], axis: int) -> None:
+    x = (np.random.default_rng(6).integers(-8, 8, shape) / 8).astype(np.float32)
+    np.testing.assert_array_equal(ops.cumsum(cpu.to_device(x), axis=axis).to_host(), np.cumsum(x, axis=axis))
