@@ -24,11 +24,12 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from .checks import HOST, checks_of, compile_flags
 from .compiler import CompiledCode
 from .errors import UnsupportedOnCpuError
 from .runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
 
-HOST_OUTPUT = "host"
+HOST_OUTPUT = HOST
 # -march=native: this host's vector units (the key records its ISA).
 BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
 
@@ -55,15 +56,16 @@ def host_source(source: str) -> str:
     return _DYNAMIC_SHARED.sub(r"KD_DYNAMIC_SHARED(\1, \2);", source)
 
 
-def host_options(user_options: Sequence[str]) -> tuple[str, ...]:
-    """The compiler flags for a kernel built with NVRTC options ``user_options`` (already checked)."""
+def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tuple[str, ...]:
+    """The compiler flags for a kernel built with NVRTC options ``user_options`` (already checked),
+    for image kind ``output`` (``host``, or ``host+<checks>`` for checked execution)."""
     mapped: list[str] = []
     for option in user_options:
         if option.startswith(("-D", "-U")):
             mapped.append(option)
         elif option in ("-G", "--device-debug", "-lineinfo", "--generate-line-info"):
             mapped.append("-g")
-    return (*BASE_FLAGS, *dict.fromkeys(mapped))
+    return (*BASE_FLAGS, *dict.fromkeys(mapped), *compile_flags(checks_of(output)))
 
 
 @lru_cache(maxsize=1)
@@ -102,9 +104,9 @@ def refuse_unsupported(includes: Sequence[str]) -> None:
         )
 
 
-def compile_host(source: str, program_name: str, options: Sequence[str]) -> CompiledCode:
-    """Compile ``source`` for the CPU device; ``HostCompileFailure`` carries the compiler's log,
-    ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
+def compile_host(source: str, program_name: str, options: Sequence[str], output: str = HOST_OUTPUT) -> CompiledCode:
+    """Compile ``source`` for the CPU device into an ``output`` image; ``HostCompileFailure``
+    carries the compiler's log, ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
     flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}", "-include", str(shim_dir() / "kd_host.h"))
     try:
         image = compile_shared(host_compiler(), host_source(source), flags, program_name.removesuffix(".cu"))
@@ -116,7 +118,7 @@ def compile_host(source: str, program_name: str, options: Sequence[str]) -> Comp
                 "#ifdef __CUDA_ARCH__ and give a portable branch, or run on a GPU"
             ) from None
         raise failure
-    return CompiledCode(image, HOST_OUTPUT, "", None, None, None)
+    return CompiledCode(image, output, "", None, None, None)
 
 
 def _inline_ptx_line(source: str) -> str | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from cuda.bindings import driver as _bindings
 
+from ..checks import check_error
 from ..errors import KernelFaultError
 from . import host_runtime
 from .host_work import INVALID_VALUE, SUCCESS, HostWork
@@ -77,6 +78,7 @@ class HostDriver(HostWork):
         self.event_times: dict[int, int] = {}  # event -> perf_counter_ns at its last record
         self.function_values: dict[tuple[int, int], int] = {}
         self._c_entries: dict[bytes, Any] = {}
+        self.checked_images: dict[int, bytes] = {}  # checked modules' images by load address (reports' lines)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("cu") and name != "cuuint64_t":
@@ -212,6 +214,9 @@ class HostDriver(HostWork):
         h = self._handle()
         with self._lock:
             self.modules[h] = module
+            base = host_runtime.checked_module_base(module)
+            if base:
+                self.checked_images[base] = bytes(image)
         return self._r(SUCCESS, h)
 
     def cuModuleGetFunction(self, module: Any, name: bytes) -> tuple[Any, ...]:
@@ -297,7 +302,7 @@ class HostDriver(HostWork):
         except ValueError:
             name = f"CUDA_ERROR_{code}"
         detail = host_runtime.last_error(self._lib) or "the CPU device's runtime refused the launch"
-        return KernelFaultError(code, name, api, detail)
+        return check_error(code, name, api, detail, self.checked_images)
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple[Any, ...]:
         """``kd_host_launch``/``kd_host_launch_ex`` for the launches; the pool, copies and queries

@@ -105,6 +105,8 @@ def runtime_library() -> ctypes.CDLL:
     lib.kd_host_last_error.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
     lib.kd_host_last_error.restype = ctypes.c_size_t
     lib.kd_host_workers.restype = ctypes.c_int
+    lib.kd_host_module_base_v1.argtypes = (ctypes.c_void_p,)
+    lib.kd_host_module_base_v1.restype = ctypes.c_ulong
     return lib
 
 
@@ -124,6 +126,16 @@ def descriptor(module: ctypes.CDLL, name: str) -> int:
     if found.magic != MAGIC or found.abi != HOST_ABI:
         return 0
     return ctypes.addressof(found)
+
+
+def checked_module_base(module: ctypes.CDLL) -> int:
+    """Where a checked module (one built with ``KD_CHECKS``) is loaded; 0 for any other module."""
+    try:
+        marker = ctypes.c_uint.in_dll(module, "kd_host_checks_v1")
+    except ValueError:
+        return 0
+    lib = runtime_library()
+    return int(lib.kd_host_module_base_v1(ctypes.c_void_p(ctypes.addressof(marker))))
 
 
 def nparams(function: int) -> int:

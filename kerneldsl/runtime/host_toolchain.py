@@ -132,14 +132,26 @@ def compile_shared(compiler: HostCompiler, source: str, flags: tuple[str, ...], 
         src = Path(scratch) / f"{name}.cpp"
         out = Path(scratch) / f"{name}.so"
         src.write_text(source)
-        argv = [*compiler.argv, *COMMON_FLAGS, *flags, "-x", "c++", str(src), "-o", str(out)]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, cwd=scratch)
-        except OSError as exc:
-            raise HostCompilerNotFoundError(
-                f"{' '.join(compiler.argv)} could not run ({exc}); {_INSTALL_HINT}"
-            ) from None
-        if done.returncode or not out.is_file():
-            log = (done.stderr + done.stdout).replace(str(src), f"{name}.cpp")
-            raise HostCompileFailure(log)
+        # Instrumented builds (checked execution) compile and link in two steps, so the library
+        # links no sanitizer runtime: the CPU device's runtime library provides the entries.
+        instrumented = any(flag.startswith("-fsanitize=") for flag in flags)
+        obj = Path(scratch) / f"{name}.o"
+        steps = [[*compiler.argv, *COMMON_FLAGS, *flags, "-x", "c++", str(src), "-o", str(out)]]
+        if instrumented:
+            compile_flags = [f for f in COMMON_FLAGS if f != "-shared"]
+            steps = [
+                [*compiler.argv, *compile_flags, *flags, "-c", "-x", "c++", str(src), "-o", str(obj)],
+                [*compiler.argv, "-shared", "-fPIC", str(obj), "-o", str(out)],
+            ]
+        for argv in steps:
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, cwd=scratch)
+            except OSError as exc:
+                raise HostCompilerNotFoundError(
+                    f"{' '.join(compiler.argv)} could not run ({exc}); {_INSTALL_HINT}"
+                ) from None
+            if done.returncode:
+                raise HostCompileFailure((done.stderr + done.stdout).replace(str(src), f"{name}.cpp"))
+        if not out.is_file():
+            raise HostCompileFailure(f"{' '.join(compiler.argv)} wrote no {out.name}")
         return out.read_bytes()

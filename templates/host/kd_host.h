@@ -21,6 +21,15 @@
 #ifndef KD_HOST_FIBERS
 #define KD_HOST_FIBERS 1
 #endif
+// Checked execution (docs/checks.md): a bit set of the checks this module runs (1 bounds, 2 races,
+// 4 init, 8 sync, 16 address, 32 undefined; 0 in the usual build) and the seed of its thread
+// schedule (0: threads in order). The Python side defines them with the instrumentation flags.
+#ifndef KD_CHECKS
+#define KD_CHECKS 0
+#endif
+#ifndef KD_CHECK_SEED
+#define KD_CHECK_SEED 0
+#endif
 #define KD_HOST_ABI 1
 #define KD_HOST_MAGIC 0x4644484bu
 
@@ -221,6 +230,11 @@ void kd_host_yield_v1(void);
 void* kd_host_dynamic_shared_v1(void);
 [[noreturn]] void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file, int line,
                                   const kd_host_index* index);
+void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int checks, unsigned long long seed, void* tls_anchor);
+void kd_host_check_array_v1(const void* base, unsigned long long bytes, unsigned int elem, const char* name);
+const unsigned int* kd_host_check_order_v1(unsigned long long seed, unsigned long long block, unsigned int n);
+[[noreturn]] void kd_host_bounds_fail_v1(const char* name, long long index, unsigned long long extent, const long long* dims,
+                                         unsigned int ndim, const kd_host_index* thread);
 }
 #pragma GCC visibility pop
 
@@ -228,7 +242,8 @@ void* kd_host_dynamic_shared_v1(void);
 // Thread and block indices. Rule: read-only views of the kd_host_index that holds the running
 // CUDA thread's (fiber mode: the OS thread's, in the runtime; loop mode: the module's own, which
 // its loop writes); warpSize is 32 as on every NVIDIA GPU.
-#if KD_HOST_FIBERS
+#if KD_HOST_FIBERS || KD_CHECKS
+// (A checked module's loop also writes the runtime's: its checks read the running thread there.)
 #define kd_host_ix kd_host_index_v1
 #else
 // Loop mode: the module's own copy, written by its loop; the compiler keeps it in registers.
@@ -1111,6 +1126,71 @@ __forceinline__ long clock() { return (long)clock64(); }
 #undef KD_HOST_SITE
 
 // ---------------------------------------------------------------------------------------------
+// Checked array parameters. Rule: in a checked build the kernel's prologue (kernel.cu.j2) passes
+// each array parameter through kd_host::check_array, which registers it for the race check and,
+// with the bounds check, returns a pointer that knows its name, extent and shape and checks every
+// access through it (index, dereference, ->); arithmetic keeps the knowledge, and it converts to
+// the raw pointer wherever one is needed (which then goes unchecked). A failure names the access's
+// site by its return address, which the Python side maps to file:line with the line table.
+namespace kd_host {
+template <class T> struct checked {
+    T* p;
+    T* base;
+    unsigned long long extent;
+    const char* name;
+    const long long* dims;
+    unsigned int ndim;
+
+    __forceinline__ void at(long long k) const {
+        if (__builtin_expect((unsigned long long)k >= extent, 0)) kd_host_bounds_fail_v1(name, k, extent, dims, ndim, &kd_host_ix);
+    }
+    template <class I, if_integral<I> = 0> __forceinline__ T& operator[](I i) const {
+        at((long long)(p - base) + (long long)i);
+        return p[i];
+    }
+    __forceinline__ T& operator*() const {
+        at(p - base);
+        return *p;
+    }
+    __forceinline__ T* operator->() const {
+        at(p - base);
+        return p;
+    }
+    __forceinline__ operator T*() const { return p; }
+    template <class U> __forceinline__ explicit operator U*() const { return (U*)p; }
+    template <class I, if_integral<I> = 0> __forceinline__ checked operator+(I i) const { return moved(p + i); }
+    template <class I, if_integral<I> = 0> __forceinline__ friend checked operator+(I i, const checked& c) { return c.moved(c.p + i); }
+    template <class I, if_integral<I> = 0> __forceinline__ checked operator-(I i) const { return moved(p - i); }
+    __forceinline__ ptrdiff_t operator-(const checked& o) const { return p - o.p; }
+    __forceinline__ ptrdiff_t operator-(const T* o) const { return p - o; }
+    template <class I, if_integral<I> = 0> __forceinline__ checked& operator+=(I i) { p += i; return *this; }
+    template <class I, if_integral<I> = 0> __forceinline__ checked& operator-=(I i) { p -= i; return *this; }
+    __forceinline__ checked& operator++() { ++p; return *this; }
+    __forceinline__ checked& operator--() { --p; return *this; }
+    __forceinline__ checked operator++(int) { checked old = *this; ++p; return old; }
+    __forceinline__ checked operator--(int) { checked old = *this; --p; return old; }
+    __forceinline__ checked moved(T* to) const { checked c = *this; c.p = to; return c; }
+};
+template <class T> __forceinline__ auto check_array(T* p, const char* name, const long long* dims, unsigned int ndim) {
+    unsigned long long extent = 1;
+    for (unsigned int a = 0; a < ndim; ++a) extent *= dims[a] > 0 ? (unsigned long long)dims[a] : 0ull;
+#if KD_CHECKS & 2
+    kd_host_check_array_v1((const void*)p, extent * sizeof(T), (unsigned int)sizeof(T), name);
+#endif
+#if KD_CHECKS & 1
+    return checked<T>{p, p, extent, name, dims, ndim};
+#else
+    (void)name;
+    return p;
+#endif
+}
+}  // namespace kd_host
+#if KD_CHECKS
+// Marks a checked module: the Python side keeps its image, whose line table names report sites.
+extern "C" __attribute__((visibility("default"), used)) const unsigned int kd_host_checks_v1 = KD_CHECKS;
+#endif
+
+// ---------------------------------------------------------------------------------------------
 // Refused constructs. Rule: fail at compile time naming the construct. Inline PTX has no host
 // meaning (the shim itself spells GNU asm `__asm__`).
 #define asm static_assert(false, "inline PTX (asm) has no host equivalent: the CPU device cannot run it");
@@ -1155,12 +1235,22 @@ template <class Sig, Sig* F> struct kernel {
         uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
         for (unsigned long long b = first; b < end; ++b) {
             ix.block = block;
+#if KD_CHECK_SEED
+            const unsigned int n = bx * by * bz;
+            const unsigned int* order = kd_host_check_order_v1(KD_CHECK_SEED, b, n);
+            for (unsigned int k = 0; k < n; ++k) {
+                const unsigned int l = order[k];
+                ix.thread = uint3{l % bx, l / bx % by, l / bx / by};
+                a.template call<F>();
+            }
+#else
             for (unsigned int z = 0; z < bz; ++z)
                 for (unsigned int y = 0; y < by; ++y)
                     for (unsigned int x = 0; x < bx; ++x) {
                         ix.thread = uint3{x, y, z};
                         a.template call<F>();
                     }
+#endif
             if (++block.x == gx) {
                 block.x = 0;
                 if (++block.y == gy) { block.y = 0; ++block.z; }
@@ -1168,8 +1258,13 @@ template <class Sig, Sig* F> struct kernel {
         }
         return 0;
     }
+    // A checked build tells the runtime its checks (and where its __shared__ variables live) first.
+    static int run_checked(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
+        kd_host_check_begin_v1(launch, KD_CHECKS, KD_CHECK_SEED, &tls_anchor);
+        return KD_HOST_FIBERS ? run_fibers(launch, params, first, end) : run_loop(launch, params, first, end);
+    }
     static constexpr int (*run)(const kd_host_launch*, void**, unsigned long long, unsigned long long) =
-        KD_HOST_FIBERS ? &run_fibers : &run_loop;
+        KD_CHECKS ? &run_checked : KD_HOST_FIBERS ? &run_fibers : &run_loop;
 };
 }  // namespace kd_host
 #define KD_HOST_KERNEL(entry, ...) \
