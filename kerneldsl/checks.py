@@ -257,7 +257,7 @@ def _tls_variable(image: bytes, offset: int) -> str:
         done = subprocess.run([tool, "-sW", "-C", str(path)], capture_output=True, text=True, timeout=60, check=False)
     for row in done.stdout.splitlines():
         parts = row.split(maxsplit=7)
-        if len(parts) == 8 and parts[3] == "TLS":
+        if len(parts) == 8 and parts[3] == "TLS" and parts[6] != "UND":
             start, size, name = int(parts[1], 16), int(parts[2], 0), parts[7]
             if start <= offset < start + max(size, 1) and not name.startswith("kd_host::"):
                 return f"'{name.rpartition('::')[2]}' (byte {offset - start})"

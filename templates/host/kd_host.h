@@ -57,7 +57,13 @@ typedef __PTRDIFF_TYPE__ ptrdiff_t;
 // `extern __shared__ T x[];` cannot be thread_local: the Python side rewrites it to this. The
 // buffer is the OS thread's, never moves (so a namespace-scope pointer stays right) and holds at
 // least the launch's dynamic_shared bytes, 128-byte aligned.
+// (A checked build makes it a stateless object that converts to the buffer's address: a thread-local
+// pointer would look like shared memory, written by an earlier block, to the init check.)
+#if KD_CHECKS
+#define KD_DYNAMIC_SHARED(T, x) [[maybe_unused]] static const kd_host::dynamic_shared<T> x{}
+#else
 #define KD_DYNAMIC_SHARED(T, x) static thread_local T* const x = reinterpret_cast<T*>(kd_host_dynamic_shared_v1())
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Vector types and dim3. Rule: CUDA's layouts and alignments (vector_types.h), make_* helpers.
@@ -1170,6 +1176,9 @@ template <class T> struct checked {
     __forceinline__ checked operator++(int) { checked old = *this; ++p; return old; }
     __forceinline__ checked operator--(int) { checked old = *this; --p; return old; }
     __forceinline__ checked moved(T* to) const { checked c = *this; c.p = to; return c; }
+};
+template <class T> struct dynamic_shared {
+    __forceinline__ operator T*() const { return reinterpret_cast<T*>(kd_host_dynamic_shared_v1()); }
 };
 template <class T> __forceinline__ auto check_array(T* p, const char* name, const long long* dims, unsigned int ndim) {
     unsigned long long extent = 1;
