@@ -26,6 +26,7 @@ their return addresses, and this module maps them to ``file:line`` with the modu
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -47,6 +48,7 @@ from .errors import (
 )
 
 CHECKS_ENV = "KERNELDSL_CHECKS"
+REPORT_ENV = "KERNELDSL_CHECK_REPORT"  # ``kerneldsl check``: a file each finding is appended to, one JSON line each
 HOST = "host"
 BITS = {"bounds": 1, "races": 2, "init": 4, "sync": 8, "address": 16, "undefined": 32}
 EVERY = ("bounds", "races", "init", "sync")  # ``all``: what needs no sanitizer runtime and no recompile of the process
@@ -184,7 +186,18 @@ def check_error(code: int, name: str, api: str, detail: str, images: Mapping[int
         "sync": SyncCheckError,
         "undefined": UndefinedBehaviorError,
     }[tag.group(1)]
-    return cls(code, name, api, text, tuple(_LINE.findall(text)))
+    error = cls(code, name, api, text, tuple(_LINE.findall(text)))
+    _record(tag.group(1), text)
+    return error
+
+
+def _record(check: str, text: str) -> None:
+    """Append a finding to ``$KERNELDSL_CHECK_REPORT`` (set by ``kerneldsl check``), so findings a
+    script catches are reported too."""
+    path = os.environ.get(REPORT_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"check": check, "report": text}) + "\n")
 
 
 _LINE = re.compile(r"(?:at |, )([^\s,():]+:\d+)")

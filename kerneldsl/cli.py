@@ -14,7 +14,9 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -26,12 +28,14 @@ from . import __version__, fastpath
 from .bench import BENCHMARKS, plot
 from .build import fingerprint
 from .cache import DiskCache, default_cache_dir, get_default_cache
+from .checks import CHECKS_ENV, REPORT_ENV, parse_checks
 from .compiler import OUTPUTS, normalize_arch, nvrtc_version, supported_archs
 from .dispatch import Kernel
 from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
 from .progress import Progress
 from .runtime import driver
 from .runtime.host_toolchain import host_compiler, shim_dir
+from .runtime.selection import DEVICE_ENV
 from .target import ARCH_ENV, device_arch, resolve_arch
 
 _PACKAGES = ("cuda-bindings", "cuda-core", "numpy")
@@ -463,6 +467,26 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- check -----------------------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Run SCRIPT on the CPU device with every check on, then print one report per finding: exit 1
+    when there were findings, else the script's own exit status."""
+    checks = parse_checks(f"all,undefined{f',seed={args.seed}' if args.seed else ''}")
+    with tempfile.TemporaryDirectory(prefix="kerneldsl-check-") as scratch:
+        findings_file = Path(scratch) / "findings.jsonl"
+        env = {**os.environ, CHECKS_ENV: checks.spelled(), DEVICE_ENV: "cpu", REPORT_ENV: str(findings_file)}
+        status = subprocess.run([sys.executable, args.script, *args.args], env=env, check=False).returncode
+        lines = findings_file.read_text(encoding="utf-8").splitlines() if findings_file.exists() else []
+    findings = list(dict.fromkeys(lines))  # a finding met twice (a retried call) is reported once
+    for number, line in enumerate(findings, 1):
+        finding = json.loads(line)
+        print(f"finding {number} [{finding['check']}]: {finding['report']}")
+    print(f"kerneldsl check: {len(findings) or 'no'} finding{'s' * (len(findings) != 1)} ({checks.spelled()})")
+    return 1 if findings else status
+
+
 # --- formatting ------------------------------------------------------------------------------
 
 
@@ -533,6 +557,18 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_RUNS_TARGET,
     )
     tune.add_argument("target", metavar="MODULE_OR_FILE", help=_TARGET)
+
+    check = _command(
+        commands,
+        "check",
+        cmd_check,
+        "run a script on the CPU device with every check on (bounds, races, init, sync, undefined) and report "
+        "each finding at its line",
+        epilog="SCRIPT runs as you, as it would with python: pass only code you trust.",
+    )
+    check.add_argument("--seed", type=int, default=0, help="run each block's threads in the order seed N draws")
+    check.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    check.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
 
     bench = commands.add_parser("bench", help="measure kerneldsl's own costs on this machine")
     benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")

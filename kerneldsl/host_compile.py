@@ -65,7 +65,10 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
             mapped.append(option)
         elif option in ("-G", "--device-debug", "-lineinfo", "--generate-line-info"):
             mapped.append("-g")
-    return (*BASE_FLAGS, *dict.fromkeys(mapped), *compile_flags(checks_of(output)))
+    checked = compile_flags(checks_of(output))
+    if "-fsanitize=thread" in checked and "clang" not in host_compiler().version.lower():
+        checked += ("--param=tsan-instrument-func-entry-exit=0",)  # the runtime's entry and exit hooks do nothing
+    return (*BASE_FLAGS, *dict.fromkeys(mapped), *checked)
 
 
 @lru_cache(maxsize=1)

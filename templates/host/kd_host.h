@@ -1177,6 +1177,31 @@ template <class T> struct checked {
     __forceinline__ checked operator--(int) { checked old = *this; --p; return old; }
     __forceinline__ checked moved(T* to) const { checked c = *this; c.p = to; return c; }
 };
+// reinterpret_cast in a bounds-checked build (the shim defines it to this at its end): a checked
+// array reinterpreted as another pointer type stays checked, its extent in the new type's units
+// (a vectorized load through float4 is checked in float4s); anything else is the plain cast.
+template <class T> struct is_checked { static constexpr bool value = false; };
+template <class T> struct is_checked<checked<T>> { static constexpr bool value = true; };
+template <class T> struct remove_cvref { typedef T type; };
+template <class T> struct remove_cvref<T&> { typedef typename remove_cvref<T>::type type; };
+template <class T> struct remove_cvref<T&&> { typedef typename remove_cvref<T>::type type; };
+template <class T> struct remove_cvref<const T> { typedef T type; };
+template <class To, class From, typename enable_if<!is_checked<typename remove_cvref<From>::type>::value, int>::type = 0>
+__forceinline__ To reinterpret(From&& value) {
+    return reinterpret_cast<To>(value);
+}
+template <class To> struct pointee_of;
+template <class V> struct pointee_of<V*> { typedef V type; };
+template <class To, class U, typename enable_if<!is_integral<To>::value, int>::type = 0>
+__forceinline__ checked<typename pointee_of<To>::type> reinterpret(const checked<U>& c) {
+    typedef typename pointee_of<To>::type V;
+    const unsigned long long bytes = c.extent * sizeof(U);
+    return checked<V>{reinterpret_cast<V*>(c.p), reinterpret_cast<V*>(c.base), bytes / sizeof(V), c.name, nullptr, 0};
+}
+template <class To, class U, typename enable_if<is_integral<To>::value, int>::type = 0>
+__forceinline__ To reinterpret(const checked<U>& c) {
+    return reinterpret_cast<To>(c.p);
+}
 template <class T> struct dynamic_shared {
     __forceinline__ operator T*() const { return reinterpret_cast<T*>(kd_host_dynamic_shared_v1()); }
 };
@@ -1273,13 +1298,17 @@ template <class Sig, Sig* F> struct kernel {
         return KD_HOST_FIBERS ? run_fibers(launch, params, first, end) : run_loop(launch, params, first, end);
     }
     static constexpr int (*run)(const kd_host_launch*, void**, unsigned long long, unsigned long long) =
-        KD_CHECKS ? &run_checked : KD_HOST_FIBERS ? &run_fibers : &run_loop;
+        KD_CHECKS || KD_CHECK_SEED ? &run_checked : KD_HOST_FIBERS ? &run_fibers : &run_loop;
 };
 }  // namespace kd_host
 #define KD_HOST_KERNEL(entry, ...) \
     extern "C" __attribute__((visibility("default"), used)) const kd_host_function kd_host_fn_##entry = { \
         KD_HOST_MAGIC, KD_HOST_ABI, #entry, kd_host::kernel<void(__VA_ARGS__), &entry>::run, KD_HOST_FIBERS, \
         kd_host::signature<void(__VA_ARGS__)>::count};
+
+#if KD_CHECKS & 1
+#define reinterpret_cast kd_host::reinterpret
+#endif
 
 // Everything after the shim (the prelude, the user's code, the kernels) is private to its module,
 // so the compiler may inline kernels and device functions; only kd_host_fn_<entry> is exported.

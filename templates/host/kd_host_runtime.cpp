@@ -412,7 +412,7 @@ public:
         count_[g & 1] += predicate != 0;
         if (++b_.arrived == b_.n) {  // the last thread: release the others and carry on
             if (mode == kClusterBarrier) cluster_barrier();  // once every block of the cluster is there
-            if (__builtin_expect(checks_ != 0, 0)) checked_release(f, file, line);
+            if (__builtin_expect((checks_ | seed_) != 0, 0)) checked_release(f, file, line);
             b_.arrived = 0;
             gen_ = g + 1;
             count_[(g + 1) & 1] = 0;
@@ -674,9 +674,53 @@ size_t shadow_bytes(size_t size) { return (size + 3) / 4 * sizeof(Cell); }
 struct ArrayRegistry {  // a grid's registered arrays: every OS thread of the grid shares their shadows
     std::mutex lock;
     std::vector<Range> arrays;
-    ~ArrayRegistry() {
-        for (const Range& r : arrays) munmap(r.shadow, shadow_bytes(r.size));
+};
+// Arrays' shadows outlive launches (a launch's records carry its id, so older ones never match):
+// the next launch over the same array pays no page faults. A shadow is cleared when its records
+// could be mistaken for the current launch's (the id's 12 bits wrapped since its last use), and all
+// are dropped when they hold more than kShadowCacheBytes.
+constexpr size_t kShadowCacheBytes = size_t(8) << 30;
+class ShadowCache {
+public:
+    static ShadowCache& get() {
+        static ShadowCache* cache = new ShadowCache;  // never destroyed: launches may outlive exit
+        return *cache;
     }
+    Cell* shadow(uintptr_t base, size_t size, unsigned int launch) {
+        std::lock_guard<std::mutex> hold(lock_);
+        for (Entry& e : entries_) {
+            if (e.base == base && e.size >= size) {
+                if (launch - e.launch >= 0x1000u) madvise(e.shadow, shadow_bytes(e.size), MADV_DONTNEED);  // zeroed
+                e.launch = launch;
+                return e.shadow;
+            }
+        }
+        if (bytes_ + shadow_bytes(size) > kShadowCacheBytes) {
+            for (const Entry& e : entries_) munmap(e.shadow, shadow_bytes(e.size));
+            entries_.clear();
+            bytes_ = 0;
+        }
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_NORESERVE
+        flags |= MAP_NORESERVE;
+#endif
+        void* p = mmap(nullptr, shadow_bytes(size), PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (p == MAP_FAILED) return nullptr;
+        entries_.push_back(Entry{base, size, static_cast<Cell*>(p), launch});
+        bytes_ += shadow_bytes(size);
+        return static_cast<Cell*>(p);
+    }
+
+private:
+    struct Entry {
+        uintptr_t base;
+        size_t size;
+        Cell* shadow;
+        unsigned int launch;
+    };
+    std::mutex lock_;
+    std::vector<Entry> entries_;
+    size_t bytes_ = 0;
 };
 struct CheckState {
     bool active = false;  // races or init: accesses are checked
@@ -780,8 +824,8 @@ int Scheduler::run_block() {
     count_[0] = count_[1] = 0;
     code_ = 0;
     for (unsigned int w = 0; w < nwarps_; ++w) warps_[w].exited = warps_[w].arrived = warps_[w].pending = 0;
-    if (checks_) {
-        for (unsigned int w = 0; w < nwarps_; ++w) warp_epochs_[w] = 0;
+    if (checks_ | seed_) {
+        for (unsigned int w = 0; w < nwarps_ && w < warp_epochs_.size(); ++w) warp_epochs_[w] = 0;
         if (seed_) {
             const uint3 bk = ix_->block;
             rng_ = seed_ * 0x9e3779b97f4a7c15ull ^ (bk.x + 0x10000ull * (bk.y + 0x10000ull * bk.z));
@@ -1590,13 +1634,9 @@ KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes
             return;
         }
     }
-    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
-#ifdef MAP_NORESERVE
-    flags |= MAP_NORESERVE;
-#endif
-    void* shadow = mmap(nullptr, shadow_bytes(bytes), PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (shadow == MAP_FAILED) return;  // unchecked rather than failed: the kernel itself is fine
-    const Range r = {(uintptr_t)base, (uintptr_t)bytes, static_cast<Cell*>(shadow), name, elem, kGlobal};
+    Cell* shadow = ShadowCache::get().shadow((uintptr_t)base, bytes, k.launch);
+    if (shadow == nullptr) return;  // unchecked rather than failed: the kernel itself is fine
+    const Range r = {(uintptr_t)base, (uintptr_t)bytes, shadow, name, elem, kGlobal};
     k.registry->arrays.push_back(r);
     k.ranges.push_back(r);
 }

@@ -1,0 +1,196 @@
+"""Checked execution's spelling and plumbing: ``checks=`` and ``$KERNELDSL_CHECKS``, what a report
+names, checked and unchecked images kept apart, seeded schedules and ``kerneldsl check``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Literal, NewType
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl.checks import CHECKS_ENV, EVERY, Checks, output_for, parse_checks
+from kerneldsl.errors import BoundsCheckError, CheckConfigError, KernelFaultError, RaceCheckError
+from kerneldsl.runtime.session import session_checks
+
+n = NewType("n", int)
+cpu = pytest.mark.skipif(not kd.is_available("cpu"), reason="the CPU device needs a host C++ compiler")
+
+
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def off_by_one(y: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
+    return """
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) y[i] = x[i];
+    """
+
+
+@kd.kernel(grid=1, block=64)
+def last_writer(out: kd.Out[kd.int32, Literal[1]]) -> str:
+    return """
+    out[0] = threadIdx.x;
+    """
+
+
+@kd.kernel(grid=1, block=64)
+def neighbours(y: kd.Out[kd.float32, Literal[64]]) -> str:
+    return """
+    y[threadIdx.x] = 1.0f;
+    y[threadIdx.x ^ 1] += 1.0f;
+    """
+
+
+def vectors(session: Any, length: int) -> tuple[Any, Any]:
+    return session.to_device(np.zeros(length, np.float32)), session.to_device(np.ones(length, np.float32))
+
+
+def test_all_names_the_checks_that_need_no_sanitizer_runtime() -> None:
+    assert parse_checks("all").names == frozenset(EVERY)
+
+
+def test_checks_are_spelled_in_one_canonical_order_with_the_seed_last() -> None:
+    assert parse_checks("sync, BOUNDS,seed=7").spelled() == "bounds,sync,seed=7"
+
+
+def test_no_checks_is_the_plain_host_image() -> None:
+    assert output_for(parse_checks("")) == output_for(parse_checks("none")) == "host"
+
+
+def test_checks_name_their_own_image_kind() -> None:
+    assert output_for(Checks(frozenset({"races"}), 3)) == "host+races,seed=3"
+
+
+def test_an_unknown_check_is_refused_naming_the_checks() -> None:
+    with pytest.raises(CheckConfigError, match="unknown check 'bound'.*bounds, races"):
+        parse_checks("bound")
+
+
+def test_address_and_the_race_checks_cannot_run_together() -> None:
+    with pytest.raises(CheckConfigError, match="cannot be combined"):
+        parse_checks("address,races")
+
+
+def test_a_gpu_session_asked_for_checks_is_refused() -> None:
+    with pytest.raises(CheckConfigError, match="CPU device"):
+        session_checks("bounds", host=False)
+
+
+def test_the_environment_variable_leaves_gpu_sessions_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CHECKS_ENV, "all")
+    assert not session_checks(None, host=False)
+
+
+@cpu
+def test_checks_are_off_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(CHECKS_ENV, raising=False)
+    with kd.Session(device="cpu") as s:
+        assert s.gpu.output == "host" and not s.checks
+
+
+@cpu
+def test_the_environment_variable_turns_checks_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CHECKS_ENV, "bounds")
+    with kd.Session(device="cpu") as s:
+        assert s.gpu.output == "host+bounds"
+
+
+@cpu
+def test_a_bounds_report_names_kernel_array_index_extent_thread_and_line() -> None:
+    with kd.Session(device="cpu", checks="bounds") as s:
+        y, x = vectors(s, 100)
+        with pytest.raises(BoundsCheckError) as found:
+            off_by_one(y, x)
+    text = str(found.value)
+    assert "kernel 'kd_off_by_one' block (1,0,0) thread (36,0,0): x[100] is outside its extent 100" in text
+    assert found.value.sites == ("off_by_one.body:2",)
+
+
+@cpu
+def test_a_bounds_error_is_an_index_error_and_a_kernel_fault() -> None:
+    assert issubclass(BoundsCheckError, IndexError) and issubclass(BoundsCheckError, KernelFaultError)
+
+
+@cpu
+def test_the_unchecked_session_runs_its_own_image_of_the_same_kernel() -> None:
+    with kd.Session(device="cpu", checks="bounds") as checked, pytest.raises(BoundsCheckError):
+        off_by_one(*vectors(checked, 100))
+    with kd.Session(device="cpu") as plain:
+        off_by_one(*vectors(plain, 100))  # the stray access lands in the pool's padding: no report
+        plain.synchronize()
+
+
+@cpu
+def test_a_race_report_names_both_threads_both_lines_and_the_element() -> None:
+    with kd.Session(device="cpu", checks="races") as s:
+        with pytest.raises(RaceCheckError) as found:
+            neighbours(s.to_device(np.zeros(64, np.float32)))
+    assert "thread 0 writes 'y'[1] at neighbours.body:2 and thread 1 writes it at neighbours.body:1" in str(found.value)
+    assert found.value.sites == ("neighbours.body:2", "neighbours.body:1")
+
+
+@cpu
+def test_a_seeded_schedule_is_the_same_under_the_same_seed_and_differs_between_seeds() -> None:
+    def last(seed: int) -> int:
+        with kd.Session(device="cpu", checks=f"seed={seed}") as s:
+            out = s.to_device(np.zeros(1, np.int32))
+            last_writer(out)
+            return int(out.to_host()[0])
+
+    seen = {seed: last(seed) for seed in (1, 2, 3)}
+    assert last(2) == seen[2]
+    assert len(set(seen.values()) | {last(0)}) > 1
+    assert last(0) == 63  # unseeded: threads in order, the last one's write stays
+
+
+SCRIPT = """
+from typing import NewType
+import numpy as np
+import kerneldsl as kd
+n = NewType("n", int)
+
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def copy(y: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
+    return '''
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n + {extra}) y[i] = x[i];
+    '''.replace("{extra}", "EXTRA")
+
+x = np.ones(100, np.float32)
+try:
+    copy(np.empty_like(x), x)
+except kd.errors.KernelFaultError:
+    pass
+print("the script ran to its end")
+"""
+
+
+def run_check(tmp_path: Path, extra: int) -> subprocess.CompletedProcess[str]:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(SCRIPT).replace("EXTRA", str(extra)))
+    return subprocess.run(
+        [sys.executable, "-m", "kerneldsl.cli", "check", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+@cpu
+def test_kerneldsl_check_reports_each_finding_at_its_line_even_when_the_script_catches_it(tmp_path: Path) -> None:
+    done = run_check(tmp_path, extra=1)
+    assert done.returncode == 1, done.stderr
+    assert "the script ran to its end" in done.stdout
+    assert "finding 1 [bounds]: kernel 'kd_copy'" in done.stdout and "at copy.body:2" in done.stdout
+    assert "kerneldsl check: 1 finding (bounds,races,init,sync,undefined)" in done.stdout
+
+
+@cpu
+def test_kerneldsl_check_of_a_correct_script_reports_no_findings(tmp_path: Path) -> None:
+    done = run_check(tmp_path, extra=0)
+    assert done.returncode == 0, done.stderr
+    assert "kerneldsl check: no findings" in done.stdout
