@@ -181,7 +181,8 @@ def bench_checks(s: kd.Session, sizes: Sizes, reps: int) -> list[Figure]:
             unchecked = times["kerneldsl"]
             figures.append(Figure(f"{name}: unchecked", unchecked * 1e3, "ms"))
             for spelled, target in CHECKED.items():
-                figures.append(Figure(f"{name}: checks={spelled!r} / unchecked", times[spelled] / unchecked, "x", target))
+                ratio = times[spelled] / unchecked
+                figures.append(Figure(f"{name}: checks={spelled!r} / unchecked", ratio, "x", target))
     finally:
         for session in checked.values():
             session.close()
