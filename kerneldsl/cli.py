@@ -34,7 +34,7 @@ from .dispatch import Kernel
 from .errors import CacheError, DriverNotFoundError, KernelDSLError, NoDeviceError
 from .progress import Progress
 from .runtime import driver
-from .runtime.host_toolchain import host_compiler, shim_dir
+from .runtime.host_toolchain import ADDRESS_EXIT, address_sanitizer_environment, host_compiler, shim_dir
 from .runtime.selection import DEVICE_ENV
 from .target import ARCH_ENV, device_arch, resolve_arch
 
@@ -473,10 +473,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     """Run SCRIPT on the CPU device with every check on, then print one report per finding: exit 1
     when there were findings, else the script's own exit status."""
-    checks = parse_checks(f"all,undefined{f',seed={args.seed}' if args.seed else ''}")
+    spelled = "bounds,sync,address,undefined" if args.address else "all,undefined"
+    checks = parse_checks(f"{spelled}{f',seed={args.seed}' if args.seed else ''}")
     with tempfile.TemporaryDirectory(prefix="kerneldsl-check-") as scratch:
         findings_file = Path(scratch) / "findings.jsonl"
         env = {**os.environ, CHECKS_ENV: checks.spelled(), DEVICE_ENV: "cpu", REPORT_ENV: str(findings_file)}
+        if args.address:
+            env.update(address_sanitizer_environment())
         status = subprocess.run([sys.executable, args.script, *args.args], env=env, check=False).returncode
         lines = findings_file.read_text(encoding="utf-8").splitlines() if findings_file.exists() else []
     findings = list(dict.fromkeys(lines))  # a finding met twice (a retried call) is reported once
@@ -484,6 +487,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         finding = json.loads(line)
         print(f"finding {number} [{finding['check']}]: {finding['report']}")
     print(f"kerneldsl check: {len(findings) or 'no'} finding{'s' * (len(findings) != 1)} ({checks.spelled()})")
+    if args.address and status == ADDRESS_EXIT:
+        print("kerneldsl check: AddressSanitizer stopped the script: its report is above")
+        return 1
     return 1 if findings else status
 
 
@@ -567,6 +573,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="SCRIPT runs as you, as it would with python: pass only code you trust.",
     )
     check.add_argument("--seed", type=int, default=0, help="run each block's threads in the order seed N draws")
+    check.add_argument(
+        "--address",
+        action="store_true",
+        help="AddressSanitizer instead of the race and init checks (they exclude each other): bounds, sync, "
+        "address, undefined; the script runs with ASan's runtime preloaded",
+    )
     check.add_argument("script", metavar="SCRIPT", help="the Python script to run")
     check.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
 

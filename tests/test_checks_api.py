@@ -3,6 +3,7 @@ names, checked and unchecked images kept apart, seeded schedules and ``kerneldsl
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -194,3 +195,45 @@ def test_kerneldsl_check_of_a_correct_script_reports_no_findings(tmp_path: Path)
     done = run_check(tmp_path, extra=0)
     assert done.returncode == 0, done.stderr
     assert "kerneldsl check: no findings" in done.stdout
+
+
+ADDRESS_SCRIPT = """
+from typing import NewType
+import numpy as np
+import kerneldsl as kd
+n = NewType("n", int)
+
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def window_sum(y: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
+    return '''
+    float window[4];
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int k = 0; k < 4; ++k) window[k] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    const float* p = window;
+    if (i < n) y[i] = p[threadIdx.x % 8];
+    '''
+
+x = np.ones(256, np.float32)
+with kd.Session(device="cpu", checks="address") as s:
+    window_sum(s.to_device(np.empty_like(x)), s.to_device(x))
+    s.synchronize()
+"""
+
+
+@cpu
+def test_address_sanitizer_follows_fibers_and_names_the_line(tmp_path: Path) -> None:
+    from kerneldsl.runtime.host_toolchain import ADDRESS_EXIT, address_sanitizer_environment
+
+    script = tmp_path / "address.py"
+    script.write_text(textwrap.dedent(ADDRESS_SCRIPT))
+    env = {**os.environ, **address_sanitizer_environment()}
+    argv = [sys.executable, str(script)]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert done.returncode == ADDRESS_EXIT, done.stderr[-2000:]
+    assert "AddressSanitizer: stack-buffer-overflow" in done.stderr and "window_sum.body:6" in done.stderr
+
+
+def test_an_address_session_without_the_sanitizer_runtime_is_refused() -> None:
+    with pytest.raises(CheckConfigError, match="kerneldsl check --address"):
+        session_checks("address", host=True)

@@ -62,10 +62,29 @@ def runtime_material() -> dict[str, Any]:
     }
 
 
+@lru_cache(maxsize=1)
+def _kept_images() -> str:
+    """A private folder, removed at exit, for checked modules' files: AddressSanitizer reads their
+    line tables when it reports (the process is ending then, so nothing else reads them)."""
+    folder = tempfile.TemporaryDirectory(prefix="kerneldsl-checked-")
+    _kept.append(folder)
+    return folder.name
+
+
+_kept: list[tempfile.TemporaryDirectory[str]] = []
+CHECKED_MARKER = b"kd_host_checks_v1"  # the symbol a checked module exports
+
+
 def load_image(image: bytes, global_symbols: bool = False) -> ctypes.CDLL:
-    """dlopen ``image`` (a shared library's bytes) from a private temporary file, unlinked at once."""
+    """dlopen ``image`` (a shared library's bytes) from a private temporary file, unlinked at once
+    (a checked module's file stays, in a private folder, until exit)."""
     if not bytes(image[:4]) == _ELF:
         raise OSError("not a shared library for this host (a cubin or PTX cannot run on the CPU device)")
+    if CHECKED_MARKER in image:
+        fd, path = tempfile.mkstemp(prefix="module-", suffix=".so", dir=_kept_images())
+        with os.fdopen(fd, "wb") as f:
+            f.write(image)
+        return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | os.RTLD_NOW)
     fd, path = tempfile.mkstemp(prefix="kerneldsl-host-", suffix=".so")
     try:
         with os.fdopen(fd, "wb") as f:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import HostCompilerNotFoundError
+from ..errors import CheckConfigError, HostCompilerNotFoundError
 
 HOST_CXX_ENV = "KERNELDSL_HOST_CXX"
 _CANDIDATES = ("c++", "g++", "clang++")
@@ -155,3 +155,25 @@ def compile_shared(compiler: HostCompiler, source: str, flags: tuple[str, ...], 
         if not out.is_file():
             raise HostCompileFailure(f"{' '.join(compiler.argv)} wrote no {out.name}")
         return out.read_bytes()
+
+
+ADDRESS_EXIT = 86  # the exit status AddressSanitizer ends a script with when it finds something
+
+
+def address_sanitizer_environment() -> dict[str, str]:
+    """What a process needs to run kernels built with ``checks="address"``: ASan's runtime (the
+    host compiler's) preloaded, leak detection off (the interpreter keeps memory until exit)."""
+    compiler = host_compiler()
+    done = subprocess.run(
+        [*compiler.argv, "-print-file-name=libasan.so"], capture_output=True, text=True, timeout=60, check=False
+    )
+    library = done.stdout.strip()
+    if done.returncode or not library or not Path(library).is_file():
+        raise CheckConfigError(
+            f"checks='address' needs AddressSanitizer's runtime, which {' '.join(compiler.argv)} does not have "
+            "(Debian/Ubuntu: apt-get install libasan8, or the gcc package's)"
+        )
+    return {
+        "LD_PRELOAD": library,
+        "ASAN_OPTIONS": f"detect_leaks=0:exitcode={ADDRESS_EXIT}:allocator_may_return_null=1",
+    }

@@ -252,7 +252,18 @@ constexpr unsigned int kMaxClusterBlocks = 16;  // CUDA's non-portable maximum
 
 struct Stack {
     char* top;  // 16-byte aligned, coloured
+    char* low;  // the lowest usable byte (above the guard page)
 };
+
+// AddressSanitizer (checks="address" preloads it): its fiber annotations, so it follows the
+// switches between fibers' stacks, and unpoisoning for the stacks of abandoned threads (their
+// frames' redzones would stay poisoned). Weak: without ASan in the process they are null.
+extern "C" {
+void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size) __attribute__((weak));
+void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old)
+    __attribute__((weak));
+void __asan_unpoison_memory_region(const volatile void* address, size_t size) __attribute__((weak));
+}
 
 class SpareStacks {  // stacks of OS threads that exited, for the next ones
 public:
@@ -312,7 +323,7 @@ private:
             char* low = static_cast<char*>(region) + i * each;
             mprotect(low, page, PROT_NONE);  // the guard; without it (the map count is spent) the stack still works
             char* top = low + each - 64u * SpareStacks::get().colour();
-            free_.push_back(new Stack{reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(top) & ~(uintptr_t)15)});
+            free_.push_back(new Stack{reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(top) & ~(uintptr_t)15), low + page});
         }
         return true;
     }
@@ -534,12 +545,35 @@ private:
 
     void resume(kd_host_fiber* from, kd_host_fiber* to) {
         select(to);
+        leave(stacks_[to->linear], false);
         switch_to(&from->context, &to->context);
+        arrive();
     }
 
     void start_next(kd_host_fiber* from) {
         starting_ = owner_stack();
+        leave(starting_, false);
         start_on(&from->context, starting_->top, &fiber_main, this);
+        arrive();
+    }
+
+    // ASan's annotations around a switch to `to`'s stack (null: the OS thread's), and on arrival.
+    void leave(const Stack* to, bool dying) {
+        if (__builtin_expect(__sanitizer_start_switch_fiber != nullptr, 0))
+            __sanitizer_start_switch_fiber(dying ? nullptr : &fake_stack_, to ? to->low : main_bottom_,
+                                           to ? (size_t)(to->top - to->low) : main_size_);
+    }
+    void arrive() {
+        if (__builtin_expect(__sanitizer_finish_switch_fiber != nullptr, 0)) {
+            const void* bottom = nullptr;
+            size_t size = 0;
+            __sanitizer_finish_switch_fiber(fake_stack_, &bottom, &size);
+            if (from_main_) {  // the first switch of a block comes from the OS thread's stack
+                main_bottom_ = bottom;
+                main_size_ = size;
+                from_main_ = false;
+            }
+        }
     }
 
     // The waiting thread f switches to the next runnable one, or starts the next thread; with
@@ -562,11 +596,15 @@ private:
             kd_host_fiber* next = pop();
             release(f->linear);
             select(next);
+            leave(stacks_[next->linear], true);
             jump_to(&next->context);
         }
         if (next_start_ < b_.n) return;
         release(f->linear);
-        if (done_ == b_.n) jump_to(&main_);
+        if (done_ == b_.n) {
+            leave(nullptr, true);
+            jump_to(&main_);
+        }
         deadlock();
     }
 
@@ -604,6 +642,10 @@ private:
     kd_host_context main_ = {nullptr, nullptr, nullptr};  // the OS thread's context, which runs the block
     bool active_ = false;
     int code_ = 0;
+    void* fake_stack_ = nullptr;  // ASan's, while switched away
+    const void* main_bottom_ = nullptr;
+    size_t main_size_ = 0;
+    bool from_main_ = false;
     unsigned int checks_ = 0;
     unsigned long long seed_ = 0, rng_ = 0;
     std::vector<unsigned int> order_;        // a seeded schedule: the order threads start in
@@ -674,31 +716,43 @@ size_t shadow_bytes(size_t size) { return (size + 3) / 4 * sizeof(Cell); }
 struct ArrayRegistry {  // a grid's registered arrays: every OS thread of the grid shares their shadows
     std::mutex lock;
     std::vector<Range> arrays;
+    ~ArrayRegistry();  // gives the shadows back to the cache
 };
 // Arrays' shadows outlive launches (a launch's records carry its id, so older ones never match):
 // the next launch over the same array pays no page faults. A shadow is cleared when its records
 // could be mistaken for the current launch's (the id's 12 bits wrapped since its last use), and all
-// are dropped when they hold more than kShadowCacheBytes.
-constexpr size_t kShadowCacheBytes = size_t(8) << 30;
+// not in use by a running launch are dropped when all hold more than kShadowCacheBytes. An array whose shadow would exceed
+// kArrayShadowBytes (ten times its size) is not tracked: its races go unchecked, its bounds not.
+constexpr size_t kShadowCacheBytes = size_t(1) << 30;
+constexpr size_t kArrayShadowBytes = size_t(256) << 20;
 class ShadowCache {
 public:
     static ShadowCache& get() {
         static ShadowCache* cache = new ShadowCache;  // never destroyed: launches may outlive exit
         return *cache;
     }
+    // The shadow of the array at `base` for a launch, which gives it back (release) when it ends.
     Cell* shadow(uintptr_t base, size_t size, unsigned int launch) {
         std::lock_guard<std::mutex> hold(lock_);
         for (Entry& e : entries_) {
-            if (e.base == base && e.size >= size) {
+            if (e.base == base && e.size >= size && (e.users == 0 || e.launch == launch)) {
                 if (launch - e.launch >= 0x1000u) madvise(e.shadow, shadow_bytes(e.size), MADV_DONTNEED);  // zeroed
                 e.launch = launch;
+                ++e.users;
                 return e.shadow;
             }
         }
         if (bytes_ + shadow_bytes(size) > kShadowCacheBytes) {
-            for (const Entry& e : entries_) munmap(e.shadow, shadow_bytes(e.size));
-            entries_.clear();
-            bytes_ = 0;
+            size_t kept = 0;
+            for (const Entry& e : entries_) {
+                if (e.users) {
+                    entries_[kept++] = e;
+                } else {
+                    munmap(e.shadow, shadow_bytes(e.size));
+                    bytes_ -= shadow_bytes(e.size);
+                }
+            }
+            entries_.resize(kept);
         }
         int flags = MAP_PRIVATE | MAP_ANONYMOUS;
 #ifdef MAP_NORESERVE
@@ -706,9 +760,14 @@ public:
 #endif
         void* p = mmap(nullptr, shadow_bytes(size), PROT_READ | PROT_WRITE, flags, -1, 0);
         if (p == MAP_FAILED) return nullptr;
-        entries_.push_back(Entry{base, size, static_cast<Cell*>(p), launch});
+        entries_.push_back(Entry{base, size, static_cast<Cell*>(p), launch, 1});
         bytes_ += shadow_bytes(size);
         return static_cast<Cell*>(p);
+    }
+    void release(const Cell* shadow) {
+        std::lock_guard<std::mutex> hold(lock_);
+        for (Entry& e : entries_)
+            if (e.shadow == shadow && e.users) --e.users;
     }
 
 private:
@@ -716,12 +775,15 @@ private:
         uintptr_t base;
         size_t size;
         Cell* shadow;
-        unsigned int launch;
+        unsigned int launch, users;  // the last launch that used it; the launches using it now
     };
     std::mutex lock_;
     std::vector<Entry> entries_;
     size_t bytes_ = 0;
 };
+ArrayRegistry::~ArrayRegistry() {
+    for (const Range& r : arrays) ShadowCache::get().release(r.shadow);
+}
 struct CheckState {
     bool active = false;  // races or init: accesses are checked
     unsigned int bits = 0, launch = 0;
@@ -790,6 +852,7 @@ void Scheduler::release(unsigned int linear) {
 
 void fiber_main(void* scheduler) {
     Scheduler* s = static_cast<Scheduler*>(scheduler);
+    s->arrive();
     Stack* stack = s->starting_;
     for (;;) {
         const unsigned int k = s->next_start_++;
@@ -840,17 +903,24 @@ int Scheduler::run_block() {
         return kLaunchFailed;
     }
     active_ = true;
+    from_main_ = true;
+    leave(starting_, false);
     start_on(&main_, starting_->top, &fiber_main, this);
+    arrive();
     active_ = false;
     if (code_) {  // abandoned threads: take their stacks back (a seeded schedule starts them in any order)
-        for (unsigned int i = 0; i < (seed_ ? b_.n : next_start_); ++i)
-            if (stacks_[i]) release(i);
+        for (unsigned int i = 0; i < (seed_ ? b_.n : next_start_); ++i) {
+            if (!stacks_[i]) continue;
+            if (__asan_unpoison_memory_region) __asan_unpoison_memory_region(stacks_[i]->low, stacks_[i]->top - stacks_[i]->low);
+            release(i);
+        }
     }
     return code_;
 }
 
 void Scheduler::fail(int code) {
     code_ = code;
+    leave(nullptr, true);
     jump_to(&main_);
 }
 
@@ -1447,11 +1517,13 @@ std::string what_at(const CheckState& k, const Range& r, uintptr_t address) {
     const kd_host_index* ix = &kd_host_index_v1;
     const unsigned int me = linear_thread(ix), them = thread_of(other);
     const std::string who = them == kManyThreads ? std::string("other threads") : format("thread %u", them);
+    const bool flat = ix->block_dim.y == 1 && ix->block_dim.z == 1;
     check_fail(c, format("[races] kernel '%s' block (%u,%u,%u): %s %s %s at %s and thread %u %s it at %s, with no "
-                         "barrier between them (threads by linear id x + blockDim.x * (y + blockDim.y * z))",
+                         "barrier between them%s",
                          kernel_name(c), ix->block.x, ix->block.y, ix->block.z, who.c_str(),
                          other_writes ? "writes" : "reads", what_at(c.check, r, address).c_str(),
-                         site_token(other_pc).c_str(), me, writes ? "writes" : "reads", site_token(pc).c_str()));
+                         site_token(other_pc).c_str(), me, writes ? "writes" : "reads", site_token(pc).c_str(),
+                         flat ? "" : " (threads by linear id x + blockDim.x * (y + blockDim.y * z))"));
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void uninitialized(ThreadContext& c, const Range& r, uintptr_t address,
@@ -1623,6 +1695,7 @@ KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int
 KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes, unsigned int elem, const char* name) {
     ThreadContext* c = tls_context;
     if (c == nullptr || !(c->check.bits & kCheckRaces) || bytes == 0 || base == nullptr) return;
+    if (shadow_bytes(bytes) > kArrayShadowBytes) return;
     CheckState& k = c->check;
     for (const Range& r : k.ranges)
         if (r.base == (uintptr_t)base && r.kind == kGlobal) return;
@@ -1776,7 +1849,6 @@ KD_UBSAN(nonnull_return_v1, "undefined", "a null pointer returned from a returns
 KD_UBSAN(pointer_overflow, "undefined", "pointer arithmetic that overflows")
 KD_UBSAN(invalid_builtin, "undefined", "a builtin called with an invalid argument (__builtin_clz(0) or ctz(0))")
 KD_UBSAN(builtin_unreachable, "undefined", "__builtin_unreachable reached")
-KD_UBSAN(type_mismatch_v1, "undefined", "a null or misaligned pointer dereferenced")
 #undef KD_UBSAN
 namespace {
 [[noreturn]] void ubsan_out_of_bounds(void* data, unsigned long index) {
@@ -1792,6 +1864,24 @@ namespace {
     ubsan_fail(data, "bounds", format("index %lld is outside the array of type %s", value, d->array ? d->array->name : "?"));
 }
 }  // namespace
+namespace {
+// A null or misaligned pointer, or (object-size) an access past the end of the object it points into.
+[[noreturn]] void ubsan_type_mismatch(void* data, unsigned long pointer) {
+    struct Data {
+        UbsanLocation at;
+        const UbsanType* type;
+        unsigned char log_alignment, kind;
+    };
+    const Data* d = static_cast<const Data*>(data);
+    const char* type = d->type ? d->type->name : "?";
+    if (pointer == 0) ubsan_fail(data, "undefined", format("a null pointer to %s dereferenced", type));
+    if (pointer & ((1ul << d->log_alignment) - 1))
+        ubsan_fail(data, "undefined", format("a pointer to %s misaligned for its type (address 0x%lx)", type, pointer));
+    ubsan_fail(data, "bounds", format("an access to %s past the end of the object it points into", type));
+}
+}  // namespace
+KD_EXPORT void __ubsan_handle_type_mismatch_v1(void* data, unsigned long pointer) { ubsan_type_mismatch(data, pointer); }
+KD_EXPORT void __ubsan_handle_type_mismatch_v1_abort(void* data, unsigned long pointer) { ubsan_type_mismatch(data, pointer); }
 KD_EXPORT void __ubsan_handle_out_of_bounds(void* data, unsigned long index) { ubsan_out_of_bounds(data, index); }
 KD_EXPORT void __ubsan_handle_out_of_bounds_abort(void* data, unsigned long index) { ubsan_out_of_bounds(data, index); }
 
