@@ -38,11 +38,24 @@ def last_writer(out: kd.Out[kd.int32, Literal[1]]) -> str:
 
 
 @kd.kernel(grid=1, block=64)
+def last_after_barrier(out: kd.Out[kd.int32, Literal[1]]) -> str:
+    return """
+    __syncthreads();
+    out[0] = threadIdx.x;
+    """
+
+
+@kd.kernel(grid=1, block=64)
 def neighbours(y: kd.Out[kd.float32, Literal[64]]) -> str:
     return """
     y[threadIdx.x] = 1.0f;
     y[threadIdx.x ^ 1] += 1.0f;
     """
+
+
+def body_line(kernel: str, line: int) -> str:
+    """How a report names line ``line`` of ``kernel``'s body: the rendered source's ``#line`` file."""
+    return f"{kernel}.body:{line}"
 
 
 def vectors(session: Any, length: int) -> tuple[Any, Any]:
@@ -107,7 +120,7 @@ def test_a_bounds_report_names_kernel_array_index_extent_thread_and_line() -> No
             off_by_one(y, x)
     text = str(found.value)
     assert "kernel 'kd_off_by_one' block (1,0,0) thread (36,0,0): x[100] is outside its extent 100" in text
-    assert found.value.sites == ("off_by_one.body:2",)
+    assert found.value.sites == (body_line("off_by_one", 2),)
 
 
 @cpu
@@ -129,22 +142,25 @@ def test_a_race_report_names_both_threads_both_lines_and_the_element() -> None:
     with kd.Session(device="cpu", checks="races") as s:
         with pytest.raises(RaceCheckError) as found:
             neighbours(s.to_device(np.zeros(64, np.float32)))
-    assert "thread 0 writes 'y'[1] at neighbours.body:2 and thread 1 writes it at neighbours.body:1" in str(found.value)
-    assert found.value.sites == ("neighbours.body:2", "neighbours.body:1")
+    second, first = body_line("neighbours", 2), body_line("neighbours", 1)
+    assert f"thread 0 writes 'y'[1] at {second} and thread 1 writes it at {first}" in str(found.value)
+    assert found.value.sites == (second, first)
+
+
+def last_thread(kernel: Any, seed: int) -> int:
+    """Which thread's write of ``out[0]`` stays when ``kernel`` runs under schedule ``seed``."""
+    with kd.Session(device="cpu", checks=f"seed={seed}") as s:
+        out = s.to_device(np.zeros(1, np.int32))
+        kernel(out)
+        return int(out.to_host()[0])
 
 
 @cpu
-def test_a_seeded_schedule_is_the_same_under_the_same_seed_and_differs_between_seeds() -> None:
-    def last(seed: int) -> int:
-        with kd.Session(device="cpu", checks=f"seed={seed}") as s:
-            out = s.to_device(np.zeros(1, np.int32))
-            last_writer(out)
-            return int(out.to_host()[0])
-
-    seen = {seed: last(seed) for seed in (1, 2, 3)}
-    assert last(2) == seen[2]
-    assert len(set(seen.values()) | {last(0)}) > 1
-    assert last(0) == 63  # unseeded: threads in order, the last one's write stays
+@pytest.mark.parametrize("kernel", [last_writer, last_after_barrier], ids=["loop", "fibers"])
+def test_a_seeded_schedule_is_the_same_under_the_same_seed_and_differs_between_seeds(kernel: Any) -> None:
+    seen = {seed: last_thread(kernel, seed) for seed in (1, 2, 3)}
+    assert last_thread(kernel, 2) == seen[2]
+    assert len(set(seen.values()) | {last_thread(kernel, 0)}) > 1
 
 
 SCRIPT = """
@@ -186,7 +202,7 @@ def test_kerneldsl_check_reports_each_finding_at_its_line_even_when_the_script_c
     done = run_check(tmp_path, extra=1)
     assert done.returncode == 1, done.stderr
     assert "the script ran to its end" in done.stdout
-    assert "finding 1 [bounds]: kernel 'kd_copy'" in done.stdout and "at copy.body:2" in done.stdout
+    assert "finding 1 [bounds]: kernel 'kd_copy'" in done.stdout and f"at {body_line('copy', 2)}" in done.stdout
     assert "kerneldsl check: 1 finding (bounds,races,init,sync,undefined)" in done.stdout
 
 
@@ -231,7 +247,7 @@ def test_address_sanitizer_follows_fibers_and_names_the_line(tmp_path: Path) -> 
     argv = [sys.executable, str(script)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert done.returncode == ADDRESS_EXIT, done.stderr[-2000:]
-    assert "AddressSanitizer: stack-buffer-overflow" in done.stderr and "window_sum.body:6" in done.stderr
+    assert "AddressSanitizer: stack-buffer-overflow" in done.stderr and body_line("window_sum", 6) in done.stderr
 
 
 def test_an_address_session_without_the_sanitizer_runtime_is_refused() -> None:
