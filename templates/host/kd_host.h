@@ -255,10 +255,31 @@ const unsigned int* kd_host_check_order_v1(unsigned long long seed, unsigned lon
 // Loop mode: the module's own copy, written by its loop; the compiler keeps it in registers.
 static thread_local kd_host_index kd_host_ix;
 #endif
+#if (KD_CHECKS & (2 | 4)) && (defined(__x86_64__) || defined(__aarch64__))
+// Under the race and init instrumentation the indices are read with inline assembly, which the
+// instrumentation does not see: they are the runtime's, never shared memory, and read often.
+namespace kd_host {
+__forceinline__ unsigned int peek(const unsigned int& v) {
+    unsigned int r;
+#if defined(__x86_64__)
+    __asm__("movl %1, %0" : "=r"(r) : "m"(v));
+#else
+    __asm__("ldr %w0, %1" : "=r"(r) : "m"(v));
+#endif
+    return r;
+}
+__forceinline__ uint3 peek(const uint3& v) { return uint3{peek(v.x), peek(v.y), peek(v.z)}; }
+}  // namespace kd_host
+#define threadIdx (kd_host::peek(kd_host_ix.thread))
+#define blockIdx (kd_host::peek(kd_host_ix.block))
+#define blockDim (kd_host::peek(kd_host_ix.block_dim))
+#define gridDim (kd_host::peek(kd_host_ix.grid_dim))
+#else
 #define threadIdx (static_cast<const uint3&>(kd_host_ix.thread))
 #define blockIdx (static_cast<const uint3&>(kd_host_ix.block))
 #define blockDim (static_cast<const uint3&>(kd_host_ix.block_dim))
 #define gridDim (static_cast<const uint3&>(kd_host_ix.grid_dim))
+#endif
 #define warpSize 32
 
 // ---------------------------------------------------------------------------------------------
@@ -329,8 +350,9 @@ __forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me) {
 // __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
 __forceinline__ void barrier(const char* file, int line) {
     kd_host_block* const s = kd_host_ix.scheduler;
-    // (Under AddressSanitizer every switch goes through the runtime, which annotates it.)
-    if (__builtin_expect(!(KD_CHECKS & 16) && s->arrived + 1 < s->n && s->next != nullptr, 1)) {
+    // (Under AddressSanitizer, or the race and init instrumentation, every switch goes through the
+    // runtime: it annotates switches for ASan, and its bookkeeping is not instrumented.)
+    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && s->arrived + 1 < s->n && s->next != nullptr, 1)) {
         kd_host_fiber* const me = kd_host_ix.fiber;
         ++s->arrived;
         me->file = file;
@@ -356,7 +378,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
     kd_host_warp* const w = kd_host_ix.warp;
     const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
     const unsigned int m = mask & w->existing, arrived = w->arrived;
-    if (__builtin_expect(!(KD_CHECKS & 16) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
+    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
                              (arrived == 0 || (w->mask == m && w->op == op)) && s->next != nullptr, 1)) {
         w->in[lane].lo = value.lo;  // field by field: a whole-word copy would go through memory
         w->in[lane].hi = value.hi;
