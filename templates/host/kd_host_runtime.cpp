@@ -697,7 +697,7 @@ struct Team {
 // (the access's return address, mapped to file:line from the module's line table by the Python
 // side). Tracked ranges: the module's __shared__ variables (its thread-local block on this OS
 // thread), the dynamic shared buffer, and the array parameters the kernel registers.
-enum { kCheckBounds = 1, kCheckRaces = 2, kCheckInit = 4, kCheckSync = 8 };
+enum { kCheckRaces = 2, kCheckInit = 4, kCheckSync = 8 };  // KD_CHECKS's bits the runtime reads
 struct Cell {
     uint32_t wtag, wsite, rtag, rsite;  // (launch, block) and (epoch, warp epoch, thread) of the last write and read
     uint8_t wmask, imask, rmask, pad;  // the bytes of the granule the last writer wrote, any thread wrote, the last reader read
@@ -794,8 +794,7 @@ struct CheckState {
     char* tls = nullptr;
     size_t tls_size = 0;
     uintptr_t module_base = 0;
-    const unsigned int* order = nullptr;  // loop mode's seeded order of a block's threads
-    std::vector<unsigned int> order_storage;
+    std::vector<unsigned int> order;  // loop mode's seeded order of a block's threads
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1132,7 +1131,6 @@ __attribute__((noinline)) int run_range(ThreadContext& c, Grid& grid, unsigned l
     c.landing = nullptr;
     c.check.active = false;  // a checked module turns checking on for its blocks only
     c.check.bits = 0;
-    c.check.order = nullptr;
     c.scheduler.set_checks(0, 0);
     return rc;
 }
@@ -1717,11 +1715,11 @@ KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes
 // Loop mode under a seeded schedule: the order in which block `block`'s n threads run.
 KD_EXPORT const unsigned int* kd_host_check_order_v1(unsigned long long seed, unsigned long long block, unsigned int n) {
     CheckState& k = context().check;
-    k.order_storage.resize(n);
-    for (unsigned int i = 0; i < n; ++i) k.order_storage[i] = i;
+    k.order.resize(n);
+    for (unsigned int i = 0; i < n; ++i) k.order[i] = i;
     unsigned long long state = seed * 0x9e3779b97f4a7c15ull ^ (block + 1);
-    shuffle_ids(state, k.order_storage.data(), n);
-    return k.order_storage.data();
+    shuffle_ids(state, k.order.data(), n);
+    return k.order.data();
 }
 
 // bounds: an index outside an array parameter's extent (`dims`: its shape, for the message).
