@@ -83,6 +83,17 @@ def bounds_2d_transposed(out: kd.Out[f32, m, n], x: kd.In[f32, m, n], FIXED: kd.
     """
 
 
+@kd.kernel(grid=(kd.cdiv(n, 16), kd.cdiv(m, 16)), block=(16, 16))
+def bounds_2d_right_neighbour(out: kd.Out[f32, m, n], x: kd.In[f32, m, n], FIXED: kd.Const[bool] = False) -> str:
+    right = pick(FIXED, "k + 1", "j + 1 < n ? k + 1 : k")
+    return f"""
+    long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    long long i = blockIdx.y * (long long)blockDim.y + threadIdx.y;
+    long long k = i * n + j;
+    if (i < m && j < n) out[k] = x[k] - x[{right}];  // BUG
+    """
+
+
 @kd.kernel(grid=kd.cdiv(n, 64), block=64)
 def bounds_shared(y: kd.Out[f32, n], x: kd.In[f32, n], FIXED: kd.Const[bool] = False) -> str:
     size = pick(FIXED, "64", "65")
@@ -184,6 +195,20 @@ def race_warp_exchange(y: kd.Out[f32, Literal[64]], FIXED: kd.Const[bool] = Fals
     s[threadIdx.x] = (float)threadIdx.x;  // BUG
     {sync}
     y[threadIdx.x] = s[threadIdx.x ^ 1];
+    """
+
+
+@kd.kernel(grid=kd.cdiv(n, 64), block=64, shared=64 * 4)
+def race_dynamic_shared(y: kd.Out[f32, n], x: kd.In[f32, n], FIXED: kd.Const[bool] = False) -> str:
+    sync = pick(FIXED, "", "__syncthreads();")
+    return f"""
+    extern __shared__ float buffer[];
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    buffer[threadIdx.x] = 0.0f;
+    __syncthreads();
+    buffer[threadIdx.x] = i < n ? x[i] : 0.0f;  // BUG
+    {sync}
+    if (i < n) y[i] = buffer[threadIdx.x ^ 32];
     """
 
 
@@ -393,6 +418,7 @@ CORPUS = (
     Case(bounds_1d_64, BoundsCheckError, vectors(1000)),
     Case(bounds_partial_sums, BoundsCheckError, partial_sums),
     Case(bounds_2d_transposed, BoundsCheckError, matrices(20, 40, transposed=False)),
+    Case(bounds_2d_right_neighbour, BoundsCheckError, matrices(20, 40, transposed=False)),
     Case(bounds_shared, BoundsCheckError, vectors(256)),
     Case(bounds_shared_2d, BoundsCheckError, one((16, 16))),
     Case(race_shared_rotate, RaceCheckError, vectors(256)),
@@ -401,6 +427,7 @@ CORPUS = (
     Case(race_shared_transpose_2d, RaceCheckError, matrices(32, 48, transposed=True)),
     Case(race_shared_counter, RaceCheckError, one((1,), np.int32)),
     Case(race_warp_exchange, RaceCheckError, one((64,))),
+    Case(race_dynamic_shared, RaceCheckError, vectors(256)),
     Case(init_half_written, InitCheckError, vectors(256)),
     Case(init_dynamic, InitCheckError, vectors(256)),
     Case(init_2d_edge, InitCheckError, one((16, 16))),
@@ -435,7 +462,7 @@ def test_the_corpus_has_a_kernel_per_class_in_several_variants() -> None:
     by_class: dict[type[CheckError], int] = {}
     for case in CORPUS:
         by_class[case.error] = by_class.get(case.error, 0) + 1
-    assert len(CORPUS) >= 24 and min(by_class.values()) >= 2
+    assert len(CORPUS) >= 25 and min(by_class.values()) >= 2
 
 
 @pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.name)
