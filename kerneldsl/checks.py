@@ -169,6 +169,8 @@ _TAG = re.compile(r"\[(bounds|races|init|sync|undefined)\] ")
 _SITE = re.compile(r"\{\{site:([0-9a-f]+):([0-9a-f]+)\}\}")
 _TLS = re.compile(r"\{\{tls:([0-9a-f]+):([0-9a-f]+)\}\}")
 _SHIM = "kd_host.h"
+# A relative #line name (the body file) comes back joined to the compile's scratch folder.
+_SCRATCH = re.compile(r"^.*/kerneldsl-host-[^/]+/")
 
 
 def check_error(code: int, name: str, api: str, detail: str, images: Mapping[int, bytes]) -> KernelFaultError:
@@ -254,7 +256,7 @@ def _addr2line(image: bytes, offsets: list[int]) -> dict[int, str]:
         file, _, number = place.rpartition(":")
         if not file or file == "??" or Path(file).name == _SHIM or number in ("?", "0"):
             continue
-        found[current] = f"{Path(file).name if '/' in file else file}:{number}"
+        found[current] = f"{_SCRATCH.sub('', file)}:{number}"
     return found
 
 
