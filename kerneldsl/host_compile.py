@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from . import logs
 from .checks import HOST, checks_of, compile_flags
 from .compiler import CompiledCode
 from .errors import UnsupportedOnCpuError
@@ -41,6 +42,7 @@ _INDEX_TYPEDEF = re.compile(r"^typedef (?:int|long long) index_t;$", re.MULTILIN
 _ALIGN = r"(?:__align__\s*\(\s*\d+\s*\)\s+)?"
 _NAME = r"[A-Za-z_]\w*"
 _DYNAMIC_SHARED = re.compile(rf"\bextern\s+__shared__\s+{_ALIGN}({_NAME}[\w:<>, ]*?)\s+{_ALIGN}({_NAME})\s*\[\s*\]\s*;")
+log = logs.get("host_compile")
 _INLINE_ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b")
 
 
@@ -111,8 +113,22 @@ def compile_host(source: str, program_name: str, options: Sequence[str], output:
     """Compile ``source`` for the CPU device into an ``output`` image; ``HostCompileFailure``
     carries the compiler's log, ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
     flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}", "-include", str(shim_dir() / "kd_host.h"))
+    name = program_name.removesuffix(".cu")
     try:
-        image = compile_shared(host_compiler(), host_source(source), flags, program_name.removesuffix(".cu"))
+        try:
+            image = compile_shared(host_compiler(), host_source(source), flags, name)
+        except HostCompileFailure as failure:
+            if not any(f.startswith("-DKD_CHECKS=") for f in flags) or not _checked_pointers(flags):
+                raise
+            # A body that uses an array parameter as no checked pointer can be used (a template
+            # deducing T* from it, ...): the other checks still run, its arrays' bounds do not.
+            image = compile_shared(host_compiler(), host_source(source), (*flags, "-DKD_CHECK_POINTERS=0"), name)
+            log.warning(
+                "%s: its array parameters' bounds are not checked: the body uses them in a way the checked "
+                "pointer cannot follow (%s)",
+                name,
+                _first_error(failure.log),
+            )
     except HostCompileFailure as failure:
         line = _inline_ptx_line(source)
         if line is not None:
@@ -122,6 +138,16 @@ def compile_host(source: str, program_name: str, options: Sequence[str], output:
             ) from None
         raise failure
     return CompiledCode(image, output, "", None, None, None)
+
+
+def _checked_pointers(flags: Sequence[str]) -> bool:
+    """Whether ``flags`` build a bounds check with checked array pointers."""
+    bits = next((int(f.partition("=")[2]) for f in flags if f.startswith("-DKD_CHECKS=")), 0)
+    return bool(bits & 1) and "-DKD_CHECK_POINTERS=0" not in flags
+
+
+def _first_error(log_text: str) -> str:
+    return next((line.strip() for line in log_text.splitlines() if "error:" in line), "the compiler refused it")
 
 
 def _inline_ptx_line(source: str) -> str | None:

@@ -253,3 +253,23 @@ def test_address_sanitizer_follows_fibers_and_names_the_line(tmp_path: Path) -> 
 def test_an_address_session_without_the_sanitizer_runtime_is_refused() -> None:
     with pytest.raises(CheckConfigError, match="kerneldsl check --address"):
         session_checks("address", host=True)
+
+
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def through_a_pointer_to_the_parameter(y: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
+    return """
+    const float* const* source = &x;
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (*source)[i];
+    """
+
+
+@cpu
+def test_a_body_the_checked_pointer_cannot_follow_runs_with_its_other_checks(
+    isolated_cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:  # a fresh cache: the warning comes with the compile
+    with kd.Session(device="cpu", checks="bounds,races") as s:
+        y, x = vectors(s, 100)
+        through_a_pointer_to_the_parameter(y, x)
+        np.testing.assert_array_equal(y.to_host(), np.ones(100, np.float32))
+    assert "array parameters' bounds are not checked" in caplog.text

@@ -30,6 +30,11 @@
 #ifndef KD_CHECK_SEED
 #define KD_CHECK_SEED 0
 #endif
+// 0: array parameters stay raw pointers in a bounds-checked build (the Python side's fallback for a
+// body that uses them in a way the checked pointer cannot follow).
+#ifndef KD_CHECK_POINTERS
+#define KD_CHECK_POINTERS 1
+#endif
 #define KD_HOST_ABI 1
 #define KD_HOST_MAGIC 0x4644484bu
 
@@ -1234,7 +1239,7 @@ template <class T> __forceinline__ auto check_array(T* p, const char* name, cons
 #if KD_CHECKS & 2
     kd_host_check_array_v1((const void*)p, extent * sizeof(T), (unsigned int)sizeof(T), name);
 #endif
-#if KD_CHECKS & 1
+#if (KD_CHECKS & 1) && KD_CHECK_POINTERS
     return checked<T>{p, p, extent, name, dims, ndim};
 #else
     (void)name;
@@ -1242,6 +1247,24 @@ template <class T> __forceinline__ auto check_array(T* p, const char* name, cons
 #endif
 }
 }  // namespace kd_host
+// The cache-hinted loads and stores take a checked array as they take a pointer (and check it).
+#define KD_HOST_CHECKED_LOAD(name) \
+    template <class T> __forceinline__ T name(const kd_host::checked<T>& p) { return *p; } \
+    template <class T> __forceinline__ T name(const kd_host::checked<const T>& p) { return *p; }
+KD_HOST_CHECKED_LOAD(__ldg)
+KD_HOST_CHECKED_LOAD(__ldca)
+KD_HOST_CHECKED_LOAD(__ldcg)
+KD_HOST_CHECKED_LOAD(__ldcs)
+KD_HOST_CHECKED_LOAD(__ldlu)
+KD_HOST_CHECKED_LOAD(__ldcv)
+#undef KD_HOST_CHECKED_LOAD
+#define KD_HOST_CHECKED_STORE(name) \
+    template <class T> __forceinline__ void name(const kd_host::checked<T>& p, T v) { *p = v; }
+KD_HOST_CHECKED_STORE(__stwb)
+KD_HOST_CHECKED_STORE(__stcg)
+KD_HOST_CHECKED_STORE(__stcs)
+KD_HOST_CHECKED_STORE(__stwt)
+#undef KD_HOST_CHECKED_STORE
 #if KD_CHECKS
 // Marks a checked module: the Python side keeps its image, whose line table names report sites.
 extern "C" __attribute__((visibility("default"), used)) const unsigned int kd_host_checks_v1 = KD_CHECKS;
@@ -1329,7 +1352,7 @@ template <class Sig, Sig* F> struct kernel {
         KD_HOST_MAGIC, KD_HOST_ABI, #entry, kd_host::kernel<void(__VA_ARGS__), &entry>::run, KD_HOST_FIBERS, \
         kd_host::signature<void(__VA_ARGS__)>::count};
 
-#if KD_CHECKS & 1
+#if (KD_CHECKS & 1) && KD_CHECK_POINTERS
 #define reinterpret_cast kd_host::reinterpret
 #endif
 
