@@ -1237,7 +1237,9 @@ template <class T> __forceinline__ auto check_array(T* p, const char* name, cons
     unsigned long long extent = 1;
     for (unsigned int a = 0; a < ndim; ++a) extent *= dims[a] > 0 ? (unsigned long long)dims[a] : 0ull;
 #if KD_CHECKS & 2
-    kd_host_check_array_v1((const void*)p, extent * sizeof(T), (unsigned int)sizeof(T), name);
+    // Registered by a block's first thread: thread 0, unless a seeded schedule shuffles them.
+    if (KD_CHECK_SEED || (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0))
+        kd_host_check_array_v1((const void*)p, extent * sizeof(T), (unsigned int)sizeof(T), name);
 #endif
 #if (KD_CHECKS & 1) && KD_CHECK_POINTERS
     return checked<T>{p, p, extent, name, dims, ndim};
