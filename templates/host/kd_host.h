@@ -1167,16 +1167,23 @@ __forceinline__ long clock() { return (long)clock64(); }
 // the raw pointer wherever one is needed (which then goes unchecked). A failure names the access's
 // site by its return address, which the Python side maps to file:line with the line table.
 namespace kd_host {
+struct shape {  // an array parameter's extents, held by value (no memory traffic on the hot path)
+    long long dims[8];
+    unsigned int ndim;
+};
 template <class T> struct checked {
     T* p;
     T* base;
     unsigned long long extent;
     const char* name;
-    const long long* dims;
-    unsigned int ndim;
+    shape axes;
 
     __forceinline__ void at(long long k) const {
-        if (__builtin_expect((unsigned long long)k >= extent, 0)) kd_host_bounds_fail_v1(name, k, extent, dims, ndim, &kd_host_ix);
+        if (__builtin_expect((unsigned long long)k >= extent, 0)) fail(k);
+    }
+    [[noreturn]] __forceinline__ void fail(long long k) const {
+        const shape copy = axes;
+        kd_host_bounds_fail_v1(name, k, extent, copy.dims, copy.ndim, &kd_host_ix);
     }
     template <class I, if_integral<I> = 0> __forceinline__ T& operator[](I i) const {
         at((long long)(p - base) + (long long)i);
@@ -1224,7 +1231,7 @@ template <class To, class U, typename enable_if<!is_integral<To>::value, int>::t
 __forceinline__ checked<typename pointee_of<To>::type> reinterpret(const checked<U>& c) {
     typedef typename pointee_of<To>::type V;
     const unsigned long long bytes = c.extent * sizeof(U);
-    return checked<V>{reinterpret_cast<V*>(c.p), reinterpret_cast<V*>(c.base), bytes / sizeof(V), c.name, nullptr, 0};
+    return checked<V>{reinterpret_cast<V*>(c.p), reinterpret_cast<V*>(c.base), bytes / sizeof(V), c.name, shape{{0}, 0}};
 }
 template <class To, class U, typename enable_if<is_integral<To>::value, int>::type = 0>
 __forceinline__ To reinterpret(const checked<U>& c) {
@@ -1233,16 +1240,16 @@ __forceinline__ To reinterpret(const checked<U>& c) {
 template <class T> struct dynamic_shared {
     __forceinline__ operator T*() const { return reinterpret_cast<T*>(kd_host_dynamic_shared_v1()); }
 };
-template <class T> __forceinline__ auto check_array(T* p, const char* name, const long long* dims, unsigned int ndim) {
+template <class T> __forceinline__ auto check_array(T* p, const char* name, const shape& axes) {
     unsigned long long extent = 1;
-    for (unsigned int a = 0; a < ndim; ++a) extent *= dims[a] > 0 ? (unsigned long long)dims[a] : 0ull;
+    for (unsigned int a = 0; a < axes.ndim; ++a) extent *= axes.dims[a] > 0 ? (unsigned long long)axes.dims[a] : 0ull;
 #if KD_CHECKS & 2
     // Registered by a block's first thread: thread 0, unless a seeded schedule shuffles them.
     if (KD_CHECK_SEED || (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0))
         kd_host_check_array_v1((const void*)p, extent * sizeof(T), (unsigned int)sizeof(T), name);
 #endif
 #if (KD_CHECKS & 1) && KD_CHECK_POINTERS
-    return checked<T>{p, p, extent, name, dims, ndim};
+    return checked<T>{p, p, extent, name, axes};
 #else
     (void)name;
     return p;
