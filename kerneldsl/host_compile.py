@@ -30,6 +30,8 @@ from .compiler import CompiledCode
 from .errors import UnsupportedOnCpuError
 from .runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
 
+log = logs.get("host_compile")
+
 HOST_OUTPUT = HOST
 # -march=native: this host's vector units (the key records its ISA).
 BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
@@ -42,7 +44,6 @@ _INDEX_TYPEDEF = re.compile(r"^typedef (?:int|long long) index_t;$", re.MULTILIN
 _ALIGN = r"(?:__align__\s*\(\s*\d+\s*\)\s+)?"
 _NAME = r"[A-Za-z_]\w*"
 _DYNAMIC_SHARED = re.compile(rf"\bextern\s+__shared__\s+{_ALIGN}({_NAME}[\w:<>, ]*?)\s+{_ALIGN}({_NAME})\s*\[\s*\]\s*;")
-log = logs.get("host_compile")
 _INLINE_ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b")
 
 
@@ -118,7 +119,7 @@ def compile_host(source: str, program_name: str, options: Sequence[str], output:
         try:
             image = compile_shared(host_compiler(), host_source(source), flags, name)
         except HostCompileFailure as failure:
-            if not any(f.startswith("-DKD_CHECKS=") for f in flags) or not _checked_pointers(flags):
+            if not _checked_pointers(flags):
                 raise
             # A body that uses an array parameter as no checked pointer can be used (a template
             # deducing T* from it, ...): the other checks still run, its arrays' bounds do not.
