@@ -260,20 +260,32 @@ def _addr2line(image: bytes, offsets: list[int]) -> dict[int, str]:
     return found
 
 
-def _tls_variable(image: bytes, offset: int) -> str:
-    """The ``__shared__`` variable at ``offset`` of the module's thread-local block, and the byte in it."""
+def tls_symbols(image: bytes) -> list[tuple[int, int, str]]:
+    """A module's thread-local symbols: (offset in its TLS block, size, demangled name)."""
     tool = _tool("readelf")
-    unknown = f"at byte {offset} of the block's static shared memory"
     if tool is None:
-        return unknown
+        return []
     with tempfile.TemporaryDirectory(prefix="kerneldsl-check-") as scratch:
         path = Path(scratch) / "module.so"
         path.write_bytes(image)
         done = subprocess.run([tool, "-sW", "-C", str(path)], capture_output=True, text=True, timeout=60, check=False)
+    found = []
     for row in done.stdout.splitlines():
         parts = row.split(maxsplit=7)
         if len(parts) == 8 and parts[3] == "TLS" and parts[6] != "UND":
-            start, size, name = int(parts[1], 16), int(parts[2], 0), parts[7]
-            if start <= offset < start + max(size, 1) and not name.startswith("kd_host::"):
-                return f"'{name.rpartition('::')[2]}' (byte {offset - start})"
-    return unknown
+            found.append((int(parts[1], 16), int(parts[2], 0), parts[7]))
+    return found
+
+
+def not_shared(symbols: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
+    """The thread-locals of a checked module that are not ``__shared__`` memory: the guards of
+    statics' one-time initialization (a ``__shared__`` array of a class type has one)."""
+    return [(offset, max(size, 1)) for offset, size, name in symbols if name.startswith("guard variable for")]
+
+
+def _tls_variable(image: bytes, offset: int) -> str:
+    """The ``__shared__`` variable at ``offset`` of the module's thread-local block, and the byte in it."""
+    for start, size, name in tls_symbols(image):
+        if start <= offset < start + max(size, 1) and not name.startswith("kd_host::"):
+            return f"'{name.rpartition('::')[2]}' (byte {offset - start})"
+    return f"at byte {offset} of the block's static shared memory"

@@ -22,7 +22,7 @@ from typing import Any
 
 from cuda.bindings import driver as _bindings
 
-from ..checks import check_error
+from ..checks import check_error, not_shared, tls_symbols
 from ..errors import KernelFaultError
 from . import host_runtime
 from .host_work import INVALID_VALUE, SUCCESS, HostWork
@@ -217,6 +217,8 @@ class HostDriver(HostWork):
             base = host_runtime.checked_module_base(module)
             if base:
                 self.checked_images[base] = bytes(image)
+                for offset, size in not_shared(tls_symbols(bytes(image))):
+                    self._lib.kd_host_check_ignore_v1(base, offset, size)
         return self._r(SUCCESS, h)
 
     def cuModuleGetFunction(self, module: Any, name: bytes) -> tuple[Any, ...]:

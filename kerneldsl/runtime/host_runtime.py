@@ -126,6 +126,8 @@ def runtime_library() -> ctypes.CDLL:
     lib.kd_host_workers.restype = ctypes.c_int
     lib.kd_host_module_base_v1.argtypes = (ctypes.c_void_p,)
     lib.kd_host_module_base_v1.restype = ctypes.c_ulong
+    lib.kd_host_check_ignore_v1.argtypes = (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    lib.kd_host_check_ignore_v1.restype = None
     return lib
 
 

@@ -794,6 +794,7 @@ struct CheckState {
     char* tls = nullptr;
     size_t tls_size = 0;
     uintptr_t module_base = 0;
+    std::vector<std::pair<size_t, size_t>> ignored;  // [offset, end) of the module's thread-locals that are not shared memory
     std::vector<unsigned int> order;  // loop mode's seeded order of a block's threads
 };
 
@@ -1535,6 +1536,10 @@ __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, ui
                                             bool write, const void* pc) {
     const kd_host_index* ix = &kd_host_index_v1;
     CheckState& k = c.check;
+    if (r.kind == kStaticShared) {  // a thread-local that is not __shared__ (a static's initialization guard)
+        for (const std::pair<size_t, size_t>& skip : k.ignored)
+            if (address - r.base >= skip.first && address - r.base < skip.second) return;
+    }
     const unsigned int t = linear_thread(ix);
     const unsigned long long block = ix->block.x + (unsigned long long)ix->grid_dim.x * (ix->block.y + (unsigned long long)ix->grid_dim.y * ix->block.z);
     const uint32_t tag = (k.launch & 0xfffu) << 20 | (uint32_t)(block & 0xfffffu);
@@ -1660,6 +1665,15 @@ void Scheduler::checked_release(kd_host_fiber* last, const char* file, int line)
     if (seed_) shuffle_order(b_.waiters, b_.nwait);
 }
 
+// The thread-locals of checked modules that are not shared memory, by module (the Python side
+// names them from the module's symbols when it loads it: the guards of statics' initialization).
+struct IgnoredTls {
+    uintptr_t module;
+    size_t offset, size;
+};
+static std::mutex ignored_lock;
+static std::vector<IgnoredTls> ignored_tls;
+
 // ---------------------------------------------------------------------------------------------
 // The entries checked modules call (declared in kd_host.h under KD_CHECKS).
 KD_EXPORT void* kd_host_dynamic_shared_v1(void);
@@ -1673,6 +1687,12 @@ KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int
     k.active = (checks & (kCheckRaces | kCheckInit)) != 0;
     if (!k.active) return;
     find_module_tls(k, static_cast<const char*>(tls_anchor));
+    k.ignored.clear();
+    {
+        std::lock_guard<std::mutex> hold(ignored_lock);
+        for (const IgnoredTls& i : ignored_tls)
+            if (i.module == k.module_base) k.ignored.emplace_back(i.offset, i.offset + i.size);
+    }
     if (k.tls) {
         resize_shadow(k.static_shadow, k.tls_size);
         k.ranges.push_back(Range{(uintptr_t)k.tls, k.tls_size, k.static_shadow.data(), nullptr, 1, kStaticShared});
@@ -1746,6 +1766,12 @@ KD_EXPORT __attribute__((noreturn, noinline)) void kd_host_bounds_fail_v1(const 
     }
     check_fail(c, format("[bounds] kernel '%s' %s: %s[%lld] is outside its extent %llu%s at %s", kernel_name(c),
                          thread_name(ix).c_str(), name, index, extent, shape.c_str(), site_token(pc).c_str()));
+}
+
+// A checked module's thread-local at [offset, offset + size) of its TLS block is not shared memory.
+KD_EXPORT void kd_host_check_ignore_v1(unsigned long module_base, unsigned long offset, unsigned long size) {
+    std::lock_guard<std::mutex> hold(ignored_lock);
+    ignored_tls.push_back(IgnoredTls{(uintptr_t)module_base, (size_t)offset, (size_t)size});
 }
 
 // The module a code address belongs to (its load address), for the Python side's line tables.
