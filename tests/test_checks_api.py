@@ -273,3 +273,23 @@ def test_a_body_the_checked_pointer_cannot_follow_runs_with_its_other_checks(
         through_a_pointer_to_the_parameter(y, x)
         np.testing.assert_array_equal(y.to_host(), np.ones(100, np.float32))
     assert "array parameters' bounds are not checked" in caplog.text
+
+
+@kd.kernel(grid=1, block=64)
+def shared_objects(y: kd.Out[kd.float32, Literal[64]]) -> str:
+    return """
+    struct pair { float a, b; __device__ pair() {} };  // CUDA allows only an empty one on __shared__
+    __shared__ pair s[64];
+    s[threadIdx.x].a = (float)threadIdx.x;
+    s[threadIdx.x].b = 1.0f;
+    __syncthreads();
+    y[threadIdx.x] = s[threadIdx.x ^ 1].a + s[threadIdx.x ^ 1].b;
+    """
+
+
+@cpu
+def test_a_shared_array_of_a_class_type_is_checked_as_its_elements_not_its_initialization_guard() -> None:
+    with kd.Session(device="cpu", checks="all") as s:
+        y = s.to_device(np.zeros(64, np.float32))
+        shared_objects(y)
+        np.testing.assert_array_equal(y.to_host(), (np.arange(64) ^ 1) + 1.0)
