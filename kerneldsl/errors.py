@@ -210,6 +210,44 @@ class KernelFaultError(LaunchError):
     names the kernel, the block, the thread and the body's line; the session stays usable."""
 
 
+class CheckError(KernelFaultError):
+    """Checked execution on the CPU device (``checks=``) found a bug in a kernel. The message names
+    the kernel, the block and thread(s), what was accessed and the line(s); ``sites`` holds the
+    ``file:line`` places it names, in order."""
+
+    def __init__(self, code: int, name: str, api: str, detail: str, sites: tuple[str, ...] = ()) -> None:
+        super().__init__(code, name, api, detail)
+        self.detail = detail
+        self.sites = sites
+
+
+class BoundsCheckError(CheckError, IndexError):
+    """``bounds``: an index outside an array parameter's extent (or a fixed-size array's)."""
+
+
+class RaceCheckError(CheckError):
+    """``races``: two threads of a block touched one address, at least one writing, with no barrier
+    between them; the message names both threads and both lines."""
+
+
+class InitCheckError(CheckError):
+    """``init``: a read of shared memory that no thread of the block wrote."""
+
+
+class SyncCheckError(CheckError):
+    """``sync``: a barrier or warp collective that not every thread it names reaches, or reaches at
+    another place (a barrier in divergent code)."""
+
+
+class UndefinedBehaviorError(CheckError):
+    """``undefined``: UndefinedBehaviorSanitizer's checks (signed overflow, bad shifts, ...)."""
+
+
+class CheckConfigError(KernelDSLError, ValueError):
+    """A ``checks=`` value (or ``$KERNELDSL_CHECKS``) that names no check, or checks that cannot run
+    together."""
+
+
 class HostCompilerNotFoundError(KernelDSLError, RuntimeError):
     """The CPU device needs a host C++ compiler and found none that runs; the message says what
     to install."""

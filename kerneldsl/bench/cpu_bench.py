@@ -19,6 +19,9 @@ timing (``s.to_device``), so no transfer is timed. Four sections (``--only``):
   expression (<= 1.0x), cumsum flat and along each axis (<= 2x); outputs preallocated on both sides.
 - ``first``: a small kernel's first call in fresh processes (``cpu_first_call``): cold disk cache
   <= 0.3 s; a disk hit that runs no compiler and imports no Jinja.
+- ``checks``: what checked execution costs the five kernels: each one's time in a session with
+  ``checks="bounds"`` (<= 3x) and with ``checks="all"`` (bounds, races, init, sync; <= 30x) over
+  its time unchecked, all three in the same rounds.
 
 Each timing is the median of ``--reps`` rounds after a warm-up call (which compiles); in a round
 every contender takes a turn, so a change in a shared machine's load falls on all alike. Every
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import statistics
 import time
@@ -45,7 +49,8 @@ from . import cpu_cases
 from .cpu_cases import FULL, QUICK, THREAD_ELEMENTS, Case, Sizes, poison_value
 from .report import Report, print_json
 
-SECTIONS = ("kernels", "fibers", "ops", "first")
+SECTIONS = ("kernels", "fibers", "ops", "first", "checks")
+CHECKED = {"bounds": 3.0, "all": 30.0}  # checks= and the most times its unchecked time it may take
 BARRIER_FREE = ("saxpy", "stencil")
 VARIANT = " (a thread an element)"
 
@@ -160,6 +165,28 @@ def warp_contender(case: Case) -> Contender:
 
     warp = WarpRun(case)
     return Contender("Warp", warp.run, warp.result, warp.poison)
+
+
+def bench_checks(s: kd.Session, sizes: Sizes, reps: int) -> list[Figure]:
+    """Each kernel's time under ``checks=`` over its unchecked time (``s``), in interleaved rounds."""
+    checked = {spelled: kd.Session(device="cpu", checks=spelled) for spelled in CHECKED}
+    figures: list[Figure] = []
+    try:
+        for name, case in sizes.cases().items():
+            entries = [(case, kerneldsl_contenders(s, case)[0])]
+            for spelled, session in checked.items():
+                contender = kerneldsl_contenders(session, case)[0]
+                entries.append((case, dataclasses.replace(contender, label=spelled)))
+            times = time_checked(entries, reps)
+            unchecked = times["kerneldsl"]
+            figures.append(Figure(f"{name}: unchecked", unchecked * 1e3, "ms"))
+            for spelled, target in CHECKED.items():
+                ratio = times[spelled] / unchecked
+                figures.append(Figure(f"{name}: checks={spelled!r} / unchecked", ratio, "x", target))
+    finally:
+        for session in checked.values():
+            session.close()
+    return figures
 
 
 def bench_kernels(s: kd.Session, sizes: Sizes, reps: int, simulator: bool = True) -> list[Figure]:
@@ -425,6 +452,7 @@ TITLES = {
     "fibers": "fiber-mode costs per CUDA thread (one worker)",
     "ops": "kd.ops and @kd.fuse on the CPU device vs NumPy (DeviceArrays: no transfer timed)",
     "first": "first call on the CPU device, fresh processes",
+    "checks": "checked execution's cost: each kernel's time with checks= over its unchecked time",
 }
 
 
@@ -452,6 +480,7 @@ def run(args: argparse.Namespace) -> Report:
         "fibers": lambda: (bench_fibers(s, sizes.n // 4, 4 if args.quick else 16, args.reps), []),
         "ops": lambda: (bench_ops(s, sizes.n, sizes.side, args.reps), []),
         "first": bench_first,
+        "checks": lambda: (bench_checks(s, sizes, max(1, args.reps // 2)), []),
     }
     report: Report = {}
     for key in SECTIONS:

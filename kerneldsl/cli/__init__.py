@@ -22,6 +22,7 @@ from ..jit.target import ARCH_ENV
 from .ahead import cmd_compile, cmd_tune, import_target, module_kernels, skip_reason
 from .bench import cmd_bench, cmd_bench_report
 from .cache import cmd_cache_clear, cmd_cache_info, cmd_cache_list
+from .check import cmd_check
 from .info import cmd_info, collect_info, format_info
 
 __all__ = ["build_parser", "collect_info", "format_info", "import_target", "main", "module_kernels", "skip_reason"]
@@ -72,6 +73,24 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_RUNS_TARGET,
     )
     tune.add_argument("target", metavar="MODULE_OR_FILE", help=_TARGET)
+
+    check = _command(
+        commands,
+        "check",
+        cmd_check,
+        "run a script on the CPU device with every check on (bounds, races, init, sync, undefined) and report "
+        "each finding at its line",
+        epilog="SCRIPT runs as you, as it would with python: pass only code you trust.",
+    )
+    check.add_argument("--seed", type=int, default=0, help="run each block's threads in the order seed N draws")
+    check.add_argument(
+        "--address",
+        action="store_true",
+        help="AddressSanitizer instead of the race and init checks (they exclude each other): bounds, sync, "
+        "address, undefined; the script runs with ASan's runtime preloaded",
+    )
+    check.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    check.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
 
     bench = commands.add_parser("bench", help="measure kerneldsl's own costs on this machine")
     benchmarks = bench.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")

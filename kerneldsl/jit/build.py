@@ -24,6 +24,7 @@ from .. import logs
 from .._version import __version__
 from ..errors import InvalidCacheEntryError, KernelCompileError
 from ..runtime import nvtx
+from ..runtime.checks import is_host_output
 from ..runtime.host_image import static_shared_bytes
 from ..runtime.host_toolchain import HostCompileFailure
 from .attributes import Resources, image_resources
@@ -40,7 +41,7 @@ from .compiler import (
 )
 from .device_code import NO_DEVICE_CODE, DeviceCode
 from .headers import NO_HEADERS, Headers, headers_unchanged, resolve
-from .host_compile import HOST_OUTPUT, compile_host, host_identity, host_options, refuse_unsupported
+from .host_compile import compile_host, host_identity, host_options, refuse_unsupported
 from .launch_plan import LaunchPlan
 from .specialize import Specialization
 
@@ -74,7 +75,7 @@ def key_material(
         "source": generated.cuda_source,
         "abi": [list(slot) for slot in generated.abi] + [generated.struct_format],
         "options": list(options),
-        **({"host_compiler": host_identity()} if output == HOST_OUTPUT else {"nvrtc": nvrtc_identity()}),
+        **({"host_compiler": host_identity()} if is_host_output(output) else {"nvrtc": nvrtc_identity()}),
         "arch": spec.arch,
         "output": output,
         "bindings": bindings(spec),
@@ -308,9 +309,9 @@ def build(
     code: DeviceCode = NO_DEVICE_CODE,
 ) -> Build:
     planned = plan_generation(spec, body, code)
-    if output == HOST_OUTPUT:
+    if is_host_output(output):
         refuse_unsupported(planned.includes)
-        options = host_options(check_options(user_options))
+        options = host_options(check_options(user_options), output)
     else:
         options = build_options(spec.arch, output, user_options)
     headers = resolve(code, planned.includes)
@@ -339,25 +340,25 @@ def build(
         store.put(key, compiled.to_bytes(), material)
         if rendered:
             _store_sources(store, generated, texts_key, texts_material)
-    return Build(spec, generated, options, material, key, compiled, COMPILED_BY[output == HOST_OUTPUT], seconds)
+    return Build(spec, generated, options, material, key, compiled, COMPILED_BY[is_host_output(output)], seconds)
 
 
 def _compile(
     spec: Specialization, generated: Generated, body: Callable[..., Any], options: tuple[str, ...], output: str
 ) -> CompiledCode:
-    if output != HOST_OUTPUT:
+    if not is_host_output(output):
         require_supported(spec.arch)
     try:
         with nvtx.span("compile", spec):
-            if output == HOST_OUTPUT:
+            if is_host_output(output):
                 return _within_gpu_limits(
-                    spec, generated, compile_host(generated.cuda_source, f"{generated.entry}.cu", options)
+                    spec, generated, compile_host(generated.cuda_source, f"{generated.entry}.cu", options, output)
                 )
             return compile_source(generated.cuda_source, f"{generated.entry}.cu", options, output)
     except (NvrtcFailure, HostCompileFailure) as failure:
         from .diagnostics import BodyOrigin, map_log  # only a failed compile maps lines onto the source
 
-        compiler = "the host C++ compiler" if output == HOST_OUTPUT else "NVRTC"
+        compiler = "the host C++ compiler" if is_host_output(output) else "NVRTC"
         origin = BodyOrigin.of(body)
         mapped = map_log(
             failure.log, generated.body_file, generated.body, origin, generated.cuda_source, generated.body_places

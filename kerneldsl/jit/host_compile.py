@@ -34,11 +34,15 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
+from .. import logs
 from ..errors import UnsupportedOnCpuError
+from ..runtime.checks import HOST, checks_of, compile_flags
 from ..runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
 from .compiler import CompiledCode
 
-HOST_OUTPUT = "host"
+log = logs.get("host_compile")
+
+HOST_OUTPUT = HOST
 # -march=native: this host's vector units (the key records its ISA).
 BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
 DEBUG_ENV = "KERNELDSL_HOST_DEBUG"
@@ -73,8 +77,9 @@ def host_debug_requested() -> bool:
     return os.environ.get(DEBUG_ENV, "0").strip() not in ("", "0")
 
 
-def host_options(user_options: Sequence[str]) -> tuple[str, ...]:
-    """The compiler flags for a kernel built with NVRTC options ``user_options`` (already checked)."""
+def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tuple[str, ...]:
+    """The compiler flags for a kernel built with NVRTC options ``user_options`` (already checked),
+    for image kind ``output`` (``host``, or ``host+<checks>`` for checked execution)."""
     mapped: list[str] = []
     debug = host_debug_requested()
     for option in user_options:
@@ -85,7 +90,10 @@ def host_options(user_options: Sequence[str]) -> tuple[str, ...]:
         elif option in ("-lineinfo", "--generate-line-info"):
             mapped.append("-g")
     base = (*DEBUG_FLAGS, *BASE_FLAGS[1:]) if debug else BASE_FLAGS
-    return tuple(dict.fromkeys((*base, *mapped)))
+    checked = compile_flags(checks_of(output))
+    if "-fsanitize=thread" in checked and "clang" not in host_compiler().version.lower():
+        checked += ("--param=tsan-instrument-func-entry-exit=0",)  # the runtime's entry and exit hooks do nothing
+    return tuple(dict.fromkeys((*base, *mapped, *checked)))
 
 
 @lru_cache(maxsize=1)
@@ -124,12 +132,26 @@ def refuse_unsupported(includes: Sequence[str]) -> None:
         )
 
 
-def compile_host(source: str, program_name: str, options: Sequence[str]) -> CompiledCode:
-    """Compile ``source`` for the CPU device; ``HostCompileFailure`` carries the compiler's log,
-    ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
+def compile_host(source: str, program_name: str, options: Sequence[str], output: str = HOST_OUTPUT) -> CompiledCode:
+    """Compile ``source`` for the CPU device into an ``output`` image; ``HostCompileFailure``
+    carries the compiler's log, ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
     flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}", "-include", str(shim_dir() / "kd_host.h"))
+    name = program_name.removesuffix(".cu")
     try:
-        image = compile_shared(host_compiler(), host_source(source), flags, program_name.removesuffix(".cu"))
+        try:
+            image = compile_shared(host_compiler(), host_source(source), flags, name)
+        except HostCompileFailure as failure:
+            if not _checked_pointers(flags):
+                raise
+            # A body that uses an array parameter as no checked pointer can be used (a template
+            # deducing T* from it, ...): the other checks still run, its arrays' bounds do not.
+            image = compile_shared(host_compiler(), host_source(source), (*flags, "-DKD_CHECK_POINTERS=0"), name)
+            log.warning(
+                "%s: its array parameters' bounds are not checked: the body uses them in a way the checked "
+                "pointer cannot follow (%s)",
+                name,
+                _first_error(failure.log),
+            )
     except HostCompileFailure as failure:
         line = _inline_ptx_line(source)
         if line is not None:
@@ -138,7 +160,17 @@ def compile_host(source: str, program_name: str, options: Sequence[str]) -> Comp
                 "#ifdef __CUDA_ARCH__ and give a portable branch, or run on a GPU"
             ) from None
         raise failure
-    return CompiledCode(image, HOST_OUTPUT, "", None, None, None)
+    return CompiledCode(image, output, "", None, None, None)
+
+
+def _checked_pointers(flags: Sequence[str]) -> bool:
+    """Whether ``flags`` build a bounds check with checked array pointers."""
+    bits = next((int(f.partition("=")[2]) for f in flags if f.startswith("-DKD_CHECKS=")), 0)
+    return bool(bits & 1) and "-DKD_CHECK_POINTERS=0" not in flags
+
+
+def _first_error(log_text: str) -> str:
+    return next((line.strip() for line in log_text.splitlines() if "error:" in line), "the compiler refused it")
 
 
 def _inline_ptx_line(source: str) -> str | None:

@@ -20,12 +20,12 @@ class Device:
 
     __slots__ = ("ordinal", "handle", "host", "output", "_api", "_facts", "_name")
 
-    def __init__(self, api: Any, ordinal: int, host: bool = False) -> None:
+    def __init__(self, api: Any, ordinal: int, host: bool = False, host_output: str = "host") -> None:
         """NoDeviceError when there is no device ``ordinal``. ``host``: the CPU device, whose
-        kernels are host images (``output``), not cubins."""
+        kernels are host images (``output``: ``host_output``, which names a session's checks), not cubins."""
         self.ordinal = ordinal
         self.host = host
-        self.output = "host" if host else "cubin"  # the image kind its modules load
+        self.output = host_output if host else "cubin"  # the image kind its modules load
         self.handle: Any = check("cuDeviceGet", api.cuDeviceGet(ordinal)) if host else driver.device(ordinal)
         self._api = api
         self._facts: dict[str, int] = {}

@@ -24,6 +24,7 @@ from cuda.bindings import driver as _bindings
 
 from ..errors import KernelFaultError
 from . import host_runtime
+from .checks import check_error, not_shared, tls_symbols
 from .host_work import INVALID_VALUE, SUCCESS, HostWork
 from .selection import CPU_ARCH, gpu_plans
 
@@ -76,6 +77,7 @@ class HostDriver(HostWork):
         self.event_times: dict[int, int] = {}  # event -> perf_counter_ns at its last record
         self.function_values: dict[tuple[int, int], int] = {}
         self._c_entries: dict[bytes, Any] = {}
+        self.checked_images: dict[int, bytes] = {}  # checked modules' images by load address (reports' lines)
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("cu") and name != "cuuint64_t":
@@ -211,6 +213,11 @@ class HostDriver(HostWork):
         h = self._handle()
         with self._lock:
             self.modules[h] = module
+            base = host_runtime.checked_module_base(module)
+            if base:
+                self.checked_images[base] = bytes(image)
+                for offset, size in not_shared(tls_symbols(bytes(image))):
+                    self._lib.kd_host_check_ignore_v1(base, offset, size)
         return self._r(SUCCESS, h)
 
     def cuModuleGetFunction(self, module: Any, name: bytes) -> tuple[Any, ...]:
@@ -296,7 +303,7 @@ class HostDriver(HostWork):
         except ValueError:
             name = f"CUDA_ERROR_{code}"
         detail = host_runtime.last_error(self._lib) or "the CPU device's runtime refused the launch"
-        return KernelFaultError(code, name, api, detail)
+        return check_error(code, name, api, detail, self.checked_images)
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple[Any, ...]:
         """``kd_host_launch``/``kd_host_launch_ex`` for the launches; the pool, copies and queries

@@ -62,10 +62,29 @@ def runtime_material() -> dict[str, Any]:
     }
 
 
+@lru_cache(maxsize=1)
+def _kept_images() -> str:
+    """A private folder, removed at exit, for checked modules' files: AddressSanitizer reads their
+    line tables when it reports (the process is ending then, so nothing else reads them)."""
+    folder = tempfile.TemporaryDirectory(prefix="kerneldsl-checked-")
+    _kept.append(folder)
+    return folder.name
+
+
+_kept: list[tempfile.TemporaryDirectory[str]] = []
+CHECKED_MARKER = b"kd_host_checks_v1"  # the symbol a checked module exports
+
+
 def load_image(image: bytes, global_symbols: bool = False) -> ctypes.CDLL:
-    """dlopen ``image`` (a shared library's bytes) from a private temporary file, unlinked at once."""
+    """dlopen ``image`` (a shared library's bytes) from a private temporary file, unlinked at once
+    (a checked module's file stays, in a private folder, until exit)."""
     if not bytes(image[:4]) == _ELF:
         raise OSError("not a shared library for this host (a cubin or PTX cannot run on the CPU device)")
+    if CHECKED_MARKER in image:
+        fd, path = tempfile.mkstemp(prefix="module-", suffix=".so", dir=_kept_images())
+        with os.fdopen(fd, "wb") as f:
+            f.write(image)
+        return ctypes.CDLL(path, mode=ctypes.RTLD_LOCAL | os.RTLD_NOW)
     fd, path = tempfile.mkstemp(prefix="kerneldsl-host-", suffix=".so")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -105,6 +124,10 @@ def runtime_library() -> ctypes.CDLL:
     lib.kd_host_last_error.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
     lib.kd_host_last_error.restype = ctypes.c_size_t
     lib.kd_host_workers.restype = ctypes.c_int
+    lib.kd_host_module_base_v1.argtypes = (ctypes.c_void_p,)
+    lib.kd_host_module_base_v1.restype = ctypes.c_ulong
+    lib.kd_host_check_ignore_v1.argtypes = (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+    lib.kd_host_check_ignore_v1.restype = None
     return lib
 
 
@@ -124,6 +147,16 @@ def descriptor(module: ctypes.CDLL, name: str) -> int:
     if found.magic != MAGIC or found.abi != HOST_ABI:
         return 0
     return ctypes.addressof(found)
+
+
+def checked_module_base(module: ctypes.CDLL) -> int:
+    """Where a checked module (one built with ``KD_CHECKS``) is loaded; 0 for any other module."""
+    try:
+        marker = ctypes.c_uint.in_dll(module, "kd_host_checks_v1")
+    except ValueError:
+        return 0
+    lib = runtime_library()
+    return int(lib.kd_host_module_base_v1(ctypes.c_void_p(ctypes.addressof(marker))))
 
 
 def nparams(function: int) -> int:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ..errors import HostCompilerNotFoundError
+from ..errors import CheckConfigError, HostCompilerNotFoundError
 
 HOST_CXX_ENV = "KERNELDSL_HOST_CXX"
 _CANDIDATES = ("c++", "g++", "clang++")
@@ -132,14 +132,48 @@ def compile_shared(compiler: HostCompiler, source: str, flags: tuple[str, ...], 
         src = Path(scratch) / f"{name}.cpp"
         out = Path(scratch) / f"{name}.so"
         src.write_text(source)
-        argv = [*compiler.argv, *COMMON_FLAGS, *flags, "-x", "c++", str(src), "-o", str(out)]
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, cwd=scratch)
-        except OSError as exc:
-            raise HostCompilerNotFoundError(
-                f"{' '.join(compiler.argv)} could not run ({exc}); {_INSTALL_HINT}"
-            ) from None
-        if done.returncode or not out.is_file():
-            log = (done.stderr + done.stdout).replace(str(src), f"{name}.cpp")
-            raise HostCompileFailure(log)
+        # Instrumented builds (checked execution) compile and link in two steps, so the library
+        # links no sanitizer runtime: the CPU device's runtime library provides the entries.
+        instrumented = any(flag.startswith("-fsanitize=") for flag in flags)
+        obj = Path(scratch) / f"{name}.o"
+        steps = [[*compiler.argv, *COMMON_FLAGS, *flags, "-x", "c++", str(src), "-o", str(out)]]
+        if instrumented:
+            compile_flags = [f for f in COMMON_FLAGS if f != "-shared"]
+            steps = [
+                [*compiler.argv, *compile_flags, *flags, "-c", "-x", "c++", str(src), "-o", str(obj)],
+                [*compiler.argv, "-shared", "-fPIC", str(obj), "-o", str(out)],
+            ]
+        for argv in steps:
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, cwd=scratch)
+            except OSError as exc:
+                raise HostCompilerNotFoundError(
+                    f"{' '.join(compiler.argv)} could not run ({exc}); {_INSTALL_HINT}"
+                ) from None
+            if done.returncode:
+                raise HostCompileFailure((done.stderr + done.stdout).replace(str(src), f"{name}.cpp"))
+        if not out.is_file():
+            raise HostCompileFailure(f"{' '.join(compiler.argv)} wrote no {out.name}")
         return out.read_bytes()
+
+
+ADDRESS_EXIT = 86  # the exit status AddressSanitizer ends a script with when it finds something
+
+
+def address_sanitizer_environment() -> dict[str, str]:
+    """What a process needs to run kernels built with ``checks="address"``: ASan's runtime (the
+    host compiler's) preloaded, leak detection off (the interpreter keeps memory until exit)."""
+    compiler = host_compiler()
+    done = subprocess.run(
+        [*compiler.argv, "-print-file-name=libasan.so"], capture_output=True, text=True, timeout=60, check=False
+    )
+    library = done.stdout.strip()
+    if done.returncode or not library or not Path(library).is_file():
+        raise CheckConfigError(
+            f"checks='address' needs AddressSanitizer's runtime, which {' '.join(compiler.argv)} does not have "
+            "(Debian/Ubuntu: apt-get install libasan8, or the gcc package's)"
+        )
+    return {
+        "LD_PRELOAD": library,
+        "ASAN_OPTIONS": f"detect_leaks=0:exitcode={ADDRESS_EXIT}:allocator_may_return_null=1",
+    }

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import logs
 from ..errors import (
+    CheckConfigError,
     ClosedError,
     CudaError,
     ForkedProcessError,
@@ -33,6 +34,7 @@ from ..errors import (
 )
 from . import driver, graph, memory, module, session_launch, staging, teardown
 from . import session_registry as registry
+from .checks import NO_CHECKS, Checks, environment_checks, output_for, parse_checks, require_address_sanitizer
 from .context import Activation, Context
 from .device import Device
 from .handle import Handle, check_same_session
@@ -68,13 +70,18 @@ class Session(Generic[ArrayT]):
     in the array type its factories make: the runtime cannot name the array layer's ``DeviceArray``
     (``kd.Session`` is ``Session[DeviceArray]``, see ``array.sessions``)."""
 
-    def __init__(self, device: DeviceSpec | None = None, pool_limit: int | None = None) -> None:
+    def __init__(
+        self, device: DeviceSpec | None = None, pool_limit: int | None = None, checks: str | None = None
+    ) -> None:
         """``device``: a GPU ordinal or ``"cpu"`` (the CPU device); None picks as
         ``selection.resolve_device`` says. ``pool_limit``: the most bytes this session's memory
-        pool may hold (default: ``$KERNELDSL_POOL_LIMIT``, else no cap but the device's memory)."""
+        pool may hold (default: ``$KERNELDSL_POOL_LIMIT``, else no cap but the device's memory).
+        ``checks``: checked execution on the CPU device (``"bounds,races"``, ``"all"``; default
+        ``$KERNELDSL_CHECKS``, else none; see ``kerneldsl.runtime.checks``)."""
         limit = resolve_pool_limit(pool_limit)
         self.device: DeviceSpec = resolve_device(device)
         host = self.device == CPU
+        self.checks = session_checks(checks, host)
         self.api: Any = (d := _bindings_of(host))  # the driver bindings this session's handles belong to
         self.pid = os.getpid()
         self.generation = registry.generation
@@ -90,7 +97,7 @@ class Session(Generic[ArrayT]):
         self._poison: StickyCudaError | None = None
         self._forked = False
         self._state = OPEN
-        self.gpu = Device(d, 0 if host else int(self.device), host)
+        self.gpu = Device(d, 0 if host else int(self.device), host, output_for(self.checks))
         self.context = Context(d, self.gpu)
         self.context_address = self.context.address
         self._activation = Activation(self, self.context, checked=True)
@@ -361,6 +368,21 @@ class Session(Generic[ArrayT]):
         log.debug("closed session %d (%d error(s))", self.session_id, len(errors))
         if errors:
             raise SessionCloseError(errors) from errors[0]
+
+
+def session_checks(spec: str | None, host: bool) -> Checks:
+    """The checks a session runs: ``spec``, else ``$KERNELDSL_CHECKS``; only the CPU device runs
+    them (a GPU session asked for checks is refused; the variable alone leaves GPUs alone)."""
+    if spec is None:
+        return environment_checks() if host else NO_CHECKS
+    checks = parse_checks(spec)
+    if checks and not host:
+        raise CheckConfigError(
+            f"checks={spec!r}: checked execution runs on the CPU device; open kd.Session(device='cpu', checks=...)"
+        )
+    if "address" in checks.names:
+        require_address_sanitizer()
+    return checks
 
 
 def _bindings_of(host: bool) -> Any:

@@ -21,6 +21,20 @@
 #ifndef KD_HOST_FIBERS
 #define KD_HOST_FIBERS 1
 #endif
+// Checked execution (docs/checks.md): a bit set of the checks this module runs (1 bounds, 2 races,
+// 4 init, 8 sync, 16 address, 32 undefined; 0 in the usual build) and the seed of its thread
+// schedule (0: threads in order). The Python side defines them with the instrumentation flags.
+#ifndef KD_CHECKS
+#define KD_CHECKS 0
+#endif
+#ifndef KD_CHECK_SEED
+#define KD_CHECK_SEED 0
+#endif
+// 0: array parameters stay raw pointers in a bounds-checked build (the Python side's fallback for a
+// body that uses them in a way the checked pointer cannot follow).
+#ifndef KD_CHECK_POINTERS
+#define KD_CHECK_POINTERS 1
+#endif
 #define KD_HOST_ABI 1
 #define KD_HOST_MAGIC 0x4644484bu
 
@@ -48,7 +62,13 @@ typedef __PTRDIFF_TYPE__ ptrdiff_t;
 // `extern __shared__ T x[];` cannot be thread_local: the Python side rewrites it to this. The
 // buffer is the OS thread's, never moves (so a namespace-scope pointer stays right) and holds at
 // least the launch's dynamic_shared bytes, 128-byte aligned.
+// (A checked build makes it a stateless object that converts to the buffer's address: a thread-local
+// pointer would look like shared memory, written by an earlier block, to the init check.)
+#if KD_CHECKS
+#define KD_DYNAMIC_SHARED(T, x) [[maybe_unused]] static const kd_host::dynamic_shared<T> x{}
+#else
 #define KD_DYNAMIC_SHARED(T, x) static thread_local T* const x = reinterpret_cast<T*>(kd_host_dynamic_shared_v1())
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Vector types and dim3. Rule: CUDA's layouts and alignments (vector_types.h), make_* helpers.
@@ -221,6 +241,11 @@ void kd_host_yield_v1(void);
 void* kd_host_dynamic_shared_v1(void);
 [[noreturn]] void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file, int line,
                                   const kd_host_index* index);
+void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int checks, unsigned long long seed, void* tls_anchor);
+void kd_host_check_array_v1(const void* base, unsigned long long bytes, unsigned int elem, const char* name);
+const unsigned int* kd_host_check_order_v1(unsigned long long seed, unsigned long long block, unsigned int n);
+[[noreturn]] void kd_host_bounds_fail_v1(const char* name, long long index, unsigned long long extent, const long long* dims,
+                                         unsigned int ndim, const kd_host_index* thread);
 }
 #pragma GCC visibility pop
 
@@ -228,16 +253,38 @@ void* kd_host_dynamic_shared_v1(void);
 // Thread and block indices. Rule: read-only views of the kd_host_index that holds the running
 // CUDA thread's (fiber mode: the OS thread's, in the runtime; loop mode: the module's own, which
 // its loop writes); warpSize is 32 as on every NVIDIA GPU.
-#if KD_HOST_FIBERS
+#if KD_HOST_FIBERS || KD_CHECKS
+// (A checked module's loop also writes the runtime's: its checks read the running thread there.)
 #define kd_host_ix kd_host_index_v1
 #else
 // Loop mode: the module's own copy, written by its loop; the compiler keeps it in registers.
 static thread_local kd_host_index kd_host_ix;
 #endif
+#if (KD_CHECKS & (2 | 4)) && (defined(__x86_64__) || defined(__aarch64__))
+// Under the race and init instrumentation the indices are read with inline assembly, which the
+// instrumentation does not see: they are the runtime's, never shared memory, and read often.
+namespace kd_host {
+__forceinline__ unsigned int peek(const unsigned int& v) {
+    unsigned int r;
+#if defined(__x86_64__)
+    __asm__("movl %1, %0" : "=r"(r) : "m"(v));
+#else
+    __asm__("ldr %w0, %1" : "=r"(r) : "m"(v));
+#endif
+    return r;
+}
+__forceinline__ uint3 peek(const uint3& v) { return uint3{peek(v.x), peek(v.y), peek(v.z)}; }
+}  // namespace kd_host
+#define threadIdx (kd_host::peek(kd_host_ix.thread))
+#define blockIdx (kd_host::peek(kd_host_ix.block))
+#define blockDim (kd_host::peek(kd_host_ix.block_dim))
+#define gridDim (kd_host::peek(kd_host_ix.grid_dim))
+#else
 #define threadIdx (static_cast<const uint3&>(kd_host_ix.thread))
 #define blockIdx (static_cast<const uint3&>(kd_host_ix.block))
 #define blockDim (static_cast<const uint3&>(kd_host_ix.block_dim))
 #define gridDim (static_cast<const uint3&>(kd_host_ix.grid_dim))
+#endif
 #define warpSize 32
 
 // ---------------------------------------------------------------------------------------------
@@ -308,7 +355,9 @@ __forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me) {
 // __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
 __forceinline__ void barrier(const char* file, int line) {
     kd_host_block* const s = kd_host_ix.scheduler;
-    if (__builtin_expect(s->arrived + 1 < s->n && s->next != nullptr, 1)) {
+    // (Under AddressSanitizer, or the race and init instrumentation, every switch goes through the
+    // runtime: it annotates switches for ASan, and its bookkeeping is not instrumented.)
+    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && s->arrived + 1 < s->n && s->next != nullptr, 1)) {
         kd_host_fiber* const me = kd_host_ix.fiber;
         ++s->arrived;
         me->file = file;
@@ -334,7 +383,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
     kd_host_warp* const w = kd_host_ix.warp;
     const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
     const unsigned int m = mask & w->existing, arrived = w->arrived;
-    if (__builtin_expect((m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
+    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
                              (arrived == 0 || (w->mask == m && w->op == op)) && s->next != nullptr, 1)) {
         w->in[lane].lo = value.lo;  // field by field: a whole-word copy would go through memory
         w->in[lane].hi = value.hi;
@@ -1111,6 +1160,126 @@ __forceinline__ long clock() { return (long)clock64(); }
 #undef KD_HOST_SITE
 
 // ---------------------------------------------------------------------------------------------
+// Checked array parameters. Rule: in a checked build the kernel's prologue (kernel.cu.j2) passes
+// each array parameter through kd_host::check_array, which registers it for the race check and,
+// with the bounds check, returns a pointer that knows its name, extent and shape and checks every
+// access through it (index, dereference, ->); arithmetic keeps the knowledge, and it converts to
+// the raw pointer wherever one is needed (which then goes unchecked). A failure names the access's
+// site by its return address, which the Python side maps to file:line with the line table.
+namespace kd_host {
+struct shape {  // an array parameter's extents, held by value (no memory traffic on the hot path)
+    long long dims[8];
+    unsigned int ndim;
+};
+template <class T> struct checked {
+    T* p;
+    T* base;
+    unsigned long long extent;
+    const char* name;
+    shape axes;
+
+    __forceinline__ void at(long long k) const {
+        if (__builtin_expect((unsigned long long)k >= extent, 0)) fail(k);
+    }
+    [[noreturn]] __forceinline__ void fail(long long k) const {
+        const shape copy = axes;
+        kd_host_bounds_fail_v1(name, k, extent, copy.dims, copy.ndim, &kd_host_ix);
+    }
+    template <class I, if_integral<I> = 0> __forceinline__ T& operator[](I i) const {
+        at((long long)(p - base) + (long long)i);
+        return p[i];
+    }
+    __forceinline__ T& operator*() const {
+        at(p - base);
+        return *p;
+    }
+    __forceinline__ T* operator->() const {
+        at(p - base);
+        return p;
+    }
+    __forceinline__ operator T*() const { return p; }
+    template <class U> __forceinline__ explicit operator U*() const { return (U*)p; }
+    template <class I, if_integral<I> = 0> __forceinline__ checked operator+(I i) const { return moved(p + i); }
+    template <class I, if_integral<I> = 0> __forceinline__ friend checked operator+(I i, const checked& c) { return c.moved(c.p + i); }
+    template <class I, if_integral<I> = 0> __forceinline__ checked operator-(I i) const { return moved(p - i); }
+    __forceinline__ ptrdiff_t operator-(const checked& o) const { return p - o.p; }
+    __forceinline__ ptrdiff_t operator-(const T* o) const { return p - o; }
+    template <class I, if_integral<I> = 0> __forceinline__ checked& operator+=(I i) { p += i; return *this; }
+    template <class I, if_integral<I> = 0> __forceinline__ checked& operator-=(I i) { p -= i; return *this; }
+    __forceinline__ checked& operator++() { ++p; return *this; }
+    __forceinline__ checked& operator--() { --p; return *this; }
+    __forceinline__ checked operator++(int) { checked old = *this; ++p; return old; }
+    __forceinline__ checked operator--(int) { checked old = *this; --p; return old; }
+    __forceinline__ checked moved(T* to) const { checked c = *this; c.p = to; return c; }
+};
+// reinterpret_cast in a bounds-checked build (the shim defines it to this at its end): a checked
+// array reinterpreted as another pointer type stays checked, its extent in the new type's units
+// (a vectorized load through float4 is checked in float4s); anything else is the plain cast.
+template <class T> struct is_checked { static constexpr bool value = false; };
+template <class T> struct is_checked<checked<T>> { static constexpr bool value = true; };
+template <class T> struct remove_cvref { typedef T type; };
+template <class T> struct remove_cvref<T&> { typedef typename remove_cvref<T>::type type; };
+template <class T> struct remove_cvref<T&&> { typedef typename remove_cvref<T>::type type; };
+template <class T> struct remove_cvref<const T> { typedef T type; };
+template <class To, class From, typename enable_if<!is_checked<typename remove_cvref<From>::type>::value, int>::type = 0>
+__forceinline__ To reinterpret(From&& value) {
+    return reinterpret_cast<To>(value);
+}
+template <class To> struct pointee_of;
+template <class V> struct pointee_of<V*> { typedef V type; };
+template <class To, class U, typename enable_if<!is_integral<To>::value, int>::type = 0>
+__forceinline__ checked<typename pointee_of<To>::type> reinterpret(const checked<U>& c) {
+    typedef typename pointee_of<To>::type V;
+    const unsigned long long bytes = c.extent * sizeof(U);
+    return checked<V>{reinterpret_cast<V*>(c.p), reinterpret_cast<V*>(c.base), bytes / sizeof(V), c.name, shape{{0}, 0}};
+}
+template <class To, class U, typename enable_if<is_integral<To>::value, int>::type = 0>
+__forceinline__ To reinterpret(const checked<U>& c) {
+    return reinterpret_cast<To>(c.p);
+}
+template <class T> struct dynamic_shared {
+    __forceinline__ operator T*() const { return reinterpret_cast<T*>(kd_host_dynamic_shared_v1()); }
+};
+template <class T> __forceinline__ auto check_array(T* p, const char* name, const shape& axes) {
+    unsigned long long extent = 1;
+    for (unsigned int a = 0; a < axes.ndim; ++a) extent *= axes.dims[a] > 0 ? (unsigned long long)axes.dims[a] : 0ull;
+#if KD_CHECKS & 2
+    // Registered by a block's first thread: thread 0, unless a seeded schedule shuffles them.
+    if (KD_CHECK_SEED || (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0))
+        kd_host_check_array_v1((const void*)p, extent * sizeof(T), (unsigned int)sizeof(T), name);
+#endif
+#if (KD_CHECKS & 1) && KD_CHECK_POINTERS
+    return checked<T>{p, p, extent, name, axes};
+#else
+    (void)name;
+    return p;
+#endif
+}
+}  // namespace kd_host
+// The cache-hinted loads and stores take a checked array as they take a pointer (and check it).
+#define KD_HOST_CHECKED_LOAD(name) \
+    template <class T> __forceinline__ T name(const kd_host::checked<T>& p) { return *p; } \
+    template <class T> __forceinline__ T name(const kd_host::checked<const T>& p) { return *p; }
+KD_HOST_CHECKED_LOAD(__ldg)
+KD_HOST_CHECKED_LOAD(__ldca)
+KD_HOST_CHECKED_LOAD(__ldcg)
+KD_HOST_CHECKED_LOAD(__ldcs)
+KD_HOST_CHECKED_LOAD(__ldlu)
+KD_HOST_CHECKED_LOAD(__ldcv)
+#undef KD_HOST_CHECKED_LOAD
+#define KD_HOST_CHECKED_STORE(name) \
+    template <class T> __forceinline__ void name(const kd_host::checked<T>& p, T v) { *p = v; }
+KD_HOST_CHECKED_STORE(__stwb)
+KD_HOST_CHECKED_STORE(__stcg)
+KD_HOST_CHECKED_STORE(__stcs)
+KD_HOST_CHECKED_STORE(__stwt)
+#undef KD_HOST_CHECKED_STORE
+#if KD_CHECKS
+// Marks a checked module: the Python side keeps its image, whose line table names report sites.
+extern "C" __attribute__((visibility("default"), used)) const unsigned int kd_host_checks_v1 = KD_CHECKS;
+#endif
+
+// ---------------------------------------------------------------------------------------------
 // Refused constructs. Rule: fail at compile time naming the construct. Inline PTX has no host
 // meaning (the shim itself spells GNU asm `__asm__`).
 #define asm static_assert(false, "inline PTX (asm) has no host equivalent: the CPU device cannot run it");
@@ -1155,12 +1324,22 @@ template <class Sig, Sig* F> struct kernel {
         uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
         for (unsigned long long b = first; b < end; ++b) {
             ix.block = block;
+#if KD_CHECK_SEED
+            const unsigned int n = bx * by * bz;
+            const unsigned int* order = kd_host_check_order_v1(KD_CHECK_SEED, b, n);
+            for (unsigned int k = 0; k < n; ++k) {
+                const unsigned int l = order[k];
+                ix.thread = uint3{l % bx, l / bx % by, l / bx / by};
+                a.template call<F>();
+            }
+#else
             for (unsigned int z = 0; z < bz; ++z)
                 for (unsigned int y = 0; y < by; ++y)
                     for (unsigned int x = 0; x < bx; ++x) {
                         ix.thread = uint3{x, y, z};
                         a.template call<F>();
                     }
+#endif
             if (++block.x == gx) {
                 block.x = 0;
                 if (++block.y == gy) { block.y = 0; ++block.z; }
@@ -1168,14 +1347,23 @@ template <class Sig, Sig* F> struct kernel {
         }
         return 0;
     }
+    // A checked build tells the runtime its checks (and where its __shared__ variables live) first.
+    static int run_checked(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
+        kd_host_check_begin_v1(launch, KD_CHECKS, KD_CHECK_SEED, &tls_anchor);
+        return KD_HOST_FIBERS ? run_fibers(launch, params, first, end) : run_loop(launch, params, first, end);
+    }
     static constexpr int (*run)(const kd_host_launch*, void**, unsigned long long, unsigned long long) =
-        KD_HOST_FIBERS ? &run_fibers : &run_loop;
+        KD_CHECKS || KD_CHECK_SEED ? &run_checked : KD_HOST_FIBERS ? &run_fibers : &run_loop;
 };
 }  // namespace kd_host
 #define KD_HOST_KERNEL(entry, ...) \
     extern "C" __attribute__((visibility("default"), used)) const kd_host_function kd_host_fn_##entry = { \
         KD_HOST_MAGIC, KD_HOST_ABI, #entry, kd_host::kernel<void(__VA_ARGS__), &entry>::run, KD_HOST_FIBERS, \
         kd_host::signature<void(__VA_ARGS__)>::count};
+
+#if (KD_CHECKS & 1) && KD_CHECK_POINTERS
+#define reinterpret_cast kd_host::reinterpret
+#endif
 
 // Everything after the shim (the prelude, the user's code, the kernels) is private to its module,
 // so the compiler may inline kernels and device functions; only kd_host_fn_<entry> is exported.

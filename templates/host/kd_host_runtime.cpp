@@ -20,6 +20,7 @@
 // - Errors (assert, __trap, a deadlock, a collective misused) end the block at once: a fiber
 //   switches to the block's main context, a loop-mode kernel longjmps to its chunk's landing. No
 //   C++ exception crosses a module.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -35,6 +36,8 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/mman.h>
@@ -146,8 +149,9 @@ __attribute__((always_inline)) inline void start_on(kd_host_context* from, char*
         :
         : KD_CLOBBERS);
 }
+// (`to` in a fixed register: one the compiler picked could be %rbp, which the first move overwrites.)
 [[noreturn]] __attribute__((always_inline)) inline void jump_to(const kd_host_context* to) {
-    __asm__ __volatile__("movq 16(%0), %%rbp\n\tmovq (%0), %%rsp\n\tjmpq *8(%0)" : : "r"(to) : "memory");
+    __asm__ __volatile__("movq 16(%0), %%rbp\n\tmovq (%0), %%rsp\n\tjmpq *8(%0)" : : "d"(to) : "memory");
     __builtin_unreachable();
 }
 #elif defined(__aarch64__)
@@ -184,7 +188,8 @@ __attribute__((always_inline)) inline void start_on(kd_host_context* from, char*
         : "x4", "x5", "x6", "x7", "x8", KD_CLOBBERS);
 }
 [[noreturn]] __attribute__((always_inline)) inline void jump_to(const kd_host_context* to) {
-    __asm__ __volatile__("ldr x29, [%0, #16]\n\tldp x10, x9, [%0]\n\tmov sp, x10\n\tbr x9" : : "r"(to) : "x9", "x10", "memory");
+    register const kd_host_context* x1 __asm__("x1") = to;  // not x29, which the first load overwrites
+    __asm__ __volatile__("ldr x29, [%0, #16]\n\tldp x10, x9, [%0]\n\tmov sp, x10\n\tbr x9" : : "r"(x1) : "x9", "x10", "memory");
     __builtin_unreachable();
 }
 #else
@@ -247,7 +252,18 @@ constexpr unsigned int kMaxClusterBlocks = 16;  // CUDA's non-portable maximum
 
 struct Stack {
     char* top;  // 16-byte aligned, coloured
+    char* low;  // the lowest usable byte (above the guard page)
 };
+
+// AddressSanitizer (checks="address" preloads it): its fiber annotations, so it follows the
+// switches between fibers' stacks, and unpoisoning for the stacks of abandoned threads (their
+// frames' redzones would stay poisoned). Weak: without ASan in the process they are null.
+extern "C" {
+void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size) __attribute__((weak));
+void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old)
+    __attribute__((weak));
+void __asan_unpoison_memory_region(const volatile void* address, size_t size) __attribute__((weak));
+}
 
 class SpareStacks {  // stacks of OS threads that exited, for the next ones
 public:
@@ -307,7 +323,7 @@ private:
             char* low = static_cast<char*>(region) + i * each;
             mprotect(low, page, PROT_NONE);  // the guard; without it (the map count is spent) the stack still works
             char* top = low + each - 64u * SpareStacks::get().colour();
-            free_.push_back(new Stack{reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(top) & ~(uintptr_t)15)});
+            free_.push_back(new Stack{reinterpret_cast<char*>(reinterpret_cast<uintptr_t>(top) & ~(uintptr_t)15), low + page});
         }
         return true;
     }
@@ -368,6 +384,7 @@ public:
             masks_.resize(n);
         }
         if (warps_.size() < warps) warps_.resize(warps);
+        if (checks_ && warp_epochs_.size() < warps) warp_epochs_.resize(warps);
         unsigned int capacity = 1;
         while (capacity < n) capacity <<= 1;
         if (ring_a_.size() < capacity) {
@@ -391,12 +408,22 @@ public:
 
     bool active() const { return active_; }
 
+    // Checked execution: which checks run, the schedule's seed (0: threads in order), and the
+    // ordering facts the race check reads (barriers the block passed, collectives each warp completed).
+    void set_checks(unsigned int checks, unsigned long long seed) {
+        checks_ = checks;
+        seed_ = seed;
+    }
+    unsigned int epoch() const { return gen_; }
+    unsigned int warp_epoch(unsigned int warp) const { return warp < warp_epochs_.size() ? warp_epochs_[warp] : 0; }
+
     int barrier(int mode, int predicate, const char* file, int line) {
         kd_host_fiber* f = ix_->fiber;
         const unsigned int g = gen_;
         count_[g & 1] += predicate != 0;
         if (++b_.arrived == b_.n) {  // the last thread: release the others and carry on
             if (mode == kClusterBarrier) cluster_barrier();  // once every block of the cluster is there
+            if (__builtin_expect((checks_ | seed_) != 0, 0)) checked_release(f, file, line);
             b_.arrived = 0;
             gen_ = g + 1;
             count_[(g + 1) & 1] = 0;
@@ -518,12 +545,35 @@ private:
 
     void resume(kd_host_fiber* from, kd_host_fiber* to) {
         select(to);
+        leave(stacks_[to->linear], false);
         switch_to(&from->context, &to->context);
+        arrive();
     }
 
     void start_next(kd_host_fiber* from) {
         starting_ = owner_stack();
+        leave(starting_, false);
         start_on(&from->context, starting_->top, &fiber_main, this);
+        arrive();
+    }
+
+    // ASan's annotations around a switch to `to`'s stack (null: the OS thread's), and on arrival.
+    void leave(const Stack* to, bool dying) {
+        if (__builtin_expect(__sanitizer_start_switch_fiber != nullptr, 0))
+            __sanitizer_start_switch_fiber(dying ? nullptr : &fake_stack_, to ? to->low : main_bottom_,
+                                           to ? (size_t)(to->top - to->low) : main_size_);
+    }
+    void arrive() {
+        if (__builtin_expect(__sanitizer_finish_switch_fiber != nullptr, 0)) {
+            const void* bottom = nullptr;
+            size_t size = 0;
+            __sanitizer_finish_switch_fiber(fake_stack_, &bottom, &size);
+            if (from_main_) {  // the first switch of a block comes from the OS thread's stack
+                main_bottom_ = bottom;
+                main_size_ = size;
+                from_main_ = false;
+            }
+        }
     }
 
     // The waiting thread f switches to the next runnable one, or starts the next thread; with
@@ -546,16 +596,22 @@ private:
             kd_host_fiber* next = pop();
             release(f->linear);
             select(next);
+            leave(stacks_[next->linear], true);
             jump_to(&next->context);
         }
         if (next_start_ < b_.n) return;
         release(f->linear);
-        if (done_ == b_.n) jump_to(&main_);
+        if (done_ == b_.n) {
+            leave(nullptr, true);
+            jump_to(&main_);
+        }
         deadlock();
     }
 
     void complete(kd_host_warp& w, unsigned int first, unsigned int self);
     void cluster_barrier();
+    void checked_release(kd_host_fiber* last, const char* file, int line);
+    void shuffle_order(unsigned int* ids, unsigned int n);
     Stack* owner_stack();
     void release(unsigned int linear);
     // The error paths, kept out of line so the hot paths' frames stay small.
@@ -565,6 +621,7 @@ private:
                                                                        const char* file, int line, const char* why);
     [[noreturn]] __attribute__((noinline, cold)) void out_of_stacks();
     std::string where() const;
+    std::string sync_tag() const;
 
     kd_host_block b_ = {};  // first: what the shim reads
     ThreadContext* owner_;
@@ -585,6 +642,14 @@ private:
     kd_host_context main_ = {nullptr, nullptr, nullptr};  // the OS thread's context, which runs the block
     bool active_ = false;
     int code_ = 0;
+    void* fake_stack_ = nullptr;  // ASan's, while switched away
+    const void* main_bottom_ = nullptr;
+    size_t main_size_ = 0;
+    bool from_main_ = false;
+    unsigned int checks_ = 0;
+    unsigned long long seed_ = 0, rng_ = 0;
+    std::vector<unsigned int> order_;        // a seeded schedule: the order threads start in
+    std::vector<unsigned int> warp_epochs_;  // collectives each warp completed in this block
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -626,6 +691,114 @@ struct Team {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Checked execution's state (the checks themselves are further down). Rule: a launch's shadow
+// memory records, per 4-byte granule of a tracked range, the last write and the last read: which
+// block (with the launch) and thread, at which barrier epoch and warp epoch, which bytes, and where
+// (the access's return address, mapped to file:line from the module's line table by the Python
+// side). Tracked ranges: the module's __shared__ variables (its thread-local block on this OS
+// thread), the dynamic shared buffer, and the array parameters the kernel registers.
+enum { kCheckRaces = 2, kCheckInit = 4, kCheckSync = 8 };  // KD_CHECKS's bits the runtime reads
+struct Cell {
+    uint32_t wtag, wsite, rtag, rsite;  // (launch, block) and (epoch, warp epoch, thread) of the last write and read
+    uint8_t wmask, imask, rmask, pad;  // the bytes of the granule the last writer wrote, any thread wrote, the last reader read
+    const void* wpc;
+    const void* rpc;
+};
+enum { kStaticShared, kDynamicShared, kGlobal };
+struct Range {
+    uintptr_t base, size;
+    Cell* shadow;
+    const char* name;  // a global array's parameter name
+    unsigned int elem;  // its element size
+    unsigned char kind;
+};
+size_t shadow_bytes(size_t size) { return (size + 3) / 4 * sizeof(Cell); }
+struct ArrayRegistry {  // a grid's registered arrays: every OS thread of the grid shares their shadows
+    std::mutex lock;
+    std::vector<Range> arrays;
+    ~ArrayRegistry();  // gives the shadows back to the cache
+};
+// Arrays' shadows outlive launches (a launch's records carry its id, so older ones never match):
+// the next launch over the same array pays no page faults. A shadow is cleared when its records
+// could be mistaken for the current launch's (the id's 12 bits wrapped since its last use), and all
+// not in use by a running launch are dropped when all hold more than kShadowCacheBytes. An array whose shadow would exceed
+// kArrayShadowBytes (ten times its size) is not tracked: its races go unchecked, its bounds not.
+constexpr size_t kShadowCacheBytes = size_t(1) << 30;
+constexpr size_t kArrayShadowBytes = size_t(256) << 20;
+class ShadowCache {
+public:
+    static ShadowCache& get() {
+        static ShadowCache* cache = new ShadowCache;  // never destroyed: launches may outlive exit
+        return *cache;
+    }
+    // The shadow of the array at `base` for a launch, which gives it back (release) when it ends.
+    Cell* shadow(uintptr_t base, size_t size, unsigned int launch) {
+        std::lock_guard<std::mutex> hold(lock_);
+        for (Entry& e : entries_) {
+            if (e.base == base && e.size >= size && (e.users == 0 || e.launch == launch)) {
+                if (launch - e.launch >= 0x1000u) madvise(e.shadow, shadow_bytes(e.size), MADV_DONTNEED);  // zeroed
+                e.launch = launch;
+                ++e.users;
+                return e.shadow;
+            }
+        }
+        if (bytes_ + shadow_bytes(size) > kShadowCacheBytes) {
+            size_t kept = 0;
+            for (const Entry& e : entries_) {
+                if (e.users) {
+                    entries_[kept++] = e;
+                } else {
+                    munmap(e.shadow, shadow_bytes(e.size));
+                    bytes_ -= shadow_bytes(e.size);
+                }
+            }
+            entries_.resize(kept);
+        }
+        int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_NORESERVE
+        flags |= MAP_NORESERVE;
+#endif
+        void* p = mmap(nullptr, shadow_bytes(size), PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (p == MAP_FAILED) return nullptr;
+        entries_.push_back(Entry{base, size, static_cast<Cell*>(p), launch, 1});
+        bytes_ += shadow_bytes(size);
+        return static_cast<Cell*>(p);
+    }
+    void release(const Cell* shadow) {
+        std::lock_guard<std::mutex> hold(lock_);
+        for (Entry& e : entries_)
+            if (e.shadow == shadow && e.users) --e.users;
+    }
+
+private:
+    struct Entry {
+        uintptr_t base;
+        size_t size;
+        Cell* shadow;
+        unsigned int launch, users;  // the last launch that used it; the launches using it now
+    };
+    std::mutex lock_;
+    std::vector<Entry> entries_;
+    size_t bytes_ = 0;
+};
+ArrayRegistry::~ArrayRegistry() {
+    for (const Range& r : arrays) ShadowCache::get().release(r.shadow);
+}
+struct CheckState {
+    bool active = false;  // races or init: accesses are checked
+    unsigned int bits = 0, launch = 0;
+    std::vector<Range> ranges;
+    ArrayRegistry* registry = nullptr;
+    std::vector<Cell> static_shadow, dynamic_shadow;
+    const char* tls_anchor = nullptr;  // the last module's thread-locals on this OS thread: where they start and end
+    char* tls = nullptr;
+    size_t tls_size = 0;
+    uintptr_t module_base = 0;
+    std::vector<std::pair<size_t, size_t>> ignored;  // [offset, end) of the module's thread-locals that are not shared memory
+    std::vector<unsigned int> order;  // loop mode's seeded order of a block's threads
+};
+
+// ---------------------------------------------------------------------------------------------
 // What each OS thread that runs blocks keeps. Rule: created on first use, destroyed at the
 // thread's exit (its stacks go to the spare list, its dynamic shared memory is unmapped).
 struct ThreadContext {
@@ -645,6 +818,7 @@ struct ThreadContext {
     struct Team* team = nullptr;  // a cluster launch: this thread's cluster team, its rank,
     unsigned int rank = 0;
     void* tls_anchor = nullptr;   // and where the running module's thread-locals start here
+    CheckState check;             // checked execution (a checked module's launch)
 };
 
 thread_local ThreadContext* tls_context KD_TLS = nullptr;
@@ -678,12 +852,14 @@ void Scheduler::release(unsigned int linear) {
 
 void fiber_main(void* scheduler) {
     Scheduler* s = static_cast<Scheduler*>(scheduler);
+    s->arrive();
     Stack* stack = s->starting_;
     for (;;) {
-        const unsigned int linear = s->next_start_++;
+        const unsigned int k = s->next_start_++;
+        const unsigned int linear = s->seed_ ? s->order_[k] : k;
         kd_host_fiber* f = &s->b_.fibers[linear];
         f->linear = linear;
-        f->tid = s->next_tid_;
+        f->tid = s->seed_ ? uint3{linear % s->bx_, linear / s->bx_ % s->by_, linear / s->bx_ / s->by_} : s->next_tid_;
         f->warp = &s->b_.warps[linear >> 5];
         f->wait = KD_HOST_RUNNABLE;
         s->stacks_[linear] = stack;
@@ -711,23 +887,40 @@ int Scheduler::run_block() {
     count_[0] = count_[1] = 0;
     code_ = 0;
     for (unsigned int w = 0; w < nwarps_; ++w) warps_[w].exited = warps_[w].arrived = warps_[w].pending = 0;
+    if (checks_ | seed_) {
+        for (unsigned int w = 0; w < nwarps_ && w < warp_epochs_.size(); ++w) warp_epochs_[w] = 0;
+        if (seed_) {
+            const uint3 bk = ix_->block;
+            rng_ = seed_ * 0x9e3779b97f4a7c15ull ^ (bk.x + 0x10000ull * (bk.y + 0x10000ull * bk.z));
+            order_.resize(b_.n);
+            for (unsigned int i = 0; i < b_.n; ++i) order_[i] = i;
+            shuffle_order(order_.data(), b_.n);
+        }
+    }
     starting_ = owner_->stacks.get();
     if (starting_ == nullptr) {
         owner_->error = format("kernel '%s' %s: out of memory for fiber stacks", kernel_name(*owner_), block_name(ix_).c_str());
         return kLaunchFailed;
     }
     active_ = true;
+    from_main_ = true;
+    leave(starting_, false);
     start_on(&main_, starting_->top, &fiber_main, this);
+    arrive();
     active_ = false;
-    if (code_) {  // abandoned threads: take their stacks back
-        for (unsigned int i = 0; i < next_start_; ++i)
-            if (stacks_[i]) release(i);
+    if (code_) {  // abandoned threads: take their stacks back (a seeded schedule starts them in any order)
+        for (unsigned int i = 0; i < (seed_ ? b_.n : next_start_); ++i) {
+            if (!stacks_[i]) continue;
+            if (__asan_unpoison_memory_region) __asan_unpoison_memory_region(stacks_[i]->low, stacks_[i]->top - stacks_[i]->low);
+            release(i);
+        }
     }
     return code_;
 }
 
 void Scheduler::fail(int code) {
     code_ = code;
+    leave(nullptr, true);
     jump_to(&main_);
 }
 
@@ -751,6 +944,7 @@ template <unsigned int Mode> void shuffle_all(kd_host_warp& w, unsigned int m) {
 
 void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self) {
     const unsigned int m = w.mask, op = w.op;
+    if (checks_) ++warp_epochs_[first >> 5];
     if (op == KD_HOST_SHFL_IDX) {
         shuffle_all<KD_HOST_SHFL_IDX>(w, m);
     } else if (op == KD_HOST_SHFL_UP) {
@@ -862,7 +1056,7 @@ void Scheduler::deadlock() {
                               groups[g].first.c_str());
     }
     if (!exited.empty()) message += format("; threads %s exited", ranges(exited).c_str());
-    owner_->error = message;
+    owner_->error = sync_tag() + message;
     fail(kLaunchFailed);
 }
 
@@ -871,7 +1065,7 @@ void Scheduler::exited_in_collective(kd_host_fiber* f, const kd_host_warp& w) {
     for (unsigned int bits = w.arrived; bits; bits &= bits - 1)
         waiting.push_back((f->linear & ~31u) + (unsigned int)__builtin_ctz(bits));
     const kd_host_fiber& first = b_.fibers[waiting.front()];
-    owner_->error = format("%s: thread %u exited while threads %s wait for it at %s", where().c_str(), f->linear,
+    owner_->error = sync_tag() + format("%s: thread %u exited while threads %s wait for it at %s", where().c_str(), f->linear,
                            ranges(waiting).c_str(), site(first, w, masks_[first.linear]).c_str());
     fail(kLaunchFailed);
 }
@@ -883,7 +1077,7 @@ void Scheduler::collective_error(kd_host_fiber* f, unsigned int op, unsigned int
     if (!(mask & w.existing & (1u << (f->linear & 31u)))) detail += format(" (lane %u)", f->linear & 31u);
     else if (mask & w.existing & w.exited) detail = format("lanes 0x%08x named in the mask have exited", mask & w.existing & w.exited);
     else if (w.arrived) detail = format("lanes 0x%08x of its warp are at %s instead", w.arrived, warp_name(w.op));
-    owner_->error = format("%s thread %u: %s (mask 0x%08x) at %s:%d: %s", where().c_str(), f->linear, warp_name(op),
+    owner_->error = sync_tag() + format("%s thread %u: %s (mask 0x%08x) at %s:%d: %s", where().c_str(), f->linear, warp_name(op),
                            mask, file ? file : "?", line, detail.c_str());
     fail(kLaunchFailed);
 }
@@ -907,6 +1101,14 @@ struct Grid {
     std::mutex lock;
     int code = 0;
     std::string error;
+    unsigned int id = next_launch_id();  // tells one launch's shadow records from another's
+    ArrayRegistry arrays;                 // a checked launch's registered arrays
+
+    static unsigned int next_launch_id() {
+        static std::atomic<unsigned int> ids{0};
+        unsigned int id = ids.fetch_add(1, std::memory_order_relaxed) + 1;
+        return (id & 0xfffu) ? id : ids.fetch_add(1, std::memory_order_relaxed) + 1;  // a zero tag is "never"
+    }
 
     void record(int rc, const std::string& message) {
         std::lock_guard<std::mutex> hold(lock);
@@ -922,10 +1124,15 @@ __attribute__((noinline)) int run_range(ThreadContext& c, Grid& grid, unsigned l
     std::jmp_buf landing;
     c.landing = &landing;
     c.code = 0;
+    c.check.launch = grid.id;
+    c.check.registry = &grid.arrays;
     int rc;
     if (setjmp(landing) == 0) rc = grid.function->run_blocks(&grid.launch, grid.params, first, end);
     else rc = c.code;
     c.landing = nullptr;
+    c.check.active = false;  // a checked module turns checking on for its blocks only
+    c.check.bits = 0;
+    c.scheduler.set_checks(0, 0);
     return rc;
 }
 
@@ -1206,6 +1413,503 @@ struct LaunchConfig {
 };
 enum { kAttributeCooperative = 2, kAttributeClusterDimension = 4 };
 
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Checked execution (docs/checks.md). Rule: a module built with checks calls
+// kd_host_check_begin_v1 before its blocks; the compiler's instrumentation of the module
+// (-fsanitize=thread, compiled but not linked against libtsan) calls the __tsan_* entries below on
+// every load and store, which check accesses to tracked ranges against the shadow; its atomics come
+// as __tsan_atomic* (done here, and never races). A report fails the launch like an assert; its
+// message starts with the check's tag ("[races] ") and names sites as {{site:BASE:OFFSET}} and
+// shared variables as {{tls:BASE:OFFSET}}, which the Python side turns into file:line and names.
+namespace {
+std::string site_token(const void* pc) {
+    Dl_info info;
+    if (pc && dladdr(pc, &info) && info.dli_fbase)
+        return format("{{site:%lx:%lx}}", (unsigned long)(uintptr_t)info.dli_fbase,
+                      (unsigned long)((uintptr_t)pc - (uintptr_t)info.dli_fbase - 1));
+    return "an unknown line";
+}
+
+std::string thread_name(const kd_host_index* ix) {
+    return format("block (%u,%u,%u) thread (%u,%u,%u)", ix->block.x, ix->block.y, ix->block.z, ix->thread.x,
+                  ix->thread.y, ix->thread.z);
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void check_fail(ThreadContext& c, const std::string& message) {
+    c.error = message;
+    c.code = kLaunchFailed;
+    c.check.active = false;
+    if (c.scheduler.active()) c.scheduler.fail(kLaunchFailed);
+    if (c.landing) std::longjmp(*c.landing, 1);
+    std::fprintf(stderr, "kerneldsl CPU device: %s (outside a launch)\n", c.error.c_str());
+    std::abort();
+}
+
+struct TlsSearch {
+    const char* anchor;
+    char* data;
+    size_t size;
+    uintptr_t base;
+};
+
+// The module's thread-local block on this OS thread (its __shared__ variables), found from an
+// address inside it.
+void find_module_tls(CheckState& k, const char* anchor) {
+    if (k.tls_anchor == anchor) return;
+    TlsSearch search = {anchor, nullptr, 0, 0};
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, size_t, void* arg) -> int {
+            TlsSearch* s = static_cast<TlsSearch*>(arg);
+            if (info->dlpi_tls_data == nullptr) return 0;
+            for (unsigned int i = 0; i < info->dlpi_phnum; ++i) {
+                if (info->dlpi_phdr[i].p_type != PT_TLS) continue;
+                char* data = static_cast<char*>(info->dlpi_tls_data);
+                if (s->anchor >= data && s->anchor < data + info->dlpi_phdr[i].p_memsz) {
+                    s->data = data;
+                    s->size = info->dlpi_phdr[i].p_memsz;
+                    s->base = (uintptr_t)info->dlpi_addr;
+                    return 1;
+                }
+            }
+            return 0;
+        },
+        &search);
+    k.tls_anchor = anchor;
+    k.tls = search.data;
+    k.tls_size = search.size;
+    k.module_base = search.base;
+}
+
+inline unsigned int linear_thread(const kd_host_index* ix) {
+    return ix->thread.x + ix->block_dim.x * (ix->thread.y + ix->block_dim.y * ix->thread.z);
+}
+
+constexpr uint32_t kManyThreads = 0x1fffu;
+// (barrier epoch, warp epoch, thread): 11, 8 and 13 bits.
+inline uint32_t site_of(unsigned int epoch, unsigned int warp_epoch, unsigned int thread) {
+    return (epoch & 0x7ffu) << 21 | (warp_epoch & 0xffu) << 13 | (thread & kManyThreads);
+}
+inline unsigned int thread_of(uint32_t site) { return site & kManyThreads; }
+// Two accesses of one block are ordered when a barrier separates them, or a collective of their warp.
+inline bool concurrent(uint32_t a, uint32_t b) {
+    if ((a >> 21) != (b >> 21)) return false;
+    const unsigned int ta = thread_of(a), tb = thread_of(b);
+    if (ta == kManyThreads || tb == kManyThreads) return true;
+    return (ta >> 5) != (tb >> 5) || ((a >> 13) & 0xffu) == ((b >> 13) & 0xffu);
+}
+
+std::string what_at(const CheckState& k, const Range& r, uintptr_t address) {
+    const uintptr_t offset = address - r.base;
+    switch (r.kind) {
+    case kStaticShared: return format("shared memory {{tls:%lx:%lx}}", (unsigned long)k.module_base, (unsigned long)offset);
+    case kDynamicShared: return format("dynamic shared memory (extern __shared__) at byte %lu", (unsigned long)offset);
+    default:
+        return format("'%s'[%lu]", r.name, (unsigned long)(offset / (r.elem ? r.elem : 1)));
+    }
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void race(ThreadContext& c, const Range& r, uintptr_t address, uint32_t other,
+                                                       const void* other_pc, bool other_writes, bool writes,
+                                                       const void* pc) {
+    const kd_host_index* ix = &kd_host_index_v1;
+    const unsigned int me = linear_thread(ix), them = thread_of(other);
+    const std::string who = them == kManyThreads ? std::string("other threads") : format("thread %u", them);
+    const bool flat = ix->block_dim.y == 1 && ix->block_dim.z == 1;
+    check_fail(c, format("[races] kernel '%s' block (%u,%u,%u): %s %s %s at %s and thread %u %s it at %s, with no "
+                         "barrier between them%s",
+                         kernel_name(c), ix->block.x, ix->block.y, ix->block.z, who.c_str(),
+                         other_writes ? "writes" : "reads", what_at(c.check, r, address).c_str(),
+                         site_token(other_pc).c_str(), me, writes ? "writes" : "reads", site_token(pc).c_str(),
+                         flat ? "" : " (threads by linear id x + blockDim.x * (y + blockDim.y * z))"));
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void uninitialized(ThreadContext& c, const Range& r, uintptr_t address,
+                                                                const void* pc) {
+    const kd_host_index* ix = &kd_host_index_v1;
+    check_fail(c, format("[init] kernel '%s' %s reads %s at %s, which no thread of the block wrote", kernel_name(c),
+                         thread_name(ix).c_str(), what_at(c.check, r, address).c_str(), site_token(pc).c_str()));
+}
+
+__attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, uintptr_t address, unsigned int size,
+                                            bool write, const void* pc) {
+    const kd_host_index* ix = &kd_host_index_v1;
+    CheckState& k = c.check;
+    if (r.kind == kStaticShared) {  // a thread-local that is not __shared__ (a static's initialization guard)
+        for (const std::pair<size_t, size_t>& skip : k.ignored)
+            if (address - r.base >= skip.first && address - r.base < skip.second) return;
+    }
+    const unsigned int t = linear_thread(ix);
+    const unsigned long long block = ix->block.x + (unsigned long long)ix->grid_dim.x * (ix->block.y + (unsigned long long)ix->grid_dim.y * ix->block.z);
+    const uint32_t tag = (k.launch & 0xfffu) << 20 | (uint32_t)(block & 0xfffffu);
+    const bool fibers = c.scheduler.active();
+    const uint32_t me = site_of(fibers ? c.scheduler.epoch() : 0, fibers ? c.scheduler.warp_epoch(t >> 5) : 0, t);
+    const bool races = k.bits & kCheckRaces, init = (k.bits & kCheckInit) && r.kind != kGlobal;
+    const uintptr_t offset = address - r.base, last = offset + size - 1 < r.size ? offset + size - 1 : r.size - 1;
+    for (uintptr_t g = offset / 4; g <= last / 4; ++g) {
+        Cell& cell = r.shadow[g];
+        const uintptr_t lo = g * 4 > offset ? g * 4 : offset, hi = g * 4 + 3 < last ? g * 4 + 3 : last;
+        const uint8_t bytes = (uint8_t)(((1u << (hi - lo + 1)) - 1u) << (lo - g * 4));
+        const bool written_here = cell.wtag == tag;
+        if (write) {
+            if (races && written_here && thread_of(cell.wsite) != t && (cell.wmask & bytes) && concurrent(cell.wsite, me))
+                race(c, r, r.base + g * 4, cell.wsite, cell.wpc, true, true, pc);
+            if (races && cell.rtag == tag && thread_of(cell.rsite) != t && (cell.rmask & bytes) && concurrent(cell.rsite, me))
+                race(c, r, r.base + g * 4, cell.rsite, cell.rpc, false, true, pc);
+            const bool same = written_here && cell.wsite == me;
+            cell.wmask = same ? (uint8_t)(cell.wmask | bytes) : bytes;
+            cell.imask = written_here ? (uint8_t)(cell.imask | bytes) : bytes;
+            cell.wtag = tag;
+            cell.wsite = me;
+            cell.wpc = pc;
+        } else {
+            if (init && (!written_here || (cell.imask & bytes) != bytes)) uninitialized(c, r, address, pc);
+            if (races && written_here && thread_of(cell.wsite) != t && (cell.wmask & bytes) && concurrent(cell.wsite, me))
+                race(c, r, r.base + g * 4, cell.wsite, cell.wpc, true, false, pc);
+            if (cell.rtag == tag && thread_of(cell.rsite) != t && (cell.rmask & bytes) && concurrent(cell.rsite, me)) {
+                cell.rsite = site_of(me >> 21, 0, kManyThreads);  // several threads read it: any write now races
+                cell.rmask |= bytes;
+            } else if (cell.rtag == tag && cell.rsite == me) {
+                cell.rmask |= bytes;
+            } else {
+                cell.rtag = tag;
+                cell.rsite = me;
+                cell.rmask = bytes;
+                cell.rpc = pc;
+            }
+        }
+    }
+}
+
+// An atomic on a tracked range initializes what it writes and never races.
+__attribute__((noinline)) void note_atomic(ThreadContext& c, const Range& r, uintptr_t address, unsigned int size) {
+    const kd_host_index* ix = &kd_host_index_v1;
+    const unsigned long long block = ix->block.x + (unsigned long long)ix->grid_dim.x * (ix->block.y + (unsigned long long)ix->grid_dim.y * ix->block.z);
+    const uint32_t tag = (c.check.launch & 0xfffu) << 20 | (uint32_t)(block & 0xfffffu);
+    const uintptr_t offset = address - r.base;
+    for (uintptr_t g = offset / 4; g <= (offset + size - 1) / 4 && g * 4 < r.size; ++g) {
+        Cell& cell = r.shadow[g];
+        if (cell.wtag != tag) {
+            cell.wtag = tag;
+            cell.wsite = site_of(0, 0, kManyThreads);
+            cell.wmask = 0;
+            cell.imask = 0;
+        }
+        cell.imask = 0xf;
+    }
+}
+
+__attribute__((always_inline)) inline void on_access(const void* p, unsigned int size, bool write, const void* pc) {
+    ThreadContext* c = tls_context;
+    if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
+    const uintptr_t a = (uintptr_t)p;
+    for (const Range& r : c->check.ranges)
+        if (a - r.base < r.size) return check_access(*c, r, a, size, write, pc);
+}
+
+__attribute__((always_inline)) inline void on_atomic(const volatile void* p, unsigned int size) {
+    ThreadContext* c = tls_context;
+    if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
+    const uintptr_t a = (uintptr_t)p;
+    for (const Range& r : c->check.ranges)
+        if (a - r.base < r.size) return note_atomic(*c, r, a, size);
+}
+
+void resize_shadow(std::vector<Cell>& shadow, size_t bytes) {
+    const size_t cells = (bytes + 3) / 4;
+    if (shadow.size() < cells) shadow.resize(cells, Cell{});
+}
+
+// A seeded permutation of n thread ids (xorshift64*, Fisher-Yates).
+void shuffle_ids(unsigned long long& state, unsigned int* ids, unsigned int n) {
+    for (unsigned int i = n; i > 1; --i) {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        const unsigned int j = (unsigned int)((state * 0x2545f4914f6cdd1dull) >> 33) % i;
+        const unsigned int t = ids[i - 1];
+        ids[i - 1] = ids[j];
+        ids[j] = t;
+    }
+}
+}  // namespace
+
+void Scheduler::shuffle_order(unsigned int* ids, unsigned int n) { shuffle_ids(rng_, ids, n); }
+
+std::string Scheduler::sync_tag() const { return checks_ & kCheckSync ? "[sync] " : ""; }
+
+// The last thread at a block barrier: with the sync check, every waiter must wait at the same
+// barrier (a __syncthreads in divergent code is undefined on a GPU even when every thread reaches
+// one); with a seeded schedule, the waiters resume in a shuffled order.
+void Scheduler::checked_release(kd_host_fiber* last, const char* file, int line) {
+    if (checks_ & kCheckSync) {
+        std::vector<unsigned int> here(1, last->linear), elsewhere;
+        const kd_host_fiber* other = nullptr;
+        for (unsigned int i = 0; i < b_.nwait; ++i) {
+            const kd_host_fiber& f = b_.fibers[b_.waiters[i]];
+            const bool same = f.line == line && (f.file == file || (f.file && file && std::strcmp(f.file, file) == 0));
+            (same ? here : elsewhere).push_back(f.linear);
+            if (!same && other == nullptr) other = &f;
+        }
+        if (other != nullptr) {
+            std::sort(here.begin(), here.end());
+            std::sort(elsewhere.begin(), elsewhere.end());
+            owner_->error = format("[sync] %s: a barrier in divergent code: threads %s are at __syncthreads at %s:%d while "
+                                   "threads %s are at another one at %s:%d (every thread must reach the same barrier)",
+                                   where().c_str(), ranges(here).c_str(), file ? file : "?", line,
+                                   ranges(elsewhere).c_str(), other->file ? other->file : "?", other->line);
+            fail(kLaunchFailed);
+        }
+    }
+    if (seed_) shuffle_order(b_.waiters, b_.nwait);
+}
+
+// The thread-locals of checked modules that are not shared memory, by module (the Python side
+// names them from the module's symbols when it loads it: the guards of statics' initialization).
+struct IgnoredTls {
+    uintptr_t module;
+    size_t offset, size;
+};
+static std::mutex ignored_lock;
+static std::vector<IgnoredTls> ignored_tls;
+
+// ---------------------------------------------------------------------------------------------
+// The entries checked modules call (declared in kd_host.h under KD_CHECKS).
+KD_EXPORT void* kd_host_dynamic_shared_v1(void);
+KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int checks, unsigned long long seed,
+                                      void* tls_anchor) {
+    ThreadContext& c = context();
+    CheckState& k = c.check;
+    k.bits = checks;
+    c.scheduler.set_checks(checks, seed);
+    k.ranges.clear();
+    k.active = (checks & (kCheckRaces | kCheckInit)) != 0;
+    if (!k.active) return;
+    find_module_tls(k, static_cast<const char*>(tls_anchor));
+    k.ignored.clear();
+    {
+        std::lock_guard<std::mutex> hold(ignored_lock);
+        for (const IgnoredTls& i : ignored_tls)
+            if (i.module == k.module_base) k.ignored.emplace_back(i.offset, i.offset + i.size);
+    }
+    if (k.tls) {
+        resize_shadow(k.static_shadow, k.tls_size);
+        k.ranges.push_back(Range{(uintptr_t)k.tls, k.tls_size, k.static_shadow.data(), nullptr, 1, kStaticShared});
+    }
+    if (launch->dynamic_shared) {
+        resize_shadow(k.dynamic_shadow, launch->dynamic_shared);
+        k.ranges.push_back(Range{(uintptr_t)kd_host_dynamic_shared_v1(), launch->dynamic_shared, k.dynamic_shadow.data(),
+                                 nullptr, 1, kDynamicShared});
+    }
+    if (k.registry) {
+        std::lock_guard<std::mutex> hold(k.registry->lock);
+        k.ranges.insert(k.ranges.end(), k.registry->arrays.begin(), k.registry->arrays.end());
+    }
+}
+
+// A kernel's array parameter, registered by every thread's prologue (the first of the launch
+// makes its shadow); races on it are checked from then on.
+KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes, unsigned int elem, const char* name) {
+    ThreadContext* c = tls_context;
+    if (c == nullptr || !(c->check.bits & kCheckRaces) || bytes == 0 || base == nullptr) return;
+    if (shadow_bytes(bytes) > kArrayShadowBytes) return;
+    CheckState& k = c->check;
+    for (const Range& r : k.ranges)
+        if (r.base == (uintptr_t)base && r.kind == kGlobal) return;
+    if (k.registry == nullptr) return;
+    std::lock_guard<std::mutex> hold(k.registry->lock);
+    for (const Range& r : k.registry->arrays) {
+        if (r.base == (uintptr_t)base) {
+            k.ranges.push_back(r);
+            return;
+        }
+    }
+    Cell* shadow = ShadowCache::get().shadow((uintptr_t)base, bytes, k.launch);
+    if (shadow == nullptr) return;  // unchecked rather than failed: the kernel itself is fine
+    const Range r = {(uintptr_t)base, (uintptr_t)bytes, shadow, name, elem, kGlobal};
+    k.registry->arrays.push_back(r);
+    k.ranges.push_back(r);
+}
+
+// Loop mode under a seeded schedule: the order in which block `block`'s n threads run.
+KD_EXPORT const unsigned int* kd_host_check_order_v1(unsigned long long seed, unsigned long long block, unsigned int n) {
+    CheckState& k = context().check;
+    k.order.resize(n);
+    for (unsigned int i = 0; i < n; ++i) k.order[i] = i;
+    unsigned long long state = seed * 0x9e3779b97f4a7c15ull ^ (block + 1);
+    shuffle_ids(state, k.order.data(), n);
+    return k.order.data();
+}
+
+// bounds: an index outside an array parameter's extent (`dims`: its shape, for the message).
+KD_EXPORT __attribute__((noreturn, noinline)) void kd_host_bounds_fail_v1(const char* name, long long index,
+                                                                          unsigned long long extent, const long long* dims,
+                                                                          unsigned int ndim, const kd_host_index* ix) {
+    const void* pc = __builtin_return_address(0);
+    ThreadContext& c = context();
+    std::string shape;
+    if (ndim > 1 && index >= 0) {
+        std::string axes, at;
+        long long rest = index;
+        std::vector<long long> coords(ndim);
+        for (unsigned int a = ndim; a-- > 0;) {
+            const long long d = dims[a] > 0 ? dims[a] : 1;
+            coords[a] = a ? rest % d : rest;
+            rest = a ? rest / d : rest;
+        }
+        for (unsigned int a = 0; a < ndim; ++a) {
+            axes += format("%s%lld", a ? ", " : "", dims[a]);
+            at += format("%s%lld", a ? ", " : "", coords[a]);
+        }
+        shape = format(" (shape (%s): index (%s))", axes.c_str(), at.c_str());
+    }
+    check_fail(c, format("[bounds] kernel '%s' %s: %s[%lld] is outside its extent %llu%s at %s", kernel_name(c),
+                         thread_name(ix).c_str(), name, index, extent, shape.c_str(), site_token(pc).c_str()));
+}
+
+// A checked module's thread-local at [offset, offset + size) of its TLS block is not shared memory.
+KD_EXPORT void kd_host_check_ignore_v1(unsigned long module_base, unsigned long offset, unsigned long size) {
+    std::lock_guard<std::mutex> hold(ignored_lock);
+    ignored_tls.push_back(IgnoredTls{(uintptr_t)module_base, (size_t)offset, (size_t)size});
+}
+
+// The module a code address belongs to (its load address), for the Python side's line tables.
+KD_EXPORT unsigned long kd_host_module_base_v1(const void* address) {
+    Dl_info info;
+    return address && dladdr(address, &info) ? (unsigned long)(uintptr_t)info.dli_fbase : 0;
+}
+
+// The instrumentation's entries (GCC's and Clang's -fsanitize=thread ABI).
+#define KD_TSAN_SIZE(n) \
+    KD_EXPORT void __tsan_read##n(void* p) { on_access(p, n, false, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_write##n(void* p) { on_access(p, n, true, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_unaligned_read##n(void* p) { on_access(p, n, false, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_unaligned_write##n(void* p) { on_access(p, n, true, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_volatile_read##n(void* p) { on_access(p, n, false, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_volatile_write##n(void* p) { on_access(p, n, true, __builtin_return_address(0)); }
+KD_TSAN_SIZE(1)
+KD_TSAN_SIZE(2)
+KD_TSAN_SIZE(4)
+KD_TSAN_SIZE(8)
+KD_TSAN_SIZE(16)
+#undef KD_TSAN_SIZE
+KD_EXPORT void __tsan_read_range(void* p, unsigned long n) {
+    for (unsigned long i = 0; i < n; i += 16) on_access((char*)p + i, n - i < 16 ? (unsigned int)(n - i) : 16, false, __builtin_return_address(0));
+}
+KD_EXPORT void __tsan_write_range(void* p, unsigned long n) {
+    for (unsigned long i = 0; i < n; i += 16) on_access((char*)p + i, n - i < 16 ? (unsigned int)(n - i) : 16, true, __builtin_return_address(0));
+}
+KD_EXPORT void __tsan_func_entry(void*) {}
+KD_EXPORT void __tsan_func_exit(void) {}
+KD_EXPORT void __tsan_init(void) {}
+KD_EXPORT void __tsan_vptr_update(void**, void*) {}
+KD_EXPORT void __tsan_vptr_read(void**) {}
+#define KD_TSAN_ATOMIC(bits, T) \
+    KD_EXPORT T __tsan_atomic##bits##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT void __tsan_atomic##bits##_store(volatile T* a, T v, int) { on_atomic(a, sizeof(T)); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT T __tsan_atomic##bits##_exchange(volatile T* a, T v, int) { on_atomic(a, sizeof(T)); return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT T __tsan_atomic##bits##_fetch_add(volatile T* a, T v, int) { on_atomic(a, sizeof(T)); return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT T __tsan_atomic##bits##_fetch_sub(volatile T* a, T v, int) { on_atomic(a, sizeof(T)); return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT T __tsan_atomic##bits##_fetch_and(volatile T* a, T v, int) { on_atomic(a, sizeof(T)); return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT T __tsan_atomic##bits##_fetch_or(volatile T* a, T v, int) { on_atomic(a, sizeof(T)); return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT T __tsan_atomic##bits##_fetch_xor(volatile T* a, T v, int) { on_atomic(a, sizeof(T)); return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT T __tsan_atomic##bits##_fetch_nand(volatile T* a, T v, int) { on_atomic(a, sizeof(T)); return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
+    KD_EXPORT int __tsan_atomic##bits##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) { \
+        on_atomic(a, sizeof(T)); \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+    } \
+    KD_EXPORT int __tsan_atomic##bits##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) { \
+        on_atomic(a, sizeof(T)); \
+        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+    } \
+    KD_EXPORT T __tsan_atomic##bits##_compare_exchange_val(volatile T* a, T c, T v, int, int) { \
+        on_atomic(a, sizeof(T)); \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
+        return c; \
+    }
+KD_TSAN_ATOMIC(8, unsigned char)
+KD_TSAN_ATOMIC(16, unsigned short)
+KD_TSAN_ATOMIC(32, unsigned int)
+KD_TSAN_ATOMIC(64, unsigned long long)
+#undef KD_TSAN_ATOMIC
+KD_EXPORT void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+KD_EXPORT void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+
+// UndefinedBehaviorSanitizer's handlers (-fsanitize=undefined and -fsanitize=bounds, compiled but
+// not linked against libubsan): every handler's data starts with the source location, which the
+// #line directives make the user's; the launch fails there.
+namespace {
+struct UbsanLocation {
+    const char* file;
+    unsigned int line, column;
+};
+struct UbsanType {
+    unsigned short kind, info;
+    char name[1];
+};
+[[noreturn]] void ubsan_fail(const void* data, const char* tag, const std::string& what) {
+    const UbsanLocation* at = static_cast<const UbsanLocation*>(data);
+    ThreadContext& c = context();
+    check_fail(c, format("[%s] kernel '%s' %s: %s at %s:%u", tag, kernel_name(c), thread_name(&kd_host_index_v1).c_str(),
+                         what.c_str(), at && at->file ? at->file : "?", at ? at->line : 0));
+}
+}  // namespace
+#define KD_UBSAN(name, tag, what) \
+    KD_EXPORT void __ubsan_handle_##name(void* data, ...) { ubsan_fail(data, tag, what); } \
+    KD_EXPORT void __ubsan_handle_##name##_abort(void* data, ...) { ubsan_fail(data, tag, what); }
+KD_UBSAN(add_overflow, "undefined", "signed integer overflow in +")
+KD_UBSAN(sub_overflow, "undefined", "signed integer overflow in -")
+KD_UBSAN(mul_overflow, "undefined", "signed integer overflow in *")
+KD_UBSAN(negate_overflow, "undefined", "signed integer overflow in unary -")
+KD_UBSAN(divrem_overflow, "undefined", "integer division by zero or overflow")
+KD_UBSAN(shift_out_of_bounds, "undefined", "a shift by a negative amount or past the type's width")
+KD_UBSAN(vla_bound_not_positive, "undefined", "a variable-length array of non-positive size")
+KD_UBSAN(float_cast_overflow, "undefined", "a floating value that does not fit the integer type it is converted to")
+KD_UBSAN(load_invalid_value, "undefined", "a load of a value invalid for its type (bool or enum)")
+KD_UBSAN(missing_return, "undefined", "the end of a value-returning function without a return")
+KD_UBSAN(nonnull_arg, "undefined", "a null pointer passed as a nonnull argument")
+KD_UBSAN(nonnull_return_v1, "undefined", "a null pointer returned from a returns_nonnull function")
+KD_UBSAN(pointer_overflow, "undefined", "pointer arithmetic that overflows")
+KD_UBSAN(invalid_builtin, "undefined", "a builtin called with an invalid argument (__builtin_clz(0) or ctz(0))")
+KD_UBSAN(builtin_unreachable, "undefined", "__builtin_unreachable reached")
+#undef KD_UBSAN
+namespace {
+[[noreturn]] void ubsan_out_of_bounds(void* data, unsigned long index) {
+    struct Data {
+        UbsanLocation at;
+        const UbsanType* array;
+        const UbsanType* index;
+    };
+    const Data* d = static_cast<const Data*>(data);
+    const bool is_signed = d->index && (d->index->info & 1);
+    const unsigned int bits = d->index ? 1u << (d->index->info >> 1) : 64;
+    const long long value = is_signed && bits < 64 ? (long long)(index << (64 - bits)) >> (64 - bits) : (long long)index;
+    ubsan_fail(data, "bounds", format("index %lld is outside the array of type %s", value, d->array ? d->array->name : "?"));
+}
+}  // namespace
+namespace {
+// A null or misaligned pointer, or (object-size) an access past the end of the object it points into.
+[[noreturn]] void ubsan_type_mismatch(void* data, unsigned long pointer) {
+    struct Data {
+        UbsanLocation at;
+        const UbsanType* type;
+        unsigned char log_alignment, kind;
+    };
+    const Data* d = static_cast<const Data*>(data);
+    const char* type = d->type ? d->type->name : "?";
+    if (pointer == 0) ubsan_fail(data, "undefined", format("a null pointer to %s dereferenced", type));
+    if (pointer & ((1ul << d->log_alignment) - 1))
+        ubsan_fail(data, "undefined", format("a pointer to %s misaligned for its type (address 0x%lx)", type, pointer));
+    ubsan_fail(data, "bounds", format("an access to %s past the end of the object it points into", type));
+}
+}  // namespace
+KD_EXPORT void __ubsan_handle_type_mismatch_v1(void* data, unsigned long pointer) { ubsan_type_mismatch(data, pointer); }
+KD_EXPORT void __ubsan_handle_type_mismatch_v1_abort(void* data, unsigned long pointer) { ubsan_type_mismatch(data, pointer); }
+KD_EXPORT void __ubsan_handle_out_of_bounds(void* data, unsigned long index) { ubsan_out_of_bounds(data, index); }
+KD_EXPORT void __ubsan_handle_out_of_bounds_abort(void* data, unsigned long index) { ubsan_out_of_bounds(data, index); }
+
+namespace {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
