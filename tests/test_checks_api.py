@@ -53,9 +53,13 @@ def neighbours(y: kd.Out[kd.float32, Literal[64]]) -> str:
     """
 
 
-def body_line(kernel: str, line: int) -> str:
-    """How a report names line ``line`` of ``kernel``'s body: the rendered source's ``#line`` file."""
-    return f"{kernel}.body:{line}"
+def body_line(kernel: str, line: int, source: str | Path = __file__) -> str:
+    """How a report names line ``line`` of ``kernel``'s body: the ``#line`` directives place it in
+    the .py file that declares the kernel, ``line`` lines below the ``return`` that opens it."""
+    lines = Path(source).read_text().splitlines()
+    start = next(k for k, text in enumerate(lines) if text.startswith(f"def {kernel}("))
+    opening = next(k for k in range(start, len(lines)) if lines[k].strip() in ('return """', "return '''"))
+    return f"{source}:{opening + 1 + line}"
 
 
 def vectors(session: Any, length: int) -> tuple[Any, Any]:
@@ -173,8 +177,8 @@ n = NewType("n", int)
 def copy(y: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
     return '''
     unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n + {extra}) y[i] = x[i];
-    '''.replace("{extra}", "EXTRA")
+    if (i < n + EXTRA) y[i] = x[i];
+    '''
 
 x = np.ones(100, np.float32)
 try:
@@ -202,7 +206,10 @@ def test_kerneldsl_check_reports_each_finding_at_its_line_even_when_the_script_c
     done = run_check(tmp_path, extra=1)
     assert done.returncode == 1, done.stderr
     assert "the script ran to its end" in done.stdout
-    assert "finding 1 [bounds]: kernel 'kd_copy'" in done.stdout and f"at {body_line('copy', 2)}" in done.stdout
+    assert (
+        "finding 1 [bounds]: kernel 'kd_copy'" in done.stdout
+        and f"at {body_line('copy', 2, tmp_path / 'script.py')}" in done.stdout
+    )
     assert "kerneldsl check: 1 finding (bounds,races,init,sync,undefined)" in done.stdout
 
 
@@ -247,7 +254,9 @@ def test_address_sanitizer_follows_fibers_and_names_the_line(tmp_path: Path) -> 
     argv = [sys.executable, str(script)]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert done.returncode == ADDRESS_EXIT, done.stderr[-2000:]
-    assert "AddressSanitizer: stack-buffer-overflow" in done.stderr and body_line("window_sum", 6) in done.stderr
+    assert (
+        "AddressSanitizer: stack-buffer-overflow" in done.stderr and body_line("window_sum", 6, script) in done.stderr
+    )
 
 
 def test_an_address_session_without_the_sanitizer_runtime_is_refused() -> None:
