@@ -193,9 +193,11 @@ def test_reduction_templates_are_one_a_stage_with_the_accumulator_chosen_in_pyth
 
     templates = sorted(set(kernel._TEMPLATES.values()))
     assert templates == [
-        f"reduction_{s}.cu.j2" for s in ("columns", "full", "gather", "host", "lines", "rows", "segments", "slabs")
-    ]  # reduction_host: the CPU device's stages, a thread a run (host-rows, host-columns)
+        f"reduction_{s}.cu.j2"
+        for s in ("columns", "full", "gather", "host_columns", "host_rows", "lines", "rows", "segments", "slabs")
+    ]  # reduction_host_*: the CPU device's stages, a thread a run
     shared = ["reduction.cuh.j2", "reduction_value.cuh.j2", "reduction_indexed.cuh.j2"]
+    shared += ["reduction_host.cuh.j2", "reduction_host_value.cuh.j2", "reduction_host_indexed.cuh.j2"]
     for name in templates + shared:
         text = (templates_dir() / name).read_text()
         tests = re.findall(r"{%-?\s*(?:el)?if\s+([^%]*)%}", text)

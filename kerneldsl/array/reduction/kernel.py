@@ -1,8 +1,9 @@
 """Reduction kernels: the parameters a variant takes and its body rendered from the stage's
 template (``reduction_full``, ``_rows``, ``_columns``, ``_slabs``, ``_segments``, ``_lines``, ``_gather``,
-and the CPU device's ``_host``.cu.j2, sharing
-``reduction.cuh.j2``), with the accumulator's macros chosen here: ``reduction_value.cuh.j2`` or,
-for argmax/argmin, ``reduction_indexed.cuh.j2``."""
+and the CPU device's ``_host_rows`` and ``_host_columns``.cu.j2 over ``reduction_host.cuh.j2``),
+sharing ``reduction.cuh.j2``, with the accumulator's macros chosen here: ``reduction_value.cuh.j2``
+or, for argmax/argmin, ``reduction_indexed.cuh.j2``, and likewise how a host row folds a run:
+``reduction_host_value.cuh.j2`` or ``reduction_host_indexed.cuh.j2``."""
 
 from __future__ import annotations
 
@@ -40,8 +41,8 @@ _TEMPLATES = {
     "segments": "reduction_segments.cu.j2",
     "lines": "reduction_lines.cu.j2",
     "slabs": "reduction_slabs.cu.j2",
-    "host-rows": "reduction_host.cu.j2",
-    "host-columns": "reduction_host.cu.j2",
+    "host-rows": "reduction_host_rows.cu.j2",
+    "host-columns": "reduction_host_columns.cu.j2",
 }
 HOST_STAGES = {  # the CPU device's stages (a thread a run: blocks of one thread), as Decisions.host_plan says them
     "host-rows": "a thread folds each run of a row into {lanes} accumulators (no barrier or collective)",
@@ -137,6 +138,7 @@ def _context(
         along=along,
         vec=vector_width(program),
         accumulator="reduction_indexed.cuh.j2" if reducer.indexed else "reduction_value.cuh.j2",
+        host_row="reduction_host_indexed.cuh.j2" if reducer.indexed else "reduction_host_value.cuh.j2",
         indexed=reducer.indexed,
         size_expr=" * ".join(f"(index_t)kdd{j}" for j in range(geometry.ndim)) or "1",
         dims=[f"kdd{j}" for j in range(geometry.ndim)],
