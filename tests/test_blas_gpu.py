@@ -387,7 +387,8 @@ def test_exit_with_a_live_handle_is_clean() -> None:
     script = textwrap.dedent(
         """
         import numpy as np
-        from kerneldsl import blas, fastpath
+        from kerneldsl import blas
+        from kerneldsl.launch import fastpath
         from kerneldsl.blas import lt_config
         from kerneldsl.runtime import Session
         s = Session(0)

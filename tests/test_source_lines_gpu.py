@@ -27,7 +27,8 @@ def store_line() -> int:
 
 
 def run_script(*prefix: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "KERNELDSL_CACHE_DIR": str(cache)}
+    path = os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH"))))  # where the GPU machine has wheels
+    env = {**os.environ, "PYTHONPATH": path, "KERNELDSL_CACHE_DIR": str(cache)}
     argv = [*prefix, sys.executable, str(SCRIPT)]
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300, check=False, cwd=ROOT)
 

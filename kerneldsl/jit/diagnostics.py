@@ -184,13 +184,15 @@ def _echo(log_lines: list[str], i: int) -> str | None:
 
 
 def _closes_body(source_lines: list[str], file: str, reported: int) -> bool:
-    """Whether generated line ``reported`` of ``file`` is the "}" that the kernel template puts
-    right after the body's directive back to the generated file."""
-    return (
-        2 <= reported <= len(source_lines)
-        and source_lines[reported - 1].strip() == "}"
-        and source_lines[reported - 2] == f'#line {reported} "{file}"'
-    )
+    """Whether generated line ``reported`` of ``file`` is the first "}" after the body's directive
+    back to the generated file: the kernel's own, or (in a checked CPU-device build) the close of
+    the checked arrays' scope, with only that scope's conditional lines in between."""
+    if not 2 <= reported <= len(source_lines) or source_lines[reported - 1].strip() != "}":
+        return False
+    line = reported - 1
+    while line > 1 and (source_lines[line - 1].strip() == "}" or source_lines[line - 1].startswith(("#if", "#endif"))):
+        line -= 1
+    return source_lines[line - 1] == f'#line {line + 1} "{file}"'
 
 
 def _end_entry(

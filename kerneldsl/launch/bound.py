@@ -163,7 +163,7 @@ def stage_host_call(
     """
     session = bound.session
     hosts = [a for p, a in zip(sig.runtime_params, args) if isinstance(p, ArrayParam) and isinstance(a, np.ndarray)]
-    buf = session.host_staging(staged_bytes(hosts)) if stream is None else None
+    buf = session.staging.acquire(staged_bytes(hosts)) if stream is None else None
     if buf is None:
         _direct_host_call(bound, sig, args, grid, block, shared, stream)
         return
@@ -186,7 +186,7 @@ def stage_host_call(
         buf.run(uploads, lambda: bound.call(*device_args, grid, block, shared, None), downloads)
         done = True
     finally:
-        session.return_staging(buf, done)
+        session.staging.give_back(buf, done)
 
 
 def _direct_host_call(

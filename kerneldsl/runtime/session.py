@@ -73,15 +73,13 @@ class Session(Generic[ArrayT]):
     def __init__(
         self, device: DeviceSpec | None = None, pool_limit: int | None = None, checks: str | None = None
     ) -> None:
-        """``device``: a GPU ordinal or ``"cpu"`` (the CPU device); None picks as
-        ``selection.resolve_device`` says. ``pool_limit``: the most bytes this session's memory
-        pool may hold (default: ``$KERNELDSL_POOL_LIMIT``, else no cap but the device's memory).
-        ``checks``: checked execution on the CPU device (``"bounds,races"``, ``"all"``; default
-        ``$KERNELDSL_CHECKS``, else none; see ``kerneldsl.runtime.checks``)."""
+        """``device``: a GPU ordinal or ``"cpu"`` (the CPU device); None picks as ``selection.resolve_device``
+        says. ``pool_limit``: the most bytes this session's memory pool may hold (default:
+        ``$KERNELDSL_POOL_LIMIT``, else no cap but the device's memory). ``checks``: checked execution on
+        the CPU device (``"all"``, ``"bounds,races"``; default ``$KERNELDSL_CHECKS``; see ``runtime.checks``)."""
         limit = resolve_pool_limit(pool_limit)
         self.device: DeviceSpec = resolve_device(device)
         host = self.device == CPU
-        self.checks = session_checks(checks, host)
         self.api: Any = (d := _bindings_of(host))  # the driver bindings this session's handles belong to
         self.pid = os.getpid()
         self.generation = registry.generation
@@ -93,11 +91,11 @@ class Session(Generic[ArrayT]):
         self.modules: list[module.Module] = []  # loaded, kept until close (or Module.close)
         self.captures: list[graph.Graph] = []  # graphs being captured now (see graph.capture)
         self.vendors = VendorHandles(self)  # library handles (cuBLAS, ...): see vendor_handle()
-        self._staging = staging.StagingPool(self)
+        self.staging = staging.StagingPool(self)
         self._poison: StickyCudaError | None = None
         self._forked = False
         self._state = OPEN
-        self.gpu = Device(d, 0 if host else int(self.device), host, output_for(self.checks))
+        self.gpu = Device(d, 0 if host else int(self.device), host, output_for(session_checks(checks, host)))
         self.context = Context(d, self.gpu)
         self.context_address = self.context.address
         self._activation = Activation(self, self.context, checked=True)
@@ -288,21 +286,6 @@ class Session(Generic[ArrayT]):
 
     def pinned_empty(self, shape: Any, dtype: Any = np.float32) -> memory.PinnedArray:
         return memory.pinned_empty(self, shape, dtype)
-
-    def host_staging(self, nbytes: int) -> staging.StagingBuffer | None:
-        """Lend a pinned buffer of at least ``nbytes`` to stage one call's host transfers through
-        (see ``runtime.staging``); None when the call should copy directly: too large, every
-        buffer lent, or a graph being captured. Give it back with ``return_staging``."""
-        if self.captures:
-            return None
-        return self._staging.acquire(nbytes)
-
-    def return_staging(self, buf: staging.StagingBuffer, done: bool) -> None:
-        """Take back a lent buffer; ``done``: its transfers finished (else it is kept alive, not reused)."""
-        if done:
-            self._staging.release(buf)
-        else:
-            self._staging.discard(buf)
 
     def create_stream(self) -> Stream:
         """A new stream: pass it as ``stream=``; order it after the session stream with ``wait(event)``."""

@@ -143,9 +143,10 @@ class StagingPool:
         # script's only one) should not pay for pinning a buffer it never reuses
 
     def acquire(self, nbytes: int) -> StagingBuffer | None:
-        """A buffer of at least ``nbytes``, or None: too large, every buffer already lent, or the
-        session's first staged call."""
-        if nbytes > STAGE_LIMIT:
+        """Lend a buffer of at least ``nbytes`` to stage one call's host transfers through, or
+        None when the call should copy directly: too large, every buffer already lent, a graph
+        being captured, or the session's first staged call. Give it back with ``give_back``."""
+        if nbytes > STAGE_LIMIT or self._session.captures:
             return None
         stale = None
         with self._lock:
@@ -169,6 +170,13 @@ class StagingPool:
             with self._lock:
                 self._count -= 1
             raise
+
+    def give_back(self, buf: StagingBuffer, done: bool) -> None:
+        """Take back a lent buffer; ``done``: its transfers finished (else it is kept alive, not reused)."""
+        if done:
+            self.release(buf)
+        else:
+            self.discard(buf)
 
     def release(self, buf: StagingBuffer) -> None:
         """Take ``buf`` back once its transfers are done (its event completed)."""

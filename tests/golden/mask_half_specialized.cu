@@ -198,10 +198,22 @@ extern "C" __global__ void kd_mask_half(
     [[maybe_unused]] const index_t out_stride0 = 1;
     [[maybe_unused]] const index_t x_stride0 = 1;
     [[maybe_unused]] const index_t keep_stride0 = 1;
+#if defined(KD_HOST_EMULATION) && KD_CHECKS
+    const auto kd_bounds_out = kd_host::check_array(out, "out", kd_host::shape{ {n}, 1 });
+    const auto kd_bounds_x = kd_host::check_array(x, "x", kd_host::shape{ {n}, 1 });
+    const auto kd_bounds_keep = kd_host::check_array(keep, "keep", kd_host::shape{ {n}, 1 });
+    {
+    auto out = kd_bounds_out;
+    auto x = kd_bounds_x;
+    auto keep = kd_bounds_keep;
+#endif
 #line +34 "THIS_FILE"
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = keep[i] ? x[i] : fill;
-#line 205 "kd_mask_half.cu"
+#line 214 "kd_mask_half.cu"
+#if defined(KD_HOST_EMULATION) && KD_CHECKS
+    }
+#endif
 }
 #ifdef KD_HOST_EMULATION
 KD_HOST_KERNEL(kd_mask_half, kd_half*, const kd_half*, const bool*, kd_half)

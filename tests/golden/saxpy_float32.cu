@@ -117,10 +117,20 @@ extern "C" __global__ void kd_saxpy(
 {
     [[maybe_unused]] const index_t y_stride0 = 1;
     [[maybe_unused]] const index_t x_stride0 = 1;
+#if defined(KD_HOST_EMULATION) && KD_CHECKS
+    const auto kd_bounds_y = kd_host::check_array(y, "y", kd_host::shape{ {n}, 1 });
+    const auto kd_bounds_x = kd_host::check_array(x, "x", kd_host::shape{ {n}, 1 });
+    {
+    auto y = kd_bounds_y;
+    auto x = kd_bounds_x;
+#endif
 #line +3 "THIS_FILE"
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = alpha * x[i] + y[i];
-#line 124 "kd_saxpy.cu"
+#line 131 "kd_saxpy.cu"
+#if defined(KD_HOST_EMULATION) && KD_CHECKS
+    }
+#endif
 }
 #ifdef KD_HOST_EMULATION
 KD_HOST_KERNEL(kd_saxpy, float*, const float*, float, index_t)

@@ -124,6 +124,15 @@ extern "C" __global__ void kd_scale_rows(
     [[maybe_unused]] const index_t a_stride0 = n;
     [[maybe_unused]] const index_t a_stride1 = 1;
     [[maybe_unused]] const index_t w_stride0 = 1;
+#if defined(KD_HOST_EMULATION) && KD_CHECKS
+    const auto kd_bounds_out = kd_host::check_array(out, "out", kd_host::shape{ {m, n}, 2 });
+    const auto kd_bounds_a = kd_host::check_array(a, "a", kd_host::shape{ {m, n}, 2 });
+    const auto kd_bounds_w = kd_host::check_array(w, "w", kd_host::shape{ {4}, 1 });
+    {
+    auto out = kd_bounds_out;
+    auto a = kd_bounds_a;
+    auto w = kd_bounds_w;
+#endif
 #line +19 "THIS_FILE"
     index_t col = blockIdx.x * blockDim.x + threadIdx.x;
     index_t row = blockIdx.y * blockDim.y + threadIdx.y;
@@ -132,7 +141,10 @@ extern "C" __global__ void kd_scale_rows(
         if (RELU && v < 0.0f) v = 0.0f;
         out[row * out_stride0 + col] = v;
     }
-#line 136 "kd_scale_rows.cu"
+#line 145 "kd_scale_rows.cu"
+#if defined(KD_HOST_EMULATION) && KD_CHECKS
+    }
+#endif
 }
 #ifdef KD_HOST_EMULATION
 KD_HOST_KERNEL(kd_scale_rows, float*, const float*, const float*, int, index_t, index_t)
