@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kerneldsl.bench.report import META, markdown, print_json
+from kerneldsl.bench.report import META, markdown, print_json, run_sections
 from kerneldsl.cli import main
 
 RECORDED = {
@@ -33,6 +33,24 @@ def _write(tmp_path: Path, name: str, document: dict[str, object]) -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(document))
     return path
+
+
+def _noisy_section(args: argparse.Namespace) -> dict[str, float]:
+    print("note: a baseline was skipped")
+    return {"figure": 1.0}
+
+
+def test_a_json_run_prints_only_json_on_stdout_and_its_notes_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    run_sections({"noisy": ("section", _noisy_section)}, argparse.Namespace(json=True, only=None))
+    out, err = capsys.readouterr()
+    assert json.loads(out)["section"] == {"figure": 1.0}
+    assert "note: a baseline was skipped" in err
+
+
+def test_a_table_run_prints_its_notes_with_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    run_sections({"noisy": ("section", _noisy_section)}, argparse.Namespace(json=False, only=None))
+    out = capsys.readouterr().out
+    assert "note: a baseline was skipped" in out and "figure" in out
 
 
 def test_a_json_run_records_its_command_date_and_machine(capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,10 +9,12 @@ into the Markdown page of benchmark results, which is never written by hand.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
@@ -52,12 +54,15 @@ Section = tuple[str, Callable[[argparse.Namespace], dict[str, float]]]  # (title
 
 def run_sections(sections: Mapping[str, Section], args: argparse.Namespace) -> Report:
     """Run the sections ``args.only`` names (all by default), printing each as it finishes so a
-    later section's failure loses none before it; ``args.json`` prints them all at the end."""
+    later section's failure loses none before it; ``args.json`` prints them all at the end, and
+    then stdout holds that JSON alone: what a section prints as it runs (a skipped section's
+    reason, a tuner's listing) goes to stderr."""
     report: Report = {}
     for key, (title, bench) in sections.items():
         if args.only and key not in args.only:
             continue
-        report[title] = bench(args)
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            report[title] = bench(args)
         if not args.json:
             print_report({title: report[title]}, args)
     if args.json:
