@@ -22,7 +22,10 @@ def test_the_cpu_section_reports_every_contender_and_the_targets_ratios(clock: s
     ours = figures[torch_bench.OURS]
     custom = figures[torch_bench.CUSTOM]
     assert min(direct, baseline, ours, custom) > 0
-    assert figures["dispatcher floor: an operator returning its input (µs)"] > 0
+    assert figures[torch_bench.FLOOR_IDENTITY] > 0
+    assert figures["kd.torch.op above the allocating floor operator (µs)"] == pytest.approx(
+        ours - figures[torch_bench.FLOOR_ALLOCATE]
+    )
     assert figures["kd.torch.op above the allocating direct call (µs, target <= 2)"] == pytest.approx(ours - baseline)
     assert figures["kd.torch.op above the preallocated direct call (µs)"] == pytest.approx(ours - direct)
     assert figures["kd.torch.op overhead / custom_op's (target <= 0.5)"] == pytest.approx(
