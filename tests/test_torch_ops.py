@@ -273,6 +273,58 @@ def test_a_warm_call_after_a_wrong_one_runs_as_before(gen: torch.Generator) -> N
     torch.testing.assert_close(row_sums(x), x.sum(dim=1))
 
 
+def test_a_warm_call_after_its_session_closed_runs_in_a_new_one(
+    gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kerneldsl.torch import tensors
+
+    opened: list[kd.Session] = []
+
+    def fresh_session(device: str) -> kd.Session:
+        opened.append(kd.Session(device))
+        return opened[-1]
+
+    monkeypatch.setattr(tensors, "_devices", {})
+    monkeypatch.setattr(tensors, "default_session", fresh_session)
+    x = torch.randn(37, generator=gen)
+    try:
+        for alpha in (2.0, 3.0):  # the first call keeps arrays of the session, the second reuses them
+            assert torch.equal(scale(x, alpha), x * alpha)
+        opened[0].close()
+        assert torch.equal(scale(x, 4.0), x * 4.0)
+        assert len(opened) == 2 and not opened[1].closed
+    finally:
+        for session in opened:
+            session.close()
+
+
+def test_the_cuda_warm_call_launches_on_the_stream_torch_reports(
+    gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the warm call bound to the CUDA key, fed CPU tensors: torch's stream query stands in for a
+    # handle the CPU device's session owns, which the device has wrapped as torch's stream
+    from kerneldsl.torch.tensors import _borrowed_stream, device_of
+
+    warm = scale._run.impls["CUDA"]
+    device = device_of(torch.empty(1))
+    owner = kd.Stream(device.session)
+    borrowed = _borrowed_stream(device.session, owner.handle)
+    queried: list[object] = []
+    monkeypatch.setitem(warm.__globals__, "raw_stream", lambda ordinal: queried.append(ordinal) or owner.handle)
+    monkeypatch.setitem(device.streams, owner.handle, borrowed)
+    x = torch.randn(29, generator=gen)
+    try:
+        for alpha in (2.0, 3.0):  # the first call keeps the arrays, the second launches from them
+            y = warm(x, alpha)
+            device.session.stream.wait(device.session.create_event(timing=False).record(borrowed))
+            device.session.synchronize()
+            assert torch.equal(y, x * alpha)
+        assert queried == [None]  # the warm call asked torch for the stream of the tensors' device
+    finally:
+        borrowed.close()
+        owner.close()
+
+
 # --- binding errors: the same in eager calls and at trace time -----------------------------------
 
 

@@ -70,8 +70,7 @@ class OpDeclaration:
         """The operator's schema without its name: ``(Tensor x, Scalar alpha) -> Tensor``."""
         aliases = iter(_ALIASES)
         args = []
-        defaults_allowed = _defaults_allowed(self.positional)
-        for p, may_default in zip(self.positional, defaults_allowed):
+        for p, may_default in zip(self.positional, defaults_allowed(self.positional)):
             if isinstance(p, ArrayParam):
                 args.append(f"Tensor({next(aliases)}!) {p.name}" if p.direction == "inout" else f"Tensor {p.name}")
             else:
@@ -86,7 +85,7 @@ class OpDeclaration:
         return f"({listed}) -> {returns}"
 
 
-def _defaults_allowed(params: tuple[ArrayParam | ScalarParam, ...]) -> list[bool]:
+def defaults_allowed(params: tuple[ArrayParam | ScalarParam, ...]) -> list[bool]:
     """A positional default stays in the schema only when every later positional argument has
     one too (a schema, like Python, has no required argument after a default one)."""
     allowed, tail = [], True

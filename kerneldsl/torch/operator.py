@@ -8,29 +8,31 @@ kerneldsl kernels index their arrays as C-contiguous, so Inductor hands it conti
 eager call makes a strided input contiguous (a copy) and refuses a strided ``InOut``.
 
 The implementation bound to the dispatcher is, for a kernel, a function generated once per
-operator (``templates/torch_warm.py.j2``): a warm call makes one key (thread, device, each input's
-shape, dtype and alignment), finds the arrays kept for it, points them at the tensors, allocates
-each output (``torch.empty_like`` of the input it is the twin of, else ``torch.empty`` of the
-recorded shape and dtype) and calls the kernel (its C launch path). The general path, which
-checks everything, serves a key's first call, anything the warm call does not take, and fused
-functions. Nothing synchronizes.
+operator and dispatch key (``templates/torch/warm.py.j2``): a warm call makes one key (thread,
+for CUDA the device, each input's shape, dtype and alignment), finds the arrays kept for it,
+points them at the tensors, allocates each output (``torch.empty_like`` of the input it is the
+twin of, else ``torch.empty`` of the recorded shape and dtype) and calls the kernel (its C launch
+path; for CUDA on torch's current stream). The general path, which checks everything, serves a
+key's first call, anything the warm call does not take, and fused functions. Nothing
+synchronizes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from threading import get_ident
 from typing import Any, cast
 
 import torch
-from torch import Tensor, empty, empty_like
+from torch import empty, empty_like
 
 from ..dtypes import is_dtype_name
-from ..errors import TorchOpError
+from ..errors import ClosedError, TorchOpError
 from ..jit.codegen import render
 from ..jit.signature import ArrayParam, ScalarParam
 from .autograd import refuse_mutating, register_backward
-from .declaration import OpDeclaration, read_declaration, split_name
+from .declaration import OpDeclaration, defaults_allowed, read_declaration, split_name
 from .shapes import bind_outputs
 from .tensors import MAX_ADOPTED, Device, device_of, torch_dtype
 
@@ -80,8 +82,8 @@ class TorchOp:
         namespace = self.qualname.split("::")[0]
         self.overload: torch._ops.OpOverload = getattr(getattr(torch.ops, namespace), name).default
         self._run = _Runner(self.declaration, self.target)
-        self._library.impl(name, self._run.impl, "CPU")
-        self._library.impl(name, self._run.impl, "CUDA")
+        self._library.impl(name, self._run.impls["CPU"], "CPU")
+        self._library.impl(name, self._run.impls["CUDA"], "CUDA")
         torch.library.register_fake(self.qualname, self._fake, lib=self._library)
         if backward is not None:
             self.backward = TorchOp(f"{self.qualname}_backward", backward)
@@ -122,10 +124,11 @@ def _returned(outs: tuple[torch.Tensor, ...]) -> Any:
 
 
 class _Kept:
-    """What the warm calls of one key reuse: the device, the arrays kept for its inputs then
-    its outputs, and the outputs' shapes and dtypes (for those that are no input's twin)."""
+    """What the warm calls of one key reuse: the device (its place, its CUDA ordinal and wrapped
+    streams), the arrays kept for its inputs then its outputs, and the outputs' shapes and dtypes
+    (for those that are no input's twin)."""
 
-    __slots__ = ("device", "session", "place", "arrays", "shapes", "dtypes")
+    __slots__ = ("device", "place", "ordinal", "streams", "arrays", "shapes", "dtypes")
 
     def __init__(
         self,
@@ -135,8 +138,9 @@ class _Kept:
         dtypes: tuple[torch.dtype, ...],
     ) -> None:
         self.device = device
-        self.session = device.session
         self.place = device.place
+        self.ordinal = device.ordinal
+        self.streams = device.streams
         self.arrays = arrays
         self.shapes = shapes
         self.dtypes = dtypes
@@ -151,9 +155,9 @@ class _Runner:
     argument), read with no checks. When reading fails, the call raises what ``bind_outputs``
     raises; a mismatch reading does not see (two inputs disagreeing on a symbol) is the kernel's
     own binding error, of the same class. A fused function broadcasts instead of binding, so its
-    calls run ``bind_outputs`` first. ``impl``, what the dispatcher calls, is the generated warm
-    call where the declaration allows one (a kernel without size or dtype arguments), else this
-    general path.
+    calls run ``bind_outputs`` first. ``impls``, what the dispatcher calls for its CPU and CUDA
+    keys, are the generated warm calls where the declaration allows them (a kernel without size
+    or dtype arguments), else this general path.
     """
 
     def __init__(self, decl: OpDeclaration, target: Any) -> None:
@@ -191,17 +195,20 @@ class _Runner:
         self.single = len(decl.outputs) == 1
         # the warm path: kernels whose outputs' shapes and dtypes follow from the inputs' alone
         # (keywords, if any, are constants passed through); a fused function broadcasts, so it binds
-        self.kept: dict[tuple[Any, ...], _Kept] = {}
+        self.kept: dict[str, dict[tuple[Any, ...], _Kept]] = {"CPU": {}, "CUDA": {}}
         warm = not self.fused and not decl.sizes and not decl.dtype_args
-        self.impl: Callable[..., Any] = self._warm_function() if warm else self
+        self.impls: dict[str, Callable[..., Any]] = {
+            key: self._warm_function(key) if warm else self for key in ("CPU", "CUDA")
+        }
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Any call, by the general path."""
         return self._returned(self._general(args, kwargs))
 
-    def _warm_function(self) -> Callable[..., Any]:
-        """The generated warm call (``templates/torch_warm.py.j2``): straight-line code for this
-        declaration's arguments, with the general path (``__call__``) for anything it does not take."""
+    def _warm_function(self, dispatch_key: str) -> Callable[..., Any]:
+        """The generated warm call for ``dispatch_key`` (``templates/torch/warm.py.j2``): straight-line
+        code for this declaration's arguments, with the general path (``__call__``) for anything it
+        does not take. The dispatcher hands it a Tensor for every tensor argument (the schema says so)."""
         slots: list[str] = [""] * self.width
         for slot, i, _, _ in self.arrays:
             slots[slot] = f"a{i}"
@@ -209,28 +216,37 @@ class _Runner:
             slots[slot] = f"s{i}"
         for j, (slot, _, _, _, _) in enumerate(self.outputs):
             slots[slot] = f"b{j}"
+        positional = self.decl.positional
+        names = [f"{'t' if isinstance(p, ArrayParam) else 's'}{i}" for i, p in enumerate(positional)]
+        # an argument equal to its schema default is left out by the dispatcher: it takes the default
+        params = [f"{n}=d{i}" if d else n for i, (n, d) in enumerate(zip(names, defaults_allowed(positional)))]
         source = render(
-            "torch_warm.py.j2",
+            "torch/warm.py.j2",
             op=self.decl.op,
-            npos=len(self.decl.positional),
-            names=[f"{'t' if isinstance(p, ArrayParam) else 's'}{i}" for i, p in enumerate(self.decl.positional)],
+            cuda=dispatch_key == "CUDA",
+            names=names,
+            params=params,
+            keywords=bool(self.consts),
             arrays=[i for _, i, _, _ in self.arrays],
             kept=[f"a{i}" for _, i, _, _ in self.arrays] + [f"b{j}" for j in range(len(self.outputs))],
             outputs=[twin for _, _, _, _, twin in self.outputs],
             call=slots,
         )
+        table = self.kept[dispatch_key]
         namespace: dict[str, Any] = {
-            "Tensor": Tensor,
             "empty": empty,
             "empty_like": empty_like,
             "get_ident": get_ident,
-            "table": self.kept,
-            "padding": tuple(None if isinstance(p, ArrayParam) else p.default for p in self.decl.positional),
+            "ClosedError": ClosedError,
+            "table": table,
             "general": self._general_returned,
-            "first": self._first,
+            "first": partial(self._first, table),
             "target": self.target,
+            **{f"d{i}": p.default for i, p in enumerate(positional) if isinstance(p, ScalarParam)},
         }
-        exec(compile(source, f"<kerneldsl torch op {self.decl.op}>", "exec"), namespace)
+        if dispatch_key == "CUDA":  # a CPU build of torch has no CUDA tensors, and no such function
+            namespace["raw_stream"] = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        exec(compile(source, f"<kerneldsl torch op {self.decl.op} {dispatch_key}>", "exec"), namespace)
         warm: Callable[..., Any] = namespace["warm"]
         return warm
 
@@ -241,9 +257,12 @@ class _Runner:
     def _returned(self, outs: list[torch.Tensor]) -> Any:
         return outs[0] if self.single else (tuple(outs) or None)
 
-    def _first(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The general path, then what later calls of this key reuse: arrays borrowed from the
-        inputs and outputs (holding no reference to any tensor) and the outputs' shapes and dtypes."""
+    def _first(
+        self, table: dict[tuple[Any, ...], _Kept], key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """The general path, then what later calls of this key reuse (kept in ``table``, a warm
+        call's): arrays borrowed from the inputs and outputs (holding no reference to any tensor)
+        and the outputs' shapes and dtypes."""
         outs = self._general(args, kwargs)
         if any(t.data_ptr() % 16 for t in outs):
             return self._returned(outs)
@@ -251,9 +270,9 @@ class _Runner:
         arrays = tuple(device.borrow(args[i], self.name, name) for _, i, name, _ in self.arrays) + tuple(
             device.borrow(t, self.name, name) for (_, name, _, _, _), t in zip(self.outputs, outs)
         )
-        if len(self.kept) >= MAX_ADOPTED:
-            self.kept.clear()
-        self.kept[key] = _Kept(device, arrays, tuple(tuple(t.shape) for t in outs), tuple(t.dtype for t in outs))
+        if len(table) >= MAX_ADOPTED:
+            table.clear()
+        table[key] = _Kept(device, arrays, tuple(tuple(t.shape) for t in outs), tuple(t.dtype for t in outs))
         return self._returned(outs)
 
     def _general(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
