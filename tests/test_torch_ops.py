@@ -78,6 +78,30 @@ def row_sums(out: kd.Out[T, m], x: kd.In[T, m, Literal[4]]) -> str:
     """
 
 
+@kd.torch.op("kdtest_ops::quad_sums")
+@kd.kernel(grid=kd.cdiv(kd.cdiv(n, 4), 64), block=64)
+def quad_sums(out: kd.Out[T, kd.cdiv(n, 4)], x: kd.In[T, n]) -> str:  # type: ignore[valid-type]
+    """Each run of 4 elements summed (the last run may be shorter): a computed output extent."""
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < {out.shape[0]}) {{
+        {out.ctype} s = 0;
+        for (index_t j = 4 * i; j < 4 * i + 4 && j < n; ++j) s += {x}[j];
+        {out}[i] = s;
+    }}
+    """
+
+
+@kd.torch.op("kdtest_ops::spread")
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def spread(out: kd.Out[T, n], x: kd.In[T, n], quads: kd.In[T, kd.cdiv(n, 4)]) -> str:  # type: ignore[valid-type]
+    """Each element times its run's factor: a computed input extent, checked against the symbols."""
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {out}[i] = {x}[i] * {quads}[i / 4];
+    """
+
+
 @kd.torch.op("kdtest_ops::softmax_rows")
 @kd.fuse
 def softmax_rows(x: kd.In[T, m, n]) -> kd.Out[T, m, n]:
@@ -116,6 +140,8 @@ def gen(request: pytest.FixtureRequest) -> torch.Generator:
         (clamp_split, "(Tensor x, *, float LIMIT=0.0) -> (Tensor, Tensor)"),
         (iota, "(Tensor start, *, SymInt k, ScalarType U) -> Tensor"),
         (row_sums, "(Tensor x) -> Tensor"),
+        (quad_sums, "(Tensor x) -> Tensor"),
+        (spread, "(Tensor x, Tensor quads) -> Tensor"),
         (softmax_rows, "(Tensor x) -> Tensor"),
         (exp_and_sum, "(Tensor x) -> (Tensor, Tensor)"),
         (exp_op, "(Tensor x) -> Tensor"),
@@ -172,6 +198,44 @@ def test_a_fixed_extent_is_checked_and_kept(gen: torch.Generator) -> None:
     torch.testing.assert_close(row_sums(x), x.sum(dim=1))
     with pytest.raises(ShapeMismatchError, match="argument 'x' of kernel 'row_sums': axis 1 must be .*4, got 5"):
         row_sums(torch.randn(6, 5, generator=gen))
+
+
+def _quad_sums(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, -len(x) % 4)).view(-1, 4).sum(dim=1)
+
+
+def test_an_output_of_a_computed_extent_is_allocated_to_it(gen: torch.Generator) -> None:
+    for size in (13, 16, 13):  # the last call is a warm one
+        x = torch.randn(size, generator=gen, dtype=torch.float64)
+        out = quad_sums(x)
+        assert out.shape == ((size + 3) // 4,)
+        torch.testing.assert_close(out, _quad_sums(x))
+
+
+def test_an_input_of_a_computed_extent_is_checked_against_it(gen: torch.Generator) -> None:
+    x, quads = torch.randn(10, generator=gen), torch.randn(3, generator=gen)
+    torch.testing.assert_close(spread(x, quads), x * quads.repeat_interleave(4)[:10])
+    with pytest.raises(ShapeMismatchError, match="'quads'"):
+        spread(x, torch.randn(4, generator=gen))
+
+
+def test_the_fake_kernel_computes_a_computed_extent_and_checks_one() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        assert quad_sums(torch.empty(13)).shape == (4,)
+        with pytest.raises(ShapeMismatchError, match=r"argument 'quads'.*axis 0 must be cdiv\(n, 4\) = 3, got 4"):
+            spread(torch.empty(10), torch.empty(4))
+
+
+def test_a_computed_extent_stays_symbolic_under_dynamic_shapes() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(quad_sums, tracing_mode="symbolic")(torch.randn(13))
+    out = [node for node in graph.graph.nodes if node.op == "output"][0].args[0]
+    (extent,) = out.meta["val"].shape
+    assert isinstance(extent, torch.SymInt)
+    assert str(extent) == f"(({next(iter(graph.graph.nodes)).meta['val'].shape[0]} + 3)//4)"
 
 
 def test_a_fused_function_writes_the_output_torch_allocated(gen: torch.Generator) -> None:
@@ -395,7 +459,9 @@ def test_the_fake_kernel_gives_symbolic_output_shapes() -> None:
 # --- opcheck -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", [scale, axpy_, clamp_split, iota, row_sums, softmax_rows, exp_and_sum], ids=str)
+@pytest.mark.parametrize(
+    "op", [scale, axpy_, clamp_split, iota, row_sums, quad_sums, spread, softmax_rows, exp_and_sum], ids=str
+)
 def test_opcheck_passes_on_sample_inputs(op: kd.torch.TorchOp) -> None:
     results = kd.torch.opcheck(op)
     assert set(results.values()) == {"SUCCESS"}
@@ -409,6 +475,11 @@ def test_sample_inputs_follow_the_declaration() -> None:
     args, kwargs = kd.torch.sample_inputs(iota, dtypes={"U": torch.int32})
     assert args[0].shape == (1,) and args[0].dtype == torch.int64
     assert kwargs == {"k": 3, "U": torch.int32}
+
+
+def test_sample_inputs_give_a_computed_extent_its_value() -> None:
+    (x, quads), _ = kd.torch.sample_inputs(spread, sizes={"n": 9})
+    assert x.shape == (9,) and quads.shape == (3,)
 
 
 def test_opcheck_catches_a_fake_kernel_that_lies() -> None:
@@ -476,15 +547,6 @@ def test_an_operator_without_an_array_argument_is_refused() -> None:
 
     with pytest.raises(TorchOpError, match="needs an array argument"):
         kd.torch.op("kdtest_ops::arange")(arange)
-
-
-def test_a_computed_extent_is_refused_naming_the_parameter() -> None:
-    @kd.kernel(grid=kd.cdiv(n, 256), block=256)
-    def block_firsts(out: kd.Out[kd.float32, kd.cdiv(n, 256)], x: kd.In[kd.float32, n]) -> str:  # type: ignore[valid-type]
-        return "if (threadIdx.x == 0) out[blockIdx.x] = x[blockIdx.x * 256];"
-
-    with pytest.raises(TorchOpError, match="parameter 'out'.*computed"):
-        kd.torch.op("kdtest_ops::block_firsts")(block_firsts)
 
 
 def test_a_scalar_whose_dtype_no_array_binds_is_refused() -> None:

@@ -205,12 +205,6 @@ def _from_signature(qualname: str, sig: Signature, kind: str) -> OpDeclaration:
             None,
             "an operator needs an array argument (In or InOut): torch picks the kernel and the device by its tensors",
         )
-    for p in sig.arrays:
-        computed = next((d for d in p.shape if not isinstance(d, (int, str))), None)
-        if computed is not None:
-            raise TorchOpError(
-                qualname, p.name, f"its extent {computed} is computed: kd.torch takes extents that are symbols or ints"
-            )
     bound_symbols = {d for p in inputs for d in p.shape if isinstance(d, str)}
     sizes = tuple(dict.fromkeys(d for p in outputs for d in p.shape if isinstance(d, str) and d not in bound_symbols))
     bound_types = {p.dtype for p in inputs}

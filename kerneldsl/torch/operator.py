@@ -30,7 +30,7 @@ from torch import empty, empty_like
 from ..dtypes import is_dtype_name
 from ..errors import ClosedError, TorchOpError
 from ..jit.codegen import render
-from ..jit.signature import ArrayParam, ScalarParam
+from ..jit.signature import ArrayParam, Expr, ScalarParam
 from .autograd import refuse_mutating, register_backward
 from .declaration import OpDeclaration, defaults_allowed, read_declaration, split_name
 from .shapes import bind_outputs
@@ -151,8 +151,9 @@ class _Runner:
 
     ``arrays`` and ``scalars`` place the schema's positional arguments in the kerneldsl call; each
     output has a recipe for its shape (an input's whole shape, or per axis a fixed extent, an
-    input's axis or a size argument) and its dtype (a fixed dtype, an input's, or a dtype
-    argument), read with no checks. When reading fails, the call raises what ``bind_outputs``
+    input's axis or a size argument; None for a computed extent, which ``bind_outputs`` computes) and its dtype (a fixed
+    dtype, an input's, or a dtype argument), read with no checks. When reading fails, the call
+    raises what ``bind_outputs``
     raises; a mismatch reading does not see (two inputs disagreeing on a symbol) is the kernel's
     own binding error, of the same class. A fused function broadcasts instead of binding, so its
     calls run ``bind_outputs`` first. ``impls``, what the dispatcher calls for its CPU and CUDA
@@ -296,16 +297,24 @@ class _Runner:
         for slot, i, default in self.scalars:
             call[slot] = args[i] if i < len(args) else default  # the dispatcher leaves defaults out
         outs = []
+        bound = None
         if self.fused:  # a fused function broadcasts: the declaration's extents are checked here
-            bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
+            bound = bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
         try:
-            for _, _, shape, dtype, twin in self.outputs:
+            for j, (_, _, shape, dtype, twin) in enumerate(self.outputs):
                 if twin >= 0 and not copies:  # empty_like of a contiguous input: a fraction of empty's cost
                     outs.append(torch.empty_like(args[twin]))
                     continue
+                if type(shape) is int:
+                    size = args[shape].shape
+                elif shape is None:  # a computed extent: the declaration computes it
+                    bound = bound or bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
+                    size = bound[j][0]
+                else:
+                    size = _shape(shape, args, kwargs)
                 outs.append(
                     torch.empty(
-                        args[shape].shape if type(shape) is int else _shape(shape, args, kwargs),
+                        size,
                         dtype=args[dtype].dtype if type(dtype) is int else _dtype(dtype, kwargs),
                         device=device.place,
                     )
@@ -355,7 +364,9 @@ def _shape_recipe(
 ) -> Any:
     """How a call finds an output's shape: the index of an input of the very same shape (its
     ``shape`` is taken whole), else per axis a fixed extent, an ``(input, axis)`` or a size
-    argument's name."""
+    argument's name; None when an extent is computed (``bind_outputs`` computes it)."""
+    if any(isinstance(d, Expr) for d in out.shape):
+        return None
     for i, p in enumerate(positional):
         if (
             isinstance(p, ArrayParam)
