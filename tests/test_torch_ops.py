@@ -243,6 +243,18 @@ def test_a_fused_function_writes_the_output_torch_allocated(gen: torch.Generator
     torch.testing.assert_close(softmax_rows(x), torch.softmax(x, dim=-1))
 
 
+def test_a_fused_function_with_a_defaulted_scalar_takes_its_default(gen: torch.Generator) -> None:
+    @kd.fuse
+    def shifted(x: kd.In[T, n], by: kd.Scalar[kd.float32] = 1.5) -> kd.Out[T, n]:
+        return x + by
+
+    op = kd.torch.op("kdtest_ops::shifted")(shifted)
+    assert op.schema == "(Tensor x, float by=1.5) -> Tensor"
+    x = torch.randn(7, generator=gen)
+    torch.testing.assert_close(op(x), x + 1.5)
+    torch.testing.assert_close(op(x, -2.0), x - 2.0)
+
+
 def test_a_fused_function_returning_a_tuple_returns_tensors(gen: torch.Generator) -> None:
     x = torch.randn(4, 9, generator=gen, dtype=torch.float64)
     e, s = exp_and_sum(x)

@@ -169,7 +169,8 @@ def _function_signature(qualname: str, func: Callable[..., Any]) -> Signature:
             )
         if p.name in names:
             raise TorchOpError(qualname, p.name, "the name is the one its result takes: rename the parameter")
-    outs = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=r) for n, r in zip(names, results)]
+    # keyword-only: they follow the function's parameters, which may end in defaults
+    outs = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=r) for n, r in zip(names, results)]
     stub = _Declared(getattr(func, "__name__", "declared"), found.replace(parameters=[*params, *outs]))
     try:
         return parse_signature(stub, 1, 1)

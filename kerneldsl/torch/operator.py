@@ -31,8 +31,9 @@ from ..dtypes import is_dtype_name
 from ..errors import ClosedError, TorchOpError
 from ..jit.codegen import render
 from ..jit.signature import ArrayParam, Expr, ScalarParam
-from .autograd import refuse_mutating, register_backward
+from .autograd import refuse_mutating, register_backward, register_gradients
 from .declaration import OpDeclaration, defaults_allowed, read_declaration, split_name
+from .derivative import DERIVE, Gradient, derive
 from .shapes import bind_outputs
 from .tensors import MAX_ADOPTED, Device, device_of, torch_dtype
 
@@ -62,19 +63,28 @@ class TorchOp:
         self.declaration = read_declaration(qualname, target, declare)
         self.schema = self.declaration.schema()
         self.backward: TorchOp | None = None
+        self.gradients: dict[str, TorchOp] = {}  # backward="derive": the gradient of each input, by its name
+        derived = []
         if backward is not None:
             refuse_mutating(self)
+        if isinstance(backward, str):
+            if backward != DERIVE:
+                raise TorchOpError(
+                    qualname, "backward", f"is a kernel, a fused function or {DERIVE!r}, not {backward!r}"
+                )
+            derived = derive(qualname, target, self.declaration)
+            backward = None
         # torch.library.Library is untyped; the operator lives as long as its library, which the
         # process keeps (LIVE) once registration has succeeded, and which a failure destroys
         self._library: Any = cast(Any, torch.library.Library)(namespace, "FRAGMENT")
         try:
-            self._register(name, backward)
+            self._register(name, backward, derived)
         except BaseException:
             self._library._destroy()
             raise
         LIVE[qualname] = self
 
-    def _register(self, name: str, backward: Any) -> None:
+    def _register(self, name: str, backward: Any, derived: list[Gradient]) -> None:
         try:
             self._library.define(f"{name}{self.schema}", tags=(torch.Tag.needs_contiguous_strides,))
         except RuntimeError as exc:
@@ -90,8 +100,18 @@ class TorchOp:
             try:
                 register_backward(self, self.backward)
             except BaseException:
-                LIVE.pop(self.backward.qualname, None)
-                self.backward._library._destroy()
+                _withdraw(self.backward)
+                raise
+        if derived:
+            try:
+                for gradient in derived:
+                    self.gradients[gradient.name] = TorchOp(
+                        f"{self.qualname}_grad_{gradient.name}", gradient.fused, declare=gradient.declare
+                    )
+                register_gradients(self, {g.position: self.gradients[g.name] for g in derived})
+            except BaseException:
+                for op in self.gradients.values():
+                    _withdraw(op)
                 raise
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -106,6 +126,12 @@ class TorchOp:
         device = _first_tensor(args).device
         outs = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in specs)
         return _returned(outs)
+
+
+def _withdraw(op: TorchOp) -> None:
+    """Undo the registration of ``op`` (an operator made for one that failed to register)."""
+    LIVE.pop(op.qualname, None)
+    op._library._destroy()
 
 
 def named_arguments(decl: OpDeclaration, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -392,7 +418,8 @@ def op(qualname: str, *, declare: Callable[..., Any] | None = None, backward: An
 
     ``declare=``: a function whose annotations declare what ``kd.ops`` functions (and fused
     functions written without annotations) take and return. ``backward=``: a kernel or fused
-    function computing the gradients (see ``kerneldsl.torch.autograd``).
+    function computing the gradients (see ``kerneldsl.torch.autograd``), or ``"derive"`` for a
+    ``@kd.fuse`` function of differentiable ``kd.ops`` (see ``kerneldsl.torch.derivative``).
     """
 
     def register(target: Any) -> TorchOp:
