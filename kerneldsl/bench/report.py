@@ -9,7 +9,6 @@ into the Markdown page of benchmark results, which is never written by hand.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
@@ -54,15 +53,12 @@ Section = tuple[str, Callable[[argparse.Namespace], dict[str, float]]]  # (title
 
 def run_sections(sections: Mapping[str, Section], args: argparse.Namespace) -> Report:
     """Run the sections ``args.only`` names (all by default), printing each as it finishes so a
-    later section's failure loses none before it; ``args.json`` prints them all at the end, and
-    then stdout holds that JSON alone: what a section prints as it runs (a skipped section's
-    reason, a tuner's listing) goes to stderr."""
+    later section's failure loses none before it; ``args.json`` prints them all at the end."""
     report: Report = {}
     for key, (title, bench) in sections.items():
         if args.only and key not in args.only:
             continue
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-            report[title] = bench(args)
+        report[title] = bench(args)
         if not args.json:
             print_report({title: report[title]}, args)
     if args.json:
@@ -72,8 +68,11 @@ def run_sections(sections: Mapping[str, Section], args: argparse.Namespace) -> R
 
 def print_json(figures: Mapping[str, Any], args: argparse.Namespace) -> None:
     """``figures`` as JSON, with the run's ``"meta"`` (``args.command_line``: what ``kerneldsl
-    bench`` was given; absent when a benchmark runs from elsewhere, as in the tests)."""
-    print(json.dumps({META: run_metadata(getattr(args, "command_line", None)), **figures}, indent=2))
+    bench`` was given; absent when a benchmark runs from elsewhere, as in the tests), on
+    ``args.json_stream`` (``kerneldsl bench`` hands the benchmark the real stdout there, while
+    everything else it prints goes to stderr), else stdout."""
+    document = json.dumps({META: run_metadata(getattr(args, "command_line", None)), **figures}, indent=2)
+    print(document, file=getattr(args, "json_stream", None) or sys.stdout)
 
 
 def run_metadata(command: str | None) -> dict[str, Any]:
