@@ -147,6 +147,19 @@ def test_a_scalar_left_out_takes_its_default_in_the_gradient_too(
     torch.testing.assert_close(x.grad, torch.cos(x * a) * a)
 
 
+@kd.torch.op("kdtest_derive::counted", backward="derive")
+@kd.fuse
+def counted(x: kd.In[kd.float64, n], counts: kd.In[kd.int64, n]) -> kd.Out[kd.float64, n]:
+    return kd.ops.exp(x) * counts
+
+
+def test_an_integer_input_gets_no_gradient(gen: torch.Generator) -> None:
+    assert sorted(counted.gradients) == ["x"]
+    x = torch.randn(8, generator=gen, dtype=torch.float64).requires_grad_()
+    counts = torch.arange(8)
+    assert torch.autograd.gradcheck(lambda x: counted(x, counts), (x,))
+
+
 def test_a_derived_backward_runs_inside_a_compiled_graph(gen: torch.Generator) -> None:
     torch._dynamo.reset()
     compiled = torch.compile(lambda x, y: mixed(x, y, 0.5).square().sum(), backend="aot_eager", fullgraph=True)

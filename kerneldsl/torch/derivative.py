@@ -35,7 +35,7 @@ import numpy as np
 from ..array import ops
 from ..array.fusion import Fused
 from ..array.program import Leaf, Node
-from ..dtypes import is_dtype_name
+from ..dtypes import element_type, is_dtype_name
 from ..errors import TorchOpError
 from ..jit.signature import ArrayParam, Expr, ScalarParam
 from ..jit.signature.spelling import ArrayAnnotation, ScalarAnnotation
@@ -181,7 +181,11 @@ def derive(qualname: str, target: Any, decl: OpDeclaration) -> list[Gradient]:
 
 
 def _floating(dtype: str) -> bool:
-    return not is_dtype_name(dtype) or np.dtype(dtype).kind == "f"
+    return not is_dtype_name(dtype) or element_type(dtype).kind == "f"
+
+
+def _traced_dtype(dtype: str) -> np.dtype:
+    return element_type(dtype if is_dtype_name(dtype) else _TRACE_DTYPE).numpy
 
 
 def _trace(qualname: str, target: Fused, decl: OpDeclaration) -> tuple[Graph, list[tuple[int, ...]]]:
@@ -194,10 +198,9 @@ def _trace(qualname: str, target: Fused, decl: OpDeclaration) -> tuple[Graph, li
             shape = tuple(
                 d if isinstance(d, int) else d.evaluate(extents) if isinstance(d, Expr) else extents[d] for d in p.shape
             )
-            dtype = np.dtype(p.dtype if is_dtype_name(p.dtype) else _TRACE_DTYPE)
-            stand_ins.append(SimpleNamespace(shape=shape, dtype=dtype, ptr=0))
+            stand_ins.append(SimpleNamespace(shape=shape, dtype=_traced_dtype(p.dtype), ptr=0))
         else:
-            stand_ins.append(np.dtype(p.dtype if is_dtype_name(p.dtype) else _TRACE_DTYPE).type(1))
+            stand_ins.append(_traced_dtype(p.dtype).type(1))
     builder, results, _ = target.trace(*stand_ins)
     (result,) = results
     if result.reduction is not None or builder.reductions:
