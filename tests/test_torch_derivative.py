@@ -5,7 +5,7 @@ through AOT autograd, and refused with ``TorchOpError`` naming what cannot be de
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NewType, TypeVar
+from typing import Literal, NewType, TypeVar
 
 import pytest
 
@@ -160,6 +160,17 @@ def test_an_integer_input_gets_no_gradient(gen: torch.Generator) -> None:
     assert torch.autograd.gradcheck(lambda x: counted(x, counts), (x,))
 
 
+@kd.torch.op("kdtest_derive::affine_tanh", backward="derive")
+@kd.fuse
+def affine_tanh(x: kd.In[T, m, n], w: kd.In[T, n], b: kd.In[T, n]) -> kd.Out[T, m, n]:
+    return kd.ops.tanh(x * kd.ops.exp(w) + b)
+
+
+def test_an_input_broadcast_along_leading_axes_gets_its_gradient_summed_over_them(gen: torch.Generator) -> None:
+    x, w, b = (torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in [(4, 6), (6,), (6,)])
+    assert torch.autograd.gradcheck(affine_tanh, (x.requires_grad_(), w.requires_grad_(), b.requires_grad_()))
+
+
 def test_a_derived_backward_runs_inside_a_compiled_graph(gen: torch.Generator) -> None:
     torch._dynamo.reset()
     compiled = torch.compile(lambda x, y: mixed(x, y, 0.5).square().sum(), backend="aot_eager", fullgraph=True)
@@ -197,12 +208,12 @@ def test_a_reduction_is_refused() -> None:
             return kd.ops.sum(x * x, axis=-1)
 
 
-def test_an_input_that_broadcasts_is_refused_by_name() -> None:
-    with pytest.raises(TorchOpError, match="parameter 'w' .*broadcasts against the result"):
+def test_an_input_that_broadcasts_along_an_axis_of_extent_1_is_refused_by_name() -> None:
+    with pytest.raises(TorchOpError, match="parameter 'w' .*broadcasts against the result.*along an axis of extent 1"):
 
-        @kd.torch.op("kdtest_derive::scaled_rows", backward="derive")
+        @kd.torch.op("kdtest_derive::scaled_columns", backward="derive")
         @kd.fuse
-        def scaled_rows(x: kd.In[T, m, n], w: kd.In[T, n]) -> kd.Out[T, m, n]:
+        def scaled_columns(x: kd.In[T, m, n], w: kd.In[T, m, Literal[1]]) -> kd.Out[T, m, n]:
             return x * w
 
 

@@ -15,10 +15,13 @@ Derived (``DERIVED``): ``add``, ``subtract``, ``multiply``, ``divide``, ``negati
 ``where`` (the condition and comparisons feeding it carry no gradient). A gradient flows only into
 floating-point values: ``x * (x > 0)`` is differentiable, its comparison is not differentiated.
 
-Refused with ``TorchOpError`` naming the op or the input: any other op on a path from an input
-to the result (``floor``, ``sign``, ``astype``, an ``@kd.elementwise`` function ...), a
-reduction (``kd.ops.sum`` ...), a tuple result, keyword arguments, and an input that broadcasts
-against the result (its gradient would need a sum over the broadcast axes).
+An input of fewer axes than the result, its shape the result's trailing axes (a per-feature
+weight ``w: kd.In[T, n]`` against ``x: kd.In[T, m, n]``), gets its gradient summed over the
+leading axes (the gradient function ends in ``kd.ops.sum``). Refused with ``TorchOpError`` naming
+the op or the input: any other op on a path from an input to the result (``floor``, ``sign``,
+``astype``, an ``@kd.elementwise`` function ...), a reduction (``kd.ops.sum`` ...), a tuple
+result, keyword arguments, and an input that broadcasts against the result otherwise (along an
+axis of extent 1).
 """
 
 from __future__ import annotations
@@ -168,14 +171,15 @@ def derive(qualname: str, target: Any, decl: OpDeclaration) -> list[Gradient]:
         carriers = _carriers(qualname, graph, reached)
         if leaf not in carriers:
             continue  # only through values that carry no gradient (a where's condition)
-        if shapes[position] != shapes[-1]:
+        leading = len(shapes[-1]) - len(shapes[position])
+        if leading < 0 or shapes[-1][leading:] != shapes[position]:
             raise TorchOpError(
                 qualname,
                 p.name,
-                f"its shape {p.shape} broadcasts against the result's {out.shape}: its gradient would need a sum "
-                "over the broadcast axes, which backward='derive' does not derive (pass backward=)",
+                f"its shape {p.shape} broadcasts against the result's {out.shape} along an axis of extent 1: "
+                "backward='derive' sums a gradient over leading axes only (pass backward=)",
             )
-        fused = _gradient(graph, leaf, carriers, target.name, p.name)
+        fused = _gradient(graph, leaf, carriers, leading, target.name, p.name)
         gradients.append(Gradient(position, p.name, fused, _declaration(decl, p)))
     return gradients
 
@@ -255,9 +259,10 @@ def _check_recomputable(qualname: str, graph: Graph, value: int) -> None:
             _check_recomputable(qualname, graph, a)
 
 
-def _gradient(graph: Graph, leaf: int, carriers: set[int], function: str, name: str) -> Fused:
+def _gradient(graph: Graph, leaf: int, carriers: set[int], leading: int, function: str, name: str) -> Fused:
     """The fused function computing the gradient of the input whose leaf is ``leaf``, carried
-    back through ``carriers``."""
+    back through ``carriers`` and summed over the ``leading`` axes the input was broadcast along
+    (a gradient of the result's shape, summed where the input stood for many elements)."""
 
     def gradient(*values: Any) -> Any:
         args, grad = values[:-1], values[-1]
@@ -285,7 +290,8 @@ def _gradient(graph: Graph, leaf: int, carriers: set[int], function: str, name: 
                     adjoint[a] = partial if a not in adjoint else adjoint[a] + partial
         result = adjoint[leaf]
         own = value(leaf).dtype
-        return result if result.dtype == own else ops.astype(result, own)
+        result = result if result.dtype == own else ops.astype(result, own)
+        return ops.sum(result, axis=tuple(range(leading))) if leading else result
 
     gradient.__name__ = f"{function}_grad_{name}"
     return Fused(gradient)
