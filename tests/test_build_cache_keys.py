@@ -235,6 +235,15 @@ def test_key_changes_with_adapter_template_content(template_copy: Path) -> None:
     assert cache_key(after) != cache_key(before)
 
 
+def test_editing_the_torch_warm_call_template_keeps_every_key(template_copy: Path) -> None:
+    # kd.torch's warm calls are Python made at registration, never stored in a cache
+    before = material_of()
+    warm = template_copy / "torch" / "warm.py.j2"
+    warm.write_text(warm.read_text() + "# a template change\n")
+    _clear_template_caches()
+    assert material_of() == before
+
+
 def test_fingerprint_is_cached_until_cleared(template_copy: Path) -> None:
     first = fingerprint()
     (template_copy / "prelude.cuh.j2").write_text("// changed\n")

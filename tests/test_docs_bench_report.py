@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
-from kerneldsl.bench.report import META, markdown, print_json
+from kerneldsl.bench import BENCHMARKS, Benchmark
+from kerneldsl.bench.report import META, markdown, print_json, run_sections
 from kerneldsl.cli import main
 
 RECORDED = {
@@ -33,6 +36,44 @@ def _write(tmp_path: Path, name: str, document: dict[str, object]) -> Path:
     path = tmp_path / name
     path.write_text(json.dumps(document))
     return path
+
+
+def _noisy_benchmark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``kerneldsl bench noisy``: a benchmark that prints a note while it runs, as a skipped section does."""
+    module = types.ModuleType("kd_test_noisy_bench")
+
+    def section(args: argparse.Namespace) -> dict[str, float]:
+        print("note: a baseline was skipped")
+        return {"figure": 1.0}
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--json", action="store_true")
+        parser.set_defaults(only=None)
+
+    module.__dict__.update(
+        add_arguments=add_arguments, run=lambda args: run_sections({"noisy": ("section", section)}, args)
+    )
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(BENCHMARKS, "noisy", Benchmark("prints a note", module.__name__))
+
+
+def test_a_json_run_prints_only_json_on_stdout_and_its_notes_on_stderr(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _noisy_benchmark(monkeypatch)
+    assert main(["bench", "noisy", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["section"] == {"figure": 1.0}
+    assert "note: a baseline was skipped" in err
+
+
+def test_a_table_run_prints_its_notes_with_its_figures(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _noisy_benchmark(monkeypatch)
+    assert main(["bench", "noisy"]) == 0
+    out = capsys.readouterr().out
+    assert "note: a baseline was skipped" in out and "figure" in out
 
 
 def test_a_json_run_records_its_command_date_and_machine(capsys: pytest.CaptureFixture[str]) -> None:

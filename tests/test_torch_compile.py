@@ -100,6 +100,26 @@ def test_compile_fullgraph_traces_the_op_without_a_graph_break(dynamic: bool, ge
     assert counter.op_count == 3  # add, the kerneldsl op, mul: all in the one graph
 
 
+@kd.torch.op("kdtest_compile::pair_sums")
+@kd.kernel(grid=kd.cdiv(kd.cdiv(n, 2), 64), block=64)
+def pair_sums(out: kd.Out[T, kd.cdiv(n, 2)], x: kd.In[T, n]) -> str:  # type: ignore[valid-type]
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (2 * i + 1 < n) {out}[i] = {x}[2 * i] + {x}[2 * i + 1];
+    else if (2 * i < n) {out}[i] = {x}[2 * i];
+    """
+
+
+def test_a_computed_extent_compiles_once_for_every_size(gen: torch.Generator) -> None:
+    counter = CompileCounter()
+    compiled = torch.compile(lambda x: pair_sums(x) * 2, backend=counter, fullgraph=True, dynamic=True)
+    for size in (7, 10, 13):
+        x = torch.randn(size, generator=gen)
+        expected = torch.nn.functional.pad(x, (0, size % 2)).view(-1, 2).sum(dim=1) * 2
+        torch.testing.assert_close(compiled(x), expected)
+    assert counter.frame_count == 1
+
+
 def test_a_mutating_op_mutates_its_input_inside_a_compiled_graph(gen: torch.Generator) -> None:
     def step(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         axpy_(y, x, 2.0)

@@ -78,6 +78,30 @@ def row_sums(out: kd.Out[T, m], x: kd.In[T, m, Literal[4]]) -> str:
     """
 
 
+@kd.torch.op("kdtest_ops::quad_sums")
+@kd.kernel(grid=kd.cdiv(kd.cdiv(n, 4), 64), block=64)
+def quad_sums(out: kd.Out[T, kd.cdiv(n, 4)], x: kd.In[T, n]) -> str:  # type: ignore[valid-type]
+    """Each run of 4 elements summed (the last run may be shorter): a computed output extent."""
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < {out.shape[0]}) {{
+        {out.ctype} s = 0;
+        for (index_t j = 4 * i; j < 4 * i + 4 && j < n; ++j) s += {x}[j];
+        {out}[i] = s;
+    }}
+    """
+
+
+@kd.torch.op("kdtest_ops::spread")
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def spread(out: kd.Out[T, n], x: kd.In[T, n], quads: kd.In[T, kd.cdiv(n, 4)]) -> str:  # type: ignore[valid-type]
+    """Each element times its run's factor: a computed input extent, checked against the symbols."""
+    return f"""
+    index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
+    if (i < n) {out}[i] = {x}[i] * {quads}[i / 4];
+    """
+
+
 @kd.torch.op("kdtest_ops::softmax_rows")
 @kd.fuse
 def softmax_rows(x: kd.In[T, m, n]) -> kd.Out[T, m, n]:
@@ -116,6 +140,8 @@ def gen(request: pytest.FixtureRequest) -> torch.Generator:
         (clamp_split, "(Tensor x, *, float LIMIT=0.0) -> (Tensor, Tensor)"),
         (iota, "(Tensor start, *, SymInt k, ScalarType U) -> Tensor"),
         (row_sums, "(Tensor x) -> Tensor"),
+        (quad_sums, "(Tensor x) -> Tensor"),
+        (spread, "(Tensor x, Tensor quads) -> Tensor"),
         (softmax_rows, "(Tensor x) -> Tensor"),
         (exp_and_sum, "(Tensor x) -> (Tensor, Tensor)"),
         (exp_op, "(Tensor x) -> Tensor"),
@@ -174,9 +200,59 @@ def test_a_fixed_extent_is_checked_and_kept(gen: torch.Generator) -> None:
         row_sums(torch.randn(6, 5, generator=gen))
 
 
+def _quad_sums(x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.pad(x, (0, -len(x) % 4)).view(-1, 4).sum(dim=1)
+
+
+def test_an_output_of_a_computed_extent_is_allocated_to_it(gen: torch.Generator) -> None:
+    for size in (13, 16, 13):  # the last call is a warm one
+        x = torch.randn(size, generator=gen, dtype=torch.float64)
+        out = quad_sums(x)
+        assert out.shape == ((size + 3) // 4,)
+        torch.testing.assert_close(out, _quad_sums(x))
+
+
+def test_an_input_of_a_computed_extent_is_checked_against_it(gen: torch.Generator) -> None:
+    x, quads = torch.randn(10, generator=gen), torch.randn(3, generator=gen)
+    torch.testing.assert_close(spread(x, quads), x * quads.repeat_interleave(4)[:10])
+    with pytest.raises(ShapeMismatchError, match="'quads'"):
+        spread(x, torch.randn(4, generator=gen))
+
+
+def test_the_fake_kernel_computes_a_computed_extent_and_checks_one() -> None:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        assert quad_sums(torch.empty(13)).shape == (4,)
+        with pytest.raises(ShapeMismatchError, match=r"argument 'quads'.*axis 0 must be cdiv\(n, 4\) = 3, got 4"):
+            spread(torch.empty(10), torch.empty(4))
+
+
+def test_a_computed_extent_stays_symbolic_under_dynamic_shapes() -> None:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    graph = make_fx(quad_sums, tracing_mode="symbolic")(torch.randn(13))
+    out = [node for node in graph.graph.nodes if node.op == "output"][0].args[0]
+    (extent,) = out.meta["val"].shape
+    assert isinstance(extent, torch.SymInt)
+    assert str(extent) == f"(({next(iter(graph.graph.nodes)).meta['val'].shape[0]} + 3)//4)"
+
+
 def test_a_fused_function_writes_the_output_torch_allocated(gen: torch.Generator) -> None:
     x = torch.randn(5, 33, generator=gen)
     torch.testing.assert_close(softmax_rows(x), torch.softmax(x, dim=-1))
+
+
+def test_a_fused_function_with_a_defaulted_scalar_takes_its_default(gen: torch.Generator) -> None:
+    @kd.fuse
+    def shifted(x: kd.In[T, n], by: kd.Scalar[kd.float32] = 1.5) -> kd.Out[T, n]:
+        return x + by
+
+    op = kd.torch.op("kdtest_ops::shifted")(shifted)
+    assert op.schema == "(Tensor x, float by=1.5) -> Tensor"
+    x = torch.randn(7, generator=gen)
+    torch.testing.assert_close(op(x), x + 1.5)
+    torch.testing.assert_close(op(x, -2.0), x - 2.0)
 
 
 def test_a_fused_function_returning_a_tuple_returns_tensors(gen: torch.Generator) -> None:
@@ -273,6 +349,58 @@ def test_a_warm_call_after_a_wrong_one_runs_as_before(gen: torch.Generator) -> N
     torch.testing.assert_close(row_sums(x), x.sum(dim=1))
 
 
+def test_a_warm_call_after_its_session_closed_runs_in_a_new_one(
+    gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kerneldsl.torch import tensors
+
+    opened: list[kd.Session] = []
+
+    def fresh_session(device: str) -> kd.Session:
+        opened.append(kd.Session(device))
+        return opened[-1]
+
+    monkeypatch.setattr(tensors, "_devices", {})
+    monkeypatch.setattr(tensors, "default_session", fresh_session)
+    x = torch.randn(37, generator=gen)
+    try:
+        for alpha in (2.0, 3.0):  # the first call keeps arrays of the session, the second reuses them
+            assert torch.equal(scale(x, alpha), x * alpha)
+        opened[0].close()
+        assert torch.equal(scale(x, 4.0), x * 4.0)
+        assert len(opened) == 2 and not opened[1].closed
+    finally:
+        for session in opened:
+            session.close()
+
+
+def test_the_cuda_warm_call_launches_on_the_stream_torch_reports(
+    gen: torch.Generator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the warm call bound to the CUDA key, fed CPU tensors: torch's stream query stands in for a
+    # handle the CPU device's session owns, which the device has wrapped as torch's stream
+    from kerneldsl.torch.tensors import _borrowed_stream, device_of
+
+    warm = scale._run.impls["CUDA"]
+    device = device_of(torch.empty(1))
+    owner = kd.Stream(device.session)
+    borrowed = _borrowed_stream(device.session, owner.handle)
+    queried: list[object] = []
+    monkeypatch.setitem(warm.__globals__, "raw_stream", lambda ordinal: queried.append(ordinal) or owner.handle)
+    monkeypatch.setitem(device.streams, owner.handle, borrowed)
+    x = torch.randn(29, generator=gen)
+    try:
+        for alpha in (2.0, 3.0):  # the first call keeps the arrays, the second launches from them
+            y = warm(x, alpha)
+            device.session.stream.wait(device.session.create_event(timing=False).record(borrowed))
+            device.session.synchronize()
+            assert torch.equal(y, x * alpha)
+        assert queried == [None]  # the warm call asked torch for the stream of the tensors' device
+    finally:
+        borrowed.close()
+        owner.close()
+
+
 # --- binding errors: the same in eager calls and at trace time -----------------------------------
 
 
@@ -343,7 +471,9 @@ def test_the_fake_kernel_gives_symbolic_output_shapes() -> None:
 # --- opcheck -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", [scale, axpy_, clamp_split, iota, row_sums, softmax_rows, exp_and_sum], ids=str)
+@pytest.mark.parametrize(
+    "op", [scale, axpy_, clamp_split, iota, row_sums, quad_sums, spread, softmax_rows, exp_and_sum], ids=str
+)
 def test_opcheck_passes_on_sample_inputs(op: kd.torch.TorchOp) -> None:
     results = kd.torch.opcheck(op)
     assert set(results.values()) == {"SUCCESS"}
@@ -357,6 +487,11 @@ def test_sample_inputs_follow_the_declaration() -> None:
     args, kwargs = kd.torch.sample_inputs(iota, dtypes={"U": torch.int32})
     assert args[0].shape == (1,) and args[0].dtype == torch.int64
     assert kwargs == {"k": 3, "U": torch.int32}
+
+
+def test_sample_inputs_give_a_computed_extent_its_value() -> None:
+    (x, quads), _ = kd.torch.sample_inputs(spread, sizes={"n": 9})
+    assert x.shape == (9,) and quads.shape == (3,)
 
 
 def test_opcheck_catches_a_fake_kernel_that_lies() -> None:
@@ -424,15 +559,6 @@ def test_an_operator_without_an_array_argument_is_refused() -> None:
 
     with pytest.raises(TorchOpError, match="needs an array argument"):
         kd.torch.op("kdtest_ops::arange")(arange)
-
-
-def test_a_computed_extent_is_refused_naming_the_parameter() -> None:
-    @kd.kernel(grid=kd.cdiv(n, 256), block=256)
-    def block_firsts(out: kd.Out[kd.float32, kd.cdiv(n, 256)], x: kd.In[kd.float32, n]) -> str:  # type: ignore[valid-type]
-        return "if (threadIdx.x == 0) out[blockIdx.x] = x[blockIdx.x * 256];"
-
-    with pytest.raises(TorchOpError, match="parameter 'out'.*computed"):
-        kd.torch.op("kdtest_ops::block_firsts")(block_firsts)
 
 
 def test_a_scalar_whose_dtype_no_array_binds_is_refused() -> None:

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
@@ -67,8 +68,11 @@ def run_sections(sections: Mapping[str, Section], args: argparse.Namespace) -> R
 
 def print_json(figures: Mapping[str, Any], args: argparse.Namespace) -> None:
     """``figures`` as JSON, with the run's ``"meta"`` (``args.command_line``: what ``kerneldsl
-    bench`` was given; absent when a benchmark runs from elsewhere, as in the tests)."""
-    print(json.dumps({META: run_metadata(getattr(args, "command_line", None)), **figures}, indent=2))
+    bench`` was given; absent when a benchmark runs from elsewhere, as in the tests), on
+    ``args.json_stream`` (``kerneldsl bench`` hands the benchmark the real stdout there, while
+    everything else it prints goes to stderr), else stdout."""
+    document = json.dumps({META: run_metadata(getattr(args, "command_line", None)), **figures}, indent=2)
+    print(document, file=getattr(args, "json_stream", None) or sys.stdout)
 
 
 def run_metadata(command: str | None) -> dict[str, Any]:

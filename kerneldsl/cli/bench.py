@@ -4,6 +4,7 @@ and the results page from recorded runs."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
@@ -31,7 +32,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if unmet:
         print(f"kerneldsl: error: {unmet}", file=sys.stderr)
         return 2
-    report = benchmark.run(args)
+    if getattr(args, "json", False):  # stdout holds the JSON alone: notes printed on the way go to stderr
+        args.json_stream = sys.stdout
+        with contextlib.redirect_stdout(sys.stderr):
+            report = benchmark.run(args)
+    else:
+        report = benchmark.run(args)
     if args.plot:
         plot.save(report, args.plot, f"kerneldsl bench {name}")
         print(f"plotted to {args.plot}", file=sys.stderr)  # stdout may be --json

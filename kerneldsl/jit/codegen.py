@@ -83,7 +83,10 @@ def renderer_identity() -> str:
 
 @lru_cache(maxsize=1)
 def template_digest() -> str:
-    """Hash of every template: a changed template must change every cache key."""
+    """Hash of every top-level template, what cached builds are rendered from: a changed template
+    must change every cache key. Templates in subfolders render host Python that no cache stores
+    (``torch/``: kd.torch's warm calls, made when an operator is registered), so editing them
+    leaves every compiled kernel valid."""
     h = hashlib.sha256()
     for path in sorted(templates_dir().glob("*.j2")):
         h.update(path.name.encode())

@@ -1,9 +1,9 @@
 """PyTorch operators from kerneldsl declarations (``pip install 'kerneldsl[torch]'``).
 
 A ``@kd.kernel``, a ``@kd.fuse`` function or a ``kd.ops`` function becomes a registered torch
-operator, with its schema, fake kernel and (given ``backward=``) autograd formula generated from
-the declaration, so it runs inside ``torch.compile(fullgraph=True)``, ``torch.export`` and CUDA
-graphs::
+operator, with its schema, fake kernel and (given ``backward=``, or ``backward="derive"`` for a
+fused elementwise pipeline) autograd formula generated from the declaration, so it runs inside
+``torch.compile(fullgraph=True)``, ``torch.export`` and CUDA graphs::
 
     @kd.torch.op("mylib::scale")
     @kd.kernel(grid=kd.cdiv(n, 256), block=256)

@@ -14,10 +14,15 @@ compiled graph's backward calls it like any other op, and wired to the forward b
 
 What to save is what the backward names; nothing else is kept alive. Operators that mutate an
 input (``InOut``) take no ``backward=``: PyTorch's autograd formulas are for functional ops.
+
+``backward="derive"`` (``derivative``) registers one operator per input instead, each taking the
+forward's positional arguments and the result's gradient: every tensor input is saved, and only
+the gradients autograd asks for (``ctx.needs_input_grad``) are computed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -89,6 +94,33 @@ def register_backward(forward: TorchOp, op: TorchOp) -> None:
             else setup_context
         ),
         lib=forward._library,
+    )
+
+
+def register_gradients(forward: TorchOp, gradients: Mapping[int, TorchOp]) -> None:
+    """Register ``gradients`` (forward positional index -> the operator computing that input's
+    gradient from the forward's positional arguments and the result's gradient) as ``forward``'s
+    autograd formula."""
+    positional = forward.declaration.positional
+    tensors = [i for i, p in enumerate(positional) if isinstance(p, ArrayParam)]
+    defaults = {i: p.default for i, p in enumerate(positional) if not isinstance(p, ArrayParam)}
+    overloads = [(i, op.overload) for i, op in gradients.items()]
+
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+        ctx.save_for_backward(*(inputs[i] for i in tensors))
+        ctx.numbers = {i: v for i, v in enumerate(inputs) if not isinstance(v, torch.Tensor)}
+
+    def backward_formula(ctx: Any, grad: Any) -> tuple[Any, ...]:
+        saved = dict(zip(tensors, ctx.saved_tensors))
+        args = [saved[i] if i in saved else ctx.numbers.get(i, defaults[i]) for i in range(len(positional))]
+        results: list[Any] = [None] * len(positional)
+        for i, overload in overloads:
+            if ctx.needs_input_grad[i]:
+                results[i] = overload(*args, grad.contiguous())
+        return tuple(results)
+
+    torch.library.register_autograd(
+        forward.qualname, backward_formula, setup_context=setup_context, lib=forward._library
     )
 
 

@@ -8,12 +8,12 @@ autograd registration, and that tracing works (``aot_dispatch_dynamic``).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 import torch
 
 from ..dtypes import is_dtype_name
-from ..jit.signature import ArrayParam, ScalarParam
+from ..jit.signature import ArrayParam, Expr, ScalarParam
 from ..jit.signature.spelling import NO_DEFAULT
 from .operator import TorchOp
 from .tensors import torch_dtype
@@ -42,10 +42,14 @@ def sample_inputs(
     symbols = {s: _FIRST_EXTENT + i for i, s in enumerate(decl.signature.symbols)}
     symbols.update(sizes or {})
     types = {v: (dtypes or {}).get(v, dtype) for v in decl.signature.dtype_vars}
+    # a computed extent (kd.cdiv(n, 4)) is the value the declaration computes from the symbols
+    names = {**{c.name: c.default if c.has_default else 1 for c in decl.consts}, **symbols}
     args: list[Any] = []
     for p in decl.positional:
         if isinstance(p, ArrayParam):
-            shape = tuple(d if isinstance(d, int) else symbols[cast(str, d)] for d in p.shape)
+            shape = tuple(
+                d if isinstance(d, int) else d.evaluate(names) if isinstance(d, Expr) else symbols[d] for d in p.shape
+            )
             t = _random(shape, _dtype_of(p.dtype, types), generator).to(device)
             args.append(t.requires_grad_() if requires_grad and (t.is_floating_point() or t.is_complex()) else t)
         else:

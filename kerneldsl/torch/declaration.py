@@ -70,8 +70,7 @@ class OpDeclaration:
         """The operator's schema without its name: ``(Tensor x, Scalar alpha) -> Tensor``."""
         aliases = iter(_ALIASES)
         args = []
-        defaults_allowed = _defaults_allowed(self.positional)
-        for p, may_default in zip(self.positional, defaults_allowed):
+        for p, may_default in zip(self.positional, defaults_allowed(self.positional)):
             if isinstance(p, ArrayParam):
                 args.append(f"Tensor({next(aliases)}!) {p.name}" if p.direction == "inout" else f"Tensor {p.name}")
             else:
@@ -86,7 +85,7 @@ class OpDeclaration:
         return f"({listed}) -> {returns}"
 
 
-def _defaults_allowed(params: tuple[ArrayParam | ScalarParam, ...]) -> list[bool]:
+def defaults_allowed(params: tuple[ArrayParam | ScalarParam, ...]) -> list[bool]:
     """A positional default stays in the schema only when every later positional argument has
     one too (a schema, like Python, has no required argument after a default one)."""
     allowed, tail = [], True
@@ -170,7 +169,8 @@ def _function_signature(qualname: str, func: Callable[..., Any]) -> Signature:
             )
         if p.name in names:
             raise TorchOpError(qualname, p.name, "the name is the one its result takes: rename the parameter")
-    outs = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=r) for n, r in zip(names, results)]
+    # keyword-only: they follow the function's parameters, which may end in defaults
+    outs = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, annotation=r) for n, r in zip(names, results)]
     stub = _Declared(getattr(func, "__name__", "declared"), found.replace(parameters=[*params, *outs]))
     try:
         return parse_signature(stub, 1, 1)
@@ -206,12 +206,6 @@ def _from_signature(qualname: str, sig: Signature, kind: str) -> OpDeclaration:
             None,
             "an operator needs an array argument (In or InOut): torch picks the kernel and the device by its tensors",
         )
-    for p in sig.arrays:
-        computed = next((d for d in p.shape if not isinstance(d, (int, str))), None)
-        if computed is not None:
-            raise TorchOpError(
-                qualname, p.name, f"its extent {computed} is computed: kd.torch takes extents that are symbols or ints"
-            )
     bound_symbols = {d for p in inputs for d in p.shape if isinstance(d, str)}
     sizes = tuple(dict.fromkeys(d for p in outputs for d in p.shape if isinstance(d, str) and d not in bound_symbols))
     bound_types = {p.dtype for p in inputs}

@@ -8,29 +8,32 @@ kerneldsl kernels index their arrays as C-contiguous, so Inductor hands it conti
 eager call makes a strided input contiguous (a copy) and refuses a strided ``InOut``.
 
 The implementation bound to the dispatcher is, for a kernel, a function generated once per
-operator (``templates/torch_warm.py.j2``): a warm call makes one key (thread, device, each input's
-shape, dtype and alignment), finds the arrays kept for it, points them at the tensors, allocates
-each output (``torch.empty_like`` of the input it is the twin of, else ``torch.empty`` of the
-recorded shape and dtype) and calls the kernel (its C launch path). The general path, which
-checks everything, serves a key's first call, anything the warm call does not take, and fused
-functions. Nothing synchronizes.
+operator and dispatch key (``templates/torch/warm.py.j2``): a warm call makes one key (thread,
+for CUDA the device, each input's shape, dtype and alignment), finds the arrays kept for it,
+points them at the tensors, allocates each output (``torch.empty_like`` of the input it is the
+twin of, else ``torch.empty`` of the recorded shape and dtype) and calls the kernel (its C launch
+path; for CUDA on torch's current stream). The general path, which checks everything, serves a
+key's first call, anything the warm call does not take, and fused functions. Nothing
+synchronizes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from threading import get_ident
 from typing import Any, cast
 
 import torch
-from torch import Tensor, empty, empty_like
+from torch import empty, empty_like
 
 from ..dtypes import is_dtype_name
-from ..errors import TorchOpError
+from ..errors import ClosedError, TorchOpError
 from ..jit.codegen import render
-from ..jit.signature import ArrayParam, ScalarParam
-from .autograd import refuse_mutating, register_backward
-from .declaration import OpDeclaration, read_declaration, split_name
+from ..jit.signature import ArrayParam, Expr, ScalarParam
+from .autograd import refuse_mutating, register_backward, register_gradients
+from .declaration import OpDeclaration, defaults_allowed, read_declaration, split_name
+from .derivative import DERIVE, Gradient, derive
 from .shapes import bind_outputs
 from .tensors import MAX_ADOPTED, Device, device_of, torch_dtype
 
@@ -60,19 +63,28 @@ class TorchOp:
         self.declaration = read_declaration(qualname, target, declare)
         self.schema = self.declaration.schema()
         self.backward: TorchOp | None = None
+        self.gradients: dict[str, TorchOp] = {}  # backward="derive": the gradient of each input, by its name
+        derived = []
         if backward is not None:
             refuse_mutating(self)
+        if isinstance(backward, str):
+            if backward != DERIVE:
+                raise TorchOpError(
+                    qualname, "backward", f"is a kernel, a fused function or {DERIVE!r}, not {backward!r}"
+                )
+            derived = derive(qualname, target, self.declaration)
+            backward = None
         # torch.library.Library is untyped; the operator lives as long as its library, which the
         # process keeps (LIVE) once registration has succeeded, and which a failure destroys
         self._library: Any = cast(Any, torch.library.Library)(namespace, "FRAGMENT")
         try:
-            self._register(name, backward)
+            self._register(name, backward, derived)
         except BaseException:
             self._library._destroy()
             raise
         LIVE[qualname] = self
 
-    def _register(self, name: str, backward: Any) -> None:
+    def _register(self, name: str, backward: Any, derived: list[Gradient]) -> None:
         try:
             self._library.define(f"{name}{self.schema}", tags=(torch.Tag.needs_contiguous_strides,))
         except RuntimeError as exc:
@@ -80,16 +92,26 @@ class TorchOp:
         namespace = self.qualname.split("::")[0]
         self.overload: torch._ops.OpOverload = getattr(getattr(torch.ops, namespace), name).default
         self._run = _Runner(self.declaration, self.target)
-        self._library.impl(name, self._run.impl, "CPU")
-        self._library.impl(name, self._run.impl, "CUDA")
+        self._library.impl(name, self._run.impls["CPU"], "CPU")
+        self._library.impl(name, self._run.impls["CUDA"], "CUDA")
         torch.library.register_fake(self.qualname, self._fake, lib=self._library)
         if backward is not None:
             self.backward = TorchOp(f"{self.qualname}_backward", backward)
             try:
                 register_backward(self, self.backward)
             except BaseException:
-                LIVE.pop(self.backward.qualname, None)
-                self.backward._library._destroy()
+                _withdraw(self.backward)
+                raise
+        if derived:
+            try:
+                for gradient in derived:
+                    self.gradients[gradient.name] = TorchOp(
+                        f"{self.qualname}_grad_{gradient.name}", gradient.fused, declare=gradient.declare
+                    )
+                register_gradients(self, {g.position: self.gradients[g.name] for g in derived})
+            except BaseException:
+                for op in self.gradients.values():
+                    _withdraw(op)
                 raise
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -104,6 +126,12 @@ class TorchOp:
         device = _first_tensor(args).device
         outs = tuple(torch.empty(shape, dtype=dtype, device=device) for shape, dtype in specs)
         return _returned(outs)
+
+
+def _withdraw(op: TorchOp) -> None:
+    """Undo the registration of ``op`` (an operator made for one that failed to register)."""
+    LIVE.pop(op.qualname, None)
+    op._library._destroy()
 
 
 def named_arguments(decl: OpDeclaration, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -122,10 +150,11 @@ def _returned(outs: tuple[torch.Tensor, ...]) -> Any:
 
 
 class _Kept:
-    """What the warm calls of one key reuse: the device, the arrays kept for its inputs then
-    its outputs, and the outputs' shapes and dtypes (for those that are no input's twin)."""
+    """What the warm calls of one key reuse: the device (its place, its CUDA ordinal and wrapped
+    streams), the arrays kept for its inputs then its outputs, and the outputs' shapes and dtypes
+    (for those that are no input's twin)."""
 
-    __slots__ = ("device", "session", "place", "arrays", "shapes", "dtypes")
+    __slots__ = ("device", "place", "ordinal", "streams", "arrays", "shapes", "dtypes")
 
     def __init__(
         self,
@@ -135,8 +164,9 @@ class _Kept:
         dtypes: tuple[torch.dtype, ...],
     ) -> None:
         self.device = device
-        self.session = device.session
         self.place = device.place
+        self.ordinal = device.ordinal
+        self.streams = device.streams
         self.arrays = arrays
         self.shapes = shapes
         self.dtypes = dtypes
@@ -147,13 +177,14 @@ class _Runner:
 
     ``arrays`` and ``scalars`` place the schema's positional arguments in the kerneldsl call; each
     output has a recipe for its shape (an input's whole shape, or per axis a fixed extent, an
-    input's axis or a size argument) and its dtype (a fixed dtype, an input's, or a dtype
-    argument), read with no checks. When reading fails, the call raises what ``bind_outputs``
+    input's axis or a size argument; None for a computed extent, which ``bind_outputs`` computes) and its dtype (a fixed
+    dtype, an input's, or a dtype argument), read with no checks. When reading fails, the call
+    raises what ``bind_outputs``
     raises; a mismatch reading does not see (two inputs disagreeing on a symbol) is the kernel's
     own binding error, of the same class. A fused function broadcasts instead of binding, so its
-    calls run ``bind_outputs`` first. ``impl``, what the dispatcher calls, is the generated warm
-    call where the declaration allows one (a kernel without size or dtype arguments), else this
-    general path.
+    calls run ``bind_outputs`` first. ``impls``, what the dispatcher calls for its CPU and CUDA
+    keys, are the generated warm calls where the declaration allows them (a kernel without size
+    or dtype arguments), else this general path.
     """
 
     def __init__(self, decl: OpDeclaration, target: Any) -> None:
@@ -191,17 +222,20 @@ class _Runner:
         self.single = len(decl.outputs) == 1
         # the warm path: kernels whose outputs' shapes and dtypes follow from the inputs' alone
         # (keywords, if any, are constants passed through); a fused function broadcasts, so it binds
-        self.kept: dict[tuple[Any, ...], _Kept] = {}
+        self.kept: dict[str, dict[tuple[Any, ...], _Kept]] = {"CPU": {}, "CUDA": {}}
         warm = not self.fused and not decl.sizes and not decl.dtype_args
-        self.impl: Callable[..., Any] = self._warm_function() if warm else self
+        self.impls: dict[str, Callable[..., Any]] = {
+            key: self._warm_function(key) if warm else self for key in ("CPU", "CUDA")
+        }
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Any call, by the general path."""
         return self._returned(self._general(args, kwargs))
 
-    def _warm_function(self) -> Callable[..., Any]:
-        """The generated warm call (``templates/torch_warm.py.j2``): straight-line code for this
-        declaration's arguments, with the general path (``__call__``) for anything it does not take."""
+    def _warm_function(self, dispatch_key: str) -> Callable[..., Any]:
+        """The generated warm call for ``dispatch_key`` (``templates/torch/warm.py.j2``): straight-line
+        code for this declaration's arguments, with the general path (``__call__``) for anything it
+        does not take. The dispatcher hands it a Tensor for every tensor argument (the schema says so)."""
         slots: list[str] = [""] * self.width
         for slot, i, _, _ in self.arrays:
             slots[slot] = f"a{i}"
@@ -209,28 +243,37 @@ class _Runner:
             slots[slot] = f"s{i}"
         for j, (slot, _, _, _, _) in enumerate(self.outputs):
             slots[slot] = f"b{j}"
+        positional = self.decl.positional
+        names = [f"{'t' if isinstance(p, ArrayParam) else 's'}{i}" for i, p in enumerate(positional)]
+        # an argument equal to its schema default is left out by the dispatcher: it takes the default
+        params = [f"{n}=d{i}" if d else n for i, (n, d) in enumerate(zip(names, defaults_allowed(positional)))]
         source = render(
-            "torch_warm.py.j2",
+            "torch/warm.py.j2",
             op=self.decl.op,
-            npos=len(self.decl.positional),
-            names=[f"{'t' if isinstance(p, ArrayParam) else 's'}{i}" for i, p in enumerate(self.decl.positional)],
+            cuda=dispatch_key == "CUDA",
+            names=names,
+            params=params,
+            keywords=bool(self.consts),
             arrays=[i for _, i, _, _ in self.arrays],
             kept=[f"a{i}" for _, i, _, _ in self.arrays] + [f"b{j}" for j in range(len(self.outputs))],
             outputs=[twin for _, _, _, _, twin in self.outputs],
             call=slots,
         )
+        table = self.kept[dispatch_key]
         namespace: dict[str, Any] = {
-            "Tensor": Tensor,
             "empty": empty,
             "empty_like": empty_like,
             "get_ident": get_ident,
-            "table": self.kept,
-            "padding": tuple(None if isinstance(p, ArrayParam) else p.default for p in self.decl.positional),
+            "ClosedError": ClosedError,
+            "table": table,
             "general": self._general_returned,
-            "first": self._first,
+            "first": partial(self._first, table),
             "target": self.target,
+            **{f"d{i}": p.default for i, p in enumerate(positional) if isinstance(p, ScalarParam)},
         }
-        exec(compile(source, f"<kerneldsl torch op {self.decl.op}>", "exec"), namespace)
+        if dispatch_key == "CUDA":  # a CPU build of torch has no CUDA tensors, and no such function
+            namespace["raw_stream"] = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        exec(compile(source, f"<kerneldsl torch op {self.decl.op} {dispatch_key}>", "exec"), namespace)
         warm: Callable[..., Any] = namespace["warm"]
         return warm
 
@@ -241,9 +284,12 @@ class _Runner:
     def _returned(self, outs: list[torch.Tensor]) -> Any:
         return outs[0] if self.single else (tuple(outs) or None)
 
-    def _first(self, key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """The general path, then what later calls of this key reuse: arrays borrowed from the
-        inputs and outputs (holding no reference to any tensor) and the outputs' shapes and dtypes."""
+    def _first(
+        self, table: dict[tuple[Any, ...], _Kept], key: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """The general path, then what later calls of this key reuse (kept in ``table``, a warm
+        call's): arrays borrowed from the inputs and outputs (holding no reference to any tensor)
+        and the outputs' shapes and dtypes."""
         outs = self._general(args, kwargs)
         if any(t.data_ptr() % 16 for t in outs):
             return self._returned(outs)
@@ -251,9 +297,9 @@ class _Runner:
         arrays = tuple(device.borrow(args[i], self.name, name) for _, i, name, _ in self.arrays) + tuple(
             device.borrow(t, self.name, name) for (_, name, _, _, _), t in zip(self.outputs, outs)
         )
-        if len(self.kept) >= MAX_ADOPTED:
-            self.kept.clear()
-        self.kept[key] = _Kept(device, arrays, tuple(tuple(t.shape) for t in outs), tuple(t.dtype for t in outs))
+        if len(table) >= MAX_ADOPTED:
+            table.clear()
+        table[key] = _Kept(device, arrays, tuple(tuple(t.shape) for t in outs), tuple(t.dtype for t in outs))
         return self._returned(outs)
 
     def _general(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Tensor]:
@@ -277,16 +323,24 @@ class _Runner:
         for slot, i, default in self.scalars:
             call[slot] = args[i] if i < len(args) else default  # the dispatcher leaves defaults out
         outs = []
+        bound = None
         if self.fused:  # a fused function broadcasts: the declaration's extents are checked here
-            bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
+            bound = bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
         try:
-            for _, _, shape, dtype, twin in self.outputs:
+            for j, (_, _, shape, dtype, twin) in enumerate(self.outputs):
                 if twin >= 0 and not copies:  # empty_like of a contiguous input: a fraction of empty's cost
                     outs.append(torch.empty_like(args[twin]))
                     continue
+                if type(shape) is int:
+                    size = args[shape].shape
+                elif shape is None:  # a computed extent: the declaration computes it
+                    bound = bound or bind_outputs(self.decl, named_arguments(self.decl, args, kwargs))
+                    size = bound[j][0]
+                else:
+                    size = _shape(shape, args, kwargs)
                 outs.append(
                     torch.empty(
-                        args[shape].shape if type(shape) is int else _shape(shape, args, kwargs),
+                        size,
                         dtype=args[dtype].dtype if type(dtype) is int else _dtype(dtype, kwargs),
                         device=device.place,
                     )
@@ -336,7 +390,9 @@ def _shape_recipe(
 ) -> Any:
     """How a call finds an output's shape: the index of an input of the very same shape (its
     ``shape`` is taken whole), else per axis a fixed extent, an ``(input, axis)`` or a size
-    argument's name."""
+    argument's name; None when an extent is computed (``bind_outputs`` computes it)."""
+    if any(isinstance(d, Expr) for d in out.shape):
+        return None
     for i, p in enumerate(positional):
         if (
             isinstance(p, ArrayParam)
@@ -362,7 +418,8 @@ def op(qualname: str, *, declare: Callable[..., Any] | None = None, backward: An
 
     ``declare=``: a function whose annotations declare what ``kd.ops`` functions (and fused
     functions written without annotations) take and return. ``backward=``: a kernel or fused
-    function computing the gradients (see ``kerneldsl.torch.autograd``).
+    function computing the gradients (see ``kerneldsl.torch.autograd``), or ``"derive"`` for a
+    ``@kd.fuse`` function of differentiable ``kd.ops`` (see ``kerneldsl.torch.derivative``).
     """
 
     def register(target: Any) -> TorchOp:

@@ -2,20 +2,23 @@
 dtype variables, with the checks a kerneldsl call makes and the same errors.
 
 The fake kernel runs this on fake tensors whose sizes may be symbolic (``torch.compile(dynamic=True)``):
-an extent is only compared (``!=``, which guards on a symbolic size) and copied into an output
-shape, never turned into a Python int. The real kernel runs it when its own quick reading of the
-shapes fails, so an eager call raises what tracing raises.
+an extent is only compared (``!=``, which guards on a symbolic size), copied into an output shape
+or computed by arithmetic torch traces (a computed extent, ``kd.cdiv(n, 256)``, is
+``(n + 255) // 256``), never turned into a Python int. The real kernel runs it when its own quick
+reading of the shapes fails, so an eager call raises what tracing raises.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, cast
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
 from ..dtypes import is_dtype_name
 from ..errors import BindingError, ShapeMismatchError
+from ..jit.signature import Expr
 from .declaration import OpDeclaration
 from .tensors import element_name, torch_dtype
 
@@ -28,6 +31,7 @@ def bind_outputs(decl: OpDeclaration, values: Mapping[str, Any]) -> list[OutputS
     name = decl.signature.name
     extents: dict[str, Any] = {}
     types: dict[str, torch.dtype] = {}
+    computed: list[tuple[str, int, Expr, Any]] = []  # checked once every symbol is bound
     for p in decl.inputs:
         t = values.get(p.name)
         if not isinstance(t, torch.Tensor):
@@ -42,7 +46,10 @@ def bind_outputs(decl: OpDeclaration, values: Mapping[str, Any]) -> list[OutputS
                 if actual != declared:
                     raise ShapeMismatchError(name, p.name, f"axis {axis} must be {declared}, got {actual}")
                 continue
-            symbol = cast(str, declared)  # read_declaration refuses computed extents
+            if isinstance(declared, Expr):
+                computed.append((p.name, axis, declared, actual))
+                continue
+            symbol = declared
             bound = extents.setdefault(symbol, actual)
             if bound is not actual and bound != actual:
                 first, first_axis = _first_use(decl, symbol)
@@ -63,10 +70,43 @@ def bind_outputs(decl: OpDeclaration, values: Mapping[str, Any]) -> list[OutputS
         if not isinstance(given, torch.dtype):
             raise BindingError(name, v, f"the output dtype {v!r} is a torch.dtype, got {type(given).__name__}")
         types[v] = given
-    return [
-        (tuple(d if isinstance(d, int) else extents[cast(str, d)] for d in p.shape), _output_dtype(p.dtype, types))
-        for p in decl.outputs
-    ]
+    names = {**{c.name: values.get(c.name, c.default) for c in decl.consts}, **extents}
+    for param, axis, expression, actual in computed:
+        expected = computed_extent(expression, names)
+        if actual != expected:
+            raise ShapeMismatchError(name, param, f"axis {axis} must be {expression!r} = {expected}, got {actual}")
+    return [(tuple(_extent(d, names) for d in p.shape), _output_dtype(p.dtype, types)) for p in decl.outputs]
+
+
+def computed_extent(expression: Expr, names: Mapping[str, Any]) -> Any:
+    """A computed extent's value from the bound symbols and constants (``names``), by arithmetic
+    that keeps a symbolic size symbolic: ``kd.cdiv(n, 256)`` is ``(n + 255) // 256``, ``kd.dmin``
+    ``torch.sym_min``."""
+    if expression.op == "int":
+        return expression.args[0]
+    if expression.op == "sym":
+        return names[expression.args[0]]
+    a, b = (computed_extent(x, names) for x in expression.args)
+    return _SYMBOLIC[expression.op](a, b)
+
+
+_SYMBOLIC: dict[str, Callable[[Any, Any], Any]] = {
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "floordiv": operator.floordiv,
+    "cdiv": lambda a, b: (a + b - 1) // b,  # extents are non-negative
+    "min": torch.sym_min,
+    "max": torch.sym_max,
+}
+
+
+def _extent(declared: int | str | Expr, names: Mapping[str, Any]) -> Any:
+    if isinstance(declared, int):
+        return declared
+    if isinstance(declared, Expr):
+        return computed_extent(declared, names)
+    return names[declared]
 
 
 def _unify_dtype(kernel: str, param: str, declared: str, actual: torch.dtype, types: dict[str, torch.dtype]) -> None:
