@@ -41,7 +41,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ComplexUnsupportedError, DeclarationError, FusionError
 from ..jit.build import Build
-from ..jit.codegen import Decisions, GeneratedBody, render
+from ..jit.codegen import GeneratedBody, render
 from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from ..launch import fastpath
 from ..launch.dispatch import Kernel
@@ -49,6 +49,7 @@ from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
 from . import promotion
+from .decisions import ElementwiseDecisions
 
 if TYPE_CHECKING:
     from ..device_array.ndarray import DeviceArray
@@ -143,7 +144,7 @@ def _build_elementwise(
             vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
         )
-        return GeneratedBody(text, Decisions(layout=layout[0], vector_width=vec if vector else 1))
+        return GeneratedBody(text, ElementwiseDecisions(layout=layout[0], vector_width=vec if vector else 1))
 
     total: Expr = as_expr(1)
     for d in out_dims(layout):

@@ -16,14 +16,14 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   reduction and the outputs read them there: one pass over memory; a full value a later phase
   needs again (softmax's ``exp(x - m)``) is kept in registers too when held inputs and kept values
   fit in ``HOLD_BYTES``, counting only what is live at the start of each pass in rows of one
-  block or less (``Decisions.carried``; else recomputed: spilling would cost more; on the H200
+  block or less (``FusedRowsDecisions.carried``; else recomputed: spilling would cost more; on the H200
   softmax over 61827 x 409 bfloat16 took 42.8 us carried where recomputed took 46.8). Rows that do not
   fit are read again by each phase (from L2 when they fit there), ``passes`` says how many times;
 - each reduction is a fixed tree (per-thread folds in element order, butterfly shuffles, then
   a butterfly over the warps' results), so results are the same bits run to run and every thread
   holds them;
 - reduced axes innermost (``layout="rows"``) read 16-byte vectors when every pointer is aligned.
-  When the row length is not a multiple of the vector (``Decisions.shifted``), each row's units
+  When the row length is not a multiple of the vector (``FusedRowsDecisions.shifted``), each row's units
   are the aligned vectors its elements fall in, from the row's shift (its offset modulo the
   vector, so one unit more than the row needs at most, which ``items`` plans for): interior units
   are one 16-byte access, the first and last per element on the row's own columns, so no row
@@ -45,13 +45,13 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   one thread), folding each element of a unit into its own accumulator and combining them as a
   tree: no shuffle or barrier, so the host runs the kernel as a plain loop the compiler
   vectorizes, where a GPU's warps and blocks would run as fibers (``KERNELDSL_CPU_PLAN=gpu``
-  keeps the GPU's strategy; ``Decisions.host_plan`` names the host's).
+  keeps the GPU's strategy; ``FusedRowsDecisions.host_plan`` names the host's).
 
 Values follow NumPy's dtypes per op, as unfused ``kd.ops`` calls do, but the arithmetic is a
 fused kernel's, as PyTorch's and Triton's are: float16/bfloat16 values compute in float32 through
 the whole pipeline and round once where stored, and the kernel is built with ``--use_fast_math``
 (exp, log, division and square roots to within a few float32 ulp, fused multiply-adds, float32
-denormals flushed), which ``Decisions.fast_math`` records. The tolerance against NumPy float64 is
+denormals flushed), which ``FusedRowsDecisions.fast_math`` records. The tolerance against NumPy float64 is
 then 2e-5 relative (plus 2e-6 of the row's largest value) in float32, four 16-bit ulp otherwise.
 """
 
@@ -63,9 +63,10 @@ from typing import Any
 
 import numpy as np
 
-from ..jit.codegen import Decisions, GeneratedBody
+from ..jit.codegen import GeneratedBody
 from ..launch.dispatch import Kernel
 from .body_store import rendered
+from .decisions import FusedRowsDecisions
 from .kernels import KERNELS, all_aligned, array_param, make_kernel, scalar_param
 from .pipeline import Phase, Pipeline, phase
 from .program import Leaf, compute_ctype, program_context, storage_ctype
@@ -502,17 +503,15 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
         shifted = shiftable and aligned
         vector = (vectorable or shiftable) and aligned
         first = pipeline.reductions[0]
-        decisions = Decisions(
+        decisions = FusedRowsDecisions(
             layout="rows" if layout.rows_layout else "permuted",
             vector_width=s.width if vector else 1,
-            stage="fused",
             accumulation=first.reducer.accumulate(pipeline.values[first.root].dtype),
             group=s.lanes,
             split=s.cluster > 1,
             strategy=s.strategy,
             passes=s.passes,
             items=s.items,
-            fast_math=True,
             shifted=shifted,
             carried=bool(context.carried),
             host_plan=HOST_PLAN if s.strategy == "row-per-thread" else None,

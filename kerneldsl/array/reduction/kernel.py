@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ...jit.codegen import Decisions, GeneratedBody, render
+from ...jit.codegen import GeneratedBody, render
 from ...launch.dispatch import Kernel
+from ..decisions import ReductionDecisions
 from ..kernels import (
     BLOCK,
     KERNELS,
@@ -44,7 +45,8 @@ _TEMPLATES = {
     "host-rows": "reduction_host_rows.cu.j2",
     "host-columns": "reduction_host_columns.cu.j2",
 }
-HOST_STAGES = {  # the CPU device's stages (a thread a run: blocks of one thread), as Decisions.host_plan says them
+# the CPU device's stages (a thread a run: blocks of one thread), as ReductionDecisions.host_plan says them
+HOST_STAGES = {
     "host-rows": "a thread folds each run of a row into {lanes} accumulators (no barrier or collective)",
     "host-columns": "a thread folds a run of {lanes} adjacent columns (no barrier or collective)",
 }
@@ -179,7 +181,7 @@ def _build(
         owned = width // period  # the columns a thread writes: a period's values shared by its rows
         depth = final_fold_depth(owned)
         text = render(_TEMPLATES[stage], vector=vector, width=width, depth=depth, period=period, owned=owned, **context)
-        decisions = Decisions(
+        decisions = ReductionDecisions(
             layout="broadcast" if geometry.broadcast else "flat",
             vector_width=width,
             stage=stage,
