@@ -517,3 +517,29 @@ def test_the_array_word_check_names_each_identifier() -> None:
         "jit/x.py:3 reduction_stage",
         "jit/x.py:4 plan",
     ]
+
+
+def _defined_names(path: Path) -> list[str]:
+    """The classes and module-level names ``path`` defines."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            found.append(node.name)
+        elif isinstance(node, ast.Assign):
+            found += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found.append(node.target.id)
+    return found
+
+
+def test_plan_and_layout_each_name_one_thing() -> None:
+    """A *Plan class is an array callable's plan (array/); ``Layout`` is a memory layout, shape
+    and byte strides, defined once (runtime/views.py): docs/layout.md's glossary."""
+    where: dict[str, set[str]] = {"Plan": set(), "Layout": set()}
+    for path in PACKAGE.rglob("*.py"):
+        for name in _defined_names(path):
+            if name.endswith("Plan"):
+                where["Plan"].add(path.relative_to(PACKAGE).parts[0])
+            if name.strip("_") == "Layout":
+                where["Layout"].add(str(path.relative_to(PACKAGE)))
+    assert where == {"Plan": {"array"}, "Layout": {"runtime/views.py"}}

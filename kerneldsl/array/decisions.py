@@ -4,7 +4,9 @@ tests and users read the choice instead of the generated text.
 
 A family's body function returns its record beside the CUDA text (``jit.codegen.GeneratedBody``);
 the compile pipeline carries the record to the Build without reading it, so each family's fields
-are its own; a kernel a user declares reports none (``None``).
+are its own; a kernel a user declares reports none (``None``). ``layout`` names the class of
+operand layouts the kernel was generated for (``kernels.OperandLayout.kind``; fused rows: where
+the reduced axes lie).
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from ..decisions import ReductionDecisions
 from ..kernels import (
     BLOCK,
     KERNELS,
+    OperandLayout,
     all_aligned,
     array_leaves,
     array_param,
@@ -83,8 +84,8 @@ def _params(
     """The value leaves; the partials, their indices and tickets (split stages); the output; the
     count; outer, inner and splits (axis stages; slabs: slabs per tile, no extents); the value's
     extents."""
-    layout = "strided" if variant.view else "broadcast"  # contiguous leaves: the C launch path takes them
-    params = leaf_params(program, (layout, geometry.ndim, geometry.ranks))
+    kind = "strided" if variant.view else "broadcast"  # contiguous leaves: the C launch path takes them
+    params = leaf_params(program, OperandLayout(kind, geometry.ndim, ranks=geometry.ranks))
     if variant.stage == "partial" or variant.split:
         params.append(("kdpart", array_param("out", acc, "kdm")))
         if reducer.indexed:
@@ -127,7 +128,7 @@ def _context(
     one that reads them so; the value is then indexed as flat, those leaves at ``kdalong``."""
     along = [i for i, a in enumerate(geometry.along) if a] if variant.stage == geometry.along_stage else []
     scalars = along if variant.stage == "columns" else []  # one value per reduced index, for every column
-    arrays = array_leaves(program, ("broadcast", geometry.ndim, geometry.ranks))
+    arrays = array_leaves(program, OperandLayout("broadcast", geometry.ndim, ranks=geometry.ranks))
     return dict(
         name=reducer.name,
         stage=variant.stage,
