@@ -46,16 +46,18 @@ def test_a_complex_kernel_compiles_with_the_preludes_arithmetic(dt: Any) -> None
 
 
 def test_a_complex_scalar_is_two_slots_of_its_part_type() -> None:
-    plan = zaxpy.inspect(np.zeros(9, np.complex128), np.zeros(9, np.complex128), 1 + 2j, arch="sm_90").launch_plan
-    assert plan.abi[2:4] == (("kd_a_re", "double"), ("kd_a_im", "double"))
-    assert [s.part for s in plan.slots[2:4]] == ["real", "imag"]
-    single = scale64.inspect(np.zeros(9, np.complex64), np.complex64(2j), arch="sm_90").launch_plan
+    contract = zaxpy.inspect(
+        np.zeros(9, np.complex128), np.zeros(9, np.complex128), 1 + 2j, arch="sm_90"
+    ).launch_contract
+    assert contract.abi[2:4] == (("kd_a_re", "double"), ("kd_a_im", "double"))
+    assert [s.part for s in contract.slots[2:4]] == ["real", "imag"]
+    single = scale64.inspect(np.zeros(9, np.complex64), np.complex64(2j), arch="sm_90").launch_contract
     assert single.abi[1:3] == (("kd_a_re", "float"), ("kd_a_im", "float"))
 
 
 def test_complex_arrays_are_pointers_to_the_prelude_types() -> None:
-    plan = zaxpy.inspect(np.zeros(9, np.complex64), np.zeros(9, np.complex64), np.complex64(1), arch="sm_90")
-    assert plan.launch_plan.abi[:2] == (("y", "kd_complex64*"), ("x", "const kd_complex64*"))
+    build = zaxpy.inspect(np.zeros(9, np.complex64), np.zeros(9, np.complex64), np.complex64(1), arch="sm_90")
+    assert build.launch_contract.abi[:2] == (("y", "kd_complex64*"), ("x", "const kd_complex64*"))
 
 
 def test_the_adapter_packs_a_complex_scalars_real_and_imaginary_parts(drv: Any) -> None:

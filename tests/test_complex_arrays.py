@@ -223,7 +223,7 @@ def test_complex_arrays_move_in_16_byte_vectors(dt: np.dtype, width: int) -> Non
 
 def test_a_python_complex_scalar_is_a_complex_kernel_parameter() -> None:
     build = ops.multiply.inspect(np.zeros(64, np.float32), 2 - 1j, arch=ARCH)
-    parts = [s for s in build.launch_plan.slots if s.conversion == "complex"]
+    parts = [s for s in build.launch_contract.slots if s.conversion == "complex"]
     assert [s.part for s in parts] == ["real", "imag"] and {s.element for s in parts} == {"complex64"}
 
 

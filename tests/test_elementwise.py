@@ -12,6 +12,7 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.array.elementwise import Elementwise, layout_of
+from kerneldsl.array.kernels import OperandLayout
 from kerneldsl.array.program import ProgramBuilder, broadcast_shape, program_context
 from kerneldsl.errors import DeclarationError, KernelCompileError
 
@@ -87,8 +88,9 @@ def test_broadcast_shape_rules() -> None:
     assert broadcast_shape([], "t") == ()
     with pytest.raises(ValueError, match="could not be broadcast together"):
         broadcast_shape([(3,), (4,)], "add")
-    assert layout_of([(2, 3), None, (2, 3)], (2, 3)) == ("flat", 2)
-    assert layout_of([(2, 3), (3,)], (2, 3)) == ("broadcast", 2, (2, 1))
+    assert layout_of([(2, 3), None, (2, 3)], (2, 3)) == OperandLayout("flat", 2)
+    assert layout_of([(2, 3), (), None], (2, 3)) == OperandLayout("flat", 2, zero_d=(1,))
+    assert layout_of([(2, 3), (3,)], (2, 3)) == OperandLayout("broadcast", 2, ranks=(2, 1))
     with pytest.raises(ValueError, match="could not be broadcast"):
         kd.ops.add.inspect(np.ones(3, np.float32), np.ones(4, np.float32), arch=ARCH)
 

@@ -37,8 +37,8 @@ from kerneldsl.errors import (
     StickyCudaError,
     WrongSessionError,
 )
-from kerneldsl.jit.codegen import adapter_context, plan_generation
-from kerneldsl.jit.launch_plan import launch_plan
+from kerneldsl.jit.codegen import adapter_context, render_inputs
+from kerneldsl.jit.launch_contract import launch_contract
 from kerneldsl.jit.specialize import bind_declared
 from kerneldsl.launch import fastpath
 from kerneldsl.launch.fastpath import launch_table
@@ -362,24 +362,24 @@ def test_a_repeated_call_does_not_remember_its_launch_twice(s: kd.Session, drv: 
     assert saxpy._remembered_launches == 1
 
 
-def _saxpy_plan(s: kd.Session) -> tuple[str, Any]:
+def _saxpy_inputs(s: kd.Session) -> tuple[str, Any]:
     spec = saxpy.specialize(s.zeros(4, np.float32), s.zeros(4, np.float32), np.float32(1), arch="sm_90")
-    return spec.arch, plan_generation(spec, saxpy.body)
+    return spec.arch, render_inputs(spec, saxpy.body)
 
 
-def test_the_adapter_is_rendered_from_the_launch_plan_the_c_table_is_made_of(s: kd.Session) -> None:
-    arch, planned = _saxpy_plan(s)
-    assert planned.adapter_context == adapter_context(planned.launch, arch)
-    nargs, arrays, *_ = launch_table(planned.launch) or ()
+def test_the_adapter_is_rendered_from_the_launch_contract_the_c_table_is_made_of(s: kd.Session) -> None:
+    arch, inputs = _saxpy_inputs(s)
+    assert inputs.adapter_context == adapter_context(inputs.launch, arch)
+    nargs, arrays, *_ = launch_table(inputs.launch) or ()
     assert (nargs, arrays) == (3, ((0, 1), (1, 1)))
 
 
-def test_a_change_to_the_launch_plan_changes_both_launch_paths(s: kd.Session) -> None:
-    arch, planned = _saxpy_plan(s)
-    assert planned.launch.aliases == (("y", "x"),)  # y is written: the two may not overlap
-    unchecked = dataclasses.replace(planned.launch, aliases=())
+def test_a_change_to_the_launch_contract_changes_both_launch_paths(s: kd.Session) -> None:
+    arch, inputs = _saxpy_inputs(s)
+    assert inputs.launch.aliases == (("y", "x"),)  # y is written: the two may not overlap
+    unchecked = dataclasses.replace(inputs.launch, aliases=())
     assert adapter_context(unchecked, arch)["alias_checks"] == []
-    assert (launch_table(planned.launch) or ())[4] == ((0, 1),) and (launch_table(unchecked) or ())[4] == ()
+    assert (launch_table(inputs.launch) or ())[4] == ((0, 1),) and (launch_table(unchecked) or ())[4] == ()
 
 
 def test_a_strided_array_has_no_table_and_stays_on_the_python_path() -> None:
@@ -387,15 +387,15 @@ def test_a_strided_array_has_no_table_and_stays_on_the_python_path() -> None:
     def first(y: kd.Out[kd.float32, "n"], x: kd.In[kd.float32, "n"]):
         return f"{y}[0] = {x}[0];"
 
-    plan = launch_plan(bind_declared(first.signature, {}, {}, "sm_90", 32))
-    assert [s.source for s in plan.slots] == ["pointer", "pointer", "stride", "symbol"]
-    assert launch_table(plan) is None
+    contract = launch_contract(bind_declared(first.signature, {}, {}, "sm_90", 32))
+    assert [s.source for s in contract.slots] == ["pointer", "pointer", "stride", "symbol"]
+    assert launch_table(contract) is None
 
 
 def test_bfloat16_scalars_have_no_table_and_stay_on_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
     bfloat16 = pytest.importorskip("ml_dtypes").bfloat16
     spec = saxpy.specialize(s.zeros(4, bfloat16), s.zeros(4, bfloat16), bfloat16(1), arch="sm_90")
-    assert launch_table(launch_plan(spec)) is None
+    assert launch_table(launch_contract(spec)) is None
 
 
 def test_a_malformed_table_is_refused_when_the_launch_is_made(s: kd.Session) -> None:

@@ -24,7 +24,7 @@ import kerneldsl as kd
 from kerneldsl import blas
 from kerneldsl.device_array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError, KernelDSLError
-from kerneldsl.jit.launch_plan import launch_plan
+from kerneldsl.jit.launch_contract import launch_contract
 from kerneldsl.jit.specialize import bind_declared
 from kerneldsl.launch import fastpath
 from kerneldsl.runtime.limits import LAUNCH_LIMITS
@@ -172,7 +172,7 @@ def test_a_kernel_past_the_c_limits_launches_once_per_call_from_python(
             assert len(drv.launches) == calls
         assert drv.c_launches == 0 and kernel._remembered_launches == 0
         (bound,) = kernel._bound.values()
-        assert fastpath.launch_table(bound.build.launch_plan) is None
+        assert fastpath.launch_table(bound.build.launch_contract) is None
     finally:
         kernel._bound.clear()
 
@@ -196,7 +196,7 @@ def test_other_tables_past_the_c_limits_are_not_made(s: kd.Session, case: str) -
     decorator, shape = PAST_LIMITS[case]
     dims = ", ".join(f'"n{i}"' if i else '"n"' for i in range(len(shape)))
     fill = _generated_kernel([f"y: kd.Out[kd.float32, ({dims},)]"], **decorator)
-    assert fastpath.launch_table(launch_plan(fill.specialize(s.zeros(shape, np.float32), arch="sm_90"))) is None
+    assert fastpath.launch_table(launch_contract(fill.specialize(s.zeros(shape, np.float32), arch="sm_90"))) is None
 
 
 def test_an_entry_that_cannot_be_made_is_logged_and_the_call_stands(caplog: pytest.LogCaptureFixture) -> None:
@@ -315,7 +315,7 @@ def test_a_64_bit_build_launches_more_threads_from_c(s: kd.Session, drv: FakeDri
     try:
         kernel(s.zeros(1, np.float32))
         (bound,) = kernel._bound.values()
-        *rest, bits = fastpath.launch_table(bound.build.launch_plan) or ()
+        *rest, bits = fastpath.launch_table(bound.build.launch_contract) or ()
         assert bits == 32
         wide = _fastlaunch.Launch(
             table=(*rest, 64),
@@ -337,7 +337,7 @@ def test_a_64_bit_build_launches_more_threads_from_c(s: kd.Session, drv: FakeDri
 @pytest.mark.parametrize("bits", [32, 64])
 def test_the_table_carries_the_index_width(bits: int) -> None:
     spec = bind_declared(scale.signature, {}, {}, "sm_90", bits)
-    table = fastpath.launch_table(launch_plan(spec))
+    table = fastpath.launch_table(launch_contract(spec))
     assert table is not None and table[-1] == bits
 
 
@@ -358,7 +358,7 @@ def test_a_malformed_extended_launch_is_refused_when_made(s: kd.Session, drv: Fa
         (bound,) = kernel._bound.values()
         with pytest.raises((ValueError, TypeError), match="extended"):
             _fastlaunch.Launch(
-                table=fastpath.launch_table(bound.build.launch_plan),
+                table=fastpath.launch_table(bound.build.launch_contract),
                 session=s,
                 guards=(s.zeros(2, np.float32).dispatch_tag,),
                 launch=s.entry_point("cuLaunchKernel"),

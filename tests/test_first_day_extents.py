@@ -12,7 +12,7 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl.errors import DeclarationError, ShapeMismatchError
-from kerneldsl.jit.launch_plan import launch_plan
+from kerneldsl.jit.launch_contract import launch_contract
 from kerneldsl.jit.signature import Expr
 from kerneldsl.tune.ahead import tune_arguments
 
@@ -123,9 +123,9 @@ def test_products_and_sums_of_symbols_are_extents_too() -> None:
         kernel.specialize(np.zeros((3, 4), np.float32), np.zeros(12, np.float32), arch="sm_90")
 
 
-def test_the_launch_plan_checks_a_computed_extent_by_its_expression() -> None:
+def test_the_launch_contract_checks_a_computed_extent_by_its_expression() -> None:
     spec = block_sums.specialize(np.zeros(1000, np.float32), np.zeros(4, np.float32), arch="sm_90")
-    (check,) = launch_plan(spec).checks
+    (check,) = launch_contract(spec).checks
     assert (check.array, check.expr) == ("out", Expr("cdiv", (Expr("sym", ("n",)), Expr("int", (256,)))))
 
 
@@ -135,7 +135,7 @@ def test_a_specialized_symbol_folds_the_computed_extent_into_a_fixed_check() -> 
 
     kernel = declare(k, specialize=("n",))
     spec = kernel.specialize(np.zeros(1000, np.float32), np.zeros(4, np.float32), arch="sm_90")
-    (check,) = [c for c in launch_plan(spec).checks if c.array == "out"]
+    (check,) = [c for c in launch_contract(spec).checks if c.array == "out"]
     assert (check.value, check.expr) == (4, None)
 
 

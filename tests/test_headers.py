@@ -26,7 +26,7 @@ from kerneldsl.errors import (
     KernelCompileError,
 )
 from kerneldsl.jit import compiler, headers
-from kerneldsl.jit.codegen import plan_generation
+from kerneldsl.jit.codegen import render_inputs
 
 ROOT = Path(__file__).parent.parent
 
@@ -329,8 +329,8 @@ QUARTER = kd.device_function(
 
 def test_device_functions_render_once_after_those_they_use() -> None:
     kernel = _kernel("out[0] = quarter_of(x[0]) + half_of(x[1]);", uses=[QUARTER, HALF])
-    planned = plan_generation(kernel.specialize(OUT, X, arch="sm_90"), kernel.body, kernel.code)
-    assert [f["name"] for f in planned.kernel_context["device_functions"]] == ["half_of", "quarter_of"]
+    inputs = render_inputs(kernel.specialize(OUT, X, arch="sm_90"), kernel.body, kernel.code)
+    assert [f["name"] for f in inputs.kernel_context["device_functions"]] == ["half_of", "quarter_of"]
 
 
 def test_a_device_function_compiles_into_the_kernel_and_its_text_is_keyed(isolated_cache: Path) -> None:

@@ -148,9 +148,9 @@ def test_a_plain_kernel_still_launches_with_cuLaunchKernel(s: kd.Session, drv: F
 
 
 def test_the_c_launch_path_declines_extended_launches() -> None:
-    plan = together.inspect(np.zeros(256, np.float32), arch="sm_90").launch_plan
-    assert plan.cooperative and plan.extended
-    assert fastpath.launch_table(plan) is None
+    contract = together.inspect(np.zeros(256, np.float32), arch="sm_90").launch_contract
+    assert contract.cooperative and contract.extended
+    assert fastpath.launch_table(contract) is None
 
 
 def test_cluster_declared_as_integers_must_hold_one_to_eight_blocks() -> None:
@@ -182,9 +182,9 @@ def test_a_cluster_build_for_an_arch_before_sm_90_is_refused() -> None:
         clustered.inspect(np.zeros(256, np.float32), arch="sm_80")
 
 
-def test_the_launch_plan_carries_the_declared_cluster() -> None:
-    clustered_plan = clustered.inspect(np.zeros(256, np.float32), arch="sm_90").launch_plan
-    plain_plan = plain.inspect(np.zeros(256, np.float32), arch="sm_90").launch_plan
+def test_the_launch_contract_carries_the_declared_cluster() -> None:
+    clustered_contract = clustered.inspect(np.zeros(256, np.float32), arch="sm_90").launch_contract
+    plain_contract = plain.inspect(np.zeros(256, np.float32), arch="sm_90").launch_contract
     one = Expr("int", (1,))
-    assert clustered_plan.cluster == (Expr("sym", ("c",)), one, one) and clustered_plan.extended
-    assert plain_plan.cluster == () and not plain_plan.extended
+    assert clustered_contract.cluster == (Expr("sym", ("c",)), one, one) and clustered_contract.extended
+    assert plain_contract.cluster == () and not plain_contract.extended

@@ -172,17 +172,17 @@ def test_generated_bodies_keep_their_own_numbering(
     from kerneldsl.array import kernels
     from kerneldsl.jit import build
 
-    planned: list[Any] = []
-    plan = build.plan_generation
-    monkeypatch.setattr(build, "plan_generation", lambda *a, **k: planned.append(plan(*a, **k)) or planned[-1])
+    inputs: list[Any] = []
+    make = build.render_inputs
+    monkeypatch.setattr(build, "render_inputs", lambda *a, **k: inputs.append(make(*a, **k)) or inputs[-1])
     monkeypatch.setattr(kernels.KERNELS, "_entries", {})  # earlier tests' kernels would skip generation
     with kd.Session() as s:
         x = s.to_device(np.arange(64, dtype=np.float32))
         (x + x).to_host()
         x.sum().to_host()
         user_expression(np.float32(2), x).to_host()
-    assert len(planned) >= 3
-    assert all(file == f"{p.kernel_context['name']}.body" for p in planned for file, _ in p.body_places)
+    assert len(inputs) >= 3
+    assert all(file == f"{p.kernel_context['name']}.body" for p in inputs for file, _ in p.body_places)
 
 
 # --- what reaches a directive -------------------------------------------------------------------------------
@@ -261,10 +261,10 @@ def test_the_file_and_line_are_part_of_the_source_key() -> None:
     """The same text at another place in a file (or another checkout) is other source: its key
     differs, which costs one compile and keeps every report's line true."""
     spec = spec_of(plain_body)
-    planned = codegen.plan_generation(spec, plain_body.body)
-    moved = codegen.plan_generation(spec, plain_body.body)
+    inputs = codegen.render_inputs(spec, plain_body.body)
+    moved = codegen.render_inputs(spec, plain_body.body)
     moved.kernel_context["body_segments"][0]["line"] += 1
-    assert source_material(spec, planned) != source_material(spec, moved)
+    assert source_material(spec, inputs) != source_material(spec, moved)
 
 
 # --- compile errors at the user's line ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import kerneldsl.jit.codegen
 import kerneldsl.jit.compiler
 from kerneldsl.cache import cache_key, default_secret_path, get_default_cache, signing_key
 from kerneldsl.jit.build import SOURCE_OUTPUT, Build, build, source_material
-from kerneldsl.jit.codegen import GenerationPlan, plan_generation
+from kerneldsl.jit.codegen import RenderInputs, render_inputs
 from kerneldsl.jit.compiler import CompiledCode
 from kerneldsl.jit.specialize import Specialization, bind_declared
 
@@ -100,8 +100,8 @@ def test_the_stored_text_is_kept_under_its_own_entry(counts: Counts) -> None:
 
 def test_an_image_whose_text_was_evicted_renders_the_text_again(counts: Counts) -> None:
     first = build_scaled()
-    planned = plan_generation(spec_of(), scaled.body)
-    material = source_material(spec_of(), planned)
+    inputs = render_inputs(spec_of(), scaled.body)
+    material = source_material(spec_of(), inputs)
     get_default_cache().evict(cache_key(material), "test")
     again = build_scaled()
     assert again.origin == "disk" and counts.renders == 4
@@ -111,8 +111,8 @@ def test_an_image_whose_text_was_evicted_renders_the_text_again(counts: Counts) 
 
 def test_stored_text_of_another_shape_is_rendered_again(counts: Counts) -> None:
     first = build_scaled()
-    planned = plan_generation(spec_of(), scaled.body)
-    material = source_material(spec_of(), planned)
+    inputs = render_inputs(spec_of(), scaled.body)
+    material = source_material(spec_of(), inputs)
     get_default_cache().put(cache_key(material), b'{"cuda_source": 1}', material)
     again = build_scaled()
     assert counts.renders == 4 and again.generated == first.generated
@@ -183,25 +183,25 @@ def test_other_options_miss_the_image(counts: Counts) -> None:
 # --- the key of a plan ----------------------------------------------------------------------------------------
 
 
-def _with_context(planned: GenerationPlan, **changes: Any) -> GenerationPlan:
-    return GenerationPlan(**{**planned.__dict__, "adapter_context": {**planned.adapter_context, **changes}})
+def _with_context(inputs: RenderInputs, **changes: Any) -> RenderInputs:
+    return RenderInputs(**{**inputs.__dict__, "adapter_context": {**inputs.adapter_context, **changes}})
 
 
 def test_plan_identity_tells_apart_what_a_template_can_tell_apart() -> None:
-    planned = plan_generation(spec_of(), scaled.body)
+    inputs = render_inputs(spec_of(), scaled.body)
     variants = [1, True, 1.0, "1", [1], (1,), {"1": 1}, None]
-    identities = [_with_context(planned, extra=v).identity() for v in variants]
+    identities = [_with_context(inputs, extra=v).identity() for v in variants]
     assert len({repr(i) for i in identities}) == len(variants)
 
 
 def test_plan_identity_refuses_a_context_value_it_cannot_key_exactly() -> None:
-    planned = plan_generation(spec_of(), scaled.body)
+    inputs = render_inputs(spec_of(), scaled.body)
     with pytest.raises(TypeError, match="int64"):
-        _with_context(planned, extra=np.int64(1)).identity()
+        _with_context(inputs, extra=np.int64(1)).identity()
 
 
 def test_source_material_records_every_input_of_the_text() -> None:
-    material = source_material(spec_of(), plan_generation(spec_of(), scaled.body))
+    material = source_material(spec_of(), render_inputs(spec_of(), scaled.body))
     components = {"format", "fingerprint", "renderer", "kernel", "arch", "output", "bindings", "abi", "contexts"}
     assert set(material) == components
     assert material["renderer"].startswith("jinja2 ") and material["output"] == SOURCE_OUTPUT
@@ -210,16 +210,16 @@ def test_source_material_records_every_input_of_the_text() -> None:
 # --- the seal: stored text is executed only if this user's kerneldsl wrote it ---------------------------------
 
 
-def _forge(planned: GenerationPlan, adapter_source: str, seal: str) -> None:
+def _forge(inputs: RenderInputs, adapter_source: str, seal: str) -> None:
     """Store, under the real key and material, text that this user's kerneldsl did not write."""
-    material = source_material(spec_of(), planned)
+    material = source_material(spec_of(), inputs)
     payload = {"cuda_source": "", "adapter_source": adapter_source, "seal": seal}
     get_default_cache().put(cache_key(material), json.dumps(payload).encode(), material)
 
 
 def test_stored_text_without_this_users_seal_is_rendered_again_not_run(counts: Counts) -> None:
     first = build_scaled()
-    _forge(plan_generation(spec_of(), scaled.body), "raise SystemExit('forged adapter ran')", "0" * 64)
+    _forge(render_inputs(spec_of(), scaled.body), "raise SystemExit('forged adapter ran')", "0" * 64)
     again = build_scaled()
     assert counts.renders == 4
     assert again.generated == first.generated

@@ -461,3 +461,85 @@ def test_no_folder_imports_one_above_it() -> None:
 def test_the_floor_check_names_an_upward_import() -> None:
     graph = {"kerneldsl.jit.build": {"kerneldsl.launch.resources", "kerneldsl.runtime.session"}}
     assert _upward(graph) == ["kerneldsl.jit.build -> kerneldsl.launch.resources"]
+
+
+# -- the compile pipeline speaks no array words (issue 41 item 3) ----------------------------------
+
+# Parts of identifiers that belong to the array layer: its families, the decisions they report and
+# its per-call plans; ``jit/`` carries a body's decisions as an opaque record and never names them.
+ARRAY_WORDS = frozenset(
+    {"elementwise", "reduction", "reducer", "scan", "fused", "plan"}
+    | {"stage", "accumulation", "vector", "strategy", "passes", "shifted", "carried", "lanes", "layout"}
+)
+
+
+def _words(name: str) -> set[str]:
+    """The lower-case parts of a snake_case, CamelCase or dotted name."""
+    import re
+
+    return set(re.sub(r"(?<=[a-z0-9])(?=[A-Z])|\.", "_", name).lower().split("_")) - {""}
+
+
+def _array_words(source: str, label: str) -> list[str]:
+    """``file:line name`` for each name in ``source`` (variables, attributes, parameters, keywords,
+    definitions, imported modules and names) with an array word among its parts."""
+    return [
+        f"{label}:{node.lineno} {name}"
+        for node in ast.walk(ast.parse(source))
+        if hasattr(node, "lineno")
+        for attribute in ("id", "attr", "arg", "name", "module")
+        if isinstance(name := getattr(node, attribute, None), str) and ARRAY_WORDS & _words(name)
+    ]
+
+
+def test_the_compile_pipeline_names_no_array_vocabulary() -> None:
+    """No module under jit/ imports the array layer (for checkers either) or names its families,
+    decisions or plans: a generated body's decisions travel through it as an opaque record."""
+    jit = sorted((PACKAGE / "jit").rglob("*.py"))
+    assert len(jit) > 10  # the scan sees the pipeline
+    graph = _import_graph()
+    above = [f"{m} -> {t}" for m in graph if m.startswith("kerneldsl.jit") for t in graph[m] if _floor(t) > _floor(m)]
+    words = [hit for path in jit for hit in _array_words(path.read_text(), str(path.relative_to(PACKAGE)))]
+    assert (above, words) == ([], [])
+
+
+def test_the_array_word_check_names_each_identifier() -> None:
+    source = (
+        "from .launch_plan import LaunchPlan\n"
+        "def body(vector_width: int, text: str) -> None:\n"
+        "    reduction_stage = text.split()\n"
+        "    return plan.run(fast=True)\n"
+    )
+    assert sorted(_array_words(source, "jit/x.py")) == [
+        "jit/x.py:1 LaunchPlan",
+        "jit/x.py:1 launch_plan",
+        "jit/x.py:2 vector_width",
+        "jit/x.py:3 reduction_stage",
+        "jit/x.py:4 plan",
+    ]
+
+
+def _defined_names(path: Path) -> list[str]:
+    """The classes and module-level names ``path`` defines."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            found.append(node.name)
+        elif isinstance(node, ast.Assign):
+            found += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            found.append(node.target.id)
+    return found
+
+
+def test_plan_and_layout_each_name_one_thing() -> None:
+    """A *Plan class is an array callable's plan (array/); ``Layout`` is a memory layout, shape
+    and byte strides, defined once (runtime/views.py): docs/layout.md's glossary."""
+    where: dict[str, set[str]] = {"Plan": set(), "Layout": set()}
+    for path in PACKAGE.rglob("*.py"):
+        for name in _defined_names(path):
+            if name.endswith("Plan"):
+                where["Plan"].add(path.relative_to(PACKAGE).parts[0])
+            if name.strip("_") == "Layout":
+                where["Layout"].add(str(path.relative_to(PACKAGE)))
+    assert where == {"Plan": {"array"}, "Layout": {"runtime/views.py"}}

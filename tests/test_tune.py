@@ -268,11 +268,11 @@ def test_a_shape_key_keeps_each_keys_winner_on_the_c_launch_path(drv: Any) -> No
 
 
 def test_a_pinned_entry_declines_another_extent() -> None:
-    plan = add.inspect(np.ones(1000, np.float32), np.ones(1000, np.float32), arch="sm_90").launch_plan
-    table = fastpath.launch_table(plan)
+    contract = add.inspect(np.ones(1000, np.float32), np.ones(1000, np.float32), arch="sm_90").launch_contract
+    table = fastpath.launch_table(contract)
     if table is None:
         pytest.skip("the C launch path is off")
-    pinned = fastpath._pinned(plan, table, {"n": 1000})
+    pinned = fastpath._pinned(contract, table, {"n": 1000})
     assert pinned is not None and pinned[3][-1] == (0, 0, -1, 1000) and len(pinned[3]) == len(table[3]) + 1
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ComplexUnsupportedError, DeclarationError, FusionError
 from ..jit.build import Build
-from ..jit.codegen import Decisions, GeneratedBody, render
+from ..jit.codegen import GeneratedBody, render
 from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from ..launch import fastpath
 from ..launch.dispatch import Kernel
@@ -49,6 +49,7 @@ from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
 from . import promotion
+from .decisions import ElementwiseDecisions
 
 if TYPE_CHECKING:
     from ..device_array.ndarray import DeviceArray
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 from .kernels import (
     BLOCK,
     KERNELS,
-    Layout,
+    OperandLayout,
     all_aligned,
     array_leaves,
     array_param,
@@ -80,23 +81,24 @@ MAX_BLOCKS = MAX_GRID[0]  # one 16-byte vector per thread up to grid.x's limit, 
 # --- kernels ------------------------------------------------------------------------------------------
 
 
-def layout_of(shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ...], strided: bool = False) -> Layout:
-    """``("flat", ndim)`` when every array has the result's shape, ``("flat", ndim, zero_d)``
-    when the others are 0-d arrays (leaf ids ``zero_d``, read at their one element: ``alpha * x``
-    with a 0-d ``alpha`` stays flat, vectorized and on the C launch path), else ``("broadcast",
-    ndim, ranks)``; ``("strided", ndim, ranks)`` when some array is a strided view."""
+def layout_of(
+    shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ...], strided: bool = False
+) -> OperandLayout:
+    """Flat when every array has the result's shape, or the others are 0-d arrays (``zero_d``,
+    read at their one element: ``alpha * x`` with a 0-d ``alpha`` stays flat, vectorized and on
+    the C launch path), else broadcast; strided when some array is a strided view."""
     ranks = tuple(None if s is None else len(s) for s in shapes)
     if strided:
-        return ("strided", len(out_shape), ranks)
+        return OperandLayout("strided", len(out_shape), ranks=ranks)
     if all(s is None or s == out_shape for s in shapes):
-        return ("flat", len(out_shape))
+        return OperandLayout("flat", len(out_shape))
     if all(s is None or s == out_shape or s == () for s in shapes):
-        return ("flat", len(out_shape), tuple(i for i, s in enumerate(shapes) if s == ()))
-    return ("broadcast", len(out_shape), ranks)
+        return OperandLayout("flat", len(out_shape), zero_d=tuple(i for i, s in enumerate(shapes) if s == ()))
+    return OperandLayout("broadcast", len(out_shape), ranks=ranks)
 
 
 def elementwise_kernel(
-    program: Program, layout: Layout, out_dtype: np.dtype, source: Callable[..., object] | None = None
+    program: Program, layout: OperandLayout, out_dtype: np.dtype, source: Callable[..., object] | None = None
 ) -> Kernel:
     """The (cached) Kernel that evaluates ``program`` into an output of ``out_dtype``; its
     launcher computes the grid itself: one 16-byte vector per thread."""
@@ -106,15 +108,15 @@ def elementwise_kernel(
 
 
 def _build_elementwise(
-    program: Program, layout: Layout, out_dtype: np.dtype, source: Callable[..., object] | None
+    program: Program, layout: OperandLayout, out_dtype: np.dtype, source: Callable[..., object] | None
 ) -> Kernel:
-    strided = layout[0] == "strided"
+    strided = layout.kind == "strided"
     params = leaf_params(program, layout)
     params.append(("kdout", array_param("out", out_dtype, out_dims(layout), strided)))
-    zero_d = set(layout[2]) if layout[0] == "flat" and len(layout) > 2 else set()
+    zero_d = set(layout.zero_d)
     arrays = [a for a in array_leaves(program, layout) if a["id"] not in zero_d]  # streamed, element by element
     vec = vector_width(program, out_dtype)
-    flat = layout[0] == "flat"
+    flat = layout.kind == "flat"
 
     def load(i: int, streamed: str) -> str:
         return f"kdp{i}[0]" if i in zero_d else streamed
@@ -124,7 +126,7 @@ def _build_elementwise(
         text = render(
             "elementwise.cu.j2",
             name=program.name,
-            layout=layout[0],
+            layout=layout.kind,
             vector=vector,
             vec=vec,
             size_expr=" * ".join(f"(index_t){d}" for d in out_dims(layout)) or "1",
@@ -143,7 +145,7 @@ def _build_elementwise(
             vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
         )
-        return GeneratedBody(text, Decisions(layout=layout[0], vector_width=vec if vector else 1))
+        return GeneratedBody(text, ElementwiseDecisions(layout=layout.kind, vector_width=vec if vector else 1))
 
     total: Expr = as_expr(1)
     for d in out_dims(layout):
@@ -275,7 +277,7 @@ def plan_elementwise(
         shape=shape,
         dtype=out_dtype,
         size=int(np.prod(shape, dtype=np.int64)),
-        broadcast=layout[0] != "flat",
+        broadcast=layout.kind != "flat",
         shares_memory=any(shares_memory(a) for a in arrays),
         direct=sources == tuple(("arg", i) for i in range(len(args))),
         plain=tuple(

@@ -15,7 +15,16 @@ from ..jit.build import Build
 from ..launch.dispatch import Kernel
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
-from .fused_rows import CLUSTER_MAJOR, Layout, Strategy, decide, fused_rows_kernel, held_leaves, host_strategy, reads
+from .fused_rows import (
+    CLUSTER_MAJOR,
+    RowsGeometry,
+    Strategy,
+    decide,
+    fused_rows_kernel,
+    held_leaves,
+    host_strategy,
+    reads,
+)
 from .fused_warm import FusedSlot, FusedWarm
 from .pipeline import Leaf, Pipeline
 from .placement import check_out, check_placement, contiguous, is_strided
@@ -41,7 +50,7 @@ class FusedRowsPlan(Plan):
 
     name: str
     pipeline: Pipeline
-    layout: Layout  # its strategy as planned for ``INSPECT_MULTIPROCESSORS`` SMs with clusters
+    geometry: RowsGeometry  # its strategy as planned for ``INSPECT_MULTIPROCESSORS`` SMs with clusters
     sources: tuple[tuple[str, Any], ...]
     shapes: tuple[tuple[int, ...], ...]  # per output
     dtypes: tuple[np.dtype, ...]
@@ -62,15 +71,15 @@ class FusedRowsPlan(Plan):
         CPU device's plan), decided once per plan and kind of device: warm calls only look it up."""
         found = self._steps.get((sms, clusters, host))
         if found is None:
-            p, s = self.pipeline, self.layout.strategy
+            p, s = self.pipeline, self.geometry.strategy
             if host:
                 strategy = host_strategy(p.count, s.width, self.held_bytes, max(1, reads(p)))
             else:
                 strategy = decide(p.count, s.width, self.held_bytes, max(1, reads(p)), p.rows, sms, clusters)
-            layout = replace(self.layout, strategy=strategy)
+            geometry = replace(self.geometry, strategy=strategy)
             per = strategy.threads // strategy.lanes
             blocks = max(1, min(_ceil(p.rows, per), sms * BLOCKS_PER_SM // strategy.cluster)) * strategy.cluster
-            found = self._steps[(sms, clusters, host)] = Step(fused_rows_kernel(p, layout), strategy, blocks)
+            found = self._steps[(sms, clusters, host)] = Step(fused_rows_kernel(p, geometry), strategy, blocks)
         return found
 
     @property
@@ -199,7 +208,7 @@ def plan_fused_rows(pipeline: Pipeline, args: Sequence[Any], out: Any, single: b
     held_bytes = sum(pipeline.values[v].dtype.itemsize for v in held)
     p = pipeline
     strategy = decide(p.count, width, held_bytes, max(1, reads(p)), p.rows, INSPECT_MULTIPROCESSORS, True)
-    layout = Layout(
+    geometry = RowsGeometry(
         pipeline.axes,
         ndim,
         tuple(pipeline.full(v) for v in range(len(pipeline.values))),
@@ -210,7 +219,7 @@ def plan_fused_rows(pipeline: Pipeline, args: Sequence[Any], out: Any, single: b
     )
     sources = tuple(s for v, s in zip(pipeline.leaf_ids, pipeline.sources) if s[0] != "reduced")
     return FusedRowsPlan(
-        pipeline.name, pipeline, layout, sources, pipeline.output_shapes, tuple(dtypes), single, held_bytes
+        pipeline.name, pipeline, geometry, sources, pipeline.output_shapes, tuple(dtypes), single, held_bytes
     )
 
 

@@ -16,14 +16,14 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   reduction and the outputs read them there: one pass over memory; a full value a later phase
   needs again (softmax's ``exp(x - m)``) is kept in registers too when held inputs and kept values
   fit in ``HOLD_BYTES``, counting only what is live at the start of each pass in rows of one
-  block or less (``Decisions.carried``; else recomputed: spilling would cost more; on the H200
+  block or less (``FusedRowsDecisions.carried``; else recomputed: spilling would cost more; on the H200
   softmax over 61827 x 409 bfloat16 took 42.8 us carried where recomputed took 46.8). Rows that do not
   fit are read again by each phase (from L2 when they fit there), ``passes`` says how many times;
 - each reduction is a fixed tree (per-thread folds in element order, butterfly shuffles, then
   a butterfly over the warps' results), so results are the same bits run to run and every thread
   holds them;
 - reduced axes innermost (``layout="rows"``) read 16-byte vectors when every pointer is aligned.
-  When the row length is not a multiple of the vector (``Decisions.shifted``), each row's units
+  When the row length is not a multiple of the vector (``FusedRowsDecisions.shifted``), each row's units
   are the aligned vectors its elements fall in, from the row's shift (its offset modulo the
   vector, so one unit more than the row needs at most, which ``items`` plans for): interior units
   are one 16-byte access, the first and last per element on the row's own columns, so no row
@@ -45,13 +45,13 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   one thread), folding each element of a unit into its own accumulator and combining them as a
   tree: no shuffle or barrier, so the host runs the kernel as a plain loop the compiler
   vectorizes, where a GPU's warps and blocks would run as fibers (``KERNELDSL_CPU_PLAN=gpu``
-  keeps the GPU's strategy; ``Decisions.host_plan`` names the host's).
+  keeps the GPU's strategy; ``FusedRowsDecisions.host_plan`` names the host's).
 
 Values follow NumPy's dtypes per op, as unfused ``kd.ops`` calls do, but the arithmetic is a
 fused kernel's, as PyTorch's and Triton's are: float16/bfloat16 values compute in float32 through
 the whole pipeline and round once where stored, and the kernel is built with ``--use_fast_math``
 (exp, log, division and square roots to within a few float32 ulp, fused multiply-adds, float32
-denormals flushed), which ``Decisions.fast_math`` records. The tolerance against NumPy float64 is
+denormals flushed), which ``FusedRowsDecisions.fast_math`` records. The tolerance against NumPy float64 is
 then 2e-5 relative (plus 2e-6 of the row's largest value) in float32, four 16-bit ulp otherwise.
 """
 
@@ -63,9 +63,10 @@ from typing import Any
 
 import numpy as np
 
-from ..jit.codegen import Decisions, GeneratedBody
+from ..jit.codegen import GeneratedBody
 from ..launch.dispatch import Kernel
 from .body_store import rendered
+from .decisions import FusedRowsDecisions
 from .kernels import KERNELS, all_aligned, array_param, make_kernel, scalar_param
 from .pipeline import Phase, Pipeline, phase
 from .program import Leaf, compute_ctype, program_context, storage_ctype
@@ -183,7 +184,7 @@ def _block(units: int, width: int, held_bytes: int, narrow: bool) -> int:
 
 
 @dataclass(frozen=True)
-class Layout:
+class RowsGeometry:
     """What a kernel's text depends on besides the pipeline's values: each value's class (full or
     per row), each array leaf's rank and the axes of the reduced shape it varies along, each
     output's dtype and class, whether rows divide into units, and the strategy."""
@@ -197,18 +198,20 @@ class Layout:
     strategy: Strategy
 
     @property
-    def rows_layout(self) -> bool:
+    def rows_innermost(self) -> bool:
         """The reduced axes are the innermost ones."""
         return self.axes == tuple(range(self.ndim - len(self.axes), self.ndim))
 
 
-def _array(layout: Layout, id: str, param: str, dtype: np.dtype, rank: int, varies: tuple[bool, ...]) -> dict[str, Any]:
+def _array(
+    geometry: RowsGeometry, id: str, param: str, dtype: np.dtype, rank: int, varies: tuple[bool, ...]
+) -> dict[str, Any]:
     """An array's offsets: its stride along each axis of the reduced shape it varies along, and
     whether its column offset is the element index itself (rows laid out last, no broadcast)."""
-    ndim = layout.ndim
+    ndim = geometry.ndim
     strides = [f"{param}_stride{j - (ndim - rank)}" if varies[j] else None for j in range(ndim)]
-    full = any(varies[a] for a in layout.axes)
-    plain = layout.rows_layout and all(varies[a] for a in layout.axes)
+    full = any(varies[a] for a in geometry.axes)
+    plain = geometry.rows_innermost and all(varies[a] for a in geometry.axes)
     return {
         "id": id,
         "param": param,
@@ -223,18 +226,18 @@ def _array(layout: Layout, id: str, param: str, dtype: np.dtype, rank: int, vari
     }
 
 
-def fused_rows_kernel(pipeline: Pipeline, layout: Layout) -> Kernel:
-    """The (cached) kernel of ``pipeline`` for ``layout``: a new row count with the same layout reuses it."""
+def fused_rows_kernel(pipeline: Pipeline, geometry: RowsGeometry) -> Kernel:
+    """The (cached) kernel of ``pipeline`` for ``geometry``: a new row count with the same geometry reuses it."""
     kinds = tuple(s if s[0] == "reduced" else s[0] for s in pipeline.sources)  # not the constants' values
-    key = ("fused_rows", pipeline.values, kinds, pipeline.reductions, pipeline.outputs, layout)
-    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(pipeline, layout))
+    key = ("fused_rows", pipeline.values, kinds, pipeline.reductions, pipeline.outputs, geometry)
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build(pipeline, geometry))
     return kernel
 
 
-def _params(pipeline: Pipeline, layout: Layout) -> list[tuple[str, Any]]:
+def _params(pipeline: Pipeline, geometry: RowsGeometry) -> list[tuple[str, Any]]:
     """Per leaf an input array or a scalar (reduced leaves are none); per output an array; the
     reduced shape's extents."""
-    ranks = {v: rank for v, rank, _ in layout.leaves}
+    ranks = {v: rank for v, rank, _ in geometry.leaves}
     params: list[tuple[str, Any]] = []
     for v in pipeline.leaf_ids:
         leaf = _leaf(pipeline, v)
@@ -242,10 +245,10 @@ def _params(pipeline: Pipeline, layout: Layout) -> list[tuple[str, Any]]:
             params.append((f"kdp{v}", array_param("in", leaf.dtype, tuple(f"kds{v}x{m}" for m in range(ranks[v])))))
         elif leaf.kind == "scalar":
             params.append((f"kdp{v}", scalar_param(leaf.dtype)))
-    for k, (dtype, full) in enumerate(layout.outputs):
-        rank = layout.ndim if full else len(pipeline.output_shapes[k])
+    for k, (dtype, full) in enumerate(geometry.outputs):
+        rank = geometry.ndim if full else len(pipeline.output_shapes[k])
         params.append((f"kdout{k}", array_param("out", dtype, tuple(f"kdq{k}x{m}" for m in range(rank)))))
-    params += [(f"kdd{j}", scalar_param(_INT64)) for j in range(layout.ndim)]
+    params += [(f"kdd{j}", scalar_param(_INT64)) for j in range(geometry.ndim)]
     return params
 
 
@@ -277,8 +280,8 @@ def held_leaves(
     reduction_phases, last = phases(pipeline, [pipeline.full(o) for o in pipeline.outputs])
     used = {v for ph in (*reduction_phases, last) for v in ph.element_leaves}
     ndim = len(pipeline.shape)
-    rows_layout = axes == tuple(range(ndim - len(axes), ndim))
-    return [v for v, _, varies in leaves if v in used and rows_layout and all(varies)]
+    rows_innermost = axes == tuple(range(ndim - len(axes), ndim))
+    return [v for v, _, varies in leaves if v in used and rows_innermost and all(varies)]
 
 
 def reads(pipeline: Pipeline) -> int:
@@ -288,23 +291,23 @@ def reads(pipeline: Pipeline) -> int:
 
 
 class _Context:
-    """The template's context for one pipeline and layout (what each phase evaluates and loads)."""
+    """The template's context for one pipeline and geometry (what each phase evaluates and loads)."""
 
-    def __init__(self, pipeline: Pipeline, layout: Layout) -> None:
+    def __init__(self, pipeline: Pipeline, geometry: RowsGeometry) -> None:
         self.pipeline = pipeline
-        self.layout = layout
+        self.geometry = geometry
         self.arrays: dict[int | str, dict[str, Any]] = {}
-        for v, rank, varies in layout.leaves:
-            self.arrays[v] = _array(layout, str(v), f"kdp{v}", _leaf(pipeline, v).dtype, rank, varies)
-        for k, (dtype, full) in enumerate(layout.outputs):
+        for v, rank, varies in geometry.leaves:
+            self.arrays[v] = _array(geometry, str(v), f"kdp{v}", _leaf(pipeline, v).dtype, rank, varies)
+        for k, (dtype, full) in enumerate(geometry.outputs):
             if full:
-                varies = (True,) * layout.ndim  # the reduced shape itself: every stride exists
-                self.arrays[f"o{k}"] = _array(layout, f"o{k}", f"kdout{k}", dtype, layout.ndim, varies)
-        items = layout.strategy.items
-        self.hold = HOST_HOLD_BYTES if layout.strategy.strategy == "row-per-thread" else HOLD_BYTES
-        held = held_leaves(pipeline, layout.leaves, layout.axes) if items else []
+                varies = (True,) * geometry.ndim  # the reduced shape itself: every stride exists
+                self.arrays[f"o{k}"] = _array(geometry, f"o{k}", f"kdout{k}", dtype, geometry.ndim, varies)
+        items = geometry.strategy.items
+        self.hold = HOST_HOLD_BYTES if geometry.strategy.strategy == "row-per-thread" else HOLD_BYTES
+        held = held_leaves(pipeline, geometry.leaves, geometry.axes) if items else []
         self._passes(carry=items is not None)
-        if items is not None and items * layout.strategy.width * self._live_bytes(held, False) > self.hold:
+        if items is not None and items * geometry.strategy.width * self._live_bytes(held, False) > self.hold:
             self._passes(carry=False)  # carried values must fit beside the held inputs, or they spill
         self.held = [self.arrays[v] for v in held]
         self.held_ids = {str(v) for v in held}
@@ -316,7 +319,7 @@ class _Context:
         carried values (a float16 conversion that keeps a NaN's sign is several instructions)."""
         if not any(_leaf(self.pipeline, v).dtype.itemsize == 2 for v in held):
             return False
-        return items * self.layout.strategy.width * self._live_bytes(held, True) <= self.hold
+        return items * self.geometry.strategy.width * self._live_bytes(held, True) <= self.hold
 
     def _live_bytes(self, held: list[int], widened: bool) -> int:
         """The most register bytes per element that held inputs (float32 copies when ``widened``)
@@ -325,7 +328,7 @@ class _Context:
         passes from the one that computes it to its last reader, take none (softmax's
         ``exp(x - m)`` takes the registers ``x`` leaves). In split rows ptxas was seen to spill
         then, so every held and carried value counts there, as if all lived at once."""
-        if self.layout.strategy.cluster > 1:
+        if self.geometry.strategy.cluster > 1:
             return sum(self._size(v, widened) for v in (*held, *self.carried))
         everything = (*self.phases, self.last)
         computed = {v: k for k, stores in enumerate(self.stores) for v, _ in stores}
@@ -345,7 +348,7 @@ class _Context:
 
     def _passes(self, carry: bool) -> None:
         """The passes, and which full values each leaves in registers for a later one (``carry``)."""
-        self.phases, self.last = phases(self.pipeline, [full for _, full in self.layout.outputs], carry=carry)
+        self.phases, self.last = phases(self.pipeline, [full for _, full in self.geometry.outputs], carry=carry)
         everything = (*self.phases, self.last)
         read_later = {v for k, ph in enumerate(everything) for v in ph.element_leaves if k}
         self.stores = [[(v, local) for v, local in ph.computed if v in read_later] for ph in everything]
@@ -417,7 +420,7 @@ class _Context:
         }
 
     def render(self, vector: bool, shifted: bool) -> str:
-        p, layout, s = self.pipeline, self.layout, self.layout.strategy
+        p, geometry, s = self.pipeline, self.geometry, self.geometry.strategy
         phases = []
         for k, (r, ph) in enumerate(zip(p.reductions, self.phases)):
             acc = r.reducer.accumulate(p.values[r.root].dtype)
@@ -443,14 +446,14 @@ class _Context:
             )
         last = self.phase_context(self.last, vector, shifted, [])
         locals_ = dict(zip(self.last_full_ids(), self.last.element_roots))
-        for k, (o, (dtype, full)) in enumerate(zip(p.outputs, layout.outputs)):
+        for k, (o, (dtype, full)) in enumerate(zip(p.outputs, geometry.outputs)):
             entry = {"k": k, "value": o, "storage": storage_ctype(dtype), "cctype": compute_ctype(dtype)}
             if full:
                 a = self.arrays[f"o{k}"]
                 last["full_outputs"].append({**entry, **a, "local": locals_[o]})
             else:
                 last["row_outputs"].append(entry)
-        dims = [f"kdd{j}" for j in range(layout.ndim)]
+        dims = [f"kdd{j}" for j in range(geometry.ndim)]
         arrays = list(self.arrays.values())
         return rendered(
             "fused_rows.cu.j2",
@@ -468,8 +471,8 @@ class _Context:
                 lead=next((a["id"] for a in arrays if a["rowmajor"]), None),
                 dims=dims,
                 kept=list(p.kept),
-                reduced=list(layout.axes),
-                count_expr=" * ".join(f"(index_t){dims[a]}" for a in layout.axes) or "1",
+                reduced=list(geometry.axes),
+                count_expr=" * ".join(f"(index_t){dims[a]}" for a in geometry.axes) or "1",
                 rows_expr=" * ".join(f"(index_t){dims[j]}" for j in p.kept) or "1",
                 arrays=arrays,
                 general_arrays=[a for a in arrays if a["general"]],
@@ -483,36 +486,34 @@ class _Context:
 
     def last_full_ids(self) -> list[int]:
         """The outputs written per element (the others are one value per row)."""
-        return [o for o, (_, full) in zip(self.pipeline.outputs, self.layout.outputs) if full]
+        return [o for o, (_, full) in zip(self.pipeline.outputs, self.geometry.outputs) if full]
 
 
-def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
-    context = _Context(pipeline, layout)
-    s = layout.strategy
-    full_arrays = [f"kdp{v}" for v, _, varies in layout.leaves if any(varies[a] for a in layout.axes)]
-    full_arrays += [f"kdout{k}" for k, (_, full) in enumerate(layout.outputs) if full]
+def _build(pipeline: Pipeline, geometry: RowsGeometry) -> Kernel:
+    context = _Context(pipeline, geometry)
+    s = geometry.strategy
+    full_arrays = [f"kdp{v}" for v, _, varies in geometry.leaves if any(varies[a] for a in geometry.axes)]
+    full_arrays += [f"kdout{k}" for k, (_, full) in enumerate(geometry.outputs) if full]
     plain = not any(a["general"] for a in context.arrays.values() if a["full"])
-    vectorable = s.width > 1 and layout.divisible and plain
+    vectorable = s.width > 1 and geometry.divisible and plain
     # rows not a multiple of the vector: units over aligned vectors from the row's shift, the
     # edges per element; needs an array that varies along every axis to take the shift from
-    shiftable = s.width > 1 and not layout.divisible and plain and any(a["rowmajor"] for a in context.arrays.values())
+    shiftable = s.width > 1 and not geometry.divisible and plain and any(a["rowmajor"] for a in context.arrays.values())
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         aligned = all_aligned(proxies, full_arrays)
         shifted = shiftable and aligned
         vector = (vectorable or shiftable) and aligned
         first = pipeline.reductions[0]
-        decisions = Decisions(
-            layout="rows" if layout.rows_layout else "permuted",
+        decisions = FusedRowsDecisions(
+            layout="rows" if geometry.rows_innermost else "permuted",
             vector_width=s.width if vector else 1,
-            stage="fused",
             accumulation=first.reducer.accumulate(pipeline.values[first.root].dtype),
             group=s.lanes,
             split=s.cluster > 1,
             strategy=s.strategy,
             passes=s.passes,
             items=s.items,
-            fast_math=True,
             shifted=shifted,
             carried=bool(context.carried),
             host_plan=HOST_PLAN if s.strategy == "row-per-thread" else None,
@@ -524,4 +525,4 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
     options = ("--use_fast_math", f"--maxrregcount={REGISTERS}", "--minimal")
     name = f"{pipeline.name}_fused_rows"
     cluster = (s.cluster, 1, 1) if s.cluster > 1 else None
-    return make_kernel(name, _params(pipeline, layout), body, block=s.threads, options=options, cluster=cluster)
+    return make_kernel(name, _params(pipeline, geometry), body, block=s.threads, options=options, cluster=cluster)

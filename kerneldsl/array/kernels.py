@@ -2,8 +2,8 @@
 
 A kernel made here is an ordinary ``Kernel`` over generated parameters (``kdp<i>`` per leaf,
 ``kdout``, shape symbols ``kdn<j>`` / ``kds<i>x<m>`` / ``kdo<j>``) whose body function renders a
-template and reports its ``Decisions``. Kernels are cached per (what, program, layout, ...):
-a new shape re-binds an existing kernel, it does not rebuild one.
+template and reports its decisions (``decisions.py``). Kernels are cached per (what, program,
+layout, ...): a new shape re-binds an existing kernel, it does not rebuild one.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import inspect
 import re
 import threading
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,20 @@ BLOCK = 256
 OPTIONS = ("--fmad=false", "--minimal")
 MAX_ENTRIES = 4096  # kernel and plan caches start over past this many entries
 
-Layout = tuple[Any, ...]  # ("flat", ndim[, 0-d leaf ids]) or ("broadcast" | "strided", ndim, per-leaf ranks)
+
+@dataclass(frozen=True)
+class OperandLayout:
+    """How a generated kernel addresses its operands' memory, which its text depends on (the
+    extents and strides themselves are runtime parameters). ``kind``: "flat" when every array has
+    the result's shape, read at one flat index (the leaves ``zero_d`` are 0-d arrays, read at
+    their one element); "broadcast" when each leaf's offset is decomposed from the result index
+    over its own extents (``ranks``: per leaf, its rank; None for a scalar); "strided" likewise,
+    with every array's element strides runtime parameters (some operand is a strided view)."""
+
+    kind: str  # "flat", "broadcast" or "strided"
+    ndim: int  # the result's rank
+    ranks: tuple[int | None, ...] = ()  # broadcast and strided: per leaf
+    zero_d: tuple[int, ...] = ()  # flat: the leaf ids of 0-d arrays
 
 
 class BoundedCache:
@@ -104,15 +118,15 @@ def make_kernel(
     return Kernel(kernel_body, sig, options)
 
 
-def leaf_dims(layout: Layout, i: int) -> tuple[str, ...]:
-    if layout[0] == "flat":
-        return () if len(layout) > 2 and i in layout[2] else tuple(f"kdn{j}" for j in range(layout[1]))
-    return tuple(f"kds{i}x{m}" for m in range(layout[2][i] or 0))
+def leaf_dims(layout: OperandLayout, i: int) -> tuple[str, ...]:
+    if layout.kind == "flat":
+        return () if i in layout.zero_d else tuple(f"kdn{j}" for j in range(layout.ndim))
+    return tuple(f"kds{i}x{m}" for m in range(layout.ranks[i] or 0))
 
 
-def out_dims(layout: Layout) -> tuple[str, ...]:
-    prefix = "kdn" if layout[0] == "flat" else "kdo"
-    return tuple(f"{prefix}{j}" for j in range(layout[1]))
+def out_dims(layout: OperandLayout) -> tuple[str, ...]:
+    prefix = "kdn" if layout.kind == "flat" else "kdo"
+    return tuple(f"{prefix}{j}" for j in range(layout.ndim))
 
 
 def array_param(
@@ -125,9 +139,9 @@ def scalar_param(dtype: np.dtype) -> ScalarAnnotation:
     return ScalarAnnotation(dtypes.element_type(dtype).name)
 
 
-def leaf_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
+def leaf_params(program: Program, layout: OperandLayout) -> list[tuple[str, Any]]:
     """One parameter per leaf: an input array over the layout's dims, or a scalar."""
-    strided = layout[0] == "strided"
+    strided = layout.kind == "strided"
     return [
         (
             f"kdp{i}",
@@ -139,7 +153,7 @@ def leaf_params(program: Program, layout: Layout) -> list[tuple[str, Any]]:
     ]
 
 
-def leaf_strides(layout: Layout, i: int | str) -> tuple[str, ...]:
+def leaf_strides(layout: OperandLayout, i: int | str) -> tuple[str, ...]:
     """The C names of leaf ``i``'s element strides (``"o"``: the output's): runtime parameters of
     the strided layout's arrays (declared ``strided``), the contiguous constants otherwise."""
     rank = len(out_dims(layout)) if i == "o" else len(leaf_dims(layout, int(i)))
@@ -147,7 +161,7 @@ def leaf_strides(layout: Layout, i: int | str) -> tuple[str, ...]:
     return tuple(f"{param}_stride{m}" for m in range(rank))
 
 
-def array_leaves(program: Program, layout: Layout) -> list[dict[str, Any]]:
+def array_leaves(program: Program, layout: OperandLayout) -> list[dict[str, Any]]:
     return [
         {
             "id": i,

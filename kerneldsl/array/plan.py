@@ -4,6 +4,12 @@ of every array callable, and the plan cache they share.
 A callable keys its plans on ``placement.arg_key`` of each argument. On a hit the operands are
 placed and the plan runs: it checks ``out=``, allocates the result when none is given, and
 launches its kernel(s) through ``Kernel.__call__`` (so the C launch path takes warm device calls).
+
+*Plan* means this and nothing else in kerneldsl: an array callable's choice for one argument key,
+made once and replayed by every later call with that key. What a call of one kernel
+specialization takes and does is its launch contract (``jit.launch_contract``), what code
+generation hands the templates its render inputs (``jit.codegen.RenderInputs``), and what a
+generated kernel chose its decisions (``array.decisions``).
 """
 
 from __future__ import annotations

@@ -32,12 +32,13 @@ import numpy as np
 
 from ..errors import FusionError
 from ..jit.build import Build
-from ..jit.codegen import Decisions, GeneratedBody, render
+from ..jit.codegen import GeneratedBody, render
 from ..launch.dispatch import Kernel
 from ..launch.routing import public
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
 from . import promotion
+from .decisions import ScanDecisions
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from .placement import check_out, unalias
 from .plan import Plan, PlanCache
@@ -134,9 +135,7 @@ def _build(
             pre_param=reducer.pre_param,
         )
         host_plan = HOST_LINES.format(items=variant.items) if variant.stage == "host-lines" else None
-        decisions = Decisions(
-            layout="flat", stage=variant.stage, accumulation=acc, group=variant.items, host_plan=host_plan
-        )
+        decisions = ScanDecisions(stage=variant.stage, accumulation=acc, items=variant.items, host_plan=host_plan)
         return GeneratedBody(text, decisions)
 
     name = f"{reducer.name}_scan_{variant.stage}"

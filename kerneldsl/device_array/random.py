@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
+from ..array.decisions import ElementwiseDecisions
 from ..array.kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
 from ..errors import BindingError
-from ..jit.codegen import Decisions, GeneratedBody, render
+from ..jit.codegen import GeneratedBody, render
 from ..jit.signature import cdiv
 from ..launch.dispatch import Kernel
 from ..runtime.session import Session
@@ -60,7 +61,7 @@ def _build(distribution: str, dtype: np.dtype, wide: bool) -> Kernel:
             storage=dtypes.element_type(dtype).ctype,
             compute=compute,
         )
-        return GeneratedBody(text, Decisions(layout="flat", vector_width=per))
+        return GeneratedBody(text, ElementwiseDecisions(layout="flat", vector_width=per))
 
     params: list[tuple[str, Any]] = [
         ("kdout", array_param("out", dtype, ("kdn",))),

@@ -2,7 +2,7 @@
 
 - ``signature/``: a kernel's declaration parsed (parameters, dtype variables, shape symbols);
 - ``specialize``: one call's arguments bound to it (dtypes, extents, constants, alignment);
-- ``launch_plan``: the launch contract the generated code and both launch paths share;
+- ``launch_contract``: the launch contract the generated code and both launch paths share;
 - ``codegen`` (with ``template_cache`` and ``template_options``, the templates' loader):
   what is generated, decided in Python and rendered from ``templates/``; ``headers`` and
   ``device_code`` what it includes;

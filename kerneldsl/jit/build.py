@@ -1,10 +1,10 @@
 """One specialization, built: generated sources, cache key, and the compiled image.
 
-``build()`` is the miss path of a process: plan the generated code, take its rendered text from
-the disk cache (stored under ``source_material``, the plan's key, and sealed with this user's
-secret since the adapter is executed; so a fresh process renders no template and imports no
-Jinja) or render it, derive the image's key material from the text, then
-take the image from the disk cache or compile it with NVRTC and store both.
+``build()`` is the miss path of a process: decide the generated code's render inputs, take its
+rendered text from the disk cache (stored under ``source_material``, the inputs' key, and sealed
+with this user's secret since the adapter is executed; so a fresh process renders no template and
+imports no Jinja) or render it, derive the image's key material from the text, then take the
+image from the disk cache or compile it with NVRTC and store both.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ..runtime.checks import is_host_output
 from ..runtime.host_image import static_shared_bytes
 from ..runtime.host_toolchain import HostCompileFailure
 from .attributes import Resources, image_resources
-from .codegen import Decisions, Generated, GenerationPlan, plan_generation, renderer_identity, template_digest
+from .codegen import Generated, RenderInputs, render_inputs, renderer_identity, template_digest
 from .compile_hints import STATIC_SHARED_LIMIT, compile_error_message, static_shared_hint
 from .compiler import (
     CompiledCode,
@@ -42,7 +42,7 @@ from .compiler import (
 from .device_code import NO_DEVICE_CODE, DeviceCode
 from .headers import NO_HEADERS, Headers, headers_unchanged, resolve
 from .host_compile import compile_host, host_identity, host_options, refuse_unsupported
-from .launch_plan import LaunchPlan
+from .launch_contract import LaunchContract
 from .specialize import Specialization
 
 log = logs.get("jit.build")
@@ -105,7 +105,7 @@ SOURCE_OUTPUT = "source"  # the output named in the key material of stored rende
 _SOURCE_FIELDS = ("cuda_source", "adapter_source")
 
 
-def source_material(spec: Specialization, planned: GenerationPlan) -> dict[str, Any]:
+def source_material(spec: Specialization, inputs: RenderInputs) -> dict[str, Any]:
     """What the rendered text depends on: the templates and code generation (``fingerprint``), the
     Jinja release, and the templates' contexts, which hold the body, the arch and every decision."""
     return {
@@ -116,8 +116,8 @@ def source_material(spec: Specialization, planned: GenerationPlan) -> dict[str, 
         "arch": spec.arch,
         "output": SOURCE_OUTPUT,
         "bindings": bindings(spec),
-        "abi": [list(slot) for slot in planned.abi] + [planned.struct_format],
-        "contexts": planned.identity(),
+        "abi": [list(slot) for slot in inputs.abi] + [inputs.struct_format],
+        "contexts": inputs.identity(),
     }
 
 
@@ -128,7 +128,7 @@ def _seal(secret: bytes, key: str, texts: dict[str, str]) -> str:
 
 
 def _stored_sources(
-    store: disk_cache.DiskCache, planned: GenerationPlan, key: str, material: dict[str, Any]
+    store: disk_cache.DiskCache, inputs: RenderInputs, key: str, material: dict[str, Any]
 ) -> Generated | None:
     """The generated pair stored under ``key``, if sealed with this user's secret (the adapter is
     executed); None on a miss, without a secret, or for a payload of another shape or seal
@@ -149,7 +149,7 @@ def _stored_sources(
         return None
     if not hmac.compare_digest(stored["seal"], _seal(secret, key, stored)):
         return None
-    return planned.with_sources(stored["cuda_source"], stored["adapter_source"])
+    return inputs.with_sources(stored["cuda_source"], stored["adapter_source"])
 
 
 def _store_sources(store: disk_cache.DiskCache, generated: Generated, key: str, material: dict[str, Any]) -> None:
@@ -247,13 +247,15 @@ class Build:
         return self.specialization.index_bits
 
     @property
-    def launch_plan(self) -> LaunchPlan:
+    def launch_contract(self) -> LaunchContract:
         """The launch contract the adapter was rendered from and the C path's table is made of."""
         return self.generated.launch
 
     @property
-    def decisions(self) -> Decisions:
-        """What a generated array kernel chose (layout, vector width, stage, accumulation)."""
+    def decisions(self) -> Any:
+        """What the kernel's maker chose for this specialization, a frozen record whose fields are
+        the maker's (kerneldsl's array kernels: ``kerneldsl.array.decisions``); None for a kernel
+        whose body returned a plain string (a user's kernel)."""
         return self.generated.decisions
 
     def __repr__(self) -> str:
@@ -308,20 +310,20 @@ def build(
     use_disk: bool = True,
     code: DeviceCode = NO_DEVICE_CODE,
 ) -> Build:
-    planned = plan_generation(spec, body, code)
+    inputs = render_inputs(spec, body, code)
     if is_host_output(output):
-        refuse_unsupported(planned.includes)
+        refuse_unsupported(inputs.includes)
         options = host_options(check_options(user_options), output)
     else:
         options = build_options(spec.arch, output, user_options)
-    headers = resolve(code, planned.includes)
+    headers = resolve(code, inputs.includes)
     store = disk_cache.get_default_cache() if use_disk else None
-    texts_material = source_material(spec, planned)
+    texts_material = source_material(spec, inputs)
     texts_key = disk_cache.cache_key(texts_material)
-    generated = _stored_sources(store, planned, texts_key, texts_material) if store is not None else None
+    generated = _stored_sources(store, inputs, texts_key, texts_material) if store is not None else None
     rendered = generated is None
     if generated is None:
-        generated = planned.render()
+        generated = inputs.render()
     material = key_material(spec, generated, options, output, headers)
     key = disk_cache.cache_key(material)
     if store is not None:

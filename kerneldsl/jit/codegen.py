@@ -27,7 +27,7 @@ from ..runtime.limits import MAX_INDEX32_THREADS
 from .body_checks import check_body
 from .device_code import NO_DEVICE_CODE, DeviceCode
 from .headers import hoist_includes
-from .launch_plan import SLOT_BYTES, LaunchPlan, Slot, launch_plan
+from .launch_contract import SLOT_BYTES, LaunchContract, Slot, launch_contract
 from .signature import ArrayParam, Expr, ScalarParam, extent_c_text
 from .source_lines import LineMap, locate_body
 from .specialize import Specialization
@@ -161,42 +161,21 @@ def body_arguments(spec: Specialization) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class Decisions:
-    """What a generated array kernel chose for one specialization, kept on its Build so that
-    tests and users read the choice instead of the generated text."""
-
-    layout: str | None = None  # "flat" (every array has the result's shape) or "broadcast"
-    vector_width: int = 1  # elements per 16-byte access; 1: the scalar path
-    stage: str | None = None  # a reduction kernel: direct, partial, rows, columns, segments, lines, gather, host-*
-    accumulation: np.dtype | None = None  # the dtype a reduction accumulates in
-    group: int | None = None  # a reduction's lanes per row (rows, gather) or across columns (columns)
-    split: bool = False  # several blocks share one output; the last to finish folds their partials
-    strategy: str | None = None  # a fused pipeline's: "row-per-warp" or "row-per-block"
-    passes: int | None = None  # a fused pipeline's reads of each row from memory (1: held in registers)
-    items: int | None = None  # a fused pipeline's units per thread held in registers (None: re-read)
-    fast_math: bool = False  # built with --use_fast_math (fused pipelines: PyTorch's arithmetic, not NumPy's)
-    copy: str | None = None  # a reduction's: why its operands were read from a contiguous copy (None: in place)
-    shifted: bool = False  # fused rows not a multiple of the vector: aligned vectors, per-element edges
-    carried: bool = False  # fused rows: a full value a later pass reads is kept in registers, not recomputed
-    host_plan: str | None = (
-        None  # the CPU device's own plan where a GPU would run another (KERNELDSL_CPU_PLAN=gpu: the GPU's)
-    )
-
-
-@dataclass(frozen=True)
 class GeneratedBody:
-    """A body function's result when it also reports decisions (kerneldsl's own kernels)."""
+    """A body function's result when it also reports what it chose (kerneldsl's own kernels).
+    ``decisions`` is its maker's frozen record, kept on the Build (``Build.decisions``) for tests
+    and users to read; the compile pipeline carries it and never reads it."""
 
     text: str
-    decisions: Decisions
+    decisions: object
 
 
-def call_body(spec: Specialization, body: Callable[..., Any]) -> tuple[str, Decisions, LineMap | None]:
-    """The body's text (dedented, outer blank lines dropped), its decisions, and where each of
-    its lines sits in the user's file when the body function returned one of its own string
-    literals (``source_lines``; kerneldsl's generated bodies are never placed)."""
+def call_body(spec: Specialization, body: Callable[..., Any]) -> tuple[str, object, LineMap | None]:
+    """The body's text (dedented, outer blank lines dropped), its decisions (None for a plain
+    string), and where each of its lines sits in the user's file when the body function returned
+    one of its own string literals (``source_lines``; kerneldsl's generated bodies are never placed)."""
     result = body(**body_arguments(spec))
-    text, decisions = (result.text, result.decisions) if isinstance(result, GeneratedBody) else (result, Decisions())
+    text, decisions = (result.text, result.decisions) if isinstance(result, GeneratedBody) else (result, None)
     if not isinstance(text, str):
         raise DeclarationError(
             spec.signature.name, None, f"the body function must return the CUDA body as str, got {type(text).__name__}"
@@ -253,8 +232,8 @@ class Generated:
     adapter_source: str
     body: str
     body_file: str
-    launch: LaunchPlan  # what both launch paths check, compute and pack
-    decisions: Decisions
+    launch: LaunchContract  # what both launch paths check, compute and pack
+    decisions: object  # GeneratedBody.decisions, None for a plain string body
     body_places: tuple[tuple[str, int], ...] = ()  # (file, line) the #line directives give each body line
 
     @property
@@ -283,17 +262,17 @@ ADAPTER_TEMPLATE = "adapter.py.j2"
 
 
 @dataclass(frozen=True)
-class GenerationPlan:
+class RenderInputs:
     """What code generation decided for one specialization before any template is rendered: the
-    two templates' contexts and the launch plan they and the C path come from. Rendering is a
+    two templates' contexts and the launch contract they and the C path come from. Rendering is a
     pure function of the templates and these contexts, so a disk hit can take the text stored
     under ``identity()`` and never import Jinja."""
 
     entry: str
     body: str
     body_file: str
-    launch: LaunchPlan
-    decisions: Decisions
+    launch: LaunchContract
+    decisions: object  # GeneratedBody.decisions, None for a plain string body
     kernel_context: dict[str, Any]
     adapter_context: dict[str, Any]
     includes: tuple[str, ...] = ()  # what the body's and device functions' #include lines name
@@ -349,9 +328,7 @@ def _exact(value: Any) -> Any:
     raise TypeError(f"cannot key a template context holding a {kind.__name__}")
 
 
-def plan_generation(
-    spec: Specialization, body: Callable[..., Any], code: DeviceCode = NO_DEVICE_CODE
-) -> GenerationPlan:
+def render_inputs(spec: Specialization, body: Callable[..., Any], code: DeviceCode = NO_DEVICE_CODE) -> RenderInputs:
     """Call the body and decide everything the templates are given; renders nothing. The body's
     and device functions' ``#include`` lines move to file scope (blanked where they were)."""
     sig = spec.signature
@@ -364,7 +341,7 @@ def plan_generation(
         includes += more
     entry = f"kd_{sig.name}"
     body_file = f"{sig.name}.body"
-    launch = launch_plan(spec)
+    launch = launch_contract(spec)
     restrict = "" if sig.allow_alias else " __restrict__"
     segments = body_segments(body_text, body_file, placed)
     kernel_context = {
@@ -391,7 +368,7 @@ def plan_generation(
         "includes": list(dict.fromkeys(includes)),
         "device_functions": functions,
     }
-    return GenerationPlan(
+    return RenderInputs(
         entry=entry,
         body=body_text,
         body_file=body_file,
@@ -404,8 +381,8 @@ def plan_generation(
     )
 
 
-def adapter_context(launch: LaunchPlan, arch: str) -> dict[str, Any]:
-    """The host adapter template's context: ``launch`` as plain data (``GenerationPlan.identity``
+def adapter_context(launch: LaunchContract, arch: str) -> dict[str, Any]:
+    """The host adapter template's context: ``launch`` as plain data (``RenderInputs.identity``
     keys it), which the template spells as Python."""
     return {
         "name": launch.kernel,
@@ -441,7 +418,7 @@ def adapter_context(launch: LaunchPlan, arch: str) -> dict[str, Any]:
 
 
 def generate(spec: Specialization, body: Callable[..., Any], code: DeviceCode = NO_DEVICE_CODE) -> Generated:
-    return plan_generation(spec, body, code).render()
+    return render_inputs(spec, body, code).render()
 
 
 def _uses(spec: Specialization, type_name: str) -> bool:

@@ -5,14 +5,14 @@ placed in the user's file under that file and line, any other under ``<kernel>.b
 body line, and generated code under the generated file's own lines. A compiler reports a body
 line as ``file.py(L)`` (NVRTC) or ``file.py:L:C`` (the host compiler), which the places the
 directives gave (``places``) turn back into the body line; a body line numbered in
-``<kernel>.body`` (kerneldsl's generated bodies, an elementwise expression) is placed by
+``<kernel>.body`` (kerneldsl's generated bodies, which embed a user's expression) is placed by
 ``BodyOrigin``, which matches the literal text of the function the code came from.
 
 Two things NVRTC does are undone here. A missing token (``expected a ";"``) is reported at the
 *next* token: when that starts a line, the culprit is the line before; after the body's last
 line it is the generated ``}``, still numbered in the body file (past its end), so such a
 report goes to the last body line. And a generated body may
-hold the same user text more than once (an elementwise kernel's vector and scalar loops): the
+hold the same user text more than once (a vector loop and a scalar loop over it): the
 same message on the same text is reported once.
 """
 
@@ -32,7 +32,7 @@ _GUTTER = re.compile(r"^\s*\d+\s*\|(.*)$")  # GCC's and Clang's echo of a source
 # A diagnostic NVRTC cannot place on a line: an unbalanced "{" is only noticed at the source's end.
 _AT_END = re.compile(r"^At end of source: (?P<kind>error|warning|catastrophic error)(?P<rest>.*)$")
 _PLACEHOLDER = re.compile(r"\\\{[^}]*\\\}")
-# A one-line string literal in the source: generated text (an elementwise expression) embeds it.
+# A one-line string literal in the source: generated text (a user's expression) embeds it.
 _LITERAL = re.compile(r"""(?P<quote>["'])(?P<text>(?:\\.|(?!(?P=quote)).)+)(?P=quote)""")
 _MIN_LITERAL = 4  # shorter literals ("i", "; ") would match unrelated generated lines
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..dtypes import to_bfloat16_bits, to_complex
 from ..errors import AliasingError, BindingError, ReadOnlyArrayError, ShapeMismatchError, WrongSessionError
-from ..jit.launch_plan import launch_dims
+from ..jit.launch_contract import launch_dims
 from ..jit.signature import ArrayParam, Signature
 from ..jit.specialize import ScalarCheck, check_scalar_value
 from ..runtime.limits import MAX_INDEX32_THREADS
@@ -96,7 +96,7 @@ class BoundLaunch:
         self.call = call
 
 
-def planned_launch(
+def resolved_launch_dims(
     spec: Specialization, args: tuple[Any, ...], grid: Any, block: Any, shared: Any
 ) -> tuple[tuple[int, ...], tuple[int, ...], Any]:
     """The grid, block and shared bytes a call with ``args`` (bound to ``spec``) launches, each

@@ -50,7 +50,7 @@ from .bound import (
     check_host_arguments,
     dim3,
     needs_wide_index,
-    planned_launch,
+    resolved_launch_dims,
     stage_host_call,
 )
 from .resources import KernelResources
@@ -190,7 +190,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         grid = None if grid is None else dim3(name, "grid", grid)
         block = None if block is None else dim3(name, "block", block)
         check_host_arguments(self.signature, args)
-        grid, block, shared = planned_launch(spec, args, grid, block, shared)
+        grid, block, shared = resolved_launch_dims(spec, args, grid, block, shared)
         check_launch_dims(grid, block, shared, name)
         if spec.index_bits == 32 and needs_wide_index(grid, block):
             spec = dataclasses.replace(spec, index_bits=64)
@@ -208,15 +208,15 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         """Why these arguments would hit or miss the disk cache."""
         from ..cache import get_default_cache
         from ..jit.build import key_material
-        from ..jit.codegen import plan_generation
+        from ..jit.codegen import render_inputs
         from ..jit.compiler import build_options
         from ..jit.headers import resolve
 
         spec = self.specialize(*args, arch=arch, **consts)
-        planned = plan_generation(spec, self.body, self.code)
+        inputs = render_inputs(spec, self.body, self.code)
         options = build_options(spec.arch, "cubin", self.options)
-        headers = resolve(self.code, planned.includes)
-        return get_default_cache().explain(key_material(spec, planned.render(), options, "cubin", headers))
+        headers = resolve(self.code, inputs.includes)
+        return get_default_cache().explain(key_material(spec, inputs.render(), options, "cubin", headers))
 
     # --- calling ---------------------------------------------------------------------------------
 

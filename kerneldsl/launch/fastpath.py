@@ -3,7 +3,7 @@
 ``_fastlaunch.c`` runs the warm path of kernel, op and gemm calls without a Python frame. It
 only recognises calls the Python path has already accepted once, and hands everything else
 back to the caller's ``_call``, so both paths raise the same errors. This module owns its
-contract: the launch tables (a specialization's ``LaunchPlan``, the one the generated adapter is
+contract: the launch tables (a specialization's ``LaunchContract``, the one the generated adapter is
 rendered from, as integers, in the opcode and slot-kind numbers and within the table sizes the C
 module defines and exports), the ``FastPathCallable`` base class calls enter through, and
 ``CLaunchSlot``, where whatever made a C entry keeps it. The C module is handed the launch
@@ -22,7 +22,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from .. import logs
-from ..jit.launch_plan import LaunchPlan, ShapeCheck
+from ..jit.launch_contract import LaunchContract, ShapeCheck
 from ..jit.signature import Expr
 from ..runtime import memory
 from ..runtime.limits import LAUNCH_LIMITS
@@ -64,7 +64,7 @@ SLOT_KINDS: dict[str, int] = {} if _fastlaunch is None else _fastlaunch.SLOT_KIN
 LIMITS: dict[str, int] = {} if _fastlaunch is None else {name: getattr(_fastlaunch, name) for name in TABLE_SIZES}
 _INT64 = (-(2**63), 2**63 - 1)
 # A check row's symbol for a computed extent; None from a module built without computed extents,
-# whose tables leave such plans to the Python path.
+# whose tables leave such launches to the Python path.
 CHECK_COMPUTED: int | None = getattr(_fastlaunch, "CHECK_COMPUTED", None)
 
 
@@ -184,20 +184,20 @@ def kernel_launch(
     Calls whose numpy scalars need a value check (``BoundLaunch.scalar_checks``) get none. With
     ``pinned`` (shape symbol: extent) the entry takes only calls of those extents (a tuned
     kernel's key), declining the others to the caller's Python path; with ``grid`` it launches
-    that grid, decided once (a reduction's warm entry), instead of the plan's."""
+    that grid, decided once (a reduction's warm entry), instead of the contract's."""
     module = native()
-    plan = bound.build.launch_plan
-    table = _table(plan) if module is not None and not bound.scalar_checks else None
+    contract = bound.build.launch_contract
+    table = _table(contract) if module is not None and not bound.scalar_checks else None
     if table is not None and pinned:
-        table = _pinned(plan, table, pinned)
+        table = _pinned(contract, table, pinned)
     if table is not None and grid is not None:
         table = _with_grid(table, grid)
     if module is None or table is None:
         return None
     session = bound.session
     entry = session.entry_point("cuLaunchKernel")
-    extended = extended_launch(bound) if plan.extended else None
-    if not entry or (plan.extended and extended is None):
+    extended = extended_launch(bound) if contract.extended else None
+    if not entry or (contract.extended and extended is None):
         return None
     guards = tuple(a.dispatch_tag if type(a) in ARRAY_TYPES else type(a) for a in args)
     return module.Launch(
@@ -216,10 +216,10 @@ def kernel_launch(
     )
 
 
-def _pinned(plan: LaunchPlan, table: tuple[Any, ...], pinned: dict[str, int]) -> tuple[Any, ...] | None:
+def _pinned(contract: LaunchContract, table: tuple[Any, ...], pinned: dict[str, int]) -> tuple[Any, ...] | None:
     """``table`` with a check per pinned symbol: the extent it is read from equals the value."""
-    array_index = {a.name: j for j, a in enumerate(plan.arrays)}
-    read_at = {b.symbol: (array_index[b.array], b.axis) for b in plan.binds}
+    array_index = {a.name: j for j, a in enumerate(contract.arrays)}
+    read_at = {b.symbol: (array_index[b.array], b.axis) for b in contract.binds}
     if not pinned.keys() <= read_at.keys():
         return None  # a symbol the specialization fixed: no entry, the Python path decides
     nargs, arrays, binds, checks, *rest = table
@@ -246,15 +246,15 @@ def _with_grid(table: tuple[Any, ...], grid: tuple[int, int, int]) -> tuple[Any,
 
 def extended_launch(bound: BoundLaunch) -> tuple[int, bool, int, int, int, int] | None:
     """What the C path needs for a cooperative or cluster launch, ``(cuLaunchKernelEx, cooperative,
-    cluster x, y, z, co-resident blocks)``: only for a plan whose block, shared memory and cluster
+    cluster x, y, z, co-resident blocks)``: only for a contract whose block, shared memory and cluster
     are constants (then the first call's checks hold for every call but the grid's, which the C
     path makes); None otherwise, and such calls stay on the Python path."""
-    plan = bound.build.launch_plan
-    constants = dict(plan.constants)
+    contract = bound.build.launch_contract
+    constants = dict(contract.constants)
     try:
-        block = [d.evaluate(constants) for d in plan.dims[3:6]]
-        shared = plan.dims[6].evaluate(constants)
-        cluster = [c.evaluate(constants) for c in plan.cluster] or [0, 0, 0]
+        block = [d.evaluate(constants) for d in contract.dims[3:6]]
+        shared = contract.dims[6].evaluate(constants)
+        cluster = [c.evaluate(constants) for c in contract.cluster] or [0, 0, 0]
     except KeyError:  # a dimension read from the call's shapes
         return None
     session = bound.session
@@ -262,19 +262,19 @@ def extended_launch(bound: BoundLaunch) -> tuple[int, bool, int, int, int, int] 
     if not launch_ex:
         return None
     threads = block[0] * block[1] * block[2]
-    co_resident = session.co_resident_blocks(bound.function, threads, shared) if plan.cooperative else 0
-    return (launch_ex, plan.cooperative, cluster[0], cluster[1], cluster[2], co_resident)
+    co_resident = session.co_resident_blocks(bound.function, threads, shared) if contract.cooperative else 0
+    return (launch_ex, contract.cooperative, cluster[0], cluster[1], cluster[2], co_resident)
 
 
-# --- the launch plan as tables --------------------------------------------------------------------
+# --- the launch contract as tables ----------------------------------------------------------------
 
 
 class _PythonAdapterOnly(Exception):
     """Something only the Python adapter handles (a bfloat16 scalar, a strided array's strides)."""
 
 
-def launch_table(plan: LaunchPlan) -> tuple[Any, ...] | None:
-    """``plan`` (what the generated adapter checks, computes and packs) as the integer tables the
+def launch_table(contract: LaunchContract) -> tuple[Any, ...] | None:
+    """``contract`` (what the generated adapter checks, computes and packs) as the integer tables the
     C launch path runs, ``(nargs, arrays, binds, checks, aliases, programs, slots, index_bits)``:
 
     - ``nargs``: the runtime parameter count;
@@ -288,37 +288,37 @@ def launch_table(plan: LaunchPlan) -> tuple[Any, ...] | None:
     - ``slots``: per 8-byte parameter slot, ``(SLOT_KINDS kind, array/argument/symbol index)``;
     - ``index_bits``: 32 or 64; a 32-bit build cannot address more than 2**31-1 threads per axis.
 
-    None without the C module, when the plan needs something only the adapter does (a
-    cooperative or cluster launch, ``plan.extended``, whose table goes with ``extended_launch``),
+    None without the C module, when the contract needs something only the adapter does (a
+    cooperative or cluster launch, ``contract.extended``, whose table goes with ``extended_launch``),
     or when it exceeds ``LIMITS``; such calls stay on the Python path.
     """
-    return None if plan.extended else _table(plan)
+    return None if contract.extended else _table(contract)
 
 
-def _table(plan: LaunchPlan) -> tuple[Any, ...] | None:
-    """``launch_table`` for any plan, extended ones included."""
-    if _fastlaunch is None or not plan.arrays:
+def _table(contract: LaunchContract) -> tuple[Any, ...] | None:
+    """``launch_table`` for any contract, extended ones included."""
+    if _fastlaunch is None or not contract.arrays:
         return None
-    arg_index = {name: i for i, name in enumerate(plan.params)}
-    array_index = {a.name: j for j, a in enumerate(plan.arrays)}
-    symbol_index = {b.symbol: k for k, b in enumerate(plan.binds)}
-    computed = [c.expr for c in plan.checks if c.expr is not None]
+    arg_index = {name: i for i, name in enumerate(contract.params)}
+    array_index = {a.name: j for j, a in enumerate(contract.arrays)}
+    symbol_index = {b.symbol: k for k, b in enumerate(contract.binds)}
+    computed = [c.expr for c in contract.checks if c.expr is not None]
     if computed and CHECK_COMPUTED is None:
         return None
     try:
-        programs = _programs(plan, symbol_index, computed)
-        slots = _slots(plan, array_index, symbol_index, arg_index)
+        programs = _programs(contract, symbol_index, computed)
+        slots = _slots(contract, array_index, symbol_index, arg_index)
     except _PythonAdapterOnly:
         return None
     table = (
-        len(plan.params),
-        tuple((a.argument, a.ndim) for a in plan.arrays),
-        tuple((symbol_index[b.symbol], array_index[b.array], b.axis) for b in plan.binds),
-        tuple(_check_row(c, array_index, symbol_index, computed) for c in plan.checks),
-        tuple((array_index[a], array_index[b]) for a, b in plan.aliases),
+        len(contract.params),
+        tuple((a.argument, a.ndim) for a in contract.arrays),
+        tuple((symbol_index[b.symbol], array_index[b.array], b.axis) for b in contract.binds),
+        tuple(_check_row(c, array_index, symbol_index, computed) for c in contract.checks),
+        tuple((array_index[a], array_index[b]) for a, b in contract.aliases),
         programs,
         slots,
-        plan.index_bits,
+        contract.index_bits,
     )
     return table if _within_limits(table) else None
 
@@ -362,13 +362,15 @@ def _check_row(
     return (array_index[check.array], check.axis, symbol, check.value or 0)
 
 
-def _programs(plan: LaunchPlan, symbol_index: dict[str, int], computed: list[Expr]) -> tuple[tuple[int, int], ...]:
+def _programs(
+    contract: LaunchContract, symbol_index: dict[str, int], computed: list[Expr]
+) -> tuple[tuple[int, int], ...]:
     """The launch dimensions (grid, block and shared), then the computed extents, as postfix
     programs, each ended by ``end``."""
     values: dict[str, tuple[int, int]] = {s: (OPCODES["sym"], i) for s, i in symbol_index.items()}
-    values.update({n: (OPCODES["int"], v) for n, v in plan.constants})
+    values.update({n: (OPCODES["int"], v) for n, v in contract.constants})
     code: list[tuple[int, int]] = []
-    for expr in (*plan.dims, *computed):
+    for expr in (*contract.dims, *computed):
         _emit(expr, values, code)
         code.append((OPCODES["end"], 0))
     return tuple(code)
@@ -386,11 +388,11 @@ def _emit(expr: Expr, values: dict[str, tuple[int, int]], code: list[tuple[int, 
 
 
 def _slots(
-    plan: LaunchPlan, array_index: dict[str, int], symbol_index: dict[str, int], arg_index: dict[str, int]
+    contract: LaunchContract, array_index: dict[str, int], symbol_index: dict[str, int], arg_index: dict[str, int]
 ) -> tuple[tuple[int, int], ...]:
-    symbol_kind = SLOT_KINDS["sym32" if plan.index_bits == 32 else "sym64"]
+    symbol_kind = SLOT_KINDS["sym32" if contract.index_bits == 32 else "sym64"]
     slots = []
-    for slot in plan.slots:
+    for slot in contract.slots:
         if slot.source == "pointer":
             slots.append((SLOT_KINDS["ptr"], array_index[slot.param]))
         elif slot.source == "scalar" and slot.element in SLOT_KINDS:

@@ -19,7 +19,7 @@ from ..errors import BindingError
 from ..jit.attributes import Resources
 from ..runtime import occupancy as driver_occupancy
 from ..runtime.occupancy import FunctionAttributes
-from .bound import dim3, planned_launch
+from .bound import dim3, resolved_launch_dims
 
 if TYPE_CHECKING:
     from .bound import BoundLaunch
@@ -197,5 +197,5 @@ def _block_of(
 ) -> tuple[int, int]:
     """Threads per block and dynamic shared bytes of a launch with ``args`` (and the overrides)."""
     override = None if block is None else dim3(kernel.signature.name, "block", block)
-    _, dims, dynamic = planned_launch(bound.build.specialization, args, None, override, shared)
+    _, dims, dynamic = resolved_launch_dims(bound.build.specialization, args, None, override, shared)
     return dims[0] * dims[1] * dims[2], int(dynamic)

@@ -48,7 +48,7 @@ def _dtype(dtype: Any) -> np.dtype[Any]:
     return dt
 
 
-_L = TypeVar("_L", bound="_Layout")
+_S = TypeVar("_S", bound="_ShapeDtype")
 _B = TypeVar("_B", bound="DeviceBuffer")
 
 _LayoutSlots = tuple[Shape, np.dtype, int, int, int, tuple[int, ...]]
@@ -76,7 +76,7 @@ def _layout(shape: Any, dtype: Any) -> _LayoutSlots:
     return layout
 
 
-class _Layout:
+class _ShapeDtype:
     """Shape, dtype and derived sizes shared by device and pinned arrays."""
 
     __slots__ = ()  # the subclasses declare the slots; these annotations only type them
@@ -87,7 +87,7 @@ class _Layout:
     nbytes: int
     strides: tuple[int, ...]
 
-    def _init_layout(self: _L, shape: Any, dtype: Any) -> int:
+    def _init_layout(self: _S, shape: Any, dtype: Any) -> int:
         """Fill the layout slots; ``self`` is typed as the subclass, which is what declares them."""
         self.shape, self.dtype, self.ndim, self.size, nbytes, self.strides = _layout(shape, dtype)
         self.nbytes = nbytes
@@ -114,7 +114,7 @@ def _dispatch_tag(a: DeviceBuffer, borrowed: bool = False) -> int:
     return _dispatch_tags.setdefault(layout, len(_dispatch_tags))
 
 
-class DeviceBuffer(_Layout, Transfers):
+class DeviceBuffer(_ShapeDtype, Transfers):
     """Device memory: ``ptr`` (of the first element), ``shape``, ``dtype``, ``strides`` (bytes,
     possibly negative), ``nbytes``.
 
@@ -382,7 +382,7 @@ class _HostView:
         }
 
 
-class PinnedArray(_Layout, Handle):
+class PinnedArray(_ShapeDtype, Handle):
     """Page-locked host memory (cuMemHostAlloc) for async copies; ``.array`` is a numpy view."""
 
     kind = "host"

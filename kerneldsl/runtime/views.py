@@ -15,7 +15,8 @@ from typing import Any
 from ..errors import ViewError
 from .interop import c_strides
 
-Layout = tuple[tuple[int, ...], tuple[int, ...]]  # (shape, byte strides)
+# A layout: how an array's elements lie in memory, its shape and byte strides (the word's one meaning).
+Layout = tuple[tuple[int, ...], tuple[int, ...]]
 
 
 def is_c_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bool:

@@ -32,7 +32,7 @@ from ..errors import (
 )
 from ..jit.specialize import const_key
 from ..launch import fastpath
-from ..launch.bound import planned_launch
+from ..launch.bound import resolved_launch_dims
 from ..launch.routing import is_remote
 from ..progress import Progress
 from ..runtime import nvtx
@@ -351,7 +351,7 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
         if found is None:
             raise BindingError(self.signature.name, None, "benchmark arguments are not local arrays")
         bound = found[0]
-        _, block, shared = planned_launch(bound.build.specialization, args, None, None, None)
+        _, block, shared = resolved_launch_dims(bound.build.specialization, args, None, None, None)
         threads = block[0] * block[1] * block[2]
         if 0 < threads and type(shared) is int:
             attrs = function_attributes(session, bound.function)

@@ -12,11 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from ...jit.codegen import Decisions, GeneratedBody, render
+from ...jit.codegen import GeneratedBody, render
 from ...launch.dispatch import Kernel
+from ..decisions import ReductionDecisions
 from ..kernels import (
     BLOCK,
     KERNELS,
+    OperandLayout,
     all_aligned,
     array_leaves,
     array_param,
@@ -44,7 +46,8 @@ _TEMPLATES = {
     "host-rows": "reduction_host_rows.cu.j2",
     "host-columns": "reduction_host_columns.cu.j2",
 }
-HOST_STAGES = {  # the CPU device's stages (a thread a run: blocks of one thread), as Decisions.host_plan says them
+# the CPU device's stages (a thread a run: blocks of one thread), as ReductionDecisions.host_plan says them
+HOST_STAGES = {
     "host-rows": "a thread folds each run of a row into {lanes} accumulators (no barrier or collective)",
     "host-columns": "a thread folds a run of {lanes} adjacent columns (no barrier or collective)",
 }
@@ -81,8 +84,8 @@ def _params(
     """The value leaves; the partials, their indices and tickets (split stages); the output; the
     count; outer, inner and splits (axis stages; slabs: slabs per tile, no extents); the value's
     extents."""
-    layout = "strided" if variant.view else "broadcast"  # contiguous leaves: the C launch path takes them
-    params = leaf_params(program, (layout, geometry.ndim, geometry.ranks))
+    kind = "strided" if variant.view else "broadcast"  # contiguous leaves: the C launch path takes them
+    params = leaf_params(program, OperandLayout(kind, geometry.ndim, ranks=geometry.ranks))
     if variant.stage == "partial" or variant.split:
         params.append(("kdpart", array_param("out", acc, "kdm")))
         if reducer.indexed:
@@ -125,7 +128,7 @@ def _context(
     one that reads them so; the value is then indexed as flat, those leaves at ``kdalong``."""
     along = [i for i, a in enumerate(geometry.along) if a] if variant.stage == geometry.along_stage else []
     scalars = along if variant.stage == "columns" else []  # one value per reduced index, for every column
-    arrays = array_leaves(program, ("broadcast", geometry.ndim, geometry.ranks))
+    arrays = array_leaves(program, OperandLayout("broadcast", geometry.ndim, ranks=geometry.ranks))
     return dict(
         name=reducer.name,
         stage=variant.stage,
@@ -179,7 +182,7 @@ def _build(
         owned = width // period  # the columns a thread writes: a period's values shared by its rows
         depth = final_fold_depth(owned)
         text = render(_TEMPLATES[stage], vector=vector, width=width, depth=depth, period=period, owned=owned, **context)
-        decisions = Decisions(
+        decisions = ReductionDecisions(
             layout="broadcast" if geometry.broadcast else "flat",
             vector_width=width,
             stage=stage,

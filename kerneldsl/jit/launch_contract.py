@@ -1,13 +1,13 @@
 """One specialization's launch contract, decided once: the source of both launch paths.
 
-A ``LaunchPlan`` says what a call of one specialization takes and does before ``cuLaunchKernel``:
+A ``LaunchContract`` says what a call of one specialization takes and does before ``cuLaunchKernel``:
 the arguments in order, the arrays and their ranks, where each shape symbol is read, which
 extents are checked, which arrays may not overlap, the launch dimensions, and what goes in each
 8-byte parameter slot. Both launch paths are generated from it, as Triton generates one binder
 per signature: ``codegen.adapter_context`` turns it into the host adapter template's context,
 ``fastpath.launch_table`` into the integer table the C path runs. A new launch feature
 (clusters, cooperative launches: ``cooperative`` and ``cluster`` here) is a field here, read by
-those two functions; a plan that is ``extended`` launches with ``cuLaunchKernelEx``: the
+those two functions; a contract that is ``extended`` launches with ``cuLaunchKernelEx``: the
 adapter through ``Session.launch_ex``, the C path with ``fastpath.extended_launch``'s facts.
 """
 
@@ -49,7 +49,7 @@ class SymbolBind:
 @dataclass(frozen=True)
 class ShapeCheck:
     """The extent of ``array`` along ``axis`` must be ``value``, or with ``symbol`` that symbol's,
-    or with ``expr`` that computed extent's (over bound symbols and the plan's constants)."""
+    or with ``expr`` that computed extent's (over bound symbols and the contract's constants)."""
 
     array: str
     axis: int
@@ -79,7 +79,7 @@ class Slot:
 
 
 @dataclass(frozen=True)
-class LaunchPlan:
+class LaunchContract:
     """Everything both launch paths check, compute and pack for one specialization."""
 
     kernel: str
@@ -110,14 +110,14 @@ class LaunchPlan:
         return tuple((s.name, s.ctype) for s in self.slots)
 
 
-def launch_plan(spec: Specialization) -> LaunchPlan:
+def launch_contract(spec: Specialization) -> LaunchContract:
     sig = spec.signature
     fixed = dict(spec.fixed_symbols)
     arguments = {p.name: i for i, p in enumerate(sig.runtime_params)}
     ints = {c.name for c in sig.consts if c.type is int}
     constants = {s: operator.index(v) for s, v in spec.fixed_symbols}
     constants.update({n: operator.index(v) for n, v in spec.consts if n in ints})
-    return LaunchPlan(
+    return LaunchContract(
         kernel=sig.name,
         index_bits=spec.index_bits,
         params=tuple(arguments),
