@@ -331,6 +331,37 @@ template <class T> __forceinline__ constexpr unsigned long long bits64(const T& 
     if constexpr (sizeof(T) == 4) return bit_cast<unsigned int>(v);
     else return bit_cast<unsigned long long>(v);
 }
+// N values of T as `count` native vectors of `width` lanes (GCC's vector extension, which Clang
+// shares), for the host templates' folds that the compiler's vectorizer would leave in memory.
+// Native: a wider generic vector is lowered lane by lane where its comparisons are concerned; and
+// 32 bytes with AVX-512 too, the width GCC and Clang vectorize loops at there, so that a vector
+// read from what such a loop stored is forwarded from its stores.
+#if defined(__AVX__)
+constexpr int vector_bytes = 32;
+#else
+constexpr int vector_bytes = 16;
+#endif
+template <class T, int N> struct simd {
+    static constexpr int bytes = (int)sizeof(T) * N < vector_bytes ? (int)sizeof(T) * N : vector_bytes;
+    typedef T type __attribute__((vector_size(bytes)));
+    typedef decltype(type{} < type{}) mask;  // a comparison's lanes: all ones or zero
+    static constexpr int width = bytes / (int)sizeof(T), count = N / width;
+};
+// Whether any lane of a comparison's result is set.
+template <class M> __forceinline__ bool any(M m) {
+#if defined(__AVX2__)
+    typedef char bytes32 __attribute__((vector_size(32)));
+    if constexpr (sizeof(M) == 32) return __builtin_ia32_pmovmskb256((bytes32)m) != 0;
+#endif
+#if defined(__SSE2__)
+    typedef char bytes16 __attribute__((vector_size(16)));
+    if constexpr (sizeof(M) == 16) return __builtin_ia32_pmovmskb128((bytes16)m) != 0;
+#endif
+    unsigned long long words[sizeof(M) / 8], all = 0;
+    __builtin_memcpy(words, &m, sizeof m);
+    for (unsigned int i = 0; i < sizeof(M) / 8; ++i) all |= words[i];
+    return all != 0;
+}
 }  // namespace kd_host
 
 // ---------------------------------------------------------------------------------------------
