@@ -78,11 +78,16 @@ def test_static_shared_memory_is_left_as_written() -> None:
 
 def test_nvrtc_options_map_to_the_host_compilers() -> None:
     flags = host_options(("-DN=4", "--use_fast_math", "-lineinfo", "--fmad=false", "-Xptxas=-v"))
-    assert flags == (*BASE_FLAGS, "-DN=4", "-g")
+    assert flags == (*BASE_FLAGS, "-DN=4", "-DKD_HOST_FAST_MATH=1", "-g")
 
 
 def test_fast_math_never_reaches_the_host_compiler() -> None:
     assert not any("fast-math" in f for f in host_options(("--use_fast_math",)))
+
+
+def test_fast_math_selects_the_shims_vectorizable_exp() -> None:
+    assert "-DKD_HOST_FAST_MATH=1" in host_options(("--use_fast_math",))
+    assert "-DKD_HOST_FAST_MATH=1" not in host_options(())
 
 
 def test_cuda_headers_are_refused_with_their_names() -> None:

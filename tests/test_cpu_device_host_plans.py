@@ -81,6 +81,24 @@ def test_host_argmax_returns_the_first_of_ties_and_the_first_nan(cpu: Any, axis:
     np.testing.assert_array_equal(ops.argmax(cpu.to_device(x), axis=axis).to_host(), np.argmax(x, axis=axis))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int8", "uint64", "bool"])
+@pytest.mark.parametrize("length", [1, 5, 15, 16, 31, 33, 47, 100])
+@pytest.mark.parametrize("op", ["argmax", "argmin"])
+def test_host_arg_reductions_of_rows_shorter_and_longer_than_the_lanes_match_numpy(
+    cpu: Any, dtype: str, length: int, op: str
+) -> None:
+    # few distinct values: every row has ties; a float row also has NaNs, -0.0 and infinities
+    x = np.random.default_rng(length).integers(-2, 3, (64, length)).astype(dtype)
+    if dtype.startswith("float"):
+        x[::7, length // 2] = np.nan
+        x[1::5, -1] = -0.0
+        x[2::9, 0] = np.inf
+        x[3::11] = -np.inf
+    assert ops.argmax.strategy(x, axis=1, multiprocessors=2, host=True).variant.stage == "host-rows"
+    got = getattr(ops, op)(cpu.to_device(x), axis=1).to_host()
+    np.testing.assert_array_equal(got, getattr(np, op)(x, axis=1))
+
+
 @pytest.mark.parametrize("nan", [False, True])
 def test_split_host_argmax_of_a_long_line_takes_the_first_best(cpu: Any, nan: bool) -> None:
     x = np.zeros(1 << 20, np.float32)

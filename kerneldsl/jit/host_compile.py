@@ -13,7 +13,8 @@ branches apply. Decided here, in Python, before the compiler runs:
   compiler meets (PTX under ``#ifdef __CUDA_ARCH__`` is never compiled here, so it is fine);
 - NVRTC options map to the host's: ``--fmad=false`` keeps its meaning (no contraction is ever
   made), ``-lineinfo`` becomes ``-g``, ``-G`` (device debug) a debug build, ``-D``/``-U`` pass
-  through, the rest only shape PTX;
+  through, ``--use_fast_math`` defines ``KD_HOST_FAST_MATH`` (the float ``exp`` inlined and
+  vectorized, within the GPU's fast ``__expf`` bound), the rest only shape PTX;
 - a debug build (``KERNELDSL_HOST_DEBUG=1`` in the environment, or ``-G`` in a kernel's
   options): ``-O0 -g`` in place of ``-O2``, so a debugger stops at a body's line in the user's
   file (``gdb -ex "break my_kernels.py:42"``: the ``#line`` directives name it) and shows every
@@ -48,6 +49,7 @@ BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=
 DEBUG_ENV = "KERNELDSL_HOST_DEBUG"
 DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable where the debugger looks
 _DEVICE_DEBUG = ("-G", "--device-debug")
+_FAST_MATH = ("--use_fast_math", "-use_fast_math")
 
 _COLLECTIVE = re.compile(
     r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync|__uni_sync"
@@ -89,6 +91,8 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
             debug = True
         elif option in ("-lineinfo", "--generate-line-info"):
             mapped.append("-g")
+        elif option in _FAST_MATH:
+            mapped.append("-DKD_HOST_FAST_MATH=1")
     base = (*DEBUG_FLAGS, *BASE_FLAGS[1:]) if debug else BASE_FLAGS
     checked = compile_flags(checks_of(output))
     if "-fsanitize=thread" in checked and "clang" not in host_compiler().version.lower():

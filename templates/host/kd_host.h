@@ -30,6 +30,11 @@
 #ifndef KD_CHECK_SEED
 #define KD_CHECK_SEED 0
 #endif
+// 1: the kernel was built with --use_fast_math, whose accuracy CUDA's fast intrinsics bound: the
+// float exp is then the shim's vectorizable one (see "The CUDA math API"). The Python side defines it.
+#ifndef KD_HOST_FAST_MATH
+#define KD_HOST_FAST_MATH 0
+#endif
 // 0: array parameters stay raw pointers in a bounds-checked build (the Python side's fallback for a
 // body that uses them in a way the checked pointer cannot follow).
 #ifndef KD_CHECK_POINTERS
@@ -325,6 +330,37 @@ template <class T> __forceinline__ constexpr unsigned long long bits64(const T& 
     static_assert(sizeof(T) == 4 || sizeof(T) == 8, "a match takes 32- or 64-bit values");
     if constexpr (sizeof(T) == 4) return bit_cast<unsigned int>(v);
     else return bit_cast<unsigned long long>(v);
+}
+// N values of T as `count` native vectors of `width` lanes (GCC's vector extension, which Clang
+// shares), for the host templates' folds that the compiler's vectorizer would leave in memory.
+// Native: a wider generic vector is lowered lane by lane where its comparisons are concerned; and
+// 32 bytes with AVX-512 too, the width GCC and Clang vectorize loops at there, so that a vector
+// read from what such a loop stored is forwarded from its stores.
+#if defined(__AVX__)
+constexpr int vector_bytes = 32;
+#else
+constexpr int vector_bytes = 16;
+#endif
+template <class T, int N> struct simd {
+    static constexpr int bytes = (int)sizeof(T) * N < vector_bytes ? (int)sizeof(T) * N : vector_bytes;
+    typedef T type __attribute__((vector_size(bytes)));
+    typedef decltype(type{} < type{}) mask;  // a comparison's lanes: all ones or zero
+    static constexpr int width = bytes / (int)sizeof(T), count = N / width;
+};
+// Whether any lane of a comparison's result is set.
+template <class M> __forceinline__ bool any(M m) {
+#if defined(__AVX2__)
+    typedef char bytes32 __attribute__((vector_size(32)));
+    if constexpr (sizeof(M) == 32) return __builtin_ia32_pmovmskb256((bytes32)m) != 0;
+#endif
+#if defined(__SSE2__)
+    typedef char bytes16 __attribute__((vector_size(16)));
+    if constexpr (sizeof(M) == 16) return __builtin_ia32_pmovmskb128((bytes16)m) != 0;
+#endif
+    unsigned long long words[sizeof(M) / 8], all = 0;
+    __builtin_memcpy(words, &m, sizeof m);
+    for (unsigned int i = 0; i < sizeof(M) / 8; ++i) all |= words[i];
+    return all != 0;
 }
 }  // namespace kd_host
 
@@ -661,9 +697,10 @@ int fesetround(int mode) noexcept;
 // ---------------------------------------------------------------------------------------------
 // The CUDA math API. Rule: glibc's libm for what it has (its float and double functions, with
 // C++ float overloads as CUDA has them and integers going to double); the CUDA-only functions
-// written here from libm; the fast intrinsics (__expf, __fdividef, ...) are the accurate
-// functions, as the host never takes --use_fast_math; results match the GPU up to each
-// function's ulp bound, not bit for bit.
+// written here from libm; the fast intrinsics (__fdividef, __logf, ...) are the accurate
+// functions, except __expf, and the float exp of a --use_fast_math build (KD_HOST_FAST_MATH): a
+// branch-free polynomial the compiler inlines and vectorizes, where a libm call stays scalar;
+// results match the GPU up to each function's ulp bound, not bit for bit.
 #pragma GCC visibility push(default)
 #define KD_HOST_MATH1(name) \
     extern "C" double name(double) noexcept; \
@@ -679,7 +716,7 @@ int fesetround(int mode) noexcept;
     }
 KD_HOST_MATH1(acos) KD_HOST_MATH1(asin) KD_HOST_MATH1(atan) KD_HOST_MATH1(acosh) KD_HOST_MATH1(asinh)
 KD_HOST_MATH1(atanh) KD_HOST_MATH1(cos) KD_HOST_MATH1(sin) KD_HOST_MATH1(tan) KD_HOST_MATH1(cosh)
-KD_HOST_MATH1(sinh) KD_HOST_MATH1(tanh) KD_HOST_MATH1(exp) KD_HOST_MATH1(exp2) KD_HOST_MATH1(expm1)
+KD_HOST_MATH1(sinh) KD_HOST_MATH1(tanh) KD_HOST_MATH1(exp2) KD_HOST_MATH1(expm1)
 KD_HOST_MATH1(log) KD_HOST_MATH1(log2) KD_HOST_MATH1(log10) KD_HOST_MATH1(log1p) KD_HOST_MATH1(logb)
 KD_HOST_MATH1(sqrt) KD_HOST_MATH1(cbrt) KD_HOST_MATH1(erf) KD_HOST_MATH1(erfc) KD_HOST_MATH1(lgamma)
 KD_HOST_MATH1(tgamma) KD_HOST_MATH1(floor) KD_HOST_MATH1(ceil) KD_HOST_MATH1(trunc) KD_HOST_MATH1(round)
@@ -689,6 +726,45 @@ KD_HOST_MATH2(atan2) KD_HOST_MATH2(pow) KD_HOST_MATH2(fmod) KD_HOST_MATH2(remain
 KD_HOST_MATH2(hypot) KD_HOST_MATH2(fmin) KD_HOST_MATH2(fmax) KD_HOST_MATH2(fdim) KD_HOST_MATH2(nextafter)
 #undef KD_HOST_MATH1
 #undef KD_HOST_MATH2
+extern "C" double exp(double) noexcept;
+extern "C" float expf(float) noexcept;
+#pragma GCC visibility pop
+namespace kd_host {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+__forceinline__ float mad(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
+#else
+__forceinline__ float mad(float a, float b, float c) { return a * b + c; }
+#endif
+// exp(x) within 1.01 ulp of the rounded result for every float (CUDA's __expf allows 2 + 1.17|x|):
+// x = k ln2 + r (k by the round-to-nearest of adding 1.5 * 2^23, ln2 in two parts), Cephes's
+// degree-7 polynomial for exp(r), times 2^k as two powers of two so that every k from underflow
+// to overflow scales exactly (results round to denormals, zero and infinity as expf's do). x is
+// clamped first where exp is already 0 or infinite; a NaN passes the clamps and the polynomial.
+__forceinline__ float fast_exp(float x) noexcept {
+    x = x > 89.0f ? 89.0f : x;
+    x = x < -104.0f ? -104.0f : x;
+    const float shifter = 12582912.0f;
+    const float j = mad(x, 1.44269504088896341f, shifter), k = j - shifter;
+    const float r = mad(k, -1.428606765330187045e-06f, mad(k, -0.693145751953125f, x));
+    float p = 1.9875691500e-4f;
+    p = mad(p, r, 1.3981999507e-3f);
+    p = mad(p, r, 8.3334519073e-3f);
+    p = mad(p, r, 4.1665795894e-2f);
+    p = mad(p, r, 1.6666665459e-1f);
+    p = mad(p, r, 5.0000001201e-1f);
+    p = mad(p, r * r, r) + 1.0f;
+    const int n = (int)(bit_cast<unsigned int>(j) - bit_cast<unsigned int>(shifter)), half = n >> 1;
+    return p * bit_cast<float>((unsigned int)(half + 127) << 23) * bit_cast<float>((unsigned int)(n - half + 127) << 23);
+}
+}  // namespace kd_host
+#if KD_HOST_FAST_MATH
+__forceinline__ float exp(float x) noexcept { return kd_host::fast_exp(x); }
+#define expf(x) kd_host::fast_exp(x)
+#else
+__forceinline__ float exp(float x) noexcept { return expf(x); }
+#endif
+template <class T, kd_host::if_integral<T> = 0> __forceinline__ double exp(T x) noexcept { return exp((double)x); }
+#pragma GCC visibility push(default)
 extern "C" {
 double fma(double, double, double) noexcept;
 float fmaf(float, float, float) noexcept;
@@ -953,8 +1029,8 @@ __forceinline__ double rnorm(int n, const double* a) { return 1.0 / norm(n, a); 
 __forceinline__ float rnormf(int n, const float* a) { return 1.0f / normf(n, a); }
 __forceinline__ float fdividef(float x, float y) { return x / y; }
 __forceinline__ double fdivide(double x, double y) { return x / y; }
-// The fast intrinsics: the accurate functions.
-__forceinline__ float __expf(float x) { return expf(x); }
+// The fast intrinsics: the accurate functions, but for __expf (see "The CUDA math API").
+__forceinline__ float __expf(float x) { return kd_host::fast_exp(x); }
 __forceinline__ float __exp10f(float x) { return exp10f(x); }
 __forceinline__ float __logf(float x) { return logf(x); }
 __forceinline__ float __log2f(float x) { return log2f(x); }
