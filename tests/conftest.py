@@ -9,11 +9,19 @@
 * The whole session uses a private disk cache and data directory (the sealing secret), never the user's.
 * ``drv``: the recording driver double (``driver_double.FakeDriver``) installed for one test;
   sessions still open at its end are closed.
+* ``--render-digests=FILE``: every kernel source this pytest process renders (the CUDA C++ that
+  NVRTC or the CPU device's host compiler is given, and its Python host adapter) is hashed, and
+  ``FILE`` gets one line per distinct source, ``<sha256>  <entry>.cu`` or ``<entry>.py``, sorted.
+  Run the same test files before and after a change and ``diff`` the two files: rendered code is
+  byte-identical exactly when they are equal. A source is hashed with the checkout's path (which
+  the ``#line`` directives of a test's own kernel bodies name) read as ``<rootdir>``, so two
+  checkouts compare; sources rendered in child processes are not recorded.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 import threading
@@ -28,11 +36,50 @@ import pytest
 CACHE_ENV = "KERNELDSL_CACHE_DIR"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--render-digests",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="write the sha256 of every kernel source the run renders to FILE, one per line, sorted",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Tests never read or write the user's own kernel cache, nor the secret that seals stored
-    sources: the session gets a private cache and data directory."""
+    sources: the session gets a private cache and data directory. The private cache starts
+    empty, so every kernel source the run needs is rendered once in it (``--render-digests``)."""
     os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="kerneldsl-test-cache-")
     os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="kerneldsl-test-data-")
+    digests_file = config.getoption("render_digests")
+    if digests_file is not None:
+        _record_render_digests(config, digests_file)
+
+
+def _record_render_digests(config: pytest.Config, digests_file: Path) -> None:
+    """Wrap ``GenerationPlan.render``, the one place a kernel's sources are rendered from their
+    templates (a disk hit serves text rendered earlier in the run), and write the digests of
+    what it returned when the run ends."""
+    from kerneldsl.jit.codegen import GenerationPlan
+
+    original = GenerationPlan.render
+    checkout = str(config.rootpath)
+    lines: set[str] = set()
+
+    def recording(plan: Any) -> Any:
+        generated = original(plan)
+        for suffix, text in ((".cu", generated.cuda_source), (".py", generated.adapter_source)):
+            digest = hashlib.sha256(text.replace(checkout, "<rootdir>").encode()).hexdigest()
+            lines.add(f"{digest}  {generated.entry}{suffix}")
+        return generated
+
+    def write_digests() -> None:
+        GenerationPlan.render = original  # type: ignore[method-assign]
+        digests_file.write_text("".join(f"{line}\n" for line in sorted(lines)))
+
+    GenerationPlan.render = recording  # type: ignore[method-assign]
+    config.add_cleanup(write_digests)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
