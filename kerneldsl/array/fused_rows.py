@@ -59,7 +59,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -94,6 +94,9 @@ CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
 INTERLEAVE_MAX = {2: 32 * SHORT_ROW_ITEMS, 4: 32 * 13, 8: 32 * 5, 16: 32 * SHORT_ROW_ITEMS}
 REGISTERS = 64  # per thread: 1024 threads per SM stay resident, their loads in flight hide memory latency
 HOST_PLAN = "a thread takes a row alone, an accumulator per element of a unit (no barrier or collective)"
+# how a thread reads and writes a unit of a row (templates/fused_rows_<mode>.cuh.j2): element by
+# element before the row's end, one aligned 16-byte vector, or aligned vectors from the row's shift
+LoadMode = Literal["scalar", "vector", "shifted"]
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
 # float32 max / min folds as one sm_80+ instruction that returns NaN when either side is one (a NaN
@@ -219,7 +222,7 @@ def _array(layout: Layout, id: str, param: str, dtype: np.dtype, rank: int, vari
         "full": full,
         "general": full and not plain,
         "rowmajor": plain and all(varies),
-        "col": "kdc" if plain else f"kdcoloff{id}",
+        "col": "kdcolumn" if plain else f"kdcoloff{id}",
     }
 
 
@@ -364,14 +367,16 @@ class _Context:
                 loads[local] = f"kdp{v}[kdrowoff{v}]"
         return loads
 
-    def _element_loads(self, ph: Phase, vector: bool, shifted: bool) -> dict[int, str]:
+    def _element_loads(self, ph: Phase, load: LoadMode) -> dict[int, str]:
+        """Each element leaf's C expression: from registers, from the unit the load mode loaded
+        (a shifted row loads the arrays that share its layout), else from memory per element."""
         loads = {}
         for local, v in enumerate(ph.element_leaves):
             register = self._register_read(v)
             if register is not None:
                 loads[local] = register
-            elif vector and (self.arrays[v]["rowmajor"] or not shifted):
-                loads[local] = f"kd_wide(kdl{v}.v, kdk)"
+            elif load == "vector" or (load == "shifted" and self.arrays[v]["rowmajor"]):
+                loads[local] = f"kd_wide(kdloaded{v}.v, kdpos)"
             else:
                 a = self.arrays[v]
                 loads[local] = f"kdp{v}[kdrowoff{v} + {a['col']}]"
@@ -389,14 +394,14 @@ class _Context:
         if isinstance(value, Leaf) and value.kind == "scalar":
             return f"kdp{v}"
         if v in self.carried:
-            return f"kdcar{v}[kdit][kdk]"
+            return f"kdcar{v}[kditem][kdpos]"
         if not self.pipeline.full(v):
             return f"kdrv{v}"
         if str(v) in self.held_ids:
-            return f"kdhw{v}[kdit][kdk]" if self.widened else f"kd_wide(kdh{v}[kdit].v, kdk)"
+            return f"kdwidened{v}[kditem][kdpos]" if self.widened else f"kd_wide(kdheld{v}[kditem].v, kdpos)"
         return None
 
-    def phase_context(self, ph: Phase, vector: bool, shifted: bool, stores: list[tuple[int, int]]) -> dict[str, Any]:
+    def phase_context(self, ph: Phase, load: LoadMode, stores: list[tuple[int, int]]) -> dict[str, Any]:
         p = self.pipeline
         streamed = [
             self.arrays[v] for v in ph.element_leaves if p.full(v) and v in self.arrays and str(v) not in self.held_ids
@@ -407,7 +412,7 @@ class _Context:
             "row_exports": list(ph.row_exports),
             "row_ctypes": {v: compute_ctype(p.values[v].dtype) for v, _ in ph.row_exports},
             "element_program": None if ph.element is None else program_context(ph.element, round_halves=False),
-            "element_loads": {} if ph.element is None else self._element_loads(ph, vector, shifted),
+            "element_loads": {} if ph.element is None else self._element_loads(ph, load),
             "in_registers": all(self._register_read(v) is not None for v in ph.element_leaves),
             "element_roots": list(ph.element_roots),
             "streamed": streamed,
@@ -416,7 +421,7 @@ class _Context:
             "row_outputs": [],
         }
 
-    def render(self, vector: bool, shifted: bool) -> str:
+    def render(self, load: LoadMode) -> str:
         p, layout, s = self.pipeline, self.layout, self.layout.strategy
         phases = []
         for k, (r, ph) in enumerate(zip(p.reductions, self.phases)):
@@ -425,7 +430,7 @@ class _Context:
             result = p.values[r.leaf].dtype
             phases.append(
                 {
-                    **self.phase_context(ph, vector, shifted, self.stores[k]),
+                    **self.phase_context(ph, load, self.stores[k]),
                     "k": k,
                     "reducer": r.reducer.name,
                     "root": r.root,
@@ -441,7 +446,7 @@ class _Context:
                     "cctype": compute_ctype(result),
                 }
             )
-        last = self.phase_context(self.last, vector, shifted, [])
+        last = self.phase_context(self.last, load, [])
         locals_ = dict(zip(self.last_full_ids(), self.last.element_roots))
         for k, (o, (dtype, full)) in enumerate(zip(p.outputs, layout.outputs)):
             entry = {"k": k, "value": o, "storage": storage_ctype(dtype), "cctype": compute_ctype(dtype)}
@@ -463,8 +468,7 @@ class _Context:
                 width=s.width,
                 items=s.items,
                 passes=s.passes,
-                vector=vector,
-                shifted=shifted,
+                load=load,
                 lead=next((a["id"] for a in arrays if a["rowmajor"]), None),
                 dims=dims,
                 kept=list(p.kept),
@@ -499,12 +503,15 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         aligned = all_aligned(proxies, full_arrays)
-        shifted = shiftable and aligned
-        vector = (vectorable or shiftable) and aligned
+        load: LoadMode = "scalar"
+        if aligned and shiftable:
+            load = "shifted"
+        elif aligned and vectorable:
+            load = "vector"
         first = pipeline.reductions[0]
         decisions = Decisions(
             layout="rows" if layout.rows_layout else "permuted",
-            vector_width=s.width if vector else 1,
+            vector_width=1 if load == "scalar" else s.width,
             stage="fused",
             accumulation=first.reducer.accumulate(pipeline.values[first.root].dtype),
             group=s.lanes,
@@ -513,11 +520,11 @@ def _build(pipeline: Pipeline, layout: Layout) -> Kernel:
             passes=s.passes,
             items=s.items,
             fast_math=True,
-            shifted=shifted,
+            shifted=load == "shifted",
             carried=bool(context.carried),
             host_plan=HOST_PLAN if s.strategy == "row-per-thread" else None,
         )
-        return GeneratedBody(context.render(vector, shifted), decisions)
+        return GeneratedBody(context.render(load), decisions)
 
     # at most REGISTERS per thread: 1024 threads of an SM stay resident (and a block fits one SM);
     # --minimal, as every generated kernel (kernels.OPTIONS)
