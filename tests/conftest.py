@@ -2,7 +2,12 @@
 
 * ``isolated_cache``: a private, empty kerneldsl disk cache for one test.
 * ``isolated_cache_module``: the same for a whole module (for module-scoped build fixtures).
-* ``rng``: a NumPy generator seeded from the test's node id, the same in every process.
+* ``rng``: a NumPy generator seeded from the test's node id, the same in every process;
+  ``fresh_rng``: one seeded anew every run (``seed_of`` names its seed in a failure message).
+* Sessions: ``fake_session``, a ``Session(0)`` over the driver double ``drv`` for one test;
+  ``device_session``, ``Session(0)`` of the device a module's ``gpu`` tests run on (the GPU, or the
+  CPU device), shared by the module's tests; ``fresh_device_session``, the same for one test
+  alone; ``default_device_session``, kerneldsl's default session (never closed by a test).
 * Tests marked ``gpu`` run on the GPU when there is one; without one they run on the CPU device
   (marked ``cpu_device``), except those ``cpu_device_exclusions`` lists with the reason, and are
   skipped under ``-m gpu``, which asks for a real GPU.
@@ -23,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import secrets
 import tempfile
 import threading
 import zlib
@@ -99,6 +105,17 @@ def seed_for(nodeid: str) -> int:
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A generator seeded by ``seed_for`` the requesting test."""
     return np.random.default_rng(seed_for(request.node.nodeid))
+
+
+@pytest.fixture
+def fresh_rng() -> np.random.Generator:
+    """A generator seeded anew every run, for checks meant to see new data each time."""
+    return np.random.default_rng(secrets.randbits(32))
+
+
+def seed_of(rng: np.random.Generator) -> int:
+    """The seed ``fresh_rng`` drew, for a failure message to name."""
+    return rng.bit_generator.seed_seq.entropy  # type: ignore[attr-defined,no-any-return]
 
 
 @pytest.fixture
@@ -241,6 +258,43 @@ def drv() -> Iterator[object]:
 
     with installed_driver(FakeDriver()) as fake:
         yield fake
+
+
+@pytest.fixture
+def fake_session(drv: Any) -> Iterator[Any]:
+    """``Session(0)`` over the driver double ``drv`` (a test file's own ``drv`` where it has one),
+    closed after the test."""
+    import kerneldsl as kd
+
+    with kd.Session(0) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def device_session() -> Iterator[Any]:
+    """``Session(0)`` of the device the module's tests run on, shared by them and closed after the
+    last (``_on_the_cpu_device``, an autouse fixture of the same scope, picks the device first)."""
+    import kerneldsl as kd
+
+    with kd.Session(0) as session:
+        yield session
+
+
+@pytest.fixture
+def fresh_device_session() -> Iterator[Any]:
+    """``Session(0)`` of the device, opened for one test and closed after it."""
+    import kerneldsl as kd
+
+    with kd.Session(0) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def default_device_session() -> Any:
+    """kerneldsl's default session (the one a call without ``session=`` uses); never closed here."""
+    from kerneldsl.runtime.session import default_session
+
+    return default_session()
 
 
 def launch_outcome(drv: Any, call: Callable[[], Any]) -> tuple[Any, ...]:
