@@ -20,7 +20,8 @@
   Run the same test files before and after a change and ``diff`` the two files: rendered code is
   byte-identical exactly when they are equal. A source is hashed with the checkout's path (which
   the ``#line`` directives of a test's own kernel bodies name) read as ``<rootdir>``, so two
-  checkouts compare; sources rendered in child processes are not recorded.
+  checkouts compare; sources rendered in child processes are not recorded. A test that draws
+  shapes at random renders other kernels each run: property tests are ``derandomize=True``.
 """
 
 from __future__ import annotations
