@@ -2,19 +2,34 @@
 
 * ``isolated_cache``: a private, empty kerneldsl disk cache for one test.
 * ``isolated_cache_module``: the same for a whole module (for module-scoped build fixtures).
-* ``rng``: a NumPy generator seeded from the test's node id, the same in every process.
+* ``rng``: a NumPy generator seeded from the test's node id, the same in every process;
+  ``fresh_rng``: one seeded anew every run (``seed_of`` names its seed in a failure message).
+* Sessions: ``fake_session``, a ``Session(0)`` over the driver double ``drv`` for one test;
+  ``device_session``, ``Session(0)`` of the device a module's ``gpu`` tests run on (the GPU, or the
+  CPU device), shared by the module's tests; ``fresh_device_session``, the same for one test
+  alone; ``default_device_session``, kerneldsl's default session (never closed by a test).
 * Tests marked ``gpu`` run on the GPU when there is one; without one they run on the CPU device
   (marked ``cpu_device``), except those ``cpu_device_exclusions`` lists with the reason, and are
   skipped under ``-m gpu``, which asks for a real GPU.
 * The whole session uses a private disk cache and data directory (the sealing secret), never the user's.
 * ``drv``: the recording driver double (``driver_double.FakeDriver``) installed for one test;
   sessions still open at its end are closed.
+* ``--render-digests=FILE``: every kernel source this pytest process renders (the CUDA C++ that
+  NVRTC or the CPU device's host compiler is given, and its Python host adapter) is hashed, and
+  ``FILE`` gets one line per distinct source, ``<sha256>  <entry>.cu`` or ``<entry>.py``, sorted.
+  Run the same test files before and after a change and ``diff`` the two files: rendered code is
+  byte-identical exactly when they are equal. A source is hashed with the checkout's path (which
+  the ``#line`` directives of a test's own kernel bodies name) read as ``<rootdir>``, so two
+  checkouts compare; sources rendered in child processes are not recorded. A test that draws
+  shapes at random renders other kernels each run: property tests are ``derandomize=True``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import secrets
 import tempfile
 import threading
 import zlib
@@ -28,11 +43,50 @@ import pytest
 CACHE_ENV = "KERNELDSL_CACHE_DIR"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--render-digests",
+        metavar="FILE",
+        type=Path,
+        default=None,
+        help="write the sha256 of every kernel source the run renders to FILE, one per line, sorted",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Tests never read or write the user's own kernel cache, nor the secret that seals stored
-    sources: the session gets a private cache and data directory."""
+    sources: the session gets a private cache and data directory. The private cache starts
+    empty, so every kernel source the run needs is rendered once in it (``--render-digests``)."""
     os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="kerneldsl-test-cache-")
     os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="kerneldsl-test-data-")
+    digests_file = config.getoption("render_digests")
+    if digests_file is not None:
+        _record_render_digests(config, digests_file)
+
+
+def _record_render_digests(config: pytest.Config, digests_file: Path) -> None:
+    """Wrap ``RenderInputs.render``, the one place a kernel's sources are rendered from their
+    templates (a disk hit serves text rendered earlier in the run), and write the digests of
+    what it returned when the run ends."""
+    from kerneldsl.jit.codegen import RenderInputs
+
+    original = RenderInputs.render
+    checkout = str(config.rootpath)
+    lines: set[str] = set()
+
+    def recording(inputs: Any) -> Any:
+        generated = original(inputs)
+        for suffix, text in ((".cu", generated.cuda_source), (".py", generated.adapter_source)):
+            digest = hashlib.sha256(text.replace(checkout, "<rootdir>").encode()).hexdigest()
+            lines.add(f"{digest}  {generated.entry}{suffix}")
+        return generated
+
+    def write_digests() -> None:
+        RenderInputs.render = original  # type: ignore[method-assign]
+        digests_file.write_text("".join(f"{line}\n" for line in sorted(lines)))
+
+    RenderInputs.render = recording  # type: ignore[method-assign]
+    config.add_cleanup(write_digests)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -52,6 +106,17 @@ def seed_for(nodeid: str) -> int:
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A generator seeded by ``seed_for`` the requesting test."""
     return np.random.default_rng(seed_for(request.node.nodeid))
+
+
+@pytest.fixture
+def fresh_rng() -> np.random.Generator:
+    """A generator seeded anew every run, for checks meant to see new data each time."""
+    return np.random.default_rng(secrets.randbits(32))
+
+
+def seed_of(rng: np.random.Generator) -> int:
+    """The seed ``fresh_rng`` drew, for a failure message to name."""
+    return rng.bit_generator.seed_seq.entropy  # type: ignore[attr-defined,no-any-return]
 
 
 @pytest.fixture
@@ -194,6 +259,43 @@ def drv() -> Iterator[object]:
 
     with installed_driver(FakeDriver()) as fake:
         yield fake
+
+
+@pytest.fixture
+def fake_session(drv: Any) -> Iterator[Any]:
+    """``Session(0)`` over the driver double ``drv`` (a test file's own ``drv`` where it has one),
+    closed after the test."""
+    import kerneldsl as kd
+
+    with kd.Session(0) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def device_session() -> Iterator[Any]:
+    """``Session(0)`` of the device the module's tests run on, shared by them and closed after the
+    last (``_on_the_cpu_device``, an autouse fixture of the same scope, picks the device first)."""
+    import kerneldsl as kd
+
+    with kd.Session(0) as session:
+        yield session
+
+
+@pytest.fixture
+def fresh_device_session() -> Iterator[Any]:
+    """``Session(0)`` of the device, opened for one test and closed after it."""
+    import kerneldsl as kd
+
+    with kd.Session(0) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def default_device_session() -> Any:
+    """kerneldsl's default session (the one a call without ``session=`` uses); never closed here."""
+    from kerneldsl.runtime.session import default_session
+
+    return default_session()
 
 
 def launch_outcome(drv: Any, call: Callable[[], Any]) -> tuple[Any, ...]:

@@ -21,35 +21,31 @@ REDUCTIONS = ["sum", "prod", "min", "max", "mean", "std", "var", "any", "all"]
 DTYPES = [np.bool_, np.int8, np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64]
 
 
-@pytest.fixture
-def s(drv: FakeDriver) -> Any:
-    with kd.Session(0) as session:
-        yield session
-
-
 @pytest.mark.parametrize("method", REDUCTIONS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-def test_reduction_methods_give_numpys_dtype_and_shape(s: kd.Session, method: str, dtype: Any) -> None:
+def test_reduction_methods_give_numpys_dtype_and_shape(fake_session: kd.Session, method: str, dtype: Any) -> None:
     host = np.ones((3, 4, 5), dtype)
     for axis, keepdims in [(None, False), ((0, -1), True)]:
         want = getattr(host, method)(axis=axis, keepdims=keepdims)
-        got = getattr(s.empty((3, 4, 5), dtype), method)(axis=axis, keepdims=keepdims)
+        got = getattr(fake_session.empty((3, 4, 5), dtype), method)(axis=axis, keepdims=keepdims)
         assert type(got) is kd.DeviceArray and (got.shape, got.dtype) == (np.shape(want), want.dtype)
 
 
 @pytest.mark.parametrize("method", ["sum", "prod", "mean", "cumsum", "cumprod"])
 @pytest.mark.parametrize("dtype", [np.int8, np.int32, np.float16, np.float32, np.float64, np.bool_])
-def test_dtype_argument_gives_numpys_result_dtype(s: kd.Session, method: str, dtype: Any) -> None:
+def test_dtype_argument_gives_numpys_result_dtype(fake_session: kd.Session, method: str, dtype: Any) -> None:
     want = getattr(np.ones((4, 6), np.int16), method)(axis=0, dtype=dtype)
-    assert getattr(s.empty((4, 6), np.int16), method)(axis=0, dtype=dtype).dtype == want.dtype
+    assert getattr(fake_session.empty((4, 6), np.int16), method)(axis=0, dtype=dtype).dtype == want.dtype
 
 
 @pytest.mark.parametrize("method", ["std", "var"])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
 @pytest.mark.parametrize("value", [np.int16, np.float16, np.float64])
-def test_variance_dtype_argument_gives_numpys_result_dtype(s: kd.Session, method: str, dtype: Any, value: Any) -> None:
+def test_variance_dtype_argument_gives_numpys_result_dtype(
+    fake_session: kd.Session, method: str, dtype: Any, value: Any
+) -> None:
     want = getattr(np.ones((4, 6), value), method)(axis=0, dtype=dtype)
-    assert getattr(s.empty((4, 6), value), method)(axis=0, dtype=dtype).dtype == want.dtype
+    assert getattr(fake_session.empty((4, 6), value), method)(axis=0, dtype=dtype).dtype == want.dtype
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -59,8 +55,8 @@ def test_var_and_std_dtypes_are_numpys_computed_in_a_float(dtype: Any) -> None:
     assert compute == (np.float32 if dtype == np.float16 else result)
 
 
-def test_argmin_argmax_give_int64_indices_along_one_axis(s: kd.Session) -> None:
-    a = s.empty((3, 4, 5), np.float32)
+def test_argmin_argmax_give_int64_indices_along_one_axis(fake_session: kd.Session) -> None:
+    a = fake_session.empty((3, 4, 5), np.float32)
     assert (a.argmax().shape, a.argmin(axis=-1).shape, a.argmax(axis=1, keepdims=True).shape) == ((), (3, 4), (3, 1, 5))
     assert a.argmax(axis=0).dtype == np.int64
     with pytest.raises(TypeError, match="tuple"):
@@ -68,8 +64,8 @@ def test_argmin_argmax_give_int64_indices_along_one_axis(s: kd.Session) -> None:
 
 
 @pytest.mark.parametrize("method", ["cumsum", "cumprod"])
-def test_scans_are_flat_without_an_axis_and_keep_the_shape_with_one(s: kd.Session, method: str) -> None:
-    a = s.empty((3, 4), np.int8)
+def test_scans_are_flat_without_an_axis_and_keep_the_shape_with_one(fake_session: kd.Session, method: str) -> None:
+    a = fake_session.empty((3, 4), np.int8)
     assert getattr(a, method)().shape == (12,) and getattr(a, method)(axis=-1).shape == (3, 4)
     assert getattr(a, method)().dtype == getattr(np.ones(1, np.int8), method)().dtype
 
@@ -77,8 +73,8 @@ def test_scans_are_flat_without_an_axis_and_keep_the_shape_with_one(s: kd.Sessio
 @pytest.mark.parametrize(
     ("method", "op"), [("sum", ops.sum), ("max", ops.max), ("mean", ops.mean), ("argmax", ops.argmax)]
 )
-def test_a_method_runs_the_kd_ops_kernel(drv: FakeDriver, s: kd.Session, method: str, op: Any) -> None:
-    a = s.empty((16, 300), np.float32)
+def test_a_method_runs_the_kd_ops_kernel(drv: FakeDriver, fake_session: kd.Session, method: str, op: Any) -> None:
+    a = fake_session.empty((16, 300), np.float32)
     getattr(a, method)(axis=1)
     by_method = drv.launches[-1][0]
     op(a, axis=1)
@@ -103,28 +99,28 @@ def test_a_dtype_variant_accumulates_in_float32_for_float16() -> None:
     assert variant.reducer.result(np.dtype(np.int32)) == np.float16
 
 
-def test_out_is_the_result(s: kd.Session) -> None:
-    a, out = s.empty((3, 4), np.float32), s.empty(4, np.float64)
+def test_out_is_the_result(fake_session: kd.Session) -> None:
+    a, out = fake_session.empty((3, 4), np.float32), fake_session.empty(4, np.float64)
     assert a.sum(axis=0, out=out) is out and a.std(axis=0, out=out) is out
 
 
-def test_var_checks_out_before_launching(drv: FakeDriver, s: kd.Session) -> None:
-    a = s.empty((3, 4), np.float32)
+def test_var_checks_out_before_launching(drv: FakeDriver, fake_session: kd.Session) -> None:
+    a = fake_session.empty((3, 4), np.float32)
     before = len(drv.launches)
     with pytest.raises(ValueError, match="shape"):
-        a.var(axis=0, out=s.empty(3, np.float32))
+        a.var(axis=0, out=fake_session.empty(3, np.float32))
     with pytest.raises(TypeError, match="same_kind"):
-        a.var(axis=0, out=s.empty(4, np.int32))
+        a.var(axis=0, out=fake_session.empty(4, np.int32))
     assert len(drv.launches) == before
 
 
-def test_var_rejects_an_axis_out_of_range(s: kd.Session) -> None:
+def test_var_rejects_an_axis_out_of_range(fake_session: kd.Session) -> None:
     with pytest.raises(np.exceptions.AxisError):
-        s.empty((3, 4), np.float32).var(axis=2)
+        fake_session.empty((3, 4), np.float32).var(axis=2)
 
 
-def test_ddof_and_correction_are_one_argument(s: kd.Session) -> None:
-    a = s.empty(5, np.float32)
+def test_ddof_and_correction_are_one_argument(fake_session: kd.Session) -> None:
+    a = fake_session.empty(5, np.float32)
     assert a.var(correction=1).shape == ()
     with pytest.raises(ValueError, match="simultaneously"):
         a.std(ddof=1, correction=1)
@@ -132,13 +128,13 @@ def test_ddof_and_correction_are_one_argument(s: kd.Session) -> None:
         a.var(ddof="1")
 
 
-def test_min_of_an_empty_reduction_is_numpys_error(s: kd.Session) -> None:
+def test_min_of_an_empty_reduction_is_numpys_error(fake_session: kd.Session) -> None:
     with pytest.raises(ValueError, match="zero-size"):
-        s.empty((0, 3), np.float32).min()
+        fake_session.empty((0, 3), np.float32).min()
 
 
-def test_any_and_all_of_nothing_are_their_identities_in_shape(s: kd.Session) -> None:
-    a = s.empty((0, 3), np.float32)
+def test_any_and_all_of_nothing_are_their_identities_in_shape(fake_session: kd.Session) -> None:
+    a = fake_session.empty((0, 3), np.float32)
     assert (a.any(axis=0).shape, a.all(axis=0).dtype) == ((3,), np.bool_)
 
 
@@ -147,36 +143,40 @@ def test_any_and_all_of_nothing_are_their_identities_in_shape(s: kd.Session) -> 
 
 @pytest.mark.parametrize("convert", [float, int, operator.index], ids=["float", "int", "index"])
 @pytest.mark.parametrize("shape", [(2,), (1,), (0,), (1, 1)])
-def test_only_0d_arrays_convert_to_python_scalars(s: kd.Session, convert: Any, shape: tuple[int, ...]) -> None:
+def test_only_0d_arrays_convert_to_python_scalars(
+    fake_session: kd.Session, convert: Any, shape: tuple[int, ...]
+) -> None:
     with pytest.raises(ArrayScalarError, match="only") as caught:
-        convert(s.empty(shape, np.int32))
+        convert(fake_session.empty(shape, np.int32))
     assert isinstance(caught.value, TypeError)
 
 
-def test_0d_arrays_convert_to_their_value(s: kd.Session) -> None:
-    z = s.zeros((), np.int32)
+def test_0d_arrays_convert_to_their_value(fake_session: kd.Session) -> None:
+    z = fake_session.zeros((), np.int32)
     assert (float(z), int(z), bool(z), operator.index(z), z.item()) == (0.0, 0, False, 0, 0)
-    assert type(s.zeros((), np.float32).item()) is float
+    assert type(fake_session.zeros((), np.float32).item()) is float
 
 
-def test_index_takes_integer_arrays_only(s: kd.Session) -> None:
+def test_index_takes_integer_arrays_only(fake_session: kd.Session) -> None:
     with pytest.raises(ArrayScalarError, match="integer scalar arrays"):
-        operator.index(s.zeros((), np.float32))
+        operator.index(fake_session.zeros((), np.float32))
 
 
 @pytest.mark.parametrize(("shape", "message"), [((2,), "more than one element"), ((0,), "empty array")])
-def test_truth_of_other_than_one_element_is_numpys_value_error(s: kd.Session, shape: Any, message: str) -> None:
+def test_truth_of_other_than_one_element_is_numpys_value_error(
+    fake_session: kd.Session, shape: Any, message: str
+) -> None:
     with pytest.raises(ArraySizeError, match=message) as caught:
-        bool(s.empty(shape, np.float32))
+        bool(fake_session.empty(shape, np.float32))
     assert isinstance(caught.value, ValueError)
 
 
-def test_truth_of_one_element_of_any_rank(s: kd.Session) -> None:
-    assert bool(s.zeros((1, 1), np.float32)) is False
+def test_truth_of_one_element_of_any_rank(fake_session: kd.Session) -> None:
+    assert bool(fake_session.zeros((1, 1), np.float32)) is False
 
 
-def test_item_of_several_elements_needs_an_index(s: kd.Session) -> None:
-    a = s.zeros((2, 3), np.int16)
+def test_item_of_several_elements_needs_an_index(fake_session: kd.Session) -> None:
+    a = fake_session.zeros((2, 3), np.int16)
     with pytest.raises(ArraySizeError, match="size 1"):
         a.item()
     assert (a.item(5), a.item(-1), a.item(1, 2), a.item((0, 1))) == (0, 0, 0, 0)
@@ -184,43 +184,43 @@ def test_item_of_several_elements_needs_an_index(s: kd.Session) -> None:
         a.item(6)
 
 
-def test_len_of_a_0d_array_is_a_type_error(s: kd.Session) -> None:
-    assert len(s.empty((3, 2), np.float32)) == 3
+def test_len_of_a_0d_array_is_a_type_error(fake_session: kd.Session) -> None:
+    assert len(fake_session.empty((3, 2), np.float32)) == 3
     with pytest.raises(TypeError, match="0-d"):
-        len(s.empty((), np.float32))
+        len(fake_session.empty((), np.float32))
 
 
 # -- the Array API protocol ------------------------------------------------------------------------
 
 
-def test_the_array_namespace_is_kerneldsl_array_api(s: kd.Session) -> None:
-    a = s.empty(3, np.float32)
+def test_the_array_namespace_is_kerneldsl_array_api(fake_session: kd.Session) -> None:
+    a = fake_session.empty(3, np.float32)
     assert a.__array_namespace__() is kd.array_api
     assert a.__array_namespace__(api_version="2024.12") is kd.array_api
     with pytest.raises(kd.errors.InvalidOptionError, match="2019.01"):
         a.__array_namespace__(api_version="2019.01")
 
 
-def test_mT_swaps_the_last_two_axes_as_a_view(s: kd.Session) -> None:
-    a = s.empty((2, 3, 4), np.float32)
+def test_mT_swaps_the_last_two_axes_as_a_view(fake_session: kd.Session) -> None:
+    a = fake_session.empty((2, 3, 4), np.float32)
     t = a.mT
     assert (t.shape, t.base is a, t.strides) == ((2, 4, 3), True, (48, 4, 16))
     with pytest.raises(ViewError, match="ndim < 2"):
-        s.empty(3, np.float32).mT  # noqa: B018
+        fake_session.empty(3, np.float32).mT  # noqa: B018
 
 
-def test_device_is_the_ordinal_and_to_device_there_is_the_array(s: kd.Session) -> None:
-    a = s.empty(3, np.float32)
-    assert a.device == 0 and a.to_device(0) is a and a.to_device(s) is a
+def test_device_is_the_ordinal_and_to_device_there_is_the_array(fake_session: kd.Session) -> None:
+    a = fake_session.empty(3, np.float32)
+    assert a.device == 0 and a.to_device(0) is a and a.to_device(fake_session) is a
 
 
-def test_to_device_of_another_session_copies(s: kd.Session) -> None:
-    a = s.zeros(3, np.float32)
+def test_to_device_of_another_session_copies(fake_session: kd.Session) -> None:
+    a = fake_session.zeros(3, np.float32)
     with kd.Session(0) as other:
         moved = a.to_device(other)
         assert moved.session is other and (moved.shape, moved.dtype) == (a.shape, a.dtype)
 
 
-def test_to_device_rejects_other_kinds(s: kd.Session) -> None:
+def test_to_device_rejects_other_kinds(fake_session: kd.Session) -> None:
     with pytest.raises(TypeError, match="ordinal"):
-        s.empty(3, np.float32).to_device("cuda:0")  # type: ignore[arg-type]
+        fake_session.empty(3, np.float32).to_device("cuda:0")  # type: ignore[arg-type]

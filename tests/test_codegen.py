@@ -21,6 +21,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl.errors import AliasingError, BindingError, DeclarationError, ShapeMismatchError
 from kerneldsl.jit.codegen import SLOT_BYTES, Generated, generate
+from kerneldsl.jit.prelude import COMPLEX_FUNCTIONS, RANDOM_HELPERS
 from kerneldsl.jit.specialize import bind_declared
 from kerneldsl.launch.bound import ADAPTER_RUNTIME
 
@@ -169,6 +170,61 @@ def test_specialized_symbol_is_a_constant_not_a_parameter(generated: dict[str, G
 
 def test_half_type_is_only_emitted_when_used(generated: dict[str, Generated]) -> None:
     assert "kd_half" not in generated["saxpy_float32"].cuda_source
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def noise(out: kd.Out["float32", "n"], seed: kd.Scalar["uint64"]) -> str:
+    return f"""
+    index_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {out}[i] = kd_uniform_float(kd_philox({seed}, 0, i).x);
+    """
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def complex_twice(out: kd.Out["T", "n"], z: kd.In["T", "n"]) -> str:
+    return f"""
+    index_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {out}[i] = {z}[i] + {z}[i];
+    """
+
+
+@kd.kernel(grid=kd.cdiv("n", 256), block=256)
+def complex_exp(out: kd.Out["T", "n"], z: kd.In["T", "n"]) -> str:
+    return f"""
+    index_t i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {out}[i] = kd_exp({z}[i]);
+    """
+
+
+def _source(kernel: Any, *args: Any) -> str:
+    return generate(kernel.specialize(*args, arch="sm_90"), kernel.body).cuda_source
+
+
+def test_the_random_generator_is_only_emitted_into_a_body_that_calls_it(generated: dict[str, Generated]) -> None:
+    assert "kd_philox" not in generated["saxpy_float32"].cuda_source
+    source = _source(noise, np.empty(10, np.float32), np.uint64(7))
+    assert "kd_philox4x32_10(kd_philox4 c" in source and "kd_uniform_float(unsigned int w)" in source
+
+
+def test_the_complex_functions_are_only_emitted_into_a_body_that_calls_one() -> None:
+    z = np.ones(10, np.complex64)
+    plain = _source(complex_twice, np.empty_like(z), z)
+    assert "struct __align__(2 * sizeof(R)) kd_complex" in plain and "kd_exp(kd_complex<R> z)" not in plain
+    assert "kd_exp(kd_complex<R> z)" in _source(complex_exp, np.empty_like(z), z)
+
+
+def _defined(template: str, pattern: str) -> set[str]:
+    return set(re.findall(pattern, (Path(__file__).parents[1] / "templates" / template).read_text(), re.M))
+
+
+def test_the_prelude_parts_are_switched_by_the_names_their_templates_define() -> None:
+    prelude = (Path(__file__).parents[1] / "templates" / "prelude.cuh.j2").read_text()
+    random_part = prelude[prelude.index("{% if uses_random %}") :]
+    assert set(re.findall(r"^(?:struct (kd_\w+)|__device__ __forceinline__ .*?(kd_\w+)\()", random_part, re.M)) == {
+        (name, "") if name == "kd_philox4" else ("", name) for name in RANDOM_HELPERS
+    }
+    public = _defined("complex_math.cuh.j2", r"^template <typename R> KD_HD [^(]*?\b(kd_\w+)\(")
+    assert {name for name in public if not name.startswith("kd_cx_")} == COMPLEX_FUNCTIONS
 
 
 def test_64_bit_index_uses_long_long() -> None:

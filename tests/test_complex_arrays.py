@@ -6,7 +6,6 @@ gemms (checked against NumPy through the cuBLAS double)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -313,12 +312,6 @@ def test_the_complex_dot_reduction_compiles() -> None:
 # -- matmul through the cuBLAS double ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def s(drv: FakeDriver) -> Iterator[Session]:
-    with Session(0) as session:
-        yield session
-
-
 def crand(shape: tuple[int, ...], dt: np.dtype, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     return (rng.uniform(-1, 1, shape) + 1j * rng.uniform(-1, 1, shape)).astype(dt)
@@ -330,11 +323,11 @@ def _calls(lib: FakeCublas, name: str) -> list[Any]:
 
 @pytest.mark.parametrize(("dt", "compute"), [(C64, COMPUTE_32F), (C128, COMPUTE_64F)], ids=IDS)
 def test_a_2d_complex_product_is_one_gemm_ex_of_the_complex_type(
-    s: Session, lib: FakeCublas, dt: np.dtype, compute: int
+    fake_session: Session, lib: FakeCublas, dt: np.dtype, compute: int
 ) -> None:
     """The double reads the operands as the cudaDataType passed (a real type would be garbage here)."""
     a, b = crand((5, 7), dt), crand((7, 3), dt, 1)
-    got = s.to_device(a) @ s.to_device(b)
+    got = fake_session.to_device(a) @ fake_session.to_device(b)
     assert [n for n in lib.names() if n.startswith("gemm")] == ["gemm_ex"]
     assert _calls(lib, "gemm_ex")[0][-1] == compute and got.dtype == dt
     np.testing.assert_allclose(got.to_host(), a @ b, rtol=1e-5)
@@ -347,33 +340,35 @@ def test_the_complex_gemm_types_are_cudas() -> None:
 
 
 @pytest.mark.parametrize("dt", COMPLEX, ids=IDS)
-def test_a_batched_complex_product_is_one_strided_batched_call(s: Session, lib: FakeCublas, dt: np.dtype) -> None:
+def test_a_batched_complex_product_is_one_strided_batched_call(
+    fake_session: Session, lib: FakeCublas, dt: np.dtype
+) -> None:
     a, b = crand((4, 3, 5), dt), crand((5, 2), dt, 1)
-    got = kd.matmul(s.to_device(a), s.to_device(b))
+    got = kd.matmul(fake_session.to_device(a), fake_session.to_device(b))
     assert [n for n in lib.names() if n.startswith("gemm")] == ["gemm_strided_batched_ex"]
     np.testing.assert_allclose(got.to_host(), a @ b, rtol=1e-5)
 
 
 @pytest.mark.parametrize(("sa", "sb"), [((6,), (6, 4)), ((4, 6), (6,)), ((6,), (6,))])
 def test_complex_products_with_a_vector_are_a_batch_of_one(
-    s: Session, lib: FakeCublas, sa: tuple[int, ...], sb: tuple[int, ...]
+    fake_session: Session, lib: FakeCublas, sa: tuple[int, ...], sb: tuple[int, ...]
 ) -> None:
     a, b = crand(sa, C64), crand(sb, C64, 1)
-    got = s.to_device(a) @ s.to_device(b)
+    got = fake_session.to_device(a) @ fake_session.to_device(b)
     assert got.shape == np.matmul(a, b).shape and "gemm_strided_batched_ex" in lib.names()
     np.testing.assert_allclose(got.to_host(), np.matmul(a, b), rtol=1e-5)
 
 
-def test_a_transposed_complex_view_is_read_through_a_transpose_flag(s: Session, lib: FakeCublas) -> None:
+def test_a_transposed_complex_view_is_read_through_a_transpose_flag(fake_session: Session, lib: FakeCublas) -> None:
     a, b = crand((7, 5), C128), crand((7, 3), C128, 1)
-    got = s.to_device(a).T @ s.to_device(b)
+    got = fake_session.to_device(a).T @ fake_session.to_device(b)
     np.testing.assert_allclose(got.to_host(), a.T @ b, rtol=1e-12)
 
 
-def test_gemm_takes_complex_alpha_and_beta(s: Session, lib: FakeCublas) -> None:
+def test_gemm_takes_complex_alpha_and_beta(fake_session: Session, lib: FakeCublas) -> None:
     a, b, c = crand((3, 4), C64), crand((4, 2), C64, 1), crand((3, 2), C64, 2)
-    out = s.to_device(c)
-    blas.gemm(s.to_device(a), s.to_device(b), out, alpha=2 - 1j, beta=0.5j)
+    out = fake_session.to_device(c)
+    blas.gemm(fake_session.to_device(a), fake_session.to_device(b), out, alpha=2 - 1j, beta=0.5j)
     np.testing.assert_allclose(out.to_host(), (2 - 1j) * (a @ b) + 0.5j * c, rtol=1e-5)
 
 

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from complex_cases import FUNCTIONS, OPS_NAME, failures
 
-import kerneldsl as kd
 from kerneldsl import ops
 
 pytestmark = pytest.mark.gpu
@@ -26,13 +25,6 @@ EPS = {C64: 2.0**-23, C128: 2.0**-52}
 NUMPY_NAME = {"acos": "arccos", "acosh": "arccosh", "asin": "arcsin", "asinh": "arcsinh", "atan": "arctan"}
 NUMPY_NAME["atanh"] = "arctanh"
 FINITE = sorted({*FUNCTIONS, "log2", "log10", "asin", "atan"} - {"abs"})
-
-
-@pytest.fixture(scope="module")
-def session():
-    s = kd.Session(0)
-    yield s
-    s.close()
 
 
 def op_for(function: str) -> Any:
@@ -53,9 +45,9 @@ def normwise(got: np.ndarray, want: np.ndarray, dt: np.dtype) -> float:
 
 @pytest.mark.parametrize("dt", COMPLEX, ids=IDS)
 @pytest.mark.parametrize("function", FUNCTIONS)
-def test_every_special_case_of_the_standard_holds_bit_for_bit(session, function: str, dt: np.dtype) -> None:
+def test_every_special_case_of_the_standard_holds_bit_for_bit(device_session, function: str, dt: np.dtype) -> None:
     def run(z: np.ndarray) -> np.ndarray:
-        w = op_for(function)(session.to_device(z)).to_host()
+        w = op_for(function)(device_session.to_device(z)).to_host()
         return w.astype(dt) if function == "abs" else w  # abs: the real result, imaginary part +0
 
     wrong = failures(function, dt, run)
@@ -64,36 +56,36 @@ def test_every_special_case_of_the_standard_holds_bit_for_bit(session, function:
 
 @pytest.mark.parametrize("dt", COMPLEX, ids=IDS)
 @pytest.mark.parametrize("function", FINITE)
-def test_finite_values_match_numpy(session, rng, function: str, dt: np.dtype) -> None:
+def test_finite_values_match_numpy(device_session, rng, function: str, dt: np.dtype) -> None:
     z = unit_square(rng, (37, 29), dt)
-    got = op_for(function)(session.to_device(z)).to_host()
+    got = op_for(function)(device_session.to_device(z)).to_host()
     assert got.dtype == dt and got.shape == z.shape
     want = getattr(np, NUMPY_NAME.get(function, function))(z.astype(np.complex128))
     assert normwise(got, want, dt) <= 16
 
 
 @pytest.mark.parametrize("dt", COMPLEX, ids=IDS)
-def test_power_matches_numpy_for_integer_and_complex_exponents(session, rng, dt: np.dtype) -> None:
+def test_power_matches_numpy_for_integer_and_complex_exponents(device_session, rng, dt: np.dtype) -> None:
     a = unit_square(rng, (3, 341), dt) * dt.type(2)
     b = (rng.uniform(-3, 3, (3, 341)) + 1j * rng.uniform(-3, 3, (3, 341))).astype(dt)
     b[0] = rng.integers(-9, 10, 341)  # repeated squaring, then the reciprocal for b < 0
-    got = ops.power(session.to_device(a), session.to_device(b)).to_host()
+    got = ops.power(device_session.to_device(a), device_session.to_device(b)).to_host()
     assert normwise(got, np.power(a.astype(np.complex128), b.astype(np.complex128)), dt) <= 32
-    assert ops.power(session.to_device(a), 0).to_host().tolist() == np.ones_like(a).tolist()
+    assert ops.power(device_session.to_device(a), 0).to_host().tolist() == np.ones_like(a).tolist()
 
 
 @pytest.mark.parametrize("dt", COMPLEX, ids=IDS)
-def test_round_rounds_each_part_half_to_even(session, rng, dt: np.dtype) -> None:
+def test_round_rounds_each_part_half_to_even(device_session, rng, dt: np.dtype) -> None:
     z = ((rng.integers(-8, 8, 999) + 0.5 * rng.integers(0, 2, 999)) * (1 + 0j)).astype(dt)
     z.imag = rng.uniform(-5, 5, 999).round(1)
-    np.testing.assert_array_equal(ops.round(session.to_device(z)).to_host(), np.round(z))
+    np.testing.assert_array_equal(ops.round(device_session.to_device(z)).to_host(), np.round(z))
 
 
 @pytest.mark.parametrize("function", [f for f in FINITE if f not in ("expm1", "log1p")])
-def test_signed_zeros_choose_the_side_of_a_branch_cut_as_numpy(session, function: str) -> None:
+def test_signed_zeros_choose_the_side_of_a_branch_cut_as_numpy(device_session, function: str) -> None:
     values = [v * s for v in (1e-10, 0.5, 1.0, 2.0, 3.0, 1e10, 1e300) for s in (1, -1)]
     z = np.array([p for v in values for zero in (0.0, -0.0) for p in (complex(v, zero), complex(zero, v))])
-    got = op_for(function)(session.to_device(z)).to_host()
+    got = op_for(function)(device_session.to_device(z)).to_host()
     with np.errstate(all="ignore"):
         want = getattr(np, NUMPY_NAME.get(function, function))(z)
     for g, w in ((got.real, want.real), (got.imag, want.imag)):

@@ -52,12 +52,6 @@ def drv(isolated_cache: None) -> Iterator[FakeDriver]:
         yield fake
 
 
-@pytest.fixture
-def s(drv: FakeDriver) -> Iterator[kd.Session]:
-    with kd.Session(0) as session:
-        yield session
-
-
 # --- 1. argument conversions that run Python code ----------------------------------------------
 
 
@@ -77,10 +71,10 @@ KERNELS = {"__float__": (scale, np.float32, HookFloat32), "__index__": (shift, n
 
 @pytest.mark.parametrize("conversion", KERNELS)
 def test_a_conversion_that_forgets_the_launches_does_not_free_the_one_running(
-    s: kd.Session, drv: FakeDriver, conversion: str
+    fake_session: kd.Session, drv: FakeDriver, conversion: str
 ) -> None:
     kernel, dtype, hooked = KERNELS[conversion]
-    y, x = s.zeros(300, dtype), s.zeros(300, dtype)
+    y, x = fake_session.zeros(300, dtype), fake_session.zeros(300, dtype)
     kernel(y, x, hooked(3))
     kernel._call(y, x, hooked(3))  # the Python path's parameters, to compare with
     Hook.action = _forget(kernel)
@@ -100,12 +94,12 @@ def _close_array(s: kd.Session, y: kd.DeviceArray, x: kd.DeviceArray) -> None:
 @pytest.mark.parametrize("conversion", KERNELS)
 @pytest.mark.parametrize("close", [_close_session, _close_array])
 def test_a_conversion_that_closes_what_the_call_uses_gets_the_closed_error(
-    s: kd.Session, drv: FakeDriver, conversion: str, close: Callable[..., None]
+    fake_session: kd.Session, drv: FakeDriver, conversion: str, close: Callable[..., None]
 ) -> None:
     kernel, dtype, hooked = KERNELS[conversion]
-    y, x = s.zeros(300, dtype), s.zeros(300, dtype)
+    y, x = fake_session.zeros(300, dtype), fake_session.zeros(300, dtype)
     kernel(y, x, hooked(3))
-    Hook.action = lambda: close(s, y, x)
+    Hook.action = lambda: close(fake_session, y, x)
     with pytest.raises(ClosedError):
         kernel(y, x, hooked(3))
     assert Hook.action is None and drv.c_launches == 0
@@ -125,15 +119,17 @@ class HookAlpha:
 
 
 @pytest.mark.parametrize("forget", [False, True])
-def test_a_gemm_alpha_that_closes_the_session_gets_the_closed_error(s: kd.Session, lt: Any, forget: bool) -> None:
-    a, b, out = s.zeros((5, 3)), s.zeros((3, 4)), s.zeros((5, 4))
+def test_a_gemm_alpha_that_closes_the_session_gets_the_closed_error(
+    fake_session: kd.Session, lt: Any, forget: bool
+) -> None:
+    a, b, out = fake_session.zeros((5, 3)), fake_session.zeros((3, 4)), fake_session.zeros((5, 4))
     blas.gemm(a, b, out)
     assert blas.gemm._remembered_launches == 1
 
     def close() -> None:
         if forget:
             blas.gemm._forget_launches()
-        s.close()
+        fake_session.close()
 
     Hook.action = close
     with pytest.raises(ClosedError):
@@ -163,9 +159,9 @@ def _seventeen_arrays(s: kd.Session) -> tuple[kd.Kernel, tuple[Any, ...]]:
 
 @pytest.mark.parametrize("make", [_seventy_scalars, _seventeen_arrays])
 def test_a_kernel_past_the_c_limits_launches_once_per_call_from_python(
-    s: kd.Session, drv: FakeDriver, make: Callable[[kd.Session], tuple[kd.Kernel, tuple[Any, ...]]]
+    fake_session: kd.Session, drv: FakeDriver, make: Callable[[kd.Session], tuple[kd.Kernel, tuple[Any, ...]]]
 ) -> None:
-    kernel, args = make(s)
+    kernel, args = make(fake_session)
     try:
         for calls in (1, 2):
             kernel(*args)
@@ -192,11 +188,14 @@ PAST_LIMITS = {  # decorator arguments, the array's shape
 
 
 @pytest.mark.parametrize("case", PAST_LIMITS)
-def test_other_tables_past_the_c_limits_are_not_made(s: kd.Session, case: str) -> None:
+def test_other_tables_past_the_c_limits_are_not_made(fake_session: kd.Session, case: str) -> None:
     decorator, shape = PAST_LIMITS[case]
     dims = ", ".join(f'"n{i}"' if i else '"n"' for i in range(len(shape)))
     fill = _generated_kernel([f"y: kd.Out[kd.float32, ({dims},)]"], **decorator)
-    assert fastpath.launch_table(launch_contract(fill.specialize(s.zeros(shape, np.float32), arch="sm_90"))) is None
+    assert (
+        fastpath.launch_table(launch_contract(fill.specialize(fake_session.zeros(shape, np.float32), arch="sm_90")))
+        is None
+    )
 
 
 def test_an_entry_that_cannot_be_made_is_logged_and_the_call_stands(caplog: pytest.LogCaptureFixture) -> None:
@@ -229,8 +228,10 @@ class ForeignNbytes:
 
 
 @pytest.mark.parametrize("cls", [NoNbytes, ForeignNbytes])
-def test_a_failed_configure_leaves_the_previous_configuration(s: kd.Session, drv: FakeDriver, cls: type) -> None:
-    y, x = s.zeros(300, np.float32), s.zeros(300, np.float32)
+def test_a_failed_configure_leaves_the_previous_configuration(
+    fake_session: kd.Session, drv: FakeDriver, cls: type
+) -> None:
+    y, x = fake_session.zeros(300, np.float32), fake_session.zeros(300, np.float32)
     scale._call(y, x, np.float32(2))
     try:
         with pytest.raises((AttributeError, TypeError)):
@@ -265,69 +266,71 @@ def _sized_kernel(decorator: dict[str, Any]) -> kd.Kernel:
 
 
 @pytest.mark.parametrize("case", DECLINED)
-def test_dimensions_cuda_would_refuse_are_left_to_the_python_path(s: kd.Session, drv: FakeDriver, case: str) -> None:
+def test_dimensions_cuda_would_refuse_are_left_to_the_python_path(
+    fake_session: kd.Session, drv: FakeDriver, case: str
+) -> None:
     decorator, good, bad = DECLINED[case]
     kernel = _sized_kernel(decorator)
     drv.snapshot_slots = 0
     try:
-        kernel(s.zeros(good, np.float32))
-        kernel(s.zeros(good, np.float32))
+        kernel(fake_session.zeros(good, np.float32))
+        kernel(fake_session.zeros(good, np.float32))
         assert drv.c_launches == 1 and kernel._remembered_launches == 1  # the entry the next call consults
         with contextlib.suppress(KernelDSLError):  # the Python path's own checks decide
-            kernel(s.zeros(bad, np.float32))
+            kernel(fake_session.zeros(bad, np.float32))
         assert drv.c_launches == 1
     finally:
         kernel._bound.clear()
 
 
-def test_the_c_path_launches_only_within_the_limits_it_was_handed(s: kd.Session, drv: FakeDriver) -> None:
+def test_the_c_path_launches_only_within_the_limits_it_was_handed(fake_session: kd.Session, drv: FakeDriver) -> None:
     kernel = _sized_kernel({"grid": 1, "block": kd.sym("n")})
     drv.snapshot_slots = 0
     try:
-        kernel(s.zeros(32, np.float32))
-        kernel(s.zeros(32, np.float32))
+        kernel(fake_session.zeros(32, np.float32))
+        kernel(fake_session.zeros(32, np.float32))
         assert drv.c_launches == 1
         _fastlaunch.set_launch_limits(LAUNCH_LIMITS._replace(block=(16, 1024, 64)))
-        kernel(s.zeros(32, np.float32))
+        kernel(fake_session.zeros(32, np.float32))
         assert drv.c_launches == 1 and len(drv.launches) == 3  # launched, by the Python path
     finally:
         _fastlaunch.set_launch_limits(LAUNCH_LIMITS)
         kernel._bound.clear()
 
 
-def test_a_malformed_set_of_limits_leaves_the_previous_one(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_malformed_set_of_limits_leaves_the_previous_one(fake_session: kd.Session, drv: FakeDriver) -> None:
     kernel = _sized_kernel({"grid": 1, "block": kd.sym("n")})
     drv.snapshot_slots = 0
     try:
-        kernel(s.zeros(32, np.float32))
+        kernel(fake_session.zeros(32, np.float32))
         with pytest.raises(TypeError, match="3-tuple"):
             _fastlaunch.set_launch_limits(LAUNCH_LIMITS._replace(grid=(1, 1), block=(16, 1024, 64)))
-        kernel(s.zeros(32, np.float32))
+        kernel(fake_session.zeros(32, np.float32))
         assert drv.c_launches == 1
     finally:
         _fastlaunch.set_launch_limits(LAUNCH_LIMITS)
         kernel._bound.clear()
 
 
-def test_a_64_bit_build_launches_more_threads_from_c(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_64_bit_build_launches_more_threads_from_c(fake_session: kd.Session, drv: FakeDriver) -> None:
     kernel = _sized_kernel({"grid": kd.sym("n") * 2**21, "block": 512})
     drv.snapshot_slots = 0
     try:
-        kernel(s.zeros(1, np.float32))
+        kernel(fake_session.zeros(1, np.float32))
         (bound,) = kernel._bound.values()
         *rest, bits = fastpath.launch_table(bound.build.launch_contract) or ()
         assert bits == 32
         wide = _fastlaunch.Launch(
             table=(*rest, 64),
-            session=s,
-            guards=(s.zeros(2, np.float32).dispatch_tag,),
-            launch=s.entry_point("cuLaunchKernel"),
+            session=fake_session,
+            guards=(fake_session.zeros(2, np.float32).dispatch_tag,),
+            launch=fake_session.entry_point("cuLaunchKernel"),
             function=int(bound.function),
-            stream=int(s.stream.handle),
+            stream=int(fake_session.stream.handle),
         )
         kernel._forget_launches()
         kernel._remember_launch(wide)
-        kernel(s.zeros(2, np.float32))
+        kernel(fake_session.zeros(2, np.float32))
         assert drv.c_launches == 1 and drv.launches[-1][1:3] == ((2**22, 1, 1), (512, 1, 1))
     finally:
         kernel._bound.clear()
@@ -350,20 +353,22 @@ def test_the_table_carries_the_index_width(bits: int) -> None:
         (1, True, 0, 0),  # too short
     ],
 )
-def test_a_malformed_extended_launch_is_refused_when_made(s: kd.Session, drv: FakeDriver, extended: Any) -> None:
+def test_a_malformed_extended_launch_is_refused_when_made(
+    fake_session: kd.Session, drv: FakeDriver, extended: Any
+) -> None:
     kernel = _sized_kernel({"grid": 1, "block": 32})
     drv.snapshot_slots = 0
     try:
-        kernel(s.zeros(32, np.float32))
+        kernel(fake_session.zeros(32, np.float32))
         (bound,) = kernel._bound.values()
         with pytest.raises((ValueError, TypeError), match="extended"):
             _fastlaunch.Launch(
                 table=fastpath.launch_table(bound.build.launch_contract),
-                session=s,
-                guards=(s.zeros(2, np.float32).dispatch_tag,),
-                launch=s.entry_point("cuLaunchKernel"),
+                session=fake_session,
+                guards=(fake_session.zeros(2, np.float32).dispatch_tag,),
+                launch=fake_session.entry_point("cuLaunchKernel"),
                 function=int(bound.function),
-                stream=int(s.stream.handle),
+                stream=int(fake_session.stream.handle),
                 extended=extended,
             )
     finally:

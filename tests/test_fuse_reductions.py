@@ -115,7 +115,7 @@ def test_a_shifted_layer_norm_reads_its_weight_per_element(dt: Any) -> None:
     x, w = np.zeros((333, 7777), dt), np.zeros(7777, dt)
     build = layer_norm.inspect(x, w, w, arch=ARCH)
     assert (build.decisions.shifted, build.decisions.vector_width) == (True, 16 // np.dtype(dt).itemsize)
-    assert "kdp1[kdrowoff1 + kdc]" in build.cuda_source  # the weight: row offset 0, its own shift
+    assert "kdp1[kdrowoff1 + kdcolumn]" in build.cuda_source  # the weight: row offset 0, its own shift
 
 
 def test_a_shifted_rows_items_count_the_extra_unit() -> None:

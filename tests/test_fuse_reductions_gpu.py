@@ -26,13 +26,6 @@ pytestmark = pytest.mark.gpu
 ARCH = "sm_90"
 
 
-@pytest.fixture(scope="module")
-def session():  # type: ignore[no-untyped-def]
-    s = kd.Session(0)
-    yield s
-    s.close()
-
-
 @kd.fuse
 def layer_norm(x: Any, w: Any, b: Any) -> Any:
     mean = kd.ops.mean(x, axis=-1, keepdims=True)
@@ -170,33 +163,35 @@ STRATEGIES = [
 
 
 @pytest.mark.parametrize(("shape", "expected"), STRATEGIES)
-def test_every_strategy_computes_softmax_like_numpy(session, shape, expected) -> None:  # type: ignore[no-untyped-def]
+def test_every_strategy_computes_softmax_like_numpy(device_session, shape, expected) -> None:  # type: ignore[no-untyped-def]
     x = _data(shape, np.float32, sum(shape))
     d = softmax.inspect(x, arch=ARCH).decisions
     assert (d.strategy, d.group, d.items, d.passes) == expected
-    _check_rows("softmax", softmax(session.to_device(x)).to_host(), x)
+    _check_rows("softmax", softmax(device_session.to_device(x)).to_host(), x)
 
 
 @pytest.mark.parametrize("shape", [(77, 3000), (513, 768)])
-def test_log_softmax_and_logsumexp_match_numpy(session, shape) -> None:  # type: ignore[no-untyped-def]
+def test_log_softmax_and_logsumexp_match_numpy(device_session, shape) -> None:  # type: ignore[no-untyped-def]
     x = _data(shape, np.float32, 3)
-    d = session.to_device(x)
+    d = device_session.to_device(x)
     _check_rows("log_softmax", log_softmax(d).to_host(), x)
     _check_rows("logsumexp", logsumexp(d).to_host(), x)
 
 
 @pytest.mark.parametrize("shape", [(300, 4096), (1000, 768), (7, 33)])
-def test_layer_norm_returns_output_mean_and_rstd_from_one_kernel(session, shape) -> None:  # type: ignore[no-untyped-def]
+def test_layer_norm_returns_output_mean_and_rstd_from_one_kernel(device_session, shape) -> None:  # type: ignore[no-untyped-def]
     x, w, b = _data(shape, np.float32, 4), _data(shape[-1:], np.float32, 5), _data(shape[-1:], np.float32, 6)
-    _check_layer_norm(layer_norm(session.to_device(x), session.to_device(w), session.to_device(b)), x, w, b)
+    _check_layer_norm(
+        layer_norm(device_session.to_device(x), device_session.to_device(w), device_session.to_device(b)), x, w, b
+    )
 
 
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
 @pytest.mark.parametrize("shape", [(64, 4096), (200, 1000), (50, 77)])
-def test_half_precision_pipelines_accumulate_in_float32_and_store_their_dtype(session, dt, shape) -> None:  # type: ignore[no-untyped-def]
+def test_half_precision_pipelines_accumulate_in_float32_and_store_their_dtype(device_session, dt, shape) -> None:  # type: ignore[no-untyped-def]
     x, w, b = _data(shape, dt, 7), _data(shape[-1:], dt, 8), _data(shape[-1:], dt, 9)
     assert softmax.inspect(x, arch=ARCH).decisions.accumulation == np.float32
-    dx, dw, db = (session.to_device(a) for a in (x, w, b))
+    dx, dw, db = (device_session.to_device(a) for a in (x, w, b))
     _check_rows("softmax", softmax(dx).to_host(), x)
     _check_rows("rms_norm", rms_norm(dx, dw).to_host(), x, w)
     _check_layer_norm(layer_norm(dx, dw, db), x, w, b)
@@ -206,13 +201,13 @@ def _wide(*args: np.ndarray) -> tuple[np.ndarray, ...]:
     return tuple(a.astype(np.float64) for a in args)
 
 
-def test_a_leading_axis_is_reduced_through_strided_offsets(session) -> None:  # type: ignore[no-untyped-def]
+def test_a_leading_axis_is_reduced_through_strided_offsets(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data((513, 37), np.float32, 10)
     assert column_softmax.inspect(x, arch=ARCH).decisions.layout == "permuted"
-    _check_rows("softmax", column_softmax(session.to_device(x)).to_host(), x, axis=0)
+    _check_rows("softmax", column_softmax(device_session.to_device(x)).to_host(), x, axis=0)
 
 
-def test_interleaved_axes_reduce_as_one_row(session) -> None:  # type: ignore[no-untyped-def]
+def test_interleaved_axes_reduce_as_one_row(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data((6, 9, 40), np.float32, 11)
     assert standardize.inspect(x, arch=ARCH).decisions.layout == "permuted"
 
@@ -220,17 +215,17 @@ def test_interleaved_axes_reduce_as_one_row(session) -> None:  # type: ignore[no
         xc = v - v.mean(axis=(0, 2), keepdims=True)
         return xc / np.sqrt((xc * xc).mean(axis=(0, 2), keepdims=True) + EPS)
 
-    _close(standardize(session.to_device(x)).to_host(), _reference_f32(reference, x))
+    _close(standardize(device_session.to_device(x)).to_host(), _reference_f32(reference, x))
 
 
-def test_rows_with_minus_infinity_and_all_minus_infinity_rows_give_numpys_nan(session) -> None:  # type: ignore[no-untyped-def]
+def test_rows_with_minus_infinity_and_all_minus_infinity_rows_give_numpys_nan(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data((6, 300), np.float32, 12)
     x[1, ::3] = -np.inf
     x[2, :] = -np.inf
     x[3, 5] = np.inf
     with np.errstate(invalid="ignore"):
         want = _reference_f32(_softmax, x)
-    got = softmax(session.to_device(x)).to_host()
+    got = softmax(device_session.to_device(x)).to_host()
     assert np.isnan(got[2]).all() and np.isnan(want[2]).all()
     assert (got[1, ::3] == 0).all()
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)  # NaN where NumPy has NaN
@@ -242,12 +237,12 @@ def max_plus_zero_sum(v: Any) -> Any:  # the max, through a fused rows kernel (a
 
 
 @pytest.mark.parametrize(("rows", "cols"), [(6, 300), (4, 4096), (3, 32768)])  # row-per-warp and row-per-block
-def test_a_nan_anywhere_in_a_row_makes_its_max_and_softmax_nan(session, rows: int, cols: int) -> None:  # type: ignore[no-untyped-def]
+def test_a_nan_anywhere_in_a_row_makes_its_max_and_softmax_nan(device_session, rows: int, cols: int) -> None:  # type: ignore[no-untyped-def]
     x = _data((rows, cols), np.float32, 13)
     x[0, 0] = np.nan
     x[1, cols - 1] = np.nan
     x[2, cols // 2] = -np.nan
-    d = session.to_device(x)
+    d = device_session.to_device(x)
     got = softmax(d).to_host()
     assert np.isnan(got[:3]).all()
     np.testing.assert_allclose(got[3:], _reference_f32(_softmax, x[3:]), rtol=2e-5, atol=1e-6)
@@ -262,12 +257,12 @@ def over_largest_magnitude(x: Any) -> Any:  # a held row: its values are widened
 
 @pytest.mark.parametrize("cols", [1024, 1001])  # aligned and shifted rows
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
-def test_a_16_bit_nan_in_any_lane_reaches_its_row_and_an_infinity_only_its_place(session, dt, cols: int) -> None:  # type: ignore[no-untyped-def]
+def test_a_16_bit_nan_in_any_lane_reaches_its_row_and_an_infinity_only_its_place(device_session, dt, cols: int) -> None:  # type: ignore[no-untyped-def]
     x = _data((16, cols), dt, 17)
     for lane in range(8):
         x[lane, 64 + lane] = np.nan if lane % 2 else -np.nan
         x[8 + lane, 64 + lane] = np.inf
-    got = over_largest_magnitude(session.to_device(x)).to_host()
+    got = over_largest_magnitude(device_session.to_device(x)).to_host()
     wide = x.astype(np.float64)
     with np.errstate(invalid="ignore"):
         want = wide / np.abs(wide).max(axis=-1, keepdims=True)
@@ -276,53 +271,53 @@ def test_a_16_bit_nan_in_any_lane_reaches_its_row_and_an_infinity_only_its_place
     error_bounds.assert_within(got, want, bound, "x / max |x|")
 
 
-def test_rows_of_one_element(session) -> None:  # type: ignore[no-untyped-def]
+def test_rows_of_one_element(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data((50, 1), np.float32, 13)
-    np.testing.assert_array_equal(softmax(session.to_device(x)).to_host(), np.ones((50, 1), np.float32))
-    _check_rows("logsumexp", logsumexp(session.to_device(x)).to_host(), x)
+    np.testing.assert_array_equal(softmax(device_session.to_device(x)).to_host(), np.ones((50, 1), np.float32))
+    _check_rows("logsumexp", logsumexp(device_session.to_device(x)).to_host(), x)
 
 
-def test_empty_arrays(session) -> None:  # type: ignore[no-untyped-def]
+def test_empty_arrays(device_session) -> None:  # type: ignore[no-untyped-def]
     @kd.fuse
     def share(x: Any) -> Any:
         total = kd.ops.sum(x, axis=-1, keepdims=True)
         return x / total, total
 
-    assert softmax(session.to_device(np.zeros((0, 5), np.float32))).shape == (0, 5)
-    y, total = share(session.to_device(np.zeros((3, 0), np.float32)))
+    assert softmax(device_session.to_device(np.zeros((0, 5), np.float32))).shape == (0, 5)
+    y, total = share(device_session.to_device(np.zeros((3, 0), np.float32)))
     assert y.shape == (3, 0)
     np.testing.assert_array_equal(total.to_host(), np.zeros((3, 1), np.float32))
     with pytest.raises(ValueError, match="zero-size"):
-        softmax(session.to_device(np.zeros((3, 0), np.float32)))
+        softmax(device_session.to_device(np.zeros((3, 0), np.float32)))
 
 
-def test_numpy_operands_give_a_tuple_of_numpy_results(session) -> None:  # type: ignore[no-untyped-def]
+def test_numpy_operands_give_a_tuple_of_numpy_results(device_session) -> None:  # type: ignore[no-untyped-def]
     x, w, b = _data((40, 96), np.float32, 14), _data((96,), np.float32, 15), _data((96,), np.float32, 16)
     got = layer_norm(x, w, b)
     assert isinstance(got, tuple) and all(isinstance(g, np.ndarray) for g in got)
     _check_layer_norm(got, x, w, b)
 
 
-def test_the_same_input_gives_the_same_bits_every_run(session) -> None:  # type: ignore[no-untyped-def]
-    d = session.to_device(_data((64, 32768), np.float32, 17))
+def test_the_same_input_gives_the_same_bits_every_run(device_session) -> None:  # type: ignore[no-untyped-def]
+    d = device_session.to_device(_data((64, 32768), np.float32, 17))
     first = softmax(d).to_host()
     np.testing.assert_array_equal(softmax(d).to_host(), first)
 
 
-def test_strided_views_are_read_through_a_copy(session) -> None:  # type: ignore[no-untyped-def]
+def test_strided_views_are_read_through_a_copy(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data((64, 2048), np.float32, 18)
-    view = session.to_device(x)[:, ::2]
+    view = device_session.to_device(x)[:, ::2]
     _check_rows("softmax", softmax(view).to_host(), np.ascontiguousarray(x[:, ::2]))
 
 
-def test_out_receives_a_single_output(session) -> None:  # type: ignore[no-untyped-def]
+def test_out_receives_a_single_output(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data((128, 1024), np.float32, 19)
-    out = session.empty((128, 1024), np.float32)
-    assert softmax(session.to_device(x), out=out) is out
+    out = device_session.empty((128, 1024), np.float32)
+    assert softmax(device_session.to_device(x), out=out) is out
     _check_rows("softmax", out.to_host(), x)
 
 
-def test_operands_broadcast_per_row_and_per_column(session) -> None:  # type: ignore[no-untyped-def]
+def test_operands_broadcast_per_row_and_per_column(device_session) -> None:  # type: ignore[no-untyped-def]
     @kd.fuse
     def weighted(x: Any, s: Any, c: Any) -> Any:
         v = x * s + c
@@ -334,11 +329,11 @@ def test_operands_broadcast_per_row_and_per_column(session) -> None:  # type: ig
         v = x * s + c
         return v / np.abs(v).sum(-1, keepdims=True)
 
-    got = weighted(*(session.to_device(a) for a in (x, s, c))).to_host()
+    got = weighted(*(device_session.to_device(a) for a in (x, s, c))).to_host()
     _close(got, _reference_f32(reference, x, s, c))
 
 
-def test_a_cross_entropy_loss_is_one_value_per_row(session) -> None:  # type: ignore[no-untyped-def]
+def test_a_cross_entropy_loss_is_one_value_per_row(device_session) -> None:  # type: ignore[no-untyped-def]
     @kd.fuse
     def cross_entropy(logits: Any, onehot: Any) -> Any:
         m = kd.ops.max(logits, axis=-1, keepdims=True)
@@ -347,13 +342,13 @@ def test_a_cross_entropy_loss_is_one_value_per_row(session) -> None:  # type: ig
 
     logits = _data((300, 1000), np.float32, 23)
     onehot = np.eye(1000, dtype=np.float32)[np.random.default_rng(24).integers(0, 1000, 300)]
-    got = cross_entropy(session.to_device(logits), session.to_device(onehot)).to_host()
+    got = cross_entropy(device_session.to_device(logits), device_session.to_device(onehot)).to_host()
     want = (_logsumexp(logits.astype(np.float64)) - logits.astype(np.float64))[onehot.astype(bool)]
     _close(got, want.astype(np.float32))
 
 
 @pytest.mark.parametrize("shape", [(64, 4096), (64, 1000), (7, 3)])
-def test_several_reductions_of_one_value_and_a_tuple_of_outputs(session, shape) -> None:  # type: ignore[no-untyped-def]
+def test_several_reductions_of_one_value_and_a_tuple_of_outputs(device_session, shape) -> None:  # type: ignore[no-untyped-def]
     @kd.fuse
     def twice(x: Any) -> Any:
         e = kd.ops.exp(x - kd.ops.max(x, axis=-1, keepdims=True))
@@ -366,16 +361,16 @@ def test_several_reductions_of_one_value_and_a_tuple_of_outputs(session, shape) 
         return e / e.sum(-1, keepdims=True) + e.max(-1, keepdims=True), (e * 2).min(-1)
 
     x = _data(shape, np.float32, 25)
-    got = twice(session.to_device(x))
+    got = twice(device_session.to_device(x))
     for g, want in zip(got, _reference_f32(reference, x)):
         _close(g.to_host(), want)
 
 
 @pytest.mark.parametrize("shape", [(300, 4096), (1000, 768), (7, 33), (16, 40000)])
-def test_warm_calls_launch_from_their_entry_and_read_each_calls_data(session, shape) -> None:  # type: ignore[no-untyped-def]
+def test_warm_calls_launch_from_their_entry_and_read_each_calls_data(device_session, shape) -> None:  # type: ignore[no-untyped-def]
     w, b = _data(shape[-1:], np.float32, 5), _data(shape[-1:], np.float32, 6)
-    dw, db = session.to_device(w), session.to_device(b)
-    dx, out = session.empty(shape, np.float32), session.empty(shape, np.float32)
+    dw, db = device_session.to_device(w), device_session.to_device(b)
+    dx, out = device_session.empty(shape, np.float32), device_session.empty(shape, np.float32)
     for seed in range(4):  # the first call plans, the second makes the C entry, the rest launch from C
         x = _data(shape, np.float32, 20 + seed)
         dx.copy_from_host(x)
@@ -394,31 +389,31 @@ DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16]
 
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("shape", SHIFTED)
-def test_shifted_rows_compute_softmax_and_log_softmax_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
+def test_shifted_rows_compute_softmax_and_log_softmax_like_numpy(device_session, shape, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data(shape, dt, shape[1])
     d = softmax.inspect(x, arch=ARCH).decisions
     assert (d.shifted, d.vector_width) == (True, 16 // np.dtype(dt).itemsize)
-    dx = session.to_device(x)
+    dx = device_session.to_device(x)
     _check_rows("softmax", softmax(dx).to_host(), x)
     _check_rows("log_softmax", log_softmax(dx).to_host(), x)
 
 
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("shape", SHIFTED)
-def test_shifted_rows_compute_layer_norm_and_rms_norm_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
+def test_shifted_rows_compute_layer_norm_and_rms_norm_like_numpy(device_session, shape, dt) -> None:  # type: ignore[no-untyped-def]
     x, w, b = _data(shape, dt, 30), _data(shape[-1:], dt, 31), _data(shape[-1:], dt, 32)
     assert layer_norm.inspect(x, w, b, arch=ARCH).decisions.shifted
-    dx, dw, db = (session.to_device(a) for a in (x, w, b))
+    dx, dw, db = (device_session.to_device(a) for a in (x, w, b))
     _check_layer_norm(layer_norm(dx, dw, db), x, w, b)
     _check_rows("rms_norm", rms_norm(dx, dw).to_host(), x, w)
 
 
 @pytest.mark.parametrize("dt", [np.float64, np.float16, ml_dtypes.bfloat16])
-def test_shifted_rows_that_keep_exp_in_registers_match_numpy(session, dt) -> None:  # type: ignore[no-untyped-def]
+def test_shifted_rows_that_keep_exp_in_registers_match_numpy(device_session, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data((333, 409), dt, 34)  # every shift of the vector, edges at both ends of a row
     d = softmax.inspect(x, arch=ARCH).decisions
     assert (d.shifted, d.carried) == (True, True)
-    dx = session.to_device(x)
+    dx = device_session.to_device(x)
     for name, fused, reference in (("softmax", softmax, _softmax), ("log_softmax", log_softmax, _log_softmax)):
         got = fused(dx).to_host()
         if np.dtype(dt) == np.float64:
@@ -428,9 +423,9 @@ def test_shifted_rows_that_keep_exp_in_registers_match_numpy(session, dt) -> Non
 
 
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
-def test_a_shifted_view_of_a_wider_array_matches_numpy(session, dt) -> None:  # type: ignore[no-untyped-def]
+def test_a_shifted_view_of_a_wider_array_matches_numpy(device_session, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data((333, 8000), dt, 33)
-    _check_rows("softmax", softmax(session.to_device(x)[:, :7777]).to_host(), np.ascontiguousarray(x[:, :7777]))
+    _check_rows("softmax", softmax(device_session.to_device(x)[:, :7777]).to_host(), np.ascontiguousarray(x[:, :7777]))
 
 
 INTERLEAVED = [(100_003, 21), (3, 2001, 27), (2000, 13), (333, 9), (7, 127), (120015, 97)]  # 3-D, 1..32 lanes
@@ -438,32 +433,32 @@ INTERLEAVED = [(100_003, 21), (3, 2001, 27), (2000, 13), (333, 9), (7, 127), (12
 
 @pytest.mark.parametrize("dt", DTYPES)
 @pytest.mark.parametrize("shape", INTERLEAVED)
-def test_interleaved_short_rows_compute_softmax_and_layer_norm_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
+def test_interleaved_short_rows_compute_softmax_and_layer_norm_like_numpy(device_session, shape, dt) -> None:  # type: ignore[no-untyped-def]
     x, w, b = _data(shape, dt, 40), _data(shape[-1:], dt, 41), _data(shape[-1:], dt, 42)
     for d in (softmax.inspect(x, arch=ARCH).decisions, layer_norm.inspect(x, w, b, arch=ARCH).decisions):
         assert (d.strategy, d.vector_width, d.shifted) == ("row-per-warp", 1, False)
-    dx, dw, db = (session.to_device(a) for a in (x, w, b))
+    dx, dw, db = (device_session.to_device(a) for a in (x, w, b))
     _check_rows("softmax", softmax(dx).to_host(), x)
     _check_layer_norm(layer_norm(dx, dw, db), x, w, b)
 
 
 @pytest.mark.parametrize("dt", [np.float16, ml_dtypes.bfloat16])
-def test_an_interleaved_kernel_reads_a_view_with_other_row_strides_in_place(session, dt) -> None:  # type: ignore[no-untyped-def]
+def test_an_interleaved_kernel_reads_a_view_with_other_row_strides_in_place(device_session, dt) -> None:  # type: ignore[no-untyped-def]
     wide = _data((2000, 41), dt, 44)
-    view = session.to_device(wide)[:, 3:40]  # rows 41 apart, each starting 3 elements in
+    view = device_session.to_device(wide)[:, 3:40]  # rows 41 apart, each starting 3 elements in
     assert softmax.inspect(wide[:, 3:40], arch=ARCH).decisions.vector_width == 1
     _check_rows("softmax", softmax(view).to_host(), np.ascontiguousarray(wide[:, 3:40]))
 
 
 @pytest.mark.parametrize("cols", [7777, 13])  # row-per-block; interleaved row-per-warp
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
-def test_short_and_long_rows_write_only_their_own_elements(session, dt, cols) -> None:  # type: ignore[no-untyped-def]
+def test_short_and_long_rows_write_only_their_own_elements(device_session, dt, cols) -> None:  # type: ignore[no-untyped-def]
     # rows 8..340 of a (349, cols) array: an aligned base whose neighbouring rows must stay as they were
     x = _data((333, cols), dt, 34)
     big = np.full((349, cols), 7.0, dt)
-    dbig = session.to_device(big)
+    dbig = device_session.to_device(big)
     out = dbig[8:341]
-    assert softmax(session.to_device(x), out=out) is out
+    assert softmax(device_session.to_device(x), out=out) is out
     got = dbig.to_host()
     np.testing.assert_array_equal(got[:8], big[:8])
     np.testing.assert_array_equal(got[341:], big[341:])
@@ -471,11 +466,11 @@ def test_short_and_long_rows_write_only_their_own_elements(session, dt, cols) ->
 
 
 @pytest.mark.parametrize("dt", [np.float32, ml_dtypes.bfloat16])
-def test_shifted_rows_with_minus_infinity_and_all_minus_infinity_rows_give_numpys_nan(session, dt) -> None:  # type: ignore[no-untyped-def]
+def test_shifted_rows_with_minus_infinity_and_all_minus_infinity_rows_give_numpys_nan(device_session, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data((6, 7777), dt, 35)
     x[1, ::3] = -np.inf
     x[2, :] = -np.inf
-    got = softmax(session.to_device(x)).to_host().astype(np.float64)
+    got = softmax(device_session.to_device(x)).to_host().astype(np.float64)
     assert np.isnan(got[2]).all()
     assert (got[1, ::3] == 0).all()
     rows = [0, 1, 3, 4, 5]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -18,14 +17,8 @@ from kerneldsl.errors import ClosedError
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture
-def s() -> Iterator[kd.Session]:
-    with kd.Session(0) as session:
-        yield session
-
-
-def test_a_scalar_hook_that_closes_an_array_gets_the_closed_error_on_the_gpu(s: kd.Session) -> None:
-    y, x = s.zeros(1 << 16, np.float32), s.to_device(np.ones(1 << 16, np.float32))
+def test_a_scalar_hook_that_closes_an_array_gets_the_closed_error_on_the_gpu(fresh_device_session: kd.Session) -> None:
+    y, x = fresh_device_session.zeros(1 << 16, np.float32), fresh_device_session.to_device(np.ones(1 << 16, np.float32))
     scale(y, x, HookFloat32(2), block=128)
     Hook.action = x.close
     with pytest.raises(ClosedError):
@@ -33,10 +26,15 @@ def test_a_scalar_hook_that_closes_an_array_gets_the_closed_error_on_the_gpu(s: 
     assert Hook.action is None and (y.to_host() == 2).all()
 
 
-def test_a_scalar_hook_that_reenters_the_kernel_computes_both_calls_on_the_gpu(s: kd.Session) -> None:
+def test_a_scalar_hook_that_reenters_the_kernel_computes_both_calls_on_the_gpu(
+    fresh_device_session: kd.Session,
+) -> None:
     n = 1 << 20
-    y, x = s.zeros(n, np.float32), s.to_device(np.arange(n, dtype=np.float32))
-    small_y, small_x = s.zeros(256, np.float32), s.to_device(np.ones(256, np.float32))
+    y, x = fresh_device_session.zeros(n, np.float32), fresh_device_session.to_device(np.arange(n, dtype=np.float32))
+    small_y, small_x = (
+        fresh_device_session.zeros(256, np.float32),
+        fresh_device_session.to_device(np.ones(256, np.float32)),
+    )
     scale(y, x, HookFloat32(1), block=128)
     Hook.action = lambda: scale(small_y, small_x, HookFloat32(5), block=128)
     scale(y, x, HookFloat32(2), block=128)
@@ -46,10 +44,10 @@ def test_a_scalar_hook_that_reenters_the_kernel_computes_both_calls_on_the_gpu(s
 
 
 @pytest.mark.parametrize("on_stream", [False, True])
-def test_an_op_whose_input_overlaps_out_gives_numpys_result(s: kd.Session, on_stream: bool) -> None:
+def test_an_op_whose_input_overlaps_out_gives_numpys_result(fresh_device_session: kd.Session, on_stream: bool) -> None:
     host = np.arange(9, dtype=np.float32)
-    a = s.to_device(host)
-    stream = s.create_stream() if on_stream else None
+    a = fresh_device_session.to_device(host)
+    stream = fresh_device_session.create_stream() if on_stream else None
     kd.ops.add(a[:-1], 1, out=a[1:], stream=stream)
     np.add(host[:-1], 1, out=host[1:])
     if stream is not None:
@@ -58,9 +56,11 @@ def test_an_op_whose_input_overlaps_out_gives_numpys_result(s: kd.Session, on_st
 
 
 @pytest.mark.parametrize("on_stream", [False, True])
-def test_overlapping_adoptions_of_one_foreign_buffer_give_numpys_result(s: kd.Session, on_stream: bool) -> None:
+def test_overlapping_adoptions_of_one_foreign_buffer_give_numpys_result(
+    fresh_device_session: kd.Session, on_stream: bool
+) -> None:
     host = np.arange(9, dtype=np.float32)
-    buffer = s.to_device(host)
+    buffer = fresh_device_session.to_device(host)
     source, target = kd.asarray(foreign(buffer.ptr, 8)), kd.asarray(foreign(buffer.ptr + 4, 8))
     target.session.synchronize()
     for _ in range(3):  # the warm calls too
@@ -73,13 +73,13 @@ def test_overlapping_adoptions_of_one_foreign_buffer_give_numpys_result(s: kd.Se
         np.testing.assert_array_equal(buffer.to_host(), host)
 
 
-def test_views_made_while_the_owner_closes_never_reach_freed_memory(s: kd.Session) -> None:
+def test_views_made_while_the_owner_closes_never_reach_freed_memory(fresh_device_session: kd.Session) -> None:
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     made: list[Any] = []
     try:
         for _ in range(500):
-            a = s.zeros(1 << 12, np.float32)
+            a = fresh_device_session.zeros(1 << 12, np.float32)
             ready = threading.Event()
 
             def viewer(a: Any = a, ready: threading.Event = ready) -> None:
@@ -101,4 +101,4 @@ def test_views_made_while_the_owner_closes_never_reach_freed_memory(s: kd.Sessio
             made.clear()
     finally:
         sys.setswitchinterval(interval)
-    s.synchronize()
+    fresh_device_session.synchronize()

@@ -64,12 +64,6 @@ def drv(isolated_cache: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeD
         yield fake
 
 
-@pytest.fixture
-def s(drv: FakeDriver) -> Iterator[kd.Session]:
-    with kd.Session(0) as session:
-        yield session
-
-
 def slots(params: bytes) -> tuple[int, ...]:
     return tuple(int.from_bytes(params[8 * i : 8 * i + 8], "little") for i in range(len(params) // 8))
 
@@ -94,10 +88,10 @@ KERNELS = {"__float__": (scale, np.float32, HookFloat32), "__index__": (shift, n
 
 @pytest.mark.parametrize("conversion", KERNELS)
 def test_a_scalar_hook_that_closes_an_array_on_the_python_path_gets_the_closed_error(
-    s: kd.Session, drv: FakeDriver, conversion: str
+    fake_session: kd.Session, drv: FakeDriver, conversion: str
 ) -> None:
     kernel, dtype, hooked = KERNELS[conversion]
-    y, x = s.zeros(300, dtype), s.zeros(300, dtype)
+    y, x = fake_session.zeros(300, dtype), fake_session.zeros(300, dtype)
     kernel(y, x, hooked(3), block=128)  # block= keeps the call on the Python path; binds this scalar type
     launched = drv.count("cuLaunchKernel")
     Hook.action = x.close
@@ -109,12 +103,12 @@ def test_a_scalar_hook_that_closes_an_array_on_the_python_path_gets_the_closed_e
 
 @pytest.mark.parametrize("conversion", KERNELS)
 def test_a_scalar_hook_that_reenters_the_kernel_leaves_the_outer_launch_its_own_arrays(
-    s: kd.Session, drv: FakeDriver, conversion: str
+    fake_session: kd.Session, drv: FakeDriver, conversion: str
 ) -> None:
     kernel, dtype, hooked = KERNELS[conversion]
     n = 1 << 20
-    y, x = s.zeros(n, dtype), s.zeros(n, dtype)
-    small_y, small_x = s.zeros(256, dtype), s.zeros(256, dtype)
+    y, x = fake_session.zeros(n, dtype), fake_session.zeros(n, dtype)
+    small_y, small_x = fake_session.zeros(256, dtype), fake_session.zeros(256, dtype)
     kernel(y, x, hooked(2), block=128)
     Hook.action = lambda: kernel(small_y, small_x, hooked(1), block=128)  # same specialization and buffer
     kernel(y, x, hooked(2), block=128)
@@ -142,10 +136,10 @@ class Decoy:
 
 @pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 def test_a_configure_from_a_scalar_hook_during_an_allocating_op_leaves_the_call_its_layout(
-    s: kd.Session, drv: FakeDriver
+    fake_session: kd.Session, drv: FakeDriver
 ) -> None:
     native: Any = fastpath.native()
-    a = s.zeros(300, np.float32)
+    a = fake_session.zeros(300, np.float32)
     kd.ops.add(a, HookFloat32(1))  # the Python path, which remembers an allocating C entry
     launches, allocs = drv.c_launches, drv.c_allocs
     Hook.action = lambda: native.configure(Decoy)
@@ -176,18 +170,20 @@ def reads_out(drv: FakeDriver, out: DeviceArray) -> bool:
     return low - 4 <= slots(drv.param_bytes[-1])[0] < high
 
 
-def test_an_op_on_a_stream_copies_an_input_that_overlaps_out_at_other_elements(s: kd.Session, drv: FakeDriver) -> None:
-    a = s.zeros(9, np.float32)
-    stream = s.create_stream()
+def test_an_op_on_a_stream_copies_an_input_that_overlaps_out_at_other_elements(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    a = fake_session.zeros(9, np.float32)
+    stream = fake_session.create_stream()
     kd.ops.add(a[:-1], 1, out=a[1:], stream=stream)
     assert drv.count("cuMemcpyDtoDAsync") == 1 and not reads_out(drv, a)
 
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_two_adoptions_of_one_foreign_buffer_that_overlap_are_copied_on_every_call(
-    s: kd.Session, drv: FakeDriver, stream: bool
+    fake_session: kd.Session, drv: FakeDriver, stream: bool
 ) -> None:
-    buffer = s.zeros(9, np.float32)
+    buffer = fake_session.zeros(9, np.float32)
     source, target = kd.asarray(foreign(buffer.ptr, 8)), kd.asarray(foreign(buffer.ptr + 4, 8))
     on = {"stream": target.session.create_stream()} if stream else {}
     for call in range(3):  # warm calls too: the op's C entries never take operands that may share memory
@@ -195,14 +191,18 @@ def test_two_adoptions_of_one_foreign_buffer_that_overlap_are_copied_on_every_ca
         assert drv.count("cuMemcpyDtoDAsync") == call + 1 and not reads_out(drv, buffer)
 
 
-def test_foreign_operands_adopted_per_call_that_overlap_out_are_copied(s: kd.Session, drv: FakeDriver) -> None:
-    buffer = s.zeros(9, np.float32)
+def test_foreign_operands_adopted_per_call_that_overlap_out_are_copied(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    buffer = fake_session.zeros(9, np.float32)
     kd.ops.add(foreign(buffer.ptr, 8), 1, out=kd.asarray(foreign(buffer.ptr + 4, 8)))
     assert drv.count("cuMemcpyDtoDAsync") == 1 and not reads_out(drv, buffer)
 
 
-def test_an_operand_that_is_exactly_out_is_not_copied_and_stays_on_the_c_path(s: kd.Session, drv: FakeDriver) -> None:
-    a = s.zeros(8, np.float32)
+def test_an_operand_that_is_exactly_out_is_not_copied_and_stays_on_the_c_path(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    a = fake_session.zeros(8, np.float32)
     kd.ops.add(a, 1, out=a)
     kd.ops.add(a, 1, out=a)
     assert drv.count("cuMemcpyDtoDAsync") == 0
@@ -213,10 +213,10 @@ def test_an_operand_that_is_exactly_out_is_not_copied_and_stays_on_the_c_path(s:
 
 
 def test_a_view_made_while_another_thread_closes_its_owner_is_refused(
-    s: kd.Session, drv: FakeDriver, monkeypatch: pytest.MonkeyPatch
+    fake_session: kd.Session, drv: FakeDriver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The close runs, to its end, in another thread between the view's check and its registration."""
-    a = s.zeros(64, np.float32)
+    a = fake_session.zeros(64, np.float32)
     tag = memory._dispatch_tag
 
     def closing(array: DeviceArray, *rest: Any) -> int:
@@ -235,7 +235,7 @@ def test_a_view_made_while_another_thread_closes_its_owner_is_refused(
 ROUNDS = 3000
 
 
-def test_views_made_while_the_owner_closes_are_all_closed(s: kd.Session, drv: FakeDriver) -> None:
+def test_views_made_while_the_owner_closes_are_all_closed(fake_session: kd.Session, drv: FakeDriver) -> None:
     """Thread A makes views while thread B closes the owner, with a thread switch as often as
     Python allows: every view A got is closed and refuses work."""
     interval = sys.getswitchinterval()
@@ -261,7 +261,7 @@ def test_views_made_while_the_owner_closes_are_all_closed(s: kd.Session, drv: Fa
     thread.start()
     try:
         for _ in range(ROUNDS):
-            owner[:] = [s.zeros(64, np.float32)]
+            owner[:] = [fake_session.zeros(64, np.float32)]
             start.wait()
             owner[0].close()
             done.wait()

@@ -51,13 +51,7 @@ def drv(isolated_cache: None) -> Iterator[FakeDriver]:
 
 
 @pytest.fixture
-def s(drv: FakeDriver) -> Iterator[kd.Session]:
-    with kd.Session(0) as session:
-        yield session
-
-
-@pytest.fixture
-def hook(s: kd.Session) -> Iterator[type[Hook]]:
+def hook(fake_session: kd.Session) -> Iterator[type[Hook]]:
     """``Hook``, disarmed after the test (before the session closes its streams), fired or not."""
     yield Hook
     Hook.action = None
@@ -109,10 +103,10 @@ HOSTILE: dict[str, Callable[[kd.Session, str], Any]] = {"look-alike": look_alike
 
 
 @pytest.fixture(params=[(kind, attribute) for kind in HOSTILE for attribute in HOOKED], ids="-".join)
-def hostile(request: pytest.FixtureRequest, s: kd.Session, hook: type[Hook]) -> Any:
+def hostile(request: pytest.FixtureRequest, fake_session: kd.Session, hook: type[Hook]) -> Any:
     """Each hostile stream, once per attribute that runs the hook."""
     kind, attribute = request.param
-    return HOSTILE[kind](s, attribute)
+    return HOSTILE[kind](fake_session, attribute)
 
 
 def launched(drv: FakeDriver) -> tuple[int, int, int]:
@@ -135,9 +129,9 @@ def test_stream_cannot_be_subclassed() -> None:
 
 
 def test_a_hostile_stream_that_would_close_an_argument_is_refused_before_the_kernel_reads_it(
-    s: kd.Session, drv: FakeDriver, hostile: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
 ) -> None:
-    y, x = arrays(s)
+    y, x = arrays(fake_session)
     scale(y, x, 2.0)
     before = launched(drv)
     Hook.action = x.close
@@ -148,10 +142,10 @@ def test_a_hostile_stream_that_would_close_an_argument_is_refused_before_the_ker
 
 
 def test_a_hostile_stream_that_would_reenter_the_kernel_is_refused_before_the_kernel_reads_it(
-    s: kd.Session, drv: FakeDriver, hostile: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
 ) -> None:
-    y, x = arrays(s, 1 << 20)
-    small_y, small_x = arrays(s, 256)
+    y, x = arrays(fake_session, 1 << 20)
+    small_y, small_x = arrays(fake_session, 256)
     scale(y, x, 2.0)
     before = launched(drv)
     Hook.action = lambda: scale(small_y, small_x, 1.0)  # same specialization, same parameter buffer
@@ -162,9 +156,9 @@ def test_a_hostile_stream_that_would_reenter_the_kernel_is_refused_before_the_ke
 
 
 def test_a_hostile_stream_is_refused_through_kernel_launch_overrides(
-    s: kd.Session, drv: FakeDriver, hostile: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
 ) -> None:
-    y, x = arrays(s)
+    y, x = arrays(fake_session)
     Hook.action = x.close
     with pytest.raises(InvalidStreamError):
         scale.launch(stream=hostile)(y, x, 2.0)
@@ -172,10 +166,10 @@ def test_a_hostile_stream_is_refused_through_kernel_launch_overrides(
 
 
 def test_a_hostile_stream_is_refused_before_numpy_arguments_are_copied_in(
-    s: kd.Session, drv: FakeDriver, hostile: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
 ) -> None:
     y, x = np.zeros(1024, np.float32), np.ones(1024, np.float32)
-    Hook.action = lambda: scale(*arrays(s), 1.0)
+    Hook.action = lambda: scale(*arrays(fake_session), 1.0)
     with pytest.raises(InvalidStreamError):
         scale(y, x, 2.0, stream=hostile)
     assert Hook.action is not None and drv.count("cuMemcpyHtoDAsync") == 0 and launched(drv) == (0, 0, 0)
@@ -183,12 +177,12 @@ def test_a_hostile_stream_is_refused_before_numpy_arguments_are_copied_in(
 
 @needs_c_path
 def test_a_hostile_stream_declined_by_the_c_path_is_refused_by_the_python_path(
-    s: kd.Session, drv: FakeDriver, hostile: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
 ) -> None:
     """The C entry was made for a real stream (the one a look-alike forwards to, for it): the C
     path compares identities, declines, and the Python path refuses."""
-    y, x = arrays(s)
-    real = hostile._real if type(hostile) is LookAlike else s.create_stream()
+    y, x = arrays(fake_session)
+    real = hostile._real if type(hostile) is LookAlike else fake_session.create_stream()
     for _ in range(2):
         scale(y, x, 2.0, stream=real)
     scale(y, x, 2.0)
@@ -203,9 +197,9 @@ def test_a_hostile_stream_declined_by_the_c_path_is_refused_by_the_python_path(
 
 @pytest.mark.parametrize("kernel", [together, clustered], ids=["cooperative", "cluster"])
 def test_a_hostile_stream_is_refused_before_an_extended_launch_reads_it(
-    s: kd.Session, drv: FakeDriver, hostile: Any, kernel: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any, kernel: Any
 ) -> None:
-    y, x = arrays(s)
+    y, x = arrays(fake_session)
     kernel(y, x)
     before = launched(drv)
     Hook.action = x.close
@@ -217,19 +211,19 @@ def test_a_hostile_stream_is_refused_before_an_extended_launch_reads_it(
 
 @pytest.mark.parametrize("value", [0, "stream", 0.5], ids=["int", "str", "float"])
 def test_a_stream_that_is_no_stream_at_all_gets_a_typed_error_naming_its_type(
-    s: kd.Session, drv: FakeDriver, value: Any
+    fake_session: kd.Session, drv: FakeDriver, value: Any
 ) -> None:
-    y, x = arrays(s)
+    y, x = arrays(fake_session)
     with pytest.raises(InvalidStreamError, match=type(value).__name__):
         scale(y, x, 2.0, stream=value)
     assert launched(drv) == (0, 0, 0)
 
 
 @pytest.mark.parametrize("kernel", [scale, together, clustered], ids=["plain", "cooperative", "cluster"])
-def test_a_closed_stream_is_refused_before_the_launch(s: kd.Session, drv: FakeDriver, kernel: Any) -> None:
-    y, x = arrays(s)
+def test_a_closed_stream_is_refused_before_the_launch(fake_session: kd.Session, drv: FakeDriver, kernel: Any) -> None:
+    y, x = arrays(fake_session)
     args = (y, x, 2.0) if kernel is scale else (y, x)
-    stream = s.create_stream()
+    stream = fake_session.create_stream()
     kernel(*args, stream=stream)
     stream.close()
     before = launched(drv)
@@ -238,8 +232,8 @@ def test_a_closed_stream_is_refused_before_the_launch(s: kd.Session, drv: FakeDr
     assert launched(drv) == before
 
 
-def test_a_stream_of_another_session_is_refused_before_the_launch(s: kd.Session, drv: FakeDriver) -> None:
-    y, x = arrays(s)
+def test_a_stream_of_another_session_is_refused_before_the_launch(fake_session: kd.Session, drv: FakeDriver) -> None:
+    y, x = arrays(fake_session)
     with kd.Session(0) as other:
         with pytest.raises(WrongSessionError, match="stream= belongs to session"):
             scale(y, x, 2.0, stream=other.create_stream())
@@ -247,16 +241,16 @@ def test_a_stream_of_another_session_is_refused_before_the_launch(s: kd.Session,
 
 
 def test_the_session_launch_refuses_a_hostile_stream_without_reading_it(
-    s: kd.Session, drv: FakeDriver, hostile: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
 ) -> None:
     """The last line of defence, for a launch that reached the session another way: the packed
     launch is refused and the hook does not run."""
-    y, x = arrays(s)
+    y, x = arrays(fake_session)
     scale(y, x, 2.0)
     bound = next(iter(scale._bound.values()))
     Hook.action = x.close
     with pytest.raises(InvalidStreamError):
-        s.launch(bound.function, (8, 1, 1), (128, 1, 1), 0, hostile, 0)
+        fake_session.launch(bound.function, (8, 1, 1), (128, 1, 1), 0, hostile, 0)
     assert Hook.action is not None and launched(drv) == (1, 0, 0)
 
 
@@ -264,10 +258,10 @@ def test_the_session_launch_refuses_a_hostile_stream_without_reading_it(
 
 
 def test_an_elementwise_op_refuses_a_hostile_stream_before_its_operands_are_placed(
-    s: kd.Session, drv: FakeDriver, hostile: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
 ) -> None:
-    a, out = arrays(s)
-    real = s.create_stream()
+    a, out = arrays(fake_session)
+    real = fake_session.create_stream()
     for _ in range(2):  # the second from C, where that is built
         kd.ops.add(a, 1.0, out=out, stream=real)
     before = launched(drv)
@@ -280,9 +274,9 @@ def test_an_elementwise_op_refuses_a_hostile_stream_before_its_operands_are_plac
     assert launched(drv) == before and drv.count("cuMemcpyHtoDAsync") == 0
 
 
-def test_an_elementwise_op_refuses_a_closed_stream(s: kd.Session, drv: FakeDriver) -> None:
-    a, out = arrays(s)
-    stream = s.create_stream()
+def test_an_elementwise_op_refuses_a_closed_stream(fake_session: kd.Session, drv: FakeDriver) -> None:
+    a, out = arrays(fake_session)
+    stream = fake_session.create_stream()
     kd.ops.add(a, 1.0, out=out, stream=stream)
     stream.close()
     before = launched(drv)
@@ -293,9 +287,9 @@ def test_an_elementwise_op_refuses_a_closed_stream(s: kd.Session, drv: FakeDrive
 
 @pytest.mark.parametrize("op", [kd.ops.sum, kd.ops.cumsum], ids=["reduction", "scan"])
 def test_a_reduction_or_scan_takes_no_stream_and_never_reads_one(
-    s: kd.Session, drv: FakeDriver, hostile: Any, op: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any, op: Any
 ) -> None:
-    a, _ = arrays(s)
+    a, _ = arrays(fake_session)
     for _ in range(2):  # warm: the second from C, where that is built
         op(a)
     before = launched(drv)
@@ -312,9 +306,11 @@ def gemm_operands(s: kd.Session) -> tuple[Any, Any, Any]:
     return s.zeros((4, 4), np.float32), s.zeros((4, 4), np.float32), s.zeros((4, 4), np.float32)
 
 
-def test_gemm_refuses_a_hostile_stream_before_it_reads_a_pointer(s: kd.Session, lib: Any, hostile: Any) -> None:
-    a, b, out = gemm_operands(s)
-    real = s.create_stream()
+def test_gemm_refuses_a_hostile_stream_before_it_reads_a_pointer(
+    fake_session: kd.Session, lib: Any, hostile: Any
+) -> None:
+    a, b, out = gemm_operands(fake_session)
+    real = fake_session.create_stream()
     for _ in range(2):  # the second from C, where that is built
         blas.gemm(a, b, out, stream=real)
     matmuls = len(lib.lt.matmuls)
@@ -326,10 +322,16 @@ def test_gemm_refuses_a_hostile_stream_before_it_reads_a_pointer(s: kd.Session, 
     assert Hook.action is not None and not a.closed and len(lib.lt.matmuls) == matmuls
 
 
-def test_gemm_batched_and_the_vector_products_refuse_a_hostile_stream(s: kd.Session, lib: Any, hostile: Any) -> None:
-    a, b, _ = gemm_operands(s)
-    x, y, scalar = s.zeros(4, np.float32), s.zeros(4, np.float32), s.zeros((), np.float32)
-    batched_a, batched_b = s.zeros((1, 4, 4), np.float32), s.zeros((1, 4, 4), np.float32)
+def test_gemm_batched_and_the_vector_products_refuse_a_hostile_stream(
+    fake_session: kd.Session, lib: Any, hostile: Any
+) -> None:
+    a, b, _ = gemm_operands(fake_session)
+    x, y, scalar = (
+        fake_session.zeros(4, np.float32),
+        fake_session.zeros(4, np.float32),
+        fake_session.zeros((), np.float32),
+    )
+    batched_a, batched_b = fake_session.zeros((1, 4, 4), np.float32), fake_session.zeros((1, 4, 4), np.float32)
     calls = len(lib.calls)
     Hook.action = x.close
     for call in (
@@ -344,9 +346,9 @@ def test_gemm_batched_and_the_vector_products_refuse_a_hostile_stream(s: kd.Sess
     assert Hook.action is not None and not x.closed and len(lib.calls) == calls
 
 
-def test_gemm_refuses_a_closed_stream(s: kd.Session, lib: Any) -> None:
-    a, b, out = gemm_operands(s)
-    stream = s.create_stream()
+def test_gemm_refuses_a_closed_stream(fake_session: kd.Session, lib: Any) -> None:
+    a, b, out = gemm_operands(fake_session)
+    stream = fake_session.create_stream()
     blas.gemm(a, b, out, stream=stream)
     stream.close()
     matmuls = len(lib.lt.matmuls)
@@ -359,9 +361,9 @@ def test_gemm_refuses_a_closed_stream(s: kd.Session, lib: Any) -> None:
 
 
 def test_device_copies_and_fills_refuse_a_hostile_stream_before_they_read_a_pointer(
-    s: kd.Session, drv: FakeDriver, hostile: Any
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
 ) -> None:
-    a, b = arrays(s)
+    a, b = arrays(fake_session)
     copies = drv.count("cuMemcpyDtoDAsync"), drv.count("cuMemsetD8Async")
     Hook.action = a.close
     with pytest.raises(InvalidStreamError):
@@ -372,8 +374,10 @@ def test_device_copies_and_fills_refuse_a_hostile_stream_before_they_read_a_poin
     assert (drv.count("cuMemcpyDtoDAsync"), drv.count("cuMemsetD8Async")) == copies
 
 
-def test_an_event_refuses_to_record_on_a_hostile_stream(s: kd.Session, drv: FakeDriver, hostile: Any) -> None:
-    event = s.create_event()
+def test_an_event_refuses_to_record_on_a_hostile_stream(
+    fake_session: kd.Session, drv: FakeDriver, hostile: Any
+) -> None:
+    event = fake_session.create_event()
     Hook.action = event.close
     with pytest.raises(InvalidStreamError):
         event.record(hostile)

@@ -14,13 +14,6 @@ pytestmark = pytest.mark.gpu
 BLOCK = 256
 
 
-@pytest.fixture(scope="module")
-def session():
-    s = kd.Session(0)
-    yield s
-    s.close()
-
-
 @kd.kernel(grid=kd.cdiv("n", BLOCK), block=BLOCK)
 def block_sums(sums: kd.Out["float64", "blocks"], x: kd.In["float64", "n"]) -> str:
     return f"""
@@ -34,11 +27,11 @@ def block_sums(sums: kd.Out["float64", "blocks"], x: kd.In["float64", "n"]) -> s
 
 
 @pytest.mark.parametrize("n", [1, 255, 4097, 100_003])
-def test_a_cub_block_reduction_matches_numpy(session, rng, n: int) -> None:
+def test_a_cub_block_reduction_matches_numpy(device_session, rng, n: int) -> None:
     x = rng.standard_normal(n)
     blocks = -(-n // BLOCK)
-    sums = session.to_device(np.full(blocks, np.nan))
-    block_sums(sums, session.to_device(x))
+    sums = device_session.to_device(np.full(blocks, np.nan))
+    block_sums(sums, device_session.to_device(x))
     padded = np.concatenate([x, np.zeros(blocks * BLOCK - n)]).reshape(blocks, BLOCK)
     np.testing.assert_allclose(sums.to_host(), padded.sum(axis=1), rtol=1e-12, atol=1e-12)
 
@@ -59,14 +52,14 @@ def squashed_sum(y: kd.InOut["T", "n"], x: kd.In["T", "n"]) -> str:
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
-def test_one_device_function_serves_two_kernels(session, rng, dtype) -> None:
+def test_one_device_function_serves_two_kernels(device_session, rng, dtype) -> None:
     x = rng.standard_normal(1001).astype(dtype)
     base = rng.standard_normal(1001).astype(dtype)
     expected = x / (dtype(1) + np.abs(x))
-    y = session.to_device(np.full(1001, np.nan, dtype))
-    squashed(y, session.to_device(x))
-    z = session.to_device(base)
-    squashed_sum(z, session.to_device(x))
+    y = device_session.to_device(np.full(1001, np.nan, dtype))
+    squashed(y, device_session.to_device(x))
+    z = device_session.to_device(base)
+    squashed_sum(z, device_session.to_device(x))
     tolerance = 1e-6 if dtype == np.float32 else 1e-14
     np.testing.assert_allclose(y.to_host(), expected, rtol=tolerance)
     np.testing.assert_allclose(z.to_host(), base + expected, rtol=tolerance, atol=tolerance)

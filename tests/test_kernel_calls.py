@@ -65,51 +65,45 @@ def drv(isolated_cache: None) -> Iterator[SaxpyDriver]:
         yield fake
 
 
-@pytest.fixture
-def s(drv: SaxpyDriver) -> Iterator[kd.Session]:
-    with kd.Session(0) as session:
-        yield session
-
-
-def test_device_call_packs_pointers_scalar_and_extent(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.to_device(np.ones(300, np.float32)), s.to_device(np.arange(300, dtype=np.float32))
+def test_device_call_packs_pointers_scalar_and_extent(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.to_device(np.ones(300, np.float32)), fake_session.to_device(np.arange(300, dtype=np.float32))
     saxpy(dy, dx, np.float32(2.0))
     np.testing.assert_array_equal(dy.to_host(), 1 + 2 * np.arange(300, dtype=np.float32))
 
 
-def test_warm_device_call_switches_no_context(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(16, np.float32), s.zeros(16, np.float32)
+def test_warm_device_call_switches_no_context(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(16, np.float32), fake_session.zeros(16, np.float32)
     saxpy(dy, dx, np.float32(1.0))
     pushes = drv.pushes
     saxpy(dy, dx, np.float32(1.0))
     assert drv.pushes == pushes
 
 
-def test_device_call_computes_grid_from_shape_symbols(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(300, np.float32), s.zeros(300, np.float32)
+def test_device_call_computes_grid_from_shape_symbols(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(300, np.float32), fake_session.zeros(300, np.float32)
     saxpy(dy, dx, np.float32(1.0))
     assert drv.launches[-1][1:3] == ((3, 1, 1), (128, 1, 1))
 
 
-def test_grid_and_block_overrides_replace_the_declared_ones(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(300, np.float32), s.zeros(300, np.float32)
+def test_grid_and_block_overrides_replace_the_declared_ones(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(300, np.float32), fake_session.zeros(300, np.float32)
     saxpy(dy, dx, np.float32(1.0), grid=7, block=(64, 1))
     assert drv.launches[-1][1:3] == ((7, 1, 1), (64, 1, 1))
 
 
-def test_launch_applies_the_overrides_a_call_takes_as_keywords(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(300, np.float32), s.zeros(300, np.float32)
+def test_launch_applies_the_overrides_a_call_takes_as_keywords(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(300, np.float32), fake_session.zeros(300, np.float32)
     saxpy.launch(grid=7, block=(64, 1))(dy, dx, np.float32(1.0))
     assert drv.launches[-1][1:3] == ((7, 1, 1), (64, 1, 1))
 
 
-def test_device_call_runs_on_the_session_stream_without_copies(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(16, np.float32), s.zeros(16, np.float32)
+def test_device_call_runs_on_the_session_stream_without_copies(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(16, np.float32), fake_session.zeros(16, np.float32)
     saxpy(dy, dx, np.float32(1.0))
     mark = len(drv.calls)
     saxpy(dy, dx, np.float32(1.0))
     assert "cuMemcpyHtoDAsync" not in drv.calls[mark:] and "cuMemAllocFromPoolAsync" not in drv.calls[mark:]
-    assert drv.launches[-1][4] == s.stream._cu
+    assert drv.launches[-1][4] == fake_session.stream._cu
 
 
 def test_numpy_call_copies_in_launches_and_copies_back(drv: SaxpyDriver) -> None:
@@ -266,8 +260,8 @@ def test_aliased_host_arrays_are_refused(drv: SaxpyDriver) -> None:
     np.testing.assert_array_equal(y, np.ones(8, np.float32))
 
 
-def test_aliased_device_arrays_are_refused(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy = s.zeros(8, np.float32)
+def test_aliased_device_arrays_are_refused(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy = fake_session.zeros(8, np.float32)
     with pytest.raises(AliasingError):
         saxpy(dy, dy, np.float32(1.0))
 
@@ -284,11 +278,11 @@ def test_strided_input_is_materialized(drv: SaxpyDriver) -> None:
     np.testing.assert_array_equal(y, np.arange(16, dtype=np.float32)[::2])
 
 
-def test_shape_conflict_on_the_warm_path_names_the_parameter(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(8, np.float32), s.zeros(8, np.float32)
+def test_shape_conflict_on_the_warm_path_names_the_parameter(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(8, np.float32), fake_session.zeros(8, np.float32)
     saxpy(dy, dx, np.float32(1.0))
     with pytest.raises(ShapeMismatchError, match="'x'"):
-        saxpy(dy, s.zeros(9, np.float32), np.float32(1.0))
+        saxpy(dy, fake_session.zeros(9, np.float32), np.float32(1.0))
 
 
 def test_arguments_from_two_sessions_are_refused(drv: SaxpyDriver) -> None:
@@ -297,25 +291,25 @@ def test_arguments_from_two_sessions_are_refused(drv: SaxpyDriver) -> None:
             saxpy(a.zeros(8, np.float32), b.zeros(8, np.float32), np.float32(1.0))
 
 
-def test_closed_array_is_refused(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(8, np.float32), s.zeros(8, np.float32)
+def test_closed_array_is_refused(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(8, np.float32), fake_session.zeros(8, np.float32)
     saxpy(dy, dx, np.float32(1.0))
     dx.close()
     with pytest.raises(ClosedError):
         saxpy(dy, dx, np.float32(1.0))
 
 
-def test_scalar_out_of_range_is_a_binding_error(s: kd.Session, drv: SaxpyDriver) -> None:
+def test_scalar_out_of_range_is_a_binding_error(fake_session: kd.Session, drv: SaxpyDriver) -> None:
     @kd.kernel(grid=1, block=1)
     def fill(y: kd.Out[kd.int8, "n"], v: kd.Scalar[kd.int8]):
         return f"{y}[0] = {v};"
 
     with pytest.raises(BindingError, match="does not fit"):
-        fill(s.zeros(4, np.int8), 1000)
+        fill(fake_session.zeros(4, np.int8), 1000)
 
 
-def test_warm_call_reuses_the_loaded_kernel(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(8, np.float32), s.zeros(8, np.float32)
+def test_warm_call_reuses_the_loaded_kernel(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(8, np.float32), fake_session.zeros(8, np.float32)
     saxpy(dy, dx, np.float32(1.0))
     mark = len(drv.calls)
     for _ in range(3):
@@ -324,10 +318,10 @@ def test_warm_call_reuses_the_loaded_kernel(s: kd.Session, drv: SaxpyDriver) -> 
     assert drv.calls[mark:].count("cuLaunchKernel") == 3
 
 
-def test_graph_capture_keeps_kernel_arguments_alive(s: kd.Session, drv: SaxpyDriver) -> None:
-    dy, dx = s.zeros(8, np.float32), s.zeros(8, np.float32)
+def test_graph_capture_keeps_kernel_arguments_alive(fake_session: kd.Session, drv: SaxpyDriver) -> None:
+    dy, dx = fake_session.zeros(8, np.float32), fake_session.zeros(8, np.float32)
     saxpy(dy, dx, np.float32(1.0))
-    with s.capture() as graph:
+    with fake_session.capture() as graph:
         saxpy(dy, dx, np.float32(1.0))
     assert any(any(k is dx for k in kept) for kept in graph._keep if isinstance(kept, tuple))
 

@@ -41,12 +41,6 @@ def drv() -> Any:
         yield fake
 
 
-@pytest.fixture
-def s(drv: FakeDriver) -> Any:
-    with kd.Session(0) as session:
-        yield session
-
-
 def _pair(s: kd.Session, n: int = 256) -> tuple[Any, Any]:
     return s.zeros(n, np.float32), s.zeros(n, np.float32)
 
@@ -64,17 +58,19 @@ def _pair(s: kd.Session, n: int = 256) -> tuple[Any, Any]:
     ],
 )
 def test_a_launch_past_a_limit_is_refused_before_the_driver_sees_it(
-    s: kd.Session, drv: FakeDriver, override: dict[str, Any], names: str
+    fake_session: kd.Session, drv: FakeDriver, override: dict[str, Any], names: str
 ) -> None:
-    dy, dx = _pair(s)
+    dy, dx = _pair(fake_session)
     with pytest.raises(LaunchConfigError, match=names) as info:
         saxpy(dy, dx, np.float32(1), **override)
-    assert not drv.launches and not s.poisoned
+    assert not drv.launches and not fake_session.poisoned
     assert info.value.kernel == "saxpy" and str(info.value).startswith("kernel 'saxpy': ")
 
 
-def test_a_computed_block_past_the_limit_is_refused_naming_the_kernel(s: kd.Session, drv: FakeDriver) -> None:
-    y = s.zeros(256, np.float32)
+def test_a_computed_block_past_the_limit_is_refused_naming_the_kernel(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    y = fake_session.zeros(256, np.float32)
     tiled(y)  # 16 x 16 threads
     with pytest.raises(LaunchConfigError, match=r"^kernel 'tiled': block \(64, 64, 1\) has 4096 threads") as info:
         tiled(y, TILE=64)
@@ -115,46 +111,48 @@ def test_a_block_with_a_computed_axis_is_checked_at_the_call() -> None:
     assert kd.kernel(grid=1, block=(32, 32, "TILE"))(k).signature.block[2].symbols() == {"TILE"}
 
 
-def test_a_computed_negative_grid_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_computed_negative_grid_is_refused(fake_session: kd.Session, drv: FakeDriver) -> None:
     with pytest.raises(LaunchConfigError, match="grid.x = -90"):
-        shrinking(s.zeros(10, np.float32))
+        shrinking(fake_session.zeros(10, np.float32))
     assert not drv.launches
 
 
-def test_shared_memory_above_48_kib_is_opted_into_once(s: kd.Session, drv: FakeDriver) -> None:
-    dy, dx = _pair(s)
+def test_shared_memory_above_48_kib_is_opted_into_once(fake_session: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(fake_session)
     for _ in range(2):
         saxpy(dy, dx, np.float32(1), shared=64 * 1024)
     assert drv.count("cuFuncSetAttribute") == 1 and list(drv.function_attributes.values()) == [64 * 1024]
     assert [launch[3] for launch in drv.launches] == [64 * 1024, 64 * 1024]
 
 
-def test_shared_memory_past_the_device_limit_is_refused(s: kd.Session, drv: FakeDriver) -> None:
-    dy, dx = _pair(s)
+def test_shared_memory_past_the_device_limit_is_refused(fake_session: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(fake_session)
     with pytest.raises(LaunchConfigError, match="exceeds the 232448 bytes a block may use"):
         saxpy(dy, dx, np.float32(1), shared=240 * 1024)
     assert not drv.launches
 
 
-def test_a_launch_with_more_threads_than_int32_numbers_takes_the_64_bit_build(s: kd.Session, drv: FakeDriver) -> None:
-    y = s.zeros(1024, np.float32)  # 32-bit extents, but 1024 * 4096 blocks of 1024 threads
+def test_a_launch_with_more_threads_than_int32_numbers_takes_the_64_bit_build(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    y = fake_session.zeros(1024, np.float32)  # 32-bit extents, but 1024 * 4096 blocks of 1024 threads
     many_threads(y)
     many_threads(y)
     assert len(drv.launches) == 2
-    (narrow,) = [b for b in many_threads._bound.values() if b.session is s]
+    (narrow,) = [b for b in many_threads._bound.values() if b.session is fake_session]
     assert narrow.build.index_bits == 32 and narrow.wide is not None and narrow.wide.build.index_bits == 64
     assert drv.launches[0][0] == drv.launches[1][0] == narrow.wide.function
 
 
-def test_a_launch_that_fits_keeps_the_32_bit_build(s: kd.Session, drv: FakeDriver) -> None:
-    dy, dx = _pair(s)
+def test_a_launch_that_fits_keeps_the_32_bit_build(fake_session: kd.Session, drv: FakeDriver) -> None:
+    dy, dx = _pair(fake_session)
     saxpy(dy, dx, np.float32(1), grid=2**23, block=256)  # exactly 2**31 threads: one too many
     saxpy(dy, dx, np.float32(1), grid=2**23 - 1, block=256)
-    (bound,) = [b for b in saxpy._bound.values() if b.session is s]
+    (bound,) = [b for b in saxpy._bound.values() if b.session is fake_session]
     assert [launch[0] for launch in drv.launches] == [bound.wide.function, bound.function]
 
 
-def test_a_kernel_without_arrays_launches_in_its_streams_session(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_kernel_without_arrays_launches_in_its_streams_session(fake_session: kd.Session, drv: FakeDriver) -> None:
     scalars_only(1)  # bound in the default session first
     with kd.Session(0) as other:
         stream = other.create_stream()
@@ -198,10 +196,10 @@ def test_inspect_keeps_the_32_bit_build_for_a_launch_that_fits() -> None:
     assert total.inspect(x, arch="sm_90").index_bits == 32
 
 
-def test_inspect_returns_the_build_the_call_ran(s: kd.Session, drv: FakeDriver) -> None:
-    y = s.zeros(1024, np.float32)
+def test_inspect_returns_the_build_the_call_ran(fake_session: kd.Session, drv: FakeDriver) -> None:
+    y = fake_session.zeros(1024, np.float32)
     many_threads(y)
-    (narrow,) = [b for b in many_threads._bound.values() if b.session is s]
+    (narrow,) = [b for b in many_threads._bound.values() if b.session is fake_session]
     assert many_threads.inspect(y) is narrow.wide.build
 
 

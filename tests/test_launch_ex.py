@@ -41,109 +41,113 @@ def drv() -> Any:
         yield fake
 
 
-@pytest.fixture
-def s(drv: FakeDriver) -> Any:
-    with kd.Session(0) as session:
-        yield session
-
-
-def test_a_cooperative_kernel_launches_with_the_cooperative_attribute(s: kd.Session, drv: FakeDriver) -> None:
-    together(s.zeros(1024, np.float32))
+def test_a_cooperative_kernel_launches_with_the_cooperative_attribute(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    together(fake_session.zeros(1024, np.float32))
     [(_, grid, block, _, stream, attributes)] = drv.ex_launches
     assert (grid, block, attributes) == ((8, 1, 1), (128, 1, 1), {"cooperative": 1})
-    assert int(stream) == int(s.raw_stream) and not drv.launches
+    assert int(stream) == int(fake_session.raw_stream) and not drv.launches
 
 
-def test_a_warm_cooperative_call_launches_from_c_with_the_cooperative_attribute(s: kd.Session, drv: FakeDriver) -> None:
-    together(s.zeros(1024, np.float32))
-    together(s.zeros(2048, np.float32))
+def test_a_warm_cooperative_call_launches_from_c_with_the_cooperative_attribute(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    together(fake_session.zeros(1024, np.float32))
+    together(fake_session.zeros(2048, np.float32))
     assert drv.c_launches == 1 and not drv.launches
     [first, (_, grid, block, _, stream, attributes)] = drv.ex_launches
     assert (grid, block, attributes) == ((16, 1, 1), (128, 1, 1), {"cooperative": 1})
-    assert int(stream) == int(s.raw_stream) and first[5] == attributes
+    assert int(stream) == int(fake_session.raw_stream) and first[5] == attributes
 
 
 def test_a_warm_cooperative_grid_past_co_residency_is_refused_by_the_python_path(
-    s: kd.Session, drv: FakeDriver
+    fake_session: kd.Session, drv: FakeDriver
 ) -> None:
     drv.blocks_per_sm = 1
-    together(s.zeros(1024, np.float32))
+    together(fake_session.zeros(1024, np.float32))
     with pytest.raises(LaunchConfigError, match="cannot be co-resident"):
-        together(s.zeros(133 * 128, np.float32))
-    assert drv.c_launches == 0 and len(drv.ex_launches) == 1 and not s.poisoned
+        together(fake_session.zeros(133 * 128, np.float32))
+    assert drv.c_launches == 0 and len(drv.ex_launches) == 1 and not fake_session.poisoned
 
 
-def test_a_warm_cluster_call_launches_from_c_with_its_cluster_dimensions(s: kd.Session, drv: FakeDriver) -> None:
-    clustered(s.zeros(1024, np.float32))
-    clustered(s.zeros(4096, np.float32))
+def test_a_warm_cluster_call_launches_from_c_with_its_cluster_dimensions(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    clustered(fake_session.zeros(1024, np.float32))
+    clustered(fake_session.zeros(4096, np.float32))
     assert drv.c_launches == 1
     [_, (_, grid, _, _, _, attributes)] = drv.ex_launches
     assert grid == (32, 1, 1) and attributes == {"cluster": (2, 1, 1)}
 
 
 def test_a_warm_grid_that_is_not_a_multiple_of_the_cluster_is_refused_by_the_python_path(
-    s: kd.Session, drv: FakeDriver
+    fake_session: kd.Session, drv: FakeDriver
 ) -> None:
-    clustered(s.zeros(1024, np.float32))
+    clustered(fake_session.zeros(1024, np.float32))
     with pytest.raises(LaunchConfigError, match="grid.x = 3 is not a multiple of cluster.x = 2"):
-        clustered(s.zeros(3 * 128, np.float32))
+        clustered(fake_session.zeros(3 * 128, np.float32))
     assert drv.c_launches == 0 and len(drv.ex_launches) == 1
 
 
-def test_a_cluster_larger_than_the_device_schedules_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_cluster_larger_than_the_device_schedules_is_refused(fake_session: kd.Session, drv: FakeDriver) -> None:
     drv.cluster_blocks = 2  # cuOccupancyMaxPotentialClusterSize's answer for this kernel
     with pytest.raises(LaunchConfigError, match="schedules clusters of at most 2 blocks of this kernel"):
-        clustered(s.zeros(1024, np.float32), c=4)
-    assert not drv.ex_launches and not s.poisoned
+        clustered(fake_session.zeros(1024, np.float32), c=4)
+    assert not drv.ex_launches and not fake_session.poisoned
 
 
-def test_a_cluster_read_from_the_call_shapes_stays_on_the_python_path(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_cluster_read_from_the_call_shapes_stays_on_the_python_path(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
     @kd.kernel(grid=kd.cdiv("n", 128), block=128, cluster=("m", 1))
     def by_shape(y: kd.Out[kd.float32, "n"], pick: kd.In[kd.float32, "m"]):
         return BODY.format(y=y)
 
     for _ in range(2):
-        by_shape(s.zeros(1024, np.float32), s.zeros(2, np.float32))
+        by_shape(fake_session.zeros(1024, np.float32), fake_session.zeros(2, np.float32))
     assert len(drv.ex_launches) == 2 and drv.c_launches == 0
     assert drv.ex_launches[1][5] == {"cluster": (2, 1, 1)}
 
 
-def test_a_cooperative_grid_that_cannot_be_co_resident_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_cooperative_grid_that_cannot_be_co_resident_is_refused(fake_session: kd.Session, drv: FakeDriver) -> None:
     drv.blocks_per_sm = 1  # the double's device has 132 SMs: 132 blocks fit
     with pytest.raises(LaunchConfigError, match=r"cannot be co-resident.*1 such block\(s\) per SM x 132 SMs = 132"):
-        together(s.zeros(133 * 128, np.float32))
-    assert not drv.ex_launches and not s.poisoned
-    together(s.zeros(132 * 128, np.float32))
+        together(fake_session.zeros(133 * 128, np.float32))
+    assert not drv.ex_launches and not fake_session.poisoned
+    together(fake_session.zeros(132 * 128, np.float32))
     assert len(drv.ex_launches) == 1
 
 
-def test_a_cluster_kernel_launches_with_its_cluster_dimensions(s: kd.Session, drv: FakeDriver) -> None:
-    clustered(s.zeros(1024, np.float32), c=4)
+def test_a_cluster_kernel_launches_with_its_cluster_dimensions(fake_session: kd.Session, drv: FakeDriver) -> None:
+    clustered(fake_session.zeros(1024, np.float32), c=4)
     [(_, grid, _, _, _, attributes)] = drv.ex_launches
     assert grid == (8, 1, 1) and attributes == {"cluster": (4, 1, 1)}
 
 
-def test_a_grid_that_is_not_a_multiple_of_the_cluster_is_refused(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_grid_that_is_not_a_multiple_of_the_cluster_is_refused(fake_session: kd.Session, drv: FakeDriver) -> None:
     with pytest.raises(LaunchConfigError, match="grid.x = 3 is not a multiple of cluster.x = 2"):
-        clustered(s.zeros(3 * 128, np.float32))
+        clustered(fake_session.zeros(3 * 128, np.float32))
     assert not drv.ex_launches
 
 
-def test_a_computed_cluster_past_the_portable_size_is_refused_at_launch(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_computed_cluster_past_the_portable_size_is_refused_at_launch(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
     with pytest.raises(LaunchConfigError, match="at most 8"):
-        clustered(s.zeros(16 * 128, np.float32), c=16)
+        clustered(fake_session.zeros(16 * 128, np.float32), c=16)
     assert not drv.ex_launches
 
 
-def test_a_cluster_on_a_device_older_than_sm_90_is_refused(s: kd.Session, drv: FakeDriver) -> None:
-    s.gpu._facts["COMPUTE_CAPABILITY_MAJOR"] = 8  # the call builds for the device's sm_80
+def test_a_cluster_on_a_device_older_than_sm_90_is_refused(fake_session: kd.Session, drv: FakeDriver) -> None:
+    fake_session.gpu._facts["COMPUTE_CAPABILITY_MAJOR"] = 8  # the call builds for the device's sm_80
     with pytest.raises(DeclarationError, match="cluster= needs sm_90 or newer; this build is for sm_80"):
-        clustered(s.zeros(1024, np.float32))
+        clustered(fake_session.zeros(1024, np.float32))
     assert not drv.ex_launches
 
 
-def test_a_plain_kernel_still_launches_with_cuLaunchKernel(s: kd.Session, drv: FakeDriver) -> None:
-    plain(s.zeros(1024, np.float32))
+def test_a_plain_kernel_still_launches_with_cuLaunchKernel(fake_session: kd.Session, drv: FakeDriver) -> None:
+    plain(fake_session.zeros(1024, np.float32))
     assert len(drv.launches) == 1 and not drv.ex_launches
 
 

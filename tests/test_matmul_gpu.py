@@ -6,7 +6,6 @@ against the sum of absolute terms, so cancellation cannot hide or fake a mismatc
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl import blas
 from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
-from kerneldsl.runtime import Session, default_session
+from kerneldsl.runtime import Session
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not blas.available(), reason="kerneldsl[blas] is not installed")]
 
@@ -40,16 +39,6 @@ SHAPES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def s() -> Session:
-    return default_session()
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng(secrets.randbits(32))
-
-
 def uniform(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return rng.uniform(-1, 1, shape).astype(dtype)
 
@@ -68,10 +57,14 @@ def assert_matmul(got: Any, a: np.ndarray, b: np.ndarray, dtype: Any, rng: np.ra
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(("sa", "sb"), SHAPES, ids=str)
 def test_matmul_matches_numpy(
-    s: Session, rng: np.random.Generator, dtype: Any, sa: tuple[int, ...], sb: tuple[int, ...]
+    default_device_session: Session,
+    fresh_rng: np.random.Generator,
+    dtype: Any,
+    sa: tuple[int, ...],
+    sb: tuple[int, ...],
 ) -> None:
-    a, b = uniform(rng, sa, dtype), uniform(rng, sb, dtype)
-    assert_matmul(s.to_device(a) @ s.to_device(b), a, b, dtype, rng)
+    a, b = uniform(fresh_rng, sa, dtype), uniform(fresh_rng, sb, dtype)
+    assert_matmul(default_device_session.to_device(a) @ default_device_session.to_device(b), a, b, dtype, fresh_rng)
 
 
 def _same(x: Any) -> Any:
@@ -92,64 +85,77 @@ VIEWS: dict[str, tuple[tuple[int, ...], tuple[int, ...], Any, Any]] = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", list(VIEWS))
-def test_strided_views_match_numpy(s: Session, rng: np.random.Generator, dtype: Any, case: str) -> None:
+def test_strided_views_match_numpy(
+    default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any, case: str
+) -> None:
     sa, sb, view_a, view_b = VIEWS[case]
-    a, b = uniform(rng, sa, dtype), uniform(rng, sb, dtype)
-    got = view_a(s.to_device(a)) @ view_b(s.to_device(b))
-    assert_matmul(got, view_a(a), view_b(b), dtype, rng)
+    a, b = uniform(fresh_rng, sa, dtype), uniform(fresh_rng, sb, dtype)
+    got = view_a(default_device_session.to_device(a)) @ view_b(default_device_session.to_device(b))
+    assert_matmul(got, view_a(a), view_b(b), dtype, fresh_rng)
 
 
 @pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(np.float16)], ids=str)
-def test_out_is_written(s: Session, rng: np.random.Generator, dtype: Any) -> None:
-    a, b = uniform(rng, (2, 3, 5), dtype), uniform(rng, (5, 4), dtype)
-    out = s.to_device(np.full((2, 3, 4), np.nan, dtype))
-    assert kd.matmul(s.to_device(a), s.to_device(b), out=out) is out
-    assert_matmul(out, a, b, dtype, rng)
+def test_out_is_written(default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any) -> None:
+    a, b = uniform(fresh_rng, (2, 3, 5), dtype), uniform(fresh_rng, (5, 4), dtype)
+    out = default_device_session.to_device(np.full((2, 3, 4), np.nan, dtype))
+    assert kd.matmul(default_device_session.to_device(a), default_device_session.to_device(b), out=out) is out
+    assert_matmul(out, a, b, dtype, fresh_rng)
 
 
-def test_out_of_a_wider_dtype(s: Session, rng: np.random.Generator) -> None:
-    a, b = uniform(rng, (6, 5), np.float32), uniform(rng, (5, 6), np.float32)
-    out = s.to_device(np.full((6, 6), np.nan, np.float64))
-    assert kd.matmul(s.to_device(a), s.to_device(b), out) is out
+def test_out_of_a_wider_dtype(default_device_session: Session, fresh_rng: np.random.Generator) -> None:
+    a, b = uniform(fresh_rng, (6, 5), np.float32), uniform(fresh_rng, (5, 6), np.float32)
+    out = default_device_session.to_device(np.full((6, 6), np.nan, np.float64))
+    assert kd.matmul(default_device_session.to_device(a), default_device_session.to_device(b), out) is out
     np.testing.assert_allclose(out.to_host(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-5)
 
 
-def test_at_equals_writes_the_product_into_the_left_operand(s: Session, rng: np.random.Generator) -> None:
-    a, b = uniform(rng, (6, 6), np.float32), uniform(rng, (6, 6), np.float32)
-    d = before = s.to_device(a)
-    d @= s.to_device(b)
+def test_at_equals_writes_the_product_into_the_left_operand(
+    default_device_session: Session, fresh_rng: np.random.Generator
+) -> None:
+    a, b = uniform(fresh_rng, (6, 6), np.float32), uniform(fresh_rng, (6, 6), np.float32)
+    d = before = default_device_session.to_device(a)
+    d @= default_device_session.to_device(b)
     assert d is before
-    assert_matmul(d, a, b, np.float32, rng)
+    assert_matmul(d, a, b, np.float32, fresh_rng)
 
 
-def test_mixed_dtypes_promote(s: Session, rng: np.random.Generator) -> None:
-    a, b = uniform(rng, (4, 5), np.float16), uniform(rng, (5, 3), np.float32)
-    assert_matmul(kd.matmul(s.to_device(a), s.to_device(b)), a.astype(np.float32), b, np.float32, rng)
+def test_mixed_dtypes_promote(default_device_session: Session, fresh_rng: np.random.Generator) -> None:
+    a, b = uniform(fresh_rng, (4, 5), np.float16), uniform(fresh_rng, (5, 3), np.float32)
+    assert_matmul(
+        kd.matmul(default_device_session.to_device(a), default_device_session.to_device(b)),
+        a.astype(np.float32),
+        b,
+        np.float32,
+        fresh_rng,
+    )
 
 
-def test_host_operands(s: Session, rng: np.random.Generator) -> None:
-    a, b = uniform(rng, (3, 5), np.float32), uniform(rng, (5, 7), np.float32)
+def test_host_operands(default_device_session: Session, fresh_rng: np.random.Generator) -> None:
+    a, b = uniform(fresh_rng, (3, 5), np.float32), uniform(fresh_rng, (5, 7), np.float32)
     got = kd.matmul(a, b)
     assert type(got) is np.ndarray
-    assert_matmul(got, a, b, np.float32, rng)
-    assert_matmul(kd.matmul(a, s.to_device(b)), a, b, np.float32, rng)
+    assert_matmul(got, a, b, np.float32, fresh_rng)
+    assert_matmul(kd.matmul(a, default_device_session.to_device(b)), a, b, np.float32, fresh_rng)
 
 
-def test_empty_and_zero_inner_extents(s: Session) -> None:
-    assert kd.matmul(s.zeros((0, 3)), s.zeros((3, 4))).shape == (0, 4)
-    got = kd.matmul(s.to_device(np.ones((2, 3, 0), np.float32)), s.to_device(np.ones((2, 0, 4), np.float32)))
+def test_empty_and_zero_inner_extents(default_device_session: Session) -> None:
+    assert kd.matmul(default_device_session.zeros((0, 3)), default_device_session.zeros((3, 4))).shape == (0, 4)
+    got = kd.matmul(
+        default_device_session.to_device(np.ones((2, 3, 0), np.float32)),
+        default_device_session.to_device(np.ones((2, 0, 4), np.float32)),
+    )
     assert got.shape == (2, 3, 4) and not got.to_host().any()
 
 
-def test_conjugate_gradient_as_written_for_numpy(s: Session) -> None:
+def test_conjugate_gradient_as_written_for_numpy(default_device_session: Session) -> None:
     """The issue's example: CG spelled with ``@`` on 1-D and 2-D arrays runs and converges."""
     n = 64
     rng = np.random.default_rng(0)
     m = rng.standard_normal((n, n))
     host_a = (m @ m.T + n * np.eye(n)).astype(np.float64)
     host_b = rng.standard_normal(n)
-    A, b = s.to_device(host_a), s.to_device(host_b)
-    x = s.zeros(n, np.float64)
+    A, b = default_device_session.to_device(host_a), default_device_session.to_device(host_b)
+    x = default_device_session.zeros(n, np.float64)
     r = b - A @ x
     p = r.copy()
     rr = (r @ r).to_host()

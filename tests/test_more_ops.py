@@ -10,8 +10,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import installed_driver
-from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import ops
@@ -124,22 +122,16 @@ def test_the_new_ops_run_on_numpy_operands_through_numpy_results_type() -> None:
 # --- manipulation ------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def s() -> Any:
-    with installed_driver(FakeDriver()), kd.Session(0) as session:
-        yield session
-
-
-def test_broadcast_to_is_a_view_with_zero_strides_on_new_and_extent_1_axes(s: kd.Session) -> None:
-    a = s.empty((3, 1), np.float32)
+def test_broadcast_to_is_a_view_with_zero_strides_on_new_and_extent_1_axes(fake_session: kd.Session) -> None:
+    a = fake_session.empty((3, 1), np.float32)
     b = kd.broadcast_to(a, (2, 3, 4))
     want = np.broadcast_to(np.empty((3, 1), np.float32), (2, 3, 4))
     assert type(b) is kd.DeviceArray and b.base is a and b.ptr == a.ptr
     assert (b.shape, b.strides) == (want.shape, want.strides)
 
 
-def test_broadcast_to_refuses_shapes_numpy_refuses(s: kd.Session) -> None:
-    a = s.empty((3, 2), np.float32)
+def test_broadcast_to_refuses_shapes_numpy_refuses(fake_session: kd.Session) -> None:
+    a = fake_session.empty((3, 2), np.float32)
     for shape in ((3, 3), (2,), (-1, 2)):
         with pytest.raises(ValueError):
             np.broadcast_to(np.empty((3, 2)), shape)
@@ -148,8 +140,8 @@ def test_broadcast_to_refuses_shapes_numpy_refuses(s: kd.Session) -> None:
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1, -1, (0, 2)])
-def test_flip_is_a_view_with_numpys_negative_strides_and_offset(s: kd.Session, axis: Any) -> None:
-    a = s.empty((2, 3, 4), np.int16)
+def test_flip_is_a_view_with_numpys_negative_strides_and_offset(fake_session: kd.Session, axis: Any) -> None:
+    a = fake_session.empty((2, 3, 4), np.int16)
     want = np.flip(np.empty((2, 3, 4), np.int16), axis)
     base = np.empty((2, 3, 4), np.int16)
     got = kd.flip(a, axis)
@@ -157,16 +149,16 @@ def test_flip_is_a_view_with_numpys_negative_strides_and_offset(s: kd.Session, a
     assert got.ptr - a.ptr == np.flip(base, axis).__array_interface__["data"][0] - base.__array_interface__["data"][0]
 
 
-def test_flip_refuses_a_repeated_or_out_of_range_axis(s: kd.Session) -> None:
-    a = s.empty((2, 3), np.float32)
+def test_flip_refuses_a_repeated_or_out_of_range_axis(fake_session: kd.Session) -> None:
+    a = fake_session.empty((2, 3), np.float32)
     with pytest.raises(ValueError, match="repeated axis"):
         kd.flip(a, (0, 0))
     with pytest.raises(IndexError):
         kd.flip(a, 2)
 
 
-def test_expand_dims_squeeze_and_moveaxis_are_numpys_views(s: kd.Session) -> None:
-    a, h = s.empty((2, 1, 3, 4), np.float64), np.empty((2, 1, 3, 4), np.float64)
+def test_expand_dims_squeeze_and_moveaxis_are_numpys_views(fake_session: kd.Session) -> None:
+    a, h = fake_session.empty((2, 1, 3, 4), np.float64), np.empty((2, 1, 3, 4), np.float64)
     for got, want in (
         (kd.expand_dims(a, (0, -1)), np.expand_dims(h, (0, -1))),
         (kd.squeeze(a), np.squeeze(h)),
@@ -177,22 +169,22 @@ def test_expand_dims_squeeze_and_moveaxis_are_numpys_views(s: kd.Session) -> Non
         assert (got.shape, got.strides) == (want.shape, want.strides) and got.base is a
 
 
-def test_moveaxis_needs_as_many_sources_as_destinations(s: kd.Session) -> None:
+def test_moveaxis_needs_as_many_sources_as_destinations(fake_session: kd.Session) -> None:
     with pytest.raises(ValueError, match="same number"):
-        kd.moveaxis(s.empty((2, 3)), (0, 1), 0)
+        kd.moveaxis(fake_session.empty((2, 3)), (0, 1), 0)
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1, None])
-def test_concatenate_has_numpys_shape_and_promoted_dtype(s: kd.Session, axis: Any) -> None:
+def test_concatenate_has_numpys_shape_and_promoted_dtype(fake_session: kd.Session, axis: Any) -> None:
     shapes = [(2, 3), (2, 3)]
-    a, b = s.empty(shapes[0], np.int16), s.empty(shapes[1], np.float32)
+    a, b = fake_session.empty(shapes[0], np.int16), fake_session.empty(shapes[1], np.float32)
     want = np.concatenate([np.empty(shapes[0], np.int16), np.empty(shapes[1], np.float32)], axis)
     got = kd.concatenate([a, b], axis)
     assert type(got) is kd.DeviceArray and (got.shape, got.dtype) == (want.shape, want.dtype)
 
 
-def test_concatenate_uploads_numpy_inputs_and_joins_uneven_extents(s: kd.Session) -> None:
-    got = kd.concatenate([s.empty((2, 3), np.uint8), np.zeros((2, 5), np.uint8)], axis=1)
+def test_concatenate_uploads_numpy_inputs_and_joins_uneven_extents(fake_session: kd.Session) -> None:
+    got = kd.concatenate([fake_session.empty((2, 3), np.uint8), np.zeros((2, 5), np.uint8)], axis=1)
     assert type(got) is kd.DeviceArray and (got.shape, got.dtype) == ((2, 8), np.uint8)
 
 
@@ -201,46 +193,46 @@ def test_concatenate_of_numpy_arrays_is_numpys() -> None:
     assert type(got) is np.ndarray and got.tolist() == [1, 1, 0, 0, 0]
 
 
-def test_concatenate_refuses_what_numpy_refuses(s: kd.Session) -> None:
-    a = s.empty((2, 3), np.float32)
+def test_concatenate_refuses_what_numpy_refuses(fake_session: kd.Session) -> None:
+    a = fake_session.empty((2, 3), np.float32)
     with pytest.raises(ValueError, match="along dimension 1"):
-        kd.concatenate([a, s.empty((2, 4), np.float32)], 0)
+        kd.concatenate([a, fake_session.empty((2, 4), np.float32)], 0)
     with pytest.raises(ValueError, match="dimension"):
-        kd.concatenate([a, s.empty(3, np.float32)])
+        kd.concatenate([a, fake_session.empty(3, np.float32)])
     with pytest.raises(ValueError, match="zero-dimensional"):
-        kd.concatenate([s.empty((), np.float32), s.empty((), np.float32)])
+        kd.concatenate([fake_session.empty((), np.float32), fake_session.empty((), np.float32)])
     with pytest.raises(ValueError, match="at least one"):
         kd.concatenate([])
     with pytest.raises(TypeError, match="Cannot cast"):
         kd.concatenate([a, a], dtype=np.int32)
     with pytest.raises(TypeError, match="both"):
-        kd.concatenate([a, a], out=s.empty((4, 3), np.float32), dtype=np.float32)
+        kd.concatenate([a, a], out=fake_session.empty((4, 3), np.float32), dtype=np.float32)
 
 
-def test_concatenate_writes_into_out_with_a_same_kind_cast(s: kd.Session) -> None:
-    out = s.empty((4, 3), np.float64)
-    assert kd.concatenate([s.empty((2, 3), np.float32), s.empty((2, 3), np.int8)], out=out) is out
+def test_concatenate_writes_into_out_with_a_same_kind_cast(fake_session: kd.Session) -> None:
+    out = fake_session.empty((4, 3), np.float64)
+    assert kd.concatenate([fake_session.empty((2, 3), np.float32), fake_session.empty((2, 3), np.int8)], out=out) is out
     with pytest.raises(TypeError, match="Cannot cast"):
-        kd.concatenate([s.empty((2, 3), np.float32)] * 2, out=s.empty((4, 3), np.int32))
+        kd.concatenate([fake_session.empty((2, 3), np.float32)] * 2, out=fake_session.empty((4, 3), np.int32))
     with pytest.raises(ValueError, match="wrong shape"):
-        kd.concatenate([s.empty((2, 3), np.float32)] * 2, out=s.empty((4, 4), np.float32))
+        kd.concatenate([fake_session.empty((2, 3), np.float32)] * 2, out=fake_session.empty((4, 4), np.float32))
     with pytest.raises(TypeError, match="DeviceArray"):
-        kd.concatenate([s.empty((2, 3), np.float32)] * 2, out=np.empty((4, 3), np.float32))
+        kd.concatenate([fake_session.empty((2, 3), np.float32)] * 2, out=np.empty((4, 3), np.float32))
 
 
-def test_concatenate_refuses_arrays_of_two_sessions(s: kd.Session) -> None:
+def test_concatenate_refuses_arrays_of_two_sessions(fake_session: kd.Session) -> None:
     with kd.Session(0) as other, pytest.raises(WrongSessionError):
-        kd.concatenate([s.empty(2), other.empty(2)])
+        kd.concatenate([fake_session.empty(2), other.empty(2)])
 
 
 @pytest.mark.parametrize("axis", [0, 1, 2, -1])
-def test_stack_adds_the_axis_numpy_adds(s: kd.Session, axis: int) -> None:
-    parts = [s.empty((2, 3), np.int32) for _ in range(3)]
+def test_stack_adds_the_axis_numpy_adds(fake_session: kd.Session, axis: int) -> None:
+    parts = [fake_session.empty((2, 3), np.int32) for _ in range(3)]
     want = np.stack([np.empty((2, 3), np.int32)] * 3, axis)
     got = kd.stack(parts, axis)
     assert (got.shape, got.dtype) == (want.shape, want.dtype)
 
 
-def test_stack_needs_one_shape(s: kd.Session) -> None:
+def test_stack_needs_one_shape(fake_session: kd.Session) -> None:
     with pytest.raises(ValueError, match="same shape"):
-        kd.stack([s.empty(2), s.empty(3)])
+        kd.stack([fake_session.empty(2), fake_session.empty(3)])

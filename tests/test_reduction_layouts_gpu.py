@@ -25,13 +25,6 @@ VIEWS = {
 }
 
 
-@pytest.fixture(scope="module")
-def session():  # type: ignore[no-untyped-def]
-    s = kd.Session(0)
-    yield s
-    s.close()
-
-
 def _axes(axis: object, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
@@ -63,10 +56,10 @@ def _data(rng: np.random.Generator, shape: tuple[int, ...], dt: type) -> np.ndar
 @pytest.mark.parametrize(
     ("shape", "dt"), [((1001, 7, 513), np.float16), ((129, 77, 1025), np.float32), ((3, 5, 1000003), np.float16)]
 )
-def test_the_issue_shapes_sum_over_interleaved_axes_like_numpy(session, shape, dt) -> None:  # type: ignore[no-untyped-def]
+def test_the_issue_shapes_sum_over_interleaved_axes_like_numpy(device_session, shape, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(1), shape, dt)
     assert ops.sum.strategy(x, axis=(0, 2)).variant.stage == "segments"
-    _check(ops.sum(session.to_device(x), axis=(0, 2)).to_host(), x, (0, 2))
+    _check(ops.sum(device_session.to_device(x), axis=(0, 2)).to_host(), x, (0, 2))
 
 
 @pytest.mark.parametrize(
@@ -80,26 +73,26 @@ def test_the_issue_shapes_sum_over_interleaved_axes_like_numpy(session, shape, d
         ((8, 1600, 7), 1, np.float32),
     ],
 )
-def test_columns_no_multiple_of_a_vector_sum_across_periods_like_numpy(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
+def test_columns_no_multiple_of_a_vector_sum_across_periods_like_numpy(device_session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(4), shape, dt)
     assert ops.sum.strategy(x, axis=axis).variant.period > 1
-    _check(ops.sum(session.to_device(x), axis=axis).to_host(), x, axis)
-    got = ops.max(session.to_device(x), axis=axis).to_host()
+    _check(ops.sum(device_session.to_device(x), axis=axis).to_host(), x, axis)
+    got = ops.max(device_session.to_device(x), axis=axis).to_host()
     np.testing.assert_array_equal(got, np.max(x, axis=axis))
 
 
-def test_phased_columns_of_an_unaligned_array_read_value_by_value_like_numpy(session) -> None:  # type: ignore[no-untyped-def]
+def test_phased_columns_of_an_unaligned_array_read_value_by_value_like_numpy(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(5), (4100, 13), np.float16)
-    view = session.to_device(x)[1:]  # contiguous, 26 bytes past a vector
+    view = device_session.to_device(x)[1:]  # contiguous, 26 bytes past a vector
     _check(ops.sum(view, axis=0).to_host(), x[1:], 0)
 
 
 @pytest.mark.parametrize(("shape", "axis", "dt"), [((181, 13, 31, 3), (1, 2), np.float32), ((64, 220, 5), 1, np.int32)])
-def test_columns_narrower_than_a_warp_sum_in_flat_lines_like_numpy(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
+def test_columns_narrower_than_a_warp_sum_in_flat_lines_like_numpy(device_session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(3), shape, dt)
     assert ops.sum.strategy(x, axis=axis).variant.flat
-    _check(ops.sum(session.to_device(x), axis=axis).to_host(), x, axis)
-    got = ops.argmax(session.to_device(x), axis=axis if isinstance(axis, int) else None).to_host()
+    _check(ops.sum(device_session.to_device(x), axis=axis).to_host(), x, axis)
+    got = ops.argmax(device_session.to_device(x), axis=axis if isinstance(axis, int) else None).to_host()
     np.testing.assert_array_equal(got, np.argmax(x, axis=axis if isinstance(axis, int) else None))
 
 
@@ -117,46 +110,46 @@ SLABS = [
 
 
 @pytest.mark.parametrize(("shape", "axis", "dt"), SLABS)
-def test_short_slabs_reduce_in_shared_memory_like_numpy(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
+def test_short_slabs_reduce_in_shared_memory_like_numpy(device_session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(7), shape, dt)
     assert ops.sum.strategy(x, axis=axis).variant.stage == "slabs"
-    dx = session.to_device(x)
+    dx = device_session.to_device(x)
     _check(ops.sum(dx, axis=axis).to_host(), x, axis)
     np.testing.assert_array_equal(ops.max(dx, axis=axis).to_host(), np.max(x, axis=axis))
 
 
 @pytest.mark.parametrize(("shape", "axis", "dt"), [s for s in SLABS if isinstance(s[1], int)])
-def test_argmax_and_argmin_of_short_slabs_take_the_first_of_ties(session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
+def test_argmax_and_argmin_of_short_slabs_take_the_first_of_ties(device_session, shape, axis, dt) -> None:  # type: ignore[no-untyped-def]
     x = np.random.default_rng(8).integers(-3, 3, shape).astype(dt)  # many ties
-    dx = session.to_device(x)
+    dx = device_session.to_device(x)
     np.testing.assert_array_equal(ops.argmax(dx, axis=axis).to_host(), np.argmax(x, axis=axis))
     np.testing.assert_array_equal(ops.argmin(dx, axis=axis).to_host(), np.argmin(x, axis=axis))
 
 
-def test_short_slabs_of_a_fused_expression_and_mean_match_numpy(session) -> None:  # type: ignore[no-untyped-def]
+def test_short_slabs_of_a_fused_expression_and_mean_match_numpy(device_session) -> None:  # type: ignore[no-untyped-def]
     @kd.fuse
     def weighted(a, b):
         return kd.ops.sum(a * b, axis=1)
 
     rng = np.random.default_rng(9)
     a, b = _data(rng, (5001, 9, 6), np.float32), _data(rng, (5001, 9, 6), np.float32)
-    da, db = session.to_device(a), session.to_device(b)
+    da, db = device_session.to_device(a), device_session.to_device(b)
     assert ops.sum.strategy(a * b, axis=1).variant.stage == "slabs"
     _check(weighted(da, db).to_host(), a * b, 1)
     np.testing.assert_allclose(ops.mean(da, axis=1).to_host(), a.mean(axis=1), rtol=1e-5, atol=1e-6)
 
 
-def test_short_slabs_of_an_unaligned_array_read_value_by_value_like_numpy(session) -> None:  # type: ignore[no-untyped-def]
+def test_short_slabs_of_an_unaligned_array_read_value_by_value_like_numpy(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(10), (4001, 11, 5), np.float16)
-    dx = session.to_device(x)[1:]  # contiguous, 110 bytes past an aligned start
+    dx = device_session.to_device(x)[1:]  # contiguous, 110 bytes past an aligned start
     _check(ops.sum(dx, axis=1).to_host(), x[1:], 1)
     np.testing.assert_array_equal(ops.argmax(dx, axis=1).to_host(), np.argmax(x[1:], axis=1))
 
 
-def test_short_slabs_into_out_and_with_keepdims_match_numpy(session) -> None:  # type: ignore[no-untyped-def]
+def test_short_slabs_into_out_and_with_keepdims_match_numpy(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(11), (2003, 11, 5), np.float32)
-    dx = session.to_device(x)
-    target = session.zeros((2003, 5), np.float32)
+    dx = device_session.to_device(x)
+    target = device_session.zeros((2003, 5), np.float32)
     ops.sum(dx, axis=1, out=target)
     _check(target.to_host(), x, 1)
     kept = ops.sum(dx, axis=1, keepdims=True).to_host()
@@ -164,8 +157,8 @@ def test_short_slabs_into_out_and_with_keepdims_match_numpy(session) -> None:  #
     _check(kept[:, 0], x, 1)
 
 
-def test_slabs_give_the_same_bits_every_run(session) -> None:  # type: ignore[no-untyped-def]
-    x = session.to_device(_data(np.random.default_rng(12), (93011, 11, 5), np.float32))
+def test_slabs_give_the_same_bits_every_run(device_session) -> None:  # type: ignore[no-untyped-def]
+    x = device_session.to_device(_data(np.random.default_rng(12), (93011, 11, 5), np.float32))
     first = ops.sum(x, axis=1).to_host()
     for _ in range(3):
         assert ops.sum(x, axis=1).to_host().tobytes() == first.tobytes()
@@ -173,39 +166,39 @@ def test_slabs_give_the_same_bits_every_run(session) -> None:  # type: ignore[no
 
 @pytest.mark.parametrize("view", list(VIEWS))
 @pytest.mark.parametrize("axis", [0, 1, None, -1])
-def test_views_are_reduced_like_numpy(session, view, axis) -> None:  # type: ignore[no-untyped-def]
+def test_views_are_reduced_like_numpy(device_session, view, axis) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(2), (300, 514), np.float32)
-    dv = VIEWS[view](session.to_device(x))
+    dv = VIEWS[view](device_session.to_device(x))
     _check(ops.sum(dv, axis=axis).to_host(), VIEWS[view](x), axis)
 
 
 @pytest.mark.parametrize("view", list(VIEWS))
-def test_argmax_and_min_of_views_follow_numpy(session, view) -> None:  # type: ignore[no-untyped-def]
+def test_argmax_and_min_of_views_follow_numpy(device_session, view) -> None:  # type: ignore[no-untyped-def]
     x = np.random.default_rng(3).integers(-20, 20, (130, 66)).astype(np.float32)  # ties: the first index wins
-    dv, hv = VIEWS[view](session.to_device(x)), VIEWS[view](x)
+    dv, hv = VIEWS[view](device_session.to_device(x)), VIEWS[view](x)
     for axis in (0, 1, None):
         np.testing.assert_array_equal(ops.argmax(dv, axis=axis).to_host(), np.argmax(hv, axis=axis))
         np.testing.assert_array_equal(ops.min(dv, axis=axis).to_host(), np.min(hv, axis=axis))
 
 
-def test_a_large_transposed_view_sums_in_place_like_numpy(session) -> None:  # type: ignore[no-untyped-def]
+def test_a_large_transposed_view_sums_in_place_like_numpy(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(4), (2048, 4096), np.float32)
-    dv = session.to_device(x).T
+    dv = device_session.to_device(x).T
     assert ops.sum.strategy(dv, axis=0).variant.copy == ""
     _check(ops.sum(dv, axis=0).to_host(), x.T, 0)
 
 
-def test_interleaved_split_reductions_give_the_same_bits_every_run(session) -> None:  # type: ignore[no-untyped-def]
-    x = session.to_device(_data(np.random.default_rng(5), (3, 5, 200003), np.float32))
+def test_interleaved_split_reductions_give_the_same_bits_every_run(device_session) -> None:  # type: ignore[no-untyped-def]
+    x = device_session.to_device(_data(np.random.default_rng(5), (3, 5, 200003), np.float32))
     first = ops.sum(x, axis=(0, 2)).to_host()
     for _ in range(3):
         assert ops.sum(x, axis=(0, 2)).to_host().tobytes() == first.tobytes()
 
 
-def test_a_reduction_into_a_strided_out_writes_only_the_view(session) -> None:  # type: ignore[no-untyped-def]
+def test_a_reduction_into_a_strided_out_writes_only_the_view(device_session) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(6), (40, 7, 513), np.float32)
-    target = session.zeros((7, 2), np.float32)
-    ops.sum(session.to_device(x), axis=(0, 2), out=target[:, 0])
+    target = device_session.zeros((7, 2), np.float32)
+    ops.sum(device_session.to_device(x), axis=(0, 2), out=target[:, 0])
     got = target.to_host()
     _check(got[:, 0], x, (0, 2))
     assert not got[:, 1].any()
@@ -218,9 +211,9 @@ def test_a_reduction_into_a_strided_out_writes_only_the_view(session) -> None:  
     dt=st.sampled_from([np.float32, np.float16, np.int32, np.bool_, np.float64]),
     view=st.sampled_from(["none", "T", "step", "inner"]),
 )
-def test_random_shapes_axes_views_and_dtypes_match_numpy(session, shape, data, dt, view) -> None:  # type: ignore[no-untyped-def]
+def test_random_shapes_axes_views_and_dtypes_match_numpy(device_session, shape, data, dt, view) -> None:  # type: ignore[no-untyped-def]
     x = _data(np.random.default_rng(len(shape)), tuple(shape), dt)
-    dx = session.to_device(x)
+    dx = device_session.to_device(x)
     if view == "T":
         x, dx = x.T, dx.T
     elif view == "step" and x.shape[0] > 1:

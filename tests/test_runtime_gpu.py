@@ -12,7 +12,6 @@ import sys
 import textwrap
 import time
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -87,14 +86,8 @@ def arch() -> str:
 
 
 @pytest.fixture(scope="module")
-def s() -> Iterator[Session]:
-    with Session(0) as session:
-        yield session
-
-
-@pytest.fixture(scope="module")
-def mod(s: Session) -> Module:
-    return s.load_module(compile_cubin(KERNELS, arch()))
+def mod(device_session: Session) -> Module:
+    return device_session.load_module(compile_cubin(KERNELS, arch()))
 
 
 def launch_scale(s: Session, mod: Module, arr: Any, factor: float, stream: Any = None) -> Any:
@@ -145,54 +138,54 @@ DTYPES = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_round_trip_every_dtype(s: Session, dtype: str) -> None:
+def test_round_trip_every_dtype(device_session: Session, dtype: str) -> None:
     rng = np.random.default_rng(1)
     host = (rng.random((37, 41)) * 120).astype(dtype)
-    dev = s.to_device(host)
+    dev = device_session.to_device(host)
     np.testing.assert_array_equal(dev.to_host(), host)
-    copy = s.copy(dev)
+    copy = device_session.copy(dev)
     np.testing.assert_array_equal(copy.to_host(), host)
     other = (rng.random((37, 41)) * 120).astype(dtype)
     dev.copy_from_host(other)
     np.testing.assert_array_equal(dev.to_host(), other)
 
 
-def test_zero_size_arrays(s: Session) -> None:
-    z = s.to_device(np.empty((0, 7), np.float32))
+def test_zero_size_arrays(device_session: Session) -> None:
+    z = device_session.to_device(np.empty((0, 7), np.float32))
     assert z.ptr == 0 and z.to_host().shape == (0, 7)
-    assert s.zeros(0).to_host().shape == (0,)
-    assert s.copy(z).shape == (0, 7)
+    assert device_session.zeros(0).to_host().shape == (0,)
+    assert device_session.copy(z).shape == (0, 7)
 
 
-def test_zeros_and_non_contiguous(s: Session) -> None:
-    assert not s.zeros((64, 3), np.int32).to_host().any()
+def test_zeros_and_non_contiguous(device_session: Session) -> None:
+    assert not device_session.zeros((64, 3), np.int32).to_host().any()
     base = np.arange(1000, dtype=np.float64).reshape(20, 50)
-    np.testing.assert_array_equal(s.to_device(base[::3, 1::2]).to_host(), base[::3, 1::2])
+    np.testing.assert_array_equal(device_session.to_device(base[::3, 1::2]).to_host(), base[::3, 1::2])
 
 
-def test_pinned_async_copies(s: Session) -> None:
+def test_pinned_async_copies(device_session: Session) -> None:
     n = 1 << 20
-    st = s.create_stream()
-    src = s.pinned_empty(n, np.float32)
+    st = device_session.create_stream()
+    src = device_session.pinned_empty(n, np.float32)
     src.array[:] = np.arange(n, dtype=np.float32)
-    dev = s.empty(n, np.float32)
+    dev = device_session.empty(n, np.float32)
     dev.copy_from_host_async(src, st)
-    dst = s.pinned_empty(n, np.float32)
+    dst = device_session.pinned_empty(n, np.float32)
     dev.copy_to_host_async(dst, st)
     del src  # kept alive by the session until the stream is synchronized
     gc.collect()
     assert st.synchronize()
     np.testing.assert_array_equal(dst.array, np.arange(n, dtype=np.float32))
-    assert all(entry[1] is not st for entry in s.order.inflight)  # released by the stream sync
+    assert all(entry[1] is not st for entry in device_session.order.inflight)  # released by the stream sync
 
 
 # -- launches ---------------------------------------------------------------------------------------
 
 
-def test_launch_matches_numpy(s: Session, mod: Module) -> None:
+def test_launch_matches_numpy(device_session: Session, mod: Module) -> None:
     host = np.random.default_rng(2).random(100_003).astype(np.float32)
-    dev = s.to_device(host)
-    launch_scale(s, mod, dev, 3.0)
+    dev = device_session.to_device(host)
+    launch_scale(device_session, mod, dev, 3.0)
     np.testing.assert_allclose(dev.to_host(), host * 3.0, rtol=1e-6)
 
 
@@ -201,32 +194,32 @@ def test_function_attributes(mod: Module) -> None:
     assert attrs.registers > 0 and attrs.max_threads >= 256
 
 
-def test_event_timing(s: Session, mod: Module) -> None:
-    start, end = s.create_event(), s.create_event()
+def test_event_timing(device_session: Session, mod: Module) -> None:
+    start, end = device_session.create_event(), device_session.create_event()
     start.record()
-    spin(s, mod, 0.02)
+    spin(device_session, mod, 0.02)
     end.record()
     assert end.synchronize()
     assert 5.0 < end.elapsed_since(start) < 1000.0
 
 
-def test_stream_wait_orders_streams(s: Session, mod: Module) -> None:
-    a, b = s.create_stream(), s.create_stream()
-    dev = s.to_device(np.ones(1024, np.float32))
-    spin(s, mod, 0.05, a)
-    launch_scale(s, mod, dev, 2.0, a)
-    done = s.create_event(timing=False).record(a)
+def test_stream_wait_orders_streams(device_session: Session, mod: Module) -> None:
+    a, b = device_session.create_stream(), device_session.create_stream()
+    dev = device_session.to_device(np.ones(1024, np.float32))
+    spin(device_session, mod, 0.05, a)
+    launch_scale(device_session, mod, dev, 2.0, a)
+    done = device_session.create_event(timing=False).record(a)
     b.wait(done)
-    launch_scale(s, mod, dev, 5.0, b)
+    launch_scale(device_session, mod, dev, 5.0, b)
     b.synchronize()
     assert (dev.to_host() == 10.0).all()
 
 
-def test_graph_capture_and_replay(s: Session, mod: Module) -> None:
-    dev = s.to_device(np.ones(4096, np.float32))
-    s.synchronize()
-    with s.capture() as g:
-        params = [launch_scale(s, mod, dev, 2.0) for _ in range(3)]
+def test_graph_capture_and_replay(device_session: Session, mod: Module) -> None:
+    dev = device_session.to_device(np.ones(4096, np.float32))
+    device_session.synchronize()
+    with device_session.capture() as g:
+        params = [launch_scale(device_session, mod, dev, 2.0) for _ in range(3)]
         g.keep_alive(params)  # the graph copied the values, but keep them anyway
     assert (dev.to_host() == 1.0).all()  # capture does not execute
     g.replay()
@@ -237,58 +230,58 @@ def test_graph_capture_and_replay(s: Session, mod: Module) -> None:
 # -- failure paths ----------------------------------------------------------------------------------
 
 
-def test_dropping_an_array_while_a_long_kernel_runs_returns_at_once(s: Session, mod: Module) -> None:
-    p = spin(s, mod, 0.5)
-    a = s.empty(1 << 20, np.float32)
+def test_dropping_an_array_while_a_long_kernel_runs_returns_at_once(device_session: Session, mod: Module) -> None:
+    p = spin(device_session, mod, 0.5)
+    a = device_session.empty(1 << 20, np.float32)
     start = time.perf_counter()
     a.close()  # a stream-ordered free: no device synchronization
     elapsed = time.perf_counter() - start
-    s.synchronize()
+    device_session.synchronize()
     assert elapsed < 0.05, elapsed
     del p
 
 
-def test_the_pool_keeps_freed_memory_until_trimmed(s: Session) -> None:
-    a = s.empty(1 << 30, np.uint8)
+def test_the_pool_keeps_freed_memory_until_trimmed(device_session: Session) -> None:
+    a = device_session.empty(1 << 30, np.uint8)
     a.close()
-    s.synchronize()
-    assert s.memory_info().pool_reserved >= 1 << 30
-    again = s.empty(1 << 30, np.uint8)  # served from the pool
+    device_session.synchronize()
+    assert device_session.memory_info().pool_reserved >= 1 << 30
+    again = device_session.empty(1 << 30, np.uint8)  # served from the pool
     again.close()
-    s.trim()
-    assert s.memory_info().pool_reserved < 1 << 30
+    device_session.trim()
+    assert device_session.memory_info().pool_reserved < 1 << 30
 
 
-def test_four_threads_allocate_and_free_at_once(s: Session) -> None:
+def test_four_threads_allocate_and_free_at_once(device_session: Session) -> None:
     from conftest import in_threads
 
     def work(k: int) -> None:
         for n in range(1, 200):
-            a = s.to_device(np.full(n, k, np.int32))
+            a = device_session.to_device(np.full(n, k, np.int32))
             assert (a.to_host() == k).all()
             a.close()
 
     in_threads(work)
 
 
-def test_out_of_memory_keeps_session_usable(s: Session) -> None:
+def test_out_of_memory_keeps_session_usable(device_session: Session) -> None:
     with pytest.raises(OutOfMemoryError) as info:
-        s.empty(1 << 50, np.uint8)  # 1 PiB
+        device_session.empty(1 << 50, np.uint8)  # 1 PiB
     assert info.value.requested == 1 << 50
-    assert s.to_device(np.arange(5)).to_host().tolist() == [0, 1, 2, 3, 4]
+    assert device_session.to_device(np.arange(5)).to_host().tolist() == [0, 1, 2, 3, 4]
 
 
-def test_too_many_threads_is_refused_before_the_launch(s: Session, mod: Module) -> None:
-    dev = s.to_device(np.ones(16, np.float32))
+def test_too_many_threads_is_refused_before_the_launch(device_session: Session, mod: Module) -> None:
+    dev = device_session.to_device(np.ones(16, np.float32))
     p = Params(ctypes.c_void_p(dev.ptr), ctypes.c_float(2.0), ctypes.c_uint64(16))
     with pytest.raises(LaunchConfigError, match="block.x = 2048"):
-        s.launch(mod.function("scale"), (1, 1, 1), (2048, 1, 1), 0, None, p.address)
-    assert not s.poisoned
-    launch_scale(s, mod, dev, 2.0)
+        device_session.launch(mod.function("scale"), (1, 1, 1), (2048, 1, 1), 0, None, p.address)
+    assert not device_session.poisoned
+    launch_scale(device_session, mod, dev, 2.0)
     assert (dev.to_host() == 2.0).all()
 
 
-def test_illegal_address_poisons_only_its_process(s: Session, mod: Module) -> None:
+def test_illegal_address_poisons_only_its_process(device_session: Session, mod: Module) -> None:
     proc = run_script(
         """
         import ctypes
@@ -313,8 +306,8 @@ def test_illegal_address_poisons_only_its_process(s: Session, mod: Module) -> No
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert out.startswith("POISONED CUDA_ERROR_ILLEGAL_ADDRESS"), (out, err)
-    dev = s.to_device(np.ones(8, np.float32))  # this process is unaffected
-    launch_scale(s, mod, dev, 4.0)
+    dev = device_session.to_device(np.ones(8, np.float32))  # this process is unaffected
+    launch_scale(device_session, mod, dev, 4.0)
     assert (dev.to_host() == 4.0).all()
 
 
@@ -398,8 +391,8 @@ def test_ctrl_c_interrupts_a_long_synchronize() -> None:
     assert elapsed < 2.0
 
 
-def test_forked_child_gets_forked_process_error(s: Session) -> None:
-    dev = s.to_device(np.ones(4, np.float32))
+def test_forked_child_gets_forked_process_error(device_session: Session) -> None:
+    dev = device_session.to_device(np.ones(4, np.float32))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # the driver runs threads
         pid = os.fork()
@@ -417,13 +410,13 @@ def test_forked_child_gets_forked_process_error(s: Session) -> None:
     assert dev.to_host().tolist() == [1, 1, 1, 1]
 
 
-def test_four_threads_launch_and_copy(s: Session, mod: Module) -> None:
+def test_four_threads_launch_and_copy(device_session: Session, mod: Module) -> None:
     def work(k: int) -> None:
-        st = s.create_stream() if k % 2 else None
+        st = device_session.create_stream() if k % 2 else None
         for i in range(50):
             host = np.full(10_000, float(k + i), np.float32)
-            dev = s.to_device(host)
-            launch_scale(s, mod, dev, 2.0, st)
+            dev = device_session.to_device(host)
+            launch_scale(device_session, mod, dev, 2.0, st)
             if st is not None:
                 st.synchronize()
             np.testing.assert_array_equal(dev.to_host(), host * 2)
@@ -434,20 +427,20 @@ def test_four_threads_launch_and_copy(s: Session, mod: Module) -> None:
 # -- interop ------------------------------------------------------------------------------------------
 
 
-def test_cupy_interop(s: Session) -> None:
+def test_cupy_interop(device_session: Session) -> None:
     cp = pytest.importorskip("cupy")
     x = cp.arange(12, dtype=cp.float32).reshape(3, 4)
-    v = as_device_view(x, session=s)
+    v = as_device_view(x, session=device_session)
     assert v is not None and v.ptr == x.data.ptr and v.shape == (3, 4) and v.device == 0
-    dev = s.to_device(np.arange(6, dtype=np.int32))
-    s.synchronize()
+    dev = device_session.to_device(np.arange(6, dtype=np.int32))
+    device_session.synchronize()
     y = cp.asarray(dev)  # via __cuda_array_interface__
     assert y.data.ptr == dev.ptr and y.tolist() == list(range(6))
     z = cp.from_dlpack(dev)
     assert z.data.ptr == dev.ptr and z.tolist() == list(range(6))
 
 
-def test_torch_interop(s: Session) -> None:
+def test_torch_interop(device_session: Session) -> None:
     torch = pytest.importorskip("torch")
     t = torch.arange(10, dtype=torch.float64, device="cuda:0")[::2]
     v = as_device_view(t)
@@ -463,9 +456,9 @@ def test_torch_interop(s: Session) -> None:
         def __dlpack_device__(self) -> Any:
             return self.inner.__dlpack_device__()
 
-    w = as_device_view(DLPackOnly(t), stream=s.stream.handle)
+    w = as_device_view(DLPackOnly(t), stream=device_session.stream.handle)
     assert w is not None and w.ptr == t.data_ptr() and w.strides == (16,) and w.dtype == np.float64
-    dev = s.to_device(np.arange(6, dtype=np.float32))
+    dev = device_session.to_device(np.arange(6, dtype=np.float32))
     back = torch.from_dlpack(dev)
     assert back.data_ptr() == dev.ptr and back.tolist() == list(range(6))
     assert torch.as_tensor(dev, device="cuda:0").data_ptr() == dev.ptr
@@ -474,55 +467,55 @@ def test_torch_interop(s: Session) -> None:
 # -- soak and overhead ---------------------------------------------------------------------------------
 
 
-def test_soak_no_growth(s: Session, mod: Module) -> None:
+def test_soak_no_growth(device_session: Session, mod: Module) -> None:
     fn = mod.function("noop")
     p = Params()
     for _ in range(1000):  # warm up every cache and free list
-        s.launch(fn, (1, 1, 1), (32, 1, 1), 0, None, p.address)
-        s.empty(1024).close()
-    s.synchronize()
+        device_session.launch(fn, (1, 1, 1), (32, 1, 1), 0, None, p.address)
+        device_session.empty(1024).close()
+    device_session.synchronize()
     gc.collect()
-    free_before = s.memory_info()[0]
+    free_before = device_session.memory_info()[0]
     objects_before = len(gc.get_objects())
     for i in range(100_000):
-        s.launch(fn, (1, 1, 1), (32, 1, 1), 0, None, p.address)
+        device_session.launch(fn, (1, 1, 1), (32, 1, 1), 0, None, p.address)
         if i % 10_000 == 0:
-            s.synchronize()
+            device_session.synchronize()
     for i in range(10_000):
-        a = s.empty(4096 if i % 2 else 1 << 20, np.uint8)
+        a = device_session.empty(4096 if i % 2 else 1 << 20, np.uint8)
         del a
-    s.synchronize()
-    s.synchronize()  # drains the sync events queued by the first
+    device_session.synchronize()
+    device_session.synchronize()  # drains the sync events queued by the first
     gc.collect()
-    assert s.memory_info()[0] >= free_before - (4 << 20)
+    assert device_session.memory_info()[0] >= free_before - (4 << 20)
     assert len(gc.get_objects()) - objects_before < 200
 
 
-def test_launch_overhead_close_to_raw(s: Session, mod: Module) -> None:
+def test_launch_overhead_close_to_raw(device_session: Session, mod: Module) -> None:
     """Host enqueue cost while a spin kernel holds the stream; printed for the record."""
-    d = s.api
+    d = device_session.api
     fn, k = mod.function("noop"), 500  # below the launch queue depth: no blocking
     p = Params()
-    hs = s.stream._cu
+    hs = device_session.stream._cu
     cufn = d.CUfunction(fn)
 
     def session_launches() -> None:
         for _ in range(k):
-            s.launch(fn, (1, 1, 1), (32, 1, 1), 0, None, p.address)
+            device_session.launch(fn, (1, 1, 1), (32, 1, 1), 0, None, p.address)
 
     def raw_launches() -> None:
-        with s.activated():
+        with device_session.activated():
             for _ in range(k):
                 d.cuLaunchKernel(cufn, 1, 1, 1, 32, 1, 1, 0, hs, p.address, 0)
 
     def per_launch(run: Any) -> float:
         times = []
         for _ in range(7):
-            spin(s, mod, 0.05)
+            spin(device_session, mod, 0.05)
             t = time.perf_counter()
             run()
             times.append((time.perf_counter() - t) / k)
-            s.synchronize()
+            device_session.synchronize()
         return sorted(times)[len(times) // 2]
 
     raw, ours = per_launch(raw_launches), per_launch(session_launches)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,12 +43,6 @@ from kerneldsl.runtime.interop import DLManagedTensor
 
 ILLEGAL_ADDRESS = 700
 OUT_OF_RESOURCES = 701
-
-
-@pytest.fixture
-def s(drv: FakeDriver) -> Iterator[Session]:
-    with Session(0) as session:
-        yield session
 
 
 def after(calls: list[str], mark: int) -> list[str]:
@@ -197,8 +190,8 @@ def test_closed_error_for_every_handle_kind(drv: FakeDriver) -> None:
     assert len(drv.calls) == n
 
 
-def test_closing_one_handle_then_using_it(s: Session, drv: FakeDriver) -> None:
-    a = s.empty(8)
+def test_closing_one_handle_then_using_it(fake_session: Session, drv: FakeDriver) -> None:
+    a = fake_session.empty(8)
     a.close()
     assert drv.count("cuMemFreeAsync") == 1
     with pytest.raises(ClosedError, match="DeviceArray was closed"):
@@ -206,7 +199,7 @@ def test_closing_one_handle_then_using_it(s: Session, drv: FakeDriver) -> None:
     a.close()
     assert drv.count("cuMemFreeAsync") == 1
     with pytest.raises(ValueError):
-        s.stream.close()
+        fake_session.stream.close()
 
 
 def test_wrong_session(drv: FakeDriver) -> None:
@@ -234,23 +227,23 @@ def test_default_session_is_shared_and_renewed(drv: FakeDriver) -> None:
 # -- context activation ----------------------------------------------------------------------------
 
 
-def test_push_pop_balanced_and_caller_context_restored(s: Session, drv: FakeDriver) -> None:
+def test_push_pop_balanced_and_caller_context_restored(fake_session: Session, drv: FakeDriver) -> None:
     drv._stack().append(0xCA11E4)  # the caller's own current context
     before = list(drv._stack())
     ops = [
-        lambda: s.to_device(np.ones(3)),
-        lambda: s.zeros(5).to_host(),
-        lambda: s.launch(1, (1, 1, 1), (1, 1, 1), 0, None, 0),
-        s.synchronize,
-        lambda: s.create_event().record().query(),
-        lambda: s.load_module(b"x").function("k"),
-        s.memory_info,
+        lambda: fake_session.to_device(np.ones(3)),
+        lambda: fake_session.zeros(5).to_host(),
+        lambda: fake_session.launch(1, (1, 1, 1), (1, 1, 1), 0, None, 0),
+        fake_session.synchronize,
+        lambda: fake_session.create_event().record().query(),
+        lambda: fake_session.load_module(b"x").function("k"),
+        fake_session.memory_info,
     ]
     for op in ops:
         op()
         assert drv._stack() == before
     with pytest.raises(OutOfMemoryError):
-        s.empty(1 << 40)
+        fake_session.empty(1 << 40)
     assert drv._stack() == before
     assert drv.pushes == drv.pops
     drv._stack().clear()
@@ -264,31 +257,31 @@ def test_ops_fail_without_activation_in_the_double(drv: FakeDriver) -> None:
 # -- deferred frees and keep-alive -----------------------------------------------------------------
 
 
-def test_dropped_buffer_is_freed_at_the_next_call_not_by_the_finalizer(s: Session, drv: FakeDriver) -> None:
-    a = s.empty(16)
+def test_dropped_buffer_is_freed_at_the_next_call_not_by_the_finalizer(fake_session: Session, drv: FakeDriver) -> None:
+    a = fake_session.empty(16)
     ptr = a.ptr
     del a
     gc.collect()
     assert drv.count("cuMemFreeAsync") == 0 and ptr in drv.mem
-    assert list(s.owned.deferred) == [("mem", ptr)]
+    assert list(fake_session.owned.deferred) == [("mem", ptr)]
     mark = len(drv.calls)
-    s.empty(4)
+    fake_session.empty(4)
     assert after(drv.calls, mark).index("cuMemFreeAsync") < after(drv.calls, mark).index("cuMemAllocFromPoolAsync")
     assert ptr not in drv.mem
 
 
-def test_dropped_objects_of_every_kind_are_queued(s: Session, drv: FakeDriver) -> None:
-    objs = [s.create_event(), s.create_stream(), s.pinned_empty(3)]
+def test_dropped_objects_of_every_kind_are_queued(fake_session: Session, drv: FakeDriver) -> None:
+    objs = [fake_session.create_event(), fake_session.create_stream(), fake_session.pinned_empty(3)]
     del objs
     gc.collect()
-    assert sorted(k for k, _ in s.owned.deferred) == ["event", "host", "stream"]
-    s.synchronize()
-    assert not s.owned.deferred or all(k == "event" for k, _ in s.owned.deferred)
+    assert sorted(k for k, _ in fake_session.owned.deferred) == ["event", "host", "stream"]
+    fake_session.synchronize()
+    assert not fake_session.owned.deferred or all(k == "event" for k, _ in fake_session.owned.deferred)
     assert drv.count("cuStreamDestroy") == 1 and drv.count("cuMemFreeHost") == 1
 
 
-def test_interrupted_sync_keeps_host_buffer_until_a_later_sync(s: Session, drv: FakeDriver) -> None:
-    a = s.empty(1000, np.float64)
+def test_interrupted_sync_keeps_host_buffer_until_a_later_sync(fake_session: Session, drv: FakeDriver) -> None:
+    a = fake_session.empty(1000, np.float64)
     host = np.arange(1000, dtype=np.float64)
     drv.pending_queries = 10**9
 
@@ -300,41 +293,41 @@ def test_interrupted_sync_keeps_host_buffer_until_a_later_sync(s: Session, drv: 
     drv.on_query = interrupt
     with pytest.raises(KeyboardInterrupt):
         a.copy_from_host(host)
-    assert any(entry[2] is host for entry in s.order.inflight)
+    assert any(entry[2] is host for entry in fake_session.order.inflight)
     assert drv.pushes == drv.pops
     drv.pending_queries = 0
-    s.synchronize()
-    assert not s.order.inflight
+    fake_session.synchronize()
+    assert not fake_session.order.inflight
 
 
-def test_synchronize_polls_until_done(s: Session, drv: FakeDriver) -> None:
+def test_synchronize_polls_until_done(fake_session: Session, drv: FakeDriver) -> None:
     drv.pending_queries = 5
-    assert s.synchronize() is True
+    assert fake_session.synchronize() is True
     assert drv.count("cuEventQuery") == 6
     drv.pending_queries = 10**9
-    assert s.synchronize(timeout=0.01) is False
+    assert fake_session.synchronize(timeout=0.01) is False
     drv.pending_queries = 0
 
 
-def test_pinned_async_copy_keeps_pinned_alive_until_stream_sync(s: Session, drv: FakeDriver) -> None:
-    pinned = s.pinned_empty((2, 3), np.int32)
+def test_pinned_async_copy_keeps_pinned_alive_until_stream_sync(fake_session: Session, drv: FakeDriver) -> None:
+    pinned = fake_session.pinned_empty((2, 3), np.int32)
     pinned.array[...] = np.arange(6).reshape(2, 3)
-    dev = s.empty((2, 3), np.int32)
-    st = s.create_stream()
+    dev = fake_session.empty((2, 3), np.int32)
+    st = fake_session.create_stream()
     dev.copy_from_host_async(pinned, st)
-    out = s.pinned_empty((2, 3), np.int32)
+    out = fake_session.pinned_empty((2, 3), np.int32)
     dev.copy_to_host_async(out, st)
-    assert len(s.order.inflight) == 2
+    assert len(fake_session.order.inflight) == 2
     st.synchronize()
-    assert not s.order.inflight
+    assert not fake_session.order.inflight
     np.testing.assert_array_equal(out.array, np.arange(6).reshape(2, 3))
 
 
-def test_pinned_view_keeps_memory_alive(s: Session, drv: FakeDriver) -> None:
-    view = s.pinned_empty(4, np.float32).array
+def test_pinned_view_keeps_memory_alive(fake_session: Session, drv: FakeDriver) -> None:
+    view = fake_session.pinned_empty(4, np.float32).array
     gc.collect()
     view[:] = 1.5  # the PinnedArray is alive through the view's base
-    assert drv.count("cuMemFreeHost") == 0 and not s.owned.deferred
+    assert drv.count("cuMemFreeHost") == 0 and not fake_session.owned.deferred
 
 
 # -- close ---------------------------------------------------------------------------------------------
@@ -409,43 +402,45 @@ def test_sticky_error_poisons_the_session(drv: FakeDriver) -> None:
     drv.sticky = None
 
 
-def test_sticky_error_found_by_a_sync(s: Session, drv: FakeDriver) -> None:
+def test_sticky_error_found_by_a_sync(fake_session: Session, drv: FakeDriver) -> None:
     drv.fail_next("cuEventQuery", ILLEGAL_ADDRESS)
     with pytest.raises(StickyCudaError):
-        s.synchronize()
+        fake_session.synchronize()
     with pytest.raises(SessionPoisonedError):
-        s.empty(1)
+        fake_session.empty(1)
     assert drv.pushes == drv.pops
 
 
-def test_launch_error_keeps_the_session_usable(s: Session, drv: FakeDriver) -> None:
+def test_launch_error_keeps_the_session_usable(fake_session: Session, drv: FakeDriver) -> None:
     drv.fail_next("cuLaunchKernel", OUT_OF_RESOURCES)
     with pytest.raises(LaunchError, match="LAUNCH_OUT_OF_RESOURCES"):
-        s.launch(7, (1, 1, 1), (1024, 1, 1), 0, None, 0)
-    s.launch(7, (2, 1, 1), (128, 1, 1), 16, None, 1234)
-    assert drv.launches[-1] == (7, (2, 1, 1), (128, 1, 1), 16, s.stream.handle, 1234)
-    assert not s.poisoned
+        fake_session.launch(7, (1, 1, 1), (1024, 1, 1), 0, None, 0)
+    fake_session.launch(7, (2, 1, 1), (128, 1, 1), 16, None, 1234)
+    assert drv.launches[-1] == (7, (2, 1, 1), (128, 1, 1), 16, fake_session.stream.handle, 1234)
+    assert not fake_session.poisoned
 
 
-def test_out_of_memory_names_the_size_and_keeps_the_session(s: Session, drv: FakeDriver) -> None:
+def test_out_of_memory_names_the_size_and_keeps_the_session(fake_session: Session, drv: FakeDriver) -> None:
     with pytest.raises(OutOfMemoryError, match=str(8 << 40)) as info:
-        s.empty(1 << 40, np.float64)
+        fake_session.empty(1 << 40, np.float64)
     assert info.value.requested == 8 << 40
-    assert s.to_device(np.arange(3)).to_host().tolist() == [0, 1, 2]
+    assert fake_session.to_device(np.arange(3)).to_host().tolist() == [0, 1, 2]
 
 
-def test_bad_cubin_raises_cuda_error(s: Session) -> None:
+def test_bad_cubin_raises_cuda_error(fake_session: Session) -> None:
     with pytest.raises(CudaError, match="cuModuleLoadData"):
-        s.load_module(b"BAD image")
+        fake_session.load_module(b"BAD image")
     with pytest.raises(CudaError, match="NOT_FOUND"):
-        s.load_module(b"ok").function("missing")
+        fake_session.load_module(b"ok").function("missing")
 
 
 # -- fork, threads, exit -----------------------------------------------------------------------------
 
 
-def test_forked_child_gets_forked_process_error_without_touching_the_driver(s: Session, drv: FakeDriver) -> None:
-    a = s.to_device(np.ones(4))
+def test_forked_child_gets_forked_process_error_without_touching_the_driver(
+    fake_session: Session, drv: FakeDriver
+) -> None:
+    a = fake_session.to_device(np.ones(4))
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
@@ -455,20 +450,20 @@ def test_forked_child_gets_forked_process_error_without_touching_the_driver(s: S
             failures = 0
             for op in (
                 a.to_host,
-                s.synchronize,
-                lambda: s.empty(1),
-                lambda: s.launch(1, (1, 1, 1), (1, 1, 1), 0, None, 0),
+                fake_session.synchronize,
+                lambda: fake_session.empty(1),
+                lambda: fake_session.launch(1, (1, 1, 1), (1, 1, 1), 0, None, 0),
             ):
                 try:
                     op()
                 except ForkedProcessError:
                     failures += 1
-            s.close()
+            fake_session.close()
             try:
                 Session(0)
             except ForkedProcessError:
                 failures += 1
-            code = 0 if failures == 5 and len(drv.calls) == n and s.closed else 2
+            code = 0 if failures == 5 and len(drv.calls) == n and fake_session.closed else 2
         finally:
             os.write(w, bytes([code]))
             os._exit(code)
@@ -480,15 +475,15 @@ def test_forked_child_gets_forked_process_error_without_touching_the_driver(s: S
     assert a.to_host().tolist() == [1, 1, 1, 1]  # the parent is unaffected
 
 
-def test_four_threads_share_one_session(s: Session, drv: FakeDriver) -> None:
+def test_four_threads_share_one_session(fake_session: Session, drv: FakeDriver) -> None:
     def work(k: int) -> None:
         for i in range(30):
-            a = s.to_device(np.full(16, k * 100 + i, np.int64))
-            s.launch(k, (1, 1, 1), (32, 1, 1), 0, None, 0)
-            b = s.copy(a)
+            a = fake_session.to_device(np.full(16, k * 100 + i, np.int64))
+            fake_session.launch(k, (1, 1, 1), (32, 1, 1), 0, None, 0)
+            b = fake_session.copy(a)
             assert b.to_host().tolist() == [k * 100 + i] * 16
             if i % 10 == 0:
-                s.synchronize()
+                fake_session.synchronize()
 
     in_threads(work)
     assert drv.pushes == drv.pops
@@ -529,30 +524,30 @@ def test_atexit_hook_runs_at_interpreter_exit(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "dtype", ["bool", "int8", "uint16", "int32", "uint64", "float16", "float32", "float64", "complex64"]
 )
-def test_round_trip(s: Session, dtype: str) -> None:
+def test_round_trip(fake_session: Session, dtype: str) -> None:
     rng = np.random.default_rng(0)
     host = (rng.random((3, 5)) * 100).astype(dtype)
-    dev = s.to_device(host)
+    dev = fake_session.to_device(host)
     assert (dev.shape, dev.dtype, dev.nbytes, dev.size, dev.ndim) == ((3, 5), np.dtype(dtype), host.nbytes, 15, 2)
     assert dev.strides == host.strides
     np.testing.assert_array_equal(dev.to_host(), host)
 
 
-def test_zero_size_and_non_contiguous(s: Session, drv: FakeDriver) -> None:
-    z = s.to_device(np.empty((0, 4), np.float32))
+def test_zero_size_and_non_contiguous(fake_session: Session, drv: FakeDriver) -> None:
+    z = fake_session.to_device(np.empty((0, 4), np.float32))
     assert z.ptr == 0 and z.to_host().shape == (0, 4)
-    assert s.zeros(0).nbytes == 0 and s.copy(z).shape == (0, 4)
+    assert fake_session.zeros(0).nbytes == 0 and fake_session.copy(z).shape == (0, 4)
     assert drv.count("cuMemAllocFromPoolAsync") == 0
     base = np.arange(20, dtype=np.int16).reshape(4, 5)
-    np.testing.assert_array_equal(s.to_device(base[:, ::2]).to_host(), base[:, ::2])
-    np.testing.assert_array_equal(s.to_device(np.float32(2.5)).to_host(), np.float32(2.5))
+    np.testing.assert_array_equal(fake_session.to_device(base[:, ::2]).to_host(), base[:, ::2])
+    np.testing.assert_array_equal(fake_session.to_device(np.float32(2.5)).to_host(), np.float32(2.5))
 
 
-def test_zeros_like_copy_and_copy_from_host(s: Session) -> None:
-    a = s.to_device(np.arange(6, dtype=np.float32))
-    z = s.zeros_like(a)
+def test_zeros_like_copy_and_copy_from_host(fake_session: Session) -> None:
+    a = fake_session.to_device(np.arange(6, dtype=np.float32))
+    z = fake_session.zeros_like(a)
     assert z.to_host().tolist() == [0] * 6
-    e = s.empty_like(a)
+    e = fake_session.empty_like(a)
     a.copy_to(e)
     assert e.to_host().tolist() == list(range(6))
     e.copy_from_host(np.full(6, 9, np.float32))
@@ -567,20 +562,20 @@ def test_zeros_like_copy_and_copy_from_host(s: Session) -> None:
 # -- streams, events, modules, graphs ----------------------------------------------------------------
 
 
-def test_stream_and_event_api(s: Session, drv: FakeDriver) -> None:
-    st = s.create_stream()
+def test_stream_and_event_api(fake_session: Session, drv: FakeDriver) -> None:
+    st = fake_session.create_stream()
     assert st.__cuda_stream__() == (0, st.handle)
-    start, end = s.create_event().record(st), s.create_event().record(st)
+    start, end = fake_session.create_event().record(st), fake_session.create_event().record(st)
     assert end.query() and end.synchronize()
     assert end.elapsed_since(start) == 1.5
     st.wait(end)
-    untimed = s.create_event(timing=False).record()
+    untimed = fake_session.create_event(timing=False).record()
     with pytest.raises(ValueError):
         untimed.elapsed_since(start)
 
 
-def test_module_functions_are_cached_and_kept_alive(s: Session, drv: FakeDriver) -> None:
-    mod = s.load_module(b"cubin")
+def test_module_functions_are_cached_and_kept_alive(fake_session: Session, drv: FakeDriver) -> None:
+    mod = fake_session.load_module(b"cubin")
     f = mod.function("k")
     assert int(f) and mod.function("k") is f
     assert drv.count("cuModuleGetFunction") == 1
@@ -588,19 +583,19 @@ def test_module_functions_are_cached_and_kept_alive(s: Session, drv: FakeDriver)
     assert (attrs.registers, attrs.max_threads, attrs.shared_bytes) == (32, 1024, 0)
     del mod
     gc.collect()
-    s.synchronize()
+    fake_session.synchronize()
     assert drv.count("cuModuleUnload") == 0  # handed-out CUfunction handles stay valid
 
 
-def test_graph_capture_and_replay(s: Session, drv: FakeDriver) -> None:
-    buf = s.empty(4)
-    dropped = s.empty(4)
-    with s.capture() as g:
-        s.launch(3, (1, 1, 1), (32, 1, 1), 0, None, 0)
+def test_graph_capture_and_replay(fake_session: Session, drv: FakeDriver) -> None:
+    buf = fake_session.empty(4)
+    dropped = fake_session.empty(4)
+    with fake_session.capture() as g:
+        fake_session.launch(3, (1, 1, 1), (32, 1, 1), 0, None, 0)
         del dropped
         gc.collect()
-        s.keep_alive(buf)
-        s.launch(3, (1, 1, 1), (32, 1, 1), 0, None, 0)
+        fake_session.keep_alive(buf)
+        fake_session.launch(3, (1, 1, 1), (32, 1, 1), 0, None, 0)
         assert drv.count("cuMemFreeAsync") == 0  # no frees inside a capture
     assert buf in g._keep
     g.replay()
@@ -612,19 +607,19 @@ def test_graph_capture_and_replay(s: Session, drv: FakeDriver) -> None:
     assert drv.count("cuGraphExecDestroy") == 1 and drv.count("cuGraphDestroy") == 1
 
 
-def test_failed_capture_body_ends_capture(s: Session, drv: FakeDriver) -> None:
+def test_failed_capture_body_ends_capture(fake_session: Session, drv: FakeDriver) -> None:
     with pytest.raises(RuntimeError, match="boom"):
-        with s.capture():
+        with fake_session.capture():
             raise RuntimeError("boom")
     assert drv.count("cuStreamEndCapture") == 1 and drv.count("cuGraphDestroy") == 1
-    assert not s.captures
+    assert not fake_session.captures
 
 
 # -- interchange ---------------------------------------------------------------------------------------
 
 
-def test_cuda_array_interface(s: Session) -> None:
-    a = s.to_device(np.zeros((2, 3), np.float32))
+def test_cuda_array_interface(fake_session: Session) -> None:
+    a = fake_session.to_device(np.zeros((2, 3), np.float32))
     cai = a.__cuda_array_interface__
     assert cai == {
         "shape": (2, 3),
@@ -632,12 +627,12 @@ def test_cuda_array_interface(s: Session) -> None:
         "data": (a.ptr, False),
         "strides": None,
         "version": 3,
-        "stream": s.stream.handle,
+        "stream": fake_session.stream.handle,
     }
 
 
-def test_dlpack_capsule_fields(s: Session) -> None:
-    a = s.to_device(np.zeros((2, 3), np.int16))
+def test_dlpack_capsule_fields(fake_session: Session) -> None:
+    a = fake_session.to_device(np.zeros((2, 3), np.int16))
     assert a.__dlpack_device__() == (2, 0)
     capsule = a.__dlpack__(stream=-1)
     get_name = ctypes.pythonapi.PyCapsule_GetName
@@ -654,9 +649,9 @@ def test_dlpack_capsule_fields(s: Session) -> None:
     assert not interop._exports
 
 
-def test_dlpack_round_trip_calls_the_deleter(s: Session, drv: FakeDriver) -> None:
-    a = s.to_device(np.ones(5, np.bool_))
-    view = interop.from_dlpack(a, stream=s.stream.handle)
+def test_dlpack_round_trip_calls_the_deleter(fake_session: Session, drv: FakeDriver) -> None:
+    a = fake_session.to_device(np.ones(5, np.bool_))
+    view = interop.from_dlpack(a, stream=fake_session.stream.handle)
     assert view is not None
     assert (view.ptr, view.shape, view.strides, view.dtype, view.device) == (a.ptr, (5,), (1,), np.dtype(bool), 0)
     assert drv.count("cuStreamWaitEvent") == 1  # the consumer stream waits for ours
@@ -668,8 +663,8 @@ def test_dlpack_round_trip_calls_the_deleter(s: Session, drv: FakeDriver) -> Non
         a.__dlpack__(dl_device=(2, 7))  # another device (the CPU gets a host copy: test_array_api_functions)
 
 
-def test_as_device_view(s: Session, drv: FakeDriver) -> None:
-    a = s.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))
+def test_as_device_view(fake_session: Session, drv: FakeDriver) -> None:
+    a = fake_session.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))
     v = as_device_view(a)
     assert v is not None and v.owner is a and v.c_contiguous and v.strides == (12, 4)
     assert as_device_view(np.zeros(3)) is None  # numpy speaks DLPack, but from the CPU
@@ -689,7 +684,7 @@ def test_as_device_view(s: Session, drv: FakeDriver) -> None:
     assert v is not None
     assert (v.ptr, v.shape, v.strides, v.readonly, v.device, v.owner) == (0xABC000, (4, 2), (8, 32), True, 0, f)
     assert not v.c_contiguous and drv.count("cuPointerGetAttribute") == 1
-    assert as_device_view(f, session=s).device == 0
+    assert as_device_view(f, session=fake_session).device == 0
 
     class Masked:
         __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (1, False), "version": 3, "mask": object()}
@@ -698,8 +693,8 @@ def test_as_device_view(s: Session, drv: FakeDriver) -> None:
         as_device_view(Masked())
 
 
-def test_borrow_wraps_foreign_memory_without_owning_it(s: Session, drv: FakeDriver) -> None:
-    a = s.to_device(np.arange(4, dtype=np.float32))
+def test_borrow_wraps_foreign_memory_without_owning_it(fake_session: Session, drv: FakeDriver) -> None:
+    a = fake_session.to_device(np.arange(4, dtype=np.float32))
 
     class Foreign:
         __cuda_array_interface__ = {
@@ -713,7 +708,7 @@ def test_borrow_wraps_foreign_memory_without_owning_it(s: Session, drv: FakeDriv
     f = Foreign()
     view = as_device_view(f)
     assert view is not None and view.stream == 0x777
-    b = DeviceArray.borrow(s, view)
+    b = DeviceArray.borrow(fake_session, view)
     assert (b.ptr, b.shape, b._owner) == (a.ptr, (4,), f)
     assert drv.count("cuStreamWaitEvent") == 1  # the session stream waits for the producer's
     assert b.to_host().tolist() == [0, 1, 2, 3]
@@ -722,27 +717,27 @@ def test_borrow_wraps_foreign_memory_without_owning_it(s: Session, drv: FakeDriv
     a.close()
     assert drv.count("cuMemFreeAsync") == 1
     with pytest.raises(ValueError, match="C-contiguous"):
-        DeviceArray.borrow(s, interop.DeviceView(a.ptr, (2, 2), (4, 16), np.dtype("f4"), 0, False, f))
+        DeviceArray.borrow(fake_session, interop.DeviceView(a.ptr, (2, 2), (4, 16), np.dtype("f4"), 0, False, f))
     with pytest.raises(WrongSessionError):
-        DeviceArray.borrow(s, interop.DeviceView(a.ptr, (4,), (4,), np.dtype("f4"), 1, False, f))
+        DeviceArray.borrow(fake_session, interop.DeviceView(a.ptr, (4,), (4,), np.dtype("f4"), 1, False, f))
 
 
-def test_dlpack_view_without_consumer_stream_waits_for_the_legacy_stream(s: Session) -> None:
-    a = s.to_device(np.ones(3, np.int64))
-    assert interop.from_dlpack(a, stream=s.stream.handle).stream is None  # producer ordered it
+def test_dlpack_view_without_consumer_stream_waits_for_the_legacy_stream(fake_session: Session) -> None:
+    a = fake_session.to_device(np.ones(3, np.int64))
+    assert interop.from_dlpack(a, stream=fake_session.stream.handle).stream is None  # producer ordered it
     assert interop.from_dlpack(a).stream == 1
 
 
-def test_a_thread_without_context_is_left_with_ours_current(s: Session, drv: FakeDriver) -> None:
+def test_a_thread_without_context_is_left_with_ours_current(fake_session: Session, drv: FakeDriver) -> None:
     drv._stack().clear()
-    s.memory_info()
-    assert drv._stack() == [s.context.handle]
+    fake_session.memory_info()
+    assert drv._stack() == [fake_session.context.handle]
     pushes = drv.pushes
-    s.memory_info()
-    assert drv.pushes == pushes and drv._stack() == [s.context.handle]
+    fake_session.memory_info()
+    assert drv.pushes == pushes and drv._stack() == [fake_session.context.handle]
 
 
-def test_another_current_context_is_pushed_over_and_restored(s: Session, drv: FakeDriver) -> None:
+def test_another_current_context_is_pushed_over_and_restored(fake_session: Session, drv: FakeDriver) -> None:
     drv._stack()[:] = [0xB0B]
-    s.memory_info()
+    fake_session.memory_info()
     assert drv._stack() == [0xB0B] and drv.pushes == drv.pops

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,12 +28,6 @@ pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlau
 
 COPY_ENTRIES = frozenset({b"cuMemcpyHtoDAsync", b"cuMemcpyDtoHAsync", b"cuStreamQuery"})
 ILLEGAL_ADDRESS = 700  # a sticky error
-
-
-@pytest.fixture
-def s(drv: FakeDriver) -> Iterator[kd.Session]:
-    with kd.Session(0) as session:
-        yield session
 
 
 def _full_path_driver() -> FakeDriver:
@@ -87,11 +81,11 @@ def test_a_roundtrip_is_identical_on_both_paths(host: np.ndarray) -> None:
 
 
 @pytest.mark.parametrize("n", [1, 1023, 1 << 16, (1 << 20) + 3])
-def test_every_size_copies_pageable_memory_in_one_c_call(s: kd.Session, drv: FakeDriver, n: int) -> None:
+def test_every_size_copies_pageable_memory_in_one_c_call(fake_session: kd.Session, drv: FakeDriver, n: int) -> None:
     x = np.ones(n, np.uint8)
-    kd.asarray(x, session=s).to_host()  # the first upload makes the pool allocator
+    kd.asarray(x, session=fake_session).to_host()  # the first upload makes the pool allocator
     before = list(drv.calls)
-    a = kd.asarray(x, session=s)
+    a = kd.asarray(x, session=fake_session)
     a.to_host()
     calls = drv.calls[len(before) :]
     assert drv.c_copies == 4 and drv.count("cuEventCreate") == 0
@@ -117,29 +111,31 @@ def test_an_overwrite_from_the_host_is_identical_on_both_paths(host: np.ndarray)
     assert copies == 3 and fast == full == np.ascontiguousarray(host).tobytes()
 
 
-def test_an_overwrite_from_the_host_is_one_c_copy(s: kd.Session, drv: FakeDriver) -> None:
-    a = kd.asarray(np.zeros(64, np.int32), session=s)
+def test_an_overwrite_from_the_host_is_one_c_copy(fake_session: kd.Session, drv: FakeDriver) -> None:
+    a = kd.asarray(np.zeros(64, np.int32), session=fake_session)
     copies, events = drv.c_copies, drv.count("cuEventCreate")
     a.copy_from_host(np.arange(64, dtype=np.int32))
     assert drv.c_copies == copies + 1 and drv.count("cuEventCreate") == events
 
 
-def test_an_overwrite_of_a_strided_view_takes_the_full_path(s: kd.Session, drv: FakeDriver) -> None:
-    a = kd.asarray(np.zeros(8, np.float32), session=s)
+def test_an_overwrite_of_a_strided_view_takes_the_full_path(fake_session: kd.Session, drv: FakeDriver) -> None:
+    a = kd.asarray(np.zeros(8, np.float32), session=fake_session)
     with pytest.raises(ValueError, match="shape mismatch"):
         a[::2].copy_from_host(np.ones(5, np.float32))  # judged by the full path, before any copy
 
 
-def test_a_warm_roundtrip_queues_nothing_that_keeps_launches_off_the_c_path(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_warm_roundtrip_queues_nothing_that_keeps_launches_off_the_c_path(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
     x = np.ones(256, np.float32)
-    (kd.asarray(x, session=s) * 2).to_host()
+    (kd.asarray(x, session=fake_session) * 2).to_host()
     launches = drv.c_launches
-    (kd.asarray(x, session=s) * 2).to_host()
-    assert drv.c_launches == launches + 1 and not any(kind == "event" for kind, _ in s.owned.deferred)
+    (kd.asarray(x, session=fake_session) * 2).to_host()
+    assert drv.c_launches == launches + 1 and not any(kind == "event" for kind, _ in fake_session.owned.deferred)
 
 
-def test_zero_size_arrays_take_the_full_path(s: kd.Session, drv: FakeDriver) -> None:
-    a = kd.asarray(np.empty((3, 0), np.float32), session=s)
+def test_zero_size_arrays_take_the_full_path(fake_session: kd.Session, drv: FakeDriver) -> None:
+    a = kd.asarray(np.empty((3, 0), np.float32), session=fake_session)
     assert a.shape == (3, 0) and a.to_host().shape == (3, 0) and drv.c_copies == 0
 
 
@@ -150,14 +146,16 @@ def test_without_the_copy_entry_points_copies_take_the_full_path() -> None:
         assert fake.c_copies == 0 and fake.count("cuMemcpyHtoDAsync") == fake.count("cuMemcpyDtoHAsync") == 1
 
 
-def test_a_thread_without_the_context_current_is_activated_and_copies_in_c(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_thread_without_the_context_current_is_activated_and_copies_in_c(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
     x = np.arange(8, dtype=np.float32)
-    kd.asarray(x, session=s)
+    kd.asarray(x, session=fake_session)
     copies: list[int] = []
 
     def upload() -> None:
         for _ in range(2):
-            kd.asarray(x, session=s)
+            kd.asarray(x, session=fake_session)
             copies.append(drv.c_copies)
 
     made_current = drv.count("cuCtxSetCurrent")
@@ -167,52 +165,54 @@ def test_a_thread_without_the_context_current_is_activated_and_copies_in_c(s: kd
     assert copies == [2, 3] and drv.count("cuCtxSetCurrent") == made_current + 1
 
 
-def test_after_an_event_wait_the_next_upload_is_made_in_c_again(s: kd.Session, drv: FakeDriver) -> None:
+def test_after_an_event_wait_the_next_upload_is_made_in_c_again(fake_session: kd.Session, drv: FakeDriver) -> None:
     x = np.arange(12, dtype=np.float32)
     drv.pending_queries = 1
-    kd.asarray(x, session=s)  # waited for by the event wait, whose event is queued for destruction
-    assert any(kind == "event" for kind, _ in s.owned.deferred)
+    kd.asarray(x, session=fake_session)  # waited for by the event wait, whose event is queued for destruction
+    assert any(kind == "event" for kind, _ in fake_session.owned.deferred)
     copies = drv.c_copies
-    kept = kd.asarray(x, session=s)
-    assert drv.c_copies == copies + 1 and not s.owned.deferred and kept.ptr in drv.mem
+    kept = kd.asarray(x, session=fake_session)
+    assert drv.c_copies == copies + 1 and not fake_session.owned.deferred and kept.ptr in drv.mem
 
 
-def test_an_unfinished_copy_is_waited_for_by_the_event_wait(s: kd.Session, drv: FakeDriver) -> None:
+def test_an_unfinished_copy_is_waited_for_by_the_event_wait(fake_session: kd.Session, drv: FakeDriver) -> None:
     x = np.arange(64, dtype=np.int16)
-    a = kd.asarray(x, session=s)
+    a = kd.asarray(x, session=fake_session)
     drv.pending_queries = 2
     queries = drv.count("cuEventQuery")
-    b = kd.asarray(x, session=s)
+    b = kd.asarray(x, session=fake_session)
     assert drv.c_copies == 2 and drv.count("cuEventQuery") == queries + 3
     drv.pending_queries = 2
     assert (a.to_host() == x).all() and (b.to_host() == x).all()
-    assert drv.c_copies == 4 and not s.order.inflight
+    assert drv.c_copies == 4 and not fake_session.order.inflight
 
 
-def test_a_copy_the_driver_refuses_raises_its_error_and_frees_the_array(s: kd.Session, drv: FakeDriver) -> None:
+def test_a_copy_the_driver_refuses_raises_its_error_and_frees_the_array(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
     x = np.arange(16, dtype=np.float32)
-    a = kd.asarray(x, session=s)
+    a = kd.asarray(x, session=fake_session)
     in_use = drv._in_use()
     drv.fail_next("cuMemcpyHtoDAsync", 1)
     with pytest.raises(CudaError) as info:
-        kd.asarray(x, session=s)
-    assert info.value.api == "cuMemcpyHtoDAsync" and not s.poisoned
+        kd.asarray(x, session=fake_session)
+    assert info.value.api == "cuMemcpyHtoDAsync" and not fake_session.poisoned
     drv.fail_next("cuMemcpyDtoHAsync", 1)
     with pytest.raises(CudaError) as info:
         a.to_host()
-    assert info.value.api == "cuMemcpyDtoHAsync" and not s.poisoned
-    s.synchronize()  # drains the queued free of the failed upload's array
+    assert info.value.api == "cuMemcpyDtoHAsync" and not fake_session.poisoned
+    fake_session.synchronize()  # drains the queued free of the failed upload's array
     assert drv._in_use() == in_use and (a.to_host() == x).all()
 
 
-def test_a_sticky_copy_error_poisons_the_session(s: kd.Session, drv: FakeDriver) -> None:
-    a = kd.asarray(np.ones(4), session=s)
+def test_a_sticky_copy_error_poisons_the_session(fake_session: kd.Session, drv: FakeDriver) -> None:
+    a = kd.asarray(np.ones(4), session=fake_session)
     drv.fail_next("cuMemcpyDtoHAsync", ILLEGAL_ADDRESS)
     with pytest.raises(StickyCudaError):
         a.to_host()
-    assert s.poisoned
+    assert fake_session.poisoned
     with pytest.raises(SessionPoisonedError):
-        kd.asarray(np.ones(4), session=s)
+        kd.asarray(np.ones(4), session=fake_session)
 
 
 def _without_ids(message: str) -> str:
@@ -267,30 +267,30 @@ def test_both_paths_judge_a_copy_into_a_host_array_alike(out: np.ndarray, error:
     assert fast == full
 
 
-def test_a_read_only_host_array_is_refused_as_the_output(s: kd.Session, drv: FakeDriver) -> None:
-    a = kd.asarray(np.arange(4, dtype=np.float32), session=s)
+def test_a_read_only_host_array_is_refused_as_the_output(fake_session: kd.Session, drv: FakeDriver) -> None:
+    a = kd.asarray(np.arange(4, dtype=np.float32), session=fake_session)
     out = np.empty(4, np.float32)
     out.flags.writeable = False
     with pytest.raises(ValueError, match="writeable"):
         a.copy_to_host(out)
 
 
-def test_an_object_dtype_is_refused_before_any_copy(s: kd.Session, drv: FakeDriver) -> None:
+def test_an_object_dtype_is_refused_before_any_copy(fake_session: kd.Session, drv: FakeDriver) -> None:
     with pytest.raises(TypeError, match="Python objects"):
-        kd.asarray(np.array([object()]), session=s)
+        kd.asarray(np.array([object()]), session=fake_session)
     assert drv.c_copies == 0
 
 
-def test_the_c_path_declines_a_template_of_another_session(s: kd.Session, drv: FakeDriver) -> None:
+def test_the_c_path_declines_a_template_of_another_session(fake_session: kd.Session, drv: FakeDriver) -> None:
     other = kd.Session(0)
     x = np.ones(4, np.float32)
     with pytest.raises(TypeError, match="template"):
-        s.native_allocator().upload(other.template(x.shape, x.dtype), x)
-    assert s.native_allocator().download(kd.asarray(x, session=other), np.empty(4, np.float32)) is None
+        fake_session.native_allocator().upload(other.template(x.shape, x.dtype), x)
+    assert fake_session.native_allocator().download(kd.asarray(x, session=other), np.empty(4, np.float32)) is None
 
 
-def test_the_spin_budget_is_handed_to_the_c_path(s: kd.Session) -> None:
-    assert s.fast_allocation().spin_ns == host_copies.SPIN_NS > 0
+def test_the_spin_budget_is_handed_to_the_c_path(fake_session: kd.Session) -> None:
+    assert fake_session.fast_allocation().spin_ns == host_copies.SPIN_NS > 0
 
 
 # -- large transfers: the pinned pipeline (chunk sizes shrunk so the double moves little) --------
@@ -305,12 +305,12 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> int:
     return 4096
 
 
-def test_which_path_a_size_takes(s: kd.Session, drv: FakeDriver, small_chunks: int) -> None:
-    kd.asarray(np.ones(4, np.uint8), session=s)
+def test_which_path_a_size_takes(fake_session: kd.Session, drv: FakeDriver, small_chunks: int) -> None:
+    kd.asarray(np.ones(4, np.uint8), session=fake_session)
     paths = {}
     for n in (1, 8191, 8192, 5 * small_chunks + 77):
         copies, chunks = drv.c_copies, drv.count("cuMemcpyHtoDAsync")
-        kd.asarray(np.ones(n, np.uint8), session=s).to_host()
+        kd.asarray(np.ones(n, np.uint8), session=fake_session).to_host()
         paths[n] = "C" if drv.c_copies == copies + 2 else f"{drv.count('cuMemcpyHtoDAsync') - chunks} chunks"
     assert paths == {1: "C", 8191: "C", 8192: "2 chunks", 5 * small_chunks + 77: "6 chunks"}
 
@@ -337,41 +337,45 @@ def test_a_pipelined_roundtrip_is_identical_to_the_full_path(
 
 
 def test_a_pipelined_download_waits_for_each_chunk_before_reading_it(
-    s: kd.Session, drv: FakeDriver, small_chunks: int
+    fake_session: kd.Session, drv: FakeDriver, small_chunks: int
 ) -> None:
     x = np.arange(5 * small_chunks // 8, dtype=np.float64)
-    a = kd.asarray(x, session=s)
+    a = kd.asarray(x, session=fake_session)
     mark = len(drv.calls)
     assert np.array_equal(a.to_host(), x)
     copies = [c for c in drv.calls[mark:] if c in ("cuMemcpyDtoHAsync", "cuEventQuery")]
     assert copies == ["cuMemcpyDtoHAsync"] * 2 + ["cuEventQuery", "cuMemcpyDtoHAsync"] * 3 + ["cuEventQuery"] * 2
 
 
-def test_a_pipelined_overwrite_from_the_host_lands_whole(s: kd.Session, drv: FakeDriver, small_chunks: int) -> None:
+def test_a_pipelined_overwrite_from_the_host_lands_whole(
+    fake_session: kd.Session, drv: FakeDriver, small_chunks: int
+) -> None:
     x = np.random.default_rng(1).integers(0, 256, 3 * small_chunks + 5, dtype=np.uint8)
-    a = kd.asarray(np.zeros_like(x), session=s)
+    a = kd.asarray(np.zeros_like(x), session=fake_session)
     chunks, copies = drv.count("cuMemcpyHtoDAsync"), drv.c_copies
     a.copy_from_host(x)
     assert drv.count("cuMemcpyHtoDAsync") == chunks + 4 and drv.c_copies == copies
     assert np.array_equal(a.to_host(), x)
 
 
-def test_a_busy_pipeline_leaves_the_transfer_to_the_c_path(s: kd.Session, drv: FakeDriver, small_chunks: int) -> None:
+def test_a_busy_pipeline_leaves_the_transfer_to_the_c_path(
+    fake_session: kd.Session, drv: FakeDriver, small_chunks: int
+) -> None:
     x = np.ones(3 * small_chunks, np.uint8)
-    kd.asarray(x, session=s)
-    pipeline = s.vendor_handle(pinned_pipeline.KEY, pinned_pipeline.PinnedPipeline)
+    kd.asarray(x, session=fake_session)
+    pipeline = fake_session.vendor_handle(pinned_pipeline.KEY, pinned_pipeline.PinnedPipeline)
     with pipeline.lock:
         copies = drv.c_copies
-        assert np.array_equal(kd.asarray(x, session=s).to_host(), x)
+        assert np.array_equal(kd.asarray(x, session=fake_session).to_host(), x)
     assert drv.c_copies == copies + 2
 
 
 def test_an_interrupted_pipelined_upload_frees_its_array_and_retires_the_buffers(
-    s: kd.Session, drv: FakeDriver, small_chunks: int
+    fake_session: kd.Session, drv: FakeDriver, small_chunks: int
 ) -> None:
     x = np.ones(3 * small_chunks, np.uint8)
-    kept = kd.asarray(x, session=s)
-    retired = s.vendor_handle(pinned_pipeline.KEY, pinned_pipeline.PinnedPipeline)
+    kept = kd.asarray(x, session=fake_session)
+    retired = fake_session.vendor_handle(pinned_pipeline.KEY, pinned_pipeline.PinnedPipeline)
     in_use = drv._in_use()
 
     def interrupt() -> None:
@@ -380,10 +384,10 @@ def test_an_interrupted_pipelined_upload_frees_its_array_and_retires_the_buffers
 
     drv.on_query = interrupt
     with pytest.raises(KeyboardInterrupt):
-        kd.asarray(x, session=s)
-    assert any(obj is retired for _, _, obj in s.order.inflight)
-    assert s.vendor_handle(pinned_pipeline.KEY, pinned_pipeline.PinnedPipeline) is not retired
-    s.synchronize()
+        kd.asarray(x, session=fake_session)
+    assert any(obj is retired for _, _, obj in fake_session.order.inflight)
+    assert fake_session.vendor_handle(pinned_pipeline.KEY, pinned_pipeline.PinnedPipeline) is not retired
+    fake_session.synchronize()
     assert drv._in_use() == in_use and np.array_equal(kept.to_host(), x)
 
 

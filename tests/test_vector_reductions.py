@@ -6,7 +6,7 @@ The values are checked on the GPU (tests/test_vector_reductions_gpu.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -31,12 +31,6 @@ FLOATS = [np.float16, np.float32, np.float64] + ([BF16] if BF16 is not None else
 @pytest.fixture(autouse=True, scope="module")
 def _cache(isolated_cache_module):  # type: ignore[no-untyped-def]
     yield
-
-
-@pytest.fixture
-def s(drv: FakeDriver) -> Iterator[Session]:
-    with Session(0) as session:
-        yield session
 
 
 class Recorded:
@@ -68,17 +62,19 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorded:
 # -- which reduction, which stage --------------------------------------------------------------------
 
 
-def test_a_matrix_at_a_vector_reduces_the_rows_of_the_matrix(s: Session, lib: FakeCublas, recorded: Recorded) -> None:
-    a, v = s.zeros((4096, 4096)), s.zeros(4096)
+def test_a_matrix_at_a_vector_reduces_the_rows_of_the_matrix(
+    fake_session: Session, lib: FakeCublas, recorded: Recorded
+) -> None:
+    a, v = fake_session.zeros((4096, 4096)), fake_session.zeros(4096)
     assert (a @ v).shape == (4096,)
     assert recorded.calls == [((((4096, 4096), (16384, 4)), ((4096,), (4,))), -1)]
     assert recorded.stage() == "rows" and lib.names() == []
 
 
 def test_a_vector_at_a_matrix_reduces_the_columns_with_the_vector_as_a_column(
-    s: Session, lib: FakeCublas, recorded: Recorded
+    fake_session: Session, lib: FakeCublas, recorded: Recorded
 ) -> None:
-    v, a = s.zeros(4096), s.zeros((4096, 4096))
+    v, a = fake_session.zeros(4096), fake_session.zeros((4096, 4096))
     assert (v @ a).shape == (4096,)
     ((shapes, axis),) = recorded.calls
     assert [shape for shape, _ in shapes] == [(4096, 1), (4096, 4096)] and axis == 0
@@ -86,32 +82,34 @@ def test_a_vector_at_a_matrix_reduces_the_columns_with_the_vector_as_a_column(
 
 
 def test_a_vector_at_a_vector_is_the_direct_stage_into_a_0d_array(
-    s: Session, lib: FakeCublas, recorded: Recorded
+    fake_session: Session, lib: FakeCublas, recorded: Recorded
 ) -> None:
-    v, w = s.zeros(4096), s.zeros(4096)
+    v, w = fake_session.zeros(4096), fake_session.zeros(4096)
     got = v @ w
     assert got.shape == () and type(got) is type(v)
     assert recorded.calls == [((((4096,), (4,)), ((4096,), (4,))), None)] and recorded.stage() == "direct"
 
 
 def test_a_transposed_matrix_at_a_vector_reduces_the_columns_of_its_base_in_place(
-    s: Session, recorded: Recorded
+    fake_session: Session, recorded: Recorded
 ) -> None:
-    base, v = s.zeros((300, 200)), s.zeros(300)
+    base, v = fake_session.zeros((300, 200)), fake_session.zeros(300)
     assert (base.T @ v).shape == (200,)
     ((shapes, axis),) = recorded.calls
     assert shapes[1] == ((300, 200), (800, 4)) and axis == 0  # base itself, row-major
     assert recorded.stage() == "columns"
 
 
-def test_a_vector_at_a_transposed_matrix_reduces_the_rows_of_its_base_in_place(s: Session, recorded: Recorded) -> None:
-    base, v = s.zeros((300, 200)), s.zeros(200)
+def test_a_vector_at_a_transposed_matrix_reduces_the_rows_of_its_base_in_place(
+    fake_session: Session, recorded: Recorded
+) -> None:
+    base, v = fake_session.zeros((300, 200)), fake_session.zeros(200)
     assert (v @ base.T).shape == (300,)
     assert recorded.calls == [((((300, 200), (800, 4)), ((200,), (4,))), -1)] and recorded.stage() == "rows"
 
 
-def test_a_strided_matrix_is_reduced_from_a_copy_the_variant_names(s: Session, recorded: Recorded) -> None:
-    a, v = s.zeros((64, 96))[:, ::2], s.zeros(48)
+def test_a_strided_matrix_is_reduced_from_a_copy_the_variant_names(fake_session: Session, recorded: Recorded) -> None:
+    a, v = fake_session.zeros((64, 96))[:, ::2], fake_session.zeros(48)
     assert (a @ v).shape == (64,)
     operands = recorded.operands[-1]
     assert ops._dot.strategy(*operands, axis=-1, multiprocessors=SMS).variant.copy == COPY_BROADCAST
@@ -119,31 +117,33 @@ def test_a_strided_matrix_is_reduced_from_a_copy_the_variant_names(s: Session, r
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: np.dtype(d).name)
 def test_every_real_float_dtype_keeps_its_dtype_and_half_ones_accumulate_in_float32(
-    s: Session, lib: FakeCublas, dtype: Any
+    fake_session: Session, lib: FakeCublas, dtype: Any
 ) -> None:
-    a, v = s.zeros((8, 5), dtype), s.zeros(5, dtype)
+    a, v = fake_session.zeros((8, 5), dtype), fake_session.zeros(5, dtype)
     assert (a @ v).dtype == dtype and (v @ v).dtype == dtype and lib.names() == []
     acc = ops._dot._plan((a, v), -1, None).acc
     assert acc == (np.float64 if np.dtype(dtype) == np.float64 else np.float32)
 
 
 def test_mixed_dtypes_take_the_general_path_and_reduce_the_promoted_operands(
-    s: Session, lib: FakeCublas, recorded: Recorded
+    fake_session: Session, lib: FakeCublas, recorded: Recorded
 ) -> None:
-    got = s.zeros((4, 3), np.float32) @ s.zeros(3, np.float64)
+    got = fake_session.zeros((4, 3), np.float32) @ fake_session.zeros(3, np.float64)
     assert got.dtype == np.float64 and lib.names() == [] and len(recorded.calls) == 1
 
 
-def test_the_general_path_writes_a_vector_product_into_out(s: Session, lib: FakeCublas, recorded: Recorded) -> None:
-    out = s.zeros(4)
-    assert kd.matmul(s.zeros((4, 3)), s.zeros(3), out=out) is out
+def test_the_general_path_writes_a_vector_product_into_out(
+    fake_session: Session, lib: FakeCublas, recorded: Recorded
+) -> None:
+    out = fake_session.zeros(4)
+    assert kd.matmul(fake_session.zeros((4, 3)), fake_session.zeros(3), out=out) is out
     assert lib.names() == [] and recorded.calls[-1][1] == -1
 
 
 def test_a_warm_matrix_vector_product_runs_none_of_the_general_matmul_python(
-    s: Session, monkeypatch: pytest.MonkeyPatch
+    fake_session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    a, v = s.zeros((64, 32)), s.zeros(32)
+    a, v = fake_session.zeros((64, 32)), fake_session.zeros(32)
     for name in ("matmul", "result_of", "device_matmul"):
         monkeypatch.setattr(np_matmul, name, None)
     first, second = a @ v, a @ v
@@ -152,19 +152,19 @@ def test_a_warm_matrix_vector_product_runs_none_of_the_general_matmul_python(
 
 @pytest.mark.parametrize(("sa", "sb"), [((4, 1), (3,)), ((1,), (3,)), ((3,), (1, 4)), ((3,), (4,))])
 def test_extents_a_reduction_would_broadcast_are_refused_as_numpy_does(
-    s: Session, sa: tuple[int, ...], sb: tuple[int, ...]
+    fake_session: Session, sa: tuple[int, ...], sb: tuple[int, ...]
 ) -> None:
     with pytest.raises(ShapeMismatchError, match="mismatch in its core dimension 0"):
-        s.zeros(sa) @ s.zeros(sb)
+        fake_session.zeros(sa) @ fake_session.zeros(sb)
 
 
-def test_integer_vector_products_are_still_refused(s: Session) -> None:
+def test_integer_vector_products_are_still_refused(fake_session: Session) -> None:
     with pytest.raises(BindingError, match="not supported"):
-        s.zeros((3, 2), np.int32) @ s.zeros(2, np.int32)
+        fake_session.zeros((3, 2), np.int32) @ fake_session.zeros(2, np.int32)
 
 
-def test_a_closed_operand_is_refused_warm_as_cold(s: Session) -> None:
-    a, v = s.zeros((16, 8)), s.zeros(8)
+def test_a_closed_operand_is_refused_warm_as_cold(fake_session: Session) -> None:
+    a, v = fake_session.zeros((16, 8)), fake_session.zeros(8)
     a @ v
     v.close()
     with pytest.raises(ClosedError):
@@ -216,35 +216,37 @@ def test_other_broadcasts_keep_the_general_indexing(shapes: tuple[tuple[int, ...
 
 @pytest.mark.parametrize("trans_a", [False, True])
 def test_an_allocating_gemv_is_the_dot_reduction(
-    s: Session, lib: FakeCublas, recorded: Recorded, trans_a: bool
+    fake_session: Session, lib: FakeCublas, recorded: Recorded, trans_a: bool
 ) -> None:
-    a, x = s.zeros((300, 200)), s.zeros(300 if trans_a else 200)
+    a, x = fake_session.zeros((300, 200)), fake_session.zeros(300 if trans_a else 200)
     assert blas.gemv(a, x, trans_a=trans_a).shape == (200 if trans_a else 300,)
     assert recorded.stage() == ("columns" if trans_a else "rows") and lib.names() == []
 
 
-def test_gemv_with_out_alpha_beta_or_a_stream_is_cublas(s: Session, lib: FakeCublas, recorded: Recorded) -> None:
-    a, x = s.zeros((5, 3)), s.zeros(3)
-    blas.gemv(a, x, out=s.zeros(5))
+def test_gemv_with_out_alpha_beta_or_a_stream_is_cublas(
+    fake_session: Session, lib: FakeCublas, recorded: Recorded
+) -> None:
+    a, x = fake_session.zeros((5, 3)), fake_session.zeros(3)
+    blas.gemv(a, x, out=fake_session.zeros(5))
     blas.gemv(a, x, alpha=2.0)
-    blas.gemv(a, x, out=s.zeros(5), beta=0.5)
-    blas.gemv(a, x, stream=s.stream)
+    blas.gemv(a, x, out=fake_session.zeros(5), beta=0.5)
+    blas.gemv(a, x, stream=fake_session.stream)
     assert [n for n in lib.names() if n == "gemv"] == ["gemv"] * 4 and recorded.calls == []
 
 
 def test_an_allocating_dot_and_nrm2_are_reductions_with_0d_results(
-    s: Session, lib: FakeCublas, recorded: Recorded
+    fake_session: Session, lib: FakeCublas, recorded: Recorded
 ) -> None:
-    x = s.zeros(17)
-    d, n = blas.dot(x, x), blas.nrm2(s.zeros((3, 4)))
+    x = fake_session.zeros(17)
+    d, n = blas.dot(x, x), blas.nrm2(fake_session.zeros((3, 4)))
     assert (d.shape, d.dtype, n.shape, n.dtype) == ((), np.float32, (), np.float32)
     assert lib.names() == [] and len(recorded.calls) == 1
 
 
-def test_dot_and_nrm2_into_out_are_cublas(s: Session, lib: FakeCublas) -> None:
-    x = s.zeros(17)
-    blas.dot(x, x, out=s.empty(()))
-    blas.nrm2(x, out=s.empty(()))
+def test_dot_and_nrm2_into_out_are_cublas(fake_session: Session, lib: FakeCublas) -> None:
+    x = fake_session.zeros(17)
+    blas.dot(x, x, out=fake_session.empty(()))
+    blas.nrm2(x, out=fake_session.empty(()))
     assert [n for n in lib.names() if n in ("dot", "nrm2")] == ["dot", "nrm2"]
 
 
@@ -275,9 +277,11 @@ def test_dot_and_nrm2_into_out_are_cublas(s: Session, lib: FakeCublas) -> None:
         "nrm2 float16",
     ],
 )
-def test_allocating_blas_calls_keep_their_errors(s: Session, lib: FakeCublas, call: Callable[[Session], Any]) -> None:
+def test_allocating_blas_calls_keep_their_errors(
+    fake_session: Session, lib: FakeCublas, call: Callable[[Session], Any]
+) -> None:
     with pytest.raises((BindingError, ShapeMismatchError, StridedArrayError)):
-        call(s)
+        call(fake_session)
     assert lib.names() == []
 
 

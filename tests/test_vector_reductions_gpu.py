@@ -10,7 +10,6 @@ mismatch: the half types round each product and the result once in their storage
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +19,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl import blas
 from kerneldsl.dtypes import ELEMENT_TYPES, add_bfloat16
-from kerneldsl.runtime import Session, default_session
+from kerneldsl.runtime import Session
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not blas.available(), reason="kerneldsl[blas] is not installed")]
 
@@ -34,16 +33,6 @@ VECTOR_DTYPES = [np.dtype(np.float32), np.dtype(np.float64)]
 # (rows, cols) of A: extents 0 and 1, odd sizes, few long rows (split), many short ones
 MATRICES = [(0, 5), (5, 0), (1, 7), (7, 1), (37, 513), (3, 100003), (3, 1 << 17), (1024, 300)]
 VECTORS = [0, 1, 7, 4097, 1000003]
-
-
-@pytest.fixture(scope="module")
-def s() -> Session:
-    return default_session()
-
-
-@pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng(secrets.randbits(32))
 
 
 def uniform(rng: np.random.Generator, shape: Any, dtype: Any) -> np.ndarray:
@@ -64,25 +53,29 @@ def assert_product(got: Any, a: np.ndarray, b: np.ndarray, dtype: Any, rng: np.r
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", MATRICES, ids=str)
-def test_a_matrix_at_a_vector_matches_numpy(s: Session, rng: np.random.Generator, dtype: Any, shape: Any) -> None:
-    a, v = uniform(rng, shape, dtype), uniform(rng, shape[1], dtype)
-    assert_product(s.to_device(a) @ s.to_device(v), a, v, dtype, rng)
+def test_a_matrix_at_a_vector_matches_numpy(
+    default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any, shape: Any
+) -> None:
+    a, v = uniform(fresh_rng, shape, dtype), uniform(fresh_rng, shape[1], dtype)
+    assert_product(default_device_session.to_device(a) @ default_device_session.to_device(v), a, v, dtype, fresh_rng)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", MATRICES, ids=str)
-def test_a_vector_at_a_matrix_matches_numpy(s: Session, rng: np.random.Generator, dtype: Any, shape: Any) -> None:
-    v, a = uniform(rng, shape[0], dtype), uniform(rng, shape, dtype)
-    assert_product(s.to_device(v) @ s.to_device(a), v, a, dtype, rng)
+def test_a_vector_at_a_matrix_matches_numpy(
+    default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any, shape: Any
+) -> None:
+    v, a = uniform(fresh_rng, shape[0], dtype), uniform(fresh_rng, shape, dtype)
+    assert_product(default_device_session.to_device(v) @ default_device_session.to_device(a), v, a, dtype, fresh_rng)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", VECTORS)
 def test_a_vector_at_a_vector_is_a_0d_device_array_matching_numpy(
-    s: Session, rng: np.random.Generator, dtype: Any, n: int
+    default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any, n: int
 ) -> None:
-    v, w = uniform(rng, n, dtype), uniform(rng, n, dtype)
-    assert_product(s.to_device(v) @ s.to_device(w), v, w, dtype, rng)
+    v, w = uniform(fresh_rng, n, dtype), uniform(fresh_rng, n, dtype)
+    assert_product(default_device_session.to_device(v) @ default_device_session.to_device(w), v, w, dtype, fresh_rng)
 
 
 # name -> (A's shape, v's length, the view of A, which side v is on): the same on numpy and device
@@ -99,43 +92,49 @@ VIEWS: dict[str, tuple[tuple[int, int], int, Callable[[Any], Any], bool]] = {
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("case", list(VIEWS))
-def test_views_of_the_matrix_match_numpy(s: Session, rng: np.random.Generator, dtype: Any, case: str) -> None:
+def test_views_of_the_matrix_match_numpy(
+    default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any, case: str
+) -> None:
     shape, n, view, left = VIEWS[case]
-    a, v = uniform(rng, shape, dtype), uniform(rng, n, dtype)
-    da, dv = view(s.to_device(a)), s.to_device(v)
+    a, v = uniform(fresh_rng, shape, dtype), uniform(fresh_rng, n, dtype)
+    da, dv = view(default_device_session.to_device(a)), default_device_session.to_device(v)
     if left:
-        assert_product(dv @ da, v, view(a), dtype, rng)
+        assert_product(dv @ da, v, view(a), dtype, fresh_rng)
     else:
-        assert_product(da @ dv, view(a), v, dtype, rng)
+        assert_product(da @ dv, view(a), v, dtype, fresh_rng)
 
 
 @pytest.mark.parametrize("dtype", VECTOR_DTYPES, ids=str)
 @pytest.mark.parametrize("trans_a", [False, True], ids=["N", "T"])
 @pytest.mark.parametrize("shape", [(0, 5), (5, 0), (1, 1), (301, 173), (3, 100003)], ids=str)
 def test_an_allocating_gemv_matches_numpy(
-    s: Session, rng: np.random.Generator, dtype: Any, trans_a: bool, shape: tuple[int, int]
+    default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any, trans_a: bool, shape: tuple[int, int]
 ) -> None:
-    a, x = uniform(rng, shape, dtype), uniform(rng, shape[0] if trans_a else shape[1], dtype)
-    got = blas.gemv(s.to_device(a), s.to_device(x), trans_a=trans_a)
-    assert_product(got, a.T if trans_a else a, x, dtype, rng)
+    a, x = uniform(fresh_rng, shape, dtype), uniform(fresh_rng, shape[0] if trans_a else shape[1], dtype)
+    got = blas.gemv(default_device_session.to_device(a), default_device_session.to_device(x), trans_a=trans_a)
+    assert_product(got, a.T if trans_a else a, x, dtype, fresh_rng)
 
 
 @pytest.mark.parametrize("dtype", VECTOR_DTYPES, ids=str)
 @pytest.mark.parametrize("n", VECTORS)
-def test_an_allocating_dot_and_nrm2_match_numpy(s: Session, rng: np.random.Generator, dtype: Any, n: int) -> None:
-    x, y = uniform(rng, n, dtype), uniform(rng, n, dtype)
-    dx, dy = s.to_device(x), s.to_device(y)
-    assert_product(blas.dot(dx, dy), x, y, dtype, rng)
+def test_an_allocating_dot_and_nrm2_match_numpy(
+    default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any, n: int
+) -> None:
+    x, y = uniform(fresh_rng, n, dtype), uniform(fresh_rng, n, dtype)
+    dx, dy = default_device_session.to_device(x), default_device_session.to_device(y)
+    assert_product(blas.dot(dx, dy), x, y, dtype, fresh_rng)
     norm = blas.nrm2(dx)
     ref = np.linalg.norm(x.astype(np.float64))
     assert norm.shape == () and norm.dtype == dtype
     assert abs(float(norm.to_host()) - ref) <= TOL[dtype] * ref + 1e-30
 
 
-def test_nrm2_of_a_matrix_is_the_norm_of_all_its_elements(s: Session, rng: np.random.Generator) -> None:
-    x = uniform(rng, (37, 129), np.float32)
+def test_nrm2_of_a_matrix_is_the_norm_of_all_its_elements(
+    default_device_session: Session, fresh_rng: np.random.Generator
+) -> None:
+    x = uniform(fresh_rng, (37, 129), np.float32)
     ref = np.linalg.norm(x.astype(np.float64))
-    assert abs(float(blas.nrm2(s.to_device(x)).to_host()) - ref) <= 1e-5 * ref
+    assert abs(float(blas.nrm2(default_device_session.to_device(x)).to_host()) - ref) <= 1e-5 * ref
 
 
 PRODUCTS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {  # name -> (device call, numpy reference)
@@ -152,16 +151,20 @@ PRODUCTS: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {  # name -
 @pytest.mark.parametrize("name", list(PRODUCTS))
 @pytest.mark.parametrize("shape", [(1001, 513), (1024, 512)], ids=str)
 def test_a_warm_repeated_product_returns_a_fresh_correct_result_each_call(
-    s: Session, rng: np.random.Generator, name: str, shape: tuple[int, int]
+    default_device_session: Session, fresh_rng: np.random.Generator, name: str, shape: tuple[int, int]
 ) -> None:
     product, reference = PRODUCTS[name]
-    da, dv, dw = s.empty(shape, np.float32), s.empty(shape[1], np.float32), s.empty(shape[0], np.float32)
+    da, dv, dw = (
+        default_device_session.empty(shape, np.float32),
+        default_device_session.empty(shape[1], np.float32),
+        default_device_session.empty(shape[0], np.float32),
+    )
     kept = []
     for _ in range(4):  # cold, the warm entry's first call, then from C twice
-        a = uniform(rng, shape, np.float32).astype(np.float64)
+        a = uniform(fresh_rng, shape, np.float32).astype(np.float64)
         v, w = (
-            uniform(rng, shape[1], np.float32).astype(np.float64),
-            uniform(rng, shape[0], np.float32).astype(np.float64),
+            uniform(fresh_rng, shape[1], np.float32).astype(np.float64),
+            uniform(fresh_rng, shape[0], np.float32).astype(np.float64),
         )
         da.copy_from_host(a.astype(np.float32))
         dv.copy_from_host(v.astype(np.float32))
@@ -177,21 +180,26 @@ def test_a_warm_repeated_product_returns_a_fresh_correct_result_each_call(
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", [(37, 513), (1024, 512)], ids=str)
 def test_a_row_of_shape_1_by_n_is_read_along_the_rows(
-    s: Session, rng: np.random.Generator, dtype: Any, shape: Any
+    default_device_session: Session, fresh_rng: np.random.Generator, dtype: Any, shape: Any
 ) -> None:
-    a, v = uniform(rng, shape, dtype), uniform(rng, (1, shape[1]), dtype)
-    got = kd.ops._dot(s.to_device(a), s.to_device(v), axis=1)
-    assert_product(got, a, v[0], dtype, rng)
+    a, v = uniform(fresh_rng, shape, dtype), uniform(fresh_rng, (1, shape[1]), dtype)
+    got = kd.ops._dot(default_device_session.to_device(a), default_device_session.to_device(v), axis=1)
+    assert_product(got, a, v[0], dtype, fresh_rng)
 
 
-def test_the_cg_iteration_matches_numpy(s: Session, rng: np.random.Generator) -> None:
+def test_the_cg_iteration_matches_numpy(default_device_session: Session, fresh_rng: np.random.Generator) -> None:
     """The CG update of examples/cg_solver.py, spelled as in NumPy, on device arrays."""
     n = 513
-    m = uniform(rng, (n, n), np.float64)
+    m = uniform(fresh_rng, (n, n), np.float64)
     a = m @ m.T + n * np.eye(n)
-    b = uniform(rng, n, np.float64)
+    b = uniform(fresh_rng, n, np.float64)
     x, r, p = np.zeros(n), b.copy(), b.copy()
-    da, dx, dr, dp = s.to_device(a), s.to_device(x), s.to_device(r), s.to_device(p)
+    da, dx, dr, dp = (
+        default_device_session.to_device(a),
+        default_device_session.to_device(x),
+        default_device_session.to_device(r),
+        default_device_session.to_device(p),
+    )
     rr, drr = r @ r, dr @ dr
     for _ in range(5):
         ap, dap = a @ p, da @ dp

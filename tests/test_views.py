@@ -23,12 +23,6 @@ from kerneldsl.errors import ClosedError, StridedArrayError, ViewError
 from kerneldsl.runtime import views
 
 
-@pytest.fixture
-def s() -> Any:
-    with installed_driver(FakeDriver()), kd.Session(0) as session:
-        yield session
-
-
 @pytest.fixture(scope="module")
 def ms() -> Any:
     """One session for the property tests (hypothesis runs many examples per test)."""
@@ -137,8 +131,8 @@ def test_ravel_is_a_view_of_contiguous_arrays_and_a_copy_of_strided_ones(
     assert (flat.base is dev) == view.is_contiguous
 
 
-def test_sizes_of_a_view_are_numpys(s: kd.Session) -> None:
-    v = s.empty((6, 4), np.float64)[1:5:2, ::-1]
+def test_sizes_of_a_view_are_numpys(fake_session: kd.Session) -> None:
+    v = fake_session.empty((6, 4), np.float64)[1:5:2, ::-1]
     assert (len(v), v.size, v.nbytes, v.itemsize, v.ndim, v.strides) == (2, 8, 64, 8, 2, (64, -8))
 
 
@@ -162,27 +156,29 @@ def test_a_byte_span_covers_negative_strides() -> None:
         ((Ellipsis, Ellipsis), "single ellipsis"),
     ],
 )
-def test_indexing_refuses_what_is_not_basic_indexing_like_numpy(s: kd.Session, key: Any, message: str) -> None:
+def test_indexing_refuses_what_is_not_basic_indexing_like_numpy(
+    fake_session: kd.Session, key: Any, message: str
+) -> None:
     with pytest.raises(IndexError, match=message):
-        s.empty((4, 6), np.float32)[key]
+        fake_session.empty((4, 6), np.float32)[key]
 
 
-def test_reshape_errors_are_numpys(s: kd.Session) -> None:
-    a = s.empty((4, 6), np.float32)
+def test_reshape_errors_are_numpys(fake_session: kd.Session) -> None:
+    a = fake_session.empty((4, 6), np.float32)
     with pytest.raises(ValueError, match="cannot reshape array of size 24 into shape"):
         a.reshape(5, 5)
     with pytest.raises(ValueError, match="only specify one unknown"):
         a.reshape(-1, -1)
 
 
-def test_a_reshape_that_needs_a_copy_is_a_view_error_naming_the_way_out(s: kd.Session) -> None:
+def test_a_reshape_that_needs_a_copy_is_a_view_error_naming_the_way_out(fake_session: kd.Session) -> None:
     with pytest.raises(ViewError, match=r"strided view of shape \(6, 4\).*\.copy\(\)\.reshape") as info:
-        s.empty((4, 6), np.float32).T.reshape(24)
+        fake_session.empty((4, 6), np.float32).T.reshape(24)
     assert isinstance(info.value, ValueError)
 
 
-def test_axis_errors(s: kd.Session) -> None:
-    a = s.empty((4, 1), np.float32)
+def test_axis_errors(fake_session: kd.Session) -> None:
+    a = fake_session.empty((4, 1), np.float32)
     with pytest.raises(ValueError, match="size not equal to one"):
         a.squeeze(0)
     with pytest.raises(IndexError, match="axis 3 is out of bounds"):
@@ -194,36 +190,36 @@ def test_axis_errors(s: kd.Session) -> None:
 # --- ownership -----------------------------------------------------------------------------------
 
 
-def test_a_view_keeps_its_memory_alive(s: kd.Session) -> None:
-    a = s.to_device(np.arange(12, dtype=np.float32))
+def test_a_view_keeps_its_memory_alive(fake_session: kd.Session) -> None:
+    a = fake_session.to_device(np.arange(12, dtype=np.float32))
     view = a[2:6]
     ptr = a.ptr
     del a
     gc.collect()
-    s.synchronize()
+    fake_session.synchronize()
     assert view.base.ptr == ptr and not view.closed
     np.testing.assert_array_equal(view.to_host(), [2, 3, 4, 5])
 
 
-def test_a_view_of_a_view_has_the_owner_as_its_base(s: kd.Session) -> None:
-    a = s.empty((4, 6), np.float32)
+def test_a_view_of_a_view_has_the_owner_as_its_base(fake_session: kd.Session) -> None:
+    a = fake_session.empty((4, 6), np.float32)
     assert a.base is None
     assert a[1:].base is a and a[1:][:, 2].base is a and a.reshape(6, 4).T.base is a
 
 
-def test_closing_a_view_leaves_the_memory_to_its_owner(s: kd.Session) -> None:
-    a = s.to_device(np.arange(6, dtype=np.int32))
+def test_closing_a_view_leaves_the_memory_to_its_owner(fake_session: kd.Session) -> None:
+    a = fake_session.to_device(np.arange(6, dtype=np.int32))
     view = a[::2]
-    frees = s.api.calls.count("cuMemFreeAsync")
+    frees = fake_session.api.calls.count("cuMemFreeAsync")
     view.close()
-    assert view.closed and not a.closed and s.api.calls.count("cuMemFreeAsync") == frees
+    assert view.closed and not a.closed and fake_session.api.calls.count("cuMemFreeAsync") == frees
     with pytest.raises(ClosedError):
         view.to_host()
     np.testing.assert_array_equal(a.to_host(), np.arange(6))
 
 
-def test_closing_the_owner_closes_its_views(s: kd.Session) -> None:
-    a = s.empty((4, 6), np.float32)
+def test_closing_the_owner_closes_its_views(fake_session: kd.Session) -> None:
+    a = fake_session.empty((4, 6), np.float32)
     views_of_a = [a[1], a.T, a[1:][::2], a.reshape(24)]
     a.close()
     for v in views_of_a:
@@ -236,53 +232,53 @@ def test_closing_the_owner_closes_its_views(s: kd.Session) -> None:
             ops.add(v, 1)
 
 
-def test_a_view_is_not_a_separate_allocation(s: kd.Session) -> None:
-    a = s.empty((64,), np.float32)
-    before = s.memory_info()
+def test_a_view_is_not_a_separate_allocation(fake_session: kd.Session) -> None:
+    a = fake_session.empty((64,), np.float32)
+    before = fake_session.memory_info()
     _ = [a[i:] for i in range(10)]
-    assert s.memory_info() == before
+    assert fake_session.memory_info() == before
 
 
 # --- transfers and copies on the driver double -------------------------------------------------------
 
 
-def test_to_host_of_a_contiguous_view_reads_its_elements(s: kd.Session) -> None:
+def test_to_host_of_a_contiguous_view_reads_its_elements(fake_session: kd.Session) -> None:
     host = np.arange(24, dtype=np.float32).reshape(4, 6)
-    a = s.to_device(host)
+    a = fake_session.to_device(host)
     for key in [1, (slice(1, 3),), (2, slice(1, 4)), (Ellipsis, None)]:
         np.testing.assert_array_equal(a[key].to_host(), host[key])
     np.testing.assert_array_equal(a.reshape(3, 8).to_host(), host.reshape(3, 8))
 
 
-def test_copy_from_host_into_a_contiguous_view_writes_only_its_elements(s: kd.Session) -> None:
-    a = s.zeros((4, 6), np.int16)
+def test_copy_from_host_into_a_contiguous_view_writes_only_its_elements(fake_session: kd.Session) -> None:
+    a = fake_session.zeros((4, 6), np.int16)
     a[2].copy_from_host(np.arange(6, dtype=np.int16))
     want = np.zeros((4, 6), np.int16)
     want[2] = np.arange(6)
     np.testing.assert_array_equal(a.to_host(), want)
 
 
-def test_a_strided_view_goes_through_a_copy_kernel_to_the_host(s: kd.Session) -> None:
-    a = s.empty((4, 6), np.float32)
-    launches = len(s.api.launches)
+def test_a_strided_view_goes_through_a_copy_kernel_to_the_host(fake_session: kd.Session) -> None:
+    a = fake_session.empty((4, 6), np.float32)
+    launches = len(fake_session.api.launches)
     a[:, ::2].to_host()
-    assert len(s.api.launches) == launches + 1
+    assert len(fake_session.api.launches) == launches + 1
 
 
-def test_the_cuda_array_interface_of_a_strided_view_has_its_strides(s: kd.Session) -> None:
-    a = s.empty((4, 6), np.float32)
+def test_the_cuda_array_interface_of_a_strided_view_has_its_strides(fake_session: kd.Session) -> None:
+    a = fake_session.empty((4, 6), np.float32)
     assert a[1:].__cuda_array_interface__["strides"] is None
     cai = a[:, 1:3].__cuda_array_interface__
     assert (cai["shape"], cai["strides"], cai["data"][0]) == ((4, 2), (24, 4), a.ptr + 4)
 
 
-def test_a_strided_view_exports_to_dlpack_only_as_a_copy(s: kd.Session) -> None:
+def test_a_strided_view_exports_to_dlpack_only_as_a_copy(fake_session: kd.Session) -> None:
     with pytest.raises(BufferError, match="copy=None"):
-        s.empty((4, 6), np.float32).T.__dlpack__(copy=False)
+        fake_session.empty((4, 6), np.float32).T.__dlpack__(copy=False)
 
 
-def test_repr_says_what_the_array_is(s: kd.Session) -> None:
-    a = s.empty((4, 6), np.float32)
+def test_repr_says_what_the_array_is(fake_session: kd.Session) -> None:
+    a = fake_session.empty((4, 6), np.float32)
     assert "shape=(4, 6) dtype=float32" in repr(a) and "view" not in repr(a)
     assert "shape=(6, 4) dtype=float32 view strides=(4, 24)" in repr(a.T)
 
@@ -310,8 +306,8 @@ def test_setitem_through_a_view_is_one_kernel_and_augmented_assignment_writes_in
 # --- kernels: layouts and refusals ---------------------------------------------------------------------
 
 
-def test_strided_views_select_the_strided_layout_and_contiguous_arrays_the_flat_one(s: kd.Session) -> None:
-    a = s.empty((64, 64), np.float32)
+def test_strided_views_select_the_strided_layout_and_contiguous_arrays_the_flat_one(fake_session: kd.Session) -> None:
+    a = fake_session.empty((64, 64), np.float32)
     assert ops.add.inspect(a, a, arch="sm_90").decisions.layout == "flat"
     assert ops.add.inspect(a[8:], a[8:], arch="sm_90").decisions.layout == "flat"
     assert ops.add.inspect(a[8:], a[8:], arch="sm_90").decisions.vector_width > 1
@@ -320,19 +316,19 @@ def test_strided_views_select_the_strided_layout_and_contiguous_arrays_the_flat_
     assert ops.add.inspect(a[:, 0], a[0], arch="sm_90").decisions.layout == "strided"
 
 
-def test_fused_functions_take_strided_views(s: kd.Session) -> None:
+def test_fused_functions_take_strided_views(fake_session: kd.Session) -> None:
     @kd.fuse
     def gelu_ish(x: Any, y: Any) -> Any:
         return x * ops.tanh(y) + 1.0
 
-    a = s.empty((32, 32), np.float32)
+    a = fake_session.empty((32, 32), np.float32)
     assert gelu_ish.inspect(a, a, arch="sm_90").decisions.layout == "flat"
     assert gelu_ish.inspect(a.T, a[::-1], arch="sm_90").decisions.layout == "strided"
     assert type(gelu_ish(a.T, a[::-1])) is kd.DeviceArray
 
 
-def test_a_strided_view_runs_one_kernel_whatever_its_strides(s: kd.Session) -> None:
-    a = s.empty((64, 64), np.float32)
+def test_a_strided_view_runs_one_kernel_whatever_its_strides(fake_session: kd.Session) -> None:
+    a = fake_session.empty((64, 64), np.float32)
     ops.add(a[::2], 1.0)
     kernel = ops.add._plans.values()[-1].kernel
     builds = len(kernel._builds)
@@ -341,62 +337,65 @@ def test_a_strided_view_runs_one_kernel_whatever_its_strides(s: kd.Session) -> N
     assert len(kernel._builds) == builds
 
 
-def test_an_input_overlapping_out_at_other_elements_is_copied_first(s: kd.Session) -> None:
-    a = s.empty(64, np.float32)
+def test_an_input_overlapping_out_at_other_elements_is_copied_first(fake_session: kd.Session) -> None:
+    a = fake_session.empty(64, np.float32)
     ops.add(a[1:], 1.0, out=a[:-1])  # shifted: a copy of the input, then the op
-    assert s.api.calls.count("cuMemcpyDtoDAsync") == 1
+    assert fake_session.api.calls.count("cuMemcpyDtoDAsync") == 1
     ops.add(a[::-1], 1.0, out=a)  # reversed: a copy kernel, then the op
     ops.add(a[1:], 1.0, out=a[1:])  # exactly the output: in place
-    assert s.api.calls.count("cuMemcpyDtoDAsync") == 1 and len(s.api.launches) == 4
+    assert fake_session.api.calls.count("cuMemcpyDtoDAsync") == 1 and len(fake_session.api.launches) == 4
 
 
-def test_a_reduction_of_a_strided_view_reads_it_in_place(s: kd.Session) -> None:
-    a = s.empty((64, 64), np.float32)
+def test_a_reduction_of_a_strided_view_reads_it_in_place(fake_session: kd.Session) -> None:
+    a = fake_session.empty((64, 64), np.float32)
     ops.sum(a[:, 1])
-    assert len(s.api.launches) == 1  # the reduction: no copy (issue 21)
+    assert len(fake_session.api.launches) == 1  # the reduction: no copy (issue 21)
     ops.sum(a[:, 1])
-    assert len(s.api.launches) == 2
+    assert len(fake_session.api.launches) == 2
 
 
-def test_a_reduction_of_a_reversed_view_reduces_a_contiguous_copy(s: kd.Session) -> None:
-    a = s.empty((64, 64), np.float32)
+def test_a_reduction_of_a_reversed_view_reduces_a_contiguous_copy(fake_session: kd.Session) -> None:
+    a = fake_session.empty((64, 64), np.float32)
     ops.sum(kd.flip(a, axis=0), axis=0)
-    assert len(s.api.launches) == 2  # the copy, the reduction
+    assert len(fake_session.api.launches) == 2  # the copy, the reduction
 
 
-def test_a_reduction_into_a_strided_out_writes_through_a_temporary(s: kd.Session) -> None:
-    a, b = s.empty((64, 64), np.float32), s.empty((64, 2), np.float32)
+def test_a_reduction_into_a_strided_out_writes_through_a_temporary(fake_session: kd.Session) -> None:
+    a, b = fake_session.empty((64, 64), np.float32), fake_session.empty((64, 2), np.float32)
     ops.sum(a, axis=0, out=b[:, 0])  # the first call also compiles and may allocate scratch
-    allocations, frees = s.api.calls.count("cuMemAllocFromPoolAsync"), s.api.calls.count("cuMemFreeAsync")
+    allocations, frees = (
+        fake_session.api.calls.count("cuMemAllocFromPoolAsync"),
+        fake_session.api.calls.count("cuMemFreeAsync"),
+    )
     ops.sum(a, axis=0, out=b[:, 1])
-    assert s.api.calls.count("cuMemAllocFromPoolAsync") == allocations + 1  # the temporary
-    assert s.api.calls.count("cuMemFreeAsync") == frees + 1  # freed after the copy into the view
+    assert fake_session.api.calls.count("cuMemAllocFromPoolAsync") == allocations + 1  # the temporary
+    assert fake_session.api.calls.count("cuMemFreeAsync") == frees + 1  # freed after the copy into the view
 
 
-def test_a_kernel_parameter_refuses_a_strided_view_with_the_way_out(s: kd.Session) -> None:
+def test_a_kernel_parameter_refuses_a_strided_view_with_the_way_out(fake_session: kd.Session) -> None:
     @kd.kernel(grid=kd.cdiv("n", 128), block=128)
     def twice(y: kd.Out["float32", "n"], x: kd.In["float32", "n"]) -> str:
         return f"int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) {y}[i] = 2 * {x}[i];"
 
-    a = s.empty((8, 8), np.float32)
+    a = fake_session.empty((8, 8), np.float32)
     with pytest.raises(StridedArrayError, match=r"argument 'x' of kernel 'twice'.*strided view.*x\.copy\(\)"):
-        twice(s.empty(8, np.float32), a[:, 0])
-    launches = len(s.api.launches)
-    twice(s.empty(8, np.float32), a[3])  # a contiguous view is fine
-    assert len(s.api.launches) == launches + 1
+        twice(fake_session.empty(8, np.float32), a[:, 0])
+    launches = len(fake_session.api.launches)
+    twice(fake_session.empty(8, np.float32), a[3])  # a contiguous view is fine
+    assert len(fake_session.api.launches) == launches + 1
 
 
-def test_a_kernel_parameter_declared_strided_takes_views_and_their_element_strides(s: kd.Session) -> None:
+def test_a_kernel_parameter_declared_strided_takes_views_and_their_element_strides(fake_session: kd.Session) -> None:
     @kd.kernel(grid=kd.cdiv("n", 128), block=128, strided=("x",))
     def first_column(y: kd.Out["float32", "n"], x: kd.In["float32", ("n", "m")]) -> str:
         return f"int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) {y}[i] = {x}[i * {x.strides[0]}];"
 
-    a = s.empty((8, 6), np.float32)
-    assert ("x_stride0", "long long") in first_column.inspect(s.empty(6, np.float32), a.T).generated.abi
-    s.api.snapshot_slots = 4  # y, x, x_stride0, x_stride1
-    first_column(s.empty(6, np.float32), a.T)
-    first_column(s.empty(4, np.float32), a[::2, ::-1])
-    strides = [np.frombuffer(b[16:32], np.int64).tolist() for b in s.api.param_bytes]
+    a = fake_session.empty((8, 6), np.float32)
+    assert ("x_stride0", "long long") in first_column.inspect(fake_session.empty(6, np.float32), a.T).generated.abi
+    fake_session.api.snapshot_slots = 4  # y, x, x_stride0, x_stride1
+    first_column(fake_session.empty(6, np.float32), a.T)
+    first_column(fake_session.empty(4, np.float32), a[::2, ::-1])
+    strides = [np.frombuffer(b[16:32], np.int64).tolist() for b in fake_session.api.param_bytes]
     assert strides == [[1, 6], [12, -1]]
 
 

@@ -24,13 +24,6 @@ EXAMPLES = settings(max_examples=25, deadline=None, suppress_health_check=list(H
 view_shapes = st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple)
 
 
-@pytest.fixture(scope="module")
-def session() -> Any:
-    s = kd.Session(0)
-    yield s
-    s.close()
-
-
 def seeded(data: st.DataObject) -> np.random.Generator:
     return np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
 
@@ -47,8 +40,8 @@ def a_view(data: st.DataObject, session: Any, dt: np.dtype) -> tuple[np.ndarray,
 @pytest.mark.parametrize("dt", DTYPES, ids=ids)
 @EXAMPLES
 @given(data=st.data())
-def test_to_host_of_any_view_is_numpys_view(session: Any, data: st.DataObject, dt: np.dtype) -> None:
-    _, _, want, view = a_view(data, session, dt)
+def test_to_host_of_any_view_is_numpys_view(device_session: Any, data: st.DataObject, dt: np.dtype) -> None:
+    _, _, want, view = a_view(data, device_session, dt)
     assert_same(view.to_host(), want)
     assert_same(view.T.to_host(), want.T)
 
@@ -56,10 +49,10 @@ def test_to_host_of_any_view_is_numpys_view(session: Any, data: st.DataObject, d
 @pytest.mark.parametrize("dt", DTYPES, ids=ids)
 @EXAMPLES
 @given(data=st.data())
-def test_binary_ops_on_strided_views_match_numpy(session: Any, data: st.DataObject, dt: np.dtype) -> None:
-    _, _, hv, dv = a_view(data, session, dt)
+def test_binary_ops_on_strided_views_match_numpy(device_session: Any, data: st.DataObject, dt: np.dtype) -> None:
+    _, _, hv, dv = a_view(data, device_session, dt)
     other = rand(seeded(data), dt, hv.shape[::-1])  # transposed: strided whenever ndim > 1
-    do = session.to_device(other).T
+    do = device_session.to_device(other).T
     for name in ("add", "maximum", "equal"):
         assert_same(ops.ELEMENTWISE[name](dv, do).to_host(), numpy_result(name, hv, other.T))
     assert_same(ops.where(dv == do, dv, do).to_host(), np.where(hv == other.T, hv, other.T))
@@ -70,14 +63,14 @@ def test_binary_ops_on_strided_views_match_numpy(session: Any, data: st.DataObje
 @EXAMPLES
 @given(data=st.data())
 def test_out_can_be_a_strided_view_and_only_its_elements_change(
-    session: Any, data: st.DataObject, dt: np.dtype
+    device_session: Any, data: st.DataObject, dt: np.dtype
 ) -> None:
     shape = data.draw(view_shapes)
     key = data.draw(basic_index(shape))
-    target = poisoned(session, shape, dt)
+    target = poisoned(device_session, shape, dt)
     want = target.to_host()
     x = rand(seeded(data), dt, np_view(want, key).shape)
-    ops.add(session.to_device(x), x, out=target[key])
+    ops.add(device_session.to_device(x), x, out=target[key])
     np_view(want, key)[...] = numpy_result("add", x, x)
     assert_same(target.to_host(), want)
 
@@ -85,8 +78,8 @@ def test_out_can_be_a_strided_view_and_only_its_elements_change(
 @pytest.mark.parametrize("dt", DTYPES, ids=ids)
 @EXAMPLES
 @given(data=st.data())
-def test_copy_fill_astype_and_setitem_of_views(session: Any, data: st.DataObject, dt: np.dtype) -> None:
-    host, dev, hv, dv = a_view(data, session, dt)
+def test_copy_fill_astype_and_setitem_of_views(device_session: Any, data: st.DataObject, dt: np.dtype) -> None:
+    host, dev, hv, dv = a_view(data, device_session, dt)
     copied = dv.copy()
     assert copied.is_contiguous and copied.base is None
     assert_same(copied.to_host(), hv)
@@ -104,18 +97,18 @@ def test_copy_fill_astype_and_setitem_of_views(session: Any, data: st.DataObject
 @pytest.mark.parametrize("dt", DTYPES, ids=ids)
 @EXAMPLES
 @given(data=st.data())
-def test_fused_functions_read_and_write_views(session: Any, data: st.DataObject, dt: np.dtype) -> None:
+def test_fused_functions_read_and_write_views(device_session: Any, data: st.DataObject, dt: np.dtype) -> None:
     @kd.fuse
     def mix(x: Any, y: Any) -> Any:
         return ops.where(x > y, x, y) + y
 
-    _, _, hv, dv = a_view(data, session, dt)
+    _, _, hv, dv = a_view(data, device_session, dt)
     other = rand(seeded(data), dt, hv.shape[::-1])
     with np.errstate(all="ignore"):
         want = numpy_result("add", np.where(hv > other.T, hv, other.T), other.T)
-    assert_same(mix(dv, session.to_device(other).T).to_host(), want)
-    target = poisoned(session, hv.shape[::-1], want.dtype).T  # a transposed (strided) out=
-    assert mix(dv, session.to_device(other).T, out=target) is target
+    assert_same(mix(dv, device_session.to_device(other).T).to_host(), want)
+    target = poisoned(device_session, hv.shape[::-1], want.dtype).T  # a transposed (strided) out=
+    assert mix(dv, device_session.to_device(other).T, out=target) is target
     assert_same(target.to_host(), want)
 
 
@@ -123,8 +116,8 @@ def test_fused_functions_read_and_write_views(session: Any, data: st.DataObject,
 @pytest.mark.parametrize("name", ["sum", "max", "argmin"])
 @EXAMPLES
 @given(data=st.data())
-def test_reductions_of_strided_views(session: Any, data: st.DataObject, dt: np.dtype, name: str) -> None:
-    _, _, hv, dv = a_view(data, session, dt)
+def test_reductions_of_strided_views(device_session: Any, data: st.DataObject, dt: np.dtype, name: str) -> None:
+    _, _, hv, dv = a_view(data, device_session, dt)
     if hv.ndim == 0 or (hv.size == 0 and name != "sum"):
         return  # max and argmin of nothing raise, as in NumPy; 0-d reductions are test_reduction's
     got = getattr(ops, name)(dv).to_host()
@@ -137,18 +130,18 @@ def test_reductions_of_strided_views(session: Any, data: st.DataObject, dt: np.d
         assert_same(got, want.astype(got.dtype))
 
 
-def test_a_reduction_writes_into_a_strided_out(session: Any) -> None:
+def test_a_reduction_writes_into_a_strided_out(device_session: Any) -> None:
     host = np.arange(48, dtype=np.int32).reshape(6, 8)
-    target = poisoned(session, (8, 2), np.int32)
+    target = poisoned(device_session, (8, 2), np.int32)
     want = target.to_host()
-    ops.sum(session.to_device(host).T, axis=1, out=target[:, 1])
+    ops.sum(device_session.to_device(host).T, axis=1, out=target[:, 1])
     want[:, 1] = host.T.sum(axis=1)
     assert_same(target.to_host(), want)
 
 
-def test_an_input_overlapping_out_is_read_before_it_is_written(session: Any) -> None:
+def test_an_input_overlapping_out_is_read_before_it_is_written(device_session: Any) -> None:
     host = np.arange(1000, dtype=np.float32)
-    a = session.to_device(host)
+    a = device_session.to_device(host)
     ops.add(a[1:], a[:-1], out=a[1:])
     np.add(host[1:], host[:-1], out=host[1:])
     assert_same(a.to_host(), host)
@@ -157,21 +150,21 @@ def test_an_input_overlapping_out_is_read_before_it_is_written(session: Any) -> 
     assert_same(a.to_host(), host)
 
 
-def test_contiguous_views_keep_the_vector_path(session: Any) -> None:
-    a = session.to_device(np.arange(4096, dtype=np.float32).reshape(64, 64))
+def test_contiguous_views_keep_the_vector_path(device_session: Any) -> None:
+    a = device_session.to_device(np.arange(4096, dtype=np.float32).reshape(64, 64))
     assert ops.add.inspect(a[16:], a[16:]).decisions.vector_width == 4
     assert_same(ops.add(a[16:], a[16:]).to_host(), 2 * np.arange(4096, dtype=np.float32).reshape(64, 64)[16:])
 
 
-def test_a_view_keeps_its_memory_after_the_owner_is_dropped(session: Any) -> None:
-    a = session.to_device(np.arange(64, dtype=np.int32))
+def test_a_view_keeps_its_memory_after_the_owner_is_dropped(device_session: Any) -> None:
+    a = device_session.to_device(np.arange(64, dtype=np.int32))
     view = a[::3]
     del a
-    session.synchronize()
+    device_session.synchronize()
     np.testing.assert_array_equal(view.to_host(), np.arange(64, dtype=np.int32)[::3])
 
 
-def test_a_kernel_declared_strided_reads_a_transposed_view(session: Any) -> None:
+def test_a_kernel_declared_strided_reads_a_transposed_view(device_session: Any) -> None:
     @kd.kernel(grid=(kd.cdiv("m", 16), kd.cdiv("n", 16)), block=(16, 16), strided=("x",))
     def scaled(y: kd.Out["T", ("n", "m")], x: kd.In["T", ("n", "m")], alpha: kd.Scalar["T"]) -> str:
         return f"""
@@ -180,15 +173,15 @@ def test_a_kernel_declared_strided_reads_a_transposed_view(session: Any) -> None
         """
 
     host = np.arange(35, dtype=np.float32).reshape(5, 7)
-    a = session.to_device(host)
+    a = device_session.to_device(host)
     for view, want in [(a.T, host.T), (a[::-2, 1:], host[::-2, 1:]), (a, host)]:
-        out = poisoned(session, want.shape, np.float32)
+        out = poisoned(device_session, want.shape, np.float32)
         scaled(out, view, np.float32(2))
         assert_same(out.to_host(), 2 * want)
 
 
-def test_setitem_writes_through_a_view_and_augmented_assignment_works(session: Any) -> None:
-    a, want = session.zeros((4, 6), np.float32), np.zeros((4, 6), np.float32)
+def test_setitem_writes_through_a_view_and_augmented_assignment_works(device_session: Any) -> None:
+    a, want = device_session.zeros((4, 6), np.float32), np.zeros((4, 6), np.float32)
     for target in (a, want):
         target[1:3] += 1  # __getitem__, __iadd__ into the view, then __setitem__ of the view onto itself
         target[0] = 2.5

@@ -16,9 +16,9 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   reduction and the outputs read them there: one pass over memory; a full value a later phase
   needs again (softmax's ``exp(x - m)``) is kept in registers too when held inputs and kept values
   fit in ``HOLD_BYTES``, counting only what is live at the start of each pass in rows of one
-  block or less (``FusedRowsDecisions.carried``; else recomputed: spilling would cost more; on the H200
-  softmax over 61827 x 409 bfloat16 took 42.8 us carried where recomputed took 46.8). Rows that do not
-  fit are read again by each phase (from L2 when they fit there), ``passes`` says how many times;
+  block or less (``FusedRowsDecisions.carried``; else recomputed: spilling would cost more than
+  computing again). Rows that do not fit are read again by each phase (from L2 when they fit
+  there), ``passes`` says how many times;
 - each reduction is a fixed tree (per-thread folds in element order, butterfly shuffles, then
   a butterfly over the warps' results), so results are the same bits run to run and every thread
   holds them;
@@ -28,19 +28,18 @@ Decisions, from the extents and dtypes only (``FusedRowsPlan.inspect`` shows the
   vector, so one unit more than the row needs at most, which ``items`` plans for): interior units
   are one 16-byte access, the first and last per element on the row's own columns, so no row
   touches a neighbour's elements; a unit's elements inside the row are a bit mask computed once a
-  unit, so an element tests one bit (on the H200 softmax over 61827 x 409 bfloat16 took 46.8 us
-  where comparing each element's column with the row's ends took 54.5; 1.02x PyTorch, was 1.19).
+  unit, so an element tests one bit rather than comparing its column with the row's ends.
   An array whose rows have another shift (another row stride) is read and written per element,
   by a branch uniform in the row; one that does not vary along the kept axes (a norm's weight)
   is read per element at its column. Short rows (``INTERLEAVE_MAX``)
   that are not whole vectors are not shifted but interleaved (``vector_width`` 1): lane l of a
   row's group takes its elements l, l + lanes, ..., so each load of the group is one contiguous
-  run and no lane branches on an edge, as PyTorch's warp softmax does (on the H200, log-softmax
-  over 120015 x 97 float16 took 25.6 us where shifted units took 28.8, RMS norm over 1185081 x 27
-  float16 75 where shifted rows staged through shared memory took 121, softmax over 20001 x 301
-  float32 13.8 where shifted took 16.1; but softmax over 30001 x 199 bfloat16 took 19.7 where
-  shifted took 16.2). Other axis sets
+  run and no lane branches on an edge, as PyTorch's warp softmax does (``INTERLEAVE_MAX`` says up
+  to which length that beats shifted units, per vector width). Other axis sets
   (``layout="permuted"``) decompose offsets per element: correct for every axis set, not tuned;
+- ``kerneldsl bench fuse`` checks these choices on a GPU against PyTorch, Triton and the copy
+  floor (its ``--only sweep`` takes odd row lengths, which shift or interleave); a change to a
+  threshold below is justified by its figures before and after;
 - on the CPU device (``host_strategy``) a thread takes a row alone ("row-per-thread", blocks of
   one thread), folding each element of a unit into its own accumulator and combining them as a
   tree: no shuffle or barrier, so the host runs the kernel as a plain loop the compiler
@@ -59,7 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -80,7 +79,7 @@ NARROW_BLOCK = 128  # ... but a 16-bit row takes this many threads ...
 PREFER_HELD_BYTES = 64  # ... when each then holds at most this much of it
 WARP_BLOCK = 256  # threads per block for row-per-warp
 SHORT_ROW_ITEMS = 4  # units a thread of a short row holds (fewer lanes, more rows per warp): one each
-# left its loads too few in flight (log-softmax over 120015 x 97 float16 ran at 2.7x the copy floor)
+# leaves too few loads in flight to hide memory latency
 SPLIT_MIN = 8192  # rows from this many elements may be split over a cluster of blocks ...
 SPLIT_ROWS_PER_SM = 2  # ... when there are fewer rows than this many per SM
 UNHELD_SPLIT_ROWS_PER_SM = 16  # ... or than this many when one block's registers cannot hold a row
@@ -88,13 +87,15 @@ SPLIT_MAX = 8  # blocks per cluster (the portable limit)
 SPLIT_UNITS = 512  # fewest units a block of a split row takes
 CLUSTER_MAJOR = 9  # thread-block clusters: sm_90 and newer
 # by vector width (2: float64, 4: float32, 8: 16-bit, 16: 8-bit): the longest rows that, not whole
-# vectors, interleave their elements (one a unit) rather than shift their vectors; on the H200
-# float32 rows gained up to 403 values (13 a lane), 16-bit ones up to 155 (5 a lane) and lost from
-# 199; the others take up to SHORT_ROW_ITEMS a lane (softmax over 200003 x 61 float64: 1.08x the
-# copy floor)
+# vectors, interleave their elements (one a unit) rather than shift their vectors: up to 13 values a
+# lane for float32, 5 for 16-bit types, SHORT_ROW_ITEMS for the others, the lengths up to which
+# interleaving was the faster in ``kerneldsl bench fuse --only sweep``
 INTERLEAVE_MAX = {2: 32 * SHORT_ROW_ITEMS, 4: 32 * 13, 8: 32 * 5, 16: 32 * SHORT_ROW_ITEMS}
 REGISTERS = 64  # per thread: 1024 threads per SM stay resident, their loads in flight hide memory latency
 HOST_PLAN = "a thread takes a row alone, an accumulator per element of a unit (no barrier or collective)"
+# how a thread reads and writes a unit of a row (templates/fused_rows_<mode>.cuh.j2): element by
+# element before the row's end, one aligned 16-byte vector, or aligned vectors from the row's shift
+LoadMode = Literal["scalar", "vector", "shifted"]
 _INT64 = np.dtype(np.int64)
 _FLOAT32 = np.dtype(np.float32)
 # float32 max / min folds as one sm_80+ instruction that returns NaN when either side is one (a NaN
@@ -169,9 +170,9 @@ def _block(units: int, width: int, held_bytes: int, narrow: bool) -> int:
     """Threads for a block's ``units`` of a row: the fewest that hold it in ``HOLD_BYTES`` per
     thread (else the most: the row is read again per phase), or ``NARROW_BLOCK`` for a ``narrow``
     row (16-bit values, one block) of which each would hold at most ``PREFER_HELD_BYTES``: more,
-    smaller blocks per SM then fold their rows side by side (on the H200, softmax over 4096
-    bfloat16 columns went from 1.39x to 1.14x the copy floor; larger blocks than the fewest that
-    hold the row, or split rows, measured slower)."""
+    smaller blocks per SM then fold their rows side by side (``kerneldsl bench fuse``'s bfloat16
+    softmax over 4096 columns checks it; larger blocks than the fewest that hold the row, or split
+    rows, were slower there)."""
     if held_bytes == 0:
         return BLOCKS[0]
     if narrow and _ceil(units, NARROW_BLOCK) * width * held_bytes <= PREFER_HELD_BYTES:
@@ -222,7 +223,7 @@ def _array(
         "full": full,
         "general": full and not plain,
         "rowmajor": plain and all(varies),
-        "col": "kdc" if plain else f"kdcoloff{id}",
+        "col": "kdcolumn" if plain else f"kdcoloff{id}",
     }
 
 
@@ -367,14 +368,16 @@ class _Context:
                 loads[local] = f"kdp{v}[kdrowoff{v}]"
         return loads
 
-    def _element_loads(self, ph: Phase, vector: bool, shifted: bool) -> dict[int, str]:
+    def _element_loads(self, ph: Phase, load: LoadMode) -> dict[int, str]:
+        """Each element leaf's C expression: from registers, from the unit the load mode loaded
+        (a shifted row loads the arrays that share its layout), else from memory per element."""
         loads = {}
         for local, v in enumerate(ph.element_leaves):
             register = self._register_read(v)
             if register is not None:
                 loads[local] = register
-            elif vector and (self.arrays[v]["rowmajor"] or not shifted):
-                loads[local] = f"kd_wide(kdl{v}.v, kdk)"
+            elif load == "vector" or (load == "shifted" and self.arrays[v]["rowmajor"]):
+                loads[local] = f"kd_wide(kdloaded{v}.v, kdpos)"
             else:
                 a = self.arrays[v]
                 loads[local] = f"kdp{v}[kdrowoff{v} + {a['col']}]"
@@ -385,21 +388,20 @@ class _Context:
         input), or None when a phase reads it from memory. A shifted row's phase that reads only
         registers computes every element of a unit and tests the unit's mask only to fold it:
         nothing it reads can fault, and work outside a branch shares its per-row parts
-        (softmax's division by the row's sum takes one reciprocal a unit, not one an element: 69
-        MUFU instructions in the kernel for rows of 409 bfloat16 where a branch per element left
-        97)."""
+        (softmax's division by the row's sum takes one reciprocal a unit, not one an element, as
+        the kernel's SASS shows)."""
         value = self.pipeline.values[v]
         if isinstance(value, Leaf) and value.kind == "scalar":
             return f"kdp{v}"
         if v in self.carried:
-            return f"kdcar{v}[kdit][kdk]"
+            return f"kdcar{v}[kditem][kdpos]"
         if not self.pipeline.full(v):
             return f"kdrv{v}"
         if str(v) in self.held_ids:
-            return f"kdhw{v}[kdit][kdk]" if self.widened else f"kd_wide(kdh{v}[kdit].v, kdk)"
+            return f"kdwidened{v}[kditem][kdpos]" if self.widened else f"kd_wide(kdheld{v}[kditem].v, kdpos)"
         return None
 
-    def phase_context(self, ph: Phase, vector: bool, shifted: bool, stores: list[tuple[int, int]]) -> dict[str, Any]:
+    def phase_context(self, ph: Phase, load: LoadMode, stores: list[tuple[int, int]]) -> dict[str, Any]:
         p = self.pipeline
         streamed = [
             self.arrays[v] for v in ph.element_leaves if p.full(v) and v in self.arrays and str(v) not in self.held_ids
@@ -410,7 +412,7 @@ class _Context:
             "row_exports": list(ph.row_exports),
             "row_ctypes": {v: compute_ctype(p.values[v].dtype) for v, _ in ph.row_exports},
             "element_program": None if ph.element is None else program_context(ph.element, round_halves=False),
-            "element_loads": {} if ph.element is None else self._element_loads(ph, vector, shifted),
+            "element_loads": {} if ph.element is None else self._element_loads(ph, load),
             "in_registers": all(self._register_read(v) is not None for v in ph.element_leaves),
             "element_roots": list(ph.element_roots),
             "streamed": streamed,
@@ -419,7 +421,7 @@ class _Context:
             "row_outputs": [],
         }
 
-    def render(self, vector: bool, shifted: bool) -> str:
+    def render(self, load: LoadMode) -> str:
         p, geometry, s = self.pipeline, self.geometry, self.geometry.strategy
         phases = []
         for k, (r, ph) in enumerate(zip(p.reductions, self.phases)):
@@ -428,7 +430,7 @@ class _Context:
             result = p.values[r.leaf].dtype
             phases.append(
                 {
-                    **self.phase_context(ph, vector, shifted, self.stores[k]),
+                    **self.phase_context(ph, load, self.stores[k]),
                     "k": k,
                     "reducer": r.reducer.name,
                     "root": r.root,
@@ -444,7 +446,7 @@ class _Context:
                     "cctype": compute_ctype(result),
                 }
             )
-        last = self.phase_context(self.last, vector, shifted, [])
+        last = self.phase_context(self.last, load, [])
         locals_ = dict(zip(self.last_full_ids(), self.last.element_roots))
         for k, (o, (dtype, full)) in enumerate(zip(p.outputs, geometry.outputs)):
             entry = {"k": k, "value": o, "storage": storage_ctype(dtype), "cctype": compute_ctype(dtype)}
@@ -466,8 +468,7 @@ class _Context:
                 width=s.width,
                 items=s.items,
                 passes=s.passes,
-                vector=vector,
-                shifted=shifted,
+                load=load,
                 lead=next((a["id"] for a in arrays if a["rowmajor"]), None),
                 dims=dims,
                 kept=list(p.kept),
@@ -502,23 +503,26 @@ def _build(pipeline: Pipeline, geometry: RowsGeometry) -> Kernel:
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         aligned = all_aligned(proxies, full_arrays)
-        shifted = shiftable and aligned
-        vector = (vectorable or shiftable) and aligned
+        load: LoadMode = "scalar"
+        if aligned and shiftable:
+            load = "shifted"
+        elif aligned and vectorable:
+            load = "vector"
         first = pipeline.reductions[0]
         decisions = FusedRowsDecisions(
             layout="rows" if geometry.rows_innermost else "permuted",
-            vector_width=s.width if vector else 1,
+            vector_width=1 if load == "scalar" else s.width,
             accumulation=first.reducer.accumulate(pipeline.values[first.root].dtype),
             group=s.lanes,
             split=s.cluster > 1,
             strategy=s.strategy,
             passes=s.passes,
             items=s.items,
-            shifted=shifted,
+            shifted=load == "shifted",
             carried=bool(context.carried),
             host_plan=HOST_PLAN if s.strategy == "row-per-thread" else None,
         )
-        return GeneratedBody(context.render(vector, shifted), decisions)
+        return GeneratedBody(context.render(load), decisions)
 
     # at most REGISTERS per thread: 1024 threads of an SM stay resident (and a block fits one SM);
     # --minimal, as every generated kernel (kernels.OPTIONS)

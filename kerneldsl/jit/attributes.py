@@ -5,13 +5,10 @@ the build. ``kerneldsl.launch.resources`` adds the occupancy questions a launch 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..runtime import occupancy as driver_occupancy
 from ..runtime.occupancy import FunctionAttributes
-
-if TYPE_CHECKING:
-    from .build import Build
 
 
 @dataclass(frozen=True)
@@ -41,17 +38,15 @@ class Resources:
         )
 
 
-def image_resources(build: Build, session: Any = None) -> Resources:
-    """``build``'s attributes on ``session`` (default: the default session), its image loaded
-    there once and the answer kept on the build."""
+def image_resources(image: bytes, entry: str, by_session: dict[int, Resources], session: Any = None) -> Resources:
+    """The attributes of function ``entry`` of ``image`` on ``session`` (default: the default
+    session), the image loaded there once and the answer kept in ``by_session`` (the build's)."""
     if session is None:
         from ..runtime.session import default_session
 
         session = default_session()
-    found: Resources | None = build.resources_by_session.get(session.session_id)
+    found = by_session.get(session.session_id)
     if found is None:
-        function = session.load_module(build.image).function(build.generated.entry)
-        found = build.resources_by_session[session.session_id] = Resources.of(
-            driver_occupancy.function_attributes(session, function)
-        )
+        function = session.load_module(image).function(entry)
+        found = by_session[session.session_id] = Resources.of(driver_occupancy.function_attributes(session, function))
     return found

@@ -189,7 +189,7 @@ class Build:
     origin: str  # "nvrtc", "c++" (the CPU device's compiler) or "disk": where the image came from
     compile_seconds: float
     _launch_factory: Callable[..., Any] | None = field(default=None, repr=False)
-    resources_by_session: dict[int, Any] = field(default_factory=dict, repr=False)  # session id -> Resources
+    resources_by_session: dict[int, Resources] = field(default_factory=dict, repr=False)  # by session id
 
     @property
     def cuda_source(self) -> str:
@@ -235,7 +235,7 @@ class Build:
         """The driver's attributes of this image loaded in ``session`` (default: the default
         session): registers, static/const/local bytes, max threads per block, PTX and binary
         versions, max dynamic shared bytes (``kerneldsl.jit.attributes.Resources``)."""
-        return image_resources(self, session)
+        return image_resources(self.image, self.generated.entry, self.resources_by_session, session)
 
     @property
     def arch(self) -> str:

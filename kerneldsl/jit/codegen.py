@@ -28,6 +28,7 @@ from .body_checks import check_body
 from .device_code import NO_DEVICE_CODE, DeviceCode
 from .headers import hoist_includes
 from .launch_contract import SLOT_BYTES, LaunchContract, Slot, launch_contract
+from .prelude import prelude_parts
 from .signature import ArrayParam, Expr, ScalarParam, extent_c_text
 from .source_lines import LineMap, locate_body
 from .specialize import Specialization
@@ -343,6 +344,7 @@ def render_inputs(spec: Specialization, body: Callable[..., Any], code: DeviceCo
     body_file = f"{sig.name}.body"
     launch = launch_contract(spec)
     restrict = "" if sig.allow_alias else " __restrict__"
+    uses_complex = _uses(spec, "complex64") or _uses(spec, "complex128")
     segments = body_segments(body_text, body_file, placed)
     kernel_context = {
         "name": sig.name,
@@ -351,7 +353,8 @@ def render_inputs(spec: Specialization, body: Callable[..., Any], code: DeviceCo
         "index_ctype": "int" if spec.index_bits == 32 else "long long",
         "uses_half": _uses(spec, "float16"),
         "uses_bfloat16": _uses(spec, "bfloat16"),
-        "uses_complex": _uses(spec, "complex64") or _uses(spec, "complex128"),
+        "uses_complex": uses_complex,
+        **prelude_parts([body_text, *(f["text"] for f in functions)], uses_complex),
         "complex_scalars": [
             {"name": s.param, "ctype": ELEMENT_TYPES[s.element].ctype, "parts": (s.name, imag.name)}
             for s, imag in zip(launch.slots, launch.slots[1:])

@@ -16,8 +16,8 @@ that lacks an entry point, a pool that refuses) is left to the full path, which 
 
 Staging, by size: below ``pinned_pipeline.UPLOAD_MIN_BYTES`` (256 MiB) and ``DOWNLOAD_MIN_BYTES``
 (64 MiB) these copies read and write the caller's pageable memory directly, as PyTorch's
-``from_numpy(x).cuda()`` and ``.cpu()`` do: the driver's own staging was faster up to those sizes
-on the H200. From them up they go through the session's two pinned chunk buffers
+``from_numpy(x).cuda()`` and ``.cpu()`` do: the driver's own staging is the faster below those
+sizes. From them up they go through the session's two pinned chunk buffers
 (``pinned_pipeline``), whose memcpy and DMA overlap. ``kerneldsl bench arrays --only transfers``
 measures both at each size against PyTorch, the figures to move the thresholds by. The
 pinned buffers of ``runtime.staging`` serve kernel calls on numpy arrays, whose several copies

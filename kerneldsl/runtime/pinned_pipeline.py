@@ -2,12 +2,12 @@
 overlapping the DMA of the other.
 
 A copy of pageable memory makes the driver stage it through small pinned buffers of its own, one
-after the other: on the H200 that moved 7.4 GB/s host to device and 12.1 GB/s back, against 54 GB/s
-from and into pinned memory (README, the runtime benchmark). A transfer of at least
+after the other, several times slower than a copy from and into pinned memory (``kerneldsl bench
+runtime`` measures both). A transfer of at least
 ``UPLOAD_MIN_BYTES`` / ``DOWNLOAD_MIN_BYTES`` moves instead in ``CHUNK_BYTES`` pieces through two
 page-locked buffers the session keeps (made on first use, freed at close): while the copy engine
 moves chunk k from (or into) one buffer, the host copies chunk k+1 into (or chunk k-1 out of) the
-other. Smaller transfers copy pageable memory directly (``host_copies``), which measured faster.
+other. Smaller transfers copy pageable memory directly (``host_copies``), which is faster there.
 
 One transfer at a time uses the buffers; a second thread meanwhile, a capture, NVTX ranges or an
 unusable session take the other paths. A wait the caller interrupts leaves the buffers to the DMA
@@ -31,12 +31,12 @@ if TYPE_CHECKING:
     from .session import Session
     from .transfers import Transfers
 
-# From these sizes up transfers are chunked (see the module docstring): where the pipeline beat a
-# direct pageable copy on the H200 (``bench arrays --only transfers``, 2026-12-01): downloads 1.26x
-# at 64 MiB (0.63x at 16 MiB), uploads 1.03x at 256 MiB (0.78x at 64 MiB).
+# From these sizes up transfers are chunked (see the module docstring): the smallest sizes at which
+# the pipeline beats a direct pageable copy, each way; ``kerneldsl bench arrays --only transfers``
+# measures both at each size, the figures to move them by.
 DOWNLOAD_MIN_BYTES = 64 << 20
 UPLOAD_MIN_BYTES = 256 << 20
-CHUNK_BYTES = 4 << 20  # each buffer's size: one chunk's DMA takes ~80 us at 54 GB/s
+CHUNK_BYTES = 4 << 20  # each buffer's size: a chunk's DMA is long beside the driver's per-copy cost
 KEY = "kerneldsl.pinned_pipeline"  # its Session.vendor_handle key
 
 

@@ -134,57 +134,6 @@ template <typename T> __device__ __forceinline__ bool kd_signbit(T a) {
 __device__ __forceinline__ bool kd_isinf(kd_half a) { return isinf(static_cast<float>(a)); }
 __device__ __forceinline__ bool kd_isfinite(kd_half a) { return isfinite(static_cast<float>(a)); }
 __device__ __forceinline__ bool kd_signbit(kd_half a) { return (a.bits & 0x8000u) != 0; }
-// Philox4x32-10 (Salmon et al., SC'11; Random123's philox4x32 with 10 rounds): a counter-based
-// generator, stateless, so a value depends only on (seed, subsequence, offset). kd_philox gives
-// the four 32-bit words of counter (offset, subsequence) under key seed; the helpers turn words
-// into uniform floats and doubles in (0, 1], normals (Box-Muller) and bounded integers.
-struct kd_philox4 { unsigned int x, y, z, w; };
-__device__ __forceinline__ kd_philox4 kd_philox4x32_10(kd_philox4 c, unsigned int k0, unsigned int k1) {
-    #pragma unroll
-    for (int round = 0; round < 10; ++round) {
-        if (round) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
-        unsigned int hi0 = __umulhi(0xD2511F53u, c.x), lo0 = 0xD2511F53u * c.x;
-        unsigned int hi1 = __umulhi(0xCD9E8D57u, c.z), lo1 = 0xCD9E8D57u * c.z;
-        c = kd_philox4{hi1 ^ c.y ^ k0, lo1, hi0 ^ c.w ^ k1, lo0};
-    }
-    return c;
-}
-__device__ __forceinline__ kd_philox4 kd_philox(unsigned long long seed, unsigned long long subsequence, unsigned long long offset) {
-    kd_philox4 c = {(unsigned int)offset, (unsigned int)(offset >> 32), (unsigned int)subsequence, (unsigned int)(subsequence >> 32)};
-    return kd_philox4x32_10(c, (unsigned int)seed, (unsigned int)(seed >> 32));
-}
-// (w >> 8) + 1 over 2^24: every value is a float, none is 0, the largest is 1.
-__device__ __forceinline__ float kd_uniform_float(unsigned int w) {
-    return (float)((w >> 8) + 1u) * 5.9604644775390625e-08f;
-}
-// 53 bits of hi:lo, plus one, over 2^53.
-__device__ __forceinline__ double kd_uniform_double(unsigned int hi, unsigned int lo) {
-    unsigned long long bits = (((unsigned long long)hi << 32) | lo) >> 11;
-    return (double)(bits + 1ull) * 1.1102230246251565e-16;
-}
-// Box-Muller: two normals from two uniforms (the first in (0, 1], so its log is finite).
-__device__ __forceinline__ void kd_normal_float2(unsigned int a, unsigned int b, float* z0, float* z1) {
-    float r = sqrtf(-2.0f * logf(kd_uniform_float(a)));
-    float s, c;
-    sincospif(2.0f * kd_uniform_float(b), &s, &c);
-    *z0 = r * c;
-    *z1 = r * s;
-}
-__device__ __forceinline__ void kd_normal_double2(kd_philox4 w, double* z0, double* z1) {
-    double r = sqrt(-2.0 * log(kd_uniform_double(w.x, w.y)));
-    double s, c;
-    sincospi(2.0 * kd_uniform_double(w.z, w.w), &s, &c);
-    *z0 = r * c;
-    *z1 = r * s;
-}
-// An integer in [0, range) by multiply-shift (Lemire), without rejection: the bias is below
-// range / 2^32 (range / 2^64 for the 64-bit form, which takes two words).
-__device__ __forceinline__ unsigned int kd_bounded32(unsigned int w, unsigned int range) {
-    return __umulhi(w, range);
-}
-__device__ __forceinline__ unsigned long long kd_bounded64(unsigned int hi, unsigned int lo, unsigned long long range) {
-    return __umul64hi(((unsigned long long)hi << 32) | lo, range);
-}
 typedef int index_t;
 constexpr index_t n = 1000;
 
@@ -210,7 +159,7 @@ extern "C" __global__ void kd_mask_half(
 #line +34 "THIS_FILE"
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = keep[i] ? x[i] : fill;
-#line 214 "kd_mask_half.cu"
+#line 163 "kd_mask_half.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif

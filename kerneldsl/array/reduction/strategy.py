@@ -58,7 +58,7 @@ ROWS_PER_THREAD = 8  # fewest rows per thread worth splitting columns over one m
 COLUMN_BYTES_PER_THREAD = 64  # accumulator bytes per thread up to which columns use 16-byte loads
 SLAB_TILE_BYTES = 16384  # shared memory a slabs block stages its slabs' values in (accumulator type),
 # twice that where only a double tile holds the slabs that make whole vectors: 16-byte loads are
-# worth the occupancy ((4001, 17, 33) float16: 7.4 -> 5.9 us on the H200)
+# worth the occupancy (``kerneldsl bench reduce``'s float16 rows and its sweep check it)
 SLABS_PER_TILE = 4  # fewest slabs a tile holds: longer slabs take the columns or lines stages
 INSPECT_MULTIPROCESSORS = 132  # inspect() (and strategy() without a GPU) plans for an H100/H200
 HOST_VECTOR_BYTES = 64  # the host stages' accumulators of one thread: a 64-byte vector register's worth, ...
