@@ -141,15 +141,18 @@ def compile_host(source: str, program_name: str, options: Sequence[str], output:
     carries the compiler's log, ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
     flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}", "-include", str(shim_dir() / "kd_host.h"))
     name = program_name.removesuffix(".cu")
+    compiler = host_compiler()
     try:
         try:
-            image = compile_shared(host_compiler(), host_source(source), flags, name)
+            image = compile_shared(compiler, host_source(source), flags, name, compiler.module_libraries())
         except HostCompileFailure as failure:
             if not _checked_pointers(flags):
                 raise
             # A body that uses an array parameter as no checked pointer can be used (a template
             # deducing T* from it, ...): the other checks still run, its arrays' bounds do not.
-            image = compile_shared(host_compiler(), host_source(source), (*flags, "-DKD_CHECK_POINTERS=0"), name)
+            image = compile_shared(
+                compiler, host_source(source), (*flags, "-DKD_CHECK_POINTERS=0"), name, compiler.module_libraries()
+            )
             log.warning(
                 "%s: its array parameters' bounds are not checked: the body uses them in a way the checked "
                 "pointer cannot follow (%s)",

@@ -36,6 +36,11 @@ _INSTALL_HINT = (
 # loads; never -ffast-math, since kernels test x != x; ABI is the host runtime's contract version.
 COMMON_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno")
 HOST_ABI = 1
+# What a kernel module links on a GNU/Linux target: libm and libc (their versioned symbols, so
+# expf binds to glibc's current expf, not a compatibility one) and libgcc's static helpers. The
+# shim uses nothing of the C++ runtime, and the driver's default libraries (libstdc++ above all)
+# cost more to scan than the rest of the link.
+MODULE_LIBRARIES = ("-nodefaultlibs", "-lm", "-lc", "-lgcc")
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,16 @@ class HostCompiler:
     def identity(self) -> dict[str, str]:
         """What a host build's key records of the compiler (no path: the same compiler anywhere)."""
         return {"version": self.version, "target": self.target, "abi": str(HOST_ABI)}
+
+    @property
+    def is_zig(self) -> bool:
+        """Whether this is the ``ziglang`` wheel's compiler, which brings its own C and C++ libraries."""
+        return any(Path(arg).name in ("zig", "ziglang") for arg in self.argv)
+
+    def module_libraries(self) -> tuple[str, ...]:
+        """The link flags of a kernel module: ``MODULE_LIBRARIES`` where GCC or Clang link for
+        glibc, the driver's defaults anywhere else."""
+        return MODULE_LIBRARIES if self.target.endswith("-linux-gnu") and not self.is_zig else ()
 
 
 class HostCompileFailure(Exception):
@@ -125,9 +140,13 @@ def shim_dir() -> Path:
     return packaged if packaged.is_dir() else here.parent / "templates" / "host"
 
 
-def compile_shared(compiler: HostCompiler, source: str, flags: tuple[str, ...], name: str = "module") -> bytes:
+def compile_shared(
+    compiler: HostCompiler, source: str, flags: tuple[str, ...], name: str = "module", libraries: tuple[str, ...] = ()
+) -> bytes:
     """Compile ``source`` (C++) into a shared library and return its bytes; ``HostCompileFailure``
-    with the compiler's log when it refuses. Runs in a private temporary folder."""
+    with the compiler's log when it refuses. One run of the driver compiles and links, with
+    ``libraries`` after the source (the driver's defaults when empty). Runs in a private
+    temporary folder."""
     with tempfile.TemporaryDirectory(prefix="kerneldsl-host-") as scratch:
         src = Path(scratch) / f"{name}.cpp"
         out = Path(scratch) / f"{name}.so"
@@ -136,7 +155,7 @@ def compile_shared(compiler: HostCompiler, source: str, flags: tuple[str, ...], 
         # links no sanitizer runtime: the CPU device's runtime library provides the entries.
         instrumented = any(flag.startswith("-fsanitize=") for flag in flags)
         obj = Path(scratch) / f"{name}.o"
-        steps = [[*compiler.argv, *COMMON_FLAGS, *flags, "-x", "c++", str(src), "-o", str(out)]]
+        steps = [[*compiler.argv, *COMMON_FLAGS, *flags, "-x", "c++", str(src), "-o", str(out), *libraries]]
         if instrumented:
             compile_flags = [f for f in COMMON_FLAGS if f != "-shared"]
             steps = [
