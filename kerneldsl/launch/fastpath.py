@@ -22,7 +22,6 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .. import logs
 from ..jit.launch_plan import LaunchPlan, ShapeCheck
 from ..jit.signature import Expr
 from ..runtime import memory, nvtx
@@ -33,8 +32,6 @@ from . import warm
 
 if TYPE_CHECKING:
     from .bound import BoundLaunch
-
-log = logs.get("launch.fastpath")
 
 
 def _compiled() -> ModuleType | None:
