@@ -10,9 +10,11 @@ launch. Kernels, elementwise ops, reductions, scans, fused functions and gemm sh
 - ``Entry``: what a plan returns for the call it ran (``Plan.warm_entry``), kept by the
   callable's ``WarmPath``: a ``GridLaunch`` (a prebuilt launch tried after one lookup by key)
   or a ``CEntry`` (a C launch, which the callable's front tries before any Python runs);
-- ``WarmPath``: one callable's bounded table of entries by key (``BoundedCache``), and its front.
+- ``WarmPath``: one callable's bounded table of entries by key (``BoundedCache``), and its front;
+- ``remember``: a ``CEntry`` kept by a front that runs no plan (a ``Kernel``, a tuned kernel,
+  ``kd.blas.gemm``), made from the call that just launched.
 
-Words: a *front* is a callable whose calls try the C entries remembered on it first, then its
+Words: a *front* is a callable whose calls try the C launches remembered on it first, then its
 Python ``_call`` (``fastpath.FastPathCallable``: ``Kernel``, an elementwise op, ``kd.blas.gemm``,
 ``fastpath.GridFront``); a ``CEntry`` is where one C launch is made once and kept. (A *slot* is
 one 8-byte kernel parameter, ``LaunchPlan.slots``, as the C module's ``SLOT_KINDS`` number them.)
@@ -127,7 +129,7 @@ def call_key(operands: tuple[Any, ...], out: Any, options: Any) -> Key | None:
 
 
 class Front(Protocol):
-    """A callable whose calls try the C entries remembered on it first (``fastpath.FastPathCallable``)."""
+    """A callable whose calls try the C launches remembered on it first (``fastpath.FastPathCallable``)."""
 
     def _remember_launch(self, launch: Any) -> None: ...
 
@@ -141,7 +143,7 @@ class Entry(Protocol):
 
 class WarmPath(BoundedCache):
     """One callable's warm path: its Python entries by ``call_key`` (bounded), and its ``front``,
-    where C entries are remembered (None: a callable the C path does not call)."""
+    where C launches are remembered (None: a callable the C path does not call)."""
 
     def __init__(self, front: Front | None = None) -> None:
         super().__init__()
