@@ -17,7 +17,7 @@ import numpy as np
 from ...jit.build import Build
 from ...launch.dispatch import Kernel
 from ...launch.fastpath import GridFront
-from ...launch.warm import MAX_ENTRIES, GridLaunch, WarmPath, overlaps_out
+from ...launch.warm import BoundedCache, GridLaunch, WarmPath, overlaps_out
 from ...runtime import memory, nvtx
 from ...runtime.session import default_session
 from ..kernels import vector_width
@@ -71,7 +71,7 @@ class ReductionPlan(Plan):
     acc: np.dtype
     dtype: np.dtype  # of the output
     _steps: dict[tuple[int, bool], Step] = field(default_factory=dict, init=False, repr=False)  # by SMs, host
-    _views: dict[tuple[Any, ...], Step] = field(default_factory=dict, init=False, repr=False)  # by SMs, host, strides
+    _views: BoundedCache = field(default_factory=BoundedCache, init=False, repr=False)  # Steps by SMs, host, strides
     strided_operands = True  # views are read in place, or copied here where the kernels cannot (``Variant.copy``)
 
     def run_host(self, values: list[Any], out: Any) -> Any:
@@ -224,11 +224,9 @@ class ReductionPlan(Plan):
             return self.step(sms, host)
         arrays = [v for v in values if type(v) is memory.array_type]
         key = (sms, host, *(a.strides for a in arrays))
-        found = self._views.get(key)
+        found: Step | None = self._views.get(key)
         if found is None:
-            if len(self._views) >= MAX_ENTRIES:
-                self._views.clear()
-            found = self._views[key] = self._view_step(arrays, sms, host)
+            found = self._views.put(key, self._view_step(arrays, sms, host))
         return found
 
     def _view_step(self, arrays: list[Any], sms: int, host: bool) -> Step:
