@@ -226,7 +226,8 @@ class ReductionPlan(Plan):
         key = (sms, host, *(a.strides for a in arrays))
         found: Step | None = self._views.get(key)
         if found is None:
-            found = self._views.put(key, self._view_step(arrays, sms, host))
+            found = self._view_step(arrays, sms, host)
+            self._views.put(key, found)
         return found
 
     def _view_step(self, arrays: list[Any], sms: int, host: bool) -> Step:
