@@ -136,7 +136,7 @@ class FusedRowsPlan(Plan):
             return None
         front = GridFront(found[0], (step.blocks, 1, 1))
         outputs = tuple(zip(self.shapes, self.dtypes))
-        return GridLaunch(front, session, constants, extents, outputs, single=self.single, overlap=None)
+        return GridLaunch(front, session, constants, extents, outputs, single=self.single, in_place=None)
 
     def _device_step(self, session: Any) -> Step:
         """The step for ``session``'s device: clusters on a GPU of sm_90+, the host's plan on the CPU device."""

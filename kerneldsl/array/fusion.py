@@ -119,7 +119,7 @@ class Fused:
         return f"<kd.fuse {self.name}>"
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        key = call_key(args, out, None)
+        key = call_key(args, out)
         if key is not None:
             result = self._warm.run(key, args, out)
             if result is not None:

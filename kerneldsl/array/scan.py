@@ -301,7 +301,7 @@ class ScanPlan(Plan):
             ((self.shape, self.dtype),),
             scratch=after[:3] if lookback else (),
             epoch=self._next_epoch if lookback else None,
-            overlap="in_place",
+            in_place=True,
         )
 
     def _next_epoch(self, session: Any) -> int | None:
@@ -363,7 +363,7 @@ class Scan:
             raise FusionError(f"{self.name}: a scan cannot be fused; call it on the fused function's result")
         key = None
         if type(exclusive) is bool and exact_axis(axis):
-            key = call_key((x,), out, (axis, exclusive))
+            key = call_key((x,), out, axis, exclusive)
             if key is not None:
                 result = self._warm.run(key, (x,), out)
                 if result is not None:

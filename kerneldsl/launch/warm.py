@@ -5,8 +5,8 @@ like it without repeating what was decided: a call of that specialization costs 
 launch. Kernels, elementwise ops, reductions, scans, fused functions and gemm share this module:
 
 - ``call_key``: the key of a call on device arrays (each operand's dispatch tag, shape and
-  strides, the call's exact options, ``out=``'s, the thread), or None when only the full path
-  takes it;
+  strides, the call's exact axis and flag, ``out=``'s, the thread), or None when only the full
+  path takes it;
 - ``Entry``: what a plan returns for the call it ran (``Plan.warm_entry``), kept by the
   callable's ``WarmPath``: a ``GridLaunch`` (a prebuilt launch tried after one lookup by key)
   or a ``CEntry`` (a C launch, which the callable's front tries before any Python runs);
@@ -92,14 +92,14 @@ def exact_axis(axis: Any) -> bool:
     return type(axis) is tuple and all(type(a) is int for a in axis)
 
 
-def call_key(operands: tuple[Any, ...], out: Any, options: Any) -> Key | None:
+def call_key(operands: tuple[Any, ...], out: Any, axis: Any = None, flag: Any = None) -> Key | None:
     """The warm key of a call whose operands are all device arrays: each one's dispatch tag
-    (session, dtype, alignment, index width, kind), shape and strides, then ``options`` (the
-    call's other arguments, each of one exact type: the caller checks them), ``out=``'s tag,
-    shape and strides, and the thread (whose scratch and parameter buffers an entry holds).
-    None when only the full path takes the call: numpy, remote or foreign operands, scalars, a
-    foreign ``out=``. One and two operands (a sum, a dot product) are spelled out: no loop, no
-    list on their warm path."""
+    (session, dtype, alignment, index width, kind), shape and strides, then the call's ``axis``
+    and ``flag`` (keepdims, a scan's exclusive; each of one exact type: the caller checks them,
+    ``exact_axis``), ``out=``'s tag, shape and strides, and the thread (whose scratch and
+    parameter buffers an entry holds). None when only the full path takes the call: numpy,
+    remote or foreign operands, scalars, a foreign ``out=``. One and two operands (a sum, a dot
+    product) are spelled out: no loop, no list on their warm path."""
     array = memory.array_type
     if out is None:
         target: Any = None
@@ -111,18 +111,19 @@ def call_key(operands: tuple[Any, ...], out: Any, options: Any) -> Key | None:
         (a,) = operands
         if type(a) is not array:
             return None
-        return (a.dispatch_tag, a.shape, a.strides, options, target, get_ident())
+        return (a.dispatch_tag, a.shape, a.strides, axis, flag, target, get_ident())
     if len(operands) == 2:
         a, b = operands
         if type(a) is not array or type(b) is not array:
             return None
-        return (a.dispatch_tag, a.shape, a.strides, b.dispatch_tag, b.shape, b.strides, options, target, get_ident())
+        ident = get_ident()
+        return (a.dispatch_tag, a.shape, a.strides, b.dispatch_tag, b.shape, b.strides, axis, flag, target, ident)
     layouts: list[Any] = []
     for o in operands:
         if type(o) is not array:
             return None
         layouts += (o.dispatch_tag, o.shape, o.strides)
-    return (*layouts, options, target, get_ident())
+    return (*layouts, axis, flag, target, get_ident())
 
 
 # --- entries ----------------------------------------------------------------------------------------
@@ -244,10 +245,10 @@ class GridLaunch:
     and each output's shape and dtype (for calls that allocate them; ``single``: one output,
     returned as it is). ``epoch``: for a look-back scan, the launch's epoch taken per call (its
     last argument; None: the epochs start over and the full path makes zeroed scratch).
-    ``overlap``: how an ``out=`` overlapping an operand is met: ``"refuse"`` sends the call to the
-    full path (which reads copies), ``"in_place"`` reads an operand that is exactly ``out=`` in
-    place (``overlaps_out``) and refuses other overlaps, None checks nothing (the plan's full
-    path does not either)."""
+    ``in_place``: how an ``out=`` overlapping an operand is met (``overlaps_out``): False sends
+    every such call to the full path (which reads copies), True reads an operand that is exactly
+    ``out=`` in place and sends other overlaps there, None checks nothing (the plan's full path
+    does not either)."""
 
     __slots__ = (
         "session",
@@ -259,7 +260,7 @@ class GridLaunch:
         "single",
         "allocator",
         "epoch",
-        "overlap",
+        "in_place",
     )
 
     def __init__(
@@ -273,7 +274,7 @@ class GridLaunch:
         single: bool = True,
         scratch: tuple[Any, ...] = (),
         epoch: Callable[[Any], int | None] | None = None,
-        overlap: str | None = "refuse",
+        in_place: bool | None = False,
     ) -> None:
         self.session = session
         self.front = front
@@ -284,7 +285,7 @@ class GridLaunch:
         self.single = single
         self.allocator = session.native_allocator()  # allocates in C from the pool, like the templates
         self.epoch = epoch
-        self.overlap = overlap
+        self.in_place = in_place
 
     def __call__(self, operands: tuple[Any, ...], out: Any) -> Any:
         """The call's result, or None: the full path takes this call. ``operands`` are the
@@ -293,8 +294,8 @@ class GridLaunch:
         session = self.session
         if not session.usable or session.capturing:
             return None
-        overlap = self.overlap
-        if out is not None and overlap is not None and overlaps_out(operands, out, overlap == "in_place"):
+        in_place = self.in_place
+        if out is not None and in_place is not None and overlaps_out(operands, out, in_place):
             return None
         for buffer in self.scratch:  # a loop, not any(...): no generator on the warm path
             if buffer.closed:

@@ -71,7 +71,7 @@ class Reduction:
         """The operands' kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
         key = None
         if len(operands) == self.operands and type(keepdims) is bool and exact_axis(axis):
-            key = call_key(operands, out, (axis, keepdims))
+            key = call_key(operands, out, axis, keepdims)
             if key is not None:
                 result = self._warm.run(key, operands, out)
                 if result is not None:
