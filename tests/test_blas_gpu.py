@@ -144,7 +144,7 @@ def test_warm_gemm_with_out_runs_from_c_and_matches_numpy(
     )
     blas.gemm(da, db, out, alpha=0.0, beta=1.0)  # the Python path: out stays c, the call is remembered
     config = blas.handle(default_device_session).lt().config(*GEMM_TYPES[dtype], da, db, out, False, False)
-    assert config is not None and config.c_slot.entry
+    assert config is not None and config.c_entry.launch
     for _ in range(3):  # from C: out = 2 a @ b - out / 2, three times
         blas.gemm(da, db, out, alpha=2.0, beta=-0.5)
     ab, expected = op(a, False) @ op(b, False), f64(c)

@@ -43,7 +43,7 @@ def test_warm_calls_launch_from_c_and_give_numpy_results(dtype: type) -> None:
     dy, dx = s.to_device(y0), s.to_device(x)
     for _ in range(10):
         axpy(dy, dx, dtype(2))
-    assert any(b.c_slot.entry for b in axpy._bound.values() if b.session is s)
+    assert any(b.c_entry.launch for b in axpy._bound.values() if b.session is s)
     assert axpy._remembered_launches >= 1
     np.testing.assert_array_equal(dy.to_host(), (y0 + 20 * x).astype(dtype))
 

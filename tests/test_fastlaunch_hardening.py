@@ -26,7 +26,7 @@ from kerneldsl.device_array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError, KernelDSLError
 from kerneldsl.jit.launch_contract import launch_contract
 from kerneldsl.jit.specialize import bind_declared
-from kerneldsl.launch import fastpath
+from kerneldsl.launch import fastpath, warm
 from kerneldsl.runtime.limits import LAUNCH_LIMITS
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
@@ -61,7 +61,7 @@ def _forget(kernel: kd.Kernel) -> Callable[[], None]:
     def forget() -> None:
         kernel._forget_launches()
         for bound in kernel._bound.values():
-            bound.c_slot.entry = None
+            bound.c_entry.launch = None
 
     return forget
 
@@ -202,10 +202,10 @@ def test_an_entry_that_cannot_be_made_is_logged_and_the_call_stands(caplog: pyte
     def broken() -> Any:
         raise ValueError("launch table too large for the C launch path")
 
-    slot = fastpath.CLaunchSlot()
-    with caplog.at_level(logging.DEBUG, logger="kerneldsl.launch.fastpath"):
-        fastpath.remember(fastpath.PythonPathCallable(), slot, broken)
-    assert slot.entry is False and "too large" in caplog.text
+    entry = warm.CEntry()
+    with caplog.at_level(logging.DEBUG, logger="kerneldsl.launch.warm"):
+        warm.remember(fastpath.PythonPathCallable(), entry, broken)
+    assert entry.launch is False and "too large" in caplog.text
 
 
 # --- 3. configure --------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The warm path of fused pipelines through reductions on the driver double: a device call that
-ran once leaves a prebuilt launch (``array.fused_warm``) that the next call like it takes after
+ran once leaves a prebuilt launch (``launch.warm``) that the next call like it takes after
 one dict lookup, launching from C at the grid its plan decided, and it accepts and refuses
 exactly the calls the full path does."""
 

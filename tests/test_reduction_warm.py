@@ -1,5 +1,5 @@
 """The warm path of reductions on the driver double: a call that ran once leaves a prebuilt launch
-(``reduction.warm``) that the next call like it takes after one dict lookup, and it accepts and
+(``launch.warm``) that the next call like it takes after one dict lookup, and it accepts and
 refuses exactly the calls the full path does."""
 
 from __future__ import annotations

@@ -551,13 +551,6 @@ def test_plan_and_layout_each_name_one_thing() -> None:
 # to remove it: when that work lands, its entry is deleted here. Nothing may be added: a new cycle,
 # or one that grows, fails the test below.
 KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    # wt-warm (issue 41, one warm path): launch/fastpath annotates launch/bound's types
-    frozenset(
-        {
-            "kerneldsl.launch.bound",
-            "kerneldsl.launch.fastpath",
-        }
-    ),
     # kd.torch: torch/autograd annotates torch/operator's types, and torch/operator imports it
     frozenset(
         {
@@ -612,7 +605,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.array.reduction.reducers",
             "kerneldsl.array.reduction.strategy",
             "kerneldsl.array.reduction.strided",
-            "kerneldsl.array.reduction.warm",
             "kerneldsl.array.scan",
             "kerneldsl.array.scratch",
             "kerneldsl.blas",
@@ -671,3 +663,74 @@ def test_the_cycle_listing_names_each_loop_by_its_modules() -> None:
         frozenset({"kerneldsl.jit.build", "kerneldsl.jit.attributes"}),
         frozenset({"kerneldsl.launch.bound", "kerneldsl.launch.fastpath"}),
     }
+
+
+# -- one warm path (issue 41 item 2) ---------------------------------------------------------------
+
+WARM_PATH = Path("launch") / "warm.py"
+# What the warm path may be called outside its module: the method every plan implements (its
+# Entry protocol) and the front's C methods (``_fastlaunch``'s names).
+_WARM_PATH_USES = frozenset({"warm_entry", "_remember_launch", "_forget_launches", "_remembered_launches"})
+
+
+def _warm_path_duplicates(source: str, label: str) -> list[str]:
+    """``file:line`` of each piece of a warm path of its own in ``source``: a class or function
+    named for warm entries or remembering them, a table of its own (a ``BoundedCache`` subclass
+    other than the plan cache, whose plans are the full path's), or a C launch remembered on a
+    front without ``warm.remember``/``CEntry``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        where = f"{label}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name not in _WARM_PATH_USES:
+            if "warm" in node.name.lower() or "remember" in node.name.lower():
+                found.append(f"{where} defines {node.name}")
+        if isinstance(node, ast.ClassDef) and node.name != "PlanCache":
+            if any(ast.unparse(base).endswith("BoundedCache") for base in node.bases):
+                found.append(f"{where} subclasses BoundedCache ({node.name})")
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "_remember_launch":
+            found.append(f"{where} remembers a C launch itself")
+    return found
+
+
+def test_the_warm_path_is_one_module() -> None:
+    """Kernels, elementwise ops, reductions, scans, fused functions and gemm keep their warm
+    entries through ``launch/warm.py`` (its key, its Entry protocol, its bounded table); no other
+    module defines a warm path of its own. The benchmarks time warm calls (their names say so);
+    kd.torch's warm call is generated per declaration over torch tensors
+    (``templates/torch_warm.py.j2``), outside the DeviceArray entry protocol."""
+    paths = [
+        p
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.relative_to(PACKAGE) != WARM_PATH and p.relative_to(PACKAGE).parts[0] not in ("bench", "torch")
+    ]
+    found = [hit for p in paths for hit in _warm_path_duplicates(p.read_text(), str(p.relative_to(PACKAGE)))]
+    assert found == []
+    warm_path = (PACKAGE / WARM_PATH).read_text()
+    assert all(f"class {name}" in warm_path for name in ("BoundedCache", "WarmPath", "Entry", "CEntry", "GridLaunch"))
+
+
+def test_the_warm_path_check_names_each_duplicate() -> None:
+    offender = (
+        "class WarmLaunches(BoundedCache):\n"
+        "    pass\n"
+        "class Plans(kernels.BoundedCache):\n"
+        "    def remember(self, front):\n"
+        "        front._remember_launch(self.entry)\n"
+        "def warm_entry(plan): ...\n"
+    )
+    assert _warm_path_duplicates(offender, "offender.py") == [
+        "offender.py:1 defines WarmLaunches",
+        "offender.py:1 subclasses BoundedCache (WarmLaunches)",
+        "offender.py:3 subclasses BoundedCache (Plans)",
+        "offender.py:4 defines remember",
+        "offender.py:5 remembers a C launch itself",
+    ]
+
+
+def test_the_warm_path_sits_on_no_import_cycle() -> None:
+    """``launch/warm.py`` imports nothing of the launch folder, ``bound`` takes its CEntry from it
+    and ``fastpath`` (the C path's Python side) both: no loop, not even through an annotation."""
+    graph = _import_graph()
+    warm_path = {"kerneldsl.launch.warm", "kerneldsl.launch.fastpath", "kerneldsl.launch.bound"}
+    assert "kerneldsl.launch.warm" in graph["kerneldsl.launch.bound"]  # the graph sees what it must
+    assert warm_path & set(_modules_on_cycles(graph)) == set()

@@ -45,6 +45,7 @@ from ..jit.codegen import GeneratedBody, render
 from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from ..launch import fastpath
 from ..launch.dispatch import Kernel
+from ..launch.warm import CEntry, WarmPath, stream_entry_ok
 from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
@@ -170,8 +171,8 @@ class ElementwisePlan(Plan):
     shares_memory: bool = False  # some array is a view or borrowed: it may partially overlap out
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
-    c_slot: fastpath.CLaunchSlot = field(default_factory=fastpath.CLaunchSlot)  # for ``op(*args, out=out)``
-    c_alloc_slot: fastpath.CLaunchSlot = field(default_factory=fastpath.CLaunchSlot)  # for ``op(*args)``
+    c_entry: CEntry = field(default_factory=CEntry)  # for ``op(*args, out=out)``
+    c_alloc_entry: CEntry = field(default_factory=CEntry)  # for ``op(*args)``
     strided_operands = True  # the strided layout reads and writes views in place
 
     def values(self, args: Sequence[Any]) -> list[Any]:
@@ -179,29 +180,29 @@ class ElementwisePlan(Plan):
             args = [float(a) if i in self.plain else a for i, a in enumerate(args)]
         return list(args) if self.direct else super().values(args)
 
-    def remember(
-        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
-    ) -> None:
-        """Let the C path take later ``front(*values, out=out, stream=stream)`` calls like this
-        one: device operands in kernel order, the same shape everywhere (no broadcasting to check),
-        no views or borrowed foreign memory (the C path checks no overlap: arrays that own their
-        allocations overlap only when they are the same array) and no ml_dtypes scalars to convert. A call
-        without ``out=`` on the session stream gets an entry that allocates its result from C
-        (from the pool in C, or through a ``DeviceArray`` constructor bound to this plan's shape
-        and dtype)."""
+    def warm_entry(
+        self, warm: WarmPath, values: Sequence[Any], out: Any, session: Any, stream: Any, result: Any
+    ) -> CEntry | None:
+        """The C launch of later ``op(*values, out=out, stream=stream)`` calls like this one, for
+        a callable with a front (an op; a fused function's warm entries are its rows plans'):
+        device operands in kernel order, the same shape everywhere (no broadcasting to check), no
+        views or borrowed foreign memory (the C path checks no overlap: arrays that own their
+        allocations overlap only when they are the same array) and no ml_dtypes scalars to
+        convert. A call without ``out=`` on the session stream gets a launch that allocates its
+        result from C (from the pool in C, or through a ``DeviceArray`` constructor bound to
+        this plan's shape and dtype)."""
         skip = self.broadcast or self.shares_memory or self.plain
-        if not isinstance(front, fastpath.FastPathCallable):  # a fused function's slot: its rows plans only
-            return
-        if session is None or not self.direct or skip or session.capturing:
-            return
+        if warm.front is None or session is None or not self.direct or skip or session.capturing:
+            return None
         if out is None:
             if stream is None and self.size and isinstance(result, memory.DeviceBuffer):
                 if type(result) is not memory.array_type:  # made before ``ndarray`` registered its class
-                    return
+                    return None
                 allocate = functools.partial(memory.array_type, session, self.shape, self.dtype)
-                fastpath.remember(front, self.c_alloc_slot, lambda: self._c_launch(values, result, None, allocate))
-        elif fastpath.stream_entry_ok(stream, session):
-            fastpath.remember(front, self.c_slot.on_stream(stream), lambda: self._c_launch(values, out, stream))
+                return self.c_alloc_entry.fill(lambda: self._c_launch(values, result, None, allocate))
+        elif stream_entry_ok(stream, session):
+            return self.c_entry.on_stream(stream).fill(lambda: self._c_launch(values, out, stream))
+        return None
 
     def _c_launch(
         self, values: Sequence[Any], out: Any, stream: Any, allocate: Callable[[], DeviceBuffer] | None = None
@@ -308,6 +309,7 @@ class ElementwiseFunction(fastpath.FastPathCallable):
 
     def __init__(self) -> None:
         self._plans = PlanCache()
+        self._warm = WarmPath(self)  # its plans' C launches, remembered on the op itself
 
     if TYPE_CHECKING:  # at run time __call__ stays the FastPathCallable's; see ``operands``
 
@@ -342,7 +344,7 @@ class ElementwiseFunction(fastpath.FastPathCallable):
                     raise FusionError(f"{self.name}: out= and stream= cannot be used inside a fused function")
                 return o.builder.apply(self, operands)
         return self._plans.call(
-            self.name, operands, out, None, self._plan, front=self, stream=stream, remote=(self, {})
+            self.name, operands, out, None, self._plan, self._warm, stream=stream, remote=(self, {})
         )
 
     def inspect(self, *operands: Any, out: Any = None, arch: str | None = None) -> Build:

@@ -13,6 +13,8 @@ import numpy as np
 from ..errors import FusionError
 from ..jit.build import Build
 from ..launch.dispatch import Kernel
+from ..launch.fastpath import GridFront
+from ..launch.warm import GridLaunch, WarmPath
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
 from .fused_rows import (
@@ -25,7 +27,6 @@ from .fused_rows import (
     host_strategy,
     reads,
 )
-from .fused_warm import FusedSlot, FusedWarm
 from .pipeline import Leaf, Pipeline
 from .placement import check_out, check_placement, contiguous, is_strided
 from .plan import Plan
@@ -121,29 +122,30 @@ class FusedRowsPlan(Plan):
         step = self._device_step(session)
         step.kernel(*values, *out, *self.pipeline.shape, grid=(step.blocks, 1, 1))
 
-    def remember(
-        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
-    ) -> None:
-        """Leave ``front`` (a ``fused_warm.FusedSlot``) the prebuilt launch of calls like this one:
-        device arguments that are the kernel's first leaves in call order (its constants after
-        them), read in place, contiguous outputs, outside graph capture."""
-        if not isinstance(front, FusedSlot) or session is None or stream is not None or session.capturing:
-            return
+    def warm_entry(
+        self, warm: WarmPath, values: Sequence[Any], out: Any, session: Any, stream: Any, result: Any
+    ) -> GridLaunch | None:
+        """The prebuilt launch of calls like this one: device arguments that are the kernel's
+        first leaves in call order (its constants after them), read in place, contiguous
+        outputs, outside graph capture."""
+        if session is None or stream is not None or session.capturing:
+            return None
         n = sum(kind == "arg" for kind, _ in self.sources)
         constants = tuple(value for _, value in self.sources[n:])
         in_order = self.sources[:n] == tuple(("arg", i) for i in range(n)) and n == len(values)
         if nvtx.ON or self.copies or not in_order or not self.pipeline.rows:
-            return
+            return None
         outs = [result] if self.single else list(result)
         if not all(type(o) is memory.array_type and o.is_contiguous for o in outs):
-            return
+            return None
         step = self._device_step(session)
         extents = tuple(self.pipeline.shape)
         found = step.kernel.lookup((*values, *constants, *outs, *extents), {})
         if found is None or found[1]:
-            return
+            return None
+        front = GridFront(found[0], (step.blocks, 1, 1))
         outputs = tuple(zip(self.shapes, self.dtypes))
-        front.store(FusedWarm(found[0], (step.blocks, 1, 1), constants, extents, outputs, self.single))
+        return GridLaunch(front, session, constants, extents, outputs, single=self.single, in_place=None)
 
     def _device_step(self, session: Any) -> Step:
         """The step for ``session``'s device: clusters on a GPU of sm_90+, the host's plan on the CPU device."""

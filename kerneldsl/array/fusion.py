@@ -29,10 +29,10 @@ import numpy as np
 
 from ..errors import FusionError
 from ..jit.build import Build
+from ..launch.warm import WarmPath, call_key
 from . import ops
 from .elementwise import plan_elementwise
 from .fused_plan import plan_fused_rows
-from .fused_warm import FusedSlot, FusedWarmLaunches, fused_key
 from .operators import Operators
 from .pipeline import PipelineBuilder, analyze
 from .placement import is_array
@@ -113,21 +113,19 @@ class Fused:
         self.func = func
         self.name = func.__name__
         self._plans = PlanCache()
-        self._warm = FusedWarmLaunches()  # fused_warm.py: prebuilt launches of calls a rows plan ran once
+        self._warm = WarmPath()  # launch.warm: prebuilt launches of calls a rows plan ran once
 
     def __repr__(self) -> str:
         return f"<kd.fuse {self.name}>"
 
     def __call__(self, *args: Any, out: Any = None) -> Any:
-        key = fused_key(args, out)
+        key = call_key(args, out)
         if key is not None:
-            launch = self._warm.get(key)
-            if launch is not None:
-                result = launch(args, out)
-                if result is not None:
-                    return result
-        front = None if key is None else FusedSlot(self._warm, key)
-        return self._plans.call(self.name, args, out, None, self.plan, front, remote=(self, {}))
+            result = self._warm.run(key, args, out)
+            if result is not None:
+                return result
+        warm = None if key is None else self._warm
+        return self._plans.call(self.name, args, out, None, self.plan, warm, key, remote=(self, {}))
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles as the function it fuses: the receiver traces and compiles for itself."""

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
-import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,13 +20,13 @@ from .. import dtypes
 from ..jit.codegen import GeneratedBody
 from ..jit.signature import ArrayAnnotation, Expr, ScalarAnnotation, parse_signature
 from ..launch.dispatch import Kernel
+from ..launch.warm import BoundedCache
 from .program import Program, storage_ctype
 
 BLOCK = 256
 # --fmad=false: NumPy rounds a*b+c twice; so do we. --minimal: NVRTC declares no runtime API,
 # textures or device launches, which generated code never uses: a first call compiles faster.
 OPTIONS = ("--fmad=false", "--minimal")
-MAX_ENTRIES = 4096  # kernel and plan caches start over past this many entries
 
 
 @dataclass(frozen=True)
@@ -43,42 +42,6 @@ class OperandLayout:
     ndim: int  # the result's rank
     ranks: tuple[int | None, ...] = ()  # broadcast and strided: per leaf
     zero_d: tuple[int, ...] = ()  # flat: the leaf ids of 0-d arrays
-
-
-class BoundedCache:
-    """A dict that starts over when it grows past ``MAX_ENTRIES`` (keys built from user shapes
-    and dtypes must not grow without bound); ``get_or_make`` makes each value once."""
-
-    def __init__(self) -> None:
-        self._entries: dict[Hashable, Any] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Any:
-        return self._entries.get(key)
-
-    def put(self, key: Hashable, value: Any) -> Any:
-        if len(self._entries) >= MAX_ENTRIES:
-            self._entries.clear()
-        self._entries[key] = value
-        return value
-
-    def get_or_make(self, key: Hashable, make: Callable[[], Any]) -> Any:
-        found = self._entries.get(key)
-        if found is None:
-            with self._lock:
-                found = self._entries.get(key)
-                if found is None:
-                    found = self.put(key, make())
-        return found
-
-    def values(self) -> list[Any]:
-        return list(self._entries.values())
-
-    def clear(self) -> None:
-        self._entries.clear()
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
 
 KERNELS = BoundedCache()
@@ -113,7 +76,7 @@ def make_kernel(
     )
     # No alias checks in the adapter: an input may be exactly the output (an in-place op or
     # scan), and the plans copy any input that overlaps the output otherwise
-    # (placement.unalias, reduction.warm.overlaps_out) before they launch.
+    # (placement.unalias, launch.warm.overlaps_out) before they launch.
     sig = parse_signature(kernel_body, grid=grid, block=block, allow_alias=True, cluster=cluster)
     return Kernel(kernel_body, sig, options)
 

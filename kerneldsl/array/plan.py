@@ -21,8 +21,8 @@ import numpy as np
 
 from ..jit.build import Build
 from ..launch.routing import find_remote, route
+from ..launch.warm import BoundedCache, Entry, Key, WarmPath
 from ..runtime.stream import check_stream
-from .kernels import BoundedCache
 from .placement import arg_key, check_placement, contiguous, fast_place, into_strided, is_strided, place
 
 
@@ -80,15 +80,17 @@ class Plan:
         """The Build a call with these arguments runs (no GPU needed when ``arch`` is known)."""
         raise NotImplementedError
 
-    def remember(
-        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
-    ) -> None:
-        """Hand later calls like this one (``stream=stream``) to the C launch path, where the plan
-        allows it; ``result``: what this call returned (a new array when ``out`` is None)."""
+    def warm_entry(
+        self, warm: WarmPath, values: Sequence[Any], out: Any, session: Any, stream: Any, result: Any
+    ) -> Entry | None:
+        """The warm entry (``launch.warm``) for later calls like this one (``stream=stream``) of
+        the callable whose warm path is ``warm``, where the plan allows one; ``result``: what this
+        call returned (a new array when ``out`` is None)."""
+        return None
 
 
 class PlanCache(BoundedCache):
-    """Plans by call key; ``call`` is the warm path every array callable shares."""
+    """Plans by call key; ``call`` is the full path every array callable shares."""
 
     def call(
         self,
@@ -97,14 +99,16 @@ class PlanCache(BoundedCache):
         out: Any,
         extra: Any,
         make: Any,
-        front: Any = None,
+        warm: WarmPath | None = None,
+        entry_key: Key | None = None,
         stream: Any = None,
         remote: Any = None,
     ) -> Any:
         """Run the plan for ``args`` (and ``extra``, e.g. the axis), made by ``make(values, out)``
-        on a miss, on ``stream`` when given; ``front`` (the callable) may then let the C path
-        take later calls. Remote arrays (which never make a plan here) send the call to their
-        worker as ``remote``: the callable and its keyword arguments."""
+        on a miss, on ``stream`` when given; the plan's warm entry then goes to the callable's
+        ``warm`` path (under ``entry_key``, the call's ``warm.call_key``), for later calls like this one.
+        Remote arrays (which never make a plan here) send the call to their worker as ``remote``:
+        the callable and its keyword arguments."""
         if stream is not None:  # before an operand is uploaded, adopted or converted
             check_stream(stream, None)
         key = (*map(arg_key, args), extra, arg_key(out))
@@ -126,8 +130,10 @@ class PlanCache(BoundedCache):
         else:
             placed = any(v is not a for v, a in zip(values, args))
             result = plan.run_on(values, out, session, stream, placed)
-        if front is not None:
-            plan.remember(front, values, out, session, stream, result)
+        if warm is not None:
+            entry = plan.warm_entry(warm, values, out, session, stream, result)
+            if entry is not None:
+                entry.keep_in(warm, entry_key)
         return result
 
 

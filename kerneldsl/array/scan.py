@@ -34,7 +34,9 @@ from ..errors import FusionError
 from ..jit.build import Build
 from ..jit.codegen import GeneratedBody, render
 from ..launch.dispatch import Kernel
+from ..launch.fastpath import GridFront
 from ..launch.routing import public
+from ..launch.warm import GridLaunch, WarmPath, call_key, exact_axis, overlaps_out
 from ..runtime import memory, nvtx
 from ..runtime.session import default_session
 from . import promotion
@@ -54,7 +56,6 @@ from .reduction.strategy import (
     host_plans,
     planning_multiprocessors,
 )
-from .reduction.warm import WarmLaunch, WarmLaunches, WarmSlot, overlaps_out, warm_key
 from .scratch import SCRATCH
 
 if TYPE_CHECKING:
@@ -273,27 +274,44 @@ class ScanPlan(Plan):
         counter = SCRATCH.get(session, "scan-counter", _UINT32, 1, zeroed=True)
         return (*status, counter, count, outer, epoch)
 
-    def remember(
-        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
-    ) -> None:
-        """Leave ``front`` (a ``WarmSlot``) the prebuilt launch of calls like this one (contiguous
-        operand and result, outside graph capture), as reductions do."""
-        if not isinstance(front, WarmSlot) or session is None or stream is not None or session.capturing:
-            return
+    def warm_entry(
+        self, warm: WarmPath, values: Sequence[Any], out: Any, session: Any, stream: Any, result: Any
+    ) -> GridLaunch | None:
+        """The prebuilt launch of calls like this one (contiguous operand and result, outside
+        graph capture), as reductions have."""
+        if session is None or stream is not None or session.capturing:
+            return None
         if nvtx.ON or self.copies or type(result) is not memory.array_type or not result.size:
-            return
+            return None
         if out is not None and overlaps_out(values, out, in_place=True):  # the full path reads a copy
-            return
+            return None
         step = self.step(device_multiprocessors(session), host_plans(session))
         after = self._after(step, session)
         found = step.kernel.lookup((*values, result, *after), {})
         if found is None or found[1]:
-            return
+            return None
         lookback = step.variant.stage == "lookback"
-        scratch = after[:3] if lookback else ()
-        epochs = self.status_roles if lookback else ()
-        launch = WarmLaunch(found[0], (), after, scratch, (step.blocks, 1, 1), self.shape, self.dtype, epochs, True)
-        front.store(launch)
+        front = GridFront(found[0], (step.blocks, 1, 1))
+        return GridLaunch(
+            front,
+            session,
+            (),
+            after,
+            ((self.shape, self.dtype),),
+            scratch=after[:3] if lookback else (),
+            epoch=self._next_epoch if lookback else None,
+            in_place=True,
+        )
+
+    def _next_epoch(self, session: Any) -> int | None:
+        """A look-back launch's epoch; None when the epochs start over: the status buffers are
+        dropped and the full path makes zeroed ones."""
+        epoch, wrapped = SCRATCH.next_epoch(session)
+        if wrapped:
+            for role in self.status_roles:
+                SCRATCH.discard(session, role, _UINT64)
+            return None
+        return epoch
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         step = self.step(INSPECT_MULTIPROCESSORS)
@@ -315,7 +333,7 @@ class Scan:
         self.name = self.__name__ = reducer.name
         self.home = home
         self._plans = PlanCache()
-        self._warm = WarmLaunches()  # reduction.warm: prebuilt launches of calls a plan ran once
+        self._warm = WarmPath()  # launch.warm: prebuilt launches of calls a plan ran once
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickles by name when a module holds it, else as its declaration, without its plans."""
@@ -342,18 +360,18 @@ class Scan:
         """The operand's kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
         if isinstance(x, Traced):
             raise FusionError(f"{self.name}: a scan cannot be fused; call it on the fused function's result")
-        key = warm_key((x,), axis, out, exclusive)
-        if key is not None:
-            launch = self._warm.get(key)
-            if launch is not None:
-                result = launch((x,), out)
+        key = None
+        if type(exclusive) is bool and exact_axis(axis):
+            key = call_key((x,), out, axis, exclusive)
+            if key is not None:
+                result = self._warm.run(key, (x,), out)
                 if result is not None:
                     return result
         exclusive = _check_flag(exclusive, "exclusive", self.name)
         make = lambda values, o: self._plan(values, axis, o, exclusive)  # noqa: E731
         remote = {k: v for k, v in (("axis", axis), ("exclusive", exclusive)) if v is not None and v is not False}
-        front = None if key is None else WarmSlot(self._warm, key)
-        return self._plans.call(self.name, (x,), out, (axis, exclusive), make, front, remote=(self, remote))
+        warm = None if key is None else self._warm
+        return self._plans.call(self.name, (x,), out, (axis, exclusive), make, warm, key, remote=(self, remote))
 
     def inspect(
         self, x: Any, axis: Any = None, out: Any = None, exclusive: bool = False, arch: str | None = None

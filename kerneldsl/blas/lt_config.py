@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..launch.fastpath import CLaunchSlot
+from ..launch.warm import CEntry
 
 MAX_ALIGNMENT = 256  # cuBLASLt's default assumption about operand pointers
 
@@ -62,7 +62,7 @@ def alignment(ptr: int) -> int:
 class MatmulConfig:
     """One problem's descriptor, layouts (of a, b and out) and chosen algorithm."""
 
-    __slots__ = ("desc", "layouts", "algo", "alignments", "c_slot", "_result")
+    __slots__ = ("desc", "layouts", "algo", "alignments", "c_entry", "_result")
 
     def __init__(
         self, desc: int, layouts: tuple[int, int, int], result: np.ndarray, alignments: tuple[int, int, int]
@@ -72,7 +72,7 @@ class MatmulConfig:
         self._result = result  # owns the cublasLtMatmulAlgo_t that ``algo`` points at
         self.algo = int(result.ctypes.data)
         self.alignments = alignments
-        self.c_slot = CLaunchSlot()  # the C path's GemmLaunch, made on the first eligible call
+        self.c_entry = CEntry()  # the C path's GemmLaunch, made on the first eligible call
 
 
 class LtHandle:
@@ -160,7 +160,7 @@ class LtHandle:
         configs, self._configs = self._configs, {}
         for config in configs.values():
             if config is not None:
-                config.c_slot.clear()
+                config.c_entry.clear()
         for layout in self._layouts:
             lt.matrix_layout_destroy(layout)
         for desc in self._descs:

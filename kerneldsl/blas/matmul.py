@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..launch import fastpath
+from ..launch import fastpath, warm
 from ..runtime import memory
 from . import lt_config
 
@@ -186,9 +186,9 @@ def _gemm(
         elif lt_handle is not None and config is not None and not (trans_a or trans_b or tf32):
             double = compute == COMPUTE_64F
             operands = (a, b, out)
-            fastpath.remember(
+            warm.remember(
                 gemm,
-                config.c_slot.on_stream(stream),
+                config.c_entry.on_stream(stream),
                 lambda: _gemm_launch(session, lt_handle, config, double, operands, workspace, stream),
             )
     return out

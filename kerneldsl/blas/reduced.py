@@ -3,7 +3,7 @@
 
 Why not cuBLAS: its calls go from Python through the handle on every call (the scalars, the
 stream, the pointer mode, the call itself), while a warm reduction is one dict lookup and a launch
-from C with its result from the pool (``reduction.warm``). The reduction's map multiplies the two
+from C with its result from the pool (``launch.warm``). The reduction's map multiplies the two
 operands as they are read, so nothing is materialized:
 
 - ``A @ v`` of a row-major ``A`` reduces A's rows with ``v`` broadcast along them (the ``rows``

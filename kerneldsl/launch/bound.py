@@ -24,7 +24,7 @@ from ..jit.signature import ArrayParam, Signature
 from ..jit.specialize import ScalarCheck, check_scalar_value
 from ..runtime.limits import MAX_INDEX32_THREADS
 from ..runtime.staging import Region, staged_bytes
-from .fastpath import CLaunchSlot
+from .warm import CEntry, Declined
 
 if TYPE_CHECKING:
     from ..jit.build import Build
@@ -40,9 +40,10 @@ def unusable_array(kernel: str, param: str, array: Any, session: Any) -> None:
     )
 
 
-class WideIndexNeeded(Exception):
+class WideIndexNeeded(Declined):
     """Raised by a 32-bit-index adapter, before anything is packed or launched, for a launch with
-    more threads along an axis than int32 can number; dispatch then takes the 64-bit build."""
+    more threads along an axis than int32 can number; dispatch then takes the 64-bit build (a
+    warm entry declines the call to the full path, which does)."""
 
 
 ADAPTER_RUNTIME = types.SimpleNamespace(
@@ -61,7 +62,7 @@ ADAPTER_RUNTIME = types.SimpleNamespace(
 class BoundLaunch:
     """A build loaded into one session, ready to launch with device arguments."""
 
-    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_slot", "wide", "scalar_checks")
+    __slots__ = ("build", "session", "function", "_buffer", "_pointers", "call", "c_entry", "wide", "scalar_checks")
 
     def __init__(self, build: Build, session: Any) -> None:
         self.build = build
@@ -75,7 +76,7 @@ class BoundLaunch:
         self.call: Callable[..., None] = build.launch_factory()(
             ADAPTER_RUNTIME, session, self.function, self._buffer, ctypes.addressof(self._pointers)
         )
-        self.c_slot = CLaunchSlot()
+        self.c_entry = CEntry()
         self.wide: BoundLaunch | None = None  # the 64-bit-index build, once a launch needed it
         self.scalar_checks: tuple[ScalarCheck, ...] = ()
 

@@ -43,7 +43,7 @@ from ..runtime.memory import ARRAY_TYPES
 from ..runtime.session import default_session
 from ..runtime.session_launch import check_launch_dims
 from ..runtime.stream import Stream, check_stream
-from . import fastpath
+from . import fastpath, warm
 from .bound import (
     BoundLaunch,
     WideIndexNeeded,
@@ -276,8 +276,8 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         if bound.session.capturing:
             bound.session.keep_alive(args)
         elif grid is None and block is None and shared is None and not consts and self._c_path and not nvtx.ON:
-            slot = bound.c_slot.on_stream(stream)  # checked on entry; the C path declines it once closed
-            fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, stream=stream))
+            entry = bound.c_entry.on_stream(stream)  # checked on entry; the C path declines it once closed
+            warm.remember(self, entry, lambda: fastpath.kernel_launch(bound, args, stream=stream))
 
     def lookup(
         self, args: tuple[Any, ...], consts: Mapping[str, Any], stream: Any = None

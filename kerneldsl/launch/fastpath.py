@@ -5,9 +5,10 @@ only recognises calls the Python path has already accepted once, and hands every
 back to the caller's ``_call``, so both paths raise the same errors. This module owns its
 contract: the launch tables (a specialization's ``LaunchContract``, the one the generated adapter is
 rendered from, as integers, in the opcode and slot-kind numbers and within the table sizes the C
-module defines and exports), the ``FastPathCallable`` base class calls enter through, and
-``CLaunchSlot``, where whatever made a C entry keeps it. The C module is handed the launch
-limits (``runtime.limits``) when it is configured.
+module defines and exports), the ``FastPathCallable`` base class calls enter through (a front,
+in ``warm``'s words), a bound kernel's C entry (``kernel_launch``) and ``GridFront``. Where C
+entries are kept and remembered is ``warm``'s. The C module is handed the launch limits
+(``runtime.limits``) when it is configured.
 
 Without the compiled module (no C compiler when the package was built) or with
 ``KERNELDSL_C_LAUNCH=0``, every call takes the Python path.
@@ -21,18 +22,16 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from .. import logs
 from ..jit.launch_contract import LaunchContract, ShapeCheck
 from ..jit.signature import Expr
-from ..runtime import memory
+from ..runtime import memory, nvtx
 from ..runtime.limits import LAUNCH_LIMITS
 from ..runtime.memory import ARRAY_TYPES, DeviceBuffer
 from ..runtime.stream import Stream
+from . import warm
 
 if TYPE_CHECKING:
     from .bound import BoundLaunch
-
-log = logs.get("launch.fastpath")
 
 
 def _compiled() -> ModuleType | None:
@@ -108,61 +107,24 @@ else:
     FastPathCallable = PythonPathCallable
 
 
-class CLaunchSlot:
-    """Where a bound kernel, an array plan or a gemm configuration keeps its C entry: None until
-    a call made one, False once it turned out the C path cannot take it. Calls with ``stream=``
-    get an entry per stream, in ``on_stream``."""
+class GridFront(FastPathCallable):
+    """The front of a kernel launched at a grid decided once (a reduction's, a scan's, a fused
+    pipeline's ``warm.GridLaunch``): through the adapter the first time, then from C, where the
+    grid is a constant of the C entry, as a kernel's calls are."""
 
-    __slots__ = ("entry", "_streams")
+    __slots__ = ("bound", "grid", "c_entry")
 
-    def __init__(self) -> None:
-        self.entry: Any = None
-        self._streams: dict[Stream, CLaunchSlot] = {}
+    def __init__(self, bound: BoundLaunch, grid: tuple[int, int, int]) -> None:
+        super().__init__()
+        self.bound = bound
+        self.grid = grid
+        self.c_entry = warm.CEntry()
 
-    def on_stream(self, stream: Stream | None) -> CLaunchSlot:
-        """The slot for calls with ``stream=stream`` (``None``: this one). At most
-        ``STREAM_SLOTS`` streams are kept, closed ones dropped first, then the oldest."""
-        if stream is None:
-            return self
-        slot = self._streams.get(stream)
-        if slot is None:
-            if len(self._streams) >= STREAM_SLOTS:
-                closed = [s for s in self._streams if s.closed]
-                for s in closed or list(self._streams)[:1]:
-                    del self._streams[s]
-            slot = self._streams[stream] = CLaunchSlot()
-        return slot
-
-    def clear(self) -> None:
-        """Forget every entry (what they were made for is gone)."""
-        self.entry = None
-        self._streams.clear()
-
-
-STREAM_SLOTS = 8  # streams per slot with their own C entry (as many as a FastPathCallable remembers)
-
-
-def stream_entry_ok(stream: Any, session: Any) -> bool:
-    """Whether a call's ``stream=`` can have a C entry: None, or an open Stream of ``session``
-    (the C path reads its ``_closed`` where it reads a DeviceArray's: the member is Handle's)."""
-    return stream is None or (type(stream) is Stream and stream.session is session and not stream.closed)
-
-
-def remember(front: Any, slot: CLaunchSlot, make: Callable[[], Any]) -> None:
-    """Have ``front`` try ``slot``'s C entry first from now on; ``make()`` builds it on the first
-    call (a falsy result is kept as False: the C path cannot take it).
-
-    The call has already launched by now, so a failure to make the entry must not fail it (a
-    retry would launch twice): it is logged and the slot stays on the Python path.
-    """
-    if slot.entry is None:
-        try:
-            slot.entry = make() or False
-        except Exception:
-            log.debug("no C launch entry; calls stay on the Python path", exc_info=True)
-            slot.entry = False
-    if slot.entry:
-        front._remember_launch(slot.entry)
+    def _call(self, *args: Any) -> None:
+        bound, grid = self.bound, self.grid
+        bound.call(*args, grid, None, None, None)
+        if not nvtx.ON:
+            warm.remember(self, self.c_entry, lambda: kernel_launch(bound, args, grid=grid))
 
 
 def kernel_launch(

@@ -5,7 +5,7 @@ Each configuration is a *variant* ``Kernel`` (``config.variant``), so a call dis
 ordinary kernel object and stays on its C launch path; with a key of dtype variables and shape
 symbols (which the C path tells apart: its guards, and a check pinning each key extent) the tuned
 kernel remembers each key's winner as a C entry of its own, and a warm call costs what an untuned
-one does (for up to ``fastpath.STREAM_SLOTS`` keys; further keys take one Python lookup).
+one does (for up to ``warm.STREAM_ENTRIES`` keys; further keys take one Python lookup).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..errors import (
     StickyCudaError,
 )
 from ..jit.specialize import const_key
-from ..launch import fastpath
+from ..launch import fastpath, warm
 from ..launch.bound import resolved_launch_dims
 from ..launch.routing import is_remote
 from ..progress import Progress
@@ -123,7 +123,7 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
         self._arity = len(kernel.signature.runtime_params)
         self._raw = self.key.raw
         self._c_key = self.key.c_checkable  # the C path can decide the key: remember the winner's entry here
-        self._c_slots: dict[Any, fastpath.CLaunchSlot] = {}  # per key: its entry pins the key's extents
+        self._c_entries: dict[Any, warm.CEntry] = {}  # per key: its launch pins the key's extents
         self._chosen: dict[Any, Kernel[Any]] = {}
         self._choices: dict[Any, Choice] = {}
         self._lock = threading.Lock()
@@ -155,13 +155,13 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
         if not kwargs and stream is None and len(args) == self._arity:
             try:
                 raw = self._raw(args)
-                warm = self._chosen.get(raw)
+                winner = self._chosen.get(raw)
             except Exception:  # a wrong call: the path below raises the kernel's own error
-                warm = None
-            if warm is not None:
-                warm(*args)
+                winner = None
+            if winner is not None:
+                winner(*args)
                 if self._c_key and not nvtx.ON:
-                    self._remember(warm, args, raw)
+                    self._keep_c_launch(winner, args, raw)
                 return
         if stream is not None:  # refused before a first call tunes
             check_stream(stream, None)
@@ -174,7 +174,7 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
         else:
             chosen(*args, stream=stream, **consts)
         if self._c_key and stream is None and not consts and not nvtx.ON:
-            self._remember(chosen, args, raw)
+            self._keep_c_launch(chosen, args, raw)
 
     def tune(self, *args: Any, **kwargs: Any) -> Choice:
         """Tune for these arguments (what a first call would) without the real call; the choice."""
@@ -234,19 +234,19 @@ class Autotuned(fastpath.FastPathCallable, Generic[_P]):
             raise
         return args, consts, (raw, const_key(sorted(consts.items()))) if consts else raw
 
-    def _remember(self, chosen: Kernel[Any], args: tuple[Any, ...], raw: Any) -> None:
+    def _keep_c_launch(self, chosen: Kernel[Any], args: tuple[Any, ...], raw: Any) -> None:
         """Have the C path launch ``chosen`` for calls of this key: an entry of its own per key
-        (at most ``fastpath.STREAM_SLOTS`` keys), whose checks pin the key's extents."""
-        slot = self._c_slots.get(raw)
-        if slot is None and len(self._c_slots) >= fastpath.STREAM_SLOTS:
+        (at most ``warm.STREAM_ENTRIES`` keys), whose checks pin the key's extents."""
+        entry = self._c_entries.get(raw)
+        if entry is None and len(self._c_entries) >= warm.STREAM_ENTRIES:
             return  # the C path tries this many entries; more keys take the Python lookup
         found = chosen.lookup(args, {})
         if found is None or found[1] or not chosen._c_path:
             return
-        if slot is None:
-            slot = self._c_slots[raw] = fastpath.CLaunchSlot()
+        if entry is None:
+            entry = self._c_entries[raw] = warm.CEntry()
         bound, key = found[0], self.key
-        fastpath.remember(self, slot, lambda: fastpath.kernel_launch(bound, args, pinned=key.extents(raw)))
+        warm.remember(self, entry, lambda: fastpath.kernel_launch(bound, args, pinned=key.extents(raw)))
 
     # --- tuning ----------------------------------------------------------------------------------
 

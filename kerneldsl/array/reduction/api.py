@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, overload
 from ...errors import FusionError
 from ...jit.build import Build
 from ...launch.routing import public
+from ...launch.warm import WarmPath, call_key, exact_axis
 from ..elementwise import ElementwiseFunction
 from ..plan import PlanCache
 from ..program import ProgramBuilder, Traced
@@ -18,7 +19,6 @@ from .axes import check_keepdims, normalize_axes, result_shape
 from .plan import ReductionPlan, plan_reduction
 from .reducers import Reducer, user_reducer
 from .strategy import Step, planning_multiprocessors
-from .warm import WarmLaunches, WarmSlot, warm_key
 
 if TYPE_CHECKING:
     from ...device_array.ndarray import DeviceArray
@@ -40,7 +40,7 @@ class Reduction:
         self.map = map
         self.operands = operands
         self._plans = PlanCache()
-        self._warm = WarmLaunches()  # warm.py: prebuilt launches of calls a plan ran once
+        self._warm = WarmPath()  # launch.warm: prebuilt launches of calls a plan ran once
 
     def __repr__(self) -> str:
         return f"<kd reduction {self.name}>"
@@ -69,11 +69,11 @@ class Reduction:
     ) -> DeviceArray: ...
     def __call__(self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False) -> Any:
         """The operands' kind decides the result's (``operands``): numpy, DeviceArray or RemoteArray."""
-        key = warm_key(operands, axis, out, keepdims) if len(operands) == self.operands else None
-        if key is not None:
-            launch = self._warm.get(key)
-            if launch is not None:
-                result = launch(operands, out)
+        key = None
+        if len(operands) == self.operands and type(keepdims) is bool and exact_axis(axis):
+            key = call_key(operands, out, axis, keepdims)
+            if key is not None:
+                result = self._warm.run(key, operands, out)
                 if result is not None:
                     return result
         if len(operands) != self.operands:
@@ -83,8 +83,8 @@ class Reduction:
             return self._trace(operands, axis, out, keepdims)
         make = lambda values, o: self._plan(values, axis, o, keepdims)  # noqa: E731
         remote = {k: v for k, v in (("axis", axis), ("keepdims", keepdims)) if v is not None and v is not False}
-        front = None if key is None else WarmSlot(self._warm, key)
-        return self._plans.call(self.name, operands, out, (axis, keepdims), make, front, remote=(self, remote))
+        warm = None if key is None else self._warm
+        return self._plans.call(self.name, operands, out, (axis, keepdims), make, warm, key, remote=(self, remote))
 
     def inspect(
         self, *operands: Any, axis: Any = None, out: Any = None, keepdims: bool = False, arch: str | None = None

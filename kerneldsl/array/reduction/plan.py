@@ -16,9 +16,11 @@ import numpy as np
 
 from ...jit.build import Build
 from ...launch.dispatch import Kernel
+from ...launch.fastpath import GridFront
+from ...launch.warm import BoundedCache, GridLaunch, WarmPath, overlaps_out
 from ...runtime import memory, nvtx
 from ...runtime.session import default_session
-from ..kernels import MAX_ENTRIES, vector_width
+from ..kernels import vector_width
 from ..placement import check_out, contiguous, into_strided
 from ..plan import Plan
 from ..program import Program, ProgramBuilder, Traced
@@ -43,7 +45,6 @@ from .strategy import (
     slabs_step,
 )
 from .strided import FLAT_BELOW, strided_step
-from .warm import WarmLaunch, WarmSlot, overlaps_out
 
 _INT64 = np.dtype(np.int64)
 _UINT32 = np.dtype(np.uint32)
@@ -70,7 +71,7 @@ class ReductionPlan(Plan):
     acc: np.dtype
     dtype: np.dtype  # of the output
     _steps: dict[tuple[int, bool], Step] = field(default_factory=dict, init=False, repr=False)  # by SMs, host
-    _views: dict[tuple[Any, ...], Step] = field(default_factory=dict, init=False, repr=False)  # by SMs, host, strides
+    _views: BoundedCache = field(default_factory=BoundedCache, init=False, repr=False)  # Steps by SMs, host, strides
     strided_operands = True  # views are read in place, or copied here where the kernels cannot (``Variant.copy``)
 
     def run_host(self, values: list[Any], out: Any) -> Any:
@@ -122,30 +123,31 @@ class ReductionPlan(Plan):
             scratch += (SCRATCH.get(session, "indices", _INT64, step.partials),)
         return (*scratch, SCRATCH.get(session, "tickets", _UINT32, step.tickets, zeroed=True))
 
-    def remember(
-        self, front: Any, values: Sequence[Any], out: Any, session: Any, stream: Any = None, result: Any = None
-    ) -> None:
-        """Leave ``front`` (a ``warm.WarmSlot``) the prebuilt launch of calls like this one: device
-        operands read in place that are the kernel's leaves in call order (the warm call passes
-        them as they are), a contiguous non-empty result, outside graph capture."""
-        if not isinstance(front, WarmSlot) or session is None or stream is not None or session.capturing:
-            return
+    def warm_entry(
+        self, warm: WarmPath, values: Sequence[Any], out: Any, session: Any, stream: Any, result: Any
+    ) -> GridLaunch | None:
+        """The prebuilt launch of calls like this one: device operands read in place that are the
+        kernel's leaves in call order (the warm call passes them as they are), a contiguous
+        non-empty result, outside graph capture."""
+        if session is None or stream is not None or session.capturing:
+            return None
         if nvtx.ON or self.sources != _in_order(len(values)) or type(result) is not memory.array_type:
-            return
+            return None
         if not result.size or not result.is_contiguous or not self.extents.count:
-            return
+            return None
         if out is not None and overlaps_out(values, out, in_place=False):  # the full path reads copies
-            return
+            return None
         step = self.choose(values, device_multiprocessors(session), host_plans(session))
         if step.variant.copy:
-            return
+            return None
         scratch = self._scratch(step, session)
         args = (*values, *self._output_arguments(step, scratch, result))
         found = step.kernel.lookup(args, {})
         if found is None or found[1]:
-            return
+            return None
         after = args[len(values) + len(scratch) + 1 :]
-        front.store(WarmLaunch(found[0], scratch, after, scratch, (step.blocks, 1, 1), self.shape, self.dtype))
+        front = GridFront(found[0], (step.blocks, 1, 1))
+        return GridLaunch(front, session, scratch, after, ((self.shape, self.dtype),), scratch=scratch)
 
     def inspect(self, args: Sequence[Any], out: Any, arch: str | None) -> Build:
         """The Build of the kernel a call with these operands runs (``decisions.stage`` names it)."""
@@ -222,11 +224,10 @@ class ReductionPlan(Plan):
             return self.step(sms, host)
         arrays = [v for v in values if type(v) is memory.array_type]
         key = (sms, host, *(a.strides for a in arrays))
-        found = self._views.get(key)
+        found: Step | None = self._views.get(key)
         if found is None:
-            if len(self._views) >= MAX_ENTRIES:
-                self._views.clear()
-            found = self._views[key] = self._view_step(arrays, sms, host)
+            found = self._view_step(arrays, sms, host)
+            self._views.put(key, found)
         return found
 
     def _view_step(self, arrays: list[Any], sms: int, host: bool) -> Step:
