@@ -63,3 +63,15 @@ def test_the_readme_python_blocks_pass_mypy_strict(readme_module: Path) -> None:
 
 def test_the_readme_python_blocks_pass_pyright(readme_module: Path) -> None:
     assert {name: dict(lines) for name, lines in pyright([readme_module]).items()} == {}
+
+
+def test_the_readme_layout_names_every_folder_of_the_package() -> None:
+    """The README's layout map matches the tree: every package folder is on it, and it names none
+    that is gone."""
+    text = README.read_text()
+    section = text[text.index("## Layout") :]
+    section = section[: section.index("\n## ")]
+    named = set(re.findall(r"^kerneldsl/(\w+)/", section, flags=re.M))
+    package = README.parent / "kerneldsl"
+    folders = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert named == folders
