@@ -101,7 +101,7 @@ class HostWork:
 
     def _written(self, ptr: int, n: int) -> None:
         """The host wrote ``[ptr, ptr + n)`` (a copy or a fill)."""
-        if self.tracking_unwritten and n:
+        if self.tracking_unwritten:
             self._lib.kd_host_check_written_v1(ptr, n)
 
     def _host_code_ran(self) -> None:
@@ -189,7 +189,8 @@ class HostWork:
             work.append(("copy", dst, src, n))
         elif n:
             ctypes.memmove(dst, src, n)
-            self._written(dst, n)
+            if self.tracking_unwritten:
+                self._written(dst, n)
         return SUCCESS
 
     def cuMemcpyHtoDAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
@@ -213,7 +214,8 @@ class HostWork:
             work.append(("set", int(ptr), int(value), int(n)))
         elif n:
             ctypes.memset(int(ptr), int(value), int(n))
-            self._written(int(ptr), int(n))
+            if self.tracking_unwritten:
+                self._written(int(ptr), int(n))
         return self._r(SUCCESS)
 
     # -- graphs ---------------------------------------------------------------------------------
