@@ -83,6 +83,10 @@ class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, A
         """Enqueue setting every element to ``value``, converted to this dtype as NumPy's ``fill`` does."""
         self._check()
         scalar = np.asarray(value, dtype=self.dtype)[()]
+        if self.session.gpu.empty_buffers == "track":
+            # where() loads the operand it discards: an empty() array is cleared first, so the init
+            # check (which tracks what was written) sees the load read written memory.
+            self.fill_zero()
         ops().where(True, scalar, self, out=self)
 
     def _copy_by_kernel(self, other: Transfers) -> None:

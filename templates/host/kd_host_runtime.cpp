@@ -721,11 +721,17 @@ inline bool published(uint8_t worker, uint8_t fence) {
     return (uint8_t)worker_fences[worker].load(std::memory_order_relaxed) != fence;
 }
 // An array's records are read and written by the OS threads running its blocks at once: a record
-// is read and updated under one of these locks (by granule), so a check never sees half of one.
-std::atomic_flag cell_locks[1024];
+// another block of the launch holds is read and updated under one of these locks, so a check
+// across blocks does not see half of one (a record only this block touched needs none). A lock covers
+// 16 neighbouring granules (64 bytes of the array, what one thread's neighbours touch) and has its
+// own cache line (two OS threads on different blocks do not share one).
+struct alignas(64) CellLockWord {
+    std::atomic_flag flag = ATOMIC_FLAG_INIT;
+};
+CellLockWord cell_locks[1024];
 struct CellLock {
     std::atomic_flag& flag;
-    explicit CellLock(uintptr_t granule) : flag(cell_locks[granule % 1024]) {
+    explicit CellLock(uintptr_t granule) : flag(cell_locks[granule / 16 % 1024].flag) {
         while (flag.test_and_set(std::memory_order_acquire)) pause_briefly();
     }
     ~CellLock() { flag.clear(std::memory_order_release); }
@@ -1641,6 +1647,11 @@ std::string other_block_name(const kd_host_index* ix, uint32_t tag, uint32_t sit
                          flat ? "" : " (threads by linear id x + blockDim.x * (y + blockDim.y * z))"));
 }
 
+// Whether a record's tag names another block of the launch whose tag is `tag`.
+inline bool other_block(uint32_t recorded, uint32_t tag) {
+    return recorded != tag && ((recorded ^ tag) & kLaunchBits) == 0;
+}
+
 // What an access found wrong with a record (decided under the record's lock, reported after it).
 struct Finding {
     enum { kNone, kRace, kBlockRace, kUninitialized } what = kNone;
@@ -1684,9 +1695,11 @@ inline Finding check_cell(Cell& cell, uint32_t tag, uint32_t me, unsigned int t,
         cell.wtag = tag;
         cell.wsite = me;
         cell.wpc = pc;
-        cell.wworker = (uint8_t)worker;
-        cell.wfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
-        cell.flags = (uint8_t)((cell.flags & ~kVolatileWrite) | (strong ? kVolatileWrite : 0));
+        if (global) {  // what a check across blocks reads
+            cell.wworker = (uint8_t)worker;
+            cell.wfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
+            cell.flags = (uint8_t)((cell.flags & ~kVolatileWrite) | (strong ? kVolatileWrite : 0));
+        }
         return found;
     }
     const bool read_here = cell.rtag == tag;
@@ -1705,9 +1718,11 @@ inline Finding check_cell(Cell& cell, uint32_t tag, uint32_t me, unsigned int t,
         cell.rmask = bytes;
         cell.rpc = pc;
     }
-    cell.rworker = (uint8_t)worker;
-    cell.rfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
-    cell.flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    if (global) {
+        cell.rworker = (uint8_t)worker;
+        cell.rfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
+        cell.flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    }
     return found;
 }
 
@@ -1730,9 +1745,13 @@ __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, ui
         const uintptr_t lo = g * 4 > offset ? g * 4 : offset, hi = g * 4 + 3 < last ? g * 4 + 3 : last;
         const uint8_t bytes = (uint8_t)(((1u << (hi - lo + 1)) - 1u) << (lo - g * 4));
         Finding found;
-        if (global) {
+        Cell& cell = r.shadow[g];
+        if (global && (other_block(cell.wtag, tag) || other_block(cell.rtag, tag))) {
+            // Another block of this launch has a record here: decided under the record's lock.
             CellLock hold(r.base / 4 + g);
-            found = check_cell(r.shadow[g], tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
+            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
+        } else if (global) {
+            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
         } else {
             found = check_cell(r.shadow[g], tag, me, t, bytes, write, strong, races, init, false, k.worker, pc);
         }
@@ -2219,7 +2238,11 @@ KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long 
 }
 
 KD_EXPORT int kd_host_barrier_v1(int mode, int predicate, const char* file, int line) {
-    return tls_context->scheduler.barrier(mode, predicate, file, line);
+    ThreadContext* c = tls_context;
+    // A cluster barrier (mode 4) orders the cluster's blocks: it publishes what this block wrote
+    // before it, as a fence does (the race check's `published`).
+    if (mode == 4 && c->check.active) worker_fences[c->check.worker].fetch_add(1, std::memory_order_relaxed);
+    return c->scheduler.barrier(mode, predicate, file, line);
 }
 
 KD_EXPORT unsigned int kd_host_warp_v1(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b,
