@@ -205,7 +205,7 @@ def test_a_read_of_an_empty_buffer_nothing_wrote_names_the_array_element_and_lin
 
 
 @cpu
-@pytest.mark.parametrize("write", ["copy_from_host", "fill_zero", "kernel"])
+@pytest.mark.parametrize("write", ["copy_from_host", "fill_zero", "fill", "kernel"])
 def test_copies_fills_and_kernels_write_an_empty_buffer(write: str) -> None:
     with kd.Session(device="cpu", checks="init") as s:
         x = s.empty(100)
@@ -213,6 +213,8 @@ def test_copies_fills_and_kernels_write_an_empty_buffer(write: str) -> None:
             x.copy_from_host(np.ones(100, np.float32))
         elif write == "fill_zero":
             x.fill_zero()
+        elif write == "fill":
+            x.fill(1.5)
         else:
             doubled(x, s.to_device(np.ones(100, np.float32)))
         y = s.empty(100)
