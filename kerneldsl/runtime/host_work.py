@@ -99,8 +99,9 @@ class HostWork:
         self.tracking_unwritten = True
         self._lib.kd_host_check_fresh_v1(ptr, n)
 
-    def _written(self, ptr: int, n: int) -> None:
-        """The host wrote ``[ptr, ptr + n)`` (a copy or a fill)."""
+    def note_written(self, ptr: int, n: int) -> None:
+        """``[ptr, ptr + n)`` was written outside a checked kernel (a copy, a fill; an op that
+        overwrites what it loads)."""
         if self.tracking_unwritten:
             self._lib.kd_host_check_written_v1(ptr, n)
 
@@ -190,7 +191,7 @@ class HostWork:
         elif n:
             ctypes.memmove(dst, src, n)
             if self.tracking_unwritten:
-                self._written(dst, n)
+                self.note_written(dst, n)
         return SUCCESS
 
     def cuMemcpyHtoDAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
@@ -215,7 +216,7 @@ class HostWork:
         elif n:
             ctypes.memset(int(ptr), int(value), int(n))
             if self.tracking_unwritten:
-                self._written(int(ptr), int(n))
+                self.note_written(int(ptr), int(n))
         return self._r(SUCCESS)
 
     # -- graphs ---------------------------------------------------------------------------------
@@ -250,11 +251,11 @@ class HostWork:
         kind = step[0]
         if kind == "copy":
             ctypes.memmove(step[1], step[2], step[3])
-            self._written(step[1], step[3])
+            self.note_written(step[1], step[3])
             return SUCCESS
         if kind == "set":
             ctypes.memset(step[1], step[2], step[3])
-            self._written(step[1], step[3])
+            self.note_written(step[1], step[3])
             return SUCCESS
         if kind == "call":
             step[1]()
