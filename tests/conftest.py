@@ -168,14 +168,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in gpu_items:
             item.add_marker(skip)
         return
+    from checked_exclusions import checked_exclusion
     from cpu_device_exclusions import exclusion
 
+    checked = bool(os.environ.get("KERNELDSL_CHECKS"))  # CI's checked run of the suite
     for item in gpu_items:
         item.add_marker(pytest.mark.cpu_device)
         _CPU_DEVICE_MODULES.add(item.nodeid.split("::", 1)[0])
         why = exclusion(item.nodeid)
         if why is not None:
             item.add_marker(pytest.mark.skip(reason=f"not on the CPU device: {why}"))
+        elif checked and (why := checked_exclusion(item.nodeid)) is not None:
+            item.add_marker(pytest.mark.skip(reason=f"not with checks on: {why}"))
 
 
 _CPU_DEVICE_MODULES: set[str] = set()  # test files with a gpu test that runs on the CPU device

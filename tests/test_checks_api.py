@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.errors import BoundsCheckError, CheckConfigError, KernelFaultError, RaceCheckError
+from kerneldsl.errors import BoundsCheckError, CheckConfigError, InitCheckError, KernelFaultError, RaceCheckError
 from kerneldsl.runtime.checks import CHECKS_ENV, EVERY, Checks, output_for, parse_checks
 from kerneldsl.runtime.session import session_checks
 
@@ -50,6 +50,23 @@ def neighbours(y: kd.Out[kd.float32, Literal[64]]) -> str:
     return """
     y[threadIdx.x] = 1.0f;
     y[threadIdx.x ^ 1] += 1.0f;
+    """
+
+
+@kd.kernel(grid=2, block=64)
+def across_blocks(y: kd.Out[kd.float32, Literal[128]]) -> str:
+    return """
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    y[i] = 1.0f;
+    y[i ^ 64] += 1.0f;
+    """
+
+
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def doubled(y: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
+    return """
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
     """
 
 
@@ -149,6 +166,89 @@ def test_a_race_report_names_both_threads_both_lines_and_the_element() -> None:
     second, first = body_line("neighbours", 2), body_line("neighbours", 1)
     assert f"thread 0 writes 'y'[1] at {second} and thread 1 writes it at {first}" in str(found.value)
     assert found.value.sites == (second, first)
+
+
+@cpu
+def test_a_race_between_blocks_names_both_blocks_both_threads_both_lines_and_the_element() -> None:
+    with kd.Session(device="cpu", checks="races") as s:
+        with pytest.raises(RaceCheckError) as found:
+            across_blocks(s.to_device(np.zeros(128, np.float32)))
+    second, first = body_line("across_blocks", 3), body_line("across_blocks", 2)
+    expected = f"block (0,0,0) thread 0 writes 'y'[64] at {second} and block (1,0,0) thread 0 writes it at {first}"
+    assert expected in str(found.value) and "in the same launch" in str(found.value)
+
+
+def test_init_nan_is_the_init_check_filling_empty_buffers() -> None:
+    checks = parse_checks("bounds,init=nan")
+    assert checks.names == {"bounds", "init"} and checks.empty_buffers == "nan"
+    assert checks.spelled() == "bounds,init=nan"
+
+
+def test_init_nan_builds_the_images_init_builds() -> None:
+    assert output_for(parse_checks("init=nan")) == output_for(parse_checks("init")) == "host+init"
+
+
+@cpu
+def test_an_unchecked_session_does_nothing_to_empty_buffers() -> None:
+    with kd.Session(device="cpu") as s:
+        assert s.gpu.empty_buffers == ""
+
+
+@cpu
+def test_a_read_of_an_empty_buffer_nothing_wrote_names_the_array_element_and_line() -> None:
+    with kd.Session(device="cpu", checks="init") as s:
+        y = s.to_device(np.zeros(100, np.float32))
+        with pytest.raises(InitCheckError) as found:
+            doubled(y, s.empty(100))
+    assert "kernel 'kd_doubled' block (0,0,0) thread (0,0,0) reads 'x'[0]" in str(found.value)
+    assert found.value.sites == (body_line("doubled", 2),)
+
+
+@cpu
+@pytest.mark.parametrize("write", ["copy_from_host", "fill_zero", "fill", "kernel"])
+def test_copies_fills_and_kernels_write_an_empty_buffer(write: str) -> None:
+    with kd.Session(device="cpu", checks="init") as s:
+        x = s.empty(100)
+        if write == "copy_from_host":
+            x.copy_from_host(np.ones(100, np.float32))
+        elif write == "fill_zero":
+            x.fill_zero()
+        elif write == "fill":
+            x.fill(1.5)
+        else:
+            doubled(x, s.to_device(np.ones(100, np.float32)))
+        y = s.empty(100)
+        doubled(y, x)
+        s.synchronize()
+
+
+@cpu
+def test_part_of_an_empty_buffer_written_leaves_the_rest_reported() -> None:
+    with kd.Session(device="cpu", checks="init") as s:
+        x = s.empty(100)
+        doubled(x[:50], s.to_device(np.ones(50, np.float32)))
+        with pytest.raises(InitCheckError) as found:
+            doubled(s.empty(100), x)
+    assert "reads 'x'[50]" in str(found.value)
+
+
+@cpu
+@pytest.mark.parametrize(
+    ("dtype", "bits"), [(np.float32, 0x7FA00001), (np.float64, 0x7FF4000000000001), (np.int32, 0xA5A5A5A5)]
+)
+def test_init_nan_fills_empty_buffers_with_signalling_nans_or_a_byte_pattern(dtype: Any, bits: int) -> None:
+    with kd.Session(device="cpu", checks="init=nan") as s:
+        held = s.empty(3, dtype).to_host()
+    unsigned = {4: np.uint32, 8: np.uint64}[np.dtype(dtype).itemsize]
+    assert held.view(unsigned).tolist() == [bits] * 3
+
+
+@cpu
+def test_a_signalling_nan_fill_shows_in_the_result_instead_of_a_report() -> None:
+    with kd.Session(device="cpu", checks="init=nan") as s:
+        y = s.to_device(np.zeros(100, np.float32))
+        doubled(y, s.empty(100))
+        assert np.isnan(y.to_host()).all()
 
 
 def last_thread(kernel: Any, seed: int) -> int:

@@ -1,6 +1,7 @@
 """Checked execution's corpus: buggy kernels, one per bug class in several variants (1-D and 2-D
 indexing, shared and global memory, 32- and 64-bit index types), each reported with its class at
-its line, and the corrected version of each reported clean.
+its line, and the corrected version of each reported clean. Global memory's races include those
+between blocks of one launch, and its init check the buffers ``empty()`` made.
 
 Each kernel takes a constant ``FIXED``: False renders the bug, True the correction. The line a
 report must name is the body line marked ``// BUG`` (its number in the rendered body file, which
@@ -212,6 +213,59 @@ def race_dynamic_shared(y: kd.Out[f32, n], x: kd.In[f32, n], FIXED: kd.Const[boo
     """
 
 
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def race_blocks_neighbour(y: kd.Out[f32, n], x: kd.In[f32, n], FIXED: kd.Const[bool] = False) -> str:
+    other = pick(FIXED, "y[i ^ 64]", "y[i]")
+    return f"""
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
+    if ((i ^ 64) < n) {other} += 1.0f;  // BUG
+    """
+
+
+@kd.kernel(grid=(kd.cdiv(n, 16), kd.cdiv(m, 16)), block=(16, 16))
+def race_blocks_2d_64(out: kd.Out[f32, m, n], x: kd.In[f32, m, n], FIXED: kd.Const[bool] = False) -> str:
+    source = pick(FIXED, "out[k + 16]", "x[k + 16]")
+    return f"""
+    long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    long long i = blockIdx.y * (long long)blockDim.y + threadIdx.y;
+    long long k = i * n + j;
+    if (i < m && j < n) out[k] = x[k];
+    if (i < m && j + 16 < n) out[k] += {source};  // BUG
+    """
+
+
+@kd.kernel(grid=16, block=64)
+def race_blocks_unfenced_partials(
+    total: kd.Out[f32, Literal[1]],
+    partial: kd.Out[f32, Literal[16]],
+    ticket: kd.Out[kd.uint32, Literal[1]],
+    x: kd.In[f32, Literal[1024]],
+    FIXED: kd.Const[bool] = False,
+) -> str:
+    fence = pick(FIXED, "", "__threadfence();")
+    return f"""
+    __shared__ float s[64];
+    __shared__ bool last;
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    s[threadIdx.x] = x[i];
+    __syncthreads();
+    if (threadIdx.x == 0) {{
+        float t = 0.0f;
+        for (int k = 0; k < 64; ++k) t += s[k];
+        partial[blockIdx.x] = t;
+        {fence}
+        last = atomicAdd(&ticket[0], 1u) == gridDim.x - 1;
+    }}
+    __syncthreads();
+    if (last && threadIdx.x == 0) {{
+        float t = 0.0f;
+        for (unsigned b = 0; b < gridDim.x; ++b) t += partial[b];  // BUG
+        total[0] = t;
+    }}
+    """
+
+
 # --- init ------------------------------------------------------------------------------------------
 
 
@@ -260,6 +314,30 @@ def init_broadcast(y: kd.Out[f32, Literal[64]], x: kd.In[f32, Literal[64]], FIXE
     __syncthreads();
     long long t = threadIdx.x;
     y[t] = x[t] * scale;  // BUG
+    """
+
+
+@kd.kernel(grid=kd.cdiv(n, 64), block=64)
+def init_empty_tail(y: kd.Out[f32, n], scratch: kd.Out[f32, n], x: kd.In[f32, n], FIXED: kd.Const[bool] = False) -> str:
+    limit = pick(FIXED, "n / 2", "n")
+    return f"""
+    unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < {limit}) scratch[i] = x[i];
+    if (i < n) y[i] = 2.0f * scratch[i];  // BUG
+    """
+
+
+@kd.kernel(grid=(kd.cdiv(n, 16), kd.cdiv(m, 16)), block=(16, 16))
+def init_empty_2d_64(
+    out: kd.Out[f32, m, n], scratch: kd.Out[f32, m, n], x: kd.In[f32, m, n], FIXED: kd.Const[bool] = False
+) -> str:
+    columns = pick(FIXED, "n - 1", "n")
+    return f"""
+    long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    long long i = blockIdx.y * (long long)blockDim.y + threadIdx.y;
+    long long k = i * n + j;
+    if (i < m && j < {columns}) scratch[k] = x[k] * x[k];
+    if (i < m && j < n) out[k] = scratch[k] + 1.0f;  // BUG
     """
 
 
@@ -405,6 +483,22 @@ def matrices(rows: int, cols: int, transposed: bool) -> Callable[[Any], tuple[An
     return make
 
 
+def partials(session: Any) -> tuple[Any, ...]:
+    """The unfenced partial sums' arguments: the partials' buffer is the kernel's to write."""
+    up = session.to_device
+    return up(np.zeros(1, np.float32)), session.empty(16), up(np.zeros(1, np.uint32)), up(np.ones(1024, np.float32))
+
+
+def with_scratch(*shape: int) -> Callable[[Any], tuple[Any, ...]]:
+    """An output, a scratch buffer made by ``empty`` (nothing written), an input."""
+
+    def make(session: Any) -> tuple[Any, ...]:
+        x = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+        return session.to_device(np.zeros(shape, np.float32)), session.empty(shape), session.to_device(x)
+
+    return make
+
+
 def shifts(session: Any) -> tuple[Any, ...]:
     return session.to_device(np.zeros(64, np.int32)), session.to_device(np.arange(64, dtype=np.int32))
 
@@ -428,10 +522,15 @@ CORPUS = (
     Case(race_shared_counter, RaceCheckError, one((1,), np.int32)),
     Case(race_warp_exchange, RaceCheckError, one((64,))),
     Case(race_dynamic_shared, RaceCheckError, vectors(256)),
+    Case(race_blocks_neighbour, RaceCheckError, vectors(256)),
+    Case(race_blocks_2d_64, RaceCheckError, matrices(20, 40, transposed=False)),
+    Case(race_blocks_unfenced_partials, RaceCheckError, partials),
     Case(init_half_written, InitCheckError, vectors(256)),
     Case(init_dynamic, InitCheckError, vectors(256)),
     Case(init_2d_edge, InitCheckError, one((16, 16))),
     Case(init_broadcast, InitCheckError, accumulate),
+    Case(init_empty_tail, InitCheckError, with_scratch(1000)),
+    Case(init_empty_2d_64, InitCheckError, with_scratch(20, 40)),
     Case(sync_early_exit, SyncCheckError, vectors(200)),
     Case(sync_divergent_barriers, SyncCheckError, one((64,))),
     Case(sync_trip_count_2d, SyncCheckError, one((64,))),

@@ -59,6 +59,8 @@ class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, A
                 value = value.astype(target.dtype)
         elif isinstance(value, np.ndarray) or not hasattr(value, "shape"):
             value = np.asarray(value, dtype=target.dtype)  # host data: cast here, uploaded by the op
+        if target.session.gpu.empty_buffers == "track":
+            _overwritten(target)
         ops().where(True, value, target, out=target)
 
     def ravel(self) -> DeviceArray:
@@ -83,6 +85,8 @@ class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, A
         """Enqueue setting every element to ``value``, converted to this dtype as NumPy's ``fill`` does."""
         self._check()
         scalar = np.asarray(value, dtype=self.dtype)[()]
+        if self.session.gpu.empty_buffers == "track":
+            _overwritten(self)
         ops().where(True, scalar, self, out=self)
 
     def _copy_by_kernel(self, other: Transfers) -> None:
@@ -137,3 +141,15 @@ def products() -> ModuleType:
 
 
 memory.use_array_type(DeviceArray)
+
+
+def _overwritten(target: DeviceArray) -> None:
+    """``where(True, value, target, out=target)`` loads each element of ``target`` before it
+    overwrites it: for the init check of a session that tracks what ``empty()`` buffers had written
+    (``runtime.checks``), the elements count as written first (a strided view: every byte it spans)."""
+    if not target.size:
+        return
+    reach = [(n - 1) * stride for n, stride in zip(target.shape, target.strides, strict=True)]
+    low = sum(r for r in reach if r < 0)
+    high = sum(r for r in reach if r > 0) + target.dtype.itemsize
+    target.session.api.note_written(target.ptr + low, high - low)

@@ -8,7 +8,10 @@ the unchecked CPU device keeps its speed. The checks (docs/checks.md):
   ``-fsanitize=bounds``) every index into a fixed-size array, ``__shared__`` ones included;
 - ``races``: a shared-memory or array address written by one thread of a block and read or written
   by another with no barrier (or warp collective) between them; atomics never race;
-- ``init``: a read of shared memory that no thread of the block wrote;
+- ``init``: a read of shared memory that no thread of the block wrote, and a kernel's read of a
+  buffer made by ``empty()`` (``kd.empty``, ``session.empty``) where nothing (no kernel, copy or
+  fill) wrote; ``init=nan`` fills such buffers with signalling NaNs instead (``NAN_FILL``), and
+  keeps reporting shared memory's;
 - ``sync``: a barrier some threads of the block never reach, or reach at another ``__syncthreads``
   (divergent code); a warp collective whose mask leaves out the calling lane or names lanes that
   exited or are elsewhere;
@@ -35,6 +38,9 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from ..errors import (
     BoundsCheckError,
@@ -53,14 +59,28 @@ HOST = "host"
 BITS = {"bounds": 1, "races": 2, "init": 4, "sync": 8, "address": 16, "undefined": 32}
 EVERY = ("bounds", "races", "init", "sync")  # ``all``: what needs no sanitizer runtime and no recompile of the process
 _SEED = re.compile(r"seed=(\d{1,18})")
+INIT_NAN = "init=nan"
+# ``init=nan``: what fills a buffer made by ``empty()``, by dtype kind and item size. Floats get a
+# signalling NaN (quiet bit clear, payload nonzero), which any arithmetic turns into a NaN in the
+# result; integers and the rest get 0xA5 in every byte (a value far from 0 and 1 that is easy to
+# spot: int32 -1515870811, uint8 165).
+NAN_FILL: dict[tuple[str, int], int] = {
+    ("f", 2): 0x7D01,
+    ("f", 4): 0x7FA00001,
+    ("f", 8): 0x7FF4000000000001,
+    ("V", 2): 0x7FA1,  # bfloat16 (ml_dtypes' kind)
+}
+POISON_BYTE = 0xA5
 
 
 @dataclass(frozen=True)
 class Checks:
-    """A set of checks and a schedule seed (0: threads in order)."""
+    """A set of checks, a schedule seed (0: threads in order), and whether ``empty()`` buffers are
+    filled with signalling NaNs (``init=nan``) rather than their unwritten reads reported."""
 
     names: frozenset[str] = frozenset()
     seed: int = 0
+    nan_fill: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.names) or self.seed != 0
@@ -69,10 +89,22 @@ class Checks:
     def bits(self) -> int:
         return sum(BITS[name] for name in self.names)
 
+    @property
+    def empty_buffers(self) -> str:
+        """What a session does with a buffer ``empty()`` makes: ``""`` nothing, ``"track"`` report
+        reads of what nothing wrote, ``"nan"`` fill it with signalling NaNs."""
+        if "init" not in self.names:
+            return ""
+        return "nan" if self.nan_fill else "track"
+
     def spelled(self) -> str:
         """The canonical spelling: the checks in a fixed order, then the seed."""
-        parts = [name for name in BITS if name in self.names]
+        parts = [INIT_NAN if name == "init" and self.nan_fill else name for name in BITS if name in self.names]
         return ",".join(parts + ([f"seed={self.seed}"] if self.seed else []))
+
+    def built(self) -> Checks:
+        """The checks an image is built with (the fill is the session's, not the image's)."""
+        return Checks(self.names, self.seed)
 
 
 NO_CHECKS = Checks()
@@ -89,6 +121,7 @@ def parse_checks(spec: str | Checks | None) -> Checks:
         raise CheckConfigError(f"checks= takes a string such as 'bounds,races' or 'all', not {type(spec).__name__}")
     names: set[str] = set()
     seed = 0
+    nan_fill = False
     for word in (w.strip().lower() for w in spec.split(",")):
         if word in ("", "none", "off"):
             continue
@@ -96,19 +129,22 @@ def parse_checks(spec: str | Checks | None) -> Checks:
             names.update(EVERY)
         elif word in BITS:
             names.add(word)
+        elif word == INIT_NAN:
+            names.add("init")
+            nan_fill = True
         elif (found := _SEED.fullmatch(word)) is not None:
             seed = int(found.group(1))
         else:
             raise CheckConfigError(
                 f"unknown check {word!r} in checks={spec!r}: the checks are {', '.join(BITS)}, 'all' "
-                f"({', '.join(EVERY)}) and seed=N"
+                f"({', '.join(EVERY)}), {INIT_NAN} (init, filling empty() buffers with signalling NaNs) and seed=N"
             )
     if "address" in names and names & {"races", "init"}:
         raise CheckConfigError(
             "checks='address' cannot be combined with races or init (AddressSanitizer and the race check's "
             "instrumentation exclude each other): run them in two sessions"
         )
-    return Checks(frozenset(names), seed)
+    return Checks(frozenset(names), seed, nan_fill)
 
 
 def environment_checks() -> Checks:
@@ -131,7 +167,7 @@ def require_address_sanitizer() -> None:
 
 def output_for(checks: Checks) -> str:
     """The image kind a CPU-device session with ``checks`` loads: ``host``, or ``host+<checks>``."""
-    return f"{HOST}+{checks.spelled()}" if checks else HOST
+    return f"{HOST}+{checks.built().spelled()}" if checks else HOST
 
 
 def is_host_output(output: str) -> bool:
@@ -161,6 +197,18 @@ def compile_flags(checks: Checks) -> tuple[str, ...]:
     if "address" in checks.names:
         flags.append("-fsanitize=address")
     return tuple(flags)
+
+
+def empty_fill(dtype: np.dtype[Any]) -> np.ndarray[Any, Any]:
+    """One element of ``dtype`` as ``init=nan`` fills ``empty()`` buffers (``NAN_FILL``), as bytes:
+    a complex number's parts are each its float's."""
+    size = dtype.itemsize
+    if dtype.kind == "c" and ("f", size // 2) in NAN_FILL:
+        return np.frombuffer(NAN_FILL["f", size // 2].to_bytes(size // 2, "little") * 2, np.uint8)
+    pattern = NAN_FILL.get((dtype.kind, size))
+    if pattern is None:
+        return np.full(size, POISON_BYTE, np.uint8)
+    return np.frombuffer(pattern.to_bytes(size, "little"), np.uint8)
 
 
 # --- reports -------------------------------------------------------------------------------------

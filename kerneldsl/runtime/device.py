@@ -18,14 +18,18 @@ __all__ = ["Device"]
 class Device:
     """Device ``ordinal`` as driver bindings ``api`` see it (the session's, test doubles included)."""
 
-    __slots__ = ("ordinal", "handle", "host", "output", "_api", "_facts", "_name")
+    __slots__ = ("ordinal", "handle", "host", "output", "empty_buffers", "_api", "_facts", "_name")
 
-    def __init__(self, api: Any, ordinal: int, host: bool = False, host_output: str = "host") -> None:
+    def __init__(
+        self, api: Any, ordinal: int, host: bool = False, host_output: str = "host", empty_buffers: str = ""
+    ) -> None:
         """NoDeviceError when there is no device ``ordinal``. ``host``: the CPU device, whose
-        kernels are host images (``output``: ``host_output``, which names a session's checks), not cubins."""
+        kernels are host images (``output``: ``host_output``, which names a session's checks), not cubins.
+        ``empty_buffers``: what the session's init check does with ``empty()``'s buffers (``Checks.empty_buffers``)."""
         self.ordinal = ordinal
         self.host = host
         self.output = host_output if host else "cubin"  # the image kind its modules load
+        self.empty_buffers = empty_buffers if host else ""
         self.handle: Any = check("cuDeviceGet", api.cuDeviceGet(ordinal)) if host else driver.device(ordinal)
         self._api = api
         self._facts: dict[str, int] = {}

@@ -128,6 +128,12 @@ def runtime_library() -> ctypes.CDLL:
     lib.kd_host_module_base_v1.restype = ctypes.c_ulong
     lib.kd_host_check_ignore_v1.argtypes = (ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
     lib.kd_host_check_ignore_v1.restype = None
+    lib.kd_host_check_fresh_v1.argtypes = (ctypes.c_void_p, ctypes.c_ulonglong)
+    lib.kd_host_check_fresh_v1.restype = None
+    lib.kd_host_check_written_v1.argtypes = (ctypes.c_void_p, ctypes.c_ulonglong)
+    lib.kd_host_check_written_v1.restype = None
+    lib.kd_host_check_forget_v1.argtypes = (ctypes.c_void_p,)
+    lib.kd_host_check_forget_v1.restype = None
     return lib
 
 

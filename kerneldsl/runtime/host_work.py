@@ -50,6 +50,7 @@ class HostWork:
         self.captures: dict[int, list[tuple[Any, ...]]] = {}  # capturing stream -> what it recorded
         self.graphs: dict[int, tuple[list[tuple[Any, ...]], list[int]]] = {}  # graph -> (work, memory it frees)
         self.freed_in_capture: dict[int, list[int]] = {}
+        self.tracking_unwritten = False  # a session's init check tracks buffers made by empty()
 
     @staticmethod
     def _r(code: int, *values: Any) -> tuple[Any, ...]:
@@ -85,8 +86,29 @@ class HostWork:
             pool = self.pool_of.pop(ptr, None)
             if pool is not None:
                 self.pools[pool] -= n
+        if self.tracking_unwritten:
+            self._lib.kd_host_check_forget_v1(ptr)
         _libc.free(ptr)
         return SUCCESS
+
+    # -- the init check's record of what was written (see runtime.checks) -------------------------
+
+    def track_unwritten(self, ptr: int, n: int) -> None:
+        """``[ptr, ptr + n)`` was made by ``empty()`` in a session with the init check: a kernel's
+        read of a byte nothing wrote since is reported."""
+        self.tracking_unwritten = True
+        self._lib.kd_host_check_fresh_v1(ptr, n)
+
+    def note_written(self, ptr: int, n: int) -> None:
+        """``[ptr, ptr + n)`` was written outside a checked kernel (a copy, a fill; an op that
+        overwrites what it loads)."""
+        if self.tracking_unwritten:
+            self._lib.kd_host_check_written_v1(ptr, n)
+
+    def _host_code_ran(self) -> None:
+        """Host code that may have written any buffer ran (the host BLAS): nothing is tracked any more."""
+        if self.tracking_unwritten:
+            self._lib.kd_host_check_forget_v1(None)
 
     def cuMemPoolCreate(self, props: Any) -> tuple[Any, ...]:
         h = self._handle()
@@ -158,6 +180,7 @@ class HostWork:
         captured = self.captures.get(int(stream or 0))
         if captured is None:
             work()
+            self._host_code_ran()
         else:
             captured.append(("call", work))
 
@@ -167,6 +190,8 @@ class HostWork:
             work.append(("copy", dst, src, n))
         elif n:
             ctypes.memmove(dst, src, n)
+            if self.tracking_unwritten:
+                self.note_written(dst, n)
         return SUCCESS
 
     def cuMemcpyHtoDAsync(self, dst: Any, src: Any, n: int, stream: Any) -> tuple[Any, ...]:
@@ -190,6 +215,8 @@ class HostWork:
             work.append(("set", int(ptr), int(value), int(n)))
         elif n:
             ctypes.memset(int(ptr), int(value), int(n))
+            if self.tracking_unwritten:
+                self.note_written(int(ptr), int(n))
         return self._r(SUCCESS)
 
     # -- graphs ---------------------------------------------------------------------------------
@@ -224,12 +251,15 @@ class HostWork:
         kind = step[0]
         if kind == "copy":
             ctypes.memmove(step[1], step[2], step[3])
+            self.note_written(step[1], step[3])
             return SUCCESS
         if kind == "set":
             ctypes.memset(step[1], step[2], step[3])
+            self.note_written(step[1], step[3])
             return SUCCESS
         if kind == "call":
             step[1]()
+            self._host_code_ran()
             return SUCCESS
         _, function, dims, values = step
         count = len(values) // 8

@@ -22,6 +22,7 @@ import numpy as np
 from ..dtypes import INT32_MAX
 from ..errors import WrongSessionError
 from . import host_copies, interop, views
+from .checks import empty_fill
 from .driver import check
 from .handle import Handle
 from .interop import c_strides
@@ -448,7 +449,15 @@ def use_native_allocator(allocator_type: Any) -> None:
 
 def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:
     """Uninitialized device memory: made in C when the session's native allocator can (see
-    ``Session.fast_allocation``), else by the constructor, which decides everything unusual."""
+    ``Session.fast_allocation``), else by the constructor, which decides everything unusual. A
+    session with the init check marks it unwritten, or fills it (``checks.Checks.empty_buffers``)."""
+    made = _empty(session, shape, dtype)
+    if session.gpu.empty_buffers and made.nbytes:
+        _checked_empty(session, made)
+    return made
+
+
+def _empty(session: Session, shape: Any, dtype: Any) -> DeviceBuffer:
     allocator = session.native_allocator() if session.usable else None
     if allocator is not None:
         try:
@@ -460,6 +469,17 @@ def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer
             if made is not None:
                 return made
     return array_type(session, shape, dtype)
+
+
+def _checked_empty(session: Session, arr: DeviceBuffer) -> None:
+    """The init check's part in ``empty``: the runtime tracks which bytes of ``arr`` get written,
+    or (``init=nan``) ``arr`` is filled with its dtype's signalling NaN."""
+    if session.gpu.empty_buffers == "track":
+        session.api.track_unwritten(arr.ptr, arr.nbytes)
+        return
+    element = empty_fill(arr.dtype)
+    filled = np.resize(element, arr.nbytes).view(arr.dtype).reshape(arr.shape)
+    arr.copy_from_host(filled)
 
 
 def zeros(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:

@@ -95,7 +95,8 @@ class Session(Generic[ArrayT]):
         self._poison: StickyCudaError | None = None
         self._forked = False
         self._state = OPEN
-        self.gpu = Device(d, 0 if host else int(self.device), host, output_for(session_checks(checks, host)))
+        wanted = session_checks(checks, host)
+        self.gpu = Device(d, 0 if host else int(self.device), host, output_for(wanted), wanted.empty_buffers)
         self.context = Context(d, self.gpu)
         self.context_address = self.context.address
         self._activation = Activation(self, self.context, checked=True)

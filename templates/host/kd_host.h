@@ -1319,8 +1319,9 @@ template <class T> struct dynamic_shared {
 template <class T> __forceinline__ auto check_array(T* p, const char* name, const shape& axes) {
     unsigned long long extent = 1;
     for (unsigned int a = 0; a < axes.ndim; ++a) extent *= axes.dims[a] > 0 ? (unsigned long long)axes.dims[a] : 0ull;
-#if KD_CHECKS & 2
-    // Registered by a block's first thread: thread 0, unless a seeded schedule shuffles them.
+#if KD_CHECKS & (2 | 4)
+    // Registered by a block's first thread: thread 0, unless a seeded schedule shuffles them (for
+    // the race check's records, and to name the array in the init check's reports).
     if (KD_CHECK_SEED || (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0))
         kd_host_check_array_v1((const void*)p, extent * sizeof(T), (unsigned int)sizeof(T), name);
 #endif

@@ -696,14 +696,93 @@ struct Team {
 // block (with the launch) and thread, at which barrier epoch and warp epoch, which bytes, and where
 // (the access's return address, mapped to file:line from the module's line table by the Python
 // side). Tracked ranges: the module's __shared__ variables (its thread-local block on this OS
-// thread), the dynamic shared buffer, and the array parameters the kernel registers.
+// thread), the dynamic shared buffer, and the array parameters the kernel registers. An array's
+// records also say which OS thread made them and how many fences it had passed then (a block's
+// writes are published to other blocks by a __threadfence after them), and whether they were
+// volatile (strong accesses, which never race with each other's blocks).
 enum { kCheckRaces = 2, kCheckInit = 4, kCheckSync = 8 };  // KD_CHECKS's bits the runtime reads
+enum { kVolatileWrite = 1, kVolatileRead = 2 };             // Cell::flags
 struct Cell {
     uint32_t wtag, wsite, rtag, rsite;  // (launch, block) and (epoch, warp epoch, thread) of the last write and read
-    uint8_t wmask, imask, rmask, pad;  // the bytes of the granule the last writer wrote, any thread wrote, the last reader read
+    uint8_t wmask, imask, rmask;  // the bytes of the granule the last writer wrote, any thread wrote, the last reader read
+    uint8_t wworker, wfence, rworker, rfence, flags;  // the last writer's and reader's OS thread and fence count; kVolatile*
     const void* wpc;
     const void* rpc;
 };
+static_assert(sizeof(Cell) == 40, "a shadow cell stays 40 bytes");
+// A block's fences, counted per OS thread that runs blocks (the low 8 bits are kept in a record).
+constexpr unsigned int kWorkers = 256;
+std::atomic<uint32_t> worker_fences[kWorkers];
+unsigned int next_worker() {
+    static std::atomic<unsigned int> workers{0};
+    return workers.fetch_add(1, std::memory_order_relaxed) % kWorkers;
+}
+inline bool published(uint8_t worker, uint8_t fence) {
+    return (uint8_t)worker_fences[worker].load(std::memory_order_relaxed) != fence;
+}
+// An array's records are read and written by the OS threads running its blocks at once: a record
+// another block of the launch holds is read and updated under one of these locks, so a check
+// across blocks does not see half of one (a record only this block touched needs none). A lock covers
+// 16 neighbouring granules (64 bytes of the array, what one thread's neighbours touch) and has its
+// own cache line (two OS threads on different blocks do not share one).
+struct alignas(64) CellLockWord {
+    std::atomic_flag flag = ATOMIC_FLAG_INIT;
+};
+CellLockWord cell_locks[1024];
+struct CellLock {
+    std::atomic_flag& flag;
+    explicit CellLock(uintptr_t granule) : flag(cell_locks[granule / 16 % 1024].flag) {
+        while (flag.test_and_set(std::memory_order_acquire)) pause_briefly();
+    }
+    ~CellLock() { flag.clear(std::memory_order_release); }
+};
+// A buffer made by empty() in a session with the init check: which of its bytes anything (a
+// kernel's store, a copy, a fill) has written since. Reads of the rest are reported.
+struct Fresh {
+    uintptr_t base;
+    size_t size;
+    std::unique_ptr<std::atomic<uint8_t>[]> written;  // a bit per byte
+    std::atomic<size_t> unwritten;
+    Fresh(uintptr_t b, size_t n) : base(b), size(n), written(new std::atomic<uint8_t>[(n + 7) / 8]()), unwritten(n) {}
+};
+typedef std::vector<std::shared_ptr<Fresh>> FreshList;  // by base address
+struct FreshRegistry {
+    std::mutex lock;
+    FreshList all;
+    std::shared_ptr<const FreshList> open = std::make_shared<const FreshList>();  // those not yet written whole
+    std::atomic<bool> stale{false};  // one was written whole since `open` was made
+    void refresh() {  // (lock held)
+        auto next = std::make_shared<FreshList>();
+        for (const std::shared_ptr<Fresh>& f : all)
+            if (f->unwritten.load(std::memory_order_relaxed)) next->push_back(f);
+        open = next;
+        stale.store(false, std::memory_order_relaxed);
+    }
+};
+FreshRegistry& fresh_registry() {
+    static FreshRegistry* registry = new FreshRegistry;  // never destroyed: launches may outlive exit
+    return *registry;
+}
+// Marks [offset, offset + n) of `f` written; the buffer leaves the open list once written whole.
+void mark_written(Fresh& f, size_t offset, size_t n) {
+    size_t fresh_bits = 0;
+    for (size_t b = offset, end = offset + n; b < end;) {
+        const size_t byte = b >> 3, lo = b & 7, hi = end - (b - lo) < 8 ? end - (b - lo) : 8;
+        const uint8_t mask = (uint8_t)(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+        std::atomic<uint8_t>& cell = f.written[byte];
+        if ((cell.load(std::memory_order_relaxed) & mask) != mask)
+            fresh_bits += (size_t)__builtin_popcount(mask & ~cell.fetch_or(mask, std::memory_order_relaxed));
+        b = (b - lo) + 8;
+    }
+    if (fresh_bits && f.unwritten.fetch_sub(fresh_bits, std::memory_order_relaxed) == fresh_bits)
+        fresh_registry().stale.store(true, std::memory_order_relaxed);
+}
+// The first byte of [offset, offset + n) of `f` nothing wrote, or n when all were.
+size_t first_unwritten(const Fresh& f, size_t offset, size_t n) {
+    for (size_t b = offset; b < offset + n; ++b)
+        if (!(f.written[b >> 3].load(std::memory_order_relaxed) & (1u << (b & 7)))) return b - offset;
+    return n;
+}
 enum { kStaticShared, kDynamicShared, kGlobal };
 struct Range {
     uintptr_t base, size;
@@ -796,6 +875,8 @@ struct CheckState {
     uintptr_t module_base = 0;
     std::vector<std::pair<size_t, size_t>> ignored;  // [offset, end) of the module's thread-locals that are not shared memory
     std::vector<unsigned int> order;  // loop mode's seeded order of a block's threads
+    std::shared_ptr<const FreshList> fresh;  // the init check's fresh buffers not yet written whole (null: none)
+    unsigned int worker = next_worker();     // this OS thread's fence counter
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1532,8 +1613,121 @@ std::string what_at(const CheckState& k, const Range& r, uintptr_t address) {
                          thread_name(ix).c_str(), what_at(c.check, r, address).c_str(), site_token(pc).c_str()));
 }
 
+constexpr uint32_t kLaunchBits = 0xfff00000u, kManyBlocks = 0xfffffu;  // a record's tag: (launch, block)
+inline uint32_t tag_of(const CheckState& k, const kd_host_index* ix) {
+    const unsigned long long block =
+        ix->block.x + (unsigned long long)ix->grid_dim.x * (ix->block.y + (unsigned long long)ix->grid_dim.y * ix->block.z);
+    return (k.launch & 0xfffu) << 20 | (uint32_t)(block & kManyBlocks);
+}
+
+std::string other_block_name(const kd_host_index* ix, uint32_t tag, uint32_t site) {
+    const unsigned int them = thread_of(site);
+    if ((tag & kManyBlocks) == kManyBlocks) return "other blocks";
+    const unsigned long long l = tag & kManyBlocks, gx = ix->grid_dim.x ? ix->grid_dim.x : 1,
+                             gy = ix->grid_dim.y ? ix->grid_dim.y : 1;
+    const std::string block = format("block (%llu,%llu,%llu)", l % gx, l / gx % gy, l / gx / gy);
+    return them == kManyThreads ? block + " (several threads)" : format("%s thread %u", block.c_str(), them);
+}
+
+// Two blocks of one launch touched an array address, one of them writing, neither access atomic
+// or volatile, and the writer passed no __threadfence after its access: blocks run in no order.
+[[noreturn]] __attribute__((noinline, cold)) void block_race(ThreadContext& c, const Range& r, uintptr_t address,
+                                                             uint32_t other_tag, uint32_t other_site,
+                                                             const void* other_pc, bool other_writes, bool writes,
+                                                             const void* pc) {
+    const kd_host_index* ix = &kd_host_index_v1;
+    const bool flat = ix->block_dim.y == 1 && ix->block_dim.z == 1;
+    check_fail(c, format("[races] kernel '%s': %s %s %s at %s and block (%u,%u,%u) thread %u %s it at %s, in the same "
+                         "launch (blocks run in no order: nothing but atomics, or a __threadfence before an atomic "
+                         "the other block waits on, orders them)%s",
+                         kernel_name(c), other_block_name(ix, other_tag, other_site).c_str(),
+                         other_writes ? "writes" : "reads", what_at(c.check, r, address).c_str(),
+                         site_token(other_pc).c_str(), ix->block.x, ix->block.y, ix->block.z, linear_thread(ix),
+                         writes ? "writes" : "reads", site_token(pc).c_str(),
+                         flat ? "" : " (threads by linear id x + blockDim.x * (y + blockDim.y * z))"));
+}
+
+// Whether a record's tag names another block of the launch whose tag is `tag`.
+inline bool other_block(uint32_t recorded, uint32_t tag) {
+    return recorded != tag && ((recorded ^ tag) & kLaunchBits) == 0;
+}
+
+// What an access found wrong with a record (decided under the record's lock, reported after it).
+struct Finding {
+    enum { kNone, kRace, kBlockRace, kUninitialized } what = kNone;
+    uint32_t tag = 0, site = 0;
+    const void* pc = nullptr;
+    bool other_writes = false;
+    uintptr_t address = 0;
+};
+
+inline Finding check_cell(Cell& cell, uint32_t tag, uint32_t me, unsigned int t, uint8_t bytes,
+                          bool write, bool strong, bool races, bool init, bool global, unsigned int worker,
+                          const void* pc) {
+    Finding found;
+    const bool written_here = cell.wtag == tag;
+    const uint32_t launch = tag & kLaunchBits;
+    // Across blocks: volatile accesses are strong (they never race with each other's blocks).
+    const bool wother = global && races && !strong && cell.wtag != tag && (cell.wtag & kLaunchBits) == launch &&
+                        (cell.wmask & bytes) && !(cell.flags & kVolatileWrite) && !published(cell.wworker, cell.wfence);
+    const bool rother = global && races && !strong && write && cell.rtag != tag && (cell.rtag & kLaunchBits) == launch &&
+                        (cell.rmask & bytes) && !(cell.flags & kVolatileRead) && !published(cell.rworker, cell.rfence);
+    if (wother) {
+        found = Finding{Finding::kBlockRace, cell.wtag, cell.wsite, cell.wpc, true, 0};
+    } else if (rother) {
+        found = Finding{Finding::kBlockRace, cell.rtag, cell.rsite, cell.rpc, false, 0};
+    } else if (write) {
+        if (races && written_here && thread_of(cell.wsite) != t && (cell.wmask & bytes) && concurrent(cell.wsite, me))
+            found = Finding{Finding::kRace, cell.wtag, cell.wsite, cell.wpc, true, 0};
+        else if (races && cell.rtag == tag && thread_of(cell.rsite) != t && (cell.rmask & bytes) && concurrent(cell.rsite, me))
+            found = Finding{Finding::kRace, cell.rtag, cell.rsite, cell.rpc, false, 0};
+    } else {
+        if (init && (!written_here || (cell.imask & bytes) != bytes))
+            found.what = Finding::kUninitialized;
+        else if (races && written_here && thread_of(cell.wsite) != t && (cell.wmask & bytes) && concurrent(cell.wsite, me))
+            found = Finding{Finding::kRace, cell.wtag, cell.wsite, cell.wpc, true, 0};
+    }
+    if (found.what != Finding::kNone) return found;
+    if (write) {
+        const bool same = written_here && cell.wsite == me;
+        cell.wmask = same ? (uint8_t)(cell.wmask | bytes) : bytes;
+        cell.imask = written_here ? (uint8_t)(cell.imask | bytes) : bytes;
+        cell.wtag = tag;
+        cell.wsite = me;
+        cell.wpc = pc;
+        if (global) {  // what a check across blocks reads
+            cell.wworker = (uint8_t)worker;
+            cell.wfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
+            cell.flags = (uint8_t)((cell.flags & ~kVolatileWrite) | (strong ? kVolatileWrite : 0));
+        }
+        return found;
+    }
+    const bool read_here = cell.rtag == tag;
+    if (global && cell.rtag != tag && (cell.rtag & kLaunchBits) == launch && (cell.rmask & bytes)) {
+        cell.rtag = launch | kManyBlocks;  // several blocks read it: any block's write now races
+        cell.rsite = site_of(0, 0, kManyThreads);
+        cell.rmask |= bytes;
+    } else if (read_here && thread_of(cell.rsite) != t && (cell.rmask & bytes) && concurrent(cell.rsite, me)) {
+        cell.rsite = site_of(me >> 21, 0, kManyThreads);  // several threads read it: any write now races
+        cell.rmask |= bytes;
+    } else if (read_here && cell.rsite == me) {
+        cell.rmask |= bytes;
+    } else {
+        cell.rtag = tag;
+        cell.rsite = me;
+        cell.rmask = bytes;
+        cell.rpc = pc;
+    }
+    if (global) {
+        cell.rworker = (uint8_t)worker;
+        cell.rfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
+        cell.flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    }
+    return found;
+}
+
 __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, uintptr_t address, unsigned int size,
-                                            bool write, const void* pc) {
+                                            bool write, bool strong, const void* pc) {
     const kd_host_index* ix = &kd_host_index_v1;
     CheckState& k = c.check;
     if (r.kind == kStaticShared) {  // a thread-local that is not __shared__ (a static's initialization guard)
@@ -1541,79 +1735,120 @@ __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, ui
             if (address - r.base >= skip.first && address - r.base < skip.second) return;
     }
     const unsigned int t = linear_thread(ix);
-    const unsigned long long block = ix->block.x + (unsigned long long)ix->grid_dim.x * (ix->block.y + (unsigned long long)ix->grid_dim.y * ix->block.z);
-    const uint32_t tag = (k.launch & 0xfffu) << 20 | (uint32_t)(block & 0xfffffu);
+    const uint32_t tag = tag_of(k, ix);
     const bool fibers = c.scheduler.active();
     const uint32_t me = site_of(fibers ? c.scheduler.epoch() : 0, fibers ? c.scheduler.warp_epoch(t >> 5) : 0, t);
-    const bool races = k.bits & kCheckRaces, init = (k.bits & kCheckInit) && r.kind != kGlobal;
+    const bool global = r.kind == kGlobal;
+    const bool races = k.bits & kCheckRaces, init = (k.bits & kCheckInit) && !global;
     const uintptr_t offset = address - r.base, last = offset + size - 1 < r.size ? offset + size - 1 : r.size - 1;
     for (uintptr_t g = offset / 4; g <= last / 4; ++g) {
-        Cell& cell = r.shadow[g];
         const uintptr_t lo = g * 4 > offset ? g * 4 : offset, hi = g * 4 + 3 < last ? g * 4 + 3 : last;
         const uint8_t bytes = (uint8_t)(((1u << (hi - lo + 1)) - 1u) << (lo - g * 4));
-        const bool written_here = cell.wtag == tag;
-        if (write) {
-            if (races && written_here && thread_of(cell.wsite) != t && (cell.wmask & bytes) && concurrent(cell.wsite, me))
-                race(c, r, r.base + g * 4, cell.wsite, cell.wpc, true, true, pc);
-            if (races && cell.rtag == tag && thread_of(cell.rsite) != t && (cell.rmask & bytes) && concurrent(cell.rsite, me))
-                race(c, r, r.base + g * 4, cell.rsite, cell.rpc, false, true, pc);
-            const bool same = written_here && cell.wsite == me;
-            cell.wmask = same ? (uint8_t)(cell.wmask | bytes) : bytes;
-            cell.imask = written_here ? (uint8_t)(cell.imask | bytes) : bytes;
-            cell.wtag = tag;
-            cell.wsite = me;
-            cell.wpc = pc;
+        Finding found;
+        Cell& cell = r.shadow[g];
+        if (global && (other_block(cell.wtag, tag) || other_block(cell.rtag, tag))) {
+            // Another block of this launch has a record here: decided under the record's lock.
+            CellLock hold(r.base / 4 + g);
+            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
+        } else if (global) {
+            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
         } else {
-            if (init && (!written_here || (cell.imask & bytes) != bytes)) uninitialized(c, r, address, pc);
-            if (races && written_here && thread_of(cell.wsite) != t && (cell.wmask & bytes) && concurrent(cell.wsite, me))
-                race(c, r, r.base + g * 4, cell.wsite, cell.wpc, true, false, pc);
-            if (cell.rtag == tag && thread_of(cell.rsite) != t && (cell.rmask & bytes) && concurrent(cell.rsite, me)) {
-                cell.rsite = site_of(me >> 21, 0, kManyThreads);  // several threads read it: any write now races
-                cell.rmask |= bytes;
-            } else if (cell.rtag == tag && cell.rsite == me) {
-                cell.rmask |= bytes;
-            } else {
-                cell.rtag = tag;
-                cell.rsite = me;
-                cell.rmask = bytes;
-                cell.rpc = pc;
-            }
+            found = check_cell(r.shadow[g], tag, me, t, bytes, write, strong, races, init, false, k.worker, pc);
+        }
+        switch (found.what) {
+        case Finding::kNone: break;
+        case Finding::kRace: race(c, r, r.base + g * 4, found.site, found.pc, found.other_writes, write, pc);
+        case Finding::kBlockRace:
+            block_race(c, r, r.base + g * 4, found.tag, found.site, found.pc, found.other_writes, write, pc);
+        case Finding::kUninitialized: uninitialized(c, r, address, pc);
         }
     }
+}
+
+// init, on a buffer made by empty(): a store marks its bytes written, a load of bytes nothing wrote
+// fails the launch, naming the array parameter that reached it (`named`: a kernel's registered
+// array holding the address) or else the buffer's byte.
+[[noreturn]] __attribute__((noinline, cold)) void unwritten_read(ThreadContext& c, const Fresh& f, const Range* named,
+                                                                 uintptr_t address, const void* pc) {
+    const kd_host_index* ix = &kd_host_index_v1;
+    const std::string what = named ? what_at(c.check, *named, address)
+                                   : format("byte %lu of a %lu-byte buffer", (unsigned long)(address - f.base),
+                                            (unsigned long)f.size);
+    check_fail(c, format("[init] kernel '%s' %s reads %s at %s, which nothing wrote: the buffer was made by empty() and "
+                         "no kernel, copy or fill has written this element (checks='init=nan' fills such buffers with "
+                         "signalling NaNs instead)",
+                         kernel_name(c), thread_name(ix).c_str(), what.c_str(), site_token(pc).c_str()));
+}
+
+__attribute__((noinline)) void check_fresh(ThreadContext& c, const Range* named, uintptr_t address, unsigned int size,
+                                           bool write, const void* pc) {
+    const FreshList& open = *c.check.fresh;
+    auto after = std::upper_bound(open.begin(), open.end(), address,
+                                  [](uintptr_t a, const std::shared_ptr<Fresh>& f) { return a < f->base; });
+    if (after == open.begin()) return;
+    Fresh& f = **(after - 1);
+    if (address - f.base >= f.size) return;
+    const size_t offset = address - f.base, n = size < f.size - offset ? size : f.size - offset;
+    if (write) {
+        mark_written(f, offset, n);
+        return;
+    }
+    const size_t missing = first_unwritten(f, offset, n);
+    if (missing < n) unwritten_read(c, f, named && named->kind == kGlobal ? named : nullptr, address + missing, pc);
 }
 
 // An atomic on a tracked range initializes what it writes and never races.
 __attribute__((noinline)) void note_atomic(ThreadContext& c, const Range& r, uintptr_t address, unsigned int size) {
-    const kd_host_index* ix = &kd_host_index_v1;
-    const unsigned long long block = ix->block.x + (unsigned long long)ix->grid_dim.x * (ix->block.y + (unsigned long long)ix->grid_dim.y * ix->block.z);
-    const uint32_t tag = (c.check.launch & 0xfffu) << 20 | (uint32_t)(block & 0xfffffu);
+    const uint32_t tag = tag_of(c.check, &kd_host_index_v1);
     const uintptr_t offset = address - r.base;
     for (uintptr_t g = offset / 4; g <= (offset + size - 1) / 4 && g * 4 < r.size; ++g) {
-        Cell& cell = r.shadow[g];
-        if (cell.wtag != tag) {
-            cell.wtag = tag;
-            cell.wsite = site_of(0, 0, kManyThreads);
-            cell.wmask = 0;
-            cell.imask = 0;
+        auto note = [&](Cell& cell) {
+            if (cell.wtag != tag) {
+                cell.wtag = tag;
+                cell.wsite = site_of(0, 0, kManyThreads);
+                cell.wmask = 0;
+                cell.imask = 0;
+            }
+            cell.imask = 0xf;
+        };
+        if (r.kind == kGlobal) {
+            CellLock hold(r.base / 4 + g);
+            note(r.shadow[g]);
+        } else {
+            note(r.shadow[g]);
         }
-        cell.imask = 0xf;
     }
 }
 
-__attribute__((always_inline)) inline void on_access(const void* p, unsigned int size, bool write, const void* pc) {
+__attribute__((always_inline)) inline void on_access(const void* p, unsigned int size, bool write, bool strong,
+                                                     const void* pc) {
     ThreadContext* c = tls_context;
     if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
     const uintptr_t a = (uintptr_t)p;
-    for (const Range& r : c->check.ranges)
-        if (a - r.base < r.size) return check_access(*c, r, a, size, write, pc);
+    const Range* hit = nullptr;
+    for (const Range& r : c->check.ranges) {
+        if (a - r.base < r.size) {
+            hit = &r;
+            break;
+        }
+    }
+    if (hit != nullptr && hit->shadow != nullptr) check_access(*c, *hit, a, size, write, strong, pc);
+    if (c->check.fresh && (hit == nullptr || hit->kind == kGlobal)) check_fresh(*c, hit, a, size, write, pc);
 }
 
 __attribute__((always_inline)) inline void on_atomic(const volatile void* p, unsigned int size) {
     ThreadContext* c = tls_context;
     if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
     const uintptr_t a = (uintptr_t)p;
-    for (const Range& r : c->check.ranges)
-        if (a - r.base < r.size) return note_atomic(*c, r, a, size);
+    const Range* hit = nullptr;
+    for (const Range& r : c->check.ranges) {
+        if (a - r.base < r.size) {
+            hit = &r;
+            break;
+        }
+    }
+    if (hit != nullptr && hit->shadow != nullptr) note_atomic(*c, *hit, a, size);
+    if (c->check.fresh && (hit == nullptr || hit->kind == kGlobal)) check_fresh(*c, hit, a, size, true, nullptr);
 }
 
 void resize_shadow(std::vector<Cell>& shadow, size_t bytes) {
@@ -1706,14 +1941,22 @@ KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int
         std::lock_guard<std::mutex> hold(k.registry->lock);
         k.ranges.insert(k.ranges.end(), k.registry->arrays.begin(), k.registry->arrays.end());
     }
+    k.fresh.reset();
+    if (checks & kCheckInit) {
+        FreshRegistry& fresh = fresh_registry();
+        std::lock_guard<std::mutex> hold(fresh.lock);
+        if (fresh.stale.load(std::memory_order_relaxed)) fresh.refresh();
+        if (!fresh.open->empty()) k.fresh = fresh.open;
+    }
 }
 
 // A kernel's array parameter, registered by every thread's prologue (the first of the launch
 // makes its shadow); races on it are checked from then on.
 KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes, unsigned int elem, const char* name) {
     ThreadContext* c = tls_context;
-    if (c == nullptr || !(c->check.bits & kCheckRaces) || bytes == 0 || base == nullptr) return;
-    if (shadow_bytes(bytes) > kArrayShadowBytes) return;
+    if (c == nullptr || !(c->check.bits & (kCheckRaces | kCheckInit)) || bytes == 0 || base == nullptr) return;
+    const bool races = c->check.bits & kCheckRaces;  // else registered for its name (init's reports) only
+    if (races && shadow_bytes(bytes) > kArrayShadowBytes) return;
     CheckState& k = c->check;
     for (const Range& r : k.ranges)
         if (r.base == (uintptr_t)base && r.kind == kGlobal) return;
@@ -1725,8 +1968,8 @@ KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes
             return;
         }
     }
-    Cell* shadow = ShadowCache::get().shadow((uintptr_t)base, bytes, k.launch);
-    if (shadow == nullptr) return;  // unchecked rather than failed: the kernel itself is fine
+    Cell* shadow = races ? ShadowCache::get().shadow((uintptr_t)base, bytes, k.launch) : nullptr;
+    if (races && shadow == nullptr) return;  // unchecked rather than failed: the kernel itself is fine
     const Range r = {(uintptr_t)base, (uintptr_t)bytes, shadow, name, elem, kGlobal};
     k.registry->arrays.push_back(r);
     k.ranges.push_back(r);
@@ -1768,6 +2011,45 @@ KD_EXPORT __attribute__((noreturn, noinline)) void kd_host_bounds_fail_v1(const 
                          thread_name(ix).c_str(), name, index, extent, shape.c_str(), site_token(pc).c_str()));
 }
 
+// init: [base, base + bytes) was made by empty() in a session with the init check; nothing has
+// written it yet.
+KD_EXPORT void kd_host_check_fresh_v1(const void* base, unsigned long long bytes) {
+    if (base == nullptr || bytes == 0) return;
+    FreshRegistry& fresh = fresh_registry();
+    std::lock_guard<std::mutex> hold(fresh.lock);
+    const uintptr_t at = (uintptr_t)base;
+    auto place = std::lower_bound(fresh.all.begin(), fresh.all.end(), at,
+                                  [](const std::shared_ptr<Fresh>& f, uintptr_t a) { return f->base < a; });
+    if (place != fresh.all.end() && (*place)->base == at) place = fresh.all.erase(place);
+    fresh.all.insert(place, std::make_shared<Fresh>(at, (size_t)bytes));
+    fresh.refresh();
+}
+
+// init: the host wrote [base, base + bytes) (a copy or a fill into device memory).
+KD_EXPORT void kd_host_check_written_v1(const void* base, unsigned long long bytes) {
+    FreshRegistry& fresh = fresh_registry();
+    std::lock_guard<std::mutex> hold(fresh.lock);
+    const uintptr_t lo = (uintptr_t)base, hi = lo + (uintptr_t)bytes;
+    for (const std::shared_ptr<Fresh>& f : *fresh.open) {
+        const uintptr_t start = f->base > lo ? f->base : lo, end = f->base + f->size < hi ? f->base + f->size : hi;
+        if (start < end) mark_written(*f, start - f->base, end - start);
+    }
+    if (fresh.stale.load(std::memory_order_relaxed)) fresh.refresh();
+}
+
+// init: the buffer at `base` was freed (null: forget every buffer, after host code that may have
+// written any of them).
+KD_EXPORT void kd_host_check_forget_v1(const void* base) {
+    FreshRegistry& fresh = fresh_registry();
+    std::lock_guard<std::mutex> hold(fresh.lock);
+    if (base == nullptr) fresh.all.clear();
+    else
+        fresh.all.erase(std::remove_if(fresh.all.begin(), fresh.all.end(),
+                                       [base](const std::shared_ptr<Fresh>& f) { return f->base == (uintptr_t)base; }),
+                        fresh.all.end());
+    fresh.refresh();
+}
+
 // A checked module's thread-local at [offset, offset + size) of its TLS block is not shared memory.
 KD_EXPORT void kd_host_check_ignore_v1(unsigned long module_base, unsigned long offset, unsigned long size) {
     std::lock_guard<std::mutex> hold(ignored_lock);
@@ -1782,12 +2064,12 @@ KD_EXPORT unsigned long kd_host_module_base_v1(const void* address) {
 
 // The instrumentation's entries (GCC's and Clang's -fsanitize=thread ABI).
 #define KD_TSAN_SIZE(n) \
-    KD_EXPORT void __tsan_read##n(void* p) { on_access(p, n, false, __builtin_return_address(0)); } \
-    KD_EXPORT void __tsan_write##n(void* p) { on_access(p, n, true, __builtin_return_address(0)); } \
-    KD_EXPORT void __tsan_unaligned_read##n(void* p) { on_access(p, n, false, __builtin_return_address(0)); } \
-    KD_EXPORT void __tsan_unaligned_write##n(void* p) { on_access(p, n, true, __builtin_return_address(0)); } \
-    KD_EXPORT void __tsan_volatile_read##n(void* p) { on_access(p, n, false, __builtin_return_address(0)); } \
-    KD_EXPORT void __tsan_volatile_write##n(void* p) { on_access(p, n, true, __builtin_return_address(0)); }
+    KD_EXPORT void __tsan_read##n(void* p) { on_access(p, n, false, false, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_write##n(void* p) { on_access(p, n, true, false, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_unaligned_read##n(void* p) { on_access(p, n, false, false, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_unaligned_write##n(void* p) { on_access(p, n, true, false, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_volatile_read##n(void* p) { on_access(p, n, false, true, __builtin_return_address(0)); } \
+    KD_EXPORT void __tsan_volatile_write##n(void* p) { on_access(p, n, true, true, __builtin_return_address(0)); }
 KD_TSAN_SIZE(1)
 KD_TSAN_SIZE(2)
 KD_TSAN_SIZE(4)
@@ -1795,10 +2077,10 @@ KD_TSAN_SIZE(8)
 KD_TSAN_SIZE(16)
 #undef KD_TSAN_SIZE
 KD_EXPORT void __tsan_read_range(void* p, unsigned long n) {
-    for (unsigned long i = 0; i < n; i += 16) on_access((char*)p + i, n - i < 16 ? (unsigned int)(n - i) : 16, false, __builtin_return_address(0));
+    for (unsigned long i = 0; i < n; i += 16) on_access((char*)p + i, n - i < 16 ? (unsigned int)(n - i) : 16, false, false, __builtin_return_address(0));
 }
 KD_EXPORT void __tsan_write_range(void* p, unsigned long n) {
-    for (unsigned long i = 0; i < n; i += 16) on_access((char*)p + i, n - i < 16 ? (unsigned int)(n - i) : 16, true, __builtin_return_address(0));
+    for (unsigned long i = 0; i < n; i += 16) on_access((char*)p + i, n - i < 16 ? (unsigned int)(n - i) : 16, true, false, __builtin_return_address(0));
 }
 KD_EXPORT void __tsan_func_entry(void*) {}
 KD_EXPORT void __tsan_func_exit(void) {}
@@ -1833,7 +2115,12 @@ KD_TSAN_ATOMIC(16, unsigned short)
 KD_TSAN_ATOMIC(32, unsigned int)
 KD_TSAN_ATOMIC(64, unsigned long long)
 #undef KD_TSAN_ATOMIC
-KD_EXPORT void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+// A fence publishes what the running block wrote before it to other blocks (see `published`).
+KD_EXPORT void __tsan_atomic_thread_fence(int) {
+    ThreadContext* c = tls_context;
+    if (c != nullptr && c->check.active) worker_fences[c->check.worker].fetch_add(1, std::memory_order_relaxed);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 KD_EXPORT void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 
 // UndefinedBehaviorSanitizer's handlers (-fsanitize=undefined and -fsanitize=bounds, compiled but
@@ -1951,7 +2238,11 @@ KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long 
 }
 
 KD_EXPORT int kd_host_barrier_v1(int mode, int predicate, const char* file, int line) {
-    return tls_context->scheduler.barrier(mode, predicate, file, line);
+    ThreadContext* c = tls_context;
+    // A cluster barrier (mode 4) orders the cluster's blocks: it publishes what this block wrote
+    // before it, as a fence does (the race check's `published`).
+    if (mode == 4 && c->check.active) worker_fences[c->check.worker].fetch_add(1, std::memory_order_relaxed);
+    return c->scheduler.barrier(mode, predicate, file, line);
 }
 
 KD_EXPORT unsigned int kd_host_warp_v1(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b,
