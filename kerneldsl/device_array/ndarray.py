@@ -152,4 +152,4 @@ def _overwritten(target: DeviceArray) -> None:
     reach = [(n - 1) * stride for n, stride in zip(target.shape, target.strides, strict=True)]
     low = sum(r for r in reach if r < 0)
     high = sum(r for r in reach if r > 0) + target.dtype.itemsize
-    target.session.api.note_written(target.ptr + low, high - low)
+    memory.note_written(target, target.ptr + low, high - low)

@@ -482,6 +482,13 @@ def _checked_empty(session: Session, arr: DeviceBuffer) -> None:
     arr.copy_from_host(filled)
 
 
+def note_written(arr: DeviceBuffer, start: int, nbytes: int) -> None:
+    """The init check: ``nbytes`` bytes of ``arr``'s memory from address ``start`` count as written
+    (code about to overwrite them loads them first), in a session that tracks what ``empty()``
+    buffers had written."""
+    arr.session.api.note_written(start, nbytes)
+
+
 def zeros(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:
     """Device memory set to zero bytes (enqueued on the session stream)."""
     arr = empty(session, shape, dtype)
