@@ -149,7 +149,5 @@ def _overwritten(target: DeviceArray) -> None:
     (``runtime.checks``), the elements count as written first (a strided view: every byte it spans)."""
     if not target.size:
         return
-    reach = [(n - 1) * stride for n, stride in zip(target.shape, target.strides, strict=True)]
-    low = sum(r for r in reach if r < 0)
-    high = sum(r for r in reach if r > 0) + target.dtype.itemsize
-    memory.note_written(target, target.ptr + low, high - low)
+    low, high = target.byte_span()
+    memory.note_written(target, low, high - low)

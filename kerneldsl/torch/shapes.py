@@ -82,12 +82,7 @@ def computed_extent(expression: Expr, names: Mapping[str, Any]) -> Any:
     """A computed extent's value from the bound symbols and constants (``names``), by arithmetic
     that keeps a symbolic size symbolic: ``kd.cdiv(n, 256)`` is ``(n + 255) // 256``, ``kd.dmin``
     ``torch.sym_min``."""
-    if expression.op == "int":
-        return expression.args[0]
-    if expression.op == "sym":
-        return names[expression.args[0]]
-    a, b = (computed_extent(x, names) for x in expression.args)
-    return _SYMBOLIC[expression.op](a, b)
+    return expression.fold(names.__getitem__, _SYMBOLIC)
 
 
 _SYMBOLIC: dict[str, Callable[[Any, Any], Any]] = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar, Union
 
@@ -82,12 +82,18 @@ class Expr:
 
     def evaluate(self, values: dict[str, int]) -> int:
         """Value of the expression; used for defaults that code generation folds in."""
+        return int(self.fold(lambda name: int(values[name]), _EVALUATORS))
+
+    def fold(self, symbol: Callable[[str], Any], operations: Mapping[str, Callable[[Any, Any], Any]]) -> Any:
+        """The expression computed with ``symbol(name)`` for each symbol and ``operations[op]``
+        for each operator: plain ints (``evaluate``), or sizes another system traces (kd.torch's
+        symbolic sizes)."""
         if self.op == "int":
-            return int(self.args[0])
+            return self.args[0]
         if self.op == "sym":
-            return int(values[self.args[0]])
-        a, b = (x.evaluate(values) for x in self.args)
-        return _EVALUATORS[self.op](a, b)
+            return symbol(self.args[0])
+        a, b = (x.fold(symbol, operations) for x in self.args)
+        return operations[self.op](a, b)
 
 
 _EVALUATORS: dict[str, Callable[[int, int], int]] = {
