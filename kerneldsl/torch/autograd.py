@@ -22,32 +22,45 @@ the gradients autograd asks for (``ctx.needs_input_grad``) are computed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import torch
 
 from ..errors import TorchOpError
 from ..jit.signature import ArrayParam
-
-if TYPE_CHECKING:
-    from .operator import TorchOp
+from .declaration import OpDeclaration
 
 
-def refuse_mutating(forward: TorchOp) -> None:
+class Operator(Protocol):
+    """What autograd reads of a registered operator (``operator.TorchOp`` is one): its name, the
+    declaration its schema was read from, and the ``OpOverload`` a formula calls."""
+
+    @property
+    def qualname(self) -> str: ...
+
+    @property
+    def declaration(self) -> OpDeclaration: ...
+
+    @property
+    def overload(self) -> Callable[..., Any]: ...
+
+
+def refuse_mutating(qualname: str, declaration: OpDeclaration) -> None:
     """An operator that mutates an input takes no ``backward=`` (checked before the backward is registered)."""
-    mutated = forward.declaration.mutated
+    mutated = declaration.mutated
     if mutated:
         raise TorchOpError(
-            forward.qualname,
+            qualname,
             mutated[0].name,
             "an InOut parameter leaves the op without backward=: autograd "
             "formulas are for operators that mutate nothing (declare it In and return an Out)",
         )
 
 
-def register_backward(forward: TorchOp, op: TorchOp) -> None:
-    """Register the operator ``op`` as ``forward``'s autograd formula."""
+def register_backward(forward: Operator, op: Operator, library: Any) -> None:
+    """Register the operator ``op`` as ``forward``'s autograd formula, in ``forward``'s ``library``
+    (the ``torch.library.Library`` that defined it)."""
     decl = forward.declaration
     sources = _sources(forward, op)
     keywords = _keywords(forward, op)
@@ -93,14 +106,14 @@ def register_backward(forward: TorchOp, op: TorchOp) -> None:
             if kw_only
             else setup_context
         ),
-        lib=forward._library,
+        lib=library,
     )
 
 
-def register_gradients(forward: TorchOp, gradients: Mapping[int, TorchOp]) -> None:
+def register_gradients(forward: Operator, gradients: Mapping[int, Operator], library: Any) -> None:
     """Register ``gradients`` (forward positional index -> the operator computing that input's
     gradient from the forward's positional arguments and the result's gradient) as ``forward``'s
-    autograd formula."""
+    autograd formula, in ``forward``'s ``library``."""
     positional = forward.declaration.positional
     tensors = [i for i, p in enumerate(positional) if isinstance(p, ArrayParam)]
     defaults = {i: p.default for i, p in enumerate(positional) if not isinstance(p, ArrayParam)}
@@ -119,12 +132,10 @@ def register_gradients(forward: TorchOp, gradients: Mapping[int, TorchOp]) -> No
                 results[i] = overload(*args, grad.contiguous())
         return tuple(results)
 
-    torch.library.register_autograd(
-        forward.qualname, backward_formula, setup_context=setup_context, lib=forward._library
-    )
+    torch.library.register_autograd(forward.qualname, backward_formula, setup_context=setup_context, lib=library)
 
 
-def _sources(forward: TorchOp, backward: TorchOp) -> list[tuple[str, int]]:
+def _sources(forward: Operator, backward: Operator) -> list[tuple[str, int]]:
     """Where each positional argument of the backward comes from: ``("input", i)``, ``("output", i)``
     or ``("grad", i)``, by its name."""
     decl = forward.declaration
@@ -149,7 +160,7 @@ def _sources(forward: TorchOp, backward: TorchOp) -> list[tuple[str, int]]:
     return found
 
 
-def _keywords(forward: TorchOp, backward: TorchOp) -> list[str]:
+def _keywords(forward: Operator, backward: Operator) -> list[str]:
     ours = set(forward.declaration.keyword_names)
     for k in backward.declaration.keyword_names:
         if k not in ours:
@@ -157,7 +168,7 @@ def _keywords(forward: TorchOp, backward: TorchOp) -> list[str]:
     return list(backward.declaration.keyword_names)
 
 
-def _targets(forward: TorchOp, backward: TorchOp) -> list[int]:
+def _targets(forward: Operator, backward: Operator) -> list[int]:
     """The forward positional argument each result of the backward is the gradient of."""
     decl = forward.declaration
     tensors = [i for i, p in enumerate(decl.positional) if isinstance(p, ArrayParam)]

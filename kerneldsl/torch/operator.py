@@ -66,7 +66,7 @@ class TorchOp:
         self.gradients: dict[str, TorchOp] = {}  # backward="derive": the gradient of each input, by its name
         derived = []
         if backward is not None:
-            refuse_mutating(self)
+            refuse_mutating(qualname, self.declaration)
         if isinstance(backward, str):
             if backward != DERIVE:
                 raise TorchOpError(
@@ -98,7 +98,7 @@ class TorchOp:
         if backward is not None:
             self.backward = TorchOp(f"{self.qualname}_backward", backward)
             try:
-                register_backward(self, self.backward)
+                register_backward(self, self.backward, self._library)
             except BaseException:
                 _withdraw(self.backward)
                 raise
@@ -108,7 +108,7 @@ class TorchOp:
                     self.gradients[gradient.name] = TorchOp(
                         f"{self.qualname}_grad_{gradient.name}", gradient.fused, declare=gradient.declare
                     )
-                register_gradients(self, {g.position: self.gradients[g.name] for g in derived})
+                register_gradients(self, {g.position: self.gradients[g.name] for g in derived}, self._library)
             except BaseException:
                 for op in self.gradients.values():
                     _withdraw(op)
