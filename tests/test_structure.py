@@ -554,14 +554,12 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
     # the runtime: the session's parts annotate Session, which imports them
     frozenset(
         {
-            "kerneldsl.runtime.context",
             "kerneldsl.runtime.graph",
             "kerneldsl.runtime.handle",
             "kerneldsl.runtime.host_copies",
             "kerneldsl.runtime.interop",
             "kerneldsl.runtime.memory",
             "kerneldsl.runtime.module",
-            "kerneldsl.runtime.occupancy",
             "kerneldsl.runtime.ordering",
             "kerneldsl.runtime.owned",
             "kerneldsl.runtime.pinned_pipeline",
@@ -573,7 +571,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.runtime.stream",
             "kerneldsl.runtime.teardown",
             "kerneldsl.runtime.transfers",
-            "kerneldsl.runtime.vendor",
             "kerneldsl.runtime.views",
         }
     ),

@@ -3,12 +3,18 @@
 Every public operation runs inside an activation: it takes the session lock, refuses closed,
 forked or poisoned sessions, makes the context current and restores the caller's afterwards, so
 the thread's CUDA state is never trusted between calls.
+
+The session is known here only by the protocols below (what an activation checks, what a part
+that calls the driver needs), so that the parts beneath the session never import it.
 """
 
 from __future__ import annotations
 
+import collections
 import sys
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import SessionPoisonedError, StickyCudaError
 from . import driver
@@ -16,9 +22,32 @@ from .driver import check
 
 if TYPE_CHECKING:
     from .device import Device
-    from .session import Session
 
-__all__ = ["Activation", "Context", "reset_primary_context"]
+__all__ = ["Activation", "Context", "DriverSession", "SessionGuard", "reset_primary_context"]
+
+
+class SessionGuard(Protocol):
+    """What an activation checks of its session at each entry and exit: the lock (a forked child
+    gets a fresh one), whether the session is usable (and why not), and where a sticky error goes."""
+
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    @property
+    def usable(self) -> bool: ...
+
+    def raise_unusable(self) -> None: ...
+
+    def poison(self, exc: StickyCudaError) -> None: ...
+
+
+class DriverSession(Protocol):
+    """A session as a part that calls the driver sees it: the bindings and the activation."""
+
+    @property
+    def api(self) -> Any: ...
+
+    def activated(self) -> Activation: ...
 
 
 class Context:
@@ -84,16 +113,25 @@ class Activation:
     and free what finalizers queued first (close and recovery enter unchecked).
     """
 
-    __slots__ = ("_session", "_context", "_deferred", "_checked", "_pushed")
+    __slots__ = ("_session", "_context", "_deferred", "_drain", "_checked", "_pushed")
 
-    def __init__(self, session: Session, context: Context, checked: bool) -> None:
+    def __init__(
+        self,
+        session: SessionGuard,
+        context: Context,
+        deferred: collections.deque[tuple[str, Any]],
+        drain: Callable[[], None],
+        checked: bool,
+    ) -> None:
+        """``deferred``, ``drain``: the session's queue of what finalizers dropped, and what frees it."""
         self._session = session
         self._context = context
-        self._deferred = session.owned.deferred
+        self._deferred = deferred
+        self._drain = drain
         self._checked = checked
         self._pushed: list[bool] = []
 
-    def __enter__(self) -> Session:
+    def __enter__(self) -> None:
         s = self._session
         s.lock.acquire()
         try:
@@ -105,11 +143,10 @@ class Activation:
             raise
         if self._checked and self._deferred:
             try:
-                s.owned.drain()
+                self._drain()
             except BaseException:
                 self.__exit__(*sys.exc_info())
                 raise
-        return s
 
     def __exit__(self, typ: Any, exc: Any, tb: Any) -> None:
         s = self._session

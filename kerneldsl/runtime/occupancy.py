@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from .driver import check
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .context import DriverSession
 
 __all__ = ["FunctionAttributes", "active_blocks", "function_attributes", "potential_block"]
 
@@ -40,7 +40,7 @@ _ATTRIBUTES = (
 )
 
 
-def function_attributes(session: Session, function: Any) -> FunctionAttributes:
+def function_attributes(session: DriverSession, function: Any) -> FunctionAttributes:
     """Every attribute of ``FunctionAttributes`` for CUfunction ``function`` of ``session``."""
     d = session.api
     a = d.CUfunction_attribute
@@ -52,7 +52,7 @@ def function_attributes(session: Session, function: Any) -> FunctionAttributes:
     return FunctionAttributes(*values)
 
 
-def active_blocks(session: Session, function: Any, threads: int, shared: int) -> int:
+def active_blocks(session: DriverSession, function: Any, threads: int, shared: int) -> int:
     """Blocks of ``threads`` threads with ``shared`` bytes of dynamic shared memory one SM holds at once."""
     d = session.api
     with session.activated():
@@ -64,7 +64,7 @@ def active_blocks(session: Session, function: Any, threads: int, shared: int) ->
         )
 
 
-def potential_block(session: Session, function: Any, shared: int, limit: int) -> tuple[int, int]:
+def potential_block(session: DriverSession, function: Any, shared: int, limit: int) -> tuple[int, int]:
     """``(block size, minimum grid size)`` the driver suggests for the highest occupancy with a
     constant ``shared`` bytes of dynamic shared memory, blocks of at most ``limit`` threads (0: any)."""
     d = session.api

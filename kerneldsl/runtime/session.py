@@ -99,8 +99,9 @@ class Session(Generic[ArrayT]):
         self.gpu = Device(d, 0 if host else int(self.device), host, output_for(wanted), wanted.empty_buffers)
         self.context = Context(d, self.gpu)
         self.context_address = self.context.address
-        self._activation = Activation(self, self.context, checked=True)
-        self._raw_activation = Activation(self, self.context, checked=False)
+        deferred, drain = self.owned.deferred, self.owned.drain
+        self._activation = Activation(self, self.context, deferred, drain, checked=True)
+        self._raw_activation = Activation(self, self.context, deferred, drain, checked=False)
         self.usable = True  # open, not forked, not poisoned: the one flag the launch paths read
         self._entry_points: dict[str, int] = {}
         self._allocator: Any = None  # the C path's (see native_allocator)
@@ -108,8 +109,8 @@ class Session(Generic[ArrayT]):
         self._shared_granted: dict[int, int] = {}  # function address -> dynamic shared bytes allowed
         try:
             with self._raw_activation:
-                self.pool = MemoryPool(self, limit)
-            self.stream = Stream(self)
+                self.pool: MemoryPool = MemoryPool(self, limit)
+            self.stream: Stream = Stream(self)
         except BaseException:
             self.usable, self._state = False, CLOSED
             d.cuDevicePrimaryCtxRelease(self.gpu.handle)

@@ -8,26 +8,27 @@ raises); ``abandon()`` forgets it without calling the library (forked child, poi
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .context import DriverSession
 
 __all__ = ["VendorHandles"]
 
 _Vendor = TypeVar("_Vendor")  # a library handle type
+_Session = TypeVar("_Session", bound="DriverSession")  # the session ``create`` is handed
 
 
-class VendorHandles:
+class VendorHandles(Generic[_Session]):
     """``session``'s library handles, by key."""
 
     __slots__ = ("_handles", "_session")
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: _Session) -> None:
         self._handles: dict[str, Any] = {}
         self._session = session
 
-    def get(self, key: str, create: Callable[[Session], _Vendor]) -> _Vendor:
+    def get(self, key: str, create: Callable[[_Session], _Vendor]) -> _Vendor:
         """See ``Session.vendor_handle``."""
         handle: _Vendor | None = self._handles.get(key)
         if handle is None:
