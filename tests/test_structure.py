@@ -555,13 +555,11 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
     frozenset(
         {
             "kerneldsl.runtime.graph",
-            "kerneldsl.runtime.handle",
             "kerneldsl.runtime.host_copies",
             "kerneldsl.runtime.interop",
             "kerneldsl.runtime.memory",
             "kerneldsl.runtime.module",
             "kerneldsl.runtime.ordering",
-            "kerneldsl.runtime.owned",
             "kerneldsl.runtime.pinned_pipeline",
             "kerneldsl.runtime.pool",
             "kerneldsl.runtime.session",

@@ -65,7 +65,9 @@ def session_of(op: str, names: tuple[str, ...], arrays: tuple[Any, ...], stream:
         present.append(stream)
     for a in present:
         a._check()
-    return check_same_session(*present)
+    check_same_session(*present)
+    session: Session = present[0].session
+    return session
 
 
 def common_dtype(op: str, table: dict[np.dtype, Any], names: tuple[str, ...], arrays: tuple[Any, ...]) -> np.dtype:

@@ -30,6 +30,7 @@ class Graph(Handle):
 
     kind = "graph"
     __slots__ = ("_exec", "_keep")
+    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
 
     def __init__(self, session: Session) -> None:
         super().__init__(session)

@@ -388,6 +388,8 @@ class PinnedArray(_ShapeDtype, Handle):
 
     kind = "host"
     __slots__ = ("ptr", "shape", "dtype", "ndim", "size", "nbytes", "strides")
+    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
+    ptr: int
 
     def __init__(self, session: Session, shape: Any, dtype: Any) -> None:
         Handle.__init__(self, session)

@@ -22,6 +22,7 @@ class Module(Handle):
 
     kind = "module"
     __slots__ = ("_functions",)
+    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
 
     def __init__(self, session: Session, cubin: bytes) -> None:
         """Load ``cubin``; a CudaError means the image is unusable here (callers evict it)."""

@@ -37,9 +37,8 @@ from . import session_registry as registry
 from .checks import NO_CHECKS, Checks, environment_checks, output_for, parse_checks, require_address_sanitizer
 from .context import Activation, Context
 from .device import Device
-from .handle import Handle, check_same_session
+from .handle import Handle, OwnedHandles, check_same_session
 from .ordering import StreamOrder
-from .owned import OwnedHandles
 from .pool import FastAllocation, MemoryInfo, MemoryPool, resolve_pool_limit
 from .selection import CPU, DEVICE_ENV, DeviceSpec, resolve_device
 from .session_registry import open_sessions, reset_device
@@ -85,8 +84,8 @@ class Session(Generic[ArrayT]):
         self.generation = registry.generation
         self.session_id = next(registry.ids)
         self.lock = threading.RLock()
-        self.owned = OwnedHandles(self)
-        self.order = StreamOrder(self)
+        self.owned: OwnedHandles = OwnedHandles(self)
+        self.order: StreamOrder = StreamOrder(self)
         self._deferred = self.owned.deferred  # what the launch path reads
         self.modules: list[module.Module] = []  # loaded, kept until close (or Module.close)
         self.captures: list[graph.Graph] = []  # graphs being captured now (see graph.capture)
@@ -96,9 +95,9 @@ class Session(Generic[ArrayT]):
         self._forked = False
         self._state = OPEN
         wanted = session_checks(checks, host)
-        self.gpu = Device(d, 0 if host else int(self.device), host, output_for(wanted), wanted.empty_buffers)
+        self.gpu: Device = Device(d, 0 if host else int(self.device), host, output_for(wanted), wanted.empty_buffers)
         self.context = Context(d, self.gpu)
-        self.context_address = self.context.address
+        self.context_address: int = self.context.address
         deferred, drain = self.owned.deferred, self.owned.drain
         self._activation = Activation(self, self.context, deferred, drain, checked=True)
         self._raw_activation = Activation(self, self.context, deferred, drain, checked=False)

@@ -74,6 +74,7 @@ class Stream(Handle):
 
     kind = "stream"
     __slots__ = ("_cu", "handle")
+    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         raise InvalidStreamError(
@@ -146,6 +147,7 @@ class Event(Handle):
 
     kind = "event"
     __slots__ = ("_cu", "timing")
+    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
 
     def __init__(self, session: Session, timing: bool = True) -> None:
         super().__init__(session)

@@ -1,7 +1,7 @@
 """How a session closes: wait for its work, then free in order, or leak where freeing is unsafe.
 
 Order: library handles first (they may use buffers and streams), what they dropped, then live
-handles kind by kind (``owned.RELEASE_ORDER``), the pool last (the driver orders the frees
+handles kind by kind (``handle.RELEASE_ORDER``), the pool last (the driver orders the frees
 before its destruction). A poisoned context, or work that did not finish in time, leaks instead.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import CudaError, StickyCudaError
-from .owned import RELEASE_ORDER
+from .handle import RELEASE_ORDER
 
 if TYPE_CHECKING:
     from .session import Session

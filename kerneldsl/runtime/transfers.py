@@ -31,6 +31,7 @@ class Transfers(Handle):
     ``DeviceBuffer``, which declares the slots these annotations type)."""
 
     __slots__ = ()
+    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
     ptr: int
     shape: Shape
     dtype: np.dtype[Any]
@@ -94,7 +95,8 @@ class Transfers(Handle):
         """Enqueue a device-to-device copy into ``other`` (same shape and dtype)."""
         self._check()
         other._check()
-        session = check_same_session(self, other)
+        check_same_session(self, other)
+        session = self.session
         if (other.shape, other.dtype) != (self.shape, self.dtype):
             raise ValueError(f"cannot copy {self.shape} {self.dtype} into {other.shape} {other.dtype}")
         stream = _stream(session, stream)
@@ -140,7 +142,8 @@ class Transfers(Handle):
     def _pinned_copy(self, pinned: PinnedArray, stream: Stream | None, *, to_device: bool) -> None:
         self._check()
         pinned._check()
-        session = check_same_session(self, pinned)
+        check_same_session(self, pinned)
+        session = self.session
         if not self.is_contiguous:
             raise StridedArrayError(
                 "DeviceArray.copy_to_host_async" if not to_device else "DeviceArray.copy_from_host_async",
