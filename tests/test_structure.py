@@ -556,9 +556,7 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
         {
             "kerneldsl.runtime.graph",
             "kerneldsl.runtime.host_copies",
-            "kerneldsl.runtime.interop",
             "kerneldsl.runtime.memory",
-            "kerneldsl.runtime.module",
             "kerneldsl.runtime.ordering",
             "kerneldsl.runtime.pinned_pipeline",
             "kerneldsl.runtime.pool",
@@ -569,7 +567,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.runtime.stream",
             "kerneldsl.runtime.teardown",
             "kerneldsl.runtime.transfers",
-            "kerneldsl.runtime.views",
         }
     ),
     # the array layer, cuBLAS, DeviceArray and kd.distributed annotate each other's types

@@ -21,7 +21,7 @@ from .driver import check
 from .handle import Handle
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .context import DriverSession
 
 DL_CPU = 1
 DL_CUDA = 2
@@ -212,7 +212,7 @@ def from_dlpack(obj: Any, stream: int | None = None) -> DeviceView | None:
     return DeviceView(ptr, shape, strides, dtype, t.device.device_id, False, owner, None if stream is not None else 1)
 
 
-def pointer_device(ptr: int, session: Session | None = None) -> int:
+def pointer_device(ptr: int, session: DriverSession | None = None) -> int:
     """The ordinal of the device that owns ``ptr`` (cuPointerGetAttribute DEVICE_ORDINAL).
 
     With ``session`` the query runs with its context current, for drivers that want one.
@@ -223,7 +223,7 @@ def pointer_device(ptr: int, session: Session | None = None) -> int:
         return int(check("cuPointerGetAttribute", d.cuPointerGetAttribute(attr, ptr)))
 
 
-def from_cuda_array_interface(obj: Any, cai: dict[str, Any], session: Session | None = None) -> DeviceView:
+def from_cuda_array_interface(obj: Any, cai: dict[str, Any], session: DriverSession | None = None) -> DeviceView:
     """View ``obj`` through its ``__cuda_array_interface__`` dict (v2 or v3)."""
     if cai.get("mask") is not None:
         raise TypeError("masked CUDA arrays (CAI 'mask') are not supported")
@@ -237,7 +237,7 @@ def from_cuda_array_interface(obj: Any, cai: dict[str, Any], session: Session | 
     return DeviceView(ptr, shape, strides, dtype, device, bool(readonly), obj, cai.get("stream"))
 
 
-def as_device_view(obj: Any, stream: int | None = None, session: Session | None = None) -> DeviceView | None:
+def as_device_view(obj: Any, stream: int | None = None, session: DriverSession | None = None) -> DeviceView | None:
     """A zero-copy view of a GPU array (kerneldsl, CuPy, PyTorch, ...); None if ``obj`` is not one.
 
     ``stream``: the consumer's CUstream handle, handed to ``__dlpack__`` so the producer orders

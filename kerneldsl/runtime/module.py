@@ -7,14 +7,18 @@ module loaded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .driver import check
-from .handle import Handle
+from .handle import Handle, SessionCore
 from .occupancy import FunctionAttributes, function_attributes
 
-if TYPE_CHECKING:
-    from .session import Session
+
+class LoadingSession(SessionCore, Protocol):
+    """A session as its modules see it: a handle's, and the list of what it keeps loaded."""
+
+    @property
+    def modules(self) -> list[Module]: ...
 
 
 class Module(Handle):
@@ -22,9 +26,9 @@ class Module(Handle):
 
     kind = "module"
     __slots__ = ("_functions",)
-    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
+    session: LoadingSession
 
-    def __init__(self, session: Session, cubin: bytes) -> None:
+    def __init__(self, session: LoadingSession, cubin: bytes) -> None:
         """Load ``cubin``; a CudaError means the image is unusable here (callers evict it)."""
         super().__init__(session)
         self._functions: dict[str, Any] = {}
