@@ -40,7 +40,7 @@ from ..jit.target import resolve_arch
 from ..runtime import nvtx
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.memory import ARRAY_TYPES
-from ..runtime.session import default_session
+from ..runtime.session import default_session, session_of
 from ..runtime.session_launch import check_launch_dims
 from ..runtime.stream import Stream, check_stream
 from . import fastpath, warm
@@ -313,7 +313,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
             else:
                 return None
         if session is None:
-            session = default_session() if type(stream) is not Stream else stream.session
+            session = default_session() if type(stream) is not Stream else session_of(stream)
             add(session.session_id)
         if consts:
             add(const_key(sorted(consts.items())))

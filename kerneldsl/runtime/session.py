@@ -38,14 +38,21 @@ from .checks import NO_CHECKS, Checks, environment_checks, output_for, parse_che
 from .context import Activation, Context
 from .device import Device
 from .handle import Handle, OwnedHandles, check_same_session
-from .ordering import StreamOrder
 from .pool import FastAllocation, MemoryInfo, MemoryPool, resolve_pool_limit
 from .selection import CPU, DEVICE_ENV, DeviceSpec, resolve_device
 from .session_registry import open_sessions, reset_device
-from .stream import Event, Stream
+from .stream import Event, Stream, StreamOrder
 from .vendor import VendorHandles
 
-__all__ = ["Handle", "Session", "check_same_session", "default_session", "open_sessions", "reset_device"]
+__all__ = [
+    "Handle",
+    "Session",
+    "check_same_session",
+    "default_session",
+    "open_sessions",
+    "reset_device",
+    "session_of",
+]
 
 log = logs.get("runtime.session")
 
@@ -377,6 +384,12 @@ def _bindings_of(host: bool) -> Any:
 
         return host_api()
     return driver.ensure_init()
+
+
+def session_of(handle: Handle) -> Session:
+    """The Session that owns ``handle``: the runtime's handles know it by the protocol of what they
+    read (``SessionCore`` and its kin), as they sit beneath the session; it is always a Session."""
+    return cast(Session, handle.session)
 
 
 def default_session(device: DeviceSpec | None = None) -> Session:

@@ -1,21 +1,40 @@
-"""Streams, events, and the interruptible wait every synchronization goes through.
+"""Streams, events, the order between a session's streams, and the interruptible wait every
+synchronization goes through.
 
 Waits poll ``cuEventQuery`` with backoff instead of blocking in the driver, so Ctrl-C raises
-KeyboardInterrupt promptly even while a long kernel runs.
+KeyboardInterrupt promptly even while a long kernel runs. Objects a call still needs on the
+device (host buffers of async copies, arrays a launch reads) are kept alive until a sync proves
+the work queued so far finished; interrupted work keeps them alive until a later sync does.
+
+The session is known here by ``StreamSession``, what streams, events and their order read of it.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
 import time
-from typing import TYPE_CHECKING, Any, final
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, final
 
 from ..errors import InvalidStreamError, WrongSessionError
 from . import driver
 from .driver import check
-from .handle import Handle, check_same_session
+from .handle import Handle, SessionCore, check_same_session
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .context import Activation
+
+__all__ = [
+    "Event",
+    "Stream",
+    "StreamOrder",
+    "StreamSession",
+    "check_stream",
+    "record_sync_event",
+    "wait_event",
+]
 
 CU_STREAM_NON_BLOCKING = 1
 CU_EVENT_DISABLE_TIMING = 2
@@ -25,7 +44,32 @@ _MIN_SLEEP_S = 10e-6
 _MAX_SLEEP_S = 100e-6  # bounds the latency of noticing completion (a transfer's 5 ms must not lose 1 ms)
 
 
-def wait_event(session: Session, raw_event: Any, timeout: float | None = None, *, checked: bool = True) -> bool:
+class KeepsAlive(Protocol):
+    """A graph being captured: it holds what the captured work needs for as long as it lives."""
+
+    def keep_alive(self, obj: Any) -> None: ...
+
+
+class StreamSession(SessionCore, Protocol):
+    """A session as its streams, events and their order see it: a handle's, and its lock, its
+    streams' order, its own stream, the graphs it is capturing and the activation close uses."""
+
+    @property
+    def lock(self) -> threading.RLock: ...
+
+    @property
+    def order(self) -> StreamOrder: ...
+
+    @property
+    def stream(self) -> Stream: ...
+
+    @property
+    def captures(self) -> Sequence[KeepsAlive]: ...
+
+    def activated_unchecked(self) -> Activation: ...
+
+
+def wait_event(session: StreamSession, raw_event: Any, timeout: float | None = None, *, checked: bool = True) -> bool:
     """Poll ``raw_event`` until it completes; False if ``timeout`` seconds pass first.
 
     Each query holds the session lock only for the query itself, so other threads keep
@@ -50,7 +94,7 @@ def wait_event(session: Session, raw_event: Any, timeout: float | None = None, *
             delay = min(delay * 2, _MAX_SLEEP_S)
 
 
-def record_sync_event(session: Session, stream_cu: Any) -> Any:
+def record_sync_event(session: StreamSession, stream_cu: Any) -> Any:
     """Create and record a timing-free event on ``stream_cu``; the caller owns it.
 
     Call with the session activated.
@@ -74,7 +118,7 @@ class Stream(Handle):
 
     kind = "stream"
     __slots__ = ("_cu", "handle")
-    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
+    session: StreamSession
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         raise InvalidStreamError(
@@ -82,7 +126,7 @@ class Stream(Handle):
             "while it launches and frees memory, where a subclass's code must not run"
         )
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: StreamSession) -> None:
         super().__init__(session)
         with session.activated():
             raw = check("cuStreamCreate", session.api.cuStreamCreate(CU_STREAM_NON_BLOCKING))
@@ -119,7 +163,7 @@ class Stream(Handle):
         return f"<Stream 0x{self.handle:x} session={self.session.session_id} device={self.device}>"
 
 
-def check_stream(stream: object, session: Session | None) -> None:
+def check_stream(stream: object, session: SessionCore | None) -> None:
     """Accept a call's ``stream=`` (not None) that is an open ``kd.Stream`` of ``session`` (of any
     session while the call does not know its own yet); else raise why not: InvalidStreamError,
     ClosedError or WrongSessionError.
@@ -147,9 +191,9 @@ class Event(Handle):
 
     kind = "event"
     __slots__ = ("_cu", "timing")
-    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
+    session: StreamSession
 
-    def __init__(self, session: Session, timing: bool = True) -> None:
+    def __init__(self, session: StreamSession, timing: bool = True) -> None:
         super().__init__(session)
         self.timing = timing
         flags = 0 if timing else CU_EVENT_DISABLE_TIMING
@@ -202,3 +246,69 @@ class Event(Handle):
 
     def __repr__(self) -> str:
         return f"<Event session={self.session.session_id} device={self.device} timing={self.timing}>"
+
+
+class StreamOrder:
+    """``session``'s streams and keep-alives."""
+
+    __slots__ = ("streams", "inflight", "_seq", "_session")
+
+    def __init__(self, session: StreamSession) -> None:
+        self.streams: weakref.WeakSet[Stream] = weakref.WeakSet()
+        # (sequence number, the stream whose sync also releases it or None, the object)
+        self.inflight: list[tuple[int, Stream | None, Any]] = []
+        self._seq = itertools.count()
+        self._session = session
+
+    def add(self, stream: Stream) -> None:
+        """A new stream of the session: frees from now on wait for it too."""
+        self.streams.add(stream)
+
+    def live(self) -> list[Stream]:
+        """The session's streams not closed yet."""
+        return [h for h in list(self.streams) if not h._closed]
+
+    def keep_alive(self, obj: Any, stream: Stream | None = None) -> None:
+        """See ``Session.keep_alive``."""
+        session = self._session
+        with session.lock:
+            self.inflight.append((next(self._seq), stream, obj))
+            for g in session.captures:
+                g.keep_alive(obj)
+
+    def wait(
+        self, streams: list[Stream], timeout: float | None, *, session_wide: bool = True, checked: bool = True
+    ) -> bool:
+        """Wait for the work queued so far on ``streams``; then drop the keep-alives it covered
+        (all of them if ``session_wide``, else those tagged with the one stream). ``checked=False``
+        lets close wait on a closing session."""
+        session = self._session
+        with session.activated() if checked else session.activated_unchecked():
+            seq = next(self._seq)
+            events = [record_sync_event(session, stream._cu) for stream in streams]
+        try:
+            done = all(wait_event(session, ev, timeout, checked=checked) for ev in events)
+        finally:
+            session.owned.deferred.extend(("event", ev) for ev in events)
+        if done:
+            self._release_inflight(seq, None if session_wide else streams[0])
+        return done
+
+    def _release_inflight(self, seq: int, only: Stream | None) -> None:
+        with self._session.lock:
+            self.inflight = [e for e in self.inflight if e[0] >= seq or (only is not None and e[1] is not only)]
+
+    def order(self, waiter: Any, producer: Any) -> None:
+        """Make stream ``waiter`` wait for the work queued so far on ``producer`` (raw handles;
+        either may be foreign: 1 is the legacy default stream, 2 the per-thread one)."""
+        with self._session.activated():
+            self.wait_for(waiter, producer)
+
+    def wait_for(self, waiter: Any, producer: Any) -> None:
+        """``order`` with the session already activated."""
+        session = self._session
+        ev = record_sync_event(session, producer)
+        try:
+            check("cuStreamWaitEvent", session.api.cuStreamWaitEvent(waiter, ev, 0))
+        finally:
+            session.owned.defer("event", ev)
