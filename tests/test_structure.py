@@ -554,7 +554,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
     # the runtime: the session's parts annotate Session, which imports them
     frozenset(
         {
-            "kerneldsl.runtime.graph",
             "kerneldsl.runtime.host_copies",
             "kerneldsl.runtime.memory",
             "kerneldsl.runtime.pinned_pipeline",

@@ -2,22 +2,23 @@
 
 Capture uses thread-local mode: other threads of the process may keep using CUDA, and this
 thread's own unsafe calls fail loudly instead of corrupting the capture. While a capture is
-open the session does not drain deferred frees (a cuMemFree would invalidate it).
+open the session does not drain deferred frees (a cuMemFree would invalidate it). The session is
+known here by ``CapturingSession``, what a capture and its graph read of it.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import driver
 from .driver import check
 from .handle import Handle, check_same_session
+from .stream import Stream, StreamSession
 
 if TYPE_CHECKING:
-    from .session import Session
-    from .stream import Stream
+    from .device import Device
 
 # cuGraphInstantiate flag: memory the graph allocated (arrays made during the capture, allocation
 # nodes of the session's pool) and did not free is freed before each relaunch, so a graph whose
@@ -25,14 +26,28 @@ if TYPE_CHECKING:
 AUTO_FREE_ON_LAUNCH = 1
 
 
+class CapturingSession(StreamSession, Protocol):
+    """A session as a capture and its graph see it: a stream's, with its device (a replay's
+    failure is reported as the device reports it), the graphs it is capturing (a list this
+    module adds to and takes from), and its keep-alives."""
+
+    @property
+    def gpu(self) -> Device: ...
+
+    @property
+    def captures(self) -> list[Graph]: ...
+
+    def keep_alive(self, obj: Any, stream: Stream | None = None) -> None: ...
+
+
 class Graph(Handle):
     """An instantiated graph; it keeps alive every object registered while it was captured."""
 
     kind = "graph"
     __slots__ = ("_exec", "_keep")
-    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
+    session: CapturingSession
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: CapturingSession) -> None:
         super().__init__(session)
         self._exec: Any = None
         self._keep: list[Any] = []
@@ -63,7 +78,7 @@ class Graph(Handle):
 
 
 @contextlib.contextmanager
-def capture(session: Session, stream: Stream | None = None) -> Iterator[Graph]:
+def capture(session: CapturingSession, stream: Stream | None = None) -> Iterator[Graph]:
     """Record the work enqueued on ``stream`` inside the block into a replayable Graph."""
     stream = session.stream if stream is None else stream
     stream._check()
@@ -95,6 +110,6 @@ def capture(session: Session, stream: Stream | None = None) -> Iterator[Graph]:
         graph._own((raw_exec, raw_graph))
 
 
-def _end_capture(session: Session, graph: Graph) -> None:
+def _end_capture(session: CapturingSession, graph: Graph) -> None:
     if graph in session.captures:
         session.captures.remove(graph)
