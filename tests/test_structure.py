@@ -559,7 +559,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.runtime.pinned_pipeline",
             "kerneldsl.runtime.pool",
             "kerneldsl.runtime.session",
-            "kerneldsl.runtime.session_launch",
             "kerneldsl.runtime.session_registry",
             "kerneldsl.runtime.staging",
             "kerneldsl.runtime.teardown",

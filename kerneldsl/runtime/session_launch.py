@@ -5,7 +5,8 @@ about its state. Launch validation reads the limits once defined in ``limits``."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import collections
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import LaunchConfigError, StickyCudaError
 from . import driver, occupancy
@@ -17,10 +18,38 @@ from .limits import (
     MAX_CLUSTER_BLOCKS,
     MAX_GRID,
 )
-from .stream import Stream, check_stream
+from .stream import Stream, StreamSession, check_stream
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .context import Activation
+    from .device import Device
+
+
+class LaunchingSession(StreamSession, Protocol):
+    """A Session as its launch methods, defined here, read it: a stream's, with its device, the
+    session stream's CUstream, and the Session's own launch state (its two activations, the queue
+    the warm path tests, and what it has asked the driver once: entry points, shared-memory opt-ins)."""
+
+    @property
+    def gpu(self) -> Device: ...
+
+    @property
+    def raw_stream(self) -> Any: ...
+
+    @property
+    def _activation(self) -> Activation: ...
+
+    @property
+    def _raw_activation(self) -> Activation: ...
+
+    @property
+    def _deferred(self) -> collections.deque[tuple[str, Any]]: ...
+
+    @property
+    def _entry_points(self) -> dict[str, int]: ...
+
+    @property
+    def _shared_granted(self) -> dict[int, int]: ...
 
 
 def check_launch_dims(grid: Any, block: Any, shared: Any, kernel: str | None = None) -> bool:
@@ -46,7 +75,7 @@ def check_launch_dims(grid: Any, block: Any, shared: Any, kernel: str | None = N
 
 
 def launch(
-    self: Session,
+    self: LaunchingSession,
     function: Any,
     grid: tuple[int, int, int],
     block: tuple[int, int, int],
@@ -104,7 +133,7 @@ def launch(
 
 
 def launch_ex(
-    self: Session,
+    self: LaunchingSession,
     function: Any,
     grid: tuple[int, int, int],
     block: tuple[int, int, int],
@@ -147,7 +176,7 @@ def launch_ex(
             launch_failed(self, err)
 
 
-def check_cluster(self: Session, grid: tuple[int, ...], cluster: tuple[int, ...]) -> None:
+def check_cluster(self: LaunchingSession, grid: tuple[int, ...], cluster: tuple[int, ...]) -> None:
     """LaunchConfigError unless ``cluster`` holds 1..8 blocks and divides ``grid`` axis by axis
     (a build for a device without clusters, before sm_90, is refused when it is planned)."""
     blocks = 1
@@ -164,7 +193,12 @@ def check_cluster(self: Session, grid: tuple[int, ...], cluster: tuple[int, ...]
 
 
 def check_cluster_fits(
-    self: Session, function: Any, grid: tuple[int, ...], block: tuple[int, ...], shared: int, cluster: tuple[int, ...]
+    self: LaunchingSession,
+    function: Any,
+    grid: tuple[int, ...],
+    block: tuple[int, ...],
+    shared: int,
+    cluster: tuple[int, ...],
 ) -> None:
     """LaunchConfigError when the device cannot schedule a cluster of this many blocks of this
     kernel at this block size and shared memory (``cuOccupancyMaxPotentialClusterSize``)."""
@@ -181,13 +215,15 @@ def check_cluster_fits(
         )
 
 
-def co_resident_blocks(self: Session, function: Any, threads: int, shared: int) -> int:
+def co_resident_blocks(self: LaunchingSession, function: Any, threads: int, shared: int) -> int:
     """How many blocks of ``function`` (``threads`` each, ``shared`` bytes of dynamic shared
     memory) the device holds at once: blocks per SM by the occupancy API, times the SMs."""
     return occupancy.active_blocks(self, function, threads, shared) * self.gpu.multiprocessors
 
 
-def check_co_resident(self: Session, function: Any, grid: tuple[int, ...], block: tuple[int, ...], shared: int) -> None:
+def check_co_resident(
+    self: LaunchingSession, function: Any, grid: tuple[int, ...], block: tuple[int, ...], shared: int
+) -> None:
     """LaunchConfigError unless all of ``grid``'s blocks can be resident at once, as a cooperative
     launch needs (blocks per SM at this block size and shared memory, times the SM count)."""
     threads = block[0] * block[1] * block[2]
@@ -233,7 +269,7 @@ def launch_config(
     return config
 
 
-def unusual_launch(self: Session, function: Any, grid: Any, block: Any, shared: Any) -> bool:
+def unusual_launch(self: LaunchingSession, function: Any, grid: Any, block: Any, shared: Any) -> bool:
     """The slow path of a launch outside what cuLaunchKernel takes without an opt-in
     (``limits``): False for an empty grid (nothing to launch), True once dynamic shared
     memory above 48 KiB is allowed for ``function``; LaunchConfigError for anything the
@@ -245,7 +281,7 @@ def unusual_launch(self: Session, function: Any, grid: Any, block: Any, shared: 
     return True
 
 
-def allow_dynamic_shared(self: Session, function: Any, nbytes: int) -> None:
+def allow_dynamic_shared(self: LaunchingSession, function: Any, nbytes: int) -> None:
     """Opt ``function`` in to ``nbytes`` of dynamic shared memory (above 48 KiB CUDA asks for it)."""
     key = int(function)
     if self._shared_granted.get(key, 0) >= nbytes:
@@ -269,7 +305,7 @@ def allow_dynamic_shared(self: Session, function: Any, nbytes: int) -> None:
     self._shared_granted[key] = nbytes
 
 
-def entry_point(self: Session, name: str) -> int:
+def entry_point(self: LaunchingSession, name: str) -> int:
     """Address of driver function ``name`` for the C launch path; 0 when there is none."""
     address = self._entry_points.get(name)
     if address is None:
@@ -278,7 +314,7 @@ def entry_point(self: Session, name: str) -> int:
     return address
 
 
-def launch_failed(self: Session, err: int) -> None:
+def launch_failed(self: LaunchingSession, err: int) -> None:
     """Raise for a failed launch; a sticky error poisons the session first. On the CPU device a
     kernel fault is the host driver's ``KernelFaultError``, which leaves the session usable."""
     if self.gpu.host:
