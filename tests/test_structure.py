@@ -557,7 +557,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.runtime.host_copies",
             "kerneldsl.runtime.memory",
             "kerneldsl.runtime.pinned_pipeline",
-            "kerneldsl.runtime.pool",
             "kerneldsl.runtime.session",
             "kerneldsl.runtime.session_registry",
             "kerneldsl.runtime.staging",

@@ -22,7 +22,7 @@ from driver_double import FakeDriver
 import kerneldsl as kd
 from kerneldsl.errors import ClosedError, CudaError, SessionPoisonedError, StickyCudaError
 from kerneldsl.launch import fastpath
-from kerneldsl.runtime import host_copies, memory, pinned_pipeline
+from kerneldsl.runtime import memory, pinned_pipeline, pool
 
 pytestmark = pytest.mark.skipif(not fastpath.ENABLED, reason="kerneldsl._fastlaunch was not built")
 
@@ -290,7 +290,7 @@ def test_the_c_path_declines_a_template_of_another_session(fake_session: kd.Sess
 
 
 def test_the_spin_budget_is_handed_to_the_c_path(fake_session: kd.Session) -> None:
-    assert fake_session.fast_allocation().spin_ns == host_copies.SPIN_NS > 0
+    assert fake_session.fast_allocation().spin_ns == pool.SPIN_NS > 0
 
 
 # -- large transfers: the pinned pipeline (chunk sizes shrunk so the double moves little) --------

@@ -38,11 +38,6 @@ if TYPE_CHECKING:
     from .session import Session
     from .transfers import Transfers
 
-# How long the C path may spin on cuStreamQuery, holding the session lock, for its copy to finish:
-# a copy of pageable memory has (nearly) finished when the driver returns; one of pinned memory
-# behind a long kernel is then waited for by the full path's interruptible wait, the lock free.
-SPIN_NS = 200_000
-
 
 def upload(session: Session, src: np.ndarray) -> DeviceBuffer | None:
     """A new array of ``session`` holding C-contiguous ``src``, made by the C path; None when the

@@ -11,19 +11,53 @@ import os
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from . import driver, host_copies
+from . import driver
 from .driver import check
+from .stream import StreamSession
 
 if TYPE_CHECKING:
+    from .device import Device
     from .handle import Handle
-    from .session import Session
     from .stream import Stream
 
-__all__ = ["POOL_LIMIT_ENV", "FastAllocation", "MemoryInfo", "MemoryPool", "resolve_pool_limit"]
+__all__ = [
+    "POOL_LIMIT_ENV",
+    "SPIN_NS",
+    "FastAllocation",
+    "MemoryInfo",
+    "MemoryPool",
+    "PoolSession",
+    "resolve_pool_limit",
+]
 
 POOL_LIMIT_ENV = "KERNELDSL_POOL_LIMIT"
+
+# How long the C path may spin on cuStreamQuery, holding the session lock, for its host copy to
+# finish (``host_copies``): a copy of pageable memory has (nearly) finished when the driver
+# returns; one of pinned memory behind a long kernel is then waited for by the full path's
+# interruptible wait, the lock free.
+SPIN_NS = 200_000
+
+
+class PoolSession(StreamSession, Protocol):
+    """A session as its pool and the C path's allocation see it: a stream's, with its device, its
+    context's address, the session stream's CUstream, its driver entry points and its pool."""
+
+    @property
+    def gpu(self) -> Device: ...
+
+    @property
+    def context_address(self) -> int: ...
+
+    @property
+    def raw_stream(self) -> Any: ...
+
+    @property
+    def pool(self) -> MemoryPool: ...
+
+    def entry_point(self, name: str) -> int: ...
 
 
 class MemoryInfo(NamedTuple):
@@ -54,7 +88,7 @@ class MemoryPool:
 
     __slots__ = ("handle", "_session")
 
-    def __init__(self, session: Session, limit: int | None) -> None:
+    def __init__(self, session: PoolSession, limit: int | None) -> None:
         """Create the pool, holding at most ``limit`` bytes (None: the device's memory)."""
         d = session.api
         props = d.CUmemPoolProps()
@@ -127,7 +161,7 @@ class FastAllocation:
     ``alloc``, ``free`` and ``current`` are the entry points of cuMemAllocFromPoolAsync,
     cuMemFreeAsync and cuCtxGetCurrent (0 when the driver has none); ``copy_to_device``,
     ``copy_to_host`` and ``stream_query`` those of cuMemcpyHtoDAsync, cuMemcpyDtoHAsync and
-    cuStreamQuery for the host copies, which spin at most ``spin_ns`` (see ``host_copies``); ``pool``, ``context`` and
+    cuStreamQuery for the host copies, which spin at most ``spin_ns`` (``SPIN_NS``); ``pool``, ``context`` and
     ``stream`` the addresses of the pool, the context and the session stream; ``lock``,
     ``handles``, ``dropped`` and ``streams`` the session lock, its handle registry, the finalizer
     (see ``handle.Handle._own``) and its set of streams.
@@ -156,12 +190,12 @@ class FastAllocation:
         "streams",
     )
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: PoolSession) -> None:
         names = ("cuMemAllocFromPoolAsync", "cuMemFreeAsync", "cuCtxGetCurrent")
         self.alloc, self.free, self.current = (session.entry_point(name) for name in names)
         copies = ("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuStreamQuery")
         self.copy_to_device, self.copy_to_host, self.stream_query = (session.entry_point(name) for name in copies)
-        self.spin_ns = host_copies.SPIN_NS
+        self.spin_ns = SPIN_NS
         self.pool = int(session.pool.handle)
         self.context = session.context_address
         self.stream = int(session.raw_stream)
