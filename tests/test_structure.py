@@ -560,7 +560,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.runtime.session",
             "kerneldsl.runtime.session_registry",
             "kerneldsl.runtime.staging",
-            "kerneldsl.runtime.teardown",
             "kerneldsl.runtime.transfers",
         }
     ),

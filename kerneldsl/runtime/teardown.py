@@ -7,18 +7,31 @@ before its destruction). A poisoned context, or work that did not finish in time
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import CudaError, StickyCudaError
+from .graph import CapturingSession
 from .handle import RELEASE_ORDER
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .pool import MemoryPool
+    from .vendor import VendorHandles
 
-__all__ = ["abandon", "finish_work", "free_all"]
+__all__ = ["ClosingSession", "abandon", "finish_work", "free_all"]
 
 
-def finish_work(session: Session, timeout: float | None, errors: list[BaseException]) -> bool:
+class ClosingSession(CapturingSession, Protocol):
+    """A session as its close sees it: a capturing one's (close ends the captures), with its
+    library handles and its pool."""
+
+    @property
+    def vendors(self) -> VendorHandles[Any]: ...
+
+    @property
+    def pool(self) -> MemoryPool: ...
+
+
+def finish_work(session: ClosingSession, timeout: float | None, errors: list[BaseException]) -> bool:
     """Wait for every stream; False when the memory must leak (timeout or sticky error)."""
     order = session.order
     try:
@@ -34,7 +47,7 @@ def finish_work(session: Session, timeout: float | None, errors: list[BaseExcept
     return False
 
 
-def free_all(session: Session, errors: list[BaseException]) -> None:
+def free_all(session: ClosingSession, errors: list[BaseException]) -> None:
     """Free everything the session owns, collecting failures into ``errors``."""
     owned = session.owned
     with session.activated_unchecked():
@@ -57,7 +70,7 @@ def free_all(session: Session, errors: list[BaseException]) -> None:
             errors.append(exc)
 
 
-def abandon(session: Session) -> None:
+def abandon(session: ClosingSession) -> None:
     """Forget every handle without calling the driver (forked child, poisoned context)."""
     session.vendors.abandon_all()
     session.owned.take_all()
