@@ -475,6 +475,27 @@ def test_forked_child_gets_forked_process_error_without_touching_the_driver(
     assert a.to_host().tolist() == [1, 1, 1, 1]  # the parent is unaffected
 
 
+def test_a_forked_child_gets_no_default_session_of_its_parent(drv: FakeDriver) -> None:
+    parent = default_session(0)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the default is made anew, which a forked child refuses
+        code = 1
+        try:
+            default_session(0)
+        except ForkedProcessError:
+            code = 0
+        finally:
+            os.write(w, bytes([code]))
+            os._exit(code)
+    os.close(w)
+    status = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    parent.close()
+    assert status == b"\x00"
+
+
 def test_four_threads_share_one_session(fake_session: Session, drv: FakeDriver) -> None:
     def work(k: int) -> None:
         for i in range(30):

@@ -558,7 +558,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.runtime.memory",
             "kerneldsl.runtime.pinned_pipeline",
             "kerneldsl.runtime.session",
-            "kerneldsl.runtime.session_registry",
             "kerneldsl.runtime.staging",
             "kerneldsl.runtime.transfers",
         }

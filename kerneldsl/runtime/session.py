@@ -386,6 +386,10 @@ def _bindings_of(host: bool) -> Any:
     return driver.ensure_init()
 
 
+_defaults: dict[Any, Session] = {}  # default_session's, by device (and by the environment's choice)
+_defaults_lock = threading.Lock()
+
+
 def session_of(handle: Handle) -> Session:
     """The Session that owns ``handle``: the runtime's handles know it by the protocol of what they
     read (``SessionCore`` and its kin), as they sit beneath the session; it is always a Session."""
@@ -397,14 +401,24 @@ def default_session(device: DeviceSpec | None = None) -> Session:
     ``$KERNELDSL_DEVICE`` holds its present value), created on first use (again after close). A
     warm call is one dict lookup: the device is resolved only when the session is made."""
     key: Any = device if device is not None else (None, os.environ.get(DEVICE_ENV))
-    s = registry.defaults.get(key)
+    s = _defaults.get(key)
     if s is None or s.state != OPEN:
-        with registry.defaults_lock:
-            s = registry.defaults.get(key)
+        with _defaults_lock:
+            s = _defaults.get(key)
             if s is None or s.state != OPEN:
                 resolved = resolve_device(device)
-                s = registry.defaults.get(resolved)
+                s = _defaults.get(resolved)
                 if s is None or s.state != OPEN:
-                    s = registry.defaults[resolved] = Session(resolved)
-                registry.defaults[key] = s
+                    s = _defaults[resolved] = Session(resolved)
+                _defaults[key] = s
     return s
+
+
+def _forget_defaults_in_child() -> None:
+    """In a forked child the parent's default sessions are forked ones: make new ones; fresh lock."""
+    global _defaults_lock
+    _defaults_lock = threading.Lock()
+    _defaults.clear()
+
+
+os.register_at_fork(after_in_child=_forget_defaults_in_child)

@@ -1,9 +1,10 @@
-"""The process's sessions: which are open, the default one per device, which devices a sticky
-error broke, and what fork and interpreter exit do to them.
+"""The process's sessions: which are open, which devices a sticky error broke, and what fork
+and interpreter exit do to them.
 
 An open session lives here (strongly) until ``close()`` or exit; at exit they are closed
 best-effort, bounded and silent. A forked child marks every inherited session forked, so it
-never touches the driver through its parent's sessions.
+never touches the driver through its parent's sessions. The sessions are known here by
+``RegisteredSession``, what the registry reads of them.
 """
 
 from __future__ import annotations
@@ -12,17 +13,14 @@ import atexit
 import itertools
 import os
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from .. import logs
 from ..errors import CudaError, DeviceInUseError, SessionCloseError
 from .context import reset_primary_context
 from .selection import DeviceSpec
 
-if TYPE_CHECKING:
-    from .session import Session
-
-__all__ = ["open_sessions", "reset_device"]
+__all__ = ["RegisteredSession", "open_sessions", "reset_device"]
 
 log = logs.get("runtime.session")
 
@@ -30,14 +28,33 @@ _EXIT_CLOSE_TIMEOUT_S = 5.0
 
 ids = itertools.count(1)
 generation = 0  # bumped in a forked child: handles from before the fork are from generation - 1
-defaults: dict[Any, Session] = {}  # default_session's, by device (and by the environment's choice)
-defaults_lock = threading.Lock()
-_open: dict[int, Session] = {}  # strong: an open session lives until close() or exit
+_open: dict[int, RegisteredSession] = {}  # strong: an open session lives until close() or exit
 _registry_lock = threading.Lock()
 _poisoned_devices: set[DeviceSpec] = set()  # devices whose primary context a sticky error corrupted
 
 
-def add(session: Session) -> None:
+class RegisteredSession(Protocol):
+    """A session as the registry sees it: who it is, on which device, whether it is poisoned or
+    forked, how it closes, and what a forked child does to it."""
+
+    @property
+    def session_id(self) -> int: ...
+
+    @property
+    def device(self) -> DeviceSpec: ...
+
+    @property
+    def poisoned(self) -> bool: ...
+
+    @property
+    def forked(self) -> bool: ...
+
+    def close(self, timeout: float | None = None) -> None: ...
+
+    def _after_fork(self) -> None: ...
+
+
+def add(session: RegisteredSession) -> None:
     """``session`` opened."""
     with _registry_lock:
         _open[session.session_id] = session
@@ -49,7 +66,7 @@ def mark_poisoned(device: DeviceSpec) -> None:
         _poisoned_devices.add(device)
 
 
-def remove(session: Session, errors: list[BaseException]) -> None:
+def remove(session: RegisteredSession, errors: list[BaseException]) -> None:
     """``session`` closed; the last one on a poisoned device resets its primary context (failures
     into ``errors``), except in a forked child."""
     with _registry_lock:
@@ -59,7 +76,7 @@ def remove(session: Session, errors: list[BaseException]) -> None:
         _reset(session.device, errors)
 
 
-def _sessions_on(device: DeviceSpec) -> list[Session]:
+def _sessions_on(device: DeviceSpec) -> list[RegisteredSession]:
     """Open sessions of ``device`` (registry lock held)."""
     return [s for s in _open.values() if s.device == device]
 
@@ -102,7 +119,7 @@ def reset_device(device: int = 0) -> None:
         raise SessionCloseError(errors) from errors[0]
 
 
-def open_sessions() -> list[Session]:
+def open_sessions() -> list[RegisteredSession]:
     """Sessions of this process that are not closed yet."""
     with _registry_lock:
         return list(_open.values())
@@ -110,14 +127,12 @@ def open_sessions() -> list[Session]:
 
 def _after_fork_in_child() -> None:
     """Mark every inherited session forked; fresh locks (a parent thread may have held one)."""
-    global generation, _registry_lock, defaults_lock
+    global generation, _registry_lock
     generation += 1
     _registry_lock = threading.Lock()
-    defaults_lock = threading.Lock()
     for s in _open.values():
         s._after_fork()
     _open.clear()
-    defaults.clear()
 
 
 def _close_all_at_exit() -> None:
