@@ -15,7 +15,7 @@ arrays at the DeviceBuffer's slot offsets.
 from __future__ import annotations
 
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,6 +29,9 @@ from .complex_parts import ComplexParts
 from .methods import ReductionMethods
 from .protocol import ArrayProtocol
 
+if TYPE_CHECKING:
+    from ..runtime.session import Session
+
 
 class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, ArrayProtocol, ComplexParts):
     """Device memory that behaves like a NumPy array where that costs nothing: operators map to
@@ -39,6 +42,7 @@ class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, A
     memory, layout, views and transfers."""
 
     __slots__ = ()
+    session: Session  # the runtime's buffers know it as what they read of it (a BufferSession)
 
     # NumPy's operators with a DeviceArray on the right defer to it (``host + d`` is ``d.__radd__``,
     # run on the device with the host operand uploaded, as kd.ops does); a NumPy ufunc called on a

@@ -8,8 +8,8 @@ from typing import Any
 from ..errors import BindingError, ReadOnlyArrayError, StridedArrayError, WrongSessionError
 from . import memory
 from .interop import as_device_view
-from .memory import DeviceBuffer
-from .session import Session, default_session
+from .memory import BufferSession, DeviceBuffer
+from .session import default_session
 
 
 def is_foreign(value: Any) -> bool:
@@ -17,7 +17,9 @@ def is_foreign(value: Any) -> bool:
     return hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack__")
 
 
-def adopt(value: Any, session: Session | None, what: str, param: str | None, *, writes: bool = False) -> DeviceBuffer:
+def adopt(
+    value: Any, session: BufferSession | None, what: str, param: str | None, *, writes: bool = False
+) -> DeviceBuffer:
     """``value`` as a DeviceArray on ``session`` (None: the default session of its device).
 
     ``what`` and ``param`` name the callee and the argument in the errors: not device memory

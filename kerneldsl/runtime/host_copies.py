@@ -34,12 +34,11 @@ from ..errors import StickyCudaError
 from . import driver, nvtx, pinned_pipeline
 
 if TYPE_CHECKING:
-    from .memory import DeviceBuffer
-    from .session import Session
+    from .memory import BufferSession, DeviceBuffer
     from .transfers import Transfers
 
 
-def upload(session: Session, src: np.ndarray) -> DeviceBuffer | None:
+def upload(session: BufferSession, src: np.ndarray) -> DeviceBuffer | None:
     """A new array of ``session`` holding C-contiguous ``src``, made by the C path; None when the
     full path should make it (nothing was done): also while NVTX ranges are on (its copies range).
     ``UPLOAD_MIN_BYTES`` and up go through the pinned pipeline when it is free."""
@@ -94,7 +93,7 @@ def _copy_existing(arr: Transfers, host: np.ndarray, method: str, api: str) -> b
     return True
 
 
-def _in_c(session: Session, copy: Any, *args: Any) -> Any:
+def _in_c(session: BufferSession, copy: Any, *args: Any) -> Any:
     """``copy(*args)`` of the C path, made again with the session activated when it declines
     (the context not current on this thread, events queued for destruction); None if it still does."""
     made = copy(*args)
@@ -104,14 +103,14 @@ def _in_c(session: Session, copy: Any, *args: Any) -> Any:
     return made
 
 
-def _finish(session: Session, host: np.ndarray, done: bool) -> None:
+def _finish(session: BufferSession, host: np.ndarray, done: bool) -> None:
     """Wait for a copy the C path's spin did not see finish, ``host`` kept alive until then."""
     if not done:
         session.keep_alive(host, session.stream)
         session.stream.synchronize()
 
 
-def copy_failed(session: Session, api: str, code: int) -> NoReturn:
+def copy_failed(session: BufferSession, api: str, code: int) -> NoReturn:
     """Raise the typed error of a copy the driver refused (a sticky one poisons the session)."""
     exc = driver.error(api, code)
     if isinstance(exc, StickyCudaError):

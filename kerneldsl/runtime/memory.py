@@ -15,7 +15,7 @@ import math
 import operator
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,14 +24,47 @@ from ..errors import WrongSessionError
 from . import host_copies, interop, views
 from .checks import empty_fill
 from .driver import check
+from .graph import CapturingSession
 from .handle import Handle
 from .interop import c_strides
 from .transfers import Transfers
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .vendor import VendorHandles
 
 Shape = tuple[int, ...]
+_Vendor = TypeVar("_Vendor")  # a library handle type (see BufferSession.vendor_handle)
+
+
+class BufferSession(CapturingSession, Protocol):
+    """A Session as its buffers, their transfers and stagings see it: a capturing one's, with the
+    session stream's CUstream, its pool's allocation, the C path's allocator, its factories and
+    its library handles (``Session`` says what each does)."""
+
+    @property
+    def raw_stream(self) -> Any: ...
+
+    @property
+    def capturing(self) -> bool: ...
+
+    @property
+    def vendors(self) -> VendorHandles[Any]: ...
+
+    def allocate(self, nbytes: int) -> int: ...
+
+    def native_allocator(self) -> Any: ...
+
+    def template(self, shape: Any, dtype: Any) -> DeviceBuffer: ...
+
+    def empty(self, shape: Any, dtype: Any = ...) -> DeviceBuffer: ...
+
+    def to_device(self, host: Any) -> DeviceBuffer: ...
+
+    def copy(self, a: DeviceBuffer) -> DeviceBuffer: ...
+
+    def pinned_empty(self, shape: Any, dtype: Any = ...) -> PinnedArray: ...
+
+    def vendor_handle(self, key: str, create: Callable[[BufferSession], _Vendor]) -> _Vendor: ...
 
 
 def _shape(shape: int | tuple[int, ...] | list[int]) -> Shape:
@@ -143,7 +176,7 @@ class DeviceBuffer(_ShapeDtype, Transfers):
         "_views",
     )
 
-    def __init__(self, session: Session, shape: Any, dtype: Any) -> None:
+    def __init__(self, session: BufferSession, shape: Any, dtype: Any) -> None:
         """Allocate uninitialized memory; prefer ``session.empty`` and friends."""
         nbytes = self._init_unallocated(session, shape, dtype)
         if nbytes:
@@ -153,7 +186,7 @@ class DeviceBuffer(_ShapeDtype, Transfers):
             self.ptr = raw
         self.dispatch_tag = _dispatch_tag(self)
 
-    def _init_unallocated(self, session: Session, shape: Any, dtype: Any) -> int:
+    def _init_unallocated(self, session: BufferSession, shape: Any, dtype: Any) -> int:
         """Every slot of a new owning array but its memory (``ptr`` 0); its size in bytes."""
         Handle.__init__(self, session)
         nbytes = self._init_layout(shape, dtype)
@@ -165,7 +198,7 @@ class DeviceBuffer(_ShapeDtype, Transfers):
         return nbytes
 
     @classmethod
-    def template(cls: type[_B], session: Session, shape: Any, dtype: Any) -> _B:
+    def template(cls: type[_B], session: BufferSession, shape: Any, dtype: Any) -> _B:
         """What the C launch path copies into the results it allocates itself (see
         ``Session.fast_allocation``): an array of ``shape`` and ``dtype`` that owns no memory,
         with the dispatch tag of a pool allocation (aligned). It is closed, so it is refused
@@ -177,7 +210,7 @@ class DeviceBuffer(_ShapeDtype, Transfers):
         return arr
 
     @classmethod
-    def borrow(cls: type[_B], session: Session, view: interop.DeviceView) -> _B:
+    def borrow(cls: type[_B], session: BufferSession, view: interop.DeviceView) -> _B:
         """A non-owning array over foreign C-contiguous memory; never freed by kerneldsl.
 
         ``view.owner`` lives as long as the result. If the view names a producer stream, work
@@ -388,10 +421,10 @@ class PinnedArray(_ShapeDtype, Handle):
 
     kind = "host"
     __slots__ = ("ptr", "shape", "dtype", "ndim", "size", "nbytes", "strides")
-    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
+    session: BufferSession
     ptr: int
 
-    def __init__(self, session: Session, shape: Any, dtype: Any) -> None:
+    def __init__(self, session: BufferSession, shape: Any, dtype: Any) -> None:
         Handle.__init__(self, session)
         nbytes = self._init_layout(shape, dtype)
         self.ptr = 0
@@ -449,7 +482,7 @@ def use_native_allocator(allocator_type: Any) -> None:
     native_allocator_type = allocator_type
 
 
-def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:
+def empty(session: BufferSession, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:
     """Uninitialized device memory: made in C when the session's native allocator can (see
     ``Session.fast_allocation``), else by the constructor, which decides everything unusual. A
     session with the init check marks it unwritten, or fills it (``checks.Checks.empty_buffers``)."""
@@ -459,7 +492,7 @@ def empty(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer
     return made
 
 
-def _empty(session: Session, shape: Any, dtype: Any) -> DeviceBuffer:
+def _empty(session: BufferSession, shape: Any, dtype: Any) -> DeviceBuffer:
     allocator = session.native_allocator() if session.usable else None
     if allocator is not None:
         try:
@@ -473,7 +506,7 @@ def _empty(session: Session, shape: Any, dtype: Any) -> DeviceBuffer:
     return array_type(session, shape, dtype)
 
 
-def _checked_empty(session: Session, arr: DeviceBuffer) -> None:
+def _checked_empty(session: BufferSession, arr: DeviceBuffer) -> None:
     """The init check's part in ``empty``: the runtime tracks which bytes of ``arr`` get written,
     or (``init=nan``) ``arr`` is filled with its dtype's signalling NaN."""
     if session.gpu.empty_buffers == "track":
@@ -491,14 +524,14 @@ def note_written(arr: DeviceBuffer, start: int, nbytes: int) -> None:
     arr.session.api.note_written(start, nbytes)
 
 
-def zeros(session: Session, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:
+def zeros(session: BufferSession, shape: Any, dtype: Any = np.float32) -> DeviceBuffer:
     """Device memory set to zero bytes (enqueued on the session stream)."""
     arr = empty(session, shape, dtype)
     arr.fill_zero()
     return arr
 
 
-def to_device(session: Session, host: Any) -> DeviceBuffer:
+def to_device(session: BufferSession, host: Any) -> DeviceBuffer:
     """Copy a host array (any layout; materialized C-contiguous) to new device memory: in one C
     call when the session can (``host_copies.upload``), else by the constructor and ``copy_from_host``."""
     src = np.asarray(host)
@@ -513,7 +546,7 @@ def to_device(session: Session, host: Any) -> DeviceBuffer:
     return arr
 
 
-def copy(session: Session, src: DeviceBuffer) -> DeviceBuffer:
+def copy(session: BufferSession, src: DeviceBuffer) -> DeviceBuffer:
     """A new C-contiguous device array with the contents of ``src`` (enqueued on the session
     stream): a memcpy, or a copy kernel for a strided view."""
     out = array_type(session, src.shape, src.dtype)
@@ -521,6 +554,6 @@ def copy(session: Session, src: DeviceBuffer) -> DeviceBuffer:
     return out
 
 
-def pinned_empty(session: Session, shape: Any, dtype: Any = np.float32) -> PinnedArray:
+def pinned_empty(session: BufferSession, shape: Any, dtype: Any = np.float32) -> PinnedArray:
     """Uninitialized page-locked host memory."""
     return PinnedArray(session, shape, dtype)

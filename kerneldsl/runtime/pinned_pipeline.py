@@ -27,8 +27,7 @@ from .driver import check
 from .stream import Event, wait_event
 
 if TYPE_CHECKING:
-    from .memory import DeviceBuffer, PinnedArray
-    from .session import Session
+    from .memory import BufferSession, DeviceBuffer, PinnedArray
     from .transfers import Transfers
 
 # From these sizes up transfers are chunked (see the module docstring): the smallest sizes at which
@@ -46,7 +45,7 @@ class PinnedPipeline:
 
     __slots__ = ("session", "buffers", "views", "events", "lock")
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: BufferSession) -> None:
         self.session = session
         self.lock = threading.Lock()
         self.buffers: list[PinnedArray] = []
@@ -107,7 +106,7 @@ class PinnedPipeline:
             check("cuEventRecord", d.cuEventRecord(self.events[i]._cu, stream))
 
 
-def _acquire(session: Session) -> PinnedPipeline | None:
+def _acquire(session: BufferSession) -> PinnedPipeline | None:
     """The session's pipeline, locked for one transfer; None when another path should copy."""
     if nvtx.ON or session.captures or not session.usable:
         return None
@@ -115,7 +114,7 @@ def _acquire(session: Session) -> PinnedPipeline | None:
     return pipeline if pipeline.lock.acquire(blocking=False) else None
 
 
-def _run(session: Session, pipeline: PinnedPipeline, copy: str, ptr: int, host: np.ndarray) -> None:
+def _run(session: BufferSession, pipeline: PinnedPipeline, copy: str, ptr: int, host: np.ndarray) -> None:
     """``pipeline.<copy>(ptr, host)``, then unlock it; a failure or an interrupt may leave DMA in
     flight through its buffers: they are kept alive until the session synchronizes, not reused."""
     try:
@@ -128,7 +127,7 @@ def _run(session: Session, pipeline: PinnedPipeline, copy: str, ptr: int, host: 
         pipeline.lock.release()
 
 
-def upload(session: Session, src: np.ndarray) -> DeviceBuffer | None:
+def upload(session: BufferSession, src: np.ndarray) -> DeviceBuffer | None:
     """A new array of ``session`` holding C-contiguous ``src``, copied chunk by chunk; None when
     another path should copy it (nothing was done)."""
     pipeline = _acquire(session)

@@ -27,7 +27,7 @@ from .memory import DeviceBuffer, PinnedArray
 from .stream import Event, wait_event
 
 if TYPE_CHECKING:
-    from .session import Session
+    from .memory import BufferSession
 
 STAGE_LIMIT = 4 << 20  # bytes a call may stage: above this the pageable copies are as fast
 MAX_BUFFERS = 4  # buffers a session keeps (one per thread staging at once)
@@ -56,7 +56,7 @@ class StagingBuffer:
 
     __slots__ = ("pinned", "device", "event", "_regions")
 
-    def __init__(self, session: Session, capacity: int) -> None:
+    def __init__(self, session: BufferSession, capacity: int) -> None:
         made: list[Any] = []
         try:
             self.pinned = PinnedArray(session, capacity, np.uint8)
@@ -134,7 +134,7 @@ class StagingBuffer:
 class StagingPool:
     """The session's staging buffers: lent one call at a time, kept for the next (thread-safe)."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: BufferSession) -> None:
         self._session = session
         self._lock = threading.Lock()
         self._free: list[StagingBuffer] = []

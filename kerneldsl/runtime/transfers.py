@@ -21,8 +21,7 @@ from .handle import Handle, check_same_session
 from .stream import check_stream
 
 if TYPE_CHECKING:
-    from .memory import PinnedArray, Shape
-    from .session import Session
+    from .memory import BufferSession, PinnedArray, Shape
     from .stream import Stream
 
 
@@ -31,7 +30,7 @@ class Transfers(Handle):
     ``DeviceBuffer``, which declares the slots these annotations type)."""
 
     __slots__ = ()
-    session: Session  # the session that owns it (Handle knows it only as a SessionCore)
+    session: BufferSession
     ptr: int
     shape: Shape
     dtype: np.dtype[Any]
@@ -179,7 +178,7 @@ def _host_buffer(arr: Any, shape: Shape, dtype: np.dtype, *, writable: bool) -> 
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
-def _on_session_stream(session: Session, stream: Stream, what: str) -> None:
+def _on_session_stream(session: BufferSession, stream: Stream, what: str) -> None:
     """Strided copies and fills run as kernels on the session stream: refuse another stream."""
     if stream is not session.stream:
         raise StridedArrayError(
@@ -187,7 +186,7 @@ def _on_session_stream(session: Session, stream: Stream, what: str) -> None:
         )
 
 
-def _stream(session: Session, stream: Stream | None) -> Stream:
+def _stream(session: BufferSession, stream: Stream | None) -> Stream:
     if stream is None:
         return session.stream
     check_stream(stream, session)
