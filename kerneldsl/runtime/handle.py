@@ -9,8 +9,9 @@ the handle's own close, or the session's close) frees the raw handle, exactly on
 what finalizers dropped drains at the next activation, sync or close (``OwnedHandles.drain``).
 
 The session is known here by ``SessionCore``, what a handle and this bookkeeping read of it, so
-that the handles beneath the session never import it; each kind of handle names the full
-``Session`` it belongs to.
+that the handles beneath the session never import it; each kind of handle widens it to what that
+kind reads (``StreamSession``, ``BufferSession``, ...), and the array layer's ``DeviceArray``
+names the full ``Session`` (``session.session_of`` does for any handle).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from .. import logs
 from ..errors import ClosedError, CudaError, StickyCudaError, WrongSessionError
+from .context import DriverSession, SessionGuard
 from .driver import check
 
 if TYPE_CHECKING:
-    from .context import Activation
     from .selection import DeviceSpec
 
 __all__ = ["RELEASE_ORDER", "Handle", "OwnedHandles", "SessionCore", "check_same_session"]
@@ -42,10 +43,10 @@ class MemoryReturn(Protocol):
     def free(self, ptr: Any) -> None: ...
 
 
-class SessionCore(Protocol):
-    """A session as its handles and their bookkeeping see it: who it is, whether it may work
-    (and why not), its activation, the bindings its handles belong to, what it owns, the graphs
-    it is capturing now, its pool, and where a sticky error goes."""
+class SessionCore(SessionGuard, DriverSession, Protocol):
+    """A session as its handles and their bookkeeping see it: an activation's and a driver
+    caller's (lock, usable, why not, where a sticky error goes; bindings, activation), and who it
+    is, its state, what it owns, the graphs it is capturing now and its pool."""
 
     @property
     def device(self) -> DeviceSpec: ...
@@ -60,13 +61,7 @@ class SessionCore(Protocol):
     def session_id(self) -> int: ...
 
     @property
-    def usable(self) -> bool: ...
-
-    @property
     def state(self) -> str: ...
-
-    @property
-    def api(self) -> Any: ...
 
     @property
     def owned(self) -> OwnedHandles: ...
@@ -77,11 +72,6 @@ class SessionCore(Protocol):
     @property
     def pool(self) -> MemoryReturn: ...
 
-    def raise_unusable(self) -> None: ...
-
-    def poison(self, exc: StickyCudaError) -> None: ...
-
-    def activated(self) -> Activation: ...
 
 
 class Handle:

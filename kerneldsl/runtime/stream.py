@@ -12,7 +12,6 @@ The session is known here by ``StreamSession``, what streams, events and their o
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -51,11 +50,8 @@ class KeepsAlive(Protocol):
 
 
 class StreamSession(SessionCore, Protocol):
-    """A session as its streams, events and their order see it: a handle's, and its lock, its
-    streams' order, its own stream, the graphs it is capturing and the activation close uses."""
-
-    @property
-    def lock(self) -> threading.RLock: ...
+    """A session as its streams, events and their order see it: a handle's, and its streams'
+    order, its own stream, the graphs it is capturing and the activation close uses."""
 
     @property
     def order(self) -> StreamOrder: ...
