@@ -73,7 +73,6 @@ class SessionCore(SessionGuard, DriverSession, Protocol):
     def pool(self) -> MemoryReturn: ...
 
 
-
 class Handle:
     """Base of DeviceArray, PinnedArray, Stream, Event, Module and Graph.
 
