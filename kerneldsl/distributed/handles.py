@@ -107,7 +107,7 @@ class RemoteArray(RemoteFuture):
         self.profile = profile
         weakref.finalize(self, inc.drop, key)
 
-    def kd_route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def kd_route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RemoteFuture:
         """Run a kerneldsl call whose arguments include this array on its worker (see ``kerneldsl.launch.routing``)."""
         return self._gpus.route(fn, args, kwargs)
 
