@@ -607,7 +607,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.array.reduction.strategy",
             "kerneldsl.array.reduction.strided",
             "kerneldsl.array.scan",
-            "kerneldsl.array.scratch",
             "kerneldsl.blas",
             "kerneldsl.blas.checks",
             "kerneldsl.blas.handles",

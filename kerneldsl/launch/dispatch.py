@@ -86,9 +86,8 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
 
     For type checkers a kernel is generic in its body function's parameters (``_P``): a call
     takes what they declare (see ``signature``'s checker types), returns None, or a
-    ``RemoteFuture`` when its first argument is a ``RemoteArray`` (named by the face the call uses,
-    ``routing.RemoteHandle``: the remote plane sits above). Launch overrides are typed
-    through ``launch(grid=, block=, shared=, stream=)``.
+    ``RemoteFuture`` when its first argument is a ``RemoteArray`` (``routing.RemoteHandle``).
+    Launch overrides are typed through ``launch(grid=, block=, shared=, stream=)``.
     """
 
     if TYPE_CHECKING:  # at run time __call__ stays the (C or Python) FastPathCallable's
@@ -119,8 +118,7 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         precompile: Sequence[Mapping[str, Any]] = (),
         code: DeviceCode = NO_DEVICE_CODE,
     ) -> None:
-        # update_wrapper takes a Callable: the overloaded __call__, generic in what a remote call
-        # gives, is one only loosely
+        # update_wrapper wants a Callable; __call__'s remote overload is generic in its result
         functools.update_wrapper(cast("Callable[..., object]", self), func)
         self.body: Callable[_P, str | GeneratedBody] = func
         self.signature = signature
