@@ -36,8 +36,9 @@ from .exports import publish
 from .worker import GPUSessionPlugin, plugin, upload
 
 if TYPE_CHECKING:
-    from .gpus import GPUs, Incarnation
+    from .gpus import GPUs
     from .handles import RemoteArray
+    from .incarnation import Incarnation
 
 MOVE_TIMEOUT_S = 300.0  # the longest a destination waits for its source (queued work included)
 VIAS = ("auto", "ipc", "comms", "client")
