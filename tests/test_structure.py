@@ -612,7 +612,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.device_array.complex_parts",
             "kerneldsl.device_array.methods",
             "kerneldsl.device_array.ndarray",
-            "kerneldsl.device_array.protocol",
         }
     ),
     # kd.distributed: the client's helpers (moves, parallel) annotate GPUs and use its internals,
