@@ -614,15 +614,6 @@ KNOWN_CYCLES: tuple[frozenset[str], ...] = (
             "kerneldsl.device_array.ndarray",
         }
     ),
-    # kd.distributed: the client's helpers (moves, parallel) annotate GPUs and use its internals,
-    # and GPUs imports them: gone when GPUs hands them what they use
-    frozenset(
-        {
-            "kerneldsl.distributed.gpus",
-            "kerneldsl.distributed.moves",
-            "kerneldsl.distributed.parallel",
-        }
-    ),
 )
 
 

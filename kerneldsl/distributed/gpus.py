@@ -246,10 +246,12 @@ class GPUs:
         return self._send(array._inc, download, (array,), {}, None, True, array=False).result(timeout)
 
     def cancel(self, inc: Incarnation, seq: int) -> None:
-        rpc = self.client.rpc(inc.address)
-        asyncio.run_coroutine_threadsafe(
-            rpc.actor_execute(function="cancel", actor=inc.key, args=[seq], kwargs={}), self._loop
-        )
+        self._on_actor(inc, "cancel", [seq])
+
+    def _on_actor(self, inc: Incarnation, function: str, args: list[Any]) -> concurrent.futures.Future[Any]:
+        """``function`` of ``inc``'s actor called with ``args``, outside the call order: its reply."""
+        call = self.client.rpc(inc.address).actor_execute(function=function, actor=inc.key, args=args, kwargs={})
+        return asyncio.run_coroutine_threadsafe(call, self._loop)
 
     def materialize(self, inc: Incarnation, described: tuple[Any, ...]) -> Any:
         """A worker's result description as this client's values: arrays as RemoteArrays."""
