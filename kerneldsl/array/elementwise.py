@@ -54,9 +54,8 @@ from .decisions import ElementwiseDecisions
 
 if TYPE_CHECKING:
     from ..device_array.ndarray import DeviceArray
-    from ..distributed.handles import RemoteArray
     from ..runtime.stream import Stream
-    from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
+    from .operands import DeviceOperand, HostArray, HostOperand, RemoteArrayT, RemoteOperand, TracedOperand
     from .program import Traced
 from .kernels import (
     BLOCK,
@@ -323,8 +322,8 @@ class ElementwiseFunction(fastpath.FastPathCallable):
         ) -> Traced: ...
         @overload
         def __call__(  # type: ignore[overload-overlap]
-            self, *operands: RemoteOperand, out: RemoteArray | None = None, stream: None = None
-        ) -> RemoteArray: ...
+            self, *operands: RemoteOperand[RemoteArrayT], out: RemoteArrayT | None = None, stream: None = None
+        ) -> RemoteArrayT: ...
         @overload
         def __call__(
             self, *operands: DeviceOperand, out: DeviceArray | None = None, stream: Stream | None = None

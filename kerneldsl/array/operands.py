@@ -3,18 +3,19 @@
 The result follows the operands: numpy arrays and scalars only give a numpy array (the call
 copies in and back); a DeviceArray or a CUDA Array Interface / DLPack array among them gives a
 DeviceArray (numpy operands are uploaded); a RemoteArray sends the call to its worker and gives
-a RemoteArray; inside ``@kd.fuse`` a traced value gives a traced value.
+a RemoteArray (named by the face the entry points use, ``launch.routing.RemoteHandle``: the remote
+plane sits above the array layer); inside ``@kd.fuse`` a traced value gives a traced value.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 if TYPE_CHECKING:
     import numpy as np
 
     from ..device_array.ndarray import DeviceArray
-    from ..distributed.handles import RemoteArray
+    from ..launch.routing import RemoteHandle
     from .program import Traced
 
     class CudaArray(Protocol):
@@ -30,5 +31,6 @@ if TYPE_CHECKING:
     Scalar: TypeAlias = bool | int | float | complex | np.generic
     HostOperand: TypeAlias = HostArray | Scalar
     DeviceOperand: TypeAlias = DeviceArray | CudaArray | DLPackArray | HostOperand
-    RemoteOperand: TypeAlias = RemoteArray | HostOperand
+    RemoteArrayT = TypeVar("RemoteArrayT", bound=RemoteHandle[Any])  # kd.distributed.RemoteArray
+    RemoteOperand: TypeAlias = RemoteArrayT | HostOperand
     TracedOperand: TypeAlias = Traced | Scalar

@@ -43,8 +43,7 @@ from .scan import cumsum as cumsum
 
 if TYPE_CHECKING:
     from ..device_array.ndarray import DeviceArray
-    from ..distributed.handles import RemoteArray
-    from .operands import DeviceOperand, HostArray, HostOperand, RemoteOperand
+    from .operands import DeviceOperand, HostArray, HostOperand, RemoteArrayT, RemoteOperand
 
 _IPOW = (
     "[&]() -> kdT { if (b < 0) return (kdT)(a == 1 ? 1 : (a == (kdT)-1 ? ((b & 1) ? -1 : 1) : 0)); "
@@ -332,7 +331,7 @@ def _astype_op(dtype: Any) -> AsType:
 @overload
 def astype(a: HostOperand, dtype: Any, out: HostArray | None = None) -> HostArray: ...
 @overload
-def astype(a: RemoteOperand, dtype: Any, out: RemoteArray | None = None) -> RemoteArray: ...
+def astype(a: RemoteOperand[RemoteArrayT], dtype: Any, out: RemoteArrayT | None = None) -> RemoteArrayT: ...
 @overload
 def astype(a: DeviceOperand, dtype: Any, out: DeviceArray | None = None) -> DeviceArray: ...
 def astype(a: Any, dtype: Any, out: Any = None) -> Any:
@@ -383,7 +382,9 @@ _dot = Reduction(REDUCERS["dot"], map=multiply, operands=2, home=__name__)
 @overload
 def dot(a: HostOperand, b: HostOperand, out: HostArray | None = None) -> HostArray: ...  # type: ignore[overload-overlap]
 @overload
-def dot(a: RemoteOperand, b: RemoteOperand, out: RemoteArray | None = None) -> RemoteArray: ...  # type: ignore[overload-overlap]
+def dot(  # type: ignore[overload-overlap]
+    a: RemoteOperand[RemoteArrayT], b: RemoteOperand[RemoteArrayT], out: RemoteArrayT | None = None
+) -> RemoteArrayT: ...
 @overload
 def dot(a: DeviceOperand, b: DeviceOperand, out: DeviceArray | None = None) -> DeviceArray: ...
 def dot(a: Any, b: Any, out: Any = None) -> Any:

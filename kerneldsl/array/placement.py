@@ -10,7 +10,7 @@ the operands do.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -19,9 +19,6 @@ from ..runtime import memory
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.memory import DeviceBuffer
 from . import promotion
-
-if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
 from .program import SCALAR_TYPES
 
 
@@ -79,7 +76,7 @@ def check_placement(out: Any, session: Any, what: str) -> None:
         raise TypeError(f"{what}: the operands are on the device, so out= must be a kerneldsl DeviceArray")
 
 
-def unalias(value: Any, out: DeviceArray, session: Any) -> Any:
+def unalias(value: Any, out: DeviceBuffer, session: Any) -> Any:
     """An input that overlaps the output at other elements (a broadcast input, a shifted or
     reversed view, foreign memory adopted twice) would be overwritten while still read: copy it.
     The test is the byte extents, whatever made the arrays. The output itself is safe: each

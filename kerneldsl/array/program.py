@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,10 +21,21 @@ from .. import dtypes
 from ..errors import FusionError
 from . import promotion
 
-if TYPE_CHECKING:
-    from .elementwise import ElementwiseFunction
-
 SCALAR_TYPES = (bool, int, float, complex, np.generic)
+
+
+class RecordedFunction(Protocol):
+    """What the builder records of an elementwise function (``elementwise.ElementwiseFunction``,
+    which builds its kernels from programs): its name and parameters, the result and loop dtypes
+    it resolves for operands, and its C expression."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def params(self) -> tuple[str, ...]: ...
+    def resolve(self, operands: Sequence[Any]) -> tuple[np.dtype, tuple[np.dtype, ...]]: ...
+    def expression(self, dtype: np.dtype, loops: tuple[np.dtype, ...] = ()) -> str: ...
+
 
 _HALF = ("float16", "bfloat16")
 _UNSIGNED = {
@@ -185,7 +196,7 @@ class ProgramBuilder:
         scalars = iter(i for i, v in enumerate(values) if isinstance(v, SCALAR_TYPES))
         self.sources = [("arg", next(scalars)) if kind == "const" else (kind, s) for kind, s in self.sources]
 
-    def apply(self, fn: ElementwiseFunction, operands: Sequence[Any]) -> Traced:
+    def apply(self, fn: RecordedFunction, operands: Sequence[Any]) -> Traced:
         """Record ``fn(*operands)``: traced values, scalars (new scalar leaves), nothing else."""
         for o in operands:
             if isinstance(o, Traced):

@@ -60,8 +60,7 @@ from .scratch import SCRATCH
 
 if TYPE_CHECKING:
     from ..device_array.ndarray import DeviceArray
-    from ..distributed.handles import RemoteArray
-    from .operands import DeviceOperand, HostArray, HostOperand
+    from .operands import DeviceOperand, HostArray, HostOperand, RemoteArrayT
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each
 WINDOW = 1024  # predecessors a look-back tile folds: inclusive(c - WINDOW) and WINDOW - 1 aggregates
@@ -350,8 +349,8 @@ class Scan:
     ) -> HostArray: ...
     @overload
     def __call__(
-        self, x: RemoteArray, axis: Any = None, out: RemoteArray | None = None, exclusive: bool = False
-    ) -> RemoteArray: ...
+        self, x: RemoteArrayT, axis: Any = None, out: RemoteArrayT | None = None, exclusive: bool = False
+    ) -> RemoteArrayT: ...
     @overload
     def __call__(
         self, x: DeviceOperand, axis: Any = None, out: DeviceArray | None = None, exclusive: bool = False

@@ -4,6 +4,7 @@ Buffers are kept per (session, thread, role, dtype): each use is ordered on the 
 so one thread's launches never overwrite what another launch still reads. A buffer grows to the
 largest request and is reused; a zeroed one (tickets, flags) is left zeroed by the kernels that
 use it, or, for scan flags, tagged with a per-launch epoch so it never needs clearing.
+Kernels read them as plain memory: they are the runtime's ``DeviceBuffer``s.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+    from ..runtime.memory import DeviceBuffer
 
 EPOCH_LIMIT = 1 << 30  # scan flags hold the epoch in 30 bits: past it, the flags start over zeroed
 
 
 class Scratch:
     def __init__(self) -> None:
-        self._buffers: dict[tuple[int, int, str, np.dtype], DeviceArray] = {}
+        self._buffers: dict[tuple[int, int, str, np.dtype], DeviceBuffer] = {}
         self._epochs: dict[tuple[int, int], int] = {}
 
-    def get(self, session: Any, role: str, dtype: np.dtype, count: int, zeroed: bool = False) -> DeviceArray:
+    def get(self, session: Any, role: str, dtype: np.dtype, count: int, zeroed: bool = False) -> DeviceBuffer:
         key = (session.session_id, threading.get_ident(), role, dtype)
         found = self._buffers.get(key)
         if found is None or found.closed or found.size < count:

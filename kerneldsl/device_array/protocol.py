@@ -23,13 +23,15 @@ from ..errors import ArrayScalarError, ArraySizeError, InvalidOptionError, ViewE
 from ..runtime.session import Session, default_session
 
 if TYPE_CHECKING:
-    from .ndarray import DeviceArray
+    from typing_extensions import Self
+
+    from ..runtime.memory import DeviceBuffer
 
 API_VERSIONS = ("2021.12", "2022.12", "2023.12", "2024.12")
 """Array API revisions ``__array_namespace__`` accepts (the namespace is ``kerneldsl.array_api`` for each)."""
 
 
-def _converted(a: DeviceArray, convert: Callable[[Any], Any]) -> Any:
+def _converted(a: DeviceBuffer, convert: Callable[[Any], Any]) -> Any:
     """``convert`` of ``a``'s one value, after NumPy's rule accepted an array of its shape and dtype."""
     standin = np.broadcast_to(np.zeros((), a.dtype), a.shape)
     try:
@@ -43,9 +45,10 @@ def _converted(a: DeviceArray, convert: Callable[[Any], Any]) -> Any:
     return convert(a.reshape(()).to_host())
 
 
-def _array(a: object) -> DeviceArray:
-    """A mixin's ``self``: always a DeviceArray (the one class that mixes these in)."""
-    return cast("DeviceArray", a)
+def _array(a: object) -> DeviceBuffer:
+    """A mixin's ``self``: the memory of the array class that mixes these in (``DeviceArray``);
+    what it gives back is typed ``Self``, that class."""
+    return cast("DeviceBuffer", a)
 
 
 class ArrayProtocol:
@@ -103,14 +106,14 @@ class ArrayProtocol:
         return kerneldsl.array_api
 
     @property
-    def mT(self) -> DeviceArray:
+    def mT(self) -> Self:
         """A view with the last two axes swapped (a stack of transposed matrices)."""
         a = _array(self)
         if a.ndim < 2:
             raise ViewError(f"matrix transpose with ndim < 2 is undefined (the array has shape {a.shape})")
-        return a.transpose(*range(a.ndim - 2), a.ndim - 1, a.ndim - 2)
+        return cast("Self", a.transpose(*range(a.ndim - 2), a.ndim - 1, a.ndim - 2))
 
-    def to_device(self, device: int | Session[Any], /, *, stream: Any = None) -> DeviceArray:
+    def to_device(self, device: int | Session[Any], /, *, stream: Any = None) -> Self:
         """This array on ``device`` (an ordinal: its default session unless it is this array's
         device; or a Session): the array itself when it is already there, else a copy through
         the host (synchronizes, so no ``stream`` needs to order it: the Array API's argument is
@@ -123,6 +126,6 @@ class ArrayProtocol:
         else:
             raise TypeError(f"to_device: expected a device ordinal or a kd.Session, got {type(device).__name__}")
         if target is a.session:
-            return a
-        moved: DeviceArray = target.to_device(a.to_host())
+            return self
+        moved: Self = target.to_device(a.to_host())
         return moved

@@ -22,8 +22,9 @@ from ._extra import require_extra
 require_extra()
 
 from .cluster import LocalGPUCluster
-from .gpus import GPUs, Incarnation, attach
+from .gpus import GPUs, attach
 from .handles import RemoteArray, RemoteFuture
+from .incarnation import Incarnation
 from .profiles import Profile
 from .worker import GPUActor, GPUSessionPlugin
 

@@ -38,57 +38,14 @@ from ..errors import (
     WrongWorkerError,
 )
 from ..launch.dispatch import Kernel
-from . import parallel
+from . import moves, parallel
 from .handles import RemoteArray, RemoteFuture
+from .incarnation import Incarnation
 from .profiles import Profile, checked_profiles
 from .worker import GPUActor, GPUSessionPlugin, Ref, download, upload, worker_info
 
 _WAIT_STEP_S = 0.1
 _WORKERS_TTL_S = 2.0
-
-
-class Incarnation:
-    """One worker process as this client sees it: its actor, the numbering of calls sent to it,
-    the bound on calls in flight, and what the next call tells it: the array keys dropped here,
-    and the calls whose error reached the user here (the arrays they were to write need not
-    repeat it)."""
-
-    def __init__(self, name: str, address: str, key: str, anchor: Any, max_in_flight: int) -> None:
-        self.name = name
-        self.address = address
-        self.key = key
-        self.anchor = anchor  # the Dask future that keeps the actor alive
-        self.seq = itertools.count()
-        self.slots = threading.BoundedSemaphore(max_in_flight)
-        self.lost: str | None = None
-        self.known: set[bytes] = set()  # callables this actor has unpickled
-        self.lock = threading.Lock()
-        self._dropped: list[Any] = []
-        self._seen: set[int] = set()
-
-    def gone(self) -> str | None:
-        """Why this process is no longer usable (a call on it failed, or Dask removed it and so
-        erred its actor's future: it died or restarted, even while idle), or None. A read of the
-        future's state here: no round trip."""
-        if self.lost is None and self.anchor.status != "finished":
-            self.lost = "its worker process ended"
-        return self.lost
-
-    def drop(self, key: Any) -> None:
-        """A remote array was garbage-collected here: the next call frees it there."""
-        self._dropped.append(key)
-
-    def take_dropped(self) -> list[Any]:
-        taken, self._dropped = self._dropped, []
-        return taken
-
-    def seen(self, seq: int) -> None:
-        """The error of call ``seq`` reached the user: later uses of its arrays need not raise it."""
-        self._seen.add(seq)
-
-    def take_seen(self) -> list[int]:
-        taken, self._seen = self._seen, set()
-        return sorted(taken)
 
 
 class GPUs:
@@ -273,6 +230,10 @@ class GPUs:
         inc = self._owner(getattr(fn, "__name__", repr(fn)), arrays)
         return self._send(inc, fn, args, kwargs, arrays[0].profile, True, array=not isinstance(fn, Kernel))
 
+    def move(self, array: RemoteArray, worker: str, via: str, timeout: float | None) -> RemoteArray:
+        """``array.to_worker(worker, via, timeout)`` (``moves``; ``timeout`` None: ``moves.MOVE_TIMEOUT_S``)."""
+        return moves.move(self, array, worker, via, moves.MOVE_TIMEOUT_S if timeout is None else timeout)
+
     def _owner(self, what: str, arrays: list[RemoteArray]) -> Incarnation:
         owners = {id(a._inc): a._inc for a in arrays}
         if len(owners) > 1:
@@ -285,10 +246,12 @@ class GPUs:
         return self._send(array._inc, download, (array,), {}, None, True, array=False).result(timeout)
 
     def cancel(self, inc: Incarnation, seq: int) -> None:
-        rpc = self.client.rpc(inc.address)
-        asyncio.run_coroutine_threadsafe(
-            rpc.actor_execute(function="cancel", actor=inc.key, args=[seq], kwargs={}), self._loop
-        )
+        self._on_actor(inc, "cancel", [seq])
+
+    def _on_actor(self, inc: Incarnation, function: str, args: list[Any]) -> concurrent.futures.Future[Any]:
+        """``function`` of ``inc``'s actor called with ``args``, outside the call order: its reply."""
+        call = self.client.rpc(inc.address).actor_execute(function=function, actor=inc.key, args=args, kwargs={})
+        return asyncio.run_coroutine_threadsafe(call, self._loop)
 
     def materialize(self, inc: Incarnation, described: tuple[Any, ...]) -> Any:
         """A worker's result description as this client's values: arrays as RemoteArrays."""

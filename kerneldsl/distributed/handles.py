@@ -9,17 +9,27 @@ from __future__ import annotations
 
 import concurrent.futures
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from ..errors import CallCancelledError, RemoteArrayLostError
-from .moves import MOVE_TIMEOUT_S, move
 
 _UNSET = object()
 
 if TYPE_CHECKING:
-    from .gpus import GPUs, Incarnation
+    from .incarnation import Incarnation
+
+
+class Plane(Protocol):
+    """The client's view of the workers (``gpus.GPUs``) as a handle uses it: the calls a handle
+    cancels, routes, reads back or copies to another worker go through the client that made it."""
+
+    def cancel(self, inc: Incarnation, seq: int) -> None: ...
+    def materialize(self, inc: Incarnation, described: tuple[Any, ...]) -> Any: ...
+    def route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RemoteFuture: ...
+    def download(self, array: RemoteArray, timeout: float | None) -> Any: ...
+    def move(self, array: RemoteArray, worker: str, via: str, timeout: float | None) -> RemoteArray: ...
 
 
 class RemoteFuture:
@@ -31,7 +41,7 @@ class RemoteFuture:
     uses an array it was to write, ``to_host()`` included, raises its error.
     """
 
-    def __init__(self, gpus: GPUs, inc: Incarnation, future: concurrent.futures.Future[Any], seq: int) -> None:
+    def __init__(self, gpus: Plane, inc: Incarnation, future: concurrent.futures.Future[Any], seq: int) -> None:
         self._gpus = gpus
         self._inc = inc
         self._future = future
@@ -95,7 +105,7 @@ class RemoteArray(RemoteFuture):
 
     def __init__(
         self,
-        gpus: GPUs,
+        gpus: Plane,
         inc: Incarnation,
         future: concurrent.futures.Future[Any],
         seq: int,
@@ -107,7 +117,7 @@ class RemoteArray(RemoteFuture):
         self.profile = profile
         weakref.finalize(self, inc.drop, key)
 
-    def kd_route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def kd_route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> RemoteFuture:
         """Run a kerneldsl call whose arguments include this array on its worker (see ``kerneldsl.launch.routing``)."""
         return self._gpus.route(fn, args, kwargs)
 
@@ -160,7 +170,7 @@ class RemoteArray(RemoteFuture):
         ``"comms"`` or ``"client"``, through this process, force one). A worker lost during the
         copy fails the new array with ``WorkerLostError``; waits are bounded by ``timeout``
         (default ``moves.MOVE_TIMEOUT_S``)."""
-        return move(self._gpus, self, worker, via, MOVE_TIMEOUT_S if timeout is None else timeout)
+        return self._gpus.move(self, worker, via, timeout)
 
     def __repr__(self) -> str:
         return f"<RemoteArray {self.key!r} on {self.worker}{' (lost)' if self.lost else ''}>"

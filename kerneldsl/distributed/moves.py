@@ -36,8 +36,9 @@ from .exports import publish
 from .worker import GPUSessionPlugin, plugin, upload
 
 if TYPE_CHECKING:
-    from .gpus import GPUs, Incarnation
+    from .dispatcher import Dispatcher
     from .handles import RemoteArray
+    from .incarnation import Incarnation
 
 MOVE_TIMEOUT_S = 300.0  # the longest a destination waits for its source (queued work included)
 VIAS = ("auto", "ipc", "comms", "client")
@@ -123,12 +124,12 @@ def same_worker_copy(array: DeviceArray) -> DeviceArray:
 _hosts: weakref.WeakKeyDictionary[Incarnation, str] = weakref.WeakKeyDictionary()
 
 
-def _host_of(gpus: GPUs, inc: Incarnation, timeout: float) -> str:
+def _host_of(gpus: Dispatcher, inc: Incarnation, timeout: float) -> str:
     found = _hosts.get(inc)
     if found is None:
-        call = gpus.client.rpc(inc.address).actor_execute(function="identity", actor=inc.key, args=[], kwargs={})
+        asked = gpus._on_actor(inc, "identity", [])
         try:
-            reply = asyncio.run_coroutine_threadsafe(call, gpus._loop).result(timeout)
+            reply = asked.result(timeout)
         except Exception as exc:
             raise WorkerLostError(f"worker {inc.name} ({inc.address}) was lost: {type(exc).__name__}: {exc}") from None
         # a worker that cannot say (not kerneldsl's actor) shares no IPC with anyone
@@ -136,7 +137,7 @@ def _host_of(gpus: GPUs, inc: Incarnation, timeout: float) -> str:
     return found
 
 
-def move(gpus: GPUs, array: RemoteArray, worker: str, via: str, timeout: float) -> RemoteArray:
+def move(gpus: Dispatcher, array: RemoteArray, worker: str, via: str, timeout: float) -> RemoteArray:
     """``array`` copied to ``worker``: ``via="auto"`` takes CUDA IPC between workers of one host
     and Dask's comms otherwise; ``"ipc"``, ``"comms"`` or ``"client"`` (through this process)
     force one."""
@@ -175,11 +176,7 @@ def move(gpus: GPUs, array: RemoteArray, worker: str, via: str, timeout: float) 
     return moved
 
 
-def _release(gpus: GPUs, inc: Incarnation, tid: str, why: str) -> None:
+def _release(gpus: Dispatcher, inc: Incarnation, tid: str, why: str) -> None:
     """Tell the source to free move ``tid``'s export (nothing to do if it is gone)."""
-    if inc.gone() is not None:
-        return
-    rpc = gpus.client.rpc(inc.address)
-    asyncio.run_coroutine_threadsafe(
-        rpc.actor_execute(function="release", actor=inc.key, args=[tid, why], kwargs={}), gpus._loop
-    )
+    if inc.gone() is None:
+        gpus._on_actor(inc, "release", [tid, why])

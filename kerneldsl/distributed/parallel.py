@@ -18,11 +18,11 @@ from ..device_array.ndarray import DeviceArray
 from ..errors import NoWorkerError
 
 if TYPE_CHECKING:
-    from .gpus import GPUs
+    from .dispatcher import Dispatcher
     from .handles import RemoteArray
 
 
-def scatter(gpus: GPUs, host: Any, axis: int = 0, workers: Sequence[str] | None = None) -> list[RemoteArray]:
+def scatter(gpus: Dispatcher, host: Any, axis: int = 0, workers: Sequence[str] | None = None) -> list[RemoteArray]:
     """``host`` split along ``axis`` into one near-equal shard per worker (``np.array_split``),
     each uploaded to its worker (default: every live worker, by name)."""
     names = list(workers) if workers is not None else gpus.workers()
@@ -33,7 +33,7 @@ def scatter(gpus: GPUs, host: Any, axis: int = 0, workers: Sequence[str] | None 
 
 
 def map_shards(
-    gpus: GPUs, fn: Callable[..., Any], shards: Sequence[RemoteArray], *args: Any, **kwargs: Any
+    gpus: Dispatcher, fn: Callable[..., Any], shards: Sequence[RemoteArray], *args: Any, **kwargs: Any
 ) -> list[RemoteArray]:
     """``fn(shard, *args, **kwargs)`` on each shard's worker; a returned DeviceArray stays there
     (``result()`` gives any other value)."""
@@ -56,12 +56,12 @@ def _folded(op: Callable[[Any, Any], Any], parts: list[DeviceArray]) -> DeviceAr
     return total if len(parts) > 1 else total.copy()
 
 
-def _onto(gpus: GPUs, parts: Sequence[RemoteArray], worker: str) -> list[RemoteArray]:
+def _onto(gpus: Dispatcher, parts: Sequence[RemoteArray], worker: str) -> list[RemoteArray]:
     name = gpus._pick(worker, None)
     return [p if p.worker == name else p.to_worker(name) for p in parts]
 
 
-def gather(gpus: GPUs, parts: Sequence[RemoteArray], axis: int = 0, worker: str | None = None) -> Any:
+def gather(gpus: Dispatcher, parts: Sequence[RemoteArray], axis: int = 0, worker: str | None = None) -> Any:
     """The parts joined along ``axis``: a numpy array here (``worker=None``), or a RemoteArray on
     ``worker``, the parts moved there device to device."""
     if not parts:
@@ -73,7 +73,10 @@ def gather(gpus: GPUs, parts: Sequence[RemoteArray], axis: int = 0, worker: str 
 
 
 def reduce(
-    gpus: GPUs, parts: Sequence[RemoteArray], worker: str | None = None, op: Callable[[Any, Any], Any] | None = None
+    gpus: Dispatcher,
+    parts: Sequence[RemoteArray],
+    worker: str | None = None,
+    op: Callable[[Any, Any], Any] | None = None,
 ) -> RemoteArray:
     """The parts combined elementwise by ``op`` (default ``kd.ops.add``: the sum of per-worker
     partials) on ``worker`` (default: the first part's), the parts moved there device to device."""

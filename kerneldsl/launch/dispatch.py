@@ -17,7 +17,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from threading import get_ident
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import numpy as np
 
@@ -54,19 +54,19 @@ from .bound import (
     stage_host_call,
 )
 from .resources import KernelResources
-from .routing import find_remote, is_remote, route
+from .routing import RemoteCall, RemoteHandle, find_remote, is_remote, route
 
 if TYPE_CHECKING:
-    from typing import Concatenate, overload
+    from typing import Concatenate, TypeVar, overload
 
     from typing_extensions import ParamSpec
 
-    from ..distributed.handles import RemoteArray, RemoteFuture
     from ..jit.build import Build
     from ..jit.codegen import GeneratedBody
 
     _P = ParamSpec("_P", default=...)  # a bare ``Kernel`` is a kernel of any declaration
     _Q = ParamSpec("_Q")
+    _Call = TypeVar("_Call", bound=RemoteCall)  # what a call on a remote worker gives: a RemoteFuture
     _Grid = Dim | tuple[int, ...] | None
 else:
     import typing
@@ -86,28 +86,28 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
 
     For type checkers a kernel is generic in its body function's parameters (``_P``): a call
     takes what they declare (see ``signature``'s checker types), returns None, or a
-    ``RemoteFuture`` when its first argument is a ``RemoteArray``. Launch overrides are typed
-    through ``launch(grid=, block=, shared=, stream=)``.
+    ``RemoteFuture`` when its first argument is a ``RemoteArray`` (``routing.RemoteHandle``).
+    Launch overrides are typed through ``launch(grid=, block=, shared=, stream=)``.
     """
 
     if TYPE_CHECKING:  # at run time __call__ stays the (C or Python) FastPathCallable's
 
         @overload
         def __call__(
-            self: Kernel[Concatenate[Any, _Q]], first: RemoteArray, /, *args: _Q.args, **kwargs: _Q.kwargs
-        ) -> RemoteFuture: ...
+            self: Kernel[Concatenate[Any, _Q]], first: RemoteHandle[_Call], /, *args: _Q.args, **kwargs: _Q.kwargs
+        ) -> _Call: ...
         @overload
         def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> None: ...
         # With a launch keyword the arguments are not checked (a ParamSpec cannot take keywords):
         # ``launch(...)`` is the checked spelling.
         @overload
-        def __call__(self, *args: Any, grid: _Grid, **kwargs: Any) -> RemoteFuture | None: ...
+        def __call__(self, *args: Any, grid: _Grid, **kwargs: Any) -> RemoteCall | None: ...
         @overload
-        def __call__(self, *args: Any, block: _Grid, **kwargs: Any) -> RemoteFuture | None: ...
+        def __call__(self, *args: Any, block: _Grid, **kwargs: Any) -> RemoteCall | None: ...
         @overload
-        def __call__(self, *args: Any, shared: int | None, **kwargs: Any) -> RemoteFuture | None: ...
+        def __call__(self, *args: Any, shared: int | None, **kwargs: Any) -> RemoteCall | None: ...
         @overload
-        def __call__(self, *args: Any, stream: Stream | None, **kwargs: Any) -> RemoteFuture | None: ...
+        def __call__(self, *args: Any, stream: Stream | None, **kwargs: Any) -> RemoteCall | None: ...
         def __call__(self, *args: Any, **kwargs: Any) -> Any: ...  # type: ignore[misc]
 
     def __init__(
@@ -118,7 +118,8 @@ class Kernel(fastpath.FastPathCallable, KernelResources, Generic[_P]):
         precompile: Sequence[Mapping[str, Any]] = (),
         code: DeviceCode = NO_DEVICE_CODE,
     ) -> None:
-        functools.update_wrapper(self, func)
+        # update_wrapper wants a Callable; __call__'s remote overload is generic in its result
+        functools.update_wrapper(cast("Callable[..., object]", self), func)
         self.body: Callable[_P, str | GeneratedBody] = func
         self.signature = signature
         self.options = check_options(options)
@@ -391,8 +392,8 @@ class Launch(Generic[_P]):
 
         @overload
         def __call__(
-            self: Launch[Concatenate[Any, _Q]], first: RemoteArray, /, *args: _Q.args, **kwargs: _Q.kwargs
-        ) -> RemoteFuture: ...
+            self: Launch[Concatenate[Any, _Q]], first: RemoteHandle[_Call], /, *args: _Q.args, **kwargs: _Q.kwargs
+        ) -> _Call: ...
         @overload
         def __call__(self, *args: _P.args, **kwargs: _P.kwargs) -> None: ...
 

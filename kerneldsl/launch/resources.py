@@ -12,8 +12,9 @@ the driver's own ``cuOccupancyMaxActiveBlocksPerMultiprocessor`` answer so a dif
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from ..errors import BindingError
 from ..jit.attributes import Resources
@@ -22,8 +23,8 @@ from ..runtime.occupancy import FunctionAttributes
 from .bound import dim3, resolved_launch_dims
 
 if TYPE_CHECKING:
+    from ..jit.signature import Signature
     from .bound import BoundLaunch
-    from .dispatch import Kernel
 
 __all__ = ["DeviceLimits", "KernelResources", "Occupancy", "SuggestedBlock", "compute_occupancy"]
 
@@ -174,12 +175,22 @@ class KernelResources:
         return SuggestedBlock(block, grid)
 
 
-def _kernel(mixed: KernelResources) -> Kernel[Any]:
+class _Lookups(Protocol):
+    """What the resource questions ask of the ``Kernel`` they are a base of: its signature and
+    the bound build a call's arguments select."""
+
+    @property
+    def signature(self) -> Signature: ...
+    def lookup(self, args: tuple[Any, ...], consts: Mapping[str, Any]) -> tuple[BoundLaunch, bool] | None: ...
+    def _adopt_foreign(self, args: tuple[Any, ...]) -> tuple[Any, ...]: ...
+
+
+def _kernel(mixed: KernelResources) -> _Lookups:
     """``KernelResources`` is a base of ``Kernel`` only."""
-    return cast("Kernel[Any]", mixed)
+    return cast("_Lookups", mixed)
 
 
-def _bound(kernel: Kernel[Any], args: tuple[Any, ...], consts: dict[str, Any]) -> tuple[BoundLaunch, tuple[Any, ...]]:
+def _bound(kernel: _Lookups, args: tuple[Any, ...], consts: dict[str, Any]) -> tuple[BoundLaunch, tuple[Any, ...]]:
     """The bound build a call with ``args`` would launch (bound and built on a miss), and the
     arguments in parameter order."""
     args, consts = kernel.signature.place_arguments(args, consts)
@@ -193,7 +204,7 @@ def _bound(kernel: Kernel[Any], args: tuple[Any, ...], consts: dict[str, Any]) -
 
 
 def _block_of(
-    kernel: Kernel[Any], bound: BoundLaunch, args: tuple[Any, ...], block: Any, shared: int | None
+    kernel: _Lookups, bound: BoundLaunch, args: tuple[Any, ...], block: Any, shared: int | None
 ) -> tuple[int, int]:
     """Threads per block and dynamic shared bytes of a launch with ``args`` (and the overrides)."""
     override = None if block is None else dim3(kernel.signature.name, "block", block)

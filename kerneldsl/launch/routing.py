@@ -2,7 +2,8 @@
 
 A remote handle (``kerneldsl.distributed.RemoteArray``) carries ``kd_route``; an entry point that
 meets one on its miss path hands the whole call to it. Nothing here imports the remote plane, so
-``import kerneldsl`` stays free of Dask, and warm local calls never look.
+``import kerneldsl`` stays free of Dask, and warm local calls never look; the entry points' types
+name the handle by ``RemoteHandle``, the face they use, as the remote plane sits above them.
 """
 
 from __future__ import annotations
@@ -10,9 +11,32 @@ from __future__ import annotations
 import functools
 import importlib
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_Call_co = TypeVar("_Call_co", bound="RemoteCall", covariant=True)
+
+
+class RemoteCall(Protocol):
+    """A call in flight on a remote worker (``kd.distributed.RemoteFuture``), as an entry point
+    whose arguments it cannot tell apart (a kernel's launch keywords) types what it gives."""
+
+    @property
+    def worker(self) -> str: ...
+    def done(self) -> bool: ...
+    def cancel(self) -> None: ...
+    def result(self, timeout: float | None = None) -> Any: ...
+    def exception(self, timeout: float | None = None) -> BaseException | None: ...
+
+
+class RemoteHandle(Protocol[_Call_co]):
+    """A value on a remote GPU worker (``kd.distributed.RemoteArray``) as the local entry points
+    meet it: a call with one among its arguments is handed to it whole, and gives what its plane
+    gives for a call in flight (``_Call_co``: ``kd.distributed.RemoteFuture``). A call that makes
+    arrays gives a handle of the operands' own type: its overloads take ``RemoteHandle`` through
+    a bound type variable."""
+
+    def kd_route(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call_co: ...
 
 
 def is_remote(value: Any) -> bool:

@@ -22,8 +22,7 @@ from .strategy import Step, planning_multiprocessors
 
 if TYPE_CHECKING:
     from ...device_array.ndarray import DeviceArray
-    from ...distributed.handles import RemoteArray
-    from ..operands import DeviceOperand, HostArray, HostOperand, RemoteOperand, TracedOperand
+    from ..operands import DeviceOperand, HostArray, HostOperand, RemoteArrayT, RemoteOperand, TracedOperand
 
 
 class Reduction:
@@ -61,8 +60,12 @@ class Reduction:
     ) -> Traced: ...
     @overload
     def __call__(  # type: ignore[overload-overlap]
-        self, *operands: RemoteOperand, axis: Any = None, out: RemoteArray | None = None, keepdims: bool = False
-    ) -> RemoteArray: ...
+        self,
+        *operands: RemoteOperand[RemoteArrayT],
+        axis: Any = None,
+        out: RemoteArrayT | None = None,
+        keepdims: bool = False,
+    ) -> RemoteArrayT: ...
     @overload
     def __call__(
         self, *operands: DeviceOperand, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False
