@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from ..errors import ArrayScalarError, ArraySizeError, InvalidOptionError, ViewError
-from ..runtime.session import Session, default_session
+from ..runtime.session import Session, default_session, session_of
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -122,7 +122,7 @@ class ArrayProtocol:
         if isinstance(device, Session):
             target = device
         elif isinstance(device, (int, np.integer)) and not isinstance(device, bool):
-            target = a.session if device == a.device else default_session(int(device))
+            target = session_of(a) if device == a.device else default_session(int(device))
         else:
             raise TypeError(f"to_device: expected a device ordinal or a kd.Session, got {type(device).__name__}")
         if target is a.session:
