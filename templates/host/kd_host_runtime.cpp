@@ -1765,6 +1765,86 @@ __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, ui
     }
 }
 
+// A read of an array granule other blocks of this launch read (and none wrote), as check_cell
+// records it, under the record's lock (false: a write came first, check_access decides).
+__attribute__((noinline)) bool quick_shared_read(ThreadContext& c, const Range& r, Cell& cell, uintptr_t offset,
+                                                 unsigned int size, uint32_t tag, bool strong, const void* pc) {
+    const uint32_t launch = tag & kLaunchBits;
+    const uint8_t bytes = (uint8_t)(((1u << size) - 1u) << (offset & 3));
+    const unsigned int worker = c.check.worker;
+    CellLock hold(r.base / 4 + offset / 4);
+    if ((cell.wtag & kLaunchBits) == launch || !other_block(cell.rtag, tag)) return false;
+    if (cell.rmask & bytes) {
+        cell.rtag = launch | kManyBlocks;  // several blocks read it: any block's write now races
+        cell.rsite = site_of(0, 0, kManyThreads);
+        cell.rmask |= bytes;
+    } else {
+        const kd_host_index* ix = &kd_host_index_v1;
+        const unsigned int t = linear_thread(ix);
+        const bool fibers = c.scheduler.active();
+        cell.rtag = tag;
+        cell.rsite = site_of(fibers ? c.scheduler.epoch() : 0, fibers ? c.scheduler.warp_epoch(t >> 5) : 0, t);
+        cell.rmask = bytes;
+        cell.rpc = pc;
+    }
+    cell.rworker = (uint8_t)worker;
+    cell.rfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
+    cell.flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    return true;
+}
+
+// An array access inside one granule whose record holds no write of this launch, and for a write
+// no read of it either: it can find nothing (an access races only with a write of the launch, a
+// write also with a read), so it is recorded here as check_cell records it, without check_access's
+// loop and findings (under the record's lock only where other blocks read it). Anything else
+// returns false and goes to check_access. (Most accesses of a kernel that reads its inputs and
+// writes each output element once are these.)
+__attribute__((always_inline)) inline bool quick_global(ThreadContext& c, const Range& r, uintptr_t address,
+                                                        unsigned int size, bool write, bool strong, const void* pc) {
+    const uintptr_t offset = address - r.base;
+    if ((offset & 3) + size > 4 || offset + size > r.size) return false;
+    CheckState& k = c.check;
+    Cell& cell = r.shadow[offset / 4];
+    const uint32_t launch = (k.launch & 0xfffu) << 20;
+    if ((cell.wtag & kLaunchBits) == launch) return false;
+    const kd_host_index* ix = &kd_host_index_v1;
+    const uint32_t tag = tag_of(k, ix);
+    const bool read_earlier = (cell.rtag & kLaunchBits) == launch;
+    if (read_earlier && write) return false;
+    if (read_earlier && cell.rtag != tag) return write ? false : quick_shared_read(c, r, cell, offset, size, tag, strong, pc);
+    const unsigned int t = linear_thread(ix);
+    const bool fibers = c.scheduler.active();
+    const uint32_t me = site_of(fibers ? c.scheduler.epoch() : 0, fibers ? c.scheduler.warp_epoch(t >> 5) : 0, t);
+    const uint8_t bytes = (uint8_t)(((1u << size) - 1u) << (offset & 3));
+    const uint8_t worker = (uint8_t)k.worker, fence = (uint8_t)worker_fences[k.worker].load(std::memory_order_relaxed);
+    if (write) {
+        cell.wmask = bytes;
+        cell.imask = bytes;
+        cell.wtag = tag;
+        cell.wsite = me;
+        cell.wpc = pc;
+        cell.wworker = worker;
+        cell.wfence = fence;
+        cell.flags = (uint8_t)((cell.flags & ~kVolatileWrite) | (strong ? kVolatileWrite : 0));
+        return true;
+    }
+    if (read_earlier && thread_of(cell.rsite) != t && (cell.rmask & bytes) && concurrent(cell.rsite, me)) {
+        cell.rsite = site_of(me >> 21, 0, kManyThreads);
+        cell.rmask |= bytes;
+    } else if (read_earlier && cell.rsite == me) {
+        cell.rmask |= bytes;
+    } else {
+        cell.rtag = tag;
+        cell.rsite = me;
+        cell.rmask = bytes;
+        cell.rpc = pc;
+    }
+    cell.rworker = worker;
+    cell.rfence = fence;
+    cell.flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    return true;
+}
+
 // init, on a buffer made by empty(): a store marks its bytes written, a load of bytes nothing wrote
 // fails the launch, naming the array parameter that reached it (`named`: a kernel's registered
 // array holding the address) or else the buffer's byte.
@@ -1832,7 +1912,9 @@ __attribute__((always_inline)) inline void on_access(const void* p, unsigned int
             break;
         }
     }
-    if (hit != nullptr && hit->shadow != nullptr) check_access(*c, *hit, a, size, write, strong, pc);
+    if (hit != nullptr && hit->shadow != nullptr &&
+        !(hit->kind == kGlobal && quick_global(*c, *hit, a, size, write, strong, pc)))
+        check_access(*c, *hit, a, size, write, strong, pc);
     if (c->check.fresh && (hit == nullptr || hit->kind == kGlobal)) check_fresh(*c, hit, a, size, write, pc);
 }
 
