@@ -103,7 +103,7 @@ struct kd_host_index {
 };
 // The running CUDA thread of this OS thread, which every module reads (kd_host.h).
 extern "C" __attribute__((visibility("default"))) __thread kd_host_index kd_host_index_v1 KD_TLS;
-__thread kd_host_index kd_host_index_v1 = {};
+__thread kd_host_index kd_host_index_v1 KD_TLS = {};
 enum {
     KD_HOST_WARP_SYNC, KD_HOST_SHFL_IDX, KD_HOST_SHFL_UP, KD_HOST_SHFL_DOWN, KD_HOST_SHFL_BFLY,
     KD_HOST_VOTE_ANY, KD_HOST_VOTE_ALL, KD_HOST_VOTE_UNI, KD_HOST_VOTE_BALLOT, KD_HOST_MATCH_ANY,
@@ -706,10 +706,9 @@ struct Cell {
     uint32_t wtag, wsite, rtag, rsite;  // (launch, block) and (epoch, warp epoch, thread) of the last write and read
     uint8_t wmask, imask, rmask;  // the bytes of the granule the last writer wrote, any thread wrote, the last reader read
     uint8_t wworker, wfence, rworker, rfence, flags;  // the last writer's and reader's OS thread and fence count; kVolatile*
-    const void* wpc;
-    const void* rpc;
+    uint32_t wpc, rpc;  // the last writer's and reader's code address in the running module (code_offset)
 };
-static_assert(sizeof(Cell) == 40, "a shadow cell stays 40 bytes");
+static_assert(sizeof(Cell) == 32, "a shadow cell stays 32 bytes (two a cache line)");
 // A block's fences, counted per OS thread that runs blocks (the low 8 bits are kept in a record).
 constexpr unsigned int kWorkers = 256;
 std::atomic<uint32_t> worker_fences[kWorkers];
@@ -719,6 +718,16 @@ unsigned int next_worker() {
 }
 inline bool published(uint8_t worker, uint8_t fence) {
     return (uint8_t)worker_fences[worker].load(std::memory_order_relaxed) != fence;
+}
+// A record's code address is kept as its offset into the running module plus one (0: none, or
+// outside the module): a launch's records are only ever compared with the same launch's, whose
+// accesses all come from one module.
+inline uint32_t code_offset(uintptr_t module_base, const void* pc) {
+    const uintptr_t offset = (uintptr_t)pc - module_base;
+    return pc != nullptr && offset < 0xffffffffu ? (uint32_t)offset + 1u : 0u;
+}
+inline const void* code_at(uintptr_t module_base, uint32_t offset) {
+    return offset ? (const void*)(module_base + offset - 1u) : nullptr;
 }
 // An array's records are read and written by the OS threads running its blocks at once: a record
 // another block of the launch holds is read and updated under one of these locks, so a check
@@ -801,7 +810,7 @@ struct ArrayRegistry {  // a grid's registered arrays: every OS thread of the gr
 // the next launch over the same array pays no page faults. A shadow is cleared when its records
 // could be mistaken for the current launch's (the id's 12 bits wrapped since its last use), and all
 // not in use by a running launch are dropped when all hold more than kShadowCacheBytes. An array whose shadow would exceed
-// kArrayShadowBytes (ten times its size) is not tracked: its races go unchecked, its bounds not.
+// kArrayShadowBytes (eight times its size) is not tracked: its races go unchecked, its bounds not.
 constexpr size_t kShadowCacheBytes = size_t(1) << 30;
 constexpr size_t kArrayShadowBytes = size_t(256) << 20;
 class ShadowCache {
@@ -1655,15 +1664,14 @@ inline bool other_block(uint32_t recorded, uint32_t tag) {
 // What an access found wrong with a record (decided under the record's lock, reported after it).
 struct Finding {
     enum { kNone, kRace, kBlockRace, kUninitialized } what = kNone;
-    uint32_t tag = 0, site = 0;
-    const void* pc = nullptr;
+    uint32_t tag = 0, site = 0, pc = 0;
     bool other_writes = false;
     uintptr_t address = 0;
 };
 
 inline Finding check_cell(Cell& cell, uint32_t tag, uint32_t me, unsigned int t, uint8_t bytes,
                           bool write, bool strong, bool races, bool init, bool global, unsigned int worker,
-                          const void* pc) {
+                          uint32_t pc) {
     Finding found;
     const bool written_here = cell.wtag == tag;
     const uint32_t launch = tag & kLaunchBits;
@@ -1741,6 +1749,7 @@ __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, ui
     const bool global = r.kind == kGlobal;
     const bool races = k.bits & kCheckRaces, init = (k.bits & kCheckInit) && !global;
     const uintptr_t offset = address - r.base, last = offset + size - 1 < r.size ? offset + size - 1 : r.size - 1;
+    const uint32_t at = code_offset(k.module_base, pc);
     for (uintptr_t g = offset / 4; g <= last / 4; ++g) {
         const uintptr_t lo = g * 4 > offset ? g * 4 : offset, hi = g * 4 + 3 < last ? g * 4 + 3 : last;
         const uint8_t bytes = (uint8_t)(((1u << (hi - lo + 1)) - 1u) << (lo - g * 4));
@@ -1749,17 +1758,18 @@ __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, ui
         if (global && (other_block(cell.wtag, tag) || other_block(cell.rtag, tag))) {
             // Another block of this launch has a record here: decided under the record's lock.
             CellLock hold(r.base / 4 + g);
-            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
+            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, at);
         } else if (global) {
-            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
+            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, at);
         } else {
-            found = check_cell(r.shadow[g], tag, me, t, bytes, write, strong, races, init, false, k.worker, pc);
+            found = check_cell(r.shadow[g], tag, me, t, bytes, write, strong, races, init, false, k.worker, at);
         }
         switch (found.what) {
         case Finding::kNone: break;
-        case Finding::kRace: race(c, r, r.base + g * 4, found.site, found.pc, found.other_writes, write, pc);
+        case Finding::kRace: race(c, r, r.base + g * 4, found.site, code_at(k.module_base, found.pc), found.other_writes, write, pc);
         case Finding::kBlockRace:
-            block_race(c, r, r.base + g * 4, found.tag, found.site, found.pc, found.other_writes, write, pc);
+            block_race(c, r, r.base + g * 4, found.tag, found.site, code_at(k.module_base, found.pc), found.other_writes,
+                       write, pc);
         case Finding::kUninitialized: uninitialized(c, r, address, pc);
         }
     }
@@ -1785,7 +1795,7 @@ __attribute__((noinline)) bool quick_shared_read(ThreadContext& c, const Range& 
         cell.rtag = tag;
         cell.rsite = site_of(fibers ? c.scheduler.epoch() : 0, fibers ? c.scheduler.warp_epoch(t >> 5) : 0, t);
         cell.rmask = bytes;
-        cell.rpc = pc;
+        cell.rpc = code_offset(c.check.module_base, pc);
     }
     cell.rworker = (uint8_t)worker;
     cell.rfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
@@ -1822,7 +1832,7 @@ __attribute__((always_inline)) inline bool quick_global(ThreadContext& c, const 
         cell.imask = bytes;
         cell.wtag = tag;
         cell.wsite = me;
-        cell.wpc = pc;
+        cell.wpc = code_offset(k.module_base, pc);
         cell.wworker = worker;
         cell.wfence = fence;
         cell.flags = (uint8_t)((cell.flags & ~kVolatileWrite) | (strong ? kVolatileWrite : 0));
@@ -1837,7 +1847,7 @@ __attribute__((always_inline)) inline bool quick_global(ThreadContext& c, const 
         cell.rtag = tag;
         cell.rsite = me;
         cell.rmask = bytes;
-        cell.rpc = pc;
+        cell.rpc = code_offset(k.module_base, pc);
     }
     cell.rworker = worker;
     cell.rfence = fence;
