@@ -875,7 +875,9 @@ ArrayRegistry::~ArrayRegistry() {
 struct CheckState {
     bool active = false;  // races or init: accesses are checked
     unsigned int bits = 0, launch = 0;
-    std::vector<Range> ranges;
+    std::vector<Range> ranges;  // an access is checked against the first that holds it (add_range)
+    bool overlapping = false;   // two of them overlap (aliased array parameters): find_range takes no guess
+    unsigned int last = 0;      // the range the last access hit
     ArrayRegistry* registry = nullptr;
     std::vector<Cell> static_shadow, dynamic_shadow;
     const char* tls_anchor = nullptr;  // the last module's thread-locals on this OS thread: where they start and end
@@ -1583,7 +1585,7 @@ inline uint32_t site_of(unsigned int epoch, unsigned int warp_epoch, unsigned in
 }
 inline unsigned int thread_of(uint32_t site) { return site & kManyThreads; }
 // Two accesses of one block are ordered when a barrier separates them, or a collective of their warp.
-inline bool concurrent(uint32_t a, uint32_t b) {
+__attribute__((always_inline)) inline bool concurrent(uint32_t a, uint32_t b) {
     if ((a >> 21) != (b >> 21)) return false;
     const unsigned int ta = thread_of(a), tb = thread_of(b);
     if (ta == kManyThreads || tb == kManyThreads) return true;
@@ -1782,6 +1784,13 @@ __attribute__((noinline)) bool quick_shared_read(ThreadContext& c, const Range& 
     const uint32_t launch = tag & kLaunchBits;
     const uint8_t bytes = (uint8_t)(((1u << size) - 1u) << (offset & 3));
     const unsigned int worker = c.check.worker;
+    const uint8_t fence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
+    const uint8_t flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    // The record already is what this read leaves (several blocks read these bytes, this OS thread
+    // last, no fence since): nothing changes, so no lock (a write racing with it finds the same record).
+    if (cell.rtag == (launch | kManyBlocks) && (cell.rmask & bytes) == bytes && cell.rworker == (uint8_t)worker &&
+        cell.rfence == fence && cell.flags == flags)
+        return true;
     CellLock hold(r.base / 4 + offset / 4);
     if ((cell.wtag & kLaunchBits) == launch || !other_block(cell.rtag, tag)) return false;
     if (cell.rmask & bytes) {
@@ -1798,7 +1807,7 @@ __attribute__((noinline)) bool quick_shared_read(ThreadContext& c, const Range& 
         cell.rpc = code_offset(c.check.module_base, pc);
     }
     cell.rworker = (uint8_t)worker;
-    cell.rfence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
+    cell.rfence = fence;
     cell.flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
     return true;
 }
@@ -1910,18 +1919,27 @@ __attribute__((noinline)) void note_atomic(ThreadContext& c, const Range& r, uin
     }
 }
 
+// The first tracked range holding `a` (null: none); the one the last access hit is tried first (an
+// array's accesses come in runs), unless two ranges overlap.
+__attribute__((always_inline)) inline const Range* find_range(CheckState& k, uintptr_t a) {
+    const Range* ranges = k.ranges.data();
+    const size_t n = k.ranges.size();
+    if (k.last < n && a - ranges[k.last].base < ranges[k.last].size && !k.overlapping) return &ranges[k.last];
+    for (size_t i = 0; i < n; ++i) {
+        if (a - ranges[i].base < ranges[i].size) {
+            k.last = (unsigned int)i;
+            return &ranges[i];
+        }
+    }
+    return nullptr;
+}
+
 __attribute__((always_inline)) inline void on_access(const void* p, unsigned int size, bool write, bool strong,
                                                      const void* pc) {
     ThreadContext* c = tls_context;
     if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
     const uintptr_t a = (uintptr_t)p;
-    const Range* hit = nullptr;
-    for (const Range& r : c->check.ranges) {
-        if (a - r.base < r.size) {
-            hit = &r;
-            break;
-        }
-    }
+    const Range* hit = find_range(c->check, a);
     if (hit != nullptr && hit->shadow != nullptr &&
         !(hit->kind == kGlobal && quick_global(*c, *hit, a, size, write, strong, pc)))
         check_access(*c, *hit, a, size, write, strong, pc);
@@ -1932,15 +1950,15 @@ __attribute__((always_inline)) inline void on_atomic(const volatile void* p, uns
     ThreadContext* c = tls_context;
     if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
     const uintptr_t a = (uintptr_t)p;
-    const Range* hit = nullptr;
-    for (const Range& r : c->check.ranges) {
-        if (a - r.base < r.size) {
-            hit = &r;
-            break;
-        }
-    }
+    const Range* hit = find_range(c->check, a);
     if (hit != nullptr && hit->shadow != nullptr) note_atomic(*c, *hit, a, size);
     if (c->check.fresh && (hit == nullptr || hit->kind == kGlobal)) check_fresh(*c, hit, a, size, true, nullptr);
+}
+
+void add_range(CheckState& k, const Range& r) {
+    for (const Range& other : k.ranges)
+        if (r.base < other.base + other.size && other.base < r.base + r.size) k.overlapping = true;
+    k.ranges.push_back(r);
 }
 
 void resize_shadow(std::vector<Cell>& shadow, size_t bytes) {
@@ -2011,6 +2029,8 @@ KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int
     k.bits = checks;
     c.scheduler.set_checks(checks, seed);
     k.ranges.clear();
+    k.overlapping = false;
+    k.last = 0;
     k.active = (checks & (kCheckRaces | kCheckInit)) != 0;
     if (!k.active) return;
     find_module_tls(k, static_cast<const char*>(tls_anchor));
@@ -2022,16 +2042,16 @@ KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int
     }
     if (k.tls) {
         resize_shadow(k.static_shadow, k.tls_size);
-        k.ranges.push_back(Range{(uintptr_t)k.tls, k.tls_size, k.static_shadow.data(), nullptr, 1, kStaticShared});
+        add_range(k, Range{(uintptr_t)k.tls, k.tls_size, k.static_shadow.data(), nullptr, 1, kStaticShared});
     }
     if (launch->dynamic_shared) {
         resize_shadow(k.dynamic_shadow, launch->dynamic_shared);
-        k.ranges.push_back(Range{(uintptr_t)kd_host_dynamic_shared_v1(), launch->dynamic_shared, k.dynamic_shadow.data(),
+        add_range(k, Range{(uintptr_t)kd_host_dynamic_shared_v1(), launch->dynamic_shared, k.dynamic_shadow.data(),
                                  nullptr, 1, kDynamicShared});
     }
     if (k.registry) {
         std::lock_guard<std::mutex> hold(k.registry->lock);
-        k.ranges.insert(k.ranges.end(), k.registry->arrays.begin(), k.registry->arrays.end());
+        for (const Range& r : k.registry->arrays) add_range(k, r);
     }
     k.fresh.reset();
     if (checks & kCheckInit) {
@@ -2056,7 +2076,7 @@ KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes
     std::lock_guard<std::mutex> hold(k.registry->lock);
     for (const Range& r : k.registry->arrays) {
         if (r.base == (uintptr_t)base) {
-            k.ranges.push_back(r);
+            add_range(k, r);
             return;
         }
     }
@@ -2064,7 +2084,7 @@ KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes
     if (races && shadow == nullptr) return;  // unchecked rather than failed: the kernel itself is fine
     const Range r = {(uintptr_t)base, (uintptr_t)bytes, shadow, name, elem, kGlobal};
     k.registry->arrays.push_back(r);
-    k.ranges.push_back(r);
+    add_range(k, r);
 }
 
 // Loop mode under a seeded schedule: the order in which block `block`'s n threads run.
