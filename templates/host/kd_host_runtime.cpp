@@ -1824,6 +1824,7 @@ __attribute__((always_inline)) inline bool quick_global(ThreadContext& c, const 
     if ((offset & 3) + size > 4 || offset + size > r.size) return false;
     CheckState& k = c.check;
     Cell& cell = r.shadow[offset / 4];
+    __builtin_prefetch(&cell + 16, 1);  // the records of a run of accesses ahead (a prefetch never faults)
     const uint32_t launch = (k.launch & 0xfffu) << 20;
     if ((cell.wtag & kLaunchBits) == launch) return false;
     const kd_host_index* ix = &kd_host_index_v1;
