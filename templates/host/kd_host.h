@@ -279,12 +279,28 @@ __forceinline__ unsigned int peek(const unsigned int& v) {
     return r;
 }
 __forceinline__ uint3 peek(const uint3& v) { return uint3{peek(v.x), peek(v.y), peek(v.z)}; }
+// The loop's writes of the indices, likewise unseen (else three calls into the checks a thread).
+__forceinline__ void poke(unsigned int& v, unsigned int x) {
+#if defined(__x86_64__)
+    __asm__ __volatile__("movl %1, %0" : "=m"(v) : "r"(x));
+#else
+    __asm__ __volatile__("str %w1, %0" : "=m"(v) : "r"(x));
+#endif
+}
+__forceinline__ void set_index(uint3& field, const uint3& v) {
+    poke(field.x, v.x);
+    poke(field.y, v.y);
+    poke(field.z, v.z);
+}
 }  // namespace kd_host
 #define threadIdx (kd_host::peek(kd_host_ix.thread))
 #define blockIdx (kd_host::peek(kd_host_ix.block))
 #define blockDim (kd_host::peek(kd_host_ix.block_dim))
 #define gridDim (kd_host::peek(kd_host_ix.grid_dim))
 #else
+namespace kd_host {
+__forceinline__ void set_index(uint3& field, const uint3& v) { field = v; }
+}  // namespace kd_host
 #define threadIdx (static_cast<const uint3&>(kd_host_ix.thread))
 #define blockIdx (static_cast<const uint3&>(kd_host_ix.block))
 #define blockDim (static_cast<const uint3&>(kd_host_ix.block_dim))
@@ -1395,25 +1411,25 @@ template <class Sig, Sig* F> struct kernel {
         kd_host_index& ix = kd_host_ix;
         const unsigned int bx = launch->block[0], by = launch->block[1], bz = launch->block[2];
         const unsigned int gx = launch->grid[0], gy = launch->grid[1];
-        ix.block_dim = uint3{bx, by, bz};
-        ix.grid_dim = uint3{gx, gy, launch->grid[2]};
-        ix.cluster_dim = uint3{launch->cluster[0], launch->cluster[1], launch->cluster[2]};
+        set_index(ix.block_dim, uint3{bx, by, bz});
+        set_index(ix.grid_dim, uint3{gx, gy, launch->grid[2]});
+        set_index(ix.cluster_dim, uint3{launch->cluster[0], launch->cluster[1], launch->cluster[2]});
         uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
         for (unsigned long long b = first; b < end; ++b) {
-            ix.block = block;
+            set_index(ix.block, block);
 #if KD_CHECK_SEED
             const unsigned int n = bx * by * bz;
             const unsigned int* order = kd_host_check_order_v1(KD_CHECK_SEED, b, n);
             for (unsigned int k = 0; k < n; ++k) {
                 const unsigned int l = order[k];
-                ix.thread = uint3{l % bx, l / bx % by, l / bx / by};
+                set_index(ix.thread, uint3{l % bx, l / bx % by, l / bx / by});
                 a.template call<F>();
             }
 #else
             for (unsigned int z = 0; z < bz; ++z)
                 for (unsigned int y = 0; y < by; ++y)
                     for (unsigned int x = 0; x < bx; ++x) {
-                        ix.thread = uint3{x, y, z};
+                        set_index(ix.thread, uint3{x, y, z});
                         a.template call<F>();
                     }
 #endif

@@ -103,7 +103,7 @@ struct kd_host_index {
 };
 // The running CUDA thread of this OS thread, which every module reads (kd_host.h).
 extern "C" __attribute__((visibility("default"))) __thread kd_host_index kd_host_index_v1 KD_TLS;
-__thread kd_host_index kd_host_index_v1 = {};
+__thread kd_host_index kd_host_index_v1 KD_TLS = {};
 enum {
     KD_HOST_WARP_SYNC, KD_HOST_SHFL_IDX, KD_HOST_SHFL_UP, KD_HOST_SHFL_DOWN, KD_HOST_SHFL_BFLY,
     KD_HOST_VOTE_ANY, KD_HOST_VOTE_ALL, KD_HOST_VOTE_UNI, KD_HOST_VOTE_BALLOT, KD_HOST_MATCH_ANY,
@@ -706,10 +706,9 @@ struct Cell {
     uint32_t wtag, wsite, rtag, rsite;  // (launch, block) and (epoch, warp epoch, thread) of the last write and read
     uint8_t wmask, imask, rmask;  // the bytes of the granule the last writer wrote, any thread wrote, the last reader read
     uint8_t wworker, wfence, rworker, rfence, flags;  // the last writer's and reader's OS thread and fence count; kVolatile*
-    const void* wpc;
-    const void* rpc;
+    uint32_t wpc, rpc;  // the last writer's and reader's code address in the running module (code_offset)
 };
-static_assert(sizeof(Cell) == 40, "a shadow cell stays 40 bytes");
+static_assert(sizeof(Cell) == 32, "a shadow cell stays 32 bytes (two a cache line)");
 // A block's fences, counted per OS thread that runs blocks (the low 8 bits are kept in a record).
 constexpr unsigned int kWorkers = 256;
 std::atomic<uint32_t> worker_fences[kWorkers];
@@ -719,6 +718,16 @@ unsigned int next_worker() {
 }
 inline bool published(uint8_t worker, uint8_t fence) {
     return (uint8_t)worker_fences[worker].load(std::memory_order_relaxed) != fence;
+}
+// A record's code address is kept as its offset into the running module plus one (0: none, or
+// outside the module): a launch's records are only ever compared with the same launch's, whose
+// accesses all come from one module.
+inline uint32_t code_offset(uintptr_t module_base, const void* pc) {
+    const uintptr_t offset = (uintptr_t)pc - module_base;
+    return pc != nullptr && offset < 0xffffffffu ? (uint32_t)offset + 1u : 0u;
+}
+inline const void* code_at(uintptr_t module_base, uint32_t offset) {
+    return offset ? (const void*)(module_base + offset - 1u) : nullptr;
 }
 // An array's records are read and written by the OS threads running its blocks at once: a record
 // another block of the launch holds is read and updated under one of these locks, so a check
@@ -801,7 +810,7 @@ struct ArrayRegistry {  // a grid's registered arrays: every OS thread of the gr
 // the next launch over the same array pays no page faults. A shadow is cleared when its records
 // could be mistaken for the current launch's (the id's 12 bits wrapped since its last use), and all
 // not in use by a running launch are dropped when all hold more than kShadowCacheBytes. An array whose shadow would exceed
-// kArrayShadowBytes (ten times its size) is not tracked: its races go unchecked, its bounds not.
+// kArrayShadowBytes (eight times its size) is not tracked: its races go unchecked, its bounds not.
 constexpr size_t kShadowCacheBytes = size_t(1) << 30;
 constexpr size_t kArrayShadowBytes = size_t(256) << 20;
 class ShadowCache {
@@ -866,7 +875,9 @@ ArrayRegistry::~ArrayRegistry() {
 struct CheckState {
     bool active = false;  // races or init: accesses are checked
     unsigned int bits = 0, launch = 0;
-    std::vector<Range> ranges;
+    std::vector<Range> ranges;  // an access is checked against the first that holds it (add_range)
+    bool overlapping = false;   // two of them overlap (aliased array parameters): find_range takes no guess
+    unsigned int last = 0;      // the range the last access hit
     ArrayRegistry* registry = nullptr;
     std::vector<Cell> static_shadow, dynamic_shadow;
     const char* tls_anchor = nullptr;  // the last module's thread-locals on this OS thread: where they start and end
@@ -1574,7 +1585,7 @@ inline uint32_t site_of(unsigned int epoch, unsigned int warp_epoch, unsigned in
 }
 inline unsigned int thread_of(uint32_t site) { return site & kManyThreads; }
 // Two accesses of one block are ordered when a barrier separates them, or a collective of their warp.
-inline bool concurrent(uint32_t a, uint32_t b) {
+__attribute__((always_inline)) inline bool concurrent(uint32_t a, uint32_t b) {
     if ((a >> 21) != (b >> 21)) return false;
     const unsigned int ta = thread_of(a), tb = thread_of(b);
     if (ta == kManyThreads || tb == kManyThreads) return true;
@@ -1655,15 +1666,14 @@ inline bool other_block(uint32_t recorded, uint32_t tag) {
 // What an access found wrong with a record (decided under the record's lock, reported after it).
 struct Finding {
     enum { kNone, kRace, kBlockRace, kUninitialized } what = kNone;
-    uint32_t tag = 0, site = 0;
-    const void* pc = nullptr;
+    uint32_t tag = 0, site = 0, pc = 0;
     bool other_writes = false;
     uintptr_t address = 0;
 };
 
 inline Finding check_cell(Cell& cell, uint32_t tag, uint32_t me, unsigned int t, uint8_t bytes,
                           bool write, bool strong, bool races, bool init, bool global, unsigned int worker,
-                          const void* pc) {
+                          uint32_t pc) {
     Finding found;
     const bool written_here = cell.wtag == tag;
     const uint32_t launch = tag & kLaunchBits;
@@ -1741,6 +1751,7 @@ __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, ui
     const bool global = r.kind == kGlobal;
     const bool races = k.bits & kCheckRaces, init = (k.bits & kCheckInit) && !global;
     const uintptr_t offset = address - r.base, last = offset + size - 1 < r.size ? offset + size - 1 : r.size - 1;
+    const uint32_t at = code_offset(k.module_base, pc);
     for (uintptr_t g = offset / 4; g <= last / 4; ++g) {
         const uintptr_t lo = g * 4 > offset ? g * 4 : offset, hi = g * 4 + 3 < last ? g * 4 + 3 : last;
         const uint8_t bytes = (uint8_t)(((1u << (hi - lo + 1)) - 1u) << (lo - g * 4));
@@ -1749,20 +1760,109 @@ __attribute__((noinline)) void check_access(ThreadContext& c, const Range& r, ui
         if (global && (other_block(cell.wtag, tag) || other_block(cell.rtag, tag))) {
             // Another block of this launch has a record here: decided under the record's lock.
             CellLock hold(r.base / 4 + g);
-            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
+            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, at);
         } else if (global) {
-            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, pc);
+            found = check_cell(cell, tag, me, t, bytes, write, strong, races, init, true, k.worker, at);
         } else {
-            found = check_cell(r.shadow[g], tag, me, t, bytes, write, strong, races, init, false, k.worker, pc);
+            found = check_cell(r.shadow[g], tag, me, t, bytes, write, strong, races, init, false, k.worker, at);
         }
         switch (found.what) {
         case Finding::kNone: break;
-        case Finding::kRace: race(c, r, r.base + g * 4, found.site, found.pc, found.other_writes, write, pc);
+        case Finding::kRace: race(c, r, r.base + g * 4, found.site, code_at(k.module_base, found.pc), found.other_writes, write, pc);
         case Finding::kBlockRace:
-            block_race(c, r, r.base + g * 4, found.tag, found.site, found.pc, found.other_writes, write, pc);
+            block_race(c, r, r.base + g * 4, found.tag, found.site, code_at(k.module_base, found.pc), found.other_writes,
+                       write, pc);
         case Finding::kUninitialized: uninitialized(c, r, address, pc);
         }
     }
+}
+
+// A read of an array granule other blocks of this launch read (and none wrote), as check_cell
+// records it, under the record's lock (false: a write came first, check_access decides).
+__attribute__((noinline)) bool quick_shared_read(ThreadContext& c, const Range& r, Cell& cell, uintptr_t offset,
+                                                 unsigned int size, uint32_t tag, bool strong, const void* pc) {
+    const uint32_t launch = tag & kLaunchBits;
+    const uint8_t bytes = (uint8_t)(((1u << size) - 1u) << (offset & 3));
+    const unsigned int worker = c.check.worker;
+    const uint8_t fence = (uint8_t)worker_fences[worker].load(std::memory_order_relaxed);
+    const uint8_t flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    // The record already is what this read leaves (several blocks read these bytes, this OS thread
+    // last, no fence since): nothing changes, so no lock (a write racing with it finds the same record).
+    if (cell.rtag == (launch | kManyBlocks) && (cell.rmask & bytes) == bytes && cell.rworker == (uint8_t)worker &&
+        cell.rfence == fence && cell.flags == flags)
+        return true;
+    CellLock hold(r.base / 4 + offset / 4);
+    if ((cell.wtag & kLaunchBits) == launch || !other_block(cell.rtag, tag)) return false;
+    if (cell.rmask & bytes) {
+        cell.rtag = launch | kManyBlocks;  // several blocks read it: any block's write now races
+        cell.rsite = site_of(0, 0, kManyThreads);
+        cell.rmask |= bytes;
+    } else {
+        const kd_host_index* ix = &kd_host_index_v1;
+        const unsigned int t = linear_thread(ix);
+        const bool fibers = c.scheduler.active();
+        cell.rtag = tag;
+        cell.rsite = site_of(fibers ? c.scheduler.epoch() : 0, fibers ? c.scheduler.warp_epoch(t >> 5) : 0, t);
+        cell.rmask = bytes;
+        cell.rpc = code_offset(c.check.module_base, pc);
+    }
+    cell.rworker = (uint8_t)worker;
+    cell.rfence = fence;
+    cell.flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    return true;
+}
+
+// An array access inside one granule whose record holds no write of this launch, and for a write
+// no read of it either: it can find nothing (an access races only with a write of the launch, a
+// write also with a read), so it is recorded here as check_cell records it, without check_access's
+// loop and findings (under the record's lock only where other blocks read it). Anything else
+// returns false and goes to check_access. (Most accesses of a kernel that reads its inputs and
+// writes each output element once are these.)
+__attribute__((always_inline)) inline bool quick_global(ThreadContext& c, const Range& r, uintptr_t address,
+                                                        unsigned int size, bool write, bool strong, const void* pc) {
+    const uintptr_t offset = address - r.base;
+    if ((offset & 3) + size > 4 || offset + size > r.size) return false;
+    CheckState& k = c.check;
+    Cell& cell = r.shadow[offset / 4];
+    __builtin_prefetch(&cell + 16, 1);  // the records of a run of accesses ahead (a prefetch never faults)
+    const uint32_t launch = (k.launch & 0xfffu) << 20;
+    if ((cell.wtag & kLaunchBits) == launch) return false;
+    const kd_host_index* ix = &kd_host_index_v1;
+    const uint32_t tag = tag_of(k, ix);
+    const bool read_earlier = (cell.rtag & kLaunchBits) == launch;
+    if (read_earlier && write) return false;
+    if (read_earlier && cell.rtag != tag) return write ? false : quick_shared_read(c, r, cell, offset, size, tag, strong, pc);
+    const unsigned int t = linear_thread(ix);
+    const bool fibers = c.scheduler.active();
+    const uint32_t me = site_of(fibers ? c.scheduler.epoch() : 0, fibers ? c.scheduler.warp_epoch(t >> 5) : 0, t);
+    const uint8_t bytes = (uint8_t)(((1u << size) - 1u) << (offset & 3));
+    const uint8_t worker = (uint8_t)k.worker, fence = (uint8_t)worker_fences[k.worker].load(std::memory_order_relaxed);
+    if (write) {
+        cell.wmask = bytes;
+        cell.imask = bytes;
+        cell.wtag = tag;
+        cell.wsite = me;
+        cell.wpc = code_offset(k.module_base, pc);
+        cell.wworker = worker;
+        cell.wfence = fence;
+        cell.flags = (uint8_t)((cell.flags & ~kVolatileWrite) | (strong ? kVolatileWrite : 0));
+        return true;
+    }
+    if (read_earlier && thread_of(cell.rsite) != t && (cell.rmask & bytes) && concurrent(cell.rsite, me)) {
+        cell.rsite = site_of(me >> 21, 0, kManyThreads);
+        cell.rmask |= bytes;
+    } else if (read_earlier && cell.rsite == me) {
+        cell.rmask |= bytes;
+    } else {
+        cell.rtag = tag;
+        cell.rsite = me;
+        cell.rmask = bytes;
+        cell.rpc = code_offset(k.module_base, pc);
+    }
+    cell.rworker = worker;
+    cell.rfence = fence;
+    cell.flags = (uint8_t)((cell.flags & ~kVolatileRead) | (strong ? kVolatileRead : 0));
+    return true;
 }
 
 // init, on a buffer made by empty(): a store marks its bytes written, a load of bytes nothing wrote
@@ -1820,19 +1920,30 @@ __attribute__((noinline)) void note_atomic(ThreadContext& c, const Range& r, uin
     }
 }
 
+// The first tracked range holding `a` (null: none); the one the last access hit is tried first (an
+// array's accesses come in runs), unless two ranges overlap.
+__attribute__((always_inline)) inline const Range* find_range(CheckState& k, uintptr_t a) {
+    const Range* ranges = k.ranges.data();
+    const size_t n = k.ranges.size();
+    if (k.last < n && a - ranges[k.last].base < ranges[k.last].size && !k.overlapping) return &ranges[k.last];
+    for (size_t i = 0; i < n; ++i) {
+        if (a - ranges[i].base < ranges[i].size) {
+            k.last = (unsigned int)i;
+            return &ranges[i];
+        }
+    }
+    return nullptr;
+}
+
 __attribute__((always_inline)) inline void on_access(const void* p, unsigned int size, bool write, bool strong,
                                                      const void* pc) {
     ThreadContext* c = tls_context;
     if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
     const uintptr_t a = (uintptr_t)p;
-    const Range* hit = nullptr;
-    for (const Range& r : c->check.ranges) {
-        if (a - r.base < r.size) {
-            hit = &r;
-            break;
-        }
-    }
-    if (hit != nullptr && hit->shadow != nullptr) check_access(*c, *hit, a, size, write, strong, pc);
+    const Range* hit = find_range(c->check, a);
+    if (hit != nullptr && hit->shadow != nullptr &&
+        !(hit->kind == kGlobal && quick_global(*c, *hit, a, size, write, strong, pc)))
+        check_access(*c, *hit, a, size, write, strong, pc);
     if (c->check.fresh && (hit == nullptr || hit->kind == kGlobal)) check_fresh(*c, hit, a, size, write, pc);
 }
 
@@ -1840,15 +1951,15 @@ __attribute__((always_inline)) inline void on_atomic(const volatile void* p, uns
     ThreadContext* c = tls_context;
     if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
     const uintptr_t a = (uintptr_t)p;
-    const Range* hit = nullptr;
-    for (const Range& r : c->check.ranges) {
-        if (a - r.base < r.size) {
-            hit = &r;
-            break;
-        }
-    }
+    const Range* hit = find_range(c->check, a);
     if (hit != nullptr && hit->shadow != nullptr) note_atomic(*c, *hit, a, size);
     if (c->check.fresh && (hit == nullptr || hit->kind == kGlobal)) check_fresh(*c, hit, a, size, true, nullptr);
+}
+
+void add_range(CheckState& k, const Range& r) {
+    for (const Range& other : k.ranges)
+        if (r.base < other.base + other.size && other.base < r.base + r.size) k.overlapping = true;
+    k.ranges.push_back(r);
 }
 
 void resize_shadow(std::vector<Cell>& shadow, size_t bytes) {
@@ -1919,6 +2030,8 @@ KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int
     k.bits = checks;
     c.scheduler.set_checks(checks, seed);
     k.ranges.clear();
+    k.overlapping = false;
+    k.last = 0;
     k.active = (checks & (kCheckRaces | kCheckInit)) != 0;
     if (!k.active) return;
     find_module_tls(k, static_cast<const char*>(tls_anchor));
@@ -1930,16 +2043,16 @@ KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int
     }
     if (k.tls) {
         resize_shadow(k.static_shadow, k.tls_size);
-        k.ranges.push_back(Range{(uintptr_t)k.tls, k.tls_size, k.static_shadow.data(), nullptr, 1, kStaticShared});
+        add_range(k, Range{(uintptr_t)k.tls, k.tls_size, k.static_shadow.data(), nullptr, 1, kStaticShared});
     }
     if (launch->dynamic_shared) {
         resize_shadow(k.dynamic_shadow, launch->dynamic_shared);
-        k.ranges.push_back(Range{(uintptr_t)kd_host_dynamic_shared_v1(), launch->dynamic_shared, k.dynamic_shadow.data(),
+        add_range(k, Range{(uintptr_t)kd_host_dynamic_shared_v1(), launch->dynamic_shared, k.dynamic_shadow.data(),
                                  nullptr, 1, kDynamicShared});
     }
     if (k.registry) {
         std::lock_guard<std::mutex> hold(k.registry->lock);
-        k.ranges.insert(k.ranges.end(), k.registry->arrays.begin(), k.registry->arrays.end());
+        for (const Range& r : k.registry->arrays) add_range(k, r);
     }
     k.fresh.reset();
     if (checks & kCheckInit) {
@@ -1964,7 +2077,7 @@ KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes
     std::lock_guard<std::mutex> hold(k.registry->lock);
     for (const Range& r : k.registry->arrays) {
         if (r.base == (uintptr_t)base) {
-            k.ranges.push_back(r);
+            add_range(k, r);
             return;
         }
     }
@@ -1972,7 +2085,7 @@ KD_EXPORT void kd_host_check_array_v1(const void* base, unsigned long long bytes
     if (races && shadow == nullptr) return;  // unchecked rather than failed: the kernel itself is fine
     const Range r = {(uintptr_t)base, (uintptr_t)bytes, shadow, name, elem, kGlobal};
     k.registry->arrays.push_back(r);
-    k.ranges.push_back(r);
+    add_range(k, r);
 }
 
 // Loop mode under a seeded schedule: the order in which block `block`'s n threads run.
