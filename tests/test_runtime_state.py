@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -437,33 +438,14 @@ def test_bad_cubin_raises_cuda_error(fake_session: Session) -> None:
 # -- fork, threads, exit -----------------------------------------------------------------------------
 
 
-def test_forked_child_gets_forked_process_error_without_touching_the_driver(
-    fake_session: Session, drv: FakeDriver
-) -> None:
-    a = fake_session.to_device(np.ones(4))
+def _in_forked_child(child: Callable[[], bool]) -> bool:
+    """What ``child`` returns when run in a forked child process (False if it raised)."""
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child
+    if pid == 0:
         code = 1
         try:
-            n = len(drv.calls)
-            failures = 0
-            for op in (
-                a.to_host,
-                fake_session.synchronize,
-                lambda: fake_session.empty(1),
-                lambda: fake_session.launch(1, (1, 1, 1), (1, 1, 1), 0, None, 0),
-            ):
-                try:
-                    op()
-                except ForkedProcessError:
-                    failures += 1
-            fake_session.close()
-            try:
-                Session(0)
-            except ForkedProcessError:
-                failures += 1
-            code = 0 if failures == 5 and len(drv.calls) == n and fake_session.closed else 2
+            code = 0 if child() else 2
         finally:
             os.write(w, bytes([code]))
             os._exit(code)
@@ -471,29 +453,51 @@ def test_forked_child_gets_forked_process_error_without_touching_the_driver(
     status = os.read(r, 1)
     os.close(r)
     os.waitpid(pid, 0)
-    assert status == b"\x00"
+    return status == b"\x00"
+
+
+def test_forked_child_gets_forked_process_error_without_touching_the_driver(
+    fake_session: Session, drv: FakeDriver
+) -> None:
+    a = fake_session.to_device(np.ones(4))
+
+    def child() -> bool:
+        n = len(drv.calls)
+        failures = 0
+        for op in (
+            a.to_host,
+            fake_session.synchronize,
+            lambda: fake_session.empty(1),
+            lambda: fake_session.launch(1, (1, 1, 1), (1, 1, 1), 0, None, 0),
+        ):
+            try:
+                op()
+            except ForkedProcessError:
+                failures += 1
+        fake_session.close()
+        try:
+            Session(0)
+        except ForkedProcessError:
+            failures += 1
+        return failures == 5 and len(drv.calls) == n and fake_session.closed
+
+    assert _in_forked_child(child)
     assert a.to_host().tolist() == [1, 1, 1, 1]  # the parent is unaffected
 
 
 def test_a_forked_child_gets_no_default_session_of_its_parent(drv: FakeDriver) -> None:
     parent = default_session(0)
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: the default is made anew, which a forked child refuses
-        code = 1
+
+    def child() -> bool:  # the default is made anew, which a forked child refuses
         try:
             default_session(0)
         except ForkedProcessError:
-            code = 0
-        finally:
-            os.write(w, bytes([code]))
-            os._exit(code)
-    os.close(w)
-    status = os.read(r, 1)
-    os.close(r)
-    os.waitpid(pid, 0)
+            return True
+        return False
+
+    refused = _in_forked_child(child)
     parent.close()
-    assert status == b"\x00"
+    assert refused
 
 
 def test_four_threads_share_one_session(fake_session: Session, drv: FakeDriver) -> None:
