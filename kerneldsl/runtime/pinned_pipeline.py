@@ -27,7 +27,8 @@ from .driver import check
 from .stream import Event, wait_event
 
 if TYPE_CHECKING:
-    from .memory import BufferSession, DeviceBuffer, PinnedArray
+    from .memory import BufferSession, DeviceBuffer
+    from .pinned import PinnedArray
     from .transfers import Transfers
 
 # From these sizes up transfers are chunked (see the module docstring): the smallest sizes at which

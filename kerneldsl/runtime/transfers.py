@@ -21,7 +21,9 @@ from .handle import Handle, check_same_session
 from .stream import check_stream
 
 if TYPE_CHECKING:
-    from .memory import BufferSession, PinnedArray, Shape
+    from .memory import BufferSession
+    from .pinned import PinnedArray
+    from .shapes import Shape
     from .stream import Stream
 
 
