@@ -16,7 +16,7 @@ import math
 import operator
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,35 +24,17 @@ from ..dtypes import INT32_MAX
 from ..errors import WrongSessionError
 from . import host_copies, interop, views
 from .checks import empty_fill
-from .graph import CapturingSession
 from .handle import Handle
 from .shapes import ShapeDtype
-from .transfers import Transfers
-
-if TYPE_CHECKING:
-    from .pinned import PinnedArray
-    from .vendor import VendorHandles
-
-_Vendor = TypeVar("_Vendor")  # a library handle type (see BufferSession.vendor_handle)
+from .transfers import Transfers, TransferSession
 
 
-class BufferSession(CapturingSession, Protocol):
-    """A Session as its buffers, their transfers and stagings see it: a capturing one's, with the
-    session stream's CUstream, its pool's allocation, the C path's allocator, its factories and
-    its library handles (``Session`` says what each does)."""
-
-    @property
-    def raw_stream(self) -> Any: ...
-
-    @property
-    def capturing(self) -> bool: ...
-
-    @property
-    def vendors(self) -> VendorHandles[Any]: ...
+class BufferSession(TransferSession, Protocol):
+    """A Session as its buffers and stagings see it: what their transfers read, with its pool's
+    allocation and the factories that make (and copy) ``DeviceBuffer``s (``Session`` says what
+    each does)."""
 
     def allocate(self, nbytes: int) -> int: ...
-
-    def native_allocator(self) -> Any: ...
 
     def template(self, shape: Any, dtype: Any) -> DeviceBuffer: ...
 
@@ -61,10 +43,6 @@ class BufferSession(CapturingSession, Protocol):
     def to_device(self, host: Any) -> DeviceBuffer: ...
 
     def copy(self, a: DeviceBuffer) -> DeviceBuffer: ...
-
-    def pinned_empty(self, shape: Any, dtype: Any = ...) -> PinnedArray: ...
-
-    def vendor_handle(self, key: str, create: Callable[[BufferSession], _Vendor]) -> _Vendor: ...
 
 
 _B = TypeVar("_B", bound="DeviceBuffer")
@@ -97,6 +75,7 @@ class DeviceBuffer(ShapeDtype, Transfers):
     """
 
     kind = "mem"
+    session: BufferSession  # its transfers read a TransferSession; the buffer reads more
     __slots__ = (
         "ptr",
         "shape",
@@ -427,7 +406,7 @@ def to_device(session: BufferSession, host: Any) -> DeviceBuffer:
     if not src.flags.c_contiguous:
         src = src.copy(order="C")
     if src.nbytes and session.usable:
-        made = host_copies.upload(session, src)
+        made = host_copies.upload(session, src, empty)
         if made is not None:
             return made
     arr = array_type(session, src.shape, src.dtype)
