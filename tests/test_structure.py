@@ -552,17 +552,6 @@ def test_plan_and_layout_each_name_one_thing() -> None:
 # to remove it: when that work lands, its entry is deleted here. Nothing may be added: a new cycle,
 # or one that grows, fails the test below.
 KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    # the runtime's device buffers: DeviceBuffer and its transfers are written over four modules
-    # that name each other (the Transfers base names PinnedArray and the layout; the warm host
-    # copies and the pinned pipeline make DeviceBuffers and are called from both)
-    frozenset(
-        {
-            "kerneldsl.runtime.host_copies",
-            "kerneldsl.runtime.memory",
-            "kerneldsl.runtime.pinned_pipeline",
-            "kerneldsl.runtime.transfers",
-        }
-    ),
     # the array layer and cuBLAS annotate DeviceArray (their results), whose operators and methods
     # reach them through the engine's and ndarray's doors: gone when the engine and cuBLAS type
     # their results without naming the class above them, or the class sits below them with its

@@ -17,9 +17,10 @@ from .driver import (
 from .graph import Graph
 from .handle import Handle, check_same_session
 from .interop import DeviceView, as_device_view
-from .memory import DeviceBuffer, PinnedArray
+from .memory import DeviceBuffer
 from .module import Module
 from .occupancy import FunctionAttributes
+from .pinned import PinnedArray
 from .session import Session, default_session
 from .session_registry import open_sessions, reset_device
 from .stream import Event, Stream

@@ -26,24 +26,46 @@ share one wait (``STAGE_LIMIT``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import numpy as np
 
 from ..errors import StickyCudaError
 from . import driver, nvtx, pinned_pipeline
-
-if TYPE_CHECKING:
-    from .memory import BufferSession, DeviceBuffer
-    from .transfers import Transfers
+from .pinned_pipeline import PipelinedBuffer, PipelineSession
 
 
-def upload(session: BufferSession, src: np.ndarray) -> DeviceBuffer | None:
+class CopySession(PipelineSession, Protocol):
+    """A Session as the warm host copies see it: the pipeline's, with the C path's allocator and
+    the templates it copies new arrays from (``Session`` says what each does)."""
+
+    def native_allocator(self) -> Any: ...
+
+    def template(self, shape: Any, dtype: Any) -> object: ...
+
+
+class CopiedBuffer(PipelinedBuffer, Protocol):
+    """A contiguous device array as a warm host copy reads it (the C path reads its slots)."""
+
+    @property
+    def session(self) -> CopySession: ...
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+_Session = TypeVar("_Session", bound=CopySession)
+_Buffer = TypeVar("_Buffer", bound=PipelinedBuffer)
+
+
+def upload(session: _Session, src: np.ndarray, empty: Callable[[_Session, Any, Any], _Buffer]) -> _Buffer | None:
     """A new array of ``session`` holding C-contiguous ``src``, made by the C path; None when the
     full path should make it (nothing was done): also while NVTX ranges are on (its copies range).
-    ``UPLOAD_MIN_BYTES`` and up go through the pinned pipeline when it is free."""
+    ``UPLOAD_MIN_BYTES`` and up go through the pinned pipeline when it is free, into an array
+    made by ``empty(session, shape, dtype)``."""
     if src.nbytes >= pinned_pipeline.UPLOAD_MIN_BYTES:
-        staged = pinned_pipeline.upload(session, src)
+        staged = pinned_pipeline.upload(session, src, empty)
         if staged is not None:
             return staged
     allocator = None if nvtx.ON else session.native_allocator()
@@ -63,7 +85,7 @@ def upload(session: BufferSession, src: np.ndarray) -> DeviceBuffer | None:
     return arr  # type: ignore[no-any-return]
 
 
-def download(arr: Transfers, out: np.ndarray) -> bool:
+def download(arr: CopiedBuffer, out: np.ndarray) -> bool:
     """Copy contiguous ``arr`` into ``out`` (writable, C-contiguous, of its size) by the C path;
     False when the full path should (nothing was done), as for ``upload``."""
     if arr.nbytes >= pinned_pipeline.DOWNLOAD_MIN_BYTES and pinned_pipeline.download(arr, out):
@@ -71,7 +93,7 @@ def download(arr: Transfers, out: np.ndarray) -> bool:
     return _copy_existing(arr, out, "download", "cuMemcpyDtoHAsync")
 
 
-def upload_into(arr: Transfers, src: np.ndarray) -> bool:
+def upload_into(arr: CopiedBuffer, src: np.ndarray) -> bool:
     """Copy C-contiguous ``src`` (of its size) into contiguous ``arr`` by the C path; False when
     the full path should (nothing was done), as for ``upload``."""
     if arr.nbytes >= pinned_pipeline.UPLOAD_MIN_BYTES and pinned_pipeline.upload_into(arr, src):
@@ -79,7 +101,7 @@ def upload_into(arr: Transfers, src: np.ndarray) -> bool:
     return _copy_existing(arr, src, "upload_into", "cuMemcpyHtoDAsync")
 
 
-def _copy_existing(arr: Transfers, host: np.ndarray, method: str, api: str) -> bool:
+def _copy_existing(arr: CopiedBuffer, host: np.ndarray, method: str, api: str) -> bool:
     session = arr.session
     allocator = None if nvtx.ON else session.native_allocator()
     if allocator is None or not allocator.copies:
@@ -93,7 +115,7 @@ def _copy_existing(arr: Transfers, host: np.ndarray, method: str, api: str) -> b
     return True
 
 
-def _in_c(session: BufferSession, copy: Any, *args: Any) -> Any:
+def _in_c(session: CopySession, copy: Any, *args: Any) -> Any:
     """``copy(*args)`` of the C path, made again with the session activated when it declines
     (the context not current on this thread, events queued for destruction); None if it still does."""
     made = copy(*args)
@@ -103,14 +125,14 @@ def _in_c(session: BufferSession, copy: Any, *args: Any) -> Any:
     return made
 
 
-def _finish(session: BufferSession, host: np.ndarray, done: bool) -> None:
+def _finish(session: CopySession, host: np.ndarray, done: bool) -> None:
     """Wait for a copy the C path's spin did not see finish, ``host`` kept alive until then."""
     if not done:
         session.keep_alive(host, session.stream)
         session.stream.synchronize()
 
 
-def copy_failed(session: BufferSession, api: str, code: int) -> NoReturn:
+def copy_failed(session: CopySession, api: str, code: int) -> NoReturn:
     """Raise the typed error of a copy the driver refused (a sticky one poisons the session)."""
     exc = driver.error(api, code)
     if isinstance(exc, StickyCudaError):

@@ -1,4 +1,4 @@
-"""Device buffers and pinned host arrays owned by a session.
+"""Device buffers owned by a session.
 
 A ``DeviceBuffer`` is the runtime's array: memory, layout, views and transfers. The user-facing
 ``DeviceArray`` (operators, ``astype``, ``fill``; ``kerneldsl.device_array.ndarray``) subclasses it and
@@ -6,7 +6,8 @@ registers itself with ``use_array_type`` when the array layer is imported: every
 runtime makes from then on (``Session.empty``, ``to_device``, views, foreign memory, the C
 path's allocations) is of that class. The runtime never imports the array layer.
 
-Its transfers (host, device and pinned copies, zero fills) are ``transfers.Transfers``.
+Its transfers (host, device and pinned copies, zero fills) are ``transfers.Transfers``; its shape
+and dtype are ``shapes.ShapeDtype``'s, which ``pinned.PinnedArray`` shares.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 import operator
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -23,36 +24,17 @@ from ..dtypes import INT32_MAX
 from ..errors import WrongSessionError
 from . import host_copies, interop, views
 from .checks import empty_fill
-from .driver import check
-from .graph import CapturingSession
 from .handle import Handle
-from .interop import c_strides
-from .transfers import Transfers
-
-if TYPE_CHECKING:
-    from .vendor import VendorHandles
-
-Shape = tuple[int, ...]
-_Vendor = TypeVar("_Vendor")  # a library handle type (see BufferSession.vendor_handle)
+from .shapes import ShapeDtype
+from .transfers import Transfers, TransferSession
 
 
-class BufferSession(CapturingSession, Protocol):
-    """A Session as its buffers, their transfers and stagings see it: a capturing one's, with the
-    session stream's CUstream, its pool's allocation, the C path's allocator, its factories and
-    its library handles (``Session`` says what each does)."""
-
-    @property
-    def raw_stream(self) -> Any: ...
-
-    @property
-    def capturing(self) -> bool: ...
-
-    @property
-    def vendors(self) -> VendorHandles[Any]: ...
+class BufferSession(TransferSession, Protocol):
+    """A Session as its buffers and stagings see it: what their transfers read, with its pool's
+    allocation and the factories that make (and copy) ``DeviceBuffer``s (``Session`` says what
+    each does)."""
 
     def allocate(self, nbytes: int) -> int: ...
-
-    def native_allocator(self) -> Any: ...
 
     def template(self, shape: Any, dtype: Any) -> DeviceBuffer: ...
 
@@ -62,76 +44,8 @@ class BufferSession(CapturingSession, Protocol):
 
     def copy(self, a: DeviceBuffer) -> DeviceBuffer: ...
 
-    def pinned_empty(self, shape: Any, dtype: Any = ...) -> PinnedArray: ...
 
-    def vendor_handle(self, key: str, create: Callable[[BufferSession], _Vendor]) -> _Vendor: ...
-
-
-def _shape(shape: int | tuple[int, ...] | list[int]) -> Shape:
-    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    out = tuple(int(n) for n in dims)
-    if any(n < 0 for n in out):
-        raise ValueError(f"negative dimension in shape {out}")
-    return out
-
-
-def _dtype(dtype: Any) -> np.dtype[Any]:
-    dt: np.dtype[Any] = np.dtype(dtype)
-    if dt.hasobject:
-        raise TypeError(f"dtype {dt} holds Python objects and cannot live in device memory")
-    return dt
-
-
-_S = TypeVar("_S", bound="_ShapeDtype")
 _B = TypeVar("_B", bound="DeviceBuffer")
-
-_LayoutSlots = tuple[Shape, np.dtype, int, int, int, tuple[int, ...]]
-_layouts: dict[Any, _LayoutSlots] = {}  # by (type of shape, shape, dtype) as the caller gave them
-MAX_LAYOUTS = 4096
-
-
-def _layout(shape: Any, dtype: Any) -> _LayoutSlots:
-    """Shape, dtype, ndim, size, nbytes and strides of a new C-contiguous array, validated once
-    per spelling: allocating a result costs a dict lookup, not the checks."""
-    key: tuple[Any, ...] | None = (type(shape), shape, dtype)
-    try:
-        return _layouts[key]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable spelling (a list): validated every time
-        key = None
-    dims, dt = _shape(shape), _dtype(dtype)
-    size = math.prod(dims)
-    layout = (dims, dt, len(dims), size, size * dt.itemsize, c_strides(dims, dt.itemsize))
-    if key is not None:
-        if len(_layouts) >= MAX_LAYOUTS:
-            _layouts.clear()
-        _layouts[key] = layout
-    return layout
-
-
-class _ShapeDtype:
-    """Shape, dtype and derived sizes shared by device and pinned arrays."""
-
-    __slots__ = ()  # the subclasses declare the slots; these annotations only type them
-    shape: Shape
-    dtype: np.dtype[Any]
-    ndim: int
-    size: int
-    nbytes: int
-    strides: tuple[int, ...]
-
-    def _init_layout(self: _S, shape: Any, dtype: Any) -> int:
-        """Fill the layout slots; ``self`` is typed as the subclass, which is what declares them."""
-        self.shape, self.dtype, self.ndim, self.size, nbytes, self.strides = _layout(shape, dtype)
-        self.nbytes = nbytes
-        return nbytes
-
-    def __len__(self) -> int:
-        if not self.shape:
-            raise TypeError("len() of a 0-d array")
-        return self.shape[0]
-
 
 _dispatch_tags: dict[tuple[Any, ...], int] = {}
 
@@ -148,7 +62,7 @@ def _dispatch_tag(a: DeviceBuffer, borrowed: bool = False) -> int:
     return _dispatch_tags.setdefault(layout, len(_dispatch_tags))
 
 
-class DeviceBuffer(_ShapeDtype, Transfers):
+class DeviceBuffer(ShapeDtype, Transfers):
     """Device memory: ``ptr`` (of the first element), ``shape``, ``dtype``, ``strides`` (bytes,
     possibly negative), ``nbytes``.
 
@@ -161,6 +75,7 @@ class DeviceBuffer(_ShapeDtype, Transfers):
     """
 
     kind = "mem"
+    session: BufferSession  # its transfers read a TransferSession; the buffer reads more
     __slots__ = (
         "ptr",
         "shape",
@@ -399,53 +314,6 @@ def _shape_spec(dims: Any) -> tuple[int, ...]:
     return tuple(operator.index(n) for n in items)
 
 
-class _HostView:
-    """Exposes pinned memory to numpy while keeping its PinnedArray alive (the view's base)."""
-
-    __slots__ = ("__array_interface__", "owner")
-
-    def __init__(self, owner: PinnedArray) -> None:
-        self.owner = owner
-        self.__array_interface__ = {
-            "shape": owner.shape,
-            "typestr": owner.dtype.str,
-            "descr": owner.dtype.descr,
-            "data": (owner.ptr, False),
-            "strides": None,
-            "version": 3,
-        }
-
-
-class PinnedArray(_ShapeDtype, Handle):
-    """Page-locked host memory (cuMemHostAlloc) for async copies; ``.array`` is a numpy view."""
-
-    kind = "host"
-    __slots__ = ("ptr", "shape", "dtype", "ndim", "size", "nbytes", "strides")
-    session: BufferSession
-    ptr: int
-
-    def __init__(self, session: BufferSession, shape: Any, dtype: Any) -> None:
-        Handle.__init__(self, session)
-        nbytes = self._init_layout(shape, dtype)
-        self.ptr = 0
-        if nbytes:
-            with session.activated():
-                raw = check("cuMemHostAlloc", session.api.cuMemHostAlloc(nbytes, 0), requested=nbytes)
-                self._own(raw)
-            self.ptr = int(raw)
-
-    @property
-    def array(self) -> np.ndarray:
-        """A numpy view of the pinned memory; it keeps this PinnedArray (and the memory) alive."""
-        self._check()
-        if not self.nbytes:
-            return np.empty(self.shape, self.dtype)
-        return np.asarray(_HostView(self))
-
-    def __repr__(self) -> str:
-        return f"<PinnedArray {self.shape} {self.dtype} session={self.session.session_id}>"
-
-
 array_type: type[DeviceBuffer] = DeviceBuffer  # the class arrays are made as (see use_array_type)
 ARRAY_TYPES = {DeviceBuffer}  # every class arrays were made as, for the layers below the array layer
 _array_type_hooks: list[Callable[[type[DeviceBuffer]], object]] = []
@@ -538,7 +406,7 @@ def to_device(session: BufferSession, host: Any) -> DeviceBuffer:
     if not src.flags.c_contiguous:
         src = src.copy(order="C")
     if src.nbytes and session.usable:
-        made = host_copies.upload(session, src)
+        made = host_copies.upload(session, src, empty)
         if made is not None:
             return made
     arr = array_type(session, src.shape, src.dtype)
@@ -552,8 +420,3 @@ def copy(session: BufferSession, src: DeviceBuffer) -> DeviceBuffer:
     out = array_type(session, src.shape, src.dtype)
     src.copy_to(out)
     return out
-
-
-def pinned_empty(session: BufferSession, shape: Any, dtype: Any = np.float32) -> PinnedArray:
-    """Uninitialized page-locked host memory."""
-    return PinnedArray(session, shape, dtype)

@@ -18,17 +18,19 @@ and the next transfer makes new ones.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
 from . import nvtx
 from .driver import check
+from .graph import CapturingSession
 from .stream import Event, wait_event
 
 if TYPE_CHECKING:
-    from .memory import BufferSession, DeviceBuffer, PinnedArray
-    from .transfers import Transfers
+    from .pinned import PinnedArray
+    from .vendor import VendorHandles
 
 # From these sizes up transfers are chunked (see the module docstring): the smallest sizes at which
 # the pipeline beats a direct pageable copy, each way; ``kerneldsl bench arrays --only transfers``
@@ -38,6 +40,43 @@ UPLOAD_MIN_BYTES = 256 << 20
 CHUNK_BYTES = 4 << 20  # each buffer's size: a chunk's DMA is long beside the driver's per-copy cost
 KEY = "kerneldsl.pinned_pipeline"  # its Session.vendor_handle key
 
+_Vendor = TypeVar("_Vendor")  # a library handle type (see PipelineSession.vendor_handle)
+
+
+class PipelineSession(CapturingSession, Protocol):
+    """A Session as the pipeline sees it: a capturing one's, with the session stream's CUstream,
+    its pinned memory and its library handles, where the pipeline keeps its buffers (``Session``
+    says what each does)."""
+
+    @property
+    def raw_stream(self) -> Any: ...
+
+    @property
+    def vendors(self) -> VendorHandles[Any]: ...
+
+    def pinned_empty(self, shape: Any, dtype: Any = ...) -> PinnedArray: ...
+
+    def vendor_handle(self, key: str, create: Callable[[PipelineSession], _Vendor]) -> _Vendor: ...
+
+
+class PipelinedBuffer(Protocol):
+    """A contiguous device array as a pipelined copy reads it: its session, address and state."""
+
+    @property
+    def session(self) -> PipelineSession: ...
+
+    @property
+    def ptr(self) -> int: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+_Session = TypeVar("_Session", bound=PipelineSession)
+_Buffer = TypeVar("_Buffer", bound=PipelinedBuffer)
+
 
 class PinnedPipeline:
     """Two pinned chunk buffers of a session, their numpy views, and an event each that says
@@ -45,7 +84,7 @@ class PinnedPipeline:
 
     __slots__ = ("session", "buffers", "views", "events", "lock")
 
-    def __init__(self, session: BufferSession) -> None:
+    def __init__(self, session: PipelineSession) -> None:
         self.session = session
         self.lock = threading.Lock()
         self.buffers: list[PinnedArray] = []
@@ -106,7 +145,7 @@ class PinnedPipeline:
             check("cuEventRecord", d.cuEventRecord(self.events[i]._cu, stream))
 
 
-def _acquire(session: BufferSession) -> PinnedPipeline | None:
+def _acquire(session: PipelineSession) -> PinnedPipeline | None:
     """The session's pipeline, locked for one transfer; None when another path should copy."""
     if nvtx.ON or session.captures or not session.usable:
         return None
@@ -114,7 +153,7 @@ def _acquire(session: BufferSession) -> PinnedPipeline | None:
     return pipeline if pipeline.lock.acquire(blocking=False) else None
 
 
-def _run(session: BufferSession, pipeline: PinnedPipeline, copy: str, ptr: int, host: np.ndarray) -> None:
+def _run(session: PipelineSession, pipeline: PinnedPipeline, copy: str, ptr: int, host: np.ndarray) -> None:
     """``pipeline.<copy>(ptr, host)``, then unlock it; a failure or an interrupt may leave DMA in
     flight through its buffers: they are kept alive until the session synchronizes, not reused."""
     try:
@@ -127,14 +166,15 @@ def _run(session: BufferSession, pipeline: PinnedPipeline, copy: str, ptr: int, 
         pipeline.lock.release()
 
 
-def upload(session: BufferSession, src: np.ndarray) -> DeviceBuffer | None:
-    """A new array of ``session`` holding C-contiguous ``src``, copied chunk by chunk; None when
-    another path should copy it (nothing was done)."""
+def upload(session: _Session, src: np.ndarray, empty: Callable[[_Session, Any, Any], _Buffer]) -> _Buffer | None:
+    """A new array of ``session`` holding C-contiguous ``src``, made by ``empty(session, shape,
+    dtype)`` (the runtime's allocation) and copied chunk by chunk; None when another path should
+    copy it (nothing was done)."""
     pipeline = _acquire(session)
     if pipeline is None:
         return None
     try:
-        arr = session.empty(src.shape, src.dtype)
+        arr = empty(session, src.shape, src.dtype)
     except BaseException:
         pipeline.lock.release()
         raise
@@ -146,19 +186,19 @@ def upload(session: BufferSession, src: np.ndarray) -> DeviceBuffer | None:
     return arr
 
 
-def download(arr: Transfers, out: np.ndarray) -> bool:
+def download(arr: PipelinedBuffer, out: np.ndarray) -> bool:
     """Copy contiguous ``arr`` into ``out`` (writable, C-contiguous, of its size) chunk by chunk;
     False when another path should (nothing was done)."""
     return _copy_existing(arr, out, "download")
 
 
-def upload_into(arr: Transfers, src: np.ndarray) -> bool:
+def upload_into(arr: PipelinedBuffer, src: np.ndarray) -> bool:
     """Copy C-contiguous ``src`` (of its size) into contiguous ``arr`` chunk by chunk; False when
     another path should (nothing was done)."""
     return _copy_existing(arr, src, "upload")
 
 
-def _copy_existing(arr: Transfers, host: np.ndarray, copy: str) -> bool:
+def _copy_existing(arr: PipelinedBuffer, host: np.ndarray, copy: str) -> bool:
     session = arr.session
     pipeline = _acquire(session)
     if pipeline is None:

@@ -32,7 +32,7 @@ from ..errors import (
     SessionPoisonedError,
     StickyCudaError,
 )
-from . import driver, graph, memory, module, session_launch, staging, teardown
+from . import driver, graph, memory, module, pinned, session_launch, shapes, staging, teardown
 from . import session_registry as registry
 from .checks import NO_CHECKS, Checks, environment_checks, output_for, parse_checks, require_address_sanitizer
 from .context import Activation, Context
@@ -173,7 +173,7 @@ class Session(Generic[ArrayT]):
         try:
             return self._templates[(type(shape), shape, dtype)]
         except KeyError:
-            if len(self._templates) >= memory.MAX_LAYOUTS:
+            if len(self._templates) >= shapes.MAX_LAYOUTS:
                 self._templates.clear()
             made = self._templates[(type(shape), shape, dtype)] = memory.array_type.template(self, shape, dtype)
             return made
@@ -292,8 +292,8 @@ class Session(Generic[ArrayT]):
     def copy(self, a: memory.DeviceBuffer) -> ArrayT:
         return cast(ArrayT, memory.copy(self, a))
 
-    def pinned_empty(self, shape: Any, dtype: Any = np.float32) -> memory.PinnedArray:
-        return memory.pinned_empty(self, shape, dtype)
+    def pinned_empty(self, shape: Any, dtype: Any = np.float32) -> pinned.PinnedArray:
+        return pinned.pinned_empty(self, shape, dtype)
 
     def create_stream(self) -> Stream:
         """A new stream: pass it as ``stream=``; order it after the session stream with ``wait(event)``."""

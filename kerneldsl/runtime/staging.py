@@ -23,7 +23,8 @@ import numpy as np
 from . import memory
 from .driver import check
 from .interop import DeviceView, c_strides
-from .memory import DeviceBuffer, PinnedArray
+from .memory import DeviceBuffer
+from .pinned import PinnedArray
 from .stream import Event, wait_event
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ class StagingBuffer:
         """Copy each upload's host array into its pinned region, then enqueue on the session stream,
         under one activation, the uploads, ``launch()`` and the downloads; wait (interruptibly) for
         them, then copy the downloaded regions into their host arrays."""
-        session = self.pinned.session
+        session = self.device.session
         d, stream = session.api, session.raw_stream
         with session.activated():
             for (device, pinned, address), host in uploads:

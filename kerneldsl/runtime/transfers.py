@@ -10,7 +10,7 @@ driver's memcpy and memset; strided views by kernels, which the array layer prov
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -18,11 +18,26 @@ from ..errors import StridedArrayError
 from . import host_copies, nvtx
 from .driver import check
 from .handle import Handle, check_same_session
+from .host_copies import CopySession
 from .stream import check_stream
 
 if TYPE_CHECKING:
-    from .memory import BufferSession, PinnedArray, Shape
+    from .pinned import PinnedArray
+    from .shapes import Shape
     from .stream import Stream
+
+
+class TransferSession(CopySession, Protocol):
+    """A Session as an array's transfers see it: the warm host copies', with whether it is
+    capturing and the factories of the contiguous arrays a strided transfer goes through
+    (``Session`` says what each does; ``memory.BufferSession`` widens it to what a buffer reads)."""
+
+    @property
+    def capturing(self) -> bool: ...
+
+    def empty(self, shape: Any, dtype: Any = ...) -> Transfers: ...
+
+    def to_device(self, host: Any) -> Transfers: ...
 
 
 class Transfers(Handle):
@@ -30,7 +45,7 @@ class Transfers(Handle):
     ``DeviceBuffer``, which declares the slots these annotations type)."""
 
     __slots__ = ()
-    session: BufferSession
+    session: TransferSession
     ptr: int
     shape: Shape
     dtype: np.dtype[Any]
@@ -178,7 +193,7 @@ def _host_buffer(arr: Any, shape: Shape, dtype: np.dtype, *, writable: bool) -> 
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
-def _on_session_stream(session: BufferSession, stream: Stream, what: str) -> None:
+def _on_session_stream(session: TransferSession, stream: Stream, what: str) -> None:
     """Strided copies and fills run as kernels on the session stream: refuse another stream."""
     if stream is not session.stream:
         raise StridedArrayError(
@@ -186,7 +201,7 @@ def _on_session_stream(session: BufferSession, stream: Stream, what: str) -> Non
         )
 
 
-def _stream(session: BufferSession, stream: Stream | None) -> Stream:
+def _stream(session: TransferSession, stream: Stream | None) -> Stream:
     if stream is None:
         return session.stream
     check_stream(stream, session)
