@@ -52,7 +52,7 @@
 // The ABI, as kd_host.h declares it (keep the two identical).
 namespace {
 constexpr unsigned int kMagic = 0x4644484bu;
-constexpr unsigned int kAbi = 1;
+constexpr unsigned int kAbi = 2;
 struct uint3 { unsigned int x, y, z; };
 }  // namespace
 struct kd_host_launch {
@@ -100,6 +100,7 @@ struct kd_host_index {
     kd_host_block* scheduler;
     kd_host_fiber* fiber;
     kd_host_warp* warp;
+    unsigned long long shared, shared_bytes, dynamic_shared, dynamic_shared_bytes;
 };
 // The running CUDA thread of this OS thread, which every module reads (kd_host.h).
 extern "C" __attribute__((visibility("default"))) __thread kd_host_index kd_host_index_v1 KD_TLS;
@@ -113,8 +114,8 @@ enum {
 // The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 64 &&
-                  sizeof(kd_host_index) == 88 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 1)");
+                  sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+              "the host ABI's layout (KD_HOST_ABI 2)");
 
 // CUresult codes a launch returns.
 enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 801 };
@@ -1535,10 +1536,9 @@ struct TlsSearch {
     uintptr_t base;
 };
 
-// The module's thread-local block on this OS thread (its __shared__ variables), found from an
-// address inside it.
-void find_module_tls(CheckState& k, const char* anchor) {
-    if (k.tls_anchor == anchor) return;
+// The thread-local block on this OS thread (a module's __shared__ variables) that holds `anchor`,
+// and the module's load address; nothing found: data null.
+TlsSearch search_tls(const char* anchor) {
     TlsSearch search = {anchor, nullptr, 0, 0};
     dl_iterate_phdr(
         [](dl_phdr_info* info, size_t, void* arg) -> int {
@@ -1557,6 +1557,13 @@ void find_module_tls(CheckState& k, const char* anchor) {
             return 0;
         },
         &search);
+    return search;
+}
+
+// The module's thread-local block on this OS thread, found from an address inside it.
+void find_module_tls(CheckState& k, const char* anchor) {
+    if (k.tls_anchor == anchor) return;
+    const TlsSearch search = search_tls(anchor);
     k.tls_anchor = anchor;
     k.tls = search.data;
     k.tls_size = search.size;
@@ -2214,6 +2221,8 @@ KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long 
     ix->cluster_dim = uint3{launch->cluster[0], launch->cluster[1], launch->cluster[2]};
     c.tls_anchor = static_cast<char*>(tls_anchor);
     if (c.team) {  // a cluster's block: its shared memory is known to the team before any block runs
+        // (and the other blocks may update it: its atomics stay atomic)
+        ix->shared_bytes = ix->dynamic_shared_bytes = 0;
         Team::Member& me = c.team->members[c.rank];
         me.tls_anchor.store(static_cast<char*>(tls_anchor), std::memory_order_relaxed);
         me.dynamic_shared.store(static_cast<char*>(kd_host_dynamic_shared_v1()), std::memory_order_relaxed);
@@ -2267,6 +2276,14 @@ KD_EXPORT void kd_host_yield_v1(void) {
     }
     if (c && c->scheduler.active()) c->scheduler.yield();
     else sched_yield();
+}
+
+// A module's thread-locals on this OS thread (its __shared__ variables), from an address inside
+// them: where they start, and their size in *bytes (0 when not found).
+KD_EXPORT unsigned long long kd_host_thread_locals_v1(const void* inside, unsigned long long* bytes) {
+    const TlsSearch search = search_tls(static_cast<const char*>(inside));
+    *bytes = search.data ? search.size : 0;
+    return (unsigned long long)(uintptr_t)search.data;
 }
 
 KD_EXPORT void* kd_host_dynamic_shared_v1(void) {
