@@ -15,8 +15,8 @@ from kerneldsl.jit.host_compile import (
     refuse_unsupported,
     uses_collectives,
 )
-from kerneldsl.runtime.host_toolchain import HostCompiler
 from kerneldsl.runtime import selection
+from kerneldsl.runtime.host_toolchain import HostCompiler
 from kerneldsl.runtime.selection import CPU, DEVICE_ENV, resolve_device
 
 PRELUDE = "template <class T> T kd_shfl(T v) { return __shfl_xor_sync(0xffffffffu, v, 1); }\n"

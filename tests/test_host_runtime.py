@@ -793,7 +793,9 @@ extern "C" __global__ void kd_shared_atomics(const int* x, int chunk, unsigned i
         for (int k = 0; k < 6; ++k) u[k] = s_uint[k];
         u[6] = s_cas16;
         long long* w = wide + blockIdx.x * 5;
-        w[0] = (long long)s_ull[0]; w[1] = (long long)s_ull[1]; w[2] = (long long)s_ull[2]; w[3] = s_ll[0]; w[4] = s_ll[1];
+        for (int k = 0; k < 3; ++k) w[k] = (long long)s_ull[k];
+        w[3] = s_ll[0];
+        w[4] = s_ll[1];
         float* f = floats + blockIdx.x * 3;
         f[0] = s_float[0]; f[1] = s_float[1]; f[2] = s_float[2];
         doubles[blockIdx.x * 2] = s_double[0];
@@ -824,7 +826,8 @@ def test_atomics_of_every_type_on_a_blocks_own_shared_memory_give_cudas_results(
         xor = int(np.bitwise_xor.reduce(v.astype(np.uint32)))
         assert list(uints[b]) == [chunk % 10, (-chunk) % 10, 0xFFFFFFFF & ~seen31, seen31, xor, 7, chunk]
         xor63 = np.bitwise_xor.reduce(np.uint64(1) << (v & 63).astype(np.uint64))
-        assert list(wide[b]) == [int(v.astype(np.uint64).sum().astype(np.int64)), chunk, int(xor63.astype(np.int64)), -total, v.min()]
+        wrapped = int(v.astype(np.uint64).sum().astype(np.int64))  # unsigned adds of the negatives wrap
+        assert list(wide[b]) == [wrapped, chunk, int(xor63.astype(np.int64)), -total, v.min()]
         assert list(floats[b]) == [chunk, v.min(), v.max()]
         assert list(doubles[b]) == [chunk / 2, 2.5]
 

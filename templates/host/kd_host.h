@@ -163,6 +163,7 @@ struct kd_host_block {  // the running block's scheduling state
     unsigned int* waiters;  // threads at the block barrier, in arrival order
     unsigned int head, tail, ring_mask, nwait;
     unsigned int arrived, n;  // threads at the block barrier; threads in the block
+    kd_host_context start;    // the starter: switched to, it starts the next thread on a fresh stack (pc null: none)
 };
 // The running CUDA thread. Fiber mode: the runtime's, one per OS thread (initial-exec TLS, two
 // instructions from any module), which it and the inline paths write at every switch. Loop mode:
@@ -187,7 +188,7 @@ enum {
 };
 // The runtime asserts the same: its copy of these structures cannot drift from this one.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
-                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 64 &&
+                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 88 &&
                   sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
               "the host ABI's layout (KD_HOST_ABI 2)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
@@ -384,9 +385,16 @@ template <class M> __forceinline__ bool any(M m) {
 #define KD_HOST_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
 namespace kd_host {
 #if KD_HOST_FIBERS
-// The waiting thread `me` switches to the next runnable thread of its block (s->next, not null).
+// Whether a waiting thread can switch away inline: a thread is runnable, or the starter is armed.
+__forceinline__ bool can_switch(const kd_host_block* s) { return s->next != nullptr || s->start.pc != nullptr; }
+// The waiting thread `me` switches to the next runnable thread of its block (s->next), or else to
+// the starter, which starts the next thread (and makes it the running one).
 __forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me) {
     kd_host_fiber* const next = s->next;
+    if (next == nullptr) {
+        kd_host_switch(&me->context, &s->start);
+        return;
+    }
     const unsigned int head = ++s->head;
     s->next = head != s->tail ? &s->fibers[s->ring[head & s->ring_mask]] : nullptr;
     kd_host_ix.thread = next->tid;
@@ -399,7 +407,7 @@ __forceinline__ void barrier(const char* file, int line) {
     kd_host_block* const s = kd_host_ix.scheduler;
     // (Under AddressSanitizer, or the race and init instrumentation, every switch goes through the
     // runtime: it annotates switches for ASan, and its bookkeeping is not instrumented.)
-    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && s->arrived + 1 < s->n && s->next != nullptr, 1)) {
+    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && s->arrived + 1 < s->n && can_switch(s), 1)) {
         kd_host_fiber* const me = kd_host_ix.fiber;
         ++s->arrived;
         me->file = file;
@@ -426,7 +434,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
     const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
     const unsigned int m = mask & w->existing, arrived = w->arrived;
     if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
-                             (arrived == 0 || (w->mask == m && w->op == op)) && s->next != nullptr, 1)) {
+                             (arrived == 0 || (w->mask == m && w->op == op)) && can_switch(s), 1)) {
         w->in[lane].lo = value.lo;  // field by field: a whole-word copy would go through memory
         w->in[lane].hi = value.hi;
         w->operands[lane] = b | (unsigned long long)control << 32;

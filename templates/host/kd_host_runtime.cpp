@@ -11,8 +11,9 @@
 //   started and none is starved: the scans' decoupled look-back relies on it.
 // - Fiber mode: a block's threads start in order, one after another, on stacks from this OS
 //   thread's pool; one that finishes without blocking hands its stack to the next. A thread that
-//   waits (barrier, collective) switches directly to the next runnable thread, or starts the next
-//   one; the last to arrive releases the waiters into a FIFO and carries on. The common case of
+//   waits (barrier, collective) switches directly to the next runnable thread, or else starts the
+//   next one by switching to the starter (a context armed on a fresh stack); the last to arrive
+//   releases the waiters into a FIFO and carries on. The common case of
 //   waiting runs inline in the kernel (kd_host.h) on the block state kept here; the rest is here.
 //   Nothing runnable and threads still waiting is a deadlock, reported with where each waits.
 // - Cooperative grids run every block on its own OS thread; clusters run a cluster's blocks at
@@ -94,6 +95,7 @@ struct kd_host_block {
     unsigned int* waiters;
     unsigned int head, tail, ring_mask, nwait;
     unsigned int arrived, n;
+    kd_host_context start;
 };
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim, cluster_dim;
@@ -113,7 +115,7 @@ enum {
 };
 // The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
-                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 64 &&
+                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 88 &&
                   sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
               "the host ABI's layout (KD_HOST_ABI 2)");
 
@@ -127,8 +129,9 @@ enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 80
 // register clobbered, so the compiler saves only what is live around it, and it writes nothing on
 // the stack. No system call, no ucontext.
 //   switch_to(from, to): suspend into *from, resume *to.
-//   start_on(from, top, fn, arg): suspend into *from, call fn(arg) on the stack below `top`.
 //   jump_to(to): resume *to, abandoning this thread of execution.
+// A fresh context (the starter's) resumes at a function's entry with its stack pointer kEntrySlot
+// below a 16-byte aligned top, as a call leaves it; that function never returns.
 namespace {
 #if defined(__x86_64__)
 #define KD_CLOBBERS \
@@ -142,14 +145,7 @@ __attribute__((always_inline)) inline void switch_to(kd_host_context* from, cons
         :
         : "rcx", "rdi", KD_CLOBBERS);
 }
-__attribute__((always_inline)) inline void start_on(kd_host_context* from, char* top, void (*fn)(void*), void* arg) {
-    __asm__ __volatile__(
-        "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t"
-        "movq %%rsi, %%rsp\n\tcallq *%%rcx\n\tud2\n1:"
-        : "+d"(from), "+S"(top), "+c"(fn), "+D"(arg)
-        :
-        : KD_CLOBBERS);
-}
+constexpr size_t kEntrySlot = 8;  // the return address a call pushes
 // (`to` in a fixed register: one the compiler picked could be %rbp, which the first move overwrites.)
 [[noreturn]] __attribute__((always_inline)) inline void jump_to(const kd_host_context* to) {
     __asm__ __volatile__("movq 16(%0), %%rbp\n\tmovq (%0), %%rsp\n\tjmpq *8(%0)" : : "d"(to) : "memory");
@@ -176,18 +172,7 @@ __attribute__((always_inline)) inline void switch_to(kd_host_context* from, cons
         :
         : "x2", "x3", "x4", "x5", "x6", "x7", "x8", KD_CLOBBERS);
 }
-__attribute__((always_inline)) inline void start_on(kd_host_context* from, char* top, void (*fn)(void*), void* arg) {
-    register void* x0 __asm__("x0") = arg;
-    register kd_host_context* x1 __asm__("x1") = from;
-    register char* x2 __asm__("x2") = top;
-    register void (*x3)(void*) __asm__("x3") = fn;
-    __asm__ __volatile__(
-        "adr x9, 1f\n\tmov x10, sp\n\tstp x10, x9, [x1]\n\tstr x29, [x1, #16]\n\t"
-        "mov sp, x2\n\tblr x3\n\tbrk #0\n1:"
-        : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3)
-        :
-        : "x4", "x5", "x6", "x7", "x8", KD_CLOBBERS);
-}
+constexpr size_t kEntrySlot = 0;  // a call leaves the return address in x30
 [[noreturn]] __attribute__((always_inline)) inline void jump_to(const kd_host_context* to) {
     register const kd_host_context* x1 __asm__("x1") = to;  // not x29, which the first load overwrites
     __asm__ __volatile__("ldr x29, [%0, #16]\n\tldp x10, x9, [%0]\n\tmov sp, x10\n\tbr x9" : : "r"(x1) : "x9", "x10", "memory");
@@ -363,7 +348,7 @@ inline unsigned int shuffle_source(unsigned int mode, unsigned int lane, unsigne
     return inside ? (unsigned int)j : lane;
 }
 
-void fiber_main(void* scheduler);
+[[noreturn]] void fiber_start();
 struct ThreadContext;
 
 class Scheduler {
@@ -483,7 +468,7 @@ public:
             resume(f, next);
         } else if (next_start_ < b_.n) {
             push(f->linear);
-            start_next(f);
+            start_next(&f->context);
         } else {
             sched_yield();
         }
@@ -492,7 +477,7 @@ public:
     [[noreturn]] void fail(int code);
 
 private:
-    friend void fiber_main(void* scheduler);
+    friend void fiber_start();
 
     // What __syncthreads_count (1), _and (2) and _or (3) return, from how many predicates were true.
     int result(int mode, int count) const {
@@ -551,12 +536,22 @@ private:
         arrive();
     }
 
-    void start_next(kd_host_fiber* from) {
-        starting_ = owner_stack();
-        leave(starting_, false);
-        start_on(&from->context, starting_->top, &fiber_main, this);
+    // Starts the next thread: a switch to the starter (armed with a fresh stack first if it is not).
+    void start_next(kd_host_context* from) {
+        if (b_.start.pc == nullptr && !arm()) out_of_stacks();
+        leave(starter_stack_, false);
+        switch_to(from, &b_.start);
         arrive();
     }
+
+public:
+    // The starter: a context on a fresh stack whose code is fiber_start, armed while threads remain
+    // to start, so that a waiting thread starts the next one by a switch (inline in the kernel).
+    bool arm();
+    // Gives the armed stack back (the OS thread is exiting).
+    void disarm();
+
+private:
 
     // ASan's annotations around a switch to `to`'s stack (null: the OS thread's), and on arrival.
     void leave(const Stack* to, bool dying) {
@@ -581,7 +576,7 @@ private:
     // neither, no thread can ever proceed.
     void suspend(kd_host_fiber* f) {
         if (b_.head != b_.tail) resume(f, pop());
-        else if (next_start_ < b_.n) start_next(f);
+        else if (next_start_ < b_.n) start_next(&f->context);
         else deadlock();
     }
 
@@ -613,7 +608,6 @@ private:
     void cluster_barrier();
     void checked_release(kd_host_fiber* last, const char* file, int line);
     void shuffle_order(unsigned int* ids, unsigned int n);
-    Stack* owner_stack();
     void release(unsigned int linear);
     // The error paths, kept out of line so the hot paths' frames stay small.
     [[noreturn]] __attribute__((noinline, cold)) void deadlock();
@@ -639,7 +633,7 @@ private:
     uint3 next_tid_ = {0, 0, 0};
     unsigned int gen_ = 0;
     int count_[2] = {0, 0};
-    Stack* starting_ = nullptr;
+    Stack* starter_stack_ = nullptr;  // the armed starter's
     kd_host_context main_ = {nullptr, nullptr, nullptr};  // the OS thread's context, which runs the block
     bool active_ = false;
     int code_ = 0;
@@ -886,6 +880,7 @@ struct CheckState {
 struct ThreadContext {
     ThreadContext() : scheduler(this) {}
     ~ThreadContext() {
+        scheduler.disarm();  // (before the pool gives its stacks to the spare list)
         if (dynamic_shared) munmap(dynamic_shared, kDynamicSharedBytes);
     }
     Scheduler scheduler;
@@ -921,21 +916,33 @@ std::string block_name(const kd_host_index* ix) {
 }
 const char* kernel_name(const ThreadContext& c) { return c.function ? c.function->name : "?"; }
 
-Stack* Scheduler::owner_stack() {
-    Stack* s = owner_->stacks.get();
-    if (__builtin_expect(s == nullptr, 0)) out_of_stacks();
-    return s;
-}
-
-void Scheduler::release(unsigned int linear) {
+inline void Scheduler::release(unsigned int linear) {
     owner_->stacks.put(stacks_[linear]);
     stacks_[linear] = nullptr;
 }
 
-void fiber_main(void* scheduler) {
-    Scheduler* s = static_cast<Scheduler*>(scheduler);
+inline bool Scheduler::arm() {
+    starter_stack_ = owner_->stacks.get();
+    if (starter_stack_ == nullptr) return false;
+    b_.start = kd_host_context{starter_stack_->top - kEntrySlot, reinterpret_cast<void*>(&fiber_start), nullptr};
+    return true;
+}
+
+void Scheduler::disarm() {
+    if (starter_stack_ != nullptr) owner_->stacks.put(starter_stack_);
+    starter_stack_ = nullptr;
+    b_.start = kd_host_context{nullptr, nullptr, nullptr};
+}
+
+// The starter's code, on the stack it was armed with: starts the block's next thread there, and
+// the next after it whenever one finishes without waiting; arms the starter again (another stack)
+// for the thread after that.
+void fiber_start() {
+    Scheduler* s = &tls_context->scheduler;
     s->arrive();
-    Stack* stack = s->starting_;
+    Stack* const stack = s->starter_stack_;
+    s->starter_stack_ = nullptr;
+    s->b_.start.pc = nullptr;
     for (;;) {
         const unsigned int k = s->next_start_++;
         const unsigned int linear = s->seed_ ? s->order_[k] : k;
@@ -952,6 +959,7 @@ void fiber_main(void* scheduler) {
                 ++s->next_tid_.z;
             }
         }
+        if (s->b_.start.pc == nullptr && s->next_start_ < s->b_.n) s->arm();  // (none: start_next reports it)
         s->select(f);
         s->entry_(s->args_);
         s->finish(f);
@@ -979,15 +987,14 @@ int Scheduler::run_block() {
             shuffle_order(order_.data(), b_.n);
         }
     }
-    starting_ = owner_->stacks.get();
-    if (starting_ == nullptr) {
+    if (b_.start.pc == nullptr && !arm()) {
         owner_->error = format("kernel '%s' %s: out of memory for fiber stacks", kernel_name(*owner_), block_name(ix_).c_str());
         return kLaunchFailed;
     }
     active_ = true;
     from_main_ = true;
-    leave(starting_, false);
-    start_on(&main_, starting_->top, &fiber_main, this);
+    leave(starter_stack_, false);
+    switch_to(&main_, &b_.start);
     arrive();
     active_ = false;
     if (code_) {  // abandoned threads: take their stacks back (a seeded schedule starts them in any order)
