@@ -1020,8 +1020,25 @@ void Scheduler::cluster_barrier() {
     }
 }
 
-// Every lane's shuffle result, for one mode (the switch hoisted out of the lanes' loop).
+// Every lane's shuffle result, for one mode (the switch hoisted out of the lanes' loop). The usual
+// shuffle, a whole warp's with the same operands, is a plain loop over the lanes.
 template <unsigned int Mode> void shuffle_all(kd_host_warp& w, unsigned int m) {
+    const unsigned long long same = w.operands[0];
+    unsigned long long differ = 0;
+    for (unsigned int l = 0; l < 32; ++l) differ |= w.operands[l] ^ same;
+    if (m == 0xffffffffu && differ == 0) {  // (every source lane is in the collective)
+        const unsigned int b = (unsigned int)same, c = (unsigned int)(same >> 40);
+        if (Mode == KD_HOST_SHFL_DOWN && c == 0x1fu && b < 32) {  // width 32: two block copies
+            std::memcpy(w.out, w.in + b, (32 - b) * sizeof *w.in);
+            std::memcpy(w.out + (32 - b), w.in + (32 - b), b * sizeof *w.in);
+        } else if (Mode == KD_HOST_SHFL_UP && c == 0 && b < 32) {
+            std::memcpy(w.out + b, w.in, (32 - b) * sizeof *w.in);
+            std::memcpy(w.out, w.in, b * sizeof *w.in);
+        } else {
+            for (unsigned int l = 0; l < 32; ++l) w.out[l] = w.in[shuffle_source(Mode, l, b, c)];
+        }
+        return;
+    }
     for (unsigned int bits = m; bits; bits &= bits - 1) {
         const unsigned int l = (unsigned int)__builtin_ctz(bits);
         const unsigned long long operands = w.operands[l];
@@ -1097,7 +1114,14 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
     if (wake == 0) return;
     if (b_.head == b_.tail) b_.next = &b_.fibers[first + (unsigned int)__builtin_ctz(wake)];
     unsigned int tail = b_.tail;
-    for (unsigned int bits = wake; bits; bits &= bits - 1) b_.ring[tail++ & b_.ring_mask] = first + (unsigned int)__builtin_ctz(bits);
+    if (wake == ~(1u << self) && (tail & b_.ring_mask) + 31 <= b_.ring_mask) {  // the usual: a whole warp's other lanes
+        unsigned int* const at = b_.ring + (tail & b_.ring_mask);
+        for (unsigned int l = 0; l < self; ++l) at[l] = first + l;
+        for (unsigned int l = self + 1; l < 32; ++l) at[l - 1] = first + l;
+        tail += 31;
+    } else {
+        for (unsigned int bits = wake; bits; bits &= bits - 1) b_.ring[tail++ & b_.ring_mask] = first + (unsigned int)__builtin_ctz(bits);
+    }
     b_.tail = tail;
 }
 
