@@ -106,6 +106,16 @@ def test_gcc_on_x86_64_reaches_shared_memory_through_tls_descriptors(
     assert (TLS_DESCRIPTORS in host_options(())) == descriptors
 
 
+@pytest.mark.parametrize("checks", ["races", "init"])
+def test_the_race_and_init_checks_reach_shared_memory_without_tls_descriptors(
+    monkeypatch: pytest.MonkeyPatch, checks: str
+) -> None:
+    gcc = HostCompiler(("c++",), "g++ (Debian 12.2.0-14) 12.2.0", "x86_64-linux-gnu")
+    monkeypatch.setattr(host_compile, "host_compiler", lambda: gcc)
+    assert TLS_DESCRIPTORS in host_options((), "host+bounds")
+    assert TLS_DESCRIPTORS not in host_options((), f"host+{checks}")
+
+
 def test_fast_math_never_reaches_the_host_compiler() -> None:
     assert not any("fast-math" in f for f in host_options(("--use_fast_math",)))
 
