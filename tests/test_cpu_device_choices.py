@@ -6,8 +6,17 @@ from __future__ import annotations
 import pytest
 
 from kerneldsl.errors import NoDeviceError, UnsupportedOnCpuError
-from kerneldsl.jit.host_compile import BASE_FLAGS, host_options, host_source, refuse_unsupported, uses_collectives
+from kerneldsl.jit import host_compile
+from kerneldsl.jit.host_compile import (
+    BASE_FLAGS,
+    TLS_DESCRIPTORS,
+    host_options,
+    host_source,
+    refuse_unsupported,
+    uses_collectives,
+)
 from kerneldsl.runtime import selection
+from kerneldsl.runtime.host_toolchain import HostCompiler
 from kerneldsl.runtime.selection import CPU, DEVICE_ENV, resolve_device
 
 PRELUDE = "template <class T> T kd_shfl(T v) { return __shfl_xor_sync(0xffffffffu, v, 1); }\n"
@@ -78,7 +87,33 @@ def test_static_shared_memory_is_left_as_written() -> None:
 
 def test_nvrtc_options_map_to_the_host_compilers() -> None:
     flags = host_options(("-DN=4", "--use_fast_math", "-lineinfo", "--fmad=false", "-Xptxas=-v"))
-    assert flags == (*BASE_FLAGS, "-DN=4", "-DKD_HOST_FAST_MATH=1", "-g")
+    assert flags[: len(BASE_FLAGS)] == BASE_FLAGS
+    assert flags[-3:] == ("-DN=4", "-DKD_HOST_FAST_MATH=1", "-g")
+
+
+@pytest.mark.parametrize(
+    ("version", "target", "descriptors"),
+    [
+        ("g++ (Debian 12.2.0-14) 12.2.0", "x86_64-linux-gnu", True),
+        ("clang version 16.0.6", "x86_64-pc-linux-gnu", False),
+        ("g++ (Debian 12.2.0-14) 12.2.0", "aarch64-linux-gnu", False),  # its default already
+    ],
+)
+def test_gcc_on_x86_64_reaches_shared_memory_through_tls_descriptors(
+    monkeypatch: pytest.MonkeyPatch, version: str, target: str, descriptors: bool
+) -> None:
+    monkeypatch.setattr(host_compile, "host_compiler", lambda: HostCompiler(("c++",), version, target))
+    assert (TLS_DESCRIPTORS in host_options(())) == descriptors
+
+
+@pytest.mark.parametrize("checks", ["races", "init"])
+def test_the_race_and_init_checks_reach_shared_memory_without_tls_descriptors(
+    monkeypatch: pytest.MonkeyPatch, checks: str
+) -> None:
+    gcc = HostCompiler(("c++",), "g++ (Debian 12.2.0-14) 12.2.0", "x86_64-linux-gnu")
+    monkeypatch.setattr(host_compile, "host_compiler", lambda: gcc)
+    assert TLS_DESCRIPTORS in host_options((), "host+bounds")
+    assert TLS_DESCRIPTORS not in host_options((), f"host+{checks}")
 
 
 def test_fast_math_never_reaches_the_host_compiler() -> None:

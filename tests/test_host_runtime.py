@@ -724,6 +724,114 @@ def test_atomics_of_every_type_are_atomic_across_workers(
     assert np.uint64(bits[1]) == np.bitwise_xor.reduce(np.uint64(1) << (x & 63).astype(np.uint64))
 
 
+SOURCES["shared_atomics"] = r"""
+extern "C" __global__ void kd_shared_atomics(const int* x, int chunk, unsigned int* bins_out, int* ints,
+                                             unsigned int* uints, long long* wide, float* floats, double* doubles) {
+#line 1 "shared_atomics.body"
+    // every atomic of every type on the block's own shared memory (static and dynamic), which the
+    // CPU device does as a plain read-modify-write; the block's results go to its row of each output
+    __shared__ unsigned int bins[64];
+    __shared__ int s_int[4];
+    __shared__ unsigned int s_uint[6];
+    __shared__ unsigned long long s_ull[3];
+    __shared__ long long s_ll[2];
+    __shared__ float s_float[3];
+    __shared__ double s_double[2];
+    __shared__ unsigned short s_cas16;
+    KD_DYNAMIC_SHARED(int, dyn);
+    for (int b = threadIdx.x; b < 64; b += blockDim.x) bins[b] = 0;
+    if (threadIdx.x == 0) {
+        s_int[0] = 0; s_int[1] = 1 << 30; s_int[2] = -(1 << 30); s_int[3] = 0;
+        s_uint[0] = 0; s_uint[1] = 0; s_uint[2] = 0xffffffffu; s_uint[3] = 0; s_uint[4] = 0; s_uint[5] = 0;
+        s_ull[0] = 0; s_ull[1] = 0; s_ull[2] = 0;
+        s_ll[0] = 0; s_ll[1] = 1ll << 40;
+        s_float[0] = 0.0f; s_float[1] = 1e30f; s_float[2] = -1e30f;
+        s_double[0] = 0.0; s_double[1] = 0.0;
+        s_cas16 = 0;
+        dyn[0] = 0; dyn[1] = -(1 << 30);
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < chunk; k += blockDim.x) {
+        const int v = x[blockIdx.x * chunk + k];
+        atomicAdd(&bins[v & 63], 1u);
+        atomicAdd(&s_int[0], v);
+        atomicMin(&s_int[1], v);
+        atomicMax_block(&s_int[2], v);
+        atomicSub(&s_int[3], v);
+        atomicInc(&s_uint[0], 9u);
+        atomicDec(&s_uint[1], 9u);
+        atomicAnd(&s_uint[2], ~(1u << (v & 31)));
+        atomicOr_system(&s_uint[3], 1u << (v & 31));
+        atomicXor(&s_uint[4], (unsigned int)v);
+        atomicExch(&s_uint[5], 7u);
+        atomicAdd(&s_ull[0], (unsigned long long)v);
+        unsigned long long seen = s_ull[1], want;
+        do {
+            want = seen + 1;
+        } while ((seen = atomicCAS(&s_ull[1], seen, want)) != want - 1);
+        atomicXor(&s_ull[2], 1ull << (v & 63));
+        atomicAdd(&s_ll[0], -(long long)v);
+        atomicMin(&s_ll[1], (long long)v);
+        atomicAdd(&s_float[0], 1.0f);
+        atomicMin(&s_float[1], (float)v);
+        atomicMax(&s_float[2], (float)v);
+        atomicAdd(&s_double[0], 0.5);
+        atomicExch(&s_double[1], 2.5);
+        unsigned short seen16 = s_cas16, want16;
+        do {
+            want16 = (unsigned short)(seen16 + 1);
+        } while ((seen16 = atomicCAS(&s_cas16, seen16, want16)) != (unsigned short)(want16 - 1));
+        atomicAdd(&dyn[0], 1);
+        atomicMax(&dyn[1], v);
+    }
+    __syncthreads();
+    for (int b = threadIdx.x; b < 64; b += blockDim.x) bins_out[blockIdx.x * 64 + b] = bins[b];
+    if (threadIdx.x == 0) {
+        int* i = ints + blockIdx.x * 6;
+        i[0] = s_int[0]; i[1] = s_int[1]; i[2] = s_int[2]; i[3] = s_int[3]; i[4] = dyn[0]; i[5] = dyn[1];
+        unsigned int* u = uints + blockIdx.x * 7;
+        for (int k = 0; k < 6; ++k) u[k] = s_uint[k];
+        u[6] = s_cas16;
+        long long* w = wide + blockIdx.x * 5;
+        for (int k = 0; k < 3; ++k) w[k] = (long long)s_ull[k];
+        w[3] = s_ll[0];
+        w[4] = s_ll[1];
+        float* f = floats + blockIdx.x * 3;
+        f[0] = s_float[0]; f[1] = s_float[1]; f[2] = s_float[2];
+        doubles[blockIdx.x * 2] = s_double[0];
+        doubles[blockIdx.x * 2 + 1] = s_double[1];
+    }
+}
+KD_HOST_KERNEL(kd_shared_atomics, const int*, int, unsigned int*, int*, unsigned int*, long long*, float*, double*)
+"""
+
+
+def test_atomics_of_every_type_on_a_blocks_own_shared_memory_give_cudas_results(
+    kernels: Callable[..., Module], workers: Callable[[int], None], rng: np.random.Generator
+) -> None:
+    workers(2)
+    blocks, chunk = 8, 3000
+    x = rng.integers(-(1 << 20), 1 << 20, blocks * chunk).astype(np.int32)
+    bins = np.zeros((blocks, 64), np.uint32)
+    ints, uints = np.zeros((blocks, 6), np.int32), np.zeros((blocks, 7), np.uint32)
+    wide, floats, doubles = np.zeros((blocks, 5), np.int64), np.zeros((blocks, 3), np.float32), np.zeros((blocks, 2))
+    kernels("shared_atomics").run(
+        "kd_shared_atomics", [blocks], [96], [x, i32(chunk), bins, ints, uints, wide, floats, doubles], shared=8
+    )
+    for b, v in enumerate(x.reshape(blocks, chunk).astype(np.int64)):
+        np.testing.assert_array_equal(bins[b], np.bincount(v & 63, minlength=64))
+        total = int(v.sum())
+        assert list(ints[b]) == [total, v.min(), v.max(), -total, chunk, v.max()]
+        seen31 = int(np.bitwise_or.reduce(1 << (v & 31)))
+        xor = int(np.bitwise_xor.reduce(v.astype(np.uint32)))
+        assert list(uints[b]) == [chunk % 10, (-chunk) % 10, 0xFFFFFFFF & ~seen31, seen31, xor, 7, chunk]
+        xor63 = np.bitwise_xor.reduce(np.uint64(1) << (v & 63).astype(np.uint64))
+        wrapped = int(v.astype(np.uint64).sum().astype(np.int64))  # unsigned adds of the negatives wrap
+        assert list(wide[b]) == [wrapped, chunk, int(xor63.astype(np.int64)), -total, v.min()]
+        assert list(floats[b]) == [chunk, v.min(), v.max()]
+        assert list(doubles[b]) == [chunk / 2, 2.5]
+
+
 def test_dynamic_shared_memory_holds_the_launch_bytes_at_function_and_namespace_scope(
     kernels: Callable[..., Module], rng: np.random.Generator
 ) -> None:
@@ -1148,6 +1256,57 @@ def test_a_cluster_runs_its_blocks_at_once_and_they_read_each_others_shared_memo
     expected = sum(first + q + 1 for q in range(cluster))
     np.testing.assert_array_equal(sums, np.repeat(expected[:, None], threads, axis=1))
     np.testing.assert_array_equal(spread, 10 * sums)
+
+
+SOURCES["cluster_atomics"] = r"""
+extern "C" __global__ void kd_cluster_count(unsigned long long* counts, int* ordered, int rounds) {
+#line 1 "cluster_count.body"
+    // every thread of every block of a cluster counts into rank 0's shared memory, static and
+    // dynamic, rank 0's own threads too: other OS threads update it, so its atomics stay atomic
+    __shared__ unsigned long long count;
+    KD_DYNAMIC_SHARED(unsigned long long, dynamic_count);
+    if (threadIdx.x == 0) { count = 0; dynamic_count[0] = 0; }
+    kd_host_cluster_sync();
+    unsigned long long* leader = kd_host_cluster_map(&count, 0);
+    unsigned long long* dynamic_leader = kd_host_cluster_map(dynamic_count, 0);
+    unsigned long long last = 0, dynamic_last = 0;
+    bool increasing = true;  // the old values one thread's adds return
+    for (int r = 0; r < rounds; ++r) {
+        const unsigned long long old = atomicAdd(leader, 1ull), dynamic_old = atomicAdd(dynamic_leader, 2ull);
+        increasing = increasing && (r == 0 || (old > last && dynamic_old > dynamic_last));
+        last = old;
+        dynamic_last = dynamic_old;
+        if ((r & 255) == 0) __syncthreads();  // the block's other threads interleave with it
+    }
+    ordered[blockIdx.x * blockDim.x + threadIdx.x] = increasing;
+    kd_host_cluster_sync();
+    if (threadIdx.x == 0 && kd_host_cluster_rank() == 0) {
+        counts[2 * blockIdx.x] = count;
+        counts[2 * blockIdx.x + 1] = dynamic_count[0];
+    }
+}
+KD_HOST_KERNEL(kd_cluster_count, unsigned long long*, int*, int)
+"""
+
+
+def test_atomics_on_a_cluster_blocks_shared_memory_stay_atomic_across_its_blocks(
+    kernels: Callable[..., Module],
+) -> None:
+    blocks, cluster, threads, rounds = 8, 4, 64, 4096
+    counts, ordered = np.zeros((blocks, 2), np.uint64), np.zeros((blocks, threads), np.int32)
+    outcome = launch_ex(
+        kernels("cluster_atomics"),
+        "kd_cluster_count",
+        blocks,
+        threads,
+        [counts, ordered, i32(rounds)],
+        {CLUSTER_DIMENSION: [cluster, 1, 1]},
+        shared=8,
+    )
+    assert outcome == Outcome(0, "")
+    each = cluster * threads * rounds
+    np.testing.assert_array_equal(counts[::cluster], [[each, 2 * each]] * (blocks // cluster))
+    assert ordered.all()
 
 
 def test_a_failing_block_of_a_cluster_fails_the_launch_without_leaving_the_others_waiting(

@@ -48,6 +48,12 @@ HOST_OUTPUT = HOST
 BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
 DEBUG_ENV = "KERNELDSL_HOST_DEBUG"
 DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable where the debugger looks
+# GCC on x86-64 reaches a dlopened module's thread-locals (the shim's __shared__ variables) with a
+# call to __tls_get_addr at every access, none hoisted out of a loop; through TLS descriptors it
+# takes the address once (AArch64 uses descriptors by default; Clang hoists either way). Not for
+# the race and init checks: glibc may place such a module in static TLS, where the checks cannot
+# find its shared memory.
+TLS_DESCRIPTORS = "-mtls-dialect=gnu2"
 _DEVICE_DEBUG = ("-G", "--device-debug")
 _FAST_MATH = ("--use_fast_math", "-use_fast_math")
 
@@ -94,8 +100,12 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
         elif option in _FAST_MATH:
             mapped.append("-DKD_HOST_FAST_MATH=1")
     base = (*DEBUG_FLAGS, *BASE_FLAGS[1:]) if debug else BASE_FLAGS
+    compiler = host_compiler()
+    gcc = "clang" not in compiler.version.lower()
     checked = compile_flags(checks_of(output))
-    if "-fsanitize=thread" in checked and "clang" not in host_compiler().version.lower():
+    if gcc and compiler.target.startswith("x86_64") and "-fsanitize=thread" not in checked:
+        base = (*base, TLS_DESCRIPTORS)
+    if "-fsanitize=thread" in checked and gcc:
         # The runtime's entry and exit hooks do nothing; volatile accesses are told apart (strong
         # accesses do not race across blocks).
         checked += ("--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1")

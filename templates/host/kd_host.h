@@ -40,7 +40,7 @@
 #ifndef KD_CHECK_POINTERS
 #define KD_CHECK_POINTERS 1
 #endif
-#define KD_HOST_ABI 1
+#define KD_HOST_ABI 2
 #define KD_HOST_MAGIC 0x4644484bu
 
 // ---------------------------------------------------------------------------------------------
@@ -163,15 +163,21 @@ struct kd_host_block {  // the running block's scheduling state
     unsigned int* waiters;  // threads at the block barrier, in arrival order
     unsigned int head, tail, ring_mask, nwait;
     unsigned int arrived, n;  // threads at the block barrier; threads in the block
+    kd_host_context start;    // the starter: switched to, it starts the next thread on a fresh stack (pc null: none)
 };
 // The running CUDA thread. Fiber mode: the runtime's, one per OS thread (initial-exec TLS, two
 // instructions from any module), which it and the inline paths write at every switch. Loop mode:
 // the module's own, which its loop writes (see "Thread and block indices").
+// The running block's own shared memory ([shared, + shared_bytes): its module's thread-locals
+// on this OS thread; [dynamic_shared, + dynamic_shared_bytes): the launch's dynamic shared bytes),
+// which the module's trampoline writes before its blocks run: an atomic there is a plain
+// read-modify-write (see "Atomics"). Empty where another OS thread may touch it (a cluster).
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;  // fiber mode: the running block's state,
     kd_host_fiber* fiber;      // the running thread's record
     kd_host_warp* warp;        // and its warp's
+    unsigned long long shared, shared_bytes, dynamic_shared, dynamic_shared_bytes;
 };
 // Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
 enum {
@@ -182,9 +188,9 @@ enum {
 };
 // The runtime asserts the same: its copy of these structures cannot drift from this one.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
-                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 64 &&
-                  sizeof(kd_host_index) == 88 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 1)");
+                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 88 &&
+                  sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+              "the host ABI's layout (KD_HOST_ABI 2)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
 // context holds) is declared clobbered, so the compiler keeps only what is live, and nothing is
 // written to the stack (a leaf kernel may keep locals below its stack pointer).
@@ -244,6 +250,7 @@ unsigned int kd_host_warp_v1(unsigned int control, unsigned int mask, kd_host_wo
 unsigned int kd_host_activemask_v1(void);
 void kd_host_yield_v1(void);
 void* kd_host_dynamic_shared_v1(void);
+unsigned long long kd_host_thread_locals_v1(const void* inside, unsigned long long* bytes);
 [[noreturn]] void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file, int line,
                                   const kd_host_index* index);
 void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int checks, unsigned long long seed, void* tls_anchor);
@@ -394,9 +401,16 @@ template <class M> __forceinline__ bool any(M m) {
 #define KD_HOST_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
 namespace kd_host {
 #if KD_HOST_FIBERS
-// The waiting thread `me` switches to the next runnable thread of its block (s->next, not null).
+// Whether a waiting thread can switch away inline: a thread is runnable, or the starter is armed.
+__forceinline__ bool can_switch(const kd_host_block* s) { return s->next != nullptr || s->start.pc != nullptr; }
+// The waiting thread `me` switches to the next runnable thread of its block (s->next), or else to
+// the starter, which starts the next thread (and makes it the running one).
 __forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me) {
     kd_host_fiber* const next = s->next;
+    if (next == nullptr) {
+        kd_host_switch(&me->context, &s->start);
+        return;
+    }
     const unsigned int head = ++s->head;
     s->next = head != s->tail ? &s->fibers[s->ring[head & s->ring_mask]] : nullptr;
     kd_host_ix.thread = next->tid;
@@ -409,7 +423,7 @@ __forceinline__ void barrier(const char* file, int line) {
     kd_host_block* const s = kd_host_ix.scheduler;
     // (Under AddressSanitizer, or the race and init instrumentation, every switch goes through the
     // runtime: it annotates switches for ASan, and its bookkeeping is not instrumented.)
-    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && s->arrived + 1 < s->n && s->next != nullptr, 1)) {
+    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && s->arrived + 1 < s->n && can_switch(s), 1)) {
         kd_host_fiber* const me = kd_host_ix.fiber;
         ++s->arrived;
         me->file = file;
@@ -436,7 +450,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
     const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
     const unsigned int m = mask & w->existing, arrived = w->arrived;
     if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
-                             (arrived == 0 || (w->mask == m && w->op == op)) && s->next != nullptr, 1)) {
+                             (arrived == 0 || (w->mask == m && w->op == op)) && can_switch(s), 1)) {
         w->in[lane].lo = value.lo;  // field by field: a whole-word copy would go through memory
         w->in[lane].hi = value.hi;
         w->operands[lane] = b | (unsigned long long)control << 32;
@@ -600,14 +614,39 @@ template <class T> __forceinline__ T* kd_host_cluster_map(T* shared, unsigned in
 // Atomics, fences and cache hints. Rule: sequentially consistent host atomics (on x86 the same
 // instructions as relaxed ones; on weakly ordered CPUs the reductions' "fence, ticket, read the
 // partials" pattern then needs nothing more); types without a native RMW use a CAS loop on their
-// bits; the _block and _system spellings are the same operations.
+// bits; the _block and _system spellings are the same operations. An atomic on the running
+// block's own shared memory (kd_host_index's ranges) is a plain read-modify-write: only the
+// block's threads touch it, they run on this OS thread, and none switches inside an atomic, so the
+// plain one is exact and skips the locked instruction. (Not under the race and init checks, whose
+// instrumentation tells atomics from plain accesses: there every atomic is a real one.)
+#if (KD_CHECKS & (2 | 4))
+#define KD_HOST_PLAIN_SHARED_ATOMICS 0
+#else
+#define KD_HOST_PLAIN_SHARED_ATOMICS 1
+#endif
 namespace kd_host {
 template <class T, int N = sizeof(T)> struct word { static_assert(N == 2 || N == 4 || N == 8, "atomics take 2, 4 or 8 bytes on the CPU device"); };
 template <class T> struct word<T, 2> { typedef unsigned short type; };
 template <class T> struct word<T, 4> { typedef unsigned int type; };
 template <class T> struct word<T, 8> { typedef unsigned long long type; };
-// Replaces *p by f(*p) atomically and returns the old value.
+// Whether p lies in the running block's own shared memory.
+__forceinline__ bool own_shared(const void* p) {
+#if KD_HOST_PLAIN_SHARED_ATOMICS
+    const unsigned long long at = (unsigned long long)(__UINTPTR_TYPE__)p;
+    return at - kd_host_ix.shared < kd_host_ix.shared_bytes || at - kd_host_ix.dynamic_shared < kd_host_ix.dynamic_shared_bytes;
+#else
+    (void)p;
+    return false;
+#endif
+}
+// Replaces *p by f(*p) and returns the old value: atomically (a CAS loop on T's bits), or plainly
+// in the block's own shared memory.
 template <class T, class F> __forceinline__ T atomic_update(T* p, F f) {
+    if (own_shared(p)) {
+        const T old = *p;
+        *p = f(old);
+        return old;
+    }
     typedef typename word<T>::type W;
     W* const at = reinterpret_cast<W*>(p);
     W old = __atomic_load_n(at, __ATOMIC_RELAXED);
@@ -620,30 +659,61 @@ template <class T, class F> __forceinline__ T atomic_update(T* p, F f) {
         if (__atomic_compare_exchange_n(at, &old, want, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) return value;
     }
 }
+// An integer's native RMW: `plain` in the block's own shared memory, the locked `atomic` elsewhere.
+template <class T, class P, class A> __forceinline__ T integer_update(T* p, P plain, A atomic) {
+    if (own_shared(p)) {
+        const T old = *p;
+        *p = plain(old);
+        return old;
+    }
+    return atomic();
+}
+template <class T> __forceinline__ T compare_exchange(T* p, T compare, T v) {
+    if (own_shared(p)) {
+        const T old = *p;
+        if (old == compare) *p = v;
+        return old;
+    }
+    __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return compare;
+}
+// Two's-complement arithmetic for the signed types too (CUDA's atomics wrap).
+template <class T> struct unsigned_of { typedef T type; };
+template <> struct unsigned_of<int> { typedef unsigned int type; };
+template <> struct unsigned_of<long long> { typedef unsigned long long type; };
+template <class T> __forceinline__ constexpr T wrapping_add(T a, T b) {
+    typedef typename unsigned_of<T>::type U;
+    return (T)((U)a + (U)b);
+}
+template <class T> __forceinline__ constexpr T wrapping_sub(T a, T b) {
+    typedef typename unsigned_of<T>::type U;
+    return (T)((U)a - (U)b);
+}
 template <class T> __forceinline__ constexpr T fmin_(T a, T b) { return a != a ? b : b != b ? a : a < b ? a : b; }
 template <class T> __forceinline__ constexpr T fmax_(T a, T b) { return a != a ? b : b != b ? a : a > b ? a : b; }
 }  // namespace kd_host
+#define KD_HOST_ATOMIC_INT_OP(name, T, plain, builtin) \
+    __forceinline__ T name(T* p, T v) { \
+        return kd_host::integer_update(p, [v](T a) { return plain; }, [p, v] { return builtin(p, v, __ATOMIC_SEQ_CST); }); \
+    }
 #define KD_HOST_ATOMIC_INT(T) \
-    __forceinline__ T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); } \
-    __forceinline__ T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_SEQ_CST); } \
-    __forceinline__ T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); } \
-    __forceinline__ T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_SEQ_CST); } \
-    __forceinline__ T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); } \
-    __forceinline__ T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_SEQ_CST); } \
+    KD_HOST_ATOMIC_INT_OP(atomicAdd, T, kd_host::wrapping_add(a, v), __atomic_fetch_add) \
+    KD_HOST_ATOMIC_INT_OP(atomicSub, T, kd_host::wrapping_sub(a, v), __atomic_fetch_sub) \
+    KD_HOST_ATOMIC_INT_OP(atomicExch, T, ((void)a, v), __atomic_exchange_n) \
+    KD_HOST_ATOMIC_INT_OP(atomicAnd, T, (T)(a & v), __atomic_fetch_and) \
+    KD_HOST_ATOMIC_INT_OP(atomicOr, T, (T)(a | v), __atomic_fetch_or) \
+    KD_HOST_ATOMIC_INT_OP(atomicXor, T, (T)(a ^ v), __atomic_fetch_xor) \
     __forceinline__ T atomicMin(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return a < v ? a : v; }); } \
     __forceinline__ T atomicMax(T* p, T v) { return kd_host::atomic_update(p, [v](T a) { return a > v ? a : v; }); } \
-    __forceinline__ T atomicCAS(T* p, T compare, T v) { \
-        __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); \
-        return compare; \
-    }
+    __forceinline__ T atomicCAS(T* p, T compare, T v) { return kd_host::compare_exchange(p, compare, v); }
 KD_HOST_ATOMIC_INT(int)
 KD_HOST_ATOMIC_INT(unsigned int)
 KD_HOST_ATOMIC_INT(long long)
 KD_HOST_ATOMIC_INT(unsigned long long)
 #undef KD_HOST_ATOMIC_INT
+#undef KD_HOST_ATOMIC_INT_OP
 __forceinline__ unsigned short atomicCAS(unsigned short* p, unsigned short compare, unsigned short v) {
-    __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return compare;
+    return kd_host::compare_exchange(p, compare, v);
 }
 __forceinline__ unsigned int atomicInc(unsigned int* p, unsigned int v) {
     return kd_host::atomic_update(p, [v](unsigned int a) { return a >= v ? 0u : a + 1u; });
@@ -1387,6 +1457,34 @@ namespace kd_host {
 // Where this module's thread-locals (its __shared__ variables) start on the running OS thread:
 // mapping a shared address to another block of a cluster is an offset between two threads' copies.
 static thread_local char tls_anchor;
+// The running block's own shared memory, written into the index before a chunk of blocks runs:
+// this module's thread-locals on this OS thread (found once per OS thread) and the launch's
+// dynamic shared bytes. Out of line, and before any of the kernel's code: the first access to a
+// module's thread-locals on an OS thread may take the dynamic linker's slow path (it allocates
+// them), which some glibc versions run without preserving the vector registers that TLS
+// descriptors promise to keep; made here, with nothing live, it leaves the kernel the fast path.
+struct thread_locals {
+    unsigned long long base, bytes;
+    bool known;
+};
+static thread_local thread_locals own_thread_locals;
+__attribute__((noinline)) static void bind_shared(const kd_host_launch* launch) {
+#if KD_HOST_PLAIN_SHARED_ATOMICS
+    kd_host_index& ix = kd_host_ix;
+    thread_locals& t = own_thread_locals;
+    if (__builtin_expect(!t.known, 0)) {
+        t.base = kd_host_thread_locals_v1(&tls_anchor, &t.bytes);
+        t.known = true;
+    }
+    ix.shared = t.base;
+    ix.shared_bytes = t.bytes;
+    ix.dynamic_shared = launch->dynamic_shared ? (unsigned long long)(__UINTPTR_TYPE__)kd_host_dynamic_shared_v1() : 0;
+    ix.dynamic_shared_bytes = ix.dynamic_shared ? launch->dynamic_shared : 0;
+#else
+    (void)launch;
+    __asm__ __volatile__("" : : "r"(&tls_anchor));  // the first access, made here
+#endif
+}
 template <unsigned I, class T> struct slot { T value; };
 template <class S, class... A> struct pack;
 template <unsigned... I, class... A> struct pack<seq<I...>, A...> : slot<I, A>... {
@@ -1402,13 +1500,15 @@ template <class Sig, Sig* F> struct kernel {
     typedef typename signature<Sig>::args args;
     static void fiber(void* a) { static_cast<args*>(a)->template call<F>(); }
     static int run_fibers(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
+        bind_shared(launch);
         args a(params);
         return kd_host_run_fibers_v1(launch, first, end, &fiber, &a, &tls_anchor);
     }
     __attribute__((flatten)) static int run_loop(const kd_host_launch* launch, void** params, unsigned long long first,
                                                  unsigned long long end) {
-        args a(params);
+        bind_shared(launch);
         kd_host_index& ix = kd_host_ix;
+        args a(params);
         const unsigned int bx = launch->block[0], by = launch->block[1], bz = launch->block[2];
         const unsigned int gx = launch->grid[0], gy = launch->grid[1];
         set_index(ix.block_dim, uint3{bx, by, bz});
@@ -1442,6 +1542,7 @@ template <class Sig, Sig* F> struct kernel {
     }
     // A checked build tells the runtime its checks (and where its __shared__ variables live) first.
     static int run_checked(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
+        bind_shared(launch);
         kd_host_check_begin_v1(launch, KD_CHECKS, KD_CHECK_SEED, &tls_anchor);
         return KD_HOST_FIBERS ? run_fibers(launch, params, first, end) : run_loop(launch, params, first, end);
     }

@@ -11,8 +11,9 @@
 //   started and none is starved: the scans' decoupled look-back relies on it.
 // - Fiber mode: a block's threads start in order, one after another, on stacks from this OS
 //   thread's pool; one that finishes without blocking hands its stack to the next. A thread that
-//   waits (barrier, collective) switches directly to the next runnable thread, or starts the next
-//   one; the last to arrive releases the waiters into a FIFO and carries on. The common case of
+//   waits (barrier, collective) switches directly to the next runnable thread, or else starts the
+//   next one by switching to the starter (a context armed on a fresh stack); the last to arrive
+//   releases the waiters into a FIFO and carries on. The common case of
 //   waiting runs inline in the kernel (kd_host.h) on the block state kept here; the rest is here.
 //   Nothing runnable and threads still waiting is a deadlock, reported with where each waits.
 // - Cooperative grids run every block on its own OS thread; clusters run a cluster's blocks at
@@ -52,7 +53,7 @@
 // The ABI, as kd_host.h declares it (keep the two identical).
 namespace {
 constexpr unsigned int kMagic = 0x4644484bu;
-constexpr unsigned int kAbi = 1;
+constexpr unsigned int kAbi = 2;
 struct uint3 { unsigned int x, y, z; };
 }  // namespace
 struct kd_host_launch {
@@ -94,12 +95,14 @@ struct kd_host_block {
     unsigned int* waiters;
     unsigned int head, tail, ring_mask, nwait;
     unsigned int arrived, n;
+    kd_host_context start;
 };
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;
     kd_host_fiber* fiber;
     kd_host_warp* warp;
+    unsigned long long shared, shared_bytes, dynamic_shared, dynamic_shared_bytes;
 };
 // The running CUDA thread of this OS thread, which every module reads (kd_host.h).
 extern "C" __attribute__((visibility("default"))) __thread kd_host_index kd_host_index_v1 KD_TLS;
@@ -112,9 +115,9 @@ enum {
 };
 // The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
-                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 64 &&
-                  sizeof(kd_host_index) == 88 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 1)");
+                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 88 &&
+                  sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+              "the host ABI's layout (KD_HOST_ABI 2)");
 
 // CUresult codes a launch returns.
 enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 801 };
@@ -126,8 +129,9 @@ enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 80
 // register clobbered, so the compiler saves only what is live around it, and it writes nothing on
 // the stack. No system call, no ucontext.
 //   switch_to(from, to): suspend into *from, resume *to.
-//   start_on(from, top, fn, arg): suspend into *from, call fn(arg) on the stack below `top`.
 //   jump_to(to): resume *to, abandoning this thread of execution.
+// A fresh context (the starter's) resumes at a function's entry with its stack pointer kEntrySlot
+// below a 16-byte aligned top, as a call leaves it; that function never returns.
 namespace {
 #if defined(__x86_64__)
 #define KD_CLOBBERS \
@@ -141,14 +145,7 @@ __attribute__((always_inline)) inline void switch_to(kd_host_context* from, cons
         :
         : "rcx", "rdi", KD_CLOBBERS);
 }
-__attribute__((always_inline)) inline void start_on(kd_host_context* from, char* top, void (*fn)(void*), void* arg) {
-    __asm__ __volatile__(
-        "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t"
-        "movq %%rsi, %%rsp\n\tcallq *%%rcx\n\tud2\n1:"
-        : "+d"(from), "+S"(top), "+c"(fn), "+D"(arg)
-        :
-        : KD_CLOBBERS);
-}
+constexpr size_t kEntrySlot = 8;  // the return address a call pushes
 // (`to` in a fixed register: one the compiler picked could be %rbp, which the first move overwrites.)
 [[noreturn]] __attribute__((always_inline)) inline void jump_to(const kd_host_context* to) {
     __asm__ __volatile__("movq 16(%0), %%rbp\n\tmovq (%0), %%rsp\n\tjmpq *8(%0)" : : "d"(to) : "memory");
@@ -175,18 +172,7 @@ __attribute__((always_inline)) inline void switch_to(kd_host_context* from, cons
         :
         : "x2", "x3", "x4", "x5", "x6", "x7", "x8", KD_CLOBBERS);
 }
-__attribute__((always_inline)) inline void start_on(kd_host_context* from, char* top, void (*fn)(void*), void* arg) {
-    register void* x0 __asm__("x0") = arg;
-    register kd_host_context* x1 __asm__("x1") = from;
-    register char* x2 __asm__("x2") = top;
-    register void (*x3)(void*) __asm__("x3") = fn;
-    __asm__ __volatile__(
-        "adr x9, 1f\n\tmov x10, sp\n\tstp x10, x9, [x1]\n\tstr x29, [x1, #16]\n\t"
-        "mov sp, x2\n\tblr x3\n\tbrk #0\n1:"
-        : "+r"(x0), "+r"(x1), "+r"(x2), "+r"(x3)
-        :
-        : "x4", "x5", "x6", "x7", "x8", KD_CLOBBERS);
-}
+constexpr size_t kEntrySlot = 0;  // a call leaves the return address in x30
 [[noreturn]] __attribute__((always_inline)) inline void jump_to(const kd_host_context* to) {
     register const kd_host_context* x1 __asm__("x1") = to;  // not x29, which the first load overwrites
     __asm__ __volatile__("ldr x29, [%0, #16]\n\tldp x10, x9, [%0]\n\tmov sp, x10\n\tbr x9" : : "r"(x1) : "x9", "x10", "memory");
@@ -362,7 +348,7 @@ inline unsigned int shuffle_source(unsigned int mode, unsigned int lane, unsigne
     return inside ? (unsigned int)j : lane;
 }
 
-void fiber_main(void* scheduler);
+[[noreturn]] void fiber_start();
 struct ThreadContext;
 
 class Scheduler {
@@ -482,7 +468,7 @@ public:
             resume(f, next);
         } else if (next_start_ < b_.n) {
             push(f->linear);
-            start_next(f);
+            start_next(&f->context);
         } else {
             sched_yield();
         }
@@ -491,7 +477,7 @@ public:
     [[noreturn]] void fail(int code);
 
 private:
-    friend void fiber_main(void* scheduler);
+    friend void fiber_start();
 
     // What __syncthreads_count (1), _and (2) and _or (3) return, from how many predicates were true.
     int result(int mode, int count) const {
@@ -550,12 +536,22 @@ private:
         arrive();
     }
 
-    void start_next(kd_host_fiber* from) {
-        starting_ = owner_stack();
-        leave(starting_, false);
-        start_on(&from->context, starting_->top, &fiber_main, this);
+    // Starts the next thread: a switch to the starter (armed with a fresh stack first if it is not).
+    void start_next(kd_host_context* from) {
+        if (b_.start.pc == nullptr && !arm()) out_of_stacks();
+        leave(starter_stack_, false);
+        switch_to(from, &b_.start);
         arrive();
     }
+
+public:
+    // The starter: a context on a fresh stack whose code is fiber_start, armed while threads remain
+    // to start, so that a waiting thread starts the next one by a switch (inline in the kernel).
+    bool arm();
+    // Gives the armed stack back (the OS thread is exiting).
+    void disarm();
+
+private:
 
     // ASan's annotations around a switch to `to`'s stack (null: the OS thread's), and on arrival.
     void leave(const Stack* to, bool dying) {
@@ -580,7 +576,7 @@ private:
     // neither, no thread can ever proceed.
     void suspend(kd_host_fiber* f) {
         if (b_.head != b_.tail) resume(f, pop());
-        else if (next_start_ < b_.n) start_next(f);
+        else if (next_start_ < b_.n) start_next(&f->context);
         else deadlock();
     }
 
@@ -612,7 +608,6 @@ private:
     void cluster_barrier();
     void checked_release(kd_host_fiber* last, const char* file, int line);
     void shuffle_order(unsigned int* ids, unsigned int n);
-    Stack* owner_stack();
     void release(unsigned int linear);
     // The error paths, kept out of line so the hot paths' frames stay small.
     [[noreturn]] __attribute__((noinline, cold)) void deadlock();
@@ -638,7 +633,7 @@ private:
     uint3 next_tid_ = {0, 0, 0};
     unsigned int gen_ = 0;
     int count_[2] = {0, 0};
-    Stack* starting_ = nullptr;
+    Stack* starter_stack_ = nullptr;  // the armed starter's
     kd_host_context main_ = {nullptr, nullptr, nullptr};  // the OS thread's context, which runs the block
     bool active_ = false;
     int code_ = 0;
@@ -896,6 +891,7 @@ struct CheckState {
 struct ThreadContext {
     ThreadContext() : scheduler(this) {}
     ~ThreadContext() {
+        scheduler.disarm();  // (before the pool gives its stacks to the spare list)
         if (dynamic_shared) munmap(dynamic_shared, kDynamicSharedBytes);
     }
     Scheduler scheduler;
@@ -931,21 +927,33 @@ std::string block_name(const kd_host_index* ix) {
 }
 const char* kernel_name(const ThreadContext& c) { return c.function ? c.function->name : "?"; }
 
-Stack* Scheduler::owner_stack() {
-    Stack* s = owner_->stacks.get();
-    if (__builtin_expect(s == nullptr, 0)) out_of_stacks();
-    return s;
-}
-
-void Scheduler::release(unsigned int linear) {
+inline void Scheduler::release(unsigned int linear) {
     owner_->stacks.put(stacks_[linear]);
     stacks_[linear] = nullptr;
 }
 
-void fiber_main(void* scheduler) {
-    Scheduler* s = static_cast<Scheduler*>(scheduler);
+inline bool Scheduler::arm() {
+    starter_stack_ = owner_->stacks.get();
+    if (starter_stack_ == nullptr) return false;
+    b_.start = kd_host_context{starter_stack_->top - kEntrySlot, reinterpret_cast<void*>(&fiber_start), nullptr};
+    return true;
+}
+
+void Scheduler::disarm() {
+    if (starter_stack_ != nullptr) owner_->stacks.put(starter_stack_);
+    starter_stack_ = nullptr;
+    b_.start = kd_host_context{nullptr, nullptr, nullptr};
+}
+
+// The starter's code, on the stack it was armed with: starts the block's next thread there, and
+// the next after it whenever one finishes without waiting; arms the starter again (another stack)
+// for the thread after that.
+void fiber_start() {
+    Scheduler* s = &tls_context->scheduler;
     s->arrive();
-    Stack* stack = s->starting_;
+    Stack* const stack = s->starter_stack_;
+    s->starter_stack_ = nullptr;
+    s->b_.start.pc = nullptr;
     for (;;) {
         const unsigned int k = s->next_start_++;
         const unsigned int linear = s->seed_ ? s->order_[k] : k;
@@ -962,6 +970,7 @@ void fiber_main(void* scheduler) {
                 ++s->next_tid_.z;
             }
         }
+        if (s->b_.start.pc == nullptr && s->next_start_ < s->b_.n) s->arm();  // (none: start_next reports it)
         s->select(f);
         s->entry_(s->args_);
         s->finish(f);
@@ -989,15 +998,14 @@ int Scheduler::run_block() {
             shuffle_order(order_.data(), b_.n);
         }
     }
-    starting_ = owner_->stacks.get();
-    if (starting_ == nullptr) {
+    if (b_.start.pc == nullptr && !arm()) {
         owner_->error = format("kernel '%s' %s: out of memory for fiber stacks", kernel_name(*owner_), block_name(ix_).c_str());
         return kLaunchFailed;
     }
     active_ = true;
     from_main_ = true;
-    leave(starting_, false);
-    start_on(&main_, starting_->top, &fiber_main, this);
+    leave(starter_stack_, false);
+    switch_to(&main_, &b_.start);
     arrive();
     active_ = false;
     if (code_) {  // abandoned threads: take their stacks back (a seeded schedule starts them in any order)
@@ -1023,8 +1031,25 @@ void Scheduler::cluster_barrier() {
     }
 }
 
-// Every lane's shuffle result, for one mode (the switch hoisted out of the lanes' loop).
+// Every lane's shuffle result, for one mode (the switch hoisted out of the lanes' loop). The usual
+// shuffle, a whole warp's with the same operands, is a plain loop over the lanes.
 template <unsigned int Mode> void shuffle_all(kd_host_warp& w, unsigned int m) {
+    const unsigned long long same = w.operands[0];
+    unsigned long long differ = 0;
+    for (unsigned int l = 0; l < 32; ++l) differ |= w.operands[l] ^ same;
+    if (m == 0xffffffffu && differ == 0) {  // (every source lane is in the collective)
+        const unsigned int b = (unsigned int)same, c = (unsigned int)(same >> 40);
+        if (Mode == KD_HOST_SHFL_DOWN && c == 0x1fu && b < 32) {  // width 32: two block copies
+            std::memcpy(w.out, w.in + b, (32 - b) * sizeof *w.in);
+            std::memcpy(w.out + (32 - b), w.in + (32 - b), b * sizeof *w.in);
+        } else if (Mode == KD_HOST_SHFL_UP && c == 0 && b < 32) {
+            std::memcpy(w.out + b, w.in, (32 - b) * sizeof *w.in);
+            std::memcpy(w.out, w.in, b * sizeof *w.in);
+        } else {
+            for (unsigned int l = 0; l < 32; ++l) w.out[l] = w.in[shuffle_source(Mode, l, b, c)];
+        }
+        return;
+    }
     for (unsigned int bits = m; bits; bits &= bits - 1) {
         const unsigned int l = (unsigned int)__builtin_ctz(bits);
         const unsigned long long operands = w.operands[l];
@@ -1100,7 +1125,14 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
     if (wake == 0) return;
     if (b_.head == b_.tail) b_.next = &b_.fibers[first + (unsigned int)__builtin_ctz(wake)];
     unsigned int tail = b_.tail;
-    for (unsigned int bits = wake; bits; bits &= bits - 1) b_.ring[tail++ & b_.ring_mask] = first + (unsigned int)__builtin_ctz(bits);
+    if (wake == ~(1u << self) && (tail & b_.ring_mask) + 31 <= b_.ring_mask) {  // the usual: a whole warp's other lanes
+        unsigned int* const at = b_.ring + (tail & b_.ring_mask);
+        for (unsigned int l = 0; l < self; ++l) at[l] = first + l;
+        for (unsigned int l = self + 1; l < 32; ++l) at[l - 1] = first + l;
+        tail += 31;
+    } else {
+        for (unsigned int bits = wake; bits; bits &= bits - 1) b_.ring[tail++ & b_.ring_mask] = first + (unsigned int)__builtin_ctz(bits);
+    }
     b_.tail = tail;
 }
 
@@ -1546,10 +1578,9 @@ struct TlsSearch {
     uintptr_t base;
 };
 
-// The module's thread-local block on this OS thread (its __shared__ variables), found from an
-// address inside it.
-void find_module_tls(CheckState& k, const char* anchor) {
-    if (k.tls_anchor == anchor) return;
+// The thread-local block on this OS thread (a module's __shared__ variables) that holds `anchor`,
+// and the module's load address; nothing found: data null.
+TlsSearch search_tls(const char* anchor) {
     TlsSearch search = {anchor, nullptr, 0, 0};
     dl_iterate_phdr(
         [](dl_phdr_info* info, size_t, void* arg) -> int {
@@ -1568,6 +1599,13 @@ void find_module_tls(CheckState& k, const char* anchor) {
             return 0;
         },
         &search);
+    return search;
+}
+
+// The module's thread-local block on this OS thread, found from an address inside it.
+void find_module_tls(CheckState& k, const char* anchor) {
+    if (k.tls_anchor == anchor) return;
+    const TlsSearch search = search_tls(anchor);
     k.tls_anchor = anchor;
     k.tls = search.data;
     k.tls_size = search.size;
@@ -2327,6 +2365,8 @@ KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long 
     ix->cluster_dim = uint3{launch->cluster[0], launch->cluster[1], launch->cluster[2]};
     c.tls_anchor = static_cast<char*>(tls_anchor);
     if (c.team) {  // a cluster's block: its shared memory is known to the team before any block runs
+        // (and the other blocks may update it: its atomics stay atomic)
+        ix->shared_bytes = ix->dynamic_shared_bytes = 0;
         Team::Member& me = c.team->members[c.rank];
         me.tls_anchor.store(static_cast<char*>(tls_anchor), std::memory_order_relaxed);
         me.dynamic_shared.store(static_cast<char*>(kd_host_dynamic_shared_v1()), std::memory_order_relaxed);
@@ -2380,6 +2420,14 @@ KD_EXPORT void kd_host_yield_v1(void) {
     }
     if (c && c->scheduler.active()) c->scheduler.yield();
     else sched_yield();
+}
+
+// A module's thread-locals on this OS thread (its __shared__ variables), from an address inside
+// them: where they start, and their size in *bytes (0 when not found).
+KD_EXPORT unsigned long long kd_host_thread_locals_v1(const void* inside, unsigned long long* bytes) {
+    const TlsSearch search = search_tls(static_cast<const char*>(inside));
+    *bytes = search.data ? search.size : 0;
+    return (unsigned long long)(uintptr_t)search.data;
 }
 
 KD_EXPORT void* kd_host_dynamic_shared_v1(void) {
