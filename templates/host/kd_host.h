@@ -639,14 +639,16 @@ __forceinline__ bool own_shared(const void* p) {
     return false;
 #endif
 }
+// Replaces *p by f(*p) and returns the old value, plainly (for the block's own shared memory).
+template <class T, class F> __forceinline__ T plain_update(T* p, F f) {
+    const T old = *p;
+    *p = f(old);
+    return old;
+}
 // Replaces *p by f(*p) and returns the old value: atomically (a CAS loop on T's bits), or plainly
 // in the block's own shared memory.
 template <class T, class F> __forceinline__ T atomic_update(T* p, F f) {
-    if (own_shared(p)) {
-        const T old = *p;
-        *p = f(old);
-        return old;
-    }
+    if (own_shared(p)) return plain_update(p, f);
     typedef typename word<T>::type W;
     W* const at = reinterpret_cast<W*>(p);
     W old = __atomic_load_n(at, __ATOMIC_RELAXED);
@@ -661,19 +663,10 @@ template <class T, class F> __forceinline__ T atomic_update(T* p, F f) {
 }
 // An integer's native RMW: `plain` in the block's own shared memory, the locked `atomic` elsewhere.
 template <class T, class P, class A> __forceinline__ T integer_update(T* p, P plain, A atomic) {
-    if (own_shared(p)) {
-        const T old = *p;
-        *p = plain(old);
-        return old;
-    }
-    return atomic();
+    return own_shared(p) ? plain_update(p, plain) : atomic();
 }
 template <class T> __forceinline__ T compare_exchange(T* p, T compare, T v) {
-    if (own_shared(p)) {
-        const T old = *p;
-        if (old == compare) *p = v;
-        return old;
-    }
+    if (own_shared(p)) return plain_update(p, [compare, v](T a) { return a == compare ? v : a; });
     __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
     return compare;
 }
