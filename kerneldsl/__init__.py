@@ -8,15 +8,41 @@ owns everything that talks to the CUDA driver (and the CPU device); ``cache/`` t
 and ``@kd.fuse`` share; ``blas/`` cuBLAS; ``device_array/`` ``kd.DeviceArray`` and its NumPy
 surface; ``tune/``, ``distributed/`` and ``array_api/`` on top.
 
-``import kerneldsl`` imports nothing but this file: each public name is imported on first use
-(PEP 562), so a program pays for the parts it touches (a cold start is mostly imports).
+``import kerneldsl`` imports nothing but this file and the array engine's door (which imports
+nothing): each public name is imported on first use (PEP 562), so a program pays for the parts it
+touches (a cold start is mostly imports).
 """
 
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
 from ._version import __version__
+from .array import engine as _engine
+
+
+def _op_table() -> ModuleType:
+    from .array import ops
+
+    return ops
+
+
+def _dtype_variants() -> ModuleType:
+    from .array import dtype_variants
+
+    return dtype_variants
+
+
+def _products() -> ModuleType:
+    from .blas import np_matmul
+
+    return np_matmul
+
+
+# The composition root: DeviceArray's surface reaches the engine and cuBLAS through this door,
+# opened on first use (the engine imports the surface's class, never the other way).
+_engine.install(ops=_op_table, dtype_variants=_dtype_variants, products=_products)
 
 # The public API, written once: home module -> the names it defines ("" lists modules named by
 # their last part: ``kd.ops`` is ``kerneldsl.array.ops``). Type checkers read __init__.pyi, which

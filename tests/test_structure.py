@@ -349,11 +349,10 @@ def _modules_on_cycles(graph: dict[str, set[str]]) -> list[str]:
 
 def test_no_import_that_runs_closes_a_loop_anywhere_in_the_package() -> None:
     """Every import that runs, at import time or lazily in a function, points down the house:
-    ``DeviceArray`` calls the engine and cuBLAS (through ``array.engine``, ``products``), which know it through
-    the runtime's registration (``array.arraytype``); only annotations (TYPE_CHECKING) may name a
-    module above."""
+    ``DeviceArray`` calls the engine and cuBLAS through ``array.engine``, the door the package root
+    installs, and they know it through the runtime's registration (``array.arraytype``)."""
     graph = _import_graph(for_checkers=False)
-    assert "kerneldsl.array.ops" in graph["kerneldsl.array.engine"]  # the lazy imports are in the graph
+    assert "kerneldsl.array.ops" in graph["kerneldsl"]  # the root's lazy imports are in the graph
     assert _modules_on_cycles(graph) == []
 
 
@@ -374,15 +373,14 @@ def _lazy_array_imports(path: Path) -> list[str]:
     ]
 
 
-def test_the_array_layer_imports_on_first_use_through_one_door() -> None:
+def test_the_array_layers_reach_the_engine_and_cublas_only_through_the_door() -> None:
     """``DeviceArray``'s surface reaches the op table, the dtype variants and cuBLAS through
-    ``array/engine.py`` (imported on first use, so that declaring a kernel stays cheap) and
-    cuBLAS through ``DeviceArray``'s ``products()`` (the kerneldsl[blas] extra); no other module of
-    the array layers hand-rolls a lazy import of them."""
+    ``array/engine.py``, whose openers the package root installs (opened on first use, so that
+    declaring a kernel stays cheap, and never an import from below): no module of the array
+    layers hand-rolls a lazy import of them."""
     paths = sorted([*(PACKAGE / "array").rglob("*.py"), *(PACKAGE / "device_array").rglob("*.py")])
-    found = [hit for path in paths for hit in _lazy_array_imports(path)]
-    doors = {"array/engine.py", "device_array/ndarray.py"}
-    assert found and {hit.partition(":")[0] for hit in found} == doors, found
+    assert [hit for path in paths for hit in _lazy_array_imports(path)] == []
+    assert len(_lazy_array_imports(PACKAGE / "__init__.py")) == 3  # the door's three openers
 
 
 def test_the_loop_check_names_the_modules_on_a_lazy_loop() -> None:
@@ -450,10 +448,10 @@ def test_every_folder_and_top_level_module_has_a_floor() -> None:
 def test_no_folder_imports_one_above_it() -> None:
     """Every import that runs, at import time or lazily in a function, points to the importer's
     floor or one below (annotations may still name ``kd.DeviceArray`` above: the array layer's
-    and cuBLAS's results, a cycle ``KNOWN_CYCLES`` lists; the remote handles the entry points
-    route are named by ``launch.routing.RemoteHandle``)."""
+    and cuBLAS's results, which close no loop; the remote handles the entry points route are named
+    by ``launch.routing.RemoteHandle``)."""
     graph = _import_graph(for_checkers=False)
-    assert ("kerneldsl.device_array.ndarray", "kerneldsl.blas.np_matmul") in {
+    assert ("kerneldsl", "kerneldsl.blas.np_matmul") in {
         (m, t) for m, ts in graph.items() for t in ts
     }
     assert _upward(graph) == []
@@ -548,57 +546,23 @@ def test_plan_and_layout_each_name_one_thing() -> None:
 
 # -- no loop, annotations included -----------------------------------------------------------------
 
-# The import cycles that TYPE_CHECKING imports (annotations) still close, each with the work that is
-# to remove it: when that work lands, its entry is deleted here. Nothing may be added: a new cycle,
-# or one that grows, fails the test below.
-KNOWN_CYCLES: tuple[frozenset[str], ...] = (
-    # the array layer and cuBLAS annotate DeviceArray (their results), whose operators and methods
-    # reach them through the engine's and ndarray's doors: gone when the engine and cuBLAS type
-    # their results without naming the class above them, or the class sits below them with its
-    # operators installed from the op table (issue 41 items 1 and 3)
-    frozenset(
-        {
-            "kerneldsl.array.arraytype",
-            "kerneldsl.array.dtype_variants",
-            "kerneldsl.array.elementwise",
-            "kerneldsl.array.engine",
-            "kerneldsl.array.operands",
-            "kerneldsl.array.operators",
-            "kerneldsl.array.ops",
-            "kerneldsl.array.reduction",
-            "kerneldsl.array.reduction.api",
-            "kerneldsl.array.scan",
-            "kerneldsl.blas",
-            "kerneldsl.blas.checks",
-            "kerneldsl.blas.handles",
-            "kerneldsl.blas.host",
-            "kerneldsl.blas.matmul",
-            "kerneldsl.blas.np_matmul",
-            "kerneldsl.blas.reduced",
-            "kerneldsl.blas.vector",
-            "kerneldsl.device_array.complex_parts",
-            "kerneldsl.device_array.methods",
-            "kerneldsl.device_array.ndarray",
-        }
-    ),
-)
-
-
 def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
     """The modules of each import cycle: every set of two or more that reach one another."""
     reach = {m: _reachable(graph, m) for m in graph}
     return {frozenset({m} | {n for n in reach[m] if m in reach[n]}) for m in graph if m in reach[m]}
 
 
-def test_no_import_closes_a_loop_even_through_annotations_but_the_known_ones() -> None:
+def test_no_import_closes_a_loop_even_through_annotations() -> None:
     """Every import, at import time, lazily in a function or under TYPE_CHECKING, points down the
-    house, but for the cycles ``KNOWN_CYCLES`` lists, each to be removed by the work named there
-    (the compile pipeline's own: ``jit/build`` and ``jit/attributes``, is gone: the attributes
-    take the image, not the build)."""
+    house or sideways without a loop: the array layer and cuBLAS may name ``kd.DeviceArray`` (their
+    results) in annotations, since the class reaches them only through ``array.engine``'s door (the
+    compile pipeline's own: ``jit/build`` and ``jit/attributes``, is gone: the attributes take the
+    image, not the build)."""
     graph = _import_graph(for_checkers=True)
     assert "kerneldsl.jit.build" in graph["kerneldsl.launch.dispatch"]  # the graph sees what it must
+    assert "kerneldsl.device_array.ndarray" in graph["kerneldsl.array.ops"]  # and annotations
     assert "kerneldsl.jit.build" not in _reachable(graph, "kerneldsl.jit.attributes")
-    assert _cycles(graph) == set(KNOWN_CYCLES)
+    assert _cycles(graph) == set()
 
 
 def test_the_cycle_listing_names_each_loop_by_its_modules() -> None:

@@ -1,29 +1,47 @@
 """The door from ``kd.DeviceArray``'s Python surface (``kerneldsl.device_array``: the operators,
-the reduction methods, the complex parts) and the ``operators`` mixin to the array engine: the op
-table and NumPy's array-method dtype rules, each imported on the first call that needs it and
-then kept.
+the reduction methods, the complex parts, ``@``) and the ``operators`` mixin to what they run:
+the op table, NumPy's array-method dtype rules and cuBLAS's matmul, each opened on the first call
+that needs it and then kept.
 
-Why a door and not import statements: every public ``kd`` name imports DeviceArray first (it
-registers the class with the runtime), and declaring a kernel must import no build pipeline
-(``tests/test_cold_start.py``), which the op table's kernels are made with. Nothing the door
-opens imports the surface back.
+Why a door, and why it imports nothing: the op table and cuBLAS make and return DeviceArrays, so
+the surface cannot import them without an import loop; and every public ``kd`` name imports
+DeviceArray first (it registers the class with the runtime), while declaring a kernel must import
+no build pipeline (``tests/test_cold_start.py``), which the op table's kernels are made with. The
+package root (``kerneldsl/__init__.py``, above every floor) hands the door its openers when the
+package is imported: the surface depends on the door, the root on everything (the composition
+root), and no import points back down the house to the surface.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import ModuleType
 
+Opener = Callable[[], ModuleType]
+
+_openers: dict[str, Opener] = {}
 _ops: ModuleType | None = None
 _dtype_variants: ModuleType | None = None
+_products: ModuleType | None = None
+
+
+def install(*, ops: Opener, dtype_variants: Opener, products: Opener) -> None:
+    """The package root's openers: the op table, the dtype variants, cuBLAS's matmul."""
+    _openers.update(ops=ops, dtype_variants=dtype_variants, products=products)
+
+
+def _open(name: str) -> ModuleType:
+    opener = _openers.get(name)
+    if opener is None:  # only a module loaded outside its package (the root always runs first)
+        raise ImportError(f"the array engine's door was not installed: import {__name__} through kerneldsl")
+    return opener()
 
 
 def ops() -> ModuleType:
     """``kerneldsl.array.ops``, the op table every operator and conversion of an array runs."""
     global _ops
     if _ops is None:
-        from . import ops as table
-
-        _ops = table
+        _ops = _open("ops")
     return _ops
 
 
@@ -31,7 +49,13 @@ def dtype_variants() -> ModuleType:
     """``kerneldsl.array.dtype_variants``: reductions and scans in another dtype, ``var``/``std``."""
     global _dtype_variants
     if _dtype_variants is None:
-        from . import dtype_variants as variants
-
-        _dtype_variants = variants
+        _dtype_variants = _open("dtype_variants")
     return _dtype_variants
+
+
+def products() -> ModuleType:
+    """``kerneldsl.blas.np_matmul``, what ``@`` runs (it needs the kerneldsl[blas] extra)."""
+    global _products
+    if _products is None:
+        _products = _open("products")
+    return _products

@@ -1,45 +1,44 @@
 """The user-facing device array: ``kd.DeviceArray``, a ``runtime.memory.DeviceBuffer`` that
 programs like a NumPy array.
 
-The runtime owns the memory, its layout and views; this class adds what runs kernels: ``@``
-(``kd.matmul``), ``astype``, ``fill``, ``copy``, ``ravel``, item assignment, and the kernels
-that copy and fill strided views; the operators (``array/operators.py``, ``kd.ops`` calls),
-NumPy's reduction methods (``array/methods.py``), the scalar and Array API protocol
-(``array/protocol.py``) and the complex parts (``array/complex_parts.py``) are mixins, which
-reach the engine through ``array/engine.py``. Importing it
-registers it with the runtime (``memory.use_array_type``), so that every array the runtime makes
-from then on, the C path's included, is a DeviceArray. It declares no slots: the C path reads
-arrays at the DeviceBuffer's slot offsets.
+The runtime owns the memory, its layout and views; this class is the rest of the Python surface,
+in one place: ``@`` (``kd.matmul``), ``astype``, ``fill``, ``copy``, ``ravel``, item assignment,
+NumPy's reduction and scan methods and the complex parts, with the operators
+(``array/operators.py``, ``kd.ops`` calls, shared with the ``@kd.fuse`` tracer) and the scalar
+and Array API protocol (``protocol.py``) mixed in. All of them reach the op table and cuBLAS
+through ``array/engine.py``, the door the package root installs, never by import: those make and
+return DeviceArrays. Importing it registers it with the runtime (``memory.use_array_type``), so
+that every array the runtime makes from then on, the C path's included, is a DeviceArray. It
+declares no slots: the C path reads arrays at the DeviceBuffer's slot offsets.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..array.arraytype import as_array
-from ..array.engine import ops
+from ..array.engine import dtype_variants, ops, products
 from ..array.operators import InPlaceOperators, Operators
 from ..runtime import memory
 from ..runtime.memory import DeviceBuffer
 from ..runtime.transfers import Transfers
-from .complex_parts import ComplexParts
-from .methods import ReductionMethods
 from .protocol import ArrayProtocol
 
 if TYPE_CHECKING:
     from ..runtime.session import Session
 
 
-class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, ArrayProtocol, ComplexParts):
+class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ArrayProtocol):
     """Device memory that behaves like a NumPy array where that costs nothing: operators map to
     ``kd.ops``, basic indexing and reshaping give views, host conversion is explicit
-    (``to_host()``; ``item()`` and ``float(a)`` of one element synchronize). The operators
-    (``Operators``, ``InPlaceOperators``), NumPy's reduction methods (``ReductionMethods``) and
-    the Array API protocol (``ArrayProtocol``) are mixed in. See ``DeviceBuffer`` for the
-    memory, layout, views and transfers."""
+    (``to_host()``; ``item()`` and ``float(a)`` of one element synchronize). NumPy's reduction
+    and scan methods (``sum``, ``mean``, ``cumsum``, ...: the ``kd.ops`` ones of the same name;
+    ``dtype=`` accumulates and returns in that dtype, as NumPy's) and complex parts (``real``,
+    ``imag``: views, assignable) are written here; the operators (``Operators``,
+    ``InPlaceOperators``, shared with the ``@kd.fuse`` tracer) and the scalar and Array API
+    protocol (``ArrayProtocol``) are mixed in. See ``DeviceBuffer`` for the memory, layout, views
+    and transfers."""
 
     __slots__ = ()
     session: Session  # the runtime's buffers know it as what they read of it (a BufferSession)
@@ -78,7 +77,7 @@ class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, A
     def copy(self) -> DeviceArray:
         """A new C-contiguous array with the same contents (enqueued on the session stream)."""
         self._check()
-        return as_array(memory.copy(self.session, self))
+        return cast("DeviceArray", memory.copy(self.session, self))
 
     def astype(self, dtype: Any) -> DeviceArray:
         """A new array converted to ``dtype`` with NumPy's ``astype`` semantics."""
@@ -129,19 +128,136 @@ class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ReductionMethods, A
         """``a @= b``: NumPy's in-place matmul (the product, through a temporary, written into ``a``)."""
         return products().matmul(self, other, out=self)  # type: ignore[no-any-return]
 
+    # -- NumPy's reduction and scan methods: kd.ops reductions and scans of the same name ----------
 
-_products: ModuleType | None = None
+    def sum(
+        self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None, keepdims: bool = False
+    ) -> DeviceArray:
+        """``kd.ops.sum`` over ``axis`` (an int, a tuple, None: all), accumulating in ``dtype``."""
+        result: DeviceArray = dtype_variants().typed(ops().sum, self.dtype, dtype)(
+            self, axis=axis, out=out, keepdims=keepdims
+        )
+        return result
 
+    def prod(
+        self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None, keepdims: bool = False
+    ) -> DeviceArray:
+        """``kd.ops.prod`` over ``axis``, accumulating in ``dtype``."""
+        result: DeviceArray = dtype_variants().typed(ops().prod, self.dtype, dtype)(
+            self, axis=axis, out=out, keepdims=keepdims
+        )
+        return result
 
-def products() -> ModuleType:
-    """``kerneldsl.blas.np_matmul``, what ``@`` runs: imported on the first ``@`` (it needs the
-    kerneldsl[blas] extra), then kept, as an operator's import would cost a lookup."""
-    global _products
-    if _products is None:
-        from ..blas import np_matmul
+    def min(self, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False) -> DeviceArray:
+        """``kd.ops.min`` over ``axis`` (ValueError for an empty reduction, as NumPy)."""
+        result: DeviceArray = ops().min(self, axis=axis, out=out, keepdims=keepdims)
+        return result
 
-        _products = np_matmul
-    return _products
+    def max(self, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False) -> DeviceArray:
+        """``kd.ops.max`` over ``axis`` (ValueError for an empty reduction, as NumPy)."""
+        result: DeviceArray = ops().max(self, axis=axis, out=out, keepdims=keepdims)
+        return result
+
+    def mean(
+        self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None, keepdims: bool = False
+    ) -> DeviceArray:
+        """``kd.ops.mean`` over ``axis``: float64 for integers and bool, float16 stays float16."""
+        result: DeviceArray = dtype_variants().typed(ops().mean, self.dtype, dtype)(
+            self, axis=axis, out=out, keepdims=keepdims
+        )
+        return result
+
+    def var(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        out: DeviceArray | None = None,
+        ddof: Any = 0,
+        keepdims: bool = False,
+        *,
+        correction: Any = None,
+    ) -> DeviceArray:
+        """The mean squared deviation from the mean, divided by ``n - ddof`` instead of ``n``
+        (``correction`` is the Array API's name for ``ddof``): three launches, four with ``ddof``."""
+        result: DeviceArray = dtype_variants().variance(self, axis, dtype, out, ddof, correction, keepdims, root=False)
+        return result
+
+    def std(
+        self,
+        axis: Any = None,
+        dtype: Any = None,
+        out: DeviceArray | None = None,
+        ddof: Any = 0,
+        keepdims: bool = False,
+        *,
+        correction: Any = None,
+    ) -> DeviceArray:
+        """The square root of ``var`` (same arguments and dtypes)."""
+        result: DeviceArray = dtype_variants().variance(self, axis, dtype, out, ddof, correction, keepdims, root=True)
+        return result
+
+    def argmin(self, axis: Any = None, out: DeviceArray | None = None, *, keepdims: bool = False) -> DeviceArray:
+        """``kd.ops.argmin``: int64 indices of the first minimum (of the first NaN) along one axis."""
+        result: DeviceArray = ops().argmin(self, axis=axis, out=out, keepdims=keepdims)
+        return result
+
+    def argmax(self, axis: Any = None, out: DeviceArray | None = None, *, keepdims: bool = False) -> DeviceArray:
+        """``kd.ops.argmax``: int64 indices of the first maximum (of the first NaN) along one axis."""
+        result: DeviceArray = ops().argmax(self, axis=axis, out=out, keepdims=keepdims)
+        return result
+
+    def any(self, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False) -> DeviceArray:
+        """Whether any element along ``axis`` is nonzero (bool; False for an empty reduction)."""
+        result: DeviceArray = dtype_variants().any(self, axis=axis, out=out, keepdims=keepdims)
+        return result
+
+    def all(self, axis: Any = None, out: DeviceArray | None = None, keepdims: bool = False) -> DeviceArray:
+        """Whether every element along ``axis`` is nonzero (bool; True for an empty reduction)."""
+        result: DeviceArray = dtype_variants().all(self, axis=axis, out=out, keepdims=keepdims)
+        return result
+
+    def cumsum(self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None) -> DeviceArray:
+        """``kd.ops.cumsum`` along ``axis`` (None: the flattened array), accumulating in ``dtype``."""
+        result: DeviceArray = dtype_variants().typed(ops().cumsum, self.dtype, dtype)(self, axis=axis, out=out)
+        return result
+
+    def cumprod(self, axis: Any = None, dtype: Any = None, out: DeviceArray | None = None) -> DeviceArray:
+        """``kd.ops.cumprod`` along ``axis`` (None: the flattened array), accumulating in ``dtype``."""
+        result: DeviceArray = dtype_variants().typed(ops().cumprod, self.dtype, dtype)(self, axis=axis, out=out)
+        return result
+
+    # -- NumPy's complex parts: views of the memory (a real array's imag: new zeros) ----------------
+
+    @property
+    def real(self) -> DeviceArray:
+        """The real parts: a view of a complex array, ``a`` itself viewed for a real one."""
+        return _part(self, 0)
+
+    @real.setter
+    def real(self, value: Any) -> None:
+        _part(self, 0)[...] = value
+
+    @property
+    def imag(self) -> DeviceArray:
+        """The imaginary parts: a view of a complex array, new zeros for a real one."""
+        a = self
+        if a.dtype.kind != "c":
+            return cast("DeviceArray", a.session.zeros(a.shape, a.dtype))
+        return _part(a, 1)
+
+    @imag.setter
+    def imag(self, value: Any) -> None:
+        a = self
+        if a.dtype.kind != "c":
+            raise TypeError(f"array of dtype {a.dtype} does not have a writable imaginary part")
+        _part(a, 1)[...] = value
+
+    def conj(self) -> DeviceArray:
+        """``kd.ops.conj(a)``: a new array (a real one's copy)."""
+        result: DeviceArray = ops().conj(self)
+        return result
+
+    conjugate = conj
 
 
 memory.use_array_type(DeviceArray)
@@ -155,3 +271,12 @@ def _overwritten(target: DeviceArray) -> None:
         return
     low, high = target.byte_span()
     memory.note_written(target, low, high - low)
+
+
+def _part(a: DeviceArray, which: int) -> DeviceArray:
+    """Part ``which`` (0 real, 1 imaginary) of every element of ``a`` as a view."""
+    a._check()
+    if a.dtype.kind != "c":
+        return a[...]
+    part = np.dtype(np.float32 if a.dtype == np.complex64 else np.float64)
+    return a._view(a.shape, a.strides, which * part.itemsize, part)
