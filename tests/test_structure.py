@@ -383,6 +383,13 @@ def test_the_array_layers_reach_the_engine_and_cublas_only_through_the_door() ->
     assert len(_lazy_array_imports(PACKAGE / "__init__.py")) == 3  # the door's three openers
 
 
+def test_the_door_opens_the_op_table_the_dtype_variants_and_cublas_matmul() -> None:
+    from kerneldsl.array import dtype_variants, engine, ops
+    from kerneldsl.blas import np_matmul
+
+    assert (engine.ops(), engine.dtype_variants(), engine.products()) == (ops, dtype_variants, np_matmul)
+
+
 def test_the_loop_check_names_the_modules_on_a_lazy_loop() -> None:
     graph = {
         "kerneldsl.device_array.ndarray": {"kerneldsl.array.ops"},
@@ -451,9 +458,7 @@ def test_no_folder_imports_one_above_it() -> None:
     and cuBLAS's results, which close no loop; the remote handles the entry points route are named
     by ``launch.routing.RemoteHandle``)."""
     graph = _import_graph(for_checkers=False)
-    assert ("kerneldsl", "kerneldsl.blas.np_matmul") in {
-        (m, t) for m, ts in graph.items() for t in ts
-    }
+    assert ("kerneldsl", "kerneldsl.blas.np_matmul") in {(m, t) for m, ts in graph.items() for t in ts}
     assert _upward(graph) == []
 
 
@@ -545,6 +550,7 @@ def test_plan_and_layout_each_name_one_thing() -> None:
 
 
 # -- no loop, annotations included -----------------------------------------------------------------
+
 
 def _cycles(graph: dict[str, set[str]]) -> set[frozenset[str]]:
     """The modules of each import cycle: every set of two or more that reach one another."""
