@@ -9,6 +9,7 @@ raises the same typed errors it always did.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import subprocess
 import sys
@@ -635,10 +636,25 @@ def test_with_a_second_stream_queued_frees_take_the_python_path(fake_session: kd
     assert drv.c_launches == 2 and not stream.closed  # the stream lives on: frees keep waiting for it
 
 
+def test_a_synchronize_after_finished_work_leaves_nothing_queued_so_the_next_launch_stays_in_c(
+    fake_session: kd.Session, drv: FakeDriver
+) -> None:
+    a = fake_session.zeros(64, np.float32)
+    kd.ops.negative(a)
+    launches = drv.c_launches
+    fake_session.synchronize()  # the fake's work is done when queued, as the CPU device's is
+    assert not fake_session.owned.deferred and drv.count("cuEventCreate") == drv.count("cuEventDestroy")
+    kd.ops.negative(a)
+    assert drv.c_launches == launches + 1
+
+
 def test_queued_frees_of_other_kinds_take_the_python_path(fake_session: kd.Session, drv: FakeDriver) -> None:
     a = fake_session.zeros(64, np.float32)
     kd.ops.negative(a)
-    fake_session.synchronize()  # queues its events for destruction
+    dropped = fake_session.create_event()
+    del dropped  # its finalizer queues it for destruction
+    gc.collect()
+    assert [kind for kind, _ in fake_session.owned.deferred] == ["event"]
     destroyed, allocs = drv.count("cuEventDestroy"), drv.c_allocs
     kept = kd.ops.negative(a)
     assert drv.c_allocs == allocs and drv.count("cuEventDestroy") > destroyed and not fake_session.owned.deferred

@@ -345,8 +345,10 @@ def test_close_order(drv: FakeDriver) -> None:
     log = [c for c in after(drv.calls, mark) if not c.startswith("cuCtx")]
     sync_end = max(i for i, c in enumerate(log) if c == "cuEventQuery")
     assert "cuEventRecord" in log[:sync_end]
-    tail = log[sync_end + 1 :]
-    # deferred: the dropped buffer, then the sync events; then events, buffers, modules, streams, ctx
+    # the sync events of the two streams, destroyed as soon as they completed; then the deferred
+    # dropped buffer; then events, buffers, modules, streams, ctx
+    assert log[sync_end + 1 : sync_end + 3] == ["cuEventDestroy", "cuEventDestroy"]
+    tail = log[sync_end + 3 :]
     assert tail[0] == "cuMemFreeAsync"
     expected_order = [
         "cuEventDestroy",

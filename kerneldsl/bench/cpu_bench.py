@@ -1,7 +1,7 @@
 """The CPU device side by side with NVIDIA Warp's CPU device, Numba's CUDA simulator and NumPy.
 
 One process, one CPU session (``kd.Session(device="cpu")``); every input is uploaded before
-timing (``s.to_device``), so no transfer is timed. Four sections (``--only``):
+timing (``s.to_device``), so no transfer is timed. Six sections (``--only``):
 
 - ``kernels``: five kernels written as CUDA users write them (``cpu_kernels``) against the same
   computations in Warp (``cpu_warp``, ``wp.tid()`` and ``wp.atomic_add``), NumPy, and Numba's
@@ -10,6 +10,8 @@ timing (``s.to_device``), so no transfer is timed. Four sections (``--only``):
   transpose, the sum and the histogram, and >= 10,000x the simulator's speed per element. The sum
   and the histogram run over a grid-stride loop (16 elements a thread) and, reported beside them,
   a thread an element.
+- ``sweep``: the five kernels against Warp over sizes besides the ones above (``cpu_cases.SWEEP``:
+  odd, small and larger), each ratio and each kernel's worst, held to the same targets.
 - ``fibers``: what running CUDA threads as fibers costs a thread on one worker: start and finish
   (with one barrier), a barrier, a warp shuffle (targets 6, 4 and 6 ns), from kernels of the same
   trivial work with a run-time count of barriers or shuffles against the work alone, which runs
@@ -46,10 +48,10 @@ import numpy as np
 import kerneldsl as kd
 
 from . import cpu_cases
-from .cpu_cases import FULL, QUICK, THREAD_ELEMENTS, Case, Sizes, poison_value
+from .cpu_cases import FULL, QUICK, QUICK_SWEEP, SWEEP, THREAD_ELEMENTS, Case, Sizes, case_size, poison_value
 from .report import Report, print_json
 
-SECTIONS = ("kernels", "fibers", "ops", "first", "checks")
+SECTIONS = ("kernels", "sweep", "fibers", "ops", "first", "checks")
 CHECKED = {"bounds": 3.0, "all": 30.0}  # checks= and the most times its unchecked time it may take
 BARRIER_FREE = ("saxpy", "stencil")
 VARIANT = " (a thread an element)"
@@ -218,6 +220,26 @@ def bench_kernels(s: kd.Session, sizes: Sizes, reps: int, simulator: bool = True
                 Figure(f"{label}: kerneldsl speedup per element over it", speedup, "x", floor, at_least=True)
             )
     return figures
+
+
+def bench_sweep(s: kd.Session, sweep: Sequence[Sizes], reps: int) -> list[Figure]:
+    """kerneldsl over Warp for each kernel at each size of ``sweep`` (the grid-stride sum and
+    histogram), then each kernel's worst ratio, held to the kernel's target."""
+    from . import cpu_warp
+
+    cpu_warp.init()
+    figures: list[Figure] = []
+    worst: dict[str, float] = {}
+    for sizes in sweep:
+        for name, case in sizes.cases().items():
+            times = time_checked([(case, kerneldsl_contenders(s, case)[0]), (case, warp_contender(case))], reps)
+            ratio = times["kerneldsl"] / times["Warp"]
+            figures.append(Figure(f"{name} {case_size(case)}: kerneldsl / Warp", ratio, "x"))
+            worst[name] = max(ratio, worst.get(name, 0.0))
+    return figures + [
+        Figure(f"{name}: the worst kerneldsl / Warp of the sweep", ratio, "x", 1.0 if name in BARRIER_FREE else 2.0)
+        for name, ratio in worst.items()
+    ]
 
 
 # --- fibers ----------------------------------------------------------------------------------
@@ -449,6 +471,7 @@ def bench_first() -> tuple[list[Figure], list[str]]:
 
 TITLES = {
     "kernels": "CUDA-style kernels: kerneldsl CPU device vs Warp CPU, NumPy, Numba CUDA simulator",
+    "sweep": "the five kernels over other sizes: kerneldsl CPU device / Warp CPU",
     "fibers": "fiber-mode costs per CUDA thread (one worker)",
     "ops": "kd.ops and @kd.fuse on the CPU device vs NumPy (DeviceArrays: no transfer timed)",
     "first": "first call on the CPU device, fresh processes",
@@ -477,6 +500,7 @@ def run(args: argparse.Namespace) -> Report:
     s = kd.Session(device="cpu")
     measures: dict[str, Callable[[], tuple[list[Figure], list[str]]]] = {
         "kernels": lambda: (bench_kernels(s, sizes, args.reps), []),
+        "sweep": lambda: (bench_sweep(s, QUICK_SWEEP if args.quick else SWEEP, max(1, args.reps // 2)), []),
         "fibers": lambda: (bench_fibers(s, sizes.n // 4, 4 if args.quick else 16, args.reps), []),
         "ops": lambda: (bench_ops(s, sizes.n, sizes.side, args.reps), []),
         "first": bench_first,

@@ -133,6 +133,23 @@ class Sizes:
 FULL = Sizes(n=1 << 22, rows=2000, cols=3000, side=2048, simulated_n=1 << 12, simulated_side=64)
 QUICK = Sizes(n=1 << 16, rows=200, cols=300, side=256, simulated_n=1 << 10, simulated_side=32)
 
+# The ``sweep`` section's sizes besides FULL's: odd ones that no block or tile divides, small ones
+# where a launch's fixed costs weigh, and larger transposes and stencils (the sums stay exact only
+# up to 2**22 elements).
+SWEEP = (
+    Sizes(n=(1 << 16) + 3, rows=257, cols=509, side=257, simulated_n=0, simulated_side=0),
+    Sizes(n=1_000_003, rows=1023, cols=1537, side=1023, simulated_n=0, simulated_side=0),
+    Sizes(n=(1 << 22) - 5, rows=4096, cols=4099, side=4095, simulated_n=0, simulated_side=0),
+)
+QUICK_SWEEP = (Sizes(n=1000, rows=33, cols=65, side=31, simulated_n=0, simulated_side=0),)
+
+
+def case_size(case: Case) -> str:
+    """A case's problem size as its inputs' shape: ``1000003`` or ``1023x1537``."""
+    (first, *_) = case.inputs.values()
+    return "x".join(str(extent) for extent in first.shape)
+
+
 NUMPY_RUNS: dict[str, Callable[[Case, np.ndarray], object]] = {
     "saxpy": lambda c, out: numpy_saxpy(c.inputs["x"], c.inputs["y"], out),
     "transpose": lambda c, out: np.copyto(out, c.inputs["x"].T),

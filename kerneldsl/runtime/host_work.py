@@ -21,6 +21,7 @@ from cuda.bindings import driver as _bindings
 from . import host_runtime
 
 CUresult = _bindings.CUresult
+_RESULTS: dict[int, Any] = {}  # code -> its CUresult, made once (every call of the driver returns one)
 SUCCESS = 0
 INVALID_VALUE = 1
 OUT_OF_MEMORY = 2
@@ -54,7 +55,10 @@ class HostWork:
 
     @staticmethod
     def _r(code: int, *values: Any) -> tuple[Any, ...]:
-        return (CUresult(code), *values)
+        result = _RESULTS.get(code)
+        if result is None:
+            result = _RESULTS.setdefault(code, CUresult(code))
+        return (result, *values)
 
     def _handle(self) -> int:
         with self._lock:

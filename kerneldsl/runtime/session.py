@@ -263,9 +263,7 @@ class Session(Generic[ArrayT]):
 
     def synchronize(self, timeout: float | None = None) -> bool:
         """Wait (interruptibly, Ctrl-C works) for all streams of the session; False on timeout."""
-        with self._activation:
-            streams = self.order.live()
-        return self.order.wait(streams, timeout)
+        return self.order.wait(None, timeout)
 
     # -- factories -------------------------------------------------------------------------------
 

@@ -65,22 +65,30 @@ class StreamSession(SessionCore, Protocol):
     def activated_unchecked(self) -> Activation: ...
 
 
+def event_done(session: StreamSession, raw_event: Any) -> bool:
+    """Whether ``raw_event`` completed (one query; a failure other than "not ready" raises).
+
+    Call with the session activated.
+    """
+    err = session.api.cuEventQuery(raw_event)[0]
+    if err and err != driver.ERROR_NOT_READY:
+        raise driver.error("cuEventQuery", err)
+    return not err
+
+
 def wait_event(session: StreamSession, raw_event: Any, timeout: float | None = None, *, checked: bool = True) -> bool:
     """Poll ``raw_event`` until it completes; False if ``timeout`` seconds pass first.
 
     Each query holds the session lock only for the query itself, so other threads keep
     launching while one waits. ``checked=False`` lets ``close()`` wait on a closing session.
     """
-    d = session.api
     activation = session.activated() if checked else session.activated_unchecked()
     start = time.perf_counter()
     delay = _MIN_SLEEP_S
     while True:
         with activation:
-            err = d.cuEventQuery(raw_event)[0]
-            if err and err != driver.ERROR_NOT_READY:
-                raise driver.error("cuEventQuery", err)
-        if not err:
+            done = event_done(session, raw_event)
+        if done:
             return True
         elapsed = time.perf_counter() - start
         if timeout is not None and elapsed >= timeout:
@@ -273,22 +281,37 @@ class StreamOrder:
                 g.keep_alive(obj)
 
     def wait(
-        self, streams: list[Stream], timeout: float | None, *, session_wide: bool = True, checked: bool = True
+        self, streams: list[Stream] | None, timeout: float | None, *, session_wide: bool = True, checked: bool = True
     ) -> bool:
-        """Wait for the work queued so far on ``streams``; then drop the keep-alives it covered
-        (all of them if ``session_wide``, else those tagged with the one stream). ``checked=False``
-        lets close wait on a closing session."""
+        """Wait for the work queued so far on ``streams`` (None: every live one, then); then drop
+        the keep-alives it covered (all of them if ``session_wide``, else those tagged with the one
+        stream). ``checked=False`` lets close wait on a closing session."""
         session = self._session
-        with session.activated() if checked else session.activated_unchecked():
+        activation = session.activated() if checked else session.activated_unchecked()
+        with activation:
+            if streams is None:
+                streams = self.live()
             seq = next(self._seq)
             events = [record_sync_event(session, stream._cu) for stream in streams]
-        try:
-            done = all(wait_event(session, ev, timeout, checked=checked) for ev in events)
-        finally:
-            session.owned.deferred.extend(("event", ev) for ev in events)
-        if done:
-            self._release_inflight(seq, None if session_wide else streams[0])
-        return done
+            try:
+                # Work done already (the CPU device's, whose streams run work as it is enqueued,
+                # every time): the events are destroyed here, so the next launch finds no deferred
+                # destroys to drain and stays on the C path.
+                if all(event_done(session, ev) for ev in events):
+                    for ev in events:
+                        session.api.cuEventDestroy(ev)
+                    events.clear()
+            except BaseException:
+                session.owned.deferred.extend(("event", ev) for ev in events)
+                raise
+        if events:
+            try:
+                if not all(wait_event(session, ev, timeout, checked=checked) for ev in events):
+                    return False
+            finally:
+                session.owned.deferred.extend(("event", ev) for ev in events)
+        self._release_inflight(seq, None if session_wide else streams[0])
+        return True
 
     def _release_inflight(self, seq: int, only: Stream | None) -> None:
         with self._session.lock:

@@ -35,7 +35,7 @@ def finish_work(session: ClosingSession, timeout: float | None, errors: list[Bas
     """Wait for every stream; False when the memory must leak (timeout or sticky error)."""
     order = session.order
     try:
-        if order.wait(order.live(), timeout, checked=False):
+        if order.wait(None, timeout, checked=False):
             return True
         errors.append(TimeoutError(f"work on session {session.session_id} did not finish within {timeout} s"))
     except StickyCudaError as exc:
