@@ -1260,10 +1260,12 @@ __attribute__((noinline)) int run_range(ThreadContext& c, Grid& grid, unsigned l
     return rc;
 }
 
-void run_chunks(Grid& grid) {
+// Runs chunks of the grid's blocks until none is left; returns how many blocks this thread ran.
+unsigned long long run_chunks(Grid& grid) {
     ThreadContext& c = context();
     c.function = grid.function;
     c.abandoned = &grid.failed;
+    unsigned long long ran = 0;
     while (!grid.failed.load(std::memory_order_relaxed)) {
         const unsigned long long first = grid.next.fetch_add(grid.chunk, std::memory_order_relaxed);
         if (first >= grid.total) break;
@@ -1273,9 +1275,42 @@ void run_chunks(Grid& grid) {
             grid.record(rc, c.error);
             break;
         }
+        ran += end - first;
     }
     c.function = nullptr;
     c.abandoned = nullptr;
+    return ran;
+}
+
+// What a block of a kernel cost when the launching thread last ran some, per launching thread
+// (direct-mapped by the kernel's descriptor; a collision only costs a launch's guess). Rule: a
+// grid whose blocks, at that cost, take less than kInlineGridNs in all runs on the launching
+// thread alone, as waking the pool's helpers costs about as much as such a grid; the first launch
+// of a kernel, and every larger one, uses the pool. `kerneldsl bench cpu --only sweep` checks it
+// (its small sizes).
+constexpr double kInlineGridNs = 20000.0;
+struct BlockCost {
+    const kd_host_function* function = nullptr;
+    double ns = 0.0;
+};
+thread_local BlockCost block_costs[64];
+
+BlockCost& block_cost(const kd_host_function* f) {
+    return block_costs[(reinterpret_cast<uintptr_t>(f) >> 4) & 63u];
+}
+
+bool small_grid(const Grid& grid) {
+    const BlockCost& cost = block_cost(grid.function);
+    return cost.function == grid.function && cost.ns * (double)grid.total < kInlineGridNs;
+}
+
+// Runs chunks as run_chunks does and remembers what a block cost.
+void run_chunks_timed(Grid& grid) {
+    const auto start = std::chrono::steady_clock::now();
+    const unsigned long long ran = run_chunks(grid);
+    if (ran == 0) return;
+    const double ns = (double)std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count();
+    block_cost(grid.function) = BlockCost{grid.function, ns / (double)ran};
 }
 
 int online_cpus() {
@@ -1303,8 +1338,8 @@ public:
             grid.total < (unsigned long long)helpers + 1 ? grid.total : (unsigned long long)helpers + 1;
         grid.chunk = grid.total / (participants * 8);
         if (grid.chunk == 0) grid.chunk = 1;
-        if (participants <= 1 || !launch_.try_lock()) {
-            run_chunks(grid);
+        if (participants <= 1 || small_grid(grid) || !launch_.try_lock()) {
+            run_chunks_timed(grid);
             return;
         }
         spawn(helpers);
@@ -1315,7 +1350,7 @@ public:
             std::lock_guard<std::mutex> hold(lock_);
             wake_.notify_all();
         }
-        run_chunks(grid);
+        run_chunks_timed(grid);
         state_.fetch_and(~kOpen, std::memory_order_acq_rel);
         for (unsigned int spins = 0; state_.load(std::memory_order_acquire) & kActive; ++spins) {
             if (spins < 2000) pause();
