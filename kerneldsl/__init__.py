@@ -72,7 +72,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "squeeze",
         "stack",
     ),
-    ".device_array.ndarray": ("DeviceArray",),
+    ".array.ndarray": ("DeviceArray",),
     ".array.reduction": ("reduction",),
     ".array.scan": ("scan",),
     ".device_array.sessions": ("Session", "default_session"),
@@ -128,7 +128,7 @@ def __getattr__(name: str) -> object:
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if (home or name) not in _MAKE_NO_ARRAYS:
-        importlib.import_module(".device_array.ndarray", __name__)
+        importlib.import_module(".array.ndarray", __name__)
     module = importlib.import_module(home or _MODULES[name], __name__)
     value = module if not home else getattr(module, name)
     globals()[name] = value

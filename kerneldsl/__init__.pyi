@@ -11,6 +11,7 @@ from ._version import __version__ as __version__
 from .array import ops as ops
 from .array.elementwise import elementwise as elementwise
 from .array.fusion import fuse as fuse
+from .array.ndarray import DeviceArray as DeviceArray
 from .array.reduction import reduction as reduction
 from .array.scan import scan as scan
 from .blas.np_matmul import matmul as matmul
@@ -32,7 +33,6 @@ from .device_array.manipulation import flip as flip
 from .device_array.manipulation import moveaxis as moveaxis
 from .device_array.manipulation import squeeze as squeeze
 from .device_array.manipulation import stack as stack
-from .device_array.ndarray import DeviceArray as DeviceArray
 from .device_array.sessions import Session as Session
 from .device_array.sessions import default_session as default_session
 from .dtypes import bool_ as bool_

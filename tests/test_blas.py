@@ -22,8 +22,8 @@ from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import blas
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.blas import binding, lt_config
-from kerneldsl.device_array.ndarray import DeviceArray
 from kerneldsl.errors import (
     AliasingError,
     BindingError,

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import kerneldsl as kd
-from kerneldsl.device_array.ndarray import DeviceArray
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import (
     AliasingError,
     BindingError,

@@ -22,7 +22,7 @@ from scalar_hooks import Hook, HookFloat32, HookInt32
 
 import kerneldsl as kd
 from kerneldsl import blas
-from kerneldsl.device_array.ndarray import DeviceArray
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError, KernelDSLError
 from kerneldsl.jit.launch_contract import launch_contract
 from kerneldsl.jit.specialize import bind_declared

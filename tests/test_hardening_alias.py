@@ -15,7 +15,7 @@ from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import ops
-from kerneldsl.device_array.ndarray import DeviceArray
+from kerneldsl.array.ndarray import DeviceArray
 
 LOOKBACK, LINES = 1000, 40  # lengths scanned by each stage (one thread a line up to LINES_MAX)
 

@@ -21,7 +21,7 @@ from driver_double import FakeDriver
 from scalar_hooks import Hook, HookFloat32, HookInt32
 
 import kerneldsl as kd
-from kerneldsl.device_array.ndarray import DeviceArray
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import ClosedError
 from kerneldsl.launch import fastpath
 from kerneldsl.runtime import memory

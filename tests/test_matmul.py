@@ -18,7 +18,7 @@ from driver_double import FakeDriver
 
 import kerneldsl as kd
 from kerneldsl import blas
-from kerneldsl.device_array.ndarray import DeviceArray
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import BindingError, ShapeMismatchError, WrongSessionError
 from kerneldsl.launch import fastpath
 from kerneldsl.runtime import Session

@@ -18,8 +18,8 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import ops
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.bench import error_bounds
-from kerneldsl.device_array.ndarray import DeviceArray
 from kerneldsl.dtypes import all_element_types
 
 pytestmark = pytest.mark.gpu

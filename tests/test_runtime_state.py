@@ -16,7 +16,7 @@ import pytest
 from conftest import in_threads
 from driver_double import FakeDriver
 
-from kerneldsl.device_array.ndarray import DeviceArray
+from kerneldsl.array.ndarray import DeviceArray
 from kerneldsl.errors import (
     ClosedError,
     CudaError,

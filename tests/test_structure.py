@@ -280,15 +280,15 @@ def test_the_upward_import_check_names_each_import_of_a_layer_above() -> None:
         "from typing import TYPE_CHECKING\n"
         "from ..errors import ClosedError\n"
         "if TYPE_CHECKING:\n"
-        "    from ..device_array.ndarray import DeviceArray\n"
+        "    from ..array.ndarray import DeviceArray\n"
         "def f():\n"
         "    from ..array import ops\n"
         "    import kerneldsl.blas\n"
         "    return importlib.import_module('kerneldsl.distributed')\n"
     )
     assert _upward_imports(offender, "runtime/offender.py", "kerneldsl.runtime.offender") == [
-        "runtime/offender.py:4 imports kerneldsl.device_array.ndarray",
-        "runtime/offender.py:4 imports kerneldsl.device_array.ndarray.DeviceArray",
+        "runtime/offender.py:4 imports kerneldsl.array.ndarray",
+        "runtime/offender.py:4 imports kerneldsl.array.ndarray.DeviceArray",
         "runtime/offender.py:6 imports kerneldsl.array",
         "runtime/offender.py:6 imports kerneldsl.array.ops",
         "runtime/offender.py:7 imports kerneldsl.blas",
@@ -337,8 +337,8 @@ def test_no_import_cycle_runs_through_the_runtime_and_a_layer_outside_it() -> No
     imports it back (cycles among the runtime's own modules, annotations naming each other, stay
     inside it)."""
     graph = _import_graph()
-    assert "kerneldsl.device_array.ndarray" in graph["kerneldsl.device_array.sessions"]  # the graph sees what it must
-    assert "kerneldsl.runtime.memory" in graph["kerneldsl.device_array.ndarray"]
+    assert "kerneldsl.array.ndarray" in graph["kerneldsl.device_array.sessions"]  # the graph sees what it must
+    assert "kerneldsl.runtime.memory" in graph["kerneldsl.array.ndarray"]
     assert _cycles_leaving_the_runtime(graph) == []
 
 
@@ -350,7 +350,7 @@ def _modules_on_cycles(graph: dict[str, set[str]]) -> list[str]:
 def test_no_import_that_runs_closes_a_loop_anywhere_in_the_package() -> None:
     """Every import that runs, at import time or lazily in a function, points down the house:
     ``DeviceArray`` calls the engine and cuBLAS through ``array.engine``, the door the package root
-    installs, and they know it through the runtime's registration (``array.arraytype``)."""
+    installs, and they know it through the runtime's registration (``memory.array_type``)."""
     graph = _import_graph(for_checkers=False)
     assert "kerneldsl.array.ops" in graph["kerneldsl"]  # the root's lazy imports are in the graph
     assert _modules_on_cycles(graph) == []
@@ -392,25 +392,25 @@ def test_the_door_opens_the_op_table_the_dtype_variants_and_cublas_matmul() -> N
 
 def test_the_loop_check_names_the_modules_on_a_lazy_loop() -> None:
     graph = {
-        "kerneldsl.device_array.ndarray": {"kerneldsl.array.ops"},
+        "kerneldsl.array.ndarray": {"kerneldsl.array.ops"},
         "kerneldsl.array.ops": {"kerneldsl.array.elementwise"},
-        "kerneldsl.array.elementwise": {"kerneldsl.device_array.ndarray", "kerneldsl.runtime.memory"},
+        "kerneldsl.array.elementwise": {"kerneldsl.array.ndarray", "kerneldsl.runtime.memory"},
         "kerneldsl.runtime.memory": set(),
     }
-    on_cycles = ["kerneldsl.array.elementwise", "kerneldsl.array.ops", "kerneldsl.device_array.ndarray"]
+    on_cycles = ["kerneldsl.array.elementwise", "kerneldsl.array.ndarray", "kerneldsl.array.ops"]
     assert _modules_on_cycles(graph) == on_cycles
 
 
 def test_the_cycle_check_names_a_runtime_module_on_a_loop_with_an_upper_one() -> None:
     graph = {
         "kerneldsl.runtime.memory": {"kerneldsl.array.ops"},
-        "kerneldsl.array.ops": {"kerneldsl.device_array.ndarray"},
-        "kerneldsl.device_array.ndarray": {"kerneldsl.runtime.memory"},
+        "kerneldsl.array.ops": {"kerneldsl.array.ndarray"},
+        "kerneldsl.array.ndarray": {"kerneldsl.runtime.memory"},
         "kerneldsl.runtime.session": {"kerneldsl.runtime.memory"},
     }
     assert _cycles_leaving_the_runtime(graph) == [
+        "kerneldsl.runtime.memory <-> kerneldsl.array.ndarray",
         "kerneldsl.runtime.memory <-> kerneldsl.array.ops",
-        "kerneldsl.runtime.memory <-> kerneldsl.device_array.ndarray",
     ]
 
 
@@ -453,13 +453,39 @@ def test_every_folder_and_top_level_module_has_a_floor() -> None:
 
 
 def test_no_folder_imports_one_above_it() -> None:
-    """Every import that runs, at import time or lazily in a function, points to the importer's
-    floor or one below (annotations may still name ``kd.DeviceArray`` above: the array layer's
-    and cuBLAS's results, which close no loop; the remote handles the entry points route are named
-    by ``launch.routing.RemoteHandle``)."""
-    graph = _import_graph(for_checkers=False)
+    """Every import, at import time, lazily in a function or under TYPE_CHECKING, points to the
+    importer's floor or one below (``kd.DeviceArray`` is the array layer's own, so the engine and
+    cuBLAS name their results without looking up; the remote handles the entry points route are
+    named by ``launch.routing.RemoteHandle``)."""
+    graph = _import_graph(for_checkers=True)
     assert ("kerneldsl", "kerneldsl.blas.np_matmul") in {(m, t) for m, ts in graph.items() for t in ts}
+    assert "kerneldsl.array.ndarray" in graph["kerneldsl.blas.matmul"]  # annotations are in the graph
     assert _upward(graph) == []
+
+
+def _folders(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The import graph between the package's folders and top-level modules (the root aside)."""
+    top = {m: m.split(".")[1] for m in graph if m != "kerneldsl"}
+    folders: dict[str, set[str]] = {name: set() for name in top.values()}
+    for m, targets in graph.items():
+        if m in top:
+            folders[top[m]].update(top[t] for t in targets if t in top and top[t] != top[m])
+    return folders
+
+
+def test_no_folders_import_each_other_even_through_annotations() -> None:
+    folders = _folders(_import_graph(for_checkers=True))
+    assert "runtime" in folders["array"] and "array" in folders["device_array"]  # the graph sees what it must
+    assert _cycles(folders) == set()
+
+
+def test_the_folder_graph_names_a_loop_between_two_folders() -> None:
+    graph = {
+        "kerneldsl.array.ops": {"kerneldsl.device_array.ndarray"},
+        "kerneldsl.device_array.ndarray": {"kerneldsl.array.engine"},
+        "kerneldsl.array.engine": set(),
+    }
+    assert _cycles(_folders(graph)) == {frozenset({"array", "device_array"})}
 
 
 def test_the_floor_check_names_an_upward_import() -> None:
@@ -566,7 +592,7 @@ def test_no_import_closes_a_loop_even_through_annotations() -> None:
     image, not the build)."""
     graph = _import_graph(for_checkers=True)
     assert "kerneldsl.jit.build" in graph["kerneldsl.launch.dispatch"]  # the graph sees what it must
-    assert "kerneldsl.device_array.ndarray" in graph["kerneldsl.array.ops"]  # and annotations
+    assert "kerneldsl.array.ndarray" in graph["kerneldsl.array.ops"]  # and annotations
     assert "kerneldsl.jit.build" not in _reachable(graph, "kerneldsl.jit.attributes")
     assert _cycles(graph) == set()
 

@@ -18,7 +18,7 @@ from .reduction.reducers import REDUCERS, Reducer, accumulation_dtype
 from .scan import Scan
 
 if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+    from .ndarray import DeviceArray
 
 _BOOL = np.dtype(np.bool_)
 _FLOAT32 = np.dtype(np.float32)

@@ -53,8 +53,8 @@ from . import promotion
 from .decisions import ElementwiseDecisions
 
 if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
     from ..runtime.stream import Stream
+    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand, RemoteArrayT, RemoteOperand, TracedOperand
     from .program import Traced
 from .kernels import (

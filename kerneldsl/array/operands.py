@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 if TYPE_CHECKING:
     import numpy as np
 
-    from ..device_array.ndarray import DeviceArray
     from ..launch.routing import RemoteHandle
+    from .ndarray import DeviceArray
     from .program import Traced
 
     class CudaArray(Protocol):

@@ -42,7 +42,7 @@ from .scan import cumprod as cumprod
 from .scan import cumsum as cumsum
 
 if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand, RemoteArrayT, RemoteOperand
 
 _IPOW = (

@@ -59,7 +59,7 @@ from .reduction.strategy import (
 from .scratch import SCRATCH
 
 if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+    from .ndarray import DeviceArray
     from .operands import DeviceOperand, HostArray, HostOperand, RemoteArrayT
 
 LINES_MAX = 64  # innermost lines up to this long are scanned one thread each

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..array import ops
+from ..array.ndarray import DeviceArray
 from ..device_array.creation import asarray, full
-from ..device_array.ndarray import DeviceArray
 from ..runtime.views import normalize_axis
 from ._gather import take
 from ._manipulation import broadcast_arrays, concat, reshape

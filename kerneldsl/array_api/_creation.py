@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ..array.ndarray import DeviceArray
 from ..device_array import creation
-from ..device_array.ndarray import DeviceArray
 from ..runtime.foreign import is_foreign
 from ..runtime.session import Session, default_session
 from ._dtypes import DEFAULT_FLOAT

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..device_array.ndarray import DeviceArray
+from ..array.ndarray import DeviceArray
 from ..errors import OperandDtypeError
 
 

@@ -13,8 +13,8 @@ from typing import Any, NewType, TypeVar
 import numpy as np
 
 from ..array import ops
+from ..array.ndarray import DeviceArray
 from ..device_array.creation import asarray as upload
-from ..device_array.ndarray import DeviceArray
 from ..dtypes import int64
 from ..jit.signature import In, Out, Scalar, cdiv
 from ..launch.dispatch import kernel

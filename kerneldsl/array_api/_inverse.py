@@ -15,7 +15,7 @@ from typing import Any, NewType, TypeVar
 
 import numpy as np
 
-from ..device_array.ndarray import DeviceArray
+from ..array.ndarray import DeviceArray
 from ..errors import OperandDtypeError
 from ..jit.signature import InOut, Out
 from ..launch.dispatch import kernel

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ..array.ndarray import DeviceArray
 from ..device_array import manipulation
-from ..device_array.ndarray import DeviceArray
 from ..errors import ViewError
 from ..runtime.views import normalize_axis
 

@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, NewType, TypeVar
 import numpy as np
 
 from ..array import ops
+from ..array.ndarray import DeviceArray
 from ..device_array.creation import empty
-from ..device_array.ndarray import DeviceArray
 from ..dtypes import int32, int64
 from ..jit.signature import In, InOut, Out, Scalar, cdiv
 from ..launch.dispatch import kernel

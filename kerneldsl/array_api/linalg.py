@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..array import ops
-from ..device_array.ndarray import DeviceArray
+from ..array.ndarray import DeviceArray
 from ..runtime.views import normalize_axis
 from ._compute import matmul, matrix_transpose, tensordot, vecdot
 from ._creation import eye

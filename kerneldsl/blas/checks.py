@@ -6,18 +6,15 @@ enqueued nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..array.arraytype import as_array
-from ..runtime import memory
-
-if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+from ..array.ndarray import DeviceArray, as_array
 from ..dtypes import ELEMENT_TYPES, INT32_MAX, add_bfloat16
 from ..errors import AliasingError, BindingError, ShapeMismatchError, StridedArrayError
 from ..launch.routing import RemoteArguments, is_remote
+from ..runtime import memory
 from ..runtime.handle import check_same_session
 from ..runtime.session import Session
 from ..runtime.stream import Stream, check_stream

@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import ctypes
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..array.arraytype import as_array
-from ..runtime import memory
-from . import host, lt_config
-
-if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+from ..array.ndarray import DeviceArray, as_array
 from ..errors import BlasNotAvailableError, ClosedError
+from ..runtime import memory
 from ..runtime.session import Session, default_session
 from ..runtime.stream import Stream
+from . import host, lt_config
 from .binding import COMPUTE_64F, INSTALL_HINT, POINTER_MODE_HOST, api_name, blas_error, library
 
 # cuBLAS's recommended workspace for Hopper and newer (4 MiB suffices before): one per stream.

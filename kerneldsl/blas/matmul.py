@@ -16,7 +16,7 @@ from ..runtime import memory
 from . import lt_config
 
 if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+    from ..array.ndarray import DeviceArray
 from ..errors import ShapeMismatchError
 from ..launch.routing import RemoteArguments, public, route, routed
 from ..runtime.session import Session

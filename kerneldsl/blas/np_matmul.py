@@ -21,21 +21,17 @@ numpy (``np.matmul``'s result, a numpy scalar for 1-D @ 1-D).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple, overload
+from typing import Any, NamedTuple, overload
 
 import numpy as np
 
 from ..array import ops, placement
-from ..array.arraytype import as_array
-from ..runtime import memory
-from ..runtime.session import default_session
-
-if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+from ..array.ndarray import DeviceArray, as_array
 from ..errors import BindingError, ShapeMismatchError
 from ..launch.routing import RemoteArguments, find_remote, routed
+from ..runtime import memory
 from ..runtime.handle import check_same_session
-from ..runtime.session import Session
+from ..runtime.session import Session, default_session
 from .binding import GEMM_DEFAULT, OP_N, OP_T
 from .checks import GEMM_TYPES, needs_64
 from .handles import handle

@@ -34,7 +34,7 @@ from ..array import ops
 from .checks import BF16, F16, F32, F64
 
 if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+    from ..array.ndarray import DeviceArray
 
 REDUCED: frozenset[np.dtype] = frozenset(dt for dt in (F16, BF16, F32, F64) if dt is not None)
 """The real float dtypes whose products with a 1-D operand are reductions (cuBLAS's real ones)."""

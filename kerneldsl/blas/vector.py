@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..device_array.ndarray import DeviceArray
+    from ..array.ndarray import DeviceArray
 from ..array import ops
 from ..errors import ShapeMismatchError
 from ..launch.routing import routed

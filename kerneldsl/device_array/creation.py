@@ -8,10 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ..array.arraytype import as_array
+from ..array.ndarray import DeviceArray, as_array
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.session import Session, default_session
-from .ndarray import DeviceArray
 
 
 def _session(session: Session | None) -> Session:

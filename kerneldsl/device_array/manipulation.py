@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..array import ops, promotion
+from ..array.ndarray import DeviceArray
 from ..errors import WrongSessionError
 from ..runtime.views import normalize_axis
 from .creation import asarray
-from .ndarray import DeviceArray
 
 Axes = int | Sequence[int]
 

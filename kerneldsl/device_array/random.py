@@ -23,13 +23,13 @@ import numpy as np
 from .. import dtypes
 from ..array.decisions import ElementwiseDecisions
 from ..array.kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
+from ..array.ndarray import DeviceArray
 from ..errors import BindingError
 from ..jit.codegen import GeneratedBody, render
 from ..jit.signature import cdiv
 from ..launch.dispatch import Kernel
 from ..runtime.session import Session
 from .creation import empty
-from .ndarray import DeviceArray
 
 __all__ = ["Generator", "integers", "normal", "uniform"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..array.ndarray import DeviceArray
 from ..runtime import session as runtime_session
-from .ndarray import DeviceArray
 
 if TYPE_CHECKING:
 

@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..array.arraytype import as_array
-from ..device_array.ndarray import DeviceArray
+from ..array.ndarray import DeviceArray, as_array
 from ..errors import DistributedError, WorkerLostError
 from ..runtime.ipc import IpcExport, copy_from_export
 from ..runtime.session import default_session

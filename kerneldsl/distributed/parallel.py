@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..array.ndarray import DeviceArray
 from ..device_array.manipulation import concatenate
-from ..device_array.ndarray import DeviceArray
 from ..errors import NoWorkerError
 
 if TYPE_CHECKING:

@@ -27,8 +27,7 @@ from typing import Any, NamedTuple
 
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from ..array.arraytype import as_array
-from ..device_array.ndarray import DeviceArray
+from ..array.ndarray import DeviceArray, as_array
 from ..errors import (
     BindingError,
     CallCancelledError,

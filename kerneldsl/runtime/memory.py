@@ -1,7 +1,7 @@
 """Device buffers owned by a session.
 
 A ``DeviceBuffer`` is the runtime's array: memory, layout, views and transfers. The user-facing
-``DeviceArray`` (operators, ``astype``, ``fill``; ``kerneldsl.device_array.ndarray``) subclasses it and
+``DeviceArray`` (operators, ``astype``, ``fill``; ``kerneldsl.array.ndarray``) subclasses it and
 registers itself with ``use_array_type`` when the array layer is imported: every array the
 runtime makes from then on (``Session.empty``, ``to_device``, views, foreign memory, the C
 path's allocations) is of that class. The runtime never imports the array layer.

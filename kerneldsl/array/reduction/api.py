@@ -21,7 +21,7 @@ from .reducers import Reducer, user_reducer
 from .strategy import Step, planning_multiprocessors
 
 if TYPE_CHECKING:
-    from ...device_array.ndarray import DeviceArray
+    from ..ndarray import DeviceArray
     from ..operands import DeviceOperand, HostArray, HostOperand, RemoteArrayT, RemoteOperand, TracedOperand
 
 

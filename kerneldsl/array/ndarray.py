@@ -4,10 +4,11 @@ programs like a NumPy array.
 The runtime owns the memory, its layout and views; this class is the rest of the Python surface,
 in one place: ``@`` (``kd.matmul``), ``astype``, ``fill``, ``copy``, ``ravel``, item assignment,
 NumPy's reduction and scan methods and the complex parts, with the operators
-(``array/operators.py``, ``kd.ops`` calls, shared with the ``@kd.fuse`` tracer) and the scalar
-and Array API protocol (``protocol.py``) mixed in. All of them reach the op table and cuBLAS
-through ``array/engine.py``, the door the package root installs, never by import: those make and
-return DeviceArrays. Importing it registers it with the runtime (``memory.use_array_type``), so
+(``operators.py``, ``kd.ops`` calls, shared with the ``@kd.fuse`` tracer) and the scalar and
+Array API protocol (``protocol.py``) mixed in. All of them reach the op table and cuBLAS through
+``engine.py``, the door the package root installs (opened on first use, so that declaring a
+kernel stays cheap), never by import: those make and return DeviceArrays, and name this class.
+Every public ``kd`` name that makes arrays imports it first. Importing it registers it with the runtime (``memory.use_array_type``), so
 that every array the runtime makes from then on, the C path's included, is a DeviceArray. It
 declares no slots: the C path reads arrays at the DeviceBuffer's slot offsets.
 """
@@ -18,11 +19,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..array.engine import dtype_variants, ops, products
-from ..array.operators import InPlaceOperators, Operators
 from ..runtime import memory
 from ..runtime.memory import DeviceBuffer
 from ..runtime.transfers import Transfers
+from .engine import dtype_variants, ops, products
+from .operators import InPlaceOperators, Operators
 from .protocol import ArrayProtocol
 
 if TYPE_CHECKING:
@@ -258,6 +259,13 @@ class DeviceArray(DeviceBuffer, Operators, InPlaceOperators, ArrayProtocol):
         return result
 
     conjugate = conj
+
+
+def as_array(buffer: DeviceBuffer) -> DeviceArray:
+    """An array the runtime made, typed as what it is: every buffer the runtime makes once this
+    module registered the class is a DeviceArray (the runtime's factories are annotated with the
+    class it knows, DeviceBuffer, where a session is not a ``kd.Session``)."""
+    return cast("DeviceArray", buffer)
 
 
 memory.use_array_type(DeviceArray)
