@@ -40,9 +40,15 @@ def _products() -> ModuleType:
     return np_matmul
 
 
+def _array_api() -> ModuleType:
+    from . import array_api
+
+    return array_api
+
+
 # The composition root: DeviceArray's surface reaches the engine and cuBLAS through this door,
 # opened on first use (the engine imports the surface's class, never the other way).
-_engine.install(ops=_op_table, dtype_variants=_dtype_variants, products=_products)
+_engine.install(ops=_op_table, dtype_variants=_dtype_variants, products=_products, namespace=_array_api)
 
 # The public API, written once: home module -> the names it defines ("" lists modules named by
 # their last part: ``kd.ops`` is ``kerneldsl.array.ops``). Type checkers read __init__.pyi, which

@@ -383,11 +383,57 @@ def test_the_array_layers_reach_the_engine_and_cublas_only_through_the_door() ->
     assert len(_lazy_array_imports(PACKAGE / "__init__.py")) == 3  # the door's three openers
 
 
-def test_the_door_opens_the_op_table_the_dtype_variants_and_cublas_matmul() -> None:
+def test_the_door_opens_the_op_table_the_dtype_variants_cublas_matmul_and_the_namespace() -> None:
+    from kerneldsl import array_api
     from kerneldsl.array import dtype_variants, engine, ops
     from kerneldsl.blas import np_matmul
 
-    assert (engine.ops(), engine.dtype_variants(), engine.products()) == (ops, dtype_variants, np_matmul)
+    opened = (engine.ops(), engine.dtype_variants(), engine.products(), engine.namespace())
+    assert opened == (ops, dtype_variants, np_matmul, array_api)
+
+
+# The library's clients: they use the public names (``kd.``) as a program does.
+_CLIENTS = ("kerneldsl.bench", "kerneldsl.cli")
+
+
+def _root_imports(source: str, label: str, module: str, *, is_package: bool = False) -> list[str]:
+    """``file:line`` of each import of the package root itself (``import kerneldsl``, ``from
+    kerneldsl import kernel``; not ``from .. import dtypes``, a module of its own floor)."""
+    package = module if is_package else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name == "kerneldsl" for a in node.names):
+            found.append(f"{label}:{node.lineno}")
+        elif isinstance(node, ast.ImportFrom):
+            source_name = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            if source_name == "kerneldsl" and not all(_is_module(f"kerneldsl.{a.name}") for a in node.names):
+                found.append(f"{label}:{node.lineno}")
+    return found
+
+
+def _is_module(name: str) -> bool:
+    path = PACKAGE.joinpath(*name.split(".")[1:])
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def test_the_library_reaches_its_modules_by_their_homes_never_through_the_public_root() -> None:
+    """The package root's names reach every floor, so a module that imported it would import
+    upward unseen; only the library's clients (the benchmarks, the command line) use ``kd.``."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    found = [
+        hit
+        for module, path in sorted(paths.items())
+        if module != "kerneldsl" and not module.startswith(_CLIENTS)
+        for hit in _root_imports(
+            path.read_text(), str(path.relative_to(PACKAGE)), module, is_package=path.name == "__init__.py"
+        )
+    ]
+    assert found == []
+
+
+def test_the_root_import_check_names_import_kerneldsl_and_a_public_name_not_a_module() -> None:
+    source = "import kerneldsl\nfrom .. import dtypes\nfrom kerneldsl import kernel\nfrom kerneldsl import logs\n"
+    assert _root_imports(source, "x.py", "kerneldsl.array.x") == ["x.py:1", "x.py:3"]
 
 
 def test_the_loop_check_names_the_modules_on_a_lazy_loop() -> None:

@@ -1,7 +1,7 @@
 """The door from ``kd.DeviceArray``'s Python surface (``kerneldsl.device_array``: the operators,
 the reduction methods, the complex parts, ``@``) and the ``operators`` mixin to what they run:
-the op table, NumPy's array-method dtype rules and cuBLAS's matmul, each opened on the first call
-that needs it and then kept.
+the op table, NumPy's array-method dtype rules, cuBLAS's matmul and the Array API namespace, each
+opened on the first call that needs it and then kept.
 
 Why a door, and why it imports nothing: the op table and cuBLAS make and return DeviceArrays, so
 the surface cannot import them without an import loop; and every public ``kd`` name imports
@@ -25,9 +25,10 @@ _dtype_variants: ModuleType | None = None
 _products: ModuleType | None = None
 
 
-def install(*, ops: Opener, dtype_variants: Opener, products: Opener) -> None:
-    """The package root's openers: the op table, the dtype variants, cuBLAS's matmul."""
-    _openers.update(ops=ops, dtype_variants=dtype_variants, products=products)
+def install(*, ops: Opener, dtype_variants: Opener, products: Opener, namespace: Opener) -> None:
+    """The package root's openers: the op table, the dtype variants, cuBLAS's matmul, the Array
+    API namespace."""
+    _openers.update(ops=ops, dtype_variants=dtype_variants, products=products, namespace=namespace)
 
 
 def _open(name: str) -> ModuleType:
@@ -59,3 +60,8 @@ def products() -> ModuleType:
     if _products is None:
         _products = _open("products")
     return _products
+
+
+def namespace() -> ModuleType:
+    """``kerneldsl.array_api``, the Array API namespace of these arrays (``__array_namespace__``)."""
+    return _open("namespace")

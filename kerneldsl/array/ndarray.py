@@ -8,9 +8,10 @@ NumPy's reduction and scan methods and the complex parts, with the operators
 Array API protocol (``protocol.py``) mixed in. All of them reach the op table and cuBLAS through
 ``engine.py``, the door the package root installs (opened on first use, so that declaring a
 kernel stays cheap), never by import: those make and return DeviceArrays, and name this class.
-Every public ``kd`` name that makes arrays imports it first. Importing it registers it with the runtime (``memory.use_array_type``), so
-that every array the runtime makes from then on, the C path's included, is a DeviceArray. It
-declares no slots: the C path reads arrays at the DeviceBuffer's slot offsets.
+Every public ``kd`` name that makes arrays imports it first. Importing it registers it with the
+runtime (``memory.use_array_type``), so that every array the runtime makes from then on, the C
+path's included, is a DeviceArray. It declares no slots: the C path reads arrays at the
+DeviceBuffer's slot offsets.
 """
 
 from __future__ import annotations

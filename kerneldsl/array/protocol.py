@@ -21,6 +21,7 @@ import numpy as np
 
 from ..errors import ArrayScalarError, ArraySizeError, InvalidOptionError, ViewError
 from ..runtime.session import Session, default_session, session_of
+from .engine import namespace
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -101,9 +102,7 @@ class ArrayProtocol:
         """The Array API namespace of these arrays: ``kerneldsl.array_api``."""
         if api_version is not None and api_version not in API_VERSIONS:
             raise InvalidOptionError(f"unsupported Array API version {api_version!r}; supported: {API_VERSIONS}")
-        import kerneldsl
-
-        return kerneldsl.array_api
+        return namespace()
 
     @property
     def mT(self) -> Self:
