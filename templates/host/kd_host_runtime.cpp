@@ -370,6 +370,20 @@ public:
             masks_.resize(n);
         }
         if (warps_.size() < warps) warps_.resize(warps);
+        if (n != shaped_n_ || bx_ != shaped_x_ || by_ != shaped_y_ || warps_.data() != shaped_warps_) {
+            // Each thread's record: its ids and warp, the same in every block of the launch.
+            for (unsigned int linear = 0; linear < n; ++linear) {
+                kd_host_fiber& f = fibers_[linear];
+                f.linear = linear;
+                f.tid = uint3{linear % bx_, linear / bx_ % by_, linear / bx_ / by_};
+                f.warp = &warps_[linear >> 5];
+                f.wait = KD_HOST_RUNNABLE;
+            }
+            shaped_n_ = n;
+            shaped_x_ = bx_;
+            shaped_y_ = by_;
+            shaped_warps_ = warps_.data();
+        }
         if (checks_ && warp_epochs_.size() < warps) warp_epochs_.resize(warps);
         unsigned int capacity = 1;
         while (capacity < n) capacity <<= 1;
@@ -583,32 +597,33 @@ private:
     // A thread returned from the kernel. Returns when the next thread should start on its stack;
     // otherwise switches away for good.
     void finish(kd_host_fiber* f) {
-        kd_host_warp& w = b_.warps[f->linear >> 5];
+        kd_host_warp& w = *f->warp;
         const unsigned int bit = 1u << (f->linear & 31u);
         w.exited |= bit;
-        ++done_;
         if (__builtin_expect(w.arrived != 0 && (w.mask & bit) != 0, 0)) exited_in_collective(f, w);
         if (b_.head != b_.tail) {
             kd_host_fiber* next = pop();
-            release(f->linear);
             select(next);
             leave(stacks_[next->linear], true);
             jump_to(&next->context);
         }
         if (next_start_ < b_.n) return;
-        release(f->linear);
-        if (done_ == b_.n) {
+        if (all_exited()) {
             leave(nullptr, true);
             jump_to(&main_);
         }
         deadlock();
+    }
+    bool all_exited() const {
+        for (unsigned int w = 0; w < nwarps_; ++w)
+            if (warps_[w].exited != warps_[w].existing) return false;
+        return true;
     }
 
     void complete(kd_host_warp& w, unsigned int first, unsigned int self);
     void cluster_barrier();
     void checked_release(kd_host_fiber* last, const char* file, int line);
     void shuffle_order(unsigned int* ids, unsigned int n);
-    void release(unsigned int linear);
     // The error paths, kept out of line so the hot paths' frames stay small.
     [[noreturn]] __attribute__((noinline, cold)) void deadlock();
     [[noreturn]] __attribute__((noinline, cold)) void exited_in_collective(kd_host_fiber* f, const kd_host_warp& w);
@@ -625,12 +640,15 @@ private:
     void* args_ = nullptr;
     unsigned int nwarps_ = 0, bx_ = 1, by_ = 1;
     std::vector<kd_host_fiber> fibers_;
-    std::vector<Stack*> stacks_;         // each started thread's, until it finishes
+    std::vector<Stack*> stacks_;         // the stack each started thread runs on (ASan's annotations)
+    std::vector<Stack*> own_;            // the stacks the starter is armed with, in turn: [0, arms_) this block's
+    unsigned int arms_ = 0;
+    unsigned int shaped_n_ = 0, shaped_x_ = 0, shaped_y_ = 0;  // the launch shape the records were written for
+    const kd_host_warp* shaped_warps_ = nullptr;
     std::vector<unsigned int> masks_;    // the mask each thread waiting for its turn at a collective has
     std::vector<kd_host_warp> warps_;
     std::vector<unsigned int> ring_a_, ring_b_;
-    unsigned int next_start_ = 0, done_ = 0;
-    uint3 next_tid_ = {0, 0, 0};
+    unsigned int next_start_ = 0;
     unsigned int gen_ = 0;
     int count_[2] = {0, 0};
     Stack* starter_stack_ = nullptr;  // the armed starter's
@@ -927,20 +945,25 @@ std::string block_name(const kd_host_index* ix) {
 }
 const char* kernel_name(const ThreadContext& c) { return c.function ? c.function->name : "?"; }
 
-inline void Scheduler::release(unsigned int linear) {
-    owner_->stacks.put(stacks_[linear]);
-    stacks_[linear] = nullptr;
-}
-
+// A block arms the starter with its stacks in turn, never one twice: the stack of a thread that
+// finished is not needed again, so nothing goes back to the pool until the OS thread exits. (A
+// thread runs on the stack the starter had when it started, or when the thread it follows did:
+// each armed stack carries one chain of threads, which ends when a thread of it waits.)
 inline bool Scheduler::arm() {
-    starter_stack_ = owner_->stacks.get();
-    if (starter_stack_ == nullptr) return false;
+    if (__builtin_expect(arms_ == own_.size(), 0)) {
+        Stack* fresh = owner_->stacks.get();
+        if (fresh == nullptr) return false;
+        own_.push_back(fresh);
+    }
+    starter_stack_ = own_[arms_++];
     b_.start = kd_host_context{starter_stack_->top - kEntrySlot, reinterpret_cast<void*>(&fiber_start), nullptr};
     return true;
 }
 
 void Scheduler::disarm() {
-    if (starter_stack_ != nullptr) owner_->stacks.put(starter_stack_);
+    for (Stack* stack : own_) owner_->stacks.put(stack);
+    own_.clear();
+    arms_ = 0;
     starter_stack_ = nullptr;
     b_.start = kd_host_context{nullptr, nullptr, nullptr};
 }
@@ -952,29 +975,16 @@ void fiber_start() {
     Scheduler* s = &tls_context->scheduler;
     s->arrive();
     Stack* const stack = s->starter_stack_;
-    s->starter_stack_ = nullptr;
     s->b_.start.pc = nullptr;
     for (;;) {
         const unsigned int k = s->next_start_++;
         const unsigned int linear = s->seed_ ? s->order_[k] : k;
         kd_host_fiber* f = &s->b_.fibers[linear];
-        f->linear = linear;
-        f->tid = s->seed_ ? uint3{linear % s->bx_, linear / s->bx_ % s->by_, linear / s->bx_ / s->by_} : s->next_tid_;
-        f->warp = &s->b_.warps[linear >> 5];
-        f->wait = KD_HOST_RUNNABLE;
         s->stacks_[linear] = stack;
-        if (++s->next_tid_.x == s->bx_) {
-            s->next_tid_.x = 0;
-            if (++s->next_tid_.y == s->by_) {
-                s->next_tid_.y = 0;
-                ++s->next_tid_.z;
-            }
-        }
         if (s->b_.start.pc == nullptr && s->next_start_ < s->b_.n) s->arm();  // (none: start_next reports it)
         s->select(f);
         s->entry_(s->args_);
         s->finish(f);
-        s->stacks_[linear] = nullptr;  // the stack now belongs to the next thread
     }
 }
 
@@ -983,8 +993,7 @@ int Scheduler::run_block() {
     b_.next = nullptr;
     b_.ring = ring_a_.data();
     b_.waiters = ring_b_.data();
-    next_start_ = done_ = gen_ = 0;
-    next_tid_ = uint3{0, 0, 0};
+    next_start_ = gen_ = 0;
     count_[0] = count_[1] = 0;
     code_ = 0;
     for (unsigned int w = 0; w < nwarps_; ++w) warps_[w].exited = warps_[w].arrived = warps_[w].pending = 0;
@@ -998,7 +1007,8 @@ int Scheduler::run_block() {
             shuffle_order(order_.data(), b_.n);
         }
     }
-    if (b_.start.pc == nullptr && !arm()) {
+    arms_ = 0;
+    if (!arm()) {
         owner_->error = format("kernel '%s' %s: out of memory for fiber stacks", kernel_name(*owner_), block_name(ix_).c_str());
         return kLaunchFailed;
     }
@@ -1008,12 +1018,8 @@ int Scheduler::run_block() {
     switch_to(&main_, &b_.start);
     arrive();
     active_ = false;
-    if (code_) {  // abandoned threads: take their stacks back (a seeded schedule starts them in any order)
-        for (unsigned int i = 0; i < (seed_ ? b_.n : next_start_); ++i) {
-            if (!stacks_[i]) continue;
-            if (__asan_unpoison_memory_region) __asan_unpoison_memory_region(stacks_[i]->low, stacks_[i]->top - stacks_[i]->low);
-            release(i);
-        }
+    if (code_ && __asan_unpoison_memory_region) {  // abandoned threads' frames keep their redzones
+        for (unsigned int i = 0; i < arms_; ++i) __asan_unpoison_memory_region(own_[i]->low, own_[i]->top - own_[i]->low);
     }
     return code_;
 }
