@@ -172,8 +172,9 @@ struct kd_host_block {  // the running block's scheduling state
     unsigned int reserved;
 };
 // The running CUDA thread. Fiber mode: the runtime's, one per OS thread (initial-exec TLS, two
-// instructions from any module), which it and the inline paths write at every switch. Loop mode:
-// the module's own, which its loop writes (see "Thread and block indices").
+// instructions from any module), whose `fiber` it and the inline paths write at every switch
+// (threadIdx is the record's; `thread` is written too where the checks read it). Loop mode: the
+// module's own, which its loop writes (see "Thread and block indices").
 // The running block's own shared memory ([shared, + shared_bytes): its module's thread-locals
 // on this OS thread; [dynamic_shared, + dynamic_shared_bytes): the launch's dynamic shared bytes),
 // which the module's trampoline writes before its blocks run: an atomic there is a plain
@@ -181,8 +182,7 @@ struct kd_host_block {  // the running block's scheduling state
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;  // fiber mode: the running block's state,
-    kd_host_fiber* fiber;      // the running thread's record
-    kd_host_warp* warp;        // and its warp's
+    kd_host_fiber* fiber;      // and the running thread's record
     unsigned long long shared, shared_bytes, dynamic_shared, dynamic_shared_bytes;
 };
 // Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
@@ -195,7 +195,7 @@ enum {
 // The runtime asserts the same: its copy of these structures cannot drift from this one.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
-                  sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+                  sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
               "the host ABI's layout (KD_HOST_ABI 3)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
 // context holds) is declared clobbered, so the compiler keeps only what is live, and nothing is
@@ -327,7 +327,11 @@ __forceinline__ void set_index(uint3& field, const uint3& v) {
 namespace kd_host {
 __forceinline__ void set_index(uint3& field, const uint3& v) { field = v; }
 }  // namespace kd_host
+#if KD_HOST_FIBERS && !KD_CHECKS && !KD_CHECK_SEED
+#define threadIdx (static_cast<const uint3&>(kd_host_ix.fiber->tid))  // (a switch writes one pointer)
+#else
 #define threadIdx (static_cast<const uint3&>(kd_host_ix.thread))
+#endif
 #define blockIdx (static_cast<const uint3&>(kd_host_ix.block))
 #define blockDim (static_cast<const uint3&>(kd_host_ix.block_dim))
 #define gridDim (static_cast<const uint3&>(kd_host_ix.grid_dim))
@@ -421,9 +425,10 @@ template <class M> __forceinline__ bool any(M m) {
 namespace kd_host {
 // Makes `f` the running thread, as the kernel and the inline paths see it.
 __forceinline__ void select(kd_host_fiber* f) {
-    kd_host_ix.thread = f->tid;
+#if KD_CHECKS || KD_CHECK_SEED
+    kd_host_ix.thread = f->tid;  // (the checks read the running thread there)
+#endif
     kd_host_ix.fiber = f;
-    kd_host_ix.warp = f->warp;
 }
 // Takes the thread at the head of the ring of runnable threads (s->next, not null) off it and
 // makes it the running one.
@@ -473,7 +478,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
 #if KD_HOST_FIBERS
     kd_host_block* const s = kd_host_ix.scheduler;
     kd_host_fiber* const me = kd_host_ix.fiber;
-    kd_host_warp* const w = kd_host_ix.warp;
+    kd_host_warp* const w = me->warp;
     const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
     const unsigned int m = mask & w->existing, arrived = w->arrived;
     if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&

@@ -105,7 +105,6 @@ struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;
     kd_host_fiber* fiber;
-    kd_host_warp* warp;
     unsigned long long shared, shared_bytes, dynamic_shared, dynamic_shared_bytes;
 };
 // The running CUDA thread of this OS thread, which every module reads (kd_host.h).
@@ -120,7 +119,7 @@ enum {
 // The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
-                  sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+                  sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
               "the host ABI's layout (KD_HOST_ABI 3)");
 
 // CUresult codes a launch returns.
@@ -476,7 +475,7 @@ public:
     }
 
     unsigned int activemask() const {
-        const kd_host_warp& w = *ix_->warp;
+        const kd_host_warp& w = *ix_->fiber->warp;
         return w.existing & ~w.exited;
     }
 
@@ -557,9 +556,8 @@ private:
     }
 
     void select(kd_host_fiber* to) {  // the running thread, as the kernel and the inline paths see it
-        ix_->thread = to->tid;
+        ix_->thread = to->tid;  // (an unchecked module's inline switches write only the record)
         ix_->fiber = to;
-        ix_->warp = to->warp;
     }
 
     void resume(kd_host_fiber* from, kd_host_fiber* to) {
@@ -1586,9 +1584,16 @@ std::string site_token(const void* pc) {
     return "an unknown line";
 }
 
+// The running CUDA thread: in fiber mode its record's (an unchecked module's switches write only
+// the record), else the index's own.
+uint3 running_thread(const kd_host_index* ix) {
+    const ThreadContext* c = tls_context;
+    return c != nullptr && c->scheduler.active() && ix->fiber != nullptr ? ix->fiber->tid : ix->thread;
+}
+
 std::string thread_name(const kd_host_index* ix) {
-    return format("block (%u,%u,%u) thread (%u,%u,%u)", ix->block.x, ix->block.y, ix->block.z, ix->thread.x,
-                  ix->thread.y, ix->thread.z);
+    const uint3 t = running_thread(ix);
+    return format("block (%u,%u,%u) thread (%u,%u,%u)", ix->block.x, ix->block.y, ix->block.z, t.x, t.y, t.z);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void check_fail(ThreadContext& c, const std::string& message) {
@@ -2492,9 +2497,8 @@ KD_EXPORT void* kd_host_cluster_map_v1(void* shared, unsigned int rank) {
 KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file,
                                                          int line, const kd_host_index* ix) {
     ThreadContext& c = context();
-    c.error = format("kernel '%s' block (%u,%u,%u) thread (%u,%u,%u): %s at %s:%d%s%s", kernel_name(c), ix->block.x,
-                     ix->block.y, ix->block.z, ix->thread.x, ix->thread.y, ix->thread.z, what, file ? file : "?", line,
-                     detail ? ": " : "", detail ? detail : "");
+    c.error = format("kernel '%s' %s: %s at %s:%d%s%s", kernel_name(c), thread_name(ix).c_str(), what, file ? file : "?",
+                     line, detail ? ": " : "", detail ? detail : "");
     c.code = code;
     if (c.scheduler.active()) c.scheduler.fail(code);
     if (c.landing) std::longjmp(*c.landing, 1);
