@@ -430,40 +430,45 @@ __forceinline__ void select(kd_host_fiber* f) {
 #endif
     kd_host_ix.fiber = f;
 }
-// Takes the thread at the head of the ring of runnable threads (s->next, not null) off it and
-// makes it the running one.
-__forceinline__ kd_host_fiber* pop_next(kd_host_block* s) {
-    kd_host_fiber* const next = s->next;
+// Takes the thread at the head of the ring of runnable threads (`next`: s->next, not null) off it
+// and makes it the running one.
+__forceinline__ kd_host_fiber* pop_next(kd_host_block* s, kd_host_fiber* next) {
     const unsigned int head = ++s->head;
     s->next = head != s->tail ? s->ring[head & s->ring_mask] : nullptr;
     select(next);
     return next;
 }
 #if KD_HOST_FIBERS
-// Whether a waiting thread can switch away inline: a thread is runnable, or the starter is armed.
-__forceinline__ bool can_switch(const kd_host_block* s) { return s->next != nullptr || s->start.pc != nullptr; }
-// The waiting thread `me` switches to the next runnable thread of its block (s->next), or else to
+// Whether a waiting thread can switch away inline: a thread is runnable (`next`, the block's
+// s->next, read before the waiting thread's stores), or the starter is armed.
+__forceinline__ bool can_switch(const kd_host_block* s, const kd_host_fiber* next) {
+    return next != nullptr || s->start.pc != nullptr;
+}
+// The waiting thread `me` switches to the next runnable thread of its block (`next`), or else to
 // the starter, which starts the next thread (and makes it the running one).
-__forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me) {
-    if (s->next == nullptr) {
+__forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me, kd_host_fiber* next) {
+    if (next == nullptr) {
         kd_host_switch(&me->context, &s->start);
         return;
     }
-    kd_host_switch(&me->context, &pop_next(s)->context);
+    kd_host_switch(&me->context, &pop_next(s, next)->context);
 }
 // __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
 __forceinline__ void barrier(const char* file, int line) {
     kd_host_block* const s = kd_host_ix.scheduler;
+    const unsigned int arrived = s->arrived;
+    kd_host_fiber* const next = s->next;
     // (Under AddressSanitizer, or the race and init instrumentation, every switch goes through the
     // runtime: it annotates switches for ASan, and its bookkeeping is not instrumented.)
-    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && s->arrived + 1 < s->n && can_switch(s), 1)) {
+    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && arrived + 1 < s->n && can_switch(s, next), 1)) {
         kd_host_fiber* const me = kd_host_ix.fiber;
+        s->waiters[arrived] = me;
+        s->arrived = arrived + 1;
         me->file = file;
         me->line = line;
         me->wait = KD_HOST_WAIT_BARRIER;
         me->op = 0;
-        s->waiters[s->arrived++] = me;
-        switch_to_next(s, me);
+        switch_to_next(s, me, next);
     } else {
         kd_host_barrier_v1(0, 1, file, line);
     }
@@ -478,11 +483,12 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
 #if KD_HOST_FIBERS
     kd_host_block* const s = kd_host_ix.scheduler;
     kd_host_fiber* const me = kd_host_ix.fiber;
+    kd_host_fiber* const next = s->next;
     kd_host_warp* const w = me->warp;
     const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
     const unsigned int m = mask & w->existing, arrived = w->arrived;
     if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
-                             (arrived == 0 || (w->mask == m && w->op == op)) && can_switch(s), 1)) {
+                             (arrived == 0 || (w->mask == m && w->op == op)) && can_switch(s, next), 1)) {
         w->in[lane].lo = value.lo;  // field by field: a whole-word copy would go through memory
         w->in[lane].hi = value.hi;
         w->operands[lane] = b | (unsigned long long)control << 32;
@@ -492,7 +498,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
         me->file = file;
         me->line = line;
         me->wait = KD_HOST_WAIT_WARP;  // at its warp's collective: the warp holds its op and mask
-        switch_to_next(s, me);
+        switch_to_next(s, me, next);
         return w->out[lane];
     }
     kd_host_word word;  // the runtime's copy: the fast path's value stays in registers
@@ -1551,7 +1557,7 @@ template <class Sig, Sig* F> struct kernel {
             kd_host_warp* const w = f->warp;
             w->exited |= 1u << (f->linear & 31u);
             if (__builtin_expect(w->arrived == 0, 1)) {  // (else: it may have left a collective waiting)
-                if (e->next != nullptr) kd_host_jump(&pop_next(e)->context);
+                if (kd_host_fiber* const next = e->next) kd_host_jump(&pop_next(e, next)->context);
                 if (e->next_start < e->n) continue;
             }
             kd_host_chain_end_v1();

@@ -1058,20 +1058,32 @@ void Scheduler::cluster_barrier() {
     }
 }
 
+// Two 64-bit lanes at once (SSE2 and NEON registers; plain code elsewhere): the per-warp loops
+// of a completed collective run once for every 32 threads' shuffles.
+typedef unsigned long long Pair __attribute__((vector_size(16)));
+inline Pair load_pair(const void* at) {
+    Pair v;
+    std::memcpy(&v, at, sizeof v);
+    return v;
+}
+
 // Every lane's shuffle result, for one mode (the switch hoisted out of the lanes' loop). The usual
 // shuffle, a whole warp's with the same operands, is a plain loop over the lanes.
 template <unsigned int Mode> void shuffle_all(kd_host_warp& w, unsigned int m) {
     const unsigned long long same = w.operands[0];
-    unsigned long long differ = 0;
-    for (unsigned int l = 0; l < 32; ++l) differ |= w.operands[l] ^ same;
-    if (m == 0xffffffffu && differ == 0) {  // (every source lane is in the collective)
+    const Pair both = {same, same};
+    Pair differ = {0, 0};
+    for (unsigned int l = 0; l < 32; l += 2) differ |= load_pair(&w.operands[l]) ^ both;
+    if (m == 0xffffffffu && (differ[0] | differ[1]) == 0) {  // (every source lane is in the collective)
         const unsigned int b = (unsigned int)same, c = (unsigned int)(same >> 40);
-        if (Mode == KD_HOST_SHFL_DOWN && c == 0x1fu && b < 32) {  // width 32: two block copies
-            std::memcpy(w.out, w.in + b, (32 - b) * sizeof *w.in);
-            std::memcpy(w.out + (32 - b), w.in + (32 - b), b * sizeof *w.in);
+        // Width 32: two block copies (memmove: the C library's, which beats an inlined `rep movs`
+        // at these sizes).
+        if (Mode == KD_HOST_SHFL_DOWN && c == 0x1fu && b < 32) {
+            std::memmove(w.out, w.in + b, (32 - b) * sizeof *w.in);
+            std::memmove(w.out + (32 - b), w.in + (32 - b), b * sizeof *w.in);
         } else if (Mode == KD_HOST_SHFL_UP && c == 0 && b < 32) {
-            std::memcpy(w.out + b, w.in, (32 - b) * sizeof *w.in);
-            std::memcpy(w.out, w.in, b * sizeof *w.in);
+            std::memmove(w.out + b, w.in, (32 - b) * sizeof *w.in);
+            std::memmove(w.out, w.in, b * sizeof *w.in);
         } else {
             for (unsigned int l = 0; l < 32; ++l) w.out[l] = w.in[shuffle_source(Mode, l, b, c)];
         }
@@ -1154,8 +1166,14 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
     if (b_.head == b_.tail) b_.next = lanes + __builtin_ctz(wake);
     unsigned int tail = b_.tail;
     if (wake == ~(1u << self) && (tail & b_.ring_mask) + 31 <= b_.ring_mask) {  // the usual: a whole warp's other lanes
+        // All 32 lanes two at a time, then the lanes after `self` a place down (none when the last
+        // lane completes); the 32nd entry lies past the ring's tail.
         kd_host_fiber** const at = b_.ring + (tail & b_.ring_mask);
-        for (unsigned int l = 0; l < self; ++l) at[l] = lanes + l;
+        static_assert(sizeof(kd_host_fiber*) == sizeof(unsigned long long), "a ring entry is one 64-bit lane");
+        const unsigned long long base = reinterpret_cast<uintptr_t>(lanes);
+        Pair entries = {base, base + sizeof(kd_host_fiber)};
+        const Pair step = {2 * sizeof(kd_host_fiber), 2 * sizeof(kd_host_fiber)};
+        for (unsigned int l = 0; l < 32; l += 2, entries += step) std::memcpy(at + l, &entries, sizeof entries);
         for (unsigned int l = self + 1; l < 32; ++l) at[l - 1] = lanes + l;
         tail += 31;
     } else {
