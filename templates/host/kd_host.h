@@ -40,7 +40,7 @@
 #ifndef KD_CHECK_POINTERS
 #define KD_CHECK_POINTERS 1
 #endif
-#define KD_HOST_ABI 2
+#define KD_HOST_ABI 3
 #define KD_HOST_MAGIC 0x4644484bu
 
 // ---------------------------------------------------------------------------------------------
@@ -134,9 +134,10 @@ struct kd_host_function {  // exported by each kernel module as kd_host_fn_<entr
 };
 // Fibers: a suspended thread of execution is where its stack and code resume and its frame
 // pointer. The runtime keeps a block's threads and warps in these records and the block's
-// scheduling state in kd_host_block, so that the common case of a barrier or a collective (wait,
-// switch to the next runnable thread) runs inline in the kernel, saving only the registers live
-// there; everything else (the last to arrive, starting threads, errors) calls the runtime.
+// scheduling state in kd_host_block, so that the common cases run inline in the module: a barrier
+// or a collective (wait, switch to the next runnable thread), and a thread's start and finish (the
+// module's chain runs the block's threads one after another on a stack, the kernel inlined). The
+// rest (the last to arrive, arming the starter, the block's end, errors) calls the runtime.
 struct kd_host_context { void* sp; void* pc; void* fp; };
 enum { KD_HOST_RUNNABLE, KD_HOST_WAIT_BARRIER, KD_HOST_WAIT_WARP, KD_HOST_WAIT_PENDING };
 struct kd_host_warp;
@@ -159,15 +160,21 @@ struct kd_host_block {  // the running block's scheduling state
     kd_host_fiber* next;    // the thread at the head of the ring, or null when none is runnable
     kd_host_fiber* fibers;  // by linear thread id
     kd_host_warp* warps;
-    unsigned int* ring;     // runnable threads (linear ids) in FIFO order: [head, tail) under ring_mask
-    unsigned int* waiters;  // threads at the block barrier, in arrival order
-    unsigned int head, tail, ring_mask, nwait;
-    unsigned int arrived, n;  // threads at the block barrier; threads in the block
+    kd_host_fiber** ring;     // runnable threads in FIFO order: [head, tail) under ring_mask
+    kd_host_fiber** waiters;  // threads waiting at the block barrier, in arrival order: [0, arrived)
+    unsigned int head, tail, ring_mask;
+    unsigned int arrived, n;  // threads waiting at the block barrier; threads in the block
     kd_host_context start;    // the starter: switched to, it starts the next thread on a fresh stack (pc null: none)
+    void* args;               // the kernel's parameters, as the module's trampoline unpacked them
+    void* const* tops;        // where the starter's code enters on each of the block's stacks, in the order it takes them
+    unsigned int next_start;  // how many of the block's threads have started (the next one's linear id, in a chain)
+    unsigned int arms, ntops;  // stacks the starter has taken in this block; entries in tops
+    unsigned int reserved;
 };
 // The running CUDA thread. Fiber mode: the runtime's, one per OS thread (initial-exec TLS, two
-// instructions from any module), which it and the inline paths write at every switch. Loop mode:
-// the module's own, which its loop writes (see "Thread and block indices").
+// instructions from any module), whose `fiber` it and the inline paths write at every switch
+// (threadIdx is the record's; `thread` is written too where the checks read it). Loop mode: the
+// module's own, which its loop writes (see "Thread and block indices").
 // The running block's own shared memory ([shared, + shared_bytes): its module's thread-locals
 // on this OS thread; [dynamic_shared, + dynamic_shared_bytes): the launch's dynamic shared bytes),
 // which the module's trampoline writes before its blocks run: an atomic there is a plain
@@ -175,8 +182,7 @@ struct kd_host_block {  // the running block's scheduling state
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;  // fiber mode: the running block's state,
-    kd_host_fiber* fiber;      // the running thread's record
-    kd_host_warp* warp;        // and its warp's
+    kd_host_fiber* fiber;      // and the running thread's record
     unsigned long long shared, shared_bytes, dynamic_shared, dynamic_shared_bytes;
 };
 // Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
@@ -188,9 +194,9 @@ enum {
 };
 // The runtime asserts the same: its copy of these structures cannot drift from this one.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
-                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 88 &&
-                  sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 2)");
+                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
+                  sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+              "the host ABI's layout (KD_HOST_ABI 3)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
 // context holds) is declared clobbered, so the compiler keeps only what is live, and nothing is
 // written to the stack (a leaf kernel may keep locals below its stack pointer).
@@ -213,6 +219,12 @@ __forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context
         :
         : "rcx", "rdi", KD_HOST_CLOBBERS);
 }
+// Resumes *to, abandoning this thread of execution (`to` in a fixed register: one the compiler
+// picked could be %rbp, which the first move overwrites).
+[[noreturn]] __forceinline__ void kd_host_jump(const kd_host_context* to) {
+    __asm__ __volatile__("movq 16(%0), %%rbp\n\tmovq (%0), %%rsp\n\tjmpq *8(%0)" : : "d"(to) : "memory");
+    __builtin_unreachable();
+}
 #elif defined(__aarch64__)
 #if defined(__APPLE__)
 #define KD_HOST_X18  // the platform register: never touched
@@ -234,6 +246,11 @@ __forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context
         :
         : "x2", "x3", "x4", "x5", "x6", "x7", "x8", KD_HOST_CLOBBERS);
 }
+[[noreturn]] __forceinline__ void kd_host_jump(const kd_host_context* to) {
+    register const kd_host_context* x1 __asm__("x1") = to;  // not x29, which the first load overwrites
+    __asm__ __volatile__("ldr x29, [%0, #16]\n\tldp x10, x9, [%0]\n\tmov sp, x10\n\tbr x9" : : "r"(x1) : "x9", "x10", "memory");
+    __builtin_unreachable();
+}
 #else
 #error "kd_host.h: fibers need a context switch for this CPU (x86_64 and aarch64 have one)"
 #endif
@@ -242,7 +259,9 @@ __forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context
 extern "C" {
 extern __thread kd_host_index kd_host_index_v1 __attribute__((tls_model("initial-exec")));
 int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long long first_block, unsigned long long end_block,
-                          void (*entry)(void*), void* args, void* tls_anchor);
+                          void (*entry)(void*), void (*chain)(void), void* args, void* tls_anchor);
+void kd_host_chain_arm_v1(void);
+void kd_host_chain_end_v1(void);
 void* kd_host_cluster_map_v1(void* shared, unsigned int rank);
 int kd_host_barrier_v1(int mode, int predicate, const char* file, int line);
 unsigned int kd_host_warp_v1(unsigned int control, unsigned int mask, kd_host_word* value, unsigned int b,
@@ -308,7 +327,11 @@ __forceinline__ void set_index(uint3& field, const uint3& v) {
 namespace kd_host {
 __forceinline__ void set_index(uint3& field, const uint3& v) { field = v; }
 }  // namespace kd_host
+#if KD_HOST_FIBERS && !KD_CHECKS && !KD_CHECK_SEED
+#define threadIdx (static_cast<const uint3&>(kd_host_ix.fiber->tid))  // (a switch writes one pointer)
+#else
 #define threadIdx (static_cast<const uint3&>(kd_host_ix.thread))
+#endif
 #define blockIdx (static_cast<const uint3&>(kd_host_ix.block))
 #define blockDim (static_cast<const uint3&>(kd_host_ix.block_dim))
 #define gridDim (static_cast<const uint3&>(kd_host_ix.grid_dim))
@@ -400,38 +423,52 @@ template <class M> __forceinline__ bool any(M m) {
 #endif
 #define KD_HOST_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
 namespace kd_host {
+// Makes `f` the running thread, as the kernel and the inline paths see it.
+__forceinline__ void select(kd_host_fiber* f) {
+#if KD_CHECKS || KD_CHECK_SEED
+    kd_host_ix.thread = f->tid;  // (the checks read the running thread there)
+#endif
+    kd_host_ix.fiber = f;
+}
+// Takes the thread at the head of the ring of runnable threads (`next`: s->next, not null) off it
+// and makes it the running one.
+__forceinline__ kd_host_fiber* pop_next(kd_host_block* s, kd_host_fiber* next) {
+    const unsigned int head = ++s->head;
+    s->next = head != s->tail ? s->ring[head & s->ring_mask] : nullptr;
+    select(next);
+    return next;
+}
 #if KD_HOST_FIBERS
-// Whether a waiting thread can switch away inline: a thread is runnable, or the starter is armed.
-__forceinline__ bool can_switch(const kd_host_block* s) { return s->next != nullptr || s->start.pc != nullptr; }
-// The waiting thread `me` switches to the next runnable thread of its block (s->next), or else to
+// Whether a waiting thread can switch away inline: a thread is runnable (`next`, the block's
+// s->next, read before the waiting thread's stores), or the starter is armed.
+__forceinline__ bool can_switch(const kd_host_block* s, const kd_host_fiber* next) {
+    return next != nullptr || s->start.pc != nullptr;
+}
+// The waiting thread `me` switches to the next runnable thread of its block (`next`), or else to
 // the starter, which starts the next thread (and makes it the running one).
-__forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me) {
-    kd_host_fiber* const next = s->next;
+__forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me, kd_host_fiber* next) {
     if (next == nullptr) {
         kd_host_switch(&me->context, &s->start);
         return;
     }
-    const unsigned int head = ++s->head;
-    s->next = head != s->tail ? &s->fibers[s->ring[head & s->ring_mask]] : nullptr;
-    kd_host_ix.thread = next->tid;
-    kd_host_ix.fiber = next;
-    kd_host_ix.warp = next->warp;
-    kd_host_switch(&me->context, &next->context);
+    kd_host_switch(&me->context, &pop_next(s, next)->context);
 }
 // __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
 __forceinline__ void barrier(const char* file, int line) {
     kd_host_block* const s = kd_host_ix.scheduler;
+    const unsigned int arrived = s->arrived;
+    kd_host_fiber* const next = s->next;
     // (Under AddressSanitizer, or the race and init instrumentation, every switch goes through the
     // runtime: it annotates switches for ASan, and its bookkeeping is not instrumented.)
-    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && s->arrived + 1 < s->n && can_switch(s), 1)) {
+    if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && arrived + 1 < s->n && can_switch(s, next), 1)) {
         kd_host_fiber* const me = kd_host_ix.fiber;
-        ++s->arrived;
+        s->waiters[arrived] = me;
+        s->arrived = arrived + 1;
         me->file = file;
         me->line = line;
         me->wait = KD_HOST_WAIT_BARRIER;
         me->op = 0;
-        s->waiters[s->nwait++] = me->linear;
-        switch_to_next(s, me);
+        switch_to_next(s, me, next);
     } else {
         kd_host_barrier_v1(0, 1, file, line);
     }
@@ -446,11 +483,12 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
 #if KD_HOST_FIBERS
     kd_host_block* const s = kd_host_ix.scheduler;
     kd_host_fiber* const me = kd_host_ix.fiber;
-    kd_host_warp* const w = kd_host_ix.warp;
+    kd_host_fiber* const next = s->next;
+    kd_host_warp* const w = me->warp;
     const unsigned int lane = me->linear & 31u, bit = 1u << lane, op = control & 0xffu;
     const unsigned int m = mask & w->existing, arrived = w->arrived;
     if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
-                             (arrived == 0 || (w->mask == m && w->op == op)) && can_switch(s), 1)) {
+                             (arrived == 0 || (w->mask == m && w->op == op)) && can_switch(s, next), 1)) {
         w->in[lane].lo = value.lo;  // field by field: a whole-word copy would go through memory
         w->in[lane].hi = value.hi;
         w->operands[lane] = b | (unsigned long long)control << 32;
@@ -460,7 +498,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
         me->file = file;
         me->line = line;
         me->wait = KD_HOST_WAIT_WARP;  // at its warp's collective: the warp holds its op and mask
-        switch_to_next(s, me);
+        switch_to_next(s, me, next);
         return w->out[lane];
     }
     kd_host_word word;  // the runtime's copy: the fast path's value stays in registers
@@ -1491,11 +1529,48 @@ template <class... A> struct signature<void(A...)> {
 };
 template <class Sig, Sig* F> struct kernel {
     typedef typename signature<Sig>::args args;
+    // A thread on a fiber, for the runtime's own starter (checked builds, a seeded schedule,
+    // AddressSanitizer in the process).
     static void fiber(void* a) { static_cast<args*>(a)->template call<F>(); }
+#if KD_HOST_FIBERS && !KD_CHECKS && !KD_CHECK_SEED
+    // The chain: entered from the starter on a fresh stack, it runs the block's next threads there
+    // one after another, the kernel inlined, until a thread waits (it switches away inside the
+    // kernel; the starter, armed on another stack, starts the next), a thread finishes while
+    // another is runnable (it resumes that one: this stack is done), or no thread is left to start
+    // (the runtime ends the block, or reports what the others wait for).
+    [[noreturn]] __attribute__((flatten)) static void chain() {
+        kd_host_block* const s = kd_host_ix.scheduler;
+        // The starter brought this chain here, on its stack: armed again, with the block's next
+        // stack, while threads remain to start after the one this chain starts now.
+        if (s->next_start + 1 >= s->n) s->start.pc = nullptr;
+        else if (__builtin_expect(s->arms < s->ntops, 1)) s->start.sp = s->tops[s->arms++];
+        else kd_host_chain_arm_v1();  // (the runtime maps more stacks)
+        for (;;) {
+            // (The block and the running thread are read again after the kernel, not kept in the
+            // frame that a waiting thread's resumption reads back: the smaller it is, the fewer
+            // cache lines each of the block's waiting threads keeps.)
+            kd_host_block* const b = kd_host_ix.scheduler;
+            select(&b->fibers[b->next_start++]);
+            static_cast<args*>(b->args)->template call<F>();
+            kd_host_block* const e = kd_host_ix.scheduler;
+            const kd_host_fiber* const f = kd_host_ix.fiber;
+            kd_host_warp* const w = f->warp;
+            w->exited |= 1u << (f->linear & 31u);
+            if (__builtin_expect(w->arrived == 0, 1)) {  // (else: it may have left a collective waiting)
+                if (kd_host_fiber* const next = e->next) kd_host_jump(&pop_next(e, next)->context);
+                if (e->next_start < e->n) continue;
+            }
+            kd_host_chain_end_v1();
+        }
+    }
+    static constexpr void (*chain_entry)(void) = &chain;
+#else
+    static constexpr void (*chain_entry)(void) = nullptr;
+#endif
     static int run_fibers(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
         bind_shared(launch);
         args a(params);
-        return kd_host_run_fibers_v1(launch, first, end, &fiber, &a, &tls_anchor);
+        return kd_host_run_fibers_v1(launch, first, end, &fiber, chain_entry, &a, &tls_anchor);
     }
     __attribute__((flatten)) static int run_loop(const kd_host_launch* launch, void** params, unsigned long long first,
                                                  unsigned long long end) {

@@ -9,12 +9,13 @@
 // - A grid's blocks are taken in order, in chunks, from an atomic counter by a pool of OS threads
 //   (the caller included); each runs a block to completion. So a block's predecessors have all
 //   started and none is starved: the scans' decoupled look-back relies on it.
-// - Fiber mode: a block's threads start in order, one after another, on stacks from this OS
-//   thread's pool; one that finishes without blocking hands its stack to the next. A thread that
-//   waits (barrier, collective) switches directly to the next runnable thread, or else starts the
-//   next one by switching to the starter (a context armed on a fresh stack); the last to arrive
-//   releases the waiters into a FIFO and carries on. The common case of
-//   waiting runs inline in the kernel (kd_host.h) on the block state kept here; the rest is here.
+// - Fiber mode: a block's threads start in order, one after another, on stacks the block takes
+//   from this OS thread's pool; one that finishes without blocking hands its stack to the next. A
+//   thread that waits (barrier, collective) switches directly to the next runnable thread, or else
+//   starts the next one by switching to the starter (a context armed on the block's next stack);
+//   the last to arrive releases the waiters into a FIFO and carries on. The common cases (waiting,
+//   and a thread's start and finish: the module's chain) run inline in the module (kd_host.h) on
+//   the block state kept here; the rest is here.
 //   Nothing runnable and threads still waiting is a deadlock, reported with where each waits.
 // - Cooperative grids run every block on its own OS thread; clusters run a cluster's blocks at
 //   once on a team of OS threads, cluster after cluster.
@@ -53,7 +54,7 @@
 // The ABI, as kd_host.h declares it (keep the two identical).
 namespace {
 constexpr unsigned int kMagic = 0x4644484bu;
-constexpr unsigned int kAbi = 2;
+constexpr unsigned int kAbi = 3;
 struct uint3 { unsigned int x, y, z; };
 }  // namespace
 struct kd_host_launch {
@@ -91,17 +92,19 @@ struct kd_host_block {
     kd_host_fiber* next;
     kd_host_fiber* fibers;
     kd_host_warp* warps;
-    unsigned int* ring;
-    unsigned int* waiters;
-    unsigned int head, tail, ring_mask, nwait;
+    kd_host_fiber** ring;
+    kd_host_fiber** waiters;
+    unsigned int head, tail, ring_mask;
     unsigned int arrived, n;
     kd_host_context start;
+    void* args;
+    void* const* tops;
+    unsigned int next_start, arms, ntops, reserved;
 };
 struct kd_host_index {
     uint3 thread, block, block_dim, grid_dim, cluster_dim;
     kd_host_block* scheduler;
     kd_host_fiber* fiber;
-    kd_host_warp* warp;
     unsigned long long shared, shared_bytes, dynamic_shared, dynamic_shared_bytes;
 };
 // The running CUDA thread of this OS thread, which every module reads (kd_host.h).
@@ -115,9 +118,9 @@ enum {
 };
 // The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
-                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 88 &&
-                  sizeof(kd_host_index) == 120 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 2)");
+                  sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
+                  sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
+              "the host ABI's layout (KD_HOST_ABI 3)");
 
 // CUresult codes a launch returns.
 enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 801 };
@@ -355,12 +358,17 @@ class Scheduler {
 public:
     explicit Scheduler(ThreadContext* owner) : owner_(owner) {}
 
-    // Sizes the records for a launch's blocks and binds the module's index and thread entry.
-    void prepare(const kd_host_launch* launch, void (*entry)(void*), void* args) {
+    // Sizes the records for a launch's blocks and binds the module's index and thread entries:
+    // the starter runs the module's chain, or (a seeded schedule, the checks, AddressSanitizer in
+    // the process, which the runtime's own switches annotate) fiber_start, which calls the kernel
+    // once a thread.
+    void prepare(const kd_host_launch* launch, void (*entry)(void*), void (*chain)(void), void* args) {
         kd_host_index* ix = &kd_host_index_v1;
         ix_ = ix;
         entry_ = entry;
-        args_ = args;
+        b_.args = args;
+        const bool chains = chain != nullptr && (checks_ | seed_) == 0 && __sanitizer_start_switch_fiber == nullptr;
+        starter_ = chains ? reinterpret_cast<void*>(chain) : reinterpret_cast<void*>(&fiber_start);
         bx_ = launch->block[0];
         by_ = launch->block[1];
         const unsigned int n = launch->block[0] * launch->block[1] * launch->block[2], warps = (n + 31) / 32;
@@ -370,6 +378,20 @@ public:
             masks_.resize(n);
         }
         if (warps_.size() < warps) warps_.resize(warps);
+        if (n != shaped_n_ || bx_ != shaped_x_ || by_ != shaped_y_ || warps_.data() != shaped_warps_) {
+            // Each thread's record: its ids and warp, the same in every block of the launch.
+            for (unsigned int linear = 0; linear < n; ++linear) {
+                kd_host_fiber& f = fibers_[linear];
+                f.linear = linear;
+                f.tid = uint3{linear % bx_, linear / bx_ % by_, linear / bx_ / by_};
+                f.warp = &warps_[linear >> 5];
+                f.wait = KD_HOST_RUNNABLE;
+            }
+            shaped_n_ = n;
+            shaped_x_ = bx_;
+            shaped_y_ = by_;
+            shaped_warps_ = warps_.data();
+        }
         if (checks_ && warp_epochs_.size() < warps) warp_epochs_.resize(warps);
         unsigned int capacity = 1;
         while (capacity < n) capacity <<= 1;
@@ -407,17 +429,16 @@ public:
         kd_host_fiber* f = ix_->fiber;
         const unsigned int g = gen_;
         count_[g & 1] += predicate != 0;
-        if (++b_.arrived == b_.n) {  // the last thread: release the others and carry on
+        if (b_.arrived + 1 == b_.n) {  // the last thread: release the others and carry on
             if (mode == kClusterBarrier) cluster_barrier();  // once every block of the cluster is there
             if (__builtin_expect((checks_ | seed_) != 0, 0)) checked_release(f, file, line);
-            b_.arrived = 0;
             gen_ = g + 1;
             count_[(g + 1) & 1] = 0;
             release_waiters();
             return result(mode, count_[g & 1]);
         }
         wait_at(f, KD_HOST_WAIT_BARRIER, (unsigned int)mode, 0, file, line);
-        b_.waiters[b_.nwait++] = f->linear;
+        b_.waiters[b_.arrived++] = f;
         suspend(f);
         return result(mode, count_[g & 1]);
     }
@@ -454,7 +475,7 @@ public:
     }
 
     unsigned int activemask() const {
-        const kd_host_warp& w = *ix_->warp;
+        const kd_host_warp& w = *ix_->fiber->warp;
         return w.existing & ~w.exited;
     }
 
@@ -464,10 +485,10 @@ public:
         f->wait = KD_HOST_RUNNABLE;
         if (b_.head != b_.tail) {
             kd_host_fiber* next = pop();
-            push(f->linear);
+            push(f);
             resume(f, next);
-        } else if (next_start_ < b_.n) {
-            push(f->linear);
+        } else if (b_.next_start < b_.n) {
+            push(f);
             start_next(&f->context);
         } else {
             sched_yield();
@@ -475,6 +496,16 @@ public:
     }
 
     [[noreturn]] void fail(int code);
+
+    // The module's chain, arrived on the starter's stack: the starter is spent, and armed again
+    // (with the block's next stack) while threads remain to start after the one the chain starts now.
+    void chain_arm() {
+        b_.start.pc = nullptr;
+        if (b_.next_start + 1 < b_.n) arm();  // (none: start_next reports it)
+    }
+    // A chain's thread returned from the kernel with no thread runnable, or with a collective in
+    // flight in its warp: returns when the chain starts the next thread.
+    void chain_end() { finish(ix_->fiber); }
 
 private:
     friend void fiber_start();
@@ -498,35 +529,35 @@ private:
     }
 
     // The ring of runnable threads; b_.next caches the thread at its head for the inline paths.
-    void push(unsigned int linear) {
-        if (b_.head == b_.tail) b_.next = &b_.fibers[linear];
-        b_.ring[b_.tail++ & b_.ring_mask] = linear;
+    void push(kd_host_fiber* f) {
+        if (b_.head == b_.tail) b_.next = f;
+        b_.ring[b_.tail++ & b_.ring_mask] = f;
     }
     kd_host_fiber* pop() {
         kd_host_fiber* f = b_.next;
         const unsigned int head = ++b_.head;
-        b_.next = head != b_.tail ? &b_.fibers[b_.ring[head & b_.ring_mask]] : nullptr;
+        b_.next = head != b_.tail ? b_.ring[head & b_.ring_mask] : nullptr;
         return f;
     }
 
     void release_waiters() {
+        const unsigned int count = b_.arrived;
         if (b_.head == b_.tail) {  // the usual case: nothing else is runnable, so the waiters become the ring
-            unsigned int* t = b_.ring;
+            kd_host_fiber** t = b_.ring;
             b_.ring = b_.waiters;
             b_.waiters = t;
             b_.head = 0;
-            b_.tail = b_.nwait;
-            b_.next = b_.nwait ? &b_.fibers[b_.ring[0]] : nullptr;
+            b_.tail = count;
+            b_.next = count ? b_.ring[0] : nullptr;
         } else {
-            for (unsigned int i = 0; i < b_.nwait; ++i) push(b_.waiters[i]);
+            for (unsigned int i = 0; i < count; ++i) push(b_.waiters[i]);
         }
-        b_.nwait = 0;
+        b_.arrived = 0;
     }
 
     void select(kd_host_fiber* to) {  // the running thread, as the kernel and the inline paths see it
-        ix_->thread = to->tid;
+        ix_->thread = to->tid;  // (an unchecked module's inline switches write only the record)
         ix_->fiber = to;
-        ix_->warp = to->warp;
     }
 
     void resume(kd_host_fiber* from, kd_host_fiber* to) {
@@ -576,39 +607,40 @@ private:
     // neither, no thread can ever proceed.
     void suspend(kd_host_fiber* f) {
         if (b_.head != b_.tail) resume(f, pop());
-        else if (next_start_ < b_.n) start_next(&f->context);
+        else if (b_.next_start < b_.n) start_next(&f->context);
         else deadlock();
     }
 
     // A thread returned from the kernel. Returns when the next thread should start on its stack;
     // otherwise switches away for good.
     void finish(kd_host_fiber* f) {
-        kd_host_warp& w = b_.warps[f->linear >> 5];
+        kd_host_warp& w = *f->warp;
         const unsigned int bit = 1u << (f->linear & 31u);
         w.exited |= bit;
-        ++done_;
         if (__builtin_expect(w.arrived != 0 && (w.mask & bit) != 0, 0)) exited_in_collective(f, w);
         if (b_.head != b_.tail) {
             kd_host_fiber* next = pop();
-            release(f->linear);
             select(next);
             leave(stacks_[next->linear], true);
             jump_to(&next->context);
         }
-        if (next_start_ < b_.n) return;
-        release(f->linear);
-        if (done_ == b_.n) {
+        if (b_.next_start < b_.n) return;
+        if (all_exited()) {
             leave(nullptr, true);
             jump_to(&main_);
         }
         deadlock();
     }
+    bool all_exited() const {
+        for (unsigned int w = 0; w < nwarps_; ++w)
+            if (warps_[w].exited != warps_[w].existing) return false;
+        return true;
+    }
 
     void complete(kd_host_warp& w, unsigned int first, unsigned int self);
     void cluster_barrier();
     void checked_release(kd_host_fiber* last, const char* file, int line);
-    void shuffle_order(unsigned int* ids, unsigned int n);
-    void release(unsigned int linear);
+    template <class T> void shuffle_order(T* ids, unsigned int n);
     // The error paths, kept out of line so the hot paths' frames stay small.
     [[noreturn]] __attribute__((noinline, cold)) void deadlock();
     [[noreturn]] __attribute__((noinline, cold)) void exited_in_collective(kd_host_fiber* f, const kd_host_warp& w);
@@ -622,15 +654,17 @@ private:
     ThreadContext* owner_;
     kd_host_index* ix_ = nullptr;
     void (*entry_)(void*) = nullptr;
-    void* args_ = nullptr;
+    void* starter_ = nullptr;  // the code the starter runs: the module's chain, or fiber_start
     unsigned int nwarps_ = 0, bx_ = 1, by_ = 1;
     std::vector<kd_host_fiber> fibers_;
-    std::vector<Stack*> stacks_;         // each started thread's, until it finishes
+    std::vector<Stack*> stacks_;         // the stack each started thread runs on (ASan's annotations)
+    std::vector<Stack*> own_;            // the stacks the starter is armed with, in turn: [0, b_.arms) this block's
+    std::vector<void*> tops_;            // where the starter's code enters on each (b_.tops)
+    unsigned int shaped_n_ = 0, shaped_x_ = 0, shaped_y_ = 0;  // the launch shape the records were written for
+    const kd_host_warp* shaped_warps_ = nullptr;
     std::vector<unsigned int> masks_;    // the mask each thread waiting for its turn at a collective has
     std::vector<kd_host_warp> warps_;
-    std::vector<unsigned int> ring_a_, ring_b_;
-    unsigned int next_start_ = 0, done_ = 0;
-    uint3 next_tid_ = {0, 0, 0};
+    std::vector<kd_host_fiber*> ring_a_, ring_b_;
     unsigned int gen_ = 0;
     int count_[2] = {0, 0};
     Stack* starter_stack_ = nullptr;  // the armed starter's
@@ -927,20 +961,30 @@ std::string block_name(const kd_host_index* ix) {
 }
 const char* kernel_name(const ThreadContext& c) { return c.function ? c.function->name : "?"; }
 
-inline void Scheduler::release(unsigned int linear) {
-    owner_->stacks.put(stacks_[linear]);
-    stacks_[linear] = nullptr;
-}
-
+// A block arms the starter with its stacks in turn, never one twice: the stack of a thread that
+// finished is not needed again, so nothing goes back to the pool until the OS thread exits. (A
+// thread runs on the stack the starter had when it started, or when the thread it follows did:
+// each armed stack carries one chain of threads, which ends when a thread of it waits.)
 inline bool Scheduler::arm() {
-    starter_stack_ = owner_->stacks.get();
-    if (starter_stack_ == nullptr) return false;
-    b_.start = kd_host_context{starter_stack_->top - kEntrySlot, reinterpret_cast<void*>(&fiber_start), nullptr};
+    if (__builtin_expect(b_.arms == own_.size(), 0)) {
+        Stack* fresh = owner_->stacks.get();
+        if (fresh == nullptr) return false;
+        own_.push_back(fresh);
+        tops_.push_back(fresh->top - kEntrySlot);
+        b_.tops = tops_.data();
+        b_.ntops = (unsigned int)tops_.size();
+    }
+    starter_stack_ = own_[b_.arms];
+    b_.start = kd_host_context{tops_[b_.arms++], starter_, nullptr};
     return true;
 }
 
 void Scheduler::disarm() {
-    if (starter_stack_ != nullptr) owner_->stacks.put(starter_stack_);
+    for (Stack* stack : own_) owner_->stacks.put(stack);
+    own_.clear();
+    tops_.clear();
+    b_.tops = nullptr;
+    b_.arms = b_.ntops = 0;
     starter_stack_ = nullptr;
     b_.start = kd_host_context{nullptr, nullptr, nullptr};
 }
@@ -952,39 +996,25 @@ void fiber_start() {
     Scheduler* s = &tls_context->scheduler;
     s->arrive();
     Stack* const stack = s->starter_stack_;
-    s->starter_stack_ = nullptr;
     s->b_.start.pc = nullptr;
     for (;;) {
-        const unsigned int k = s->next_start_++;
+        const unsigned int k = s->b_.next_start++;
         const unsigned int linear = s->seed_ ? s->order_[k] : k;
         kd_host_fiber* f = &s->b_.fibers[linear];
-        f->linear = linear;
-        f->tid = s->seed_ ? uint3{linear % s->bx_, linear / s->bx_ % s->by_, linear / s->bx_ / s->by_} : s->next_tid_;
-        f->warp = &s->b_.warps[linear >> 5];
-        f->wait = KD_HOST_RUNNABLE;
         s->stacks_[linear] = stack;
-        if (++s->next_tid_.x == s->bx_) {
-            s->next_tid_.x = 0;
-            if (++s->next_tid_.y == s->by_) {
-                s->next_tid_.y = 0;
-                ++s->next_tid_.z;
-            }
-        }
-        if (s->b_.start.pc == nullptr && s->next_start_ < s->b_.n) s->arm();  // (none: start_next reports it)
+        if (s->b_.start.pc == nullptr && s->b_.next_start < s->b_.n) s->arm();  // (none: start_next reports it)
         s->select(f);
-        s->entry_(s->args_);
+        s->entry_(s->b_.args);
         s->finish(f);
-        s->stacks_[linear] = nullptr;  // the stack now belongs to the next thread
     }
 }
 
 int Scheduler::run_block() {
-    b_.head = b_.tail = b_.nwait = b_.arrived = 0;
+    b_.head = b_.tail = b_.arrived = 0;
     b_.next = nullptr;
     b_.ring = ring_a_.data();
     b_.waiters = ring_b_.data();
-    next_start_ = done_ = gen_ = 0;
-    next_tid_ = uint3{0, 0, 0};
+    b_.next_start = gen_ = 0;
     count_[0] = count_[1] = 0;
     code_ = 0;
     for (unsigned int w = 0; w < nwarps_; ++w) warps_[w].exited = warps_[w].arrived = warps_[w].pending = 0;
@@ -998,7 +1028,8 @@ int Scheduler::run_block() {
             shuffle_order(order_.data(), b_.n);
         }
     }
-    if (b_.start.pc == nullptr && !arm()) {
+    b_.arms = 0;
+    if (!arm()) {
         owner_->error = format("kernel '%s' %s: out of memory for fiber stacks", kernel_name(*owner_), block_name(ix_).c_str());
         return kLaunchFailed;
     }
@@ -1008,12 +1039,8 @@ int Scheduler::run_block() {
     switch_to(&main_, &b_.start);
     arrive();
     active_ = false;
-    if (code_) {  // abandoned threads: take their stacks back (a seeded schedule starts them in any order)
-        for (unsigned int i = 0; i < (seed_ ? b_.n : next_start_); ++i) {
-            if (!stacks_[i]) continue;
-            if (__asan_unpoison_memory_region) __asan_unpoison_memory_region(stacks_[i]->low, stacks_[i]->top - stacks_[i]->low);
-            release(i);
-        }
+    if (code_ && __asan_unpoison_memory_region) {  // abandoned threads' frames keep their redzones
+        for (unsigned int i = 0; i < b_.arms; ++i) __asan_unpoison_memory_region(own_[i]->low, own_[i]->top - own_[i]->low);
     }
     return code_;
 }
@@ -1031,20 +1058,32 @@ void Scheduler::cluster_barrier() {
     }
 }
 
+// Two 64-bit lanes at once (SSE2 and NEON registers; plain code elsewhere): the per-warp loops
+// of a completed collective run once for every 32 threads' shuffles.
+typedef unsigned long long Pair __attribute__((vector_size(16)));
+inline Pair load_pair(const void* at) {
+    Pair v;
+    std::memcpy(&v, at, sizeof v);
+    return v;
+}
+
 // Every lane's shuffle result, for one mode (the switch hoisted out of the lanes' loop). The usual
 // shuffle, a whole warp's with the same operands, is a plain loop over the lanes.
 template <unsigned int Mode> void shuffle_all(kd_host_warp& w, unsigned int m) {
     const unsigned long long same = w.operands[0];
-    unsigned long long differ = 0;
-    for (unsigned int l = 0; l < 32; ++l) differ |= w.operands[l] ^ same;
-    if (m == 0xffffffffu && differ == 0) {  // (every source lane is in the collective)
+    const Pair both = {same, same};
+    Pair differ = {0, 0};
+    for (unsigned int l = 0; l < 32; l += 2) differ |= load_pair(&w.operands[l]) ^ both;
+    if (m == 0xffffffffu && (differ[0] | differ[1]) == 0) {  // (every source lane is in the collective)
         const unsigned int b = (unsigned int)same, c = (unsigned int)(same >> 40);
-        if (Mode == KD_HOST_SHFL_DOWN && c == 0x1fu && b < 32) {  // width 32: two block copies
-            std::memcpy(w.out, w.in + b, (32 - b) * sizeof *w.in);
-            std::memcpy(w.out + (32 - b), w.in + (32 - b), b * sizeof *w.in);
+        // Width 32: two block copies (memmove: the C library's, which beats an inlined `rep movs`
+        // at these sizes).
+        if (Mode == KD_HOST_SHFL_DOWN && c == 0x1fu && b < 32) {
+            std::memmove(w.out, w.in + b, (32 - b) * sizeof *w.in);
+            std::memmove(w.out + (32 - b), w.in + (32 - b), b * sizeof *w.in);
         } else if (Mode == KD_HOST_SHFL_UP && c == 0 && b < 32) {
-            std::memcpy(w.out + b, w.in, (32 - b) * sizeof *w.in);
-            std::memcpy(w.out, w.in, b * sizeof *w.in);
+            std::memmove(w.out + b, w.in, (32 - b) * sizeof *w.in);
+            std::memmove(w.out, w.in, b * sizeof *w.in);
         } else {
             for (unsigned int l = 0; l < 32; ++l) w.out[l] = w.in[shuffle_source(Mode, l, b, c)];
         }
@@ -1123,15 +1162,22 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
     w.arrived = 0;
     w.pending = 0;
     if (wake == 0) return;
-    if (b_.head == b_.tail) b_.next = &b_.fibers[first + (unsigned int)__builtin_ctz(wake)];
+    kd_host_fiber* const lanes = b_.fibers + first;
+    if (b_.head == b_.tail) b_.next = lanes + __builtin_ctz(wake);
     unsigned int tail = b_.tail;
     if (wake == ~(1u << self) && (tail & b_.ring_mask) + 31 <= b_.ring_mask) {  // the usual: a whole warp's other lanes
-        unsigned int* const at = b_.ring + (tail & b_.ring_mask);
-        for (unsigned int l = 0; l < self; ++l) at[l] = first + l;
-        for (unsigned int l = self + 1; l < 32; ++l) at[l - 1] = first + l;
+        // All 32 lanes two at a time, then the lanes after `self` a place down (none when the last
+        // lane completes); the 32nd entry lies past the ring's tail.
+        kd_host_fiber** const at = b_.ring + (tail & b_.ring_mask);
+        static_assert(sizeof(kd_host_fiber*) == sizeof(unsigned long long), "a ring entry is one 64-bit lane");
+        const unsigned long long base = reinterpret_cast<uintptr_t>(lanes);
+        Pair entries = {base, base + sizeof(kd_host_fiber)};
+        const Pair step = {2 * sizeof(kd_host_fiber), 2 * sizeof(kd_host_fiber)};
+        for (unsigned int l = 0; l < 32; l += 2, entries += step) std::memcpy(at + l, &entries, sizeof entries);
+        for (unsigned int l = self + 1; l < 32; ++l) at[l - 1] = lanes + l;
         tail += 31;
     } else {
-        for (unsigned int bits = wake; bits; bits &= bits - 1) b_.ring[tail++ & b_.ring_mask] = first + (unsigned int)__builtin_ctz(bits);
+        for (unsigned int bits = wake; bits; bits &= bits - 1) b_.ring[tail++ & b_.ring_mask] = lanes + __builtin_ctz(bits);
     }
     b_.tail = tail;
 }
@@ -1158,7 +1204,7 @@ void Scheduler::deadlock() {
     // Group the threads by where they wait; the exited ones apart.
     std::vector<std::pair<std::string, std::vector<unsigned int>>> groups;
     std::vector<unsigned int> exited;
-    for (unsigned int i = 0; i < next_start_; ++i) {
+    for (unsigned int i = 0; i < b_.next_start; ++i) {
         if (b_.warps[i >> 5].exited & (1u << (i & 31u))) {
             exited.push_back(i);
             continue;
@@ -1591,9 +1637,16 @@ std::string site_token(const void* pc) {
     return "an unknown line";
 }
 
+// The running CUDA thread: in fiber mode its record's (an unchecked module's switches write only
+// the record), else the index's own.
+uint3 running_thread(const kd_host_index* ix) {
+    const ThreadContext* c = tls_context;
+    return c != nullptr && c->scheduler.active() && ix->fiber != nullptr ? ix->fiber->tid : ix->thread;
+}
+
 std::string thread_name(const kd_host_index* ix) {
-    return format("block (%u,%u,%u) thread (%u,%u,%u)", ix->block.x, ix->block.y, ix->block.z, ix->thread.x,
-                  ix->thread.y, ix->thread.z);
+    const uint3 t = running_thread(ix);
+    return format("block (%u,%u,%u) thread (%u,%u,%u)", ix->block.x, ix->block.y, ix->block.z, t.x, t.y, t.z);
 }
 
 [[noreturn]] __attribute__((noinline, cold)) void check_fail(ThreadContext& c, const std::string& message) {
@@ -2041,20 +2094,20 @@ void resize_shadow(std::vector<Cell>& shadow, size_t bytes) {
 }
 
 // A seeded permutation of n thread ids (xorshift64*, Fisher-Yates).
-void shuffle_ids(unsigned long long& state, unsigned int* ids, unsigned int n) {
+template <class T> void shuffle_ids(unsigned long long& state, T* ids, unsigned int n) {
     for (unsigned int i = n; i > 1; --i) {
         state ^= state >> 12;
         state ^= state << 25;
         state ^= state >> 27;
         const unsigned int j = (unsigned int)((state * 0x2545f4914f6cdd1dull) >> 33) % i;
-        const unsigned int t = ids[i - 1];
+        const T t = ids[i - 1];
         ids[i - 1] = ids[j];
         ids[j] = t;
     }
 }
 }  // namespace
 
-void Scheduler::shuffle_order(unsigned int* ids, unsigned int n) { shuffle_ids(rng_, ids, n); }
+template <class T> void Scheduler::shuffle_order(T* ids, unsigned int n) { shuffle_ids(rng_, ids, n); }
 
 std::string Scheduler::sync_tag() const { return checks_ & kCheckSync ? "[sync] " : ""; }
 
@@ -2065,8 +2118,8 @@ void Scheduler::checked_release(kd_host_fiber* last, const char* file, int line)
     if (checks_ & kCheckSync) {
         std::vector<unsigned int> here(1, last->linear), elsewhere;
         const kd_host_fiber* other = nullptr;
-        for (unsigned int i = 0; i < b_.nwait; ++i) {
-            const kd_host_fiber& f = b_.fibers[b_.waiters[i]];
+        for (unsigned int i = 0; i < b_.arrived; ++i) {
+            const kd_host_fiber& f = *b_.waiters[i];
             const bool same = f.line == line && (f.file == file || (f.file && file && std::strcmp(f.file, file) == 0));
             (same ? here : elsewhere).push_back(f.linear);
             if (!same && other == nullptr) other = &f;
@@ -2081,7 +2134,7 @@ void Scheduler::checked_release(kd_host_fiber* last, const char* file, int line)
             fail(kLaunchFailed);
         }
     }
-    if (seed_) shuffle_order(b_.waiters, b_.nwait);
+    if (seed_) shuffle_order(b_.waiters, b_.arrived);
 }
 
 // The thread-locals of checked modules that are not shared memory, by module (the Python side
@@ -2389,11 +2442,11 @@ namespace {
 // The entries kernel modules call (declared in kd_host.h).
 KD_EXPORT void* kd_host_dynamic_shared_v1(void);
 KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long long first, unsigned long long end,
-                                    void (*entry)(void*), void* args, void* tls_anchor) {
+                                    void (*entry)(void*), void (*chain)(void), void* args, void* tls_anchor) {
     ThreadContext& c = context();
     Scheduler& s = c.scheduler;
     kd_host_index* ix = &kd_host_index_v1;
-    s.prepare(launch, entry, args);
+    s.prepare(launch, entry, chain, args);
     const unsigned int gx = launch->grid[0], gy = launch->grid[1];
     ix->block_dim = uint3{launch->block[0], launch->block[1], launch->block[2]};
     ix->grid_dim = uint3{gx, gy, launch->grid[2]};
@@ -2424,6 +2477,9 @@ KD_EXPORT int kd_host_run_fibers_v1(const kd_host_launch* launch, unsigned long 
     }
     return 0;
 }
+
+KD_EXPORT void kd_host_chain_arm_v1(void) { tls_context->scheduler.chain_arm(); }
+KD_EXPORT void kd_host_chain_end_v1(void) { tls_context->scheduler.chain_end(); }
 
 KD_EXPORT int kd_host_barrier_v1(int mode, int predicate, const char* file, int line) {
     ThreadContext* c = tls_context;
@@ -2494,9 +2550,8 @@ KD_EXPORT void* kd_host_cluster_map_v1(void* shared, unsigned int rank) {
 KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file,
                                                          int line, const kd_host_index* ix) {
     ThreadContext& c = context();
-    c.error = format("kernel '%s' block (%u,%u,%u) thread (%u,%u,%u): %s at %s:%d%s%s", kernel_name(c), ix->block.x,
-                     ix->block.y, ix->block.z, ix->thread.x, ix->thread.y, ix->thread.z, what, file ? file : "?", line,
-                     detail ? ": " : "", detail ? detail : "");
+    c.error = format("kernel '%s' %s: %s at %s:%d%s%s", kernel_name(c), thread_name(ix).c_str(), what, file ? file : "?",
+                     line, detail ? ": " : "", detail ? detail : "");
     c.code = code;
     if (c.scheduler.active()) c.scheduler.fail(code);
     if (c.landing) std::longjmp(*c.landing, 1);
