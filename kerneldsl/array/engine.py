@@ -14,15 +14,13 @@ root), and no import points back down the house to the surface.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from types import ModuleType
 
 Opener = Callable[[], ModuleType]
 
 _openers: dict[str, Opener] = {}
-_ops: ModuleType | None = None
-_dtype_variants: ModuleType | None = None
-_products: ModuleType | None = None
 
 
 def install(*, ops: Opener, dtype_variants: Opener, products: Opener, namespace: Opener) -> None:
@@ -38,30 +36,26 @@ def _open(name: str) -> ModuleType:
     return opener()
 
 
+# Each opened once, then kept (functools.cache: a call costs no more than a global's test).
+@functools.cache
 def ops() -> ModuleType:
     """``kerneldsl.array.ops``, the op table every operator and conversion of an array runs."""
-    global _ops
-    if _ops is None:
-        _ops = _open("ops")
-    return _ops
+    return _open("ops")
 
 
+@functools.cache
 def dtype_variants() -> ModuleType:
     """``kerneldsl.array.dtype_variants``: reductions and scans in another dtype, ``var``/``std``."""
-    global _dtype_variants
-    if _dtype_variants is None:
-        _dtype_variants = _open("dtype_variants")
-    return _dtype_variants
+    return _open("dtype_variants")
 
 
+@functools.cache
 def products() -> ModuleType:
     """``kerneldsl.blas.np_matmul``, what ``@`` runs (it needs the kerneldsl[blas] extra)."""
-    global _products
-    if _products is None:
-        _products = _open("products")
-    return _products
+    return _open("products")
 
 
+@functools.cache
 def namespace() -> ModuleType:
     """``kerneldsl.array_api``, the Array API namespace of these arrays (``__array_namespace__``)."""
     return _open("namespace")
