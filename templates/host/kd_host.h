@@ -423,6 +423,25 @@ template <class M> __forceinline__ bool any(M m) {
 #endif
 #define KD_HOST_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
 namespace kd_host {
+// The index's address, computed afresh at each use in the fiber paths: the compiler cannot keep
+// it in the one register a switch restores from the context (%rbp), whose load would chain each
+// thread's bookkeeping to the one before.
+__forceinline__ kd_host_index& fresh_index() {
+#if defined(__x86_64__) && defined(__ELF__) && !(KD_CHECKS & (2 | 4))
+    kd_host_index* p;
+    __asm__ __volatile__("movq %%fs:0, %0\n\taddq kd_host_index_v1@gottpoff(%%rip), %0" : "=r"(p));
+    return *p;
+#elif defined(__aarch64__) && defined(__ELF__) && !(KD_CHECKS & (2 | 4))
+    kd_host_index* p;
+    unsigned long long offset;
+    __asm__ __volatile__("mrs %0, tpidr_el0\n\tadrp %1, :gottprel:kd_host_index_v1\n\t"
+                         "ldr %1, [%1, #:gottprel_lo12:kd_host_index_v1]\n\tadd %0, %0, %1"
+                         : "=&r"(p), "=r"(offset));
+    return *p;
+#else
+    return kd_host_ix;
+#endif
+}
 // Makes `f` the running thread, as the kernel and the inline paths see it.
 __forceinline__ void select(kd_host_fiber* f) {
 #if KD_CHECKS || KD_CHECK_SEED
@@ -455,13 +474,13 @@ __forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me, kd_host
 }
 // __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
 __forceinline__ void barrier(const char* file, int line) {
-    kd_host_block* const s = kd_host_ix.scheduler;
+    kd_host_block* const s = fresh_index().scheduler;
     const unsigned int arrived = s->arrived;
     kd_host_fiber* const next = s->next;
     // (Under AddressSanitizer, or the race and init instrumentation, every switch goes through the
     // runtime: it annotates switches for ASan, and its bookkeeping is not instrumented.)
     if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && arrived + 1 < s->n && can_switch(s, next), 1)) {
-        kd_host_fiber* const me = kd_host_ix.fiber;
+        kd_host_fiber* const me = fresh_index().fiber;
         s->waiters[arrived] = me;
         s->arrived = arrived + 1;
         me->file = file;
