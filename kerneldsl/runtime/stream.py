@@ -98,6 +98,12 @@ def wait_event(session: StreamSession, raw_event: Any, timeout: float | None = N
             delay = min(delay * 2, _MAX_SLEEP_S)
 
 
+def always_complete(session: StreamSession) -> bool:
+    """Whether the session's device runs work as it is enqueued (the CPU device): then nothing is
+    ever in flight, and waiting for a stream or ordering two needs no event."""
+    return bool(getattr(session.api, "streams_always_complete", False))
+
+
 def record_sync_event(session: StreamSession, stream_cu: Any) -> Any:
     """Create and record a timing-free event on ``stream_cu``; the caller owns it.
 
@@ -288,15 +294,19 @@ class StreamOrder:
         stream). ``checked=False`` lets close wait on a closing session."""
         session = self._session
         activation = session.activated() if checked else session.activated_unchecked()
+        if always_complete(session):
+            with activation:
+                seq = next(self._seq)
+            self._release_inflight(seq, None if session_wide or not streams else streams[0])
+            return True
         with activation:
             if streams is None:
                 streams = self.live()
             seq = next(self._seq)
             events = [record_sync_event(session, stream._cu) for stream in streams]
             try:
-                # Work done already (the CPU device's, whose streams run work as it is enqueued,
-                # every time): the events are destroyed here, so the next launch finds no deferred
-                # destroys to drain and stays on the C path.
+                # Work done already (often on a GPU): the events are destroyed here, so the next
+                # launch finds no deferred destroys to drain and stays on the C path.
                 if all(event_done(session, ev) for ev in events):
                     for ev in events:
                         session.api.cuEventDestroy(ev)
@@ -326,6 +336,8 @@ class StreamOrder:
     def wait_for(self, waiter: Any, producer: Any) -> None:
         """``order`` with the session already activated."""
         session = self._session
+        if always_complete(session):
+            return
         ev = record_sync_event(session, producer)
         try:
             check("cuStreamWaitEvent", session.api.cuStreamWaitEvent(waiter, ev, 0))

@@ -1370,7 +1370,7 @@ int online_cpus() {
 
 // ---------------------------------------------------------------------------------------------
 // The pool. Rule: one grid at a time shares it (a concurrent launch from another thread runs its
-// grid on its own thread); helpers spin briefly for the next grid before sleeping, so launches in
+// grid on its own thread); helpers wait for the next grid (kSleepAfter) before sleeping, so launches in
 // a row do not pay a wake-up; a helper joins a grid only while the launcher keeps it open, and
 // the launcher returns once every helper that joined has left.
 class Pool {
@@ -1414,6 +1414,12 @@ public:
 
 private:
     static constexpr unsigned long long kOpen = 1ull << 31, kActive = kOpen - 1;
+    // How long a helper waits for the next grid before it sleeps: it spins, then yields its core
+    // between looks, as OpenMP runtimes do (GNU's spins about as long, LLVM's 200 ms). Waking a
+    // sleeping helper costs more than a small grid (tens of microseconds in a VM), and a program
+    // that launches in a loop does Python work between its launches (`kerneldsl bench cpu --only
+    // sweep`, its small sizes, checks it).
+    static constexpr std::chrono::microseconds kYieldAfter{50}, kSleepAfter{1000};
 
     Pool() : wanted_(online_cpus() - 1) {}
 
@@ -1444,15 +1450,19 @@ private:
         unsigned long long seen = state_.load(std::memory_order_relaxed) >> 32;
         for (;;) {
             unsigned long long s = state_.load(std::memory_order_acquire);
-            const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+            const auto idle = std::chrono::steady_clock::now();
             for (unsigned int spins = 1; !ready(s, seen, id); ++spins) {
-                pause();
-                if (spins % 64 == 0 && std::chrono::steady_clock::now() > deadline) {
-                    std::unique_lock<std::mutex> hold(lock_);
-                    sleepers_.fetch_add(1, std::memory_order_seq_cst);
-                    while (!ready(s = state_.load(std::memory_order_seq_cst), seen, id)) wake_.wait(hold);
-                    sleepers_.fetch_sub(1, std::memory_order_relaxed);
-                    break;
+                if (spins % 64 != 0) {
+                    pause();
+                } else if (const auto waited = std::chrono::steady_clock::now() - idle; waited > kYieldAfter) {
+                    if (waited > kSleepAfter) {
+                        std::unique_lock<std::mutex> hold(lock_);
+                        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+                        while (!ready(s = state_.load(std::memory_order_seq_cst), seen, id)) wake_.wait(hold);
+                        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+                        break;
+                    }
+                    std::this_thread::yield();  // (a thread that has work on this core runs first)
                 }
                 s = state_.load(std::memory_order_acquire);
             }

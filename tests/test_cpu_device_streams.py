@@ -1,0 +1,51 @@
+"""Streams on the CPU device, which runs work as it is enqueued: waiting costs no event."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+
+
+@pytest.fixture(scope="module")
+def cpu() -> Iterator[Any]:
+    with kd.Session(device="cpu") as s:
+        yield s
+
+
+@pytest.fixture
+def events_created(cpu: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The flags of every event the session's driver creates from now on."""
+    created: list[int] = []
+    create = cpu.api.cuEventCreate
+    monkeypatch.setattr(cpu.api, "cuEventCreate", lambda flags: created.append(flags) or create(flags))
+    return created
+
+
+def test_a_synchronize_records_no_event_and_releases_what_launches_kept_alive(
+    cpu: Any, events_created: list[int]
+) -> None:
+    a = cpu.to_device(np.arange(8, dtype=np.float32))
+    kept = object()
+    cpu.keep_alive(kept)
+    kd.ops.negative(a)
+    assert cpu.synchronize() is True
+    assert events_created == [] and all(entry[2] is not kept for entry in cpu.order.inflight)
+
+
+def test_a_stream_synchronize_records_no_event_either(cpu: Any, events_created: list[int]) -> None:
+    stream = cpu.create_stream()
+    out = kd.ops.negative(cpu.to_device(np.arange(8, dtype=np.float32)), stream=stream)
+    events_created.clear()  # (the launch on another stream than the array's orders them with one)
+    assert stream.synchronize() is True
+    assert events_created == [] and out.to_host().tolist() == [-float(i) for i in range(8)]
+
+
+def test_ordering_one_stream_after_another_needs_no_event(cpu: Any, events_created: list[int]) -> None:
+    stream = cpu.create_stream()
+    cpu.order.order(stream._cu, cpu.raw_stream)
+    assert events_created == []
