@@ -128,3 +128,60 @@ def test_fused_rows_on_the_host_match_numpy(cpu: Any, shape: tuple[int, ...]) ->
 def test_host_scans_match_numpy(cpu: Any, shape: tuple[int, ...], axis: int) -> None:
     x = (np.random.default_rng(6).integers(-8, 8, shape) / 8).astype(np.float32)
     np.testing.assert_array_equal(ops.cumsum(cpu.to_device(x), axis=axis).to_host(), np.cumsum(x, axis=axis))
+
+
+BROADCASTS = {
+    "a row": ((300, 1031), (1031,)),
+    "a column": ((300, 1031), (300, 1)),
+    "rows shorter than a run": ((2000, 3), (1, 3)),
+    "three axes": ((7, 129, 17), (129, 1)),
+}
+
+
+@pytest.mark.parametrize("shapes", BROADCASTS.values(), ids=BROADCASTS.keys())
+def test_broadcast_elementwise_ops_on_the_host_match_numpy(cpu: Any, shapes: tuple[tuple[int, ...], ...]) -> None:
+    rng = np.random.default_rng(5)
+    a, b = ((rng.integers(-64, 64, s) / 8).astype(np.float32) for s in shapes)  # exact sums
+    np.testing.assert_array_equal(ops.add(cpu.to_device(a), cpu.to_device(b)).to_host(), a + b)
+
+
+VIEWS = {
+    "every other row, every third column": (slice(None, None, 2), slice(None, None, 3)),
+    "a block": (slice(3, 200), slice(5, 900)),
+    "a reversed row order": (slice(None, None, -1), slice(None)),
+}
+
+
+@pytest.mark.parametrize("index", VIEWS.values(), ids=VIEWS.keys())
+def test_strided_elementwise_ops_on_the_host_read_and_write_views_as_numpy(cpu: Any, index: Any) -> None:
+    x = (np.random.default_rng(6).integers(-64, 64, (400, 1000)) / 8).astype(np.float32)
+    d = cpu.to_device(x)
+    view, host_view = d[index], x[index]
+    np.testing.assert_array_equal(ops.multiply(view, 2.0).to_host(), host_view * 2)
+    np.testing.assert_array_equal(ops.add(view.T, view.T).to_host(), host_view.T * 2)
+    ops.negative(view, out=view)
+    np.testing.assert_array_equal(d.to_host()[index], -host_view)
+
+
+def test_a_host_elementwise_build_says_its_plan_and_the_gpus_does_not(cpu: Any) -> None:
+    a, b = cpu.to_device(np.zeros((30, 40), np.float32)), cpu.to_device(np.zeros(40, np.float32))
+    plan = ops.add._plan((a, b), None)
+    out = np.empty((30, 40), np.float32)
+    host = plan.kernel_on(cpu).inspect(a, b, out, arch="sm_90").decisions
+    gpu = plan.kernel.inspect(a, b, out, arch="sm_90").decisions
+    assert host.layout == gpu.layout == "broadcast"
+    assert host.host_plan and gpu.host_plan is None
+
+
+def test_a_flat_elementwise_op_keeps_the_one_plan(cpu: Any) -> None:
+    a = cpu.to_device(np.zeros(1000, np.float32))
+    plan = ops.add._plan((a, a), None)
+    assert plan.host_kernel is None and plan.kernel_on(cpu) is plan.kernel
+
+
+def test_the_gpu_elementwise_plan_on_request_runs_on_the_host(cpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = cpu.to_device(np.zeros((30, 40), np.float32)), cpu.to_device(np.ones(40, np.float32))
+    plan = ops.add._plan((a, b), None)
+    monkeypatch.setenv(PLAN_ENV, "gpu")
+    assert plan.kernel_on(cpu) is plan.kernel
+    np.testing.assert_array_equal(ops.add(a, b).to_host(), np.ones((30, 40), np.float32))

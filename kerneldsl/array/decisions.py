@@ -23,6 +23,7 @@ class ElementwiseDecisions:
 
     layout: str  # "flat" (every array has the result's shape), "broadcast" or "strided"
     vector_width: int = 1  # elements per 16-byte access; 1: the scalar path
+    host_plan: str | None = None  # the CPU device's own plan where a GPU would run a thread an element
 
 
 @dataclass(frozen=True)

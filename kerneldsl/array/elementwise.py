@@ -49,6 +49,7 @@ from ..launch.warm import CEntry, WarmPath, stream_entry_ok
 from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
+from ..runtime.selection import host_plans
 from . import promotion
 from .decisions import ElementwiseDecisions
 
@@ -76,6 +77,11 @@ from .plan import Plan, PlanCache, host_target
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype
 
 MAX_BLOCKS = MAX_GRID[0]  # one 16-byte vector per thread up to grid.x's limit, then a grid-stride loop
+# The CPU device's plan for the broadcast and strided layouts: a thread a run of consecutive
+# elements, offsets decomposed once a piece of a row (a GPU's thread an element decomposes them
+# at every element, a division per axis). The ops sweep of `kerneldsl bench cpu` checks it.
+HOST_RUN = 128
+HOST_RUNS = "a thread a run of {run} elements, offsets stepped along rows"
 
 
 # --- kernels ------------------------------------------------------------------------------------------
@@ -98,17 +104,32 @@ def layout_of(
 
 
 def elementwise_kernel(
-    program: Program, layout: OperandLayout, out_dtype: np.dtype, source: Callable[..., object] | None = None
+    program: Program,
+    layout: OperandLayout,
+    out_dtype: np.dtype,
+    source: Callable[..., object] | None = None,
+    host_run: int | None = None,
 ) -> Kernel:
     """The (cached) Kernel that evaluates ``program`` into an output of ``out_dtype``; its
-    launcher computes the grid itself: one 16-byte vector per thread."""
-    key = ("elementwise", program, layout, out_dtype)
-    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build_elementwise(program, layout, out_dtype, source))
+    launcher computes the grid itself: one 16-byte vector per thread, or with ``host_run`` (the
+    CPU device's plan for the broadcast and strided layouts) a run of that many elements."""
+    key = ("elementwise", program, layout, out_dtype, host_run)
+    kernel: Kernel = KERNELS.get_or_make(key, lambda: _build_elementwise(program, layout, out_dtype, source, host_run))
     return kernel
 
 
+def _stepped(leaf: dict[str, Any]) -> dict[str, Any]:
+    """``leaf`` with ``step``: what its offset advances by along the result's last axis (0 where
+    that axis is broadcast to it)."""
+    return {**leaf, "step": f"({leaf['dims'][-1]} == 1 ? 0 : {leaf['strides'][-1]})"}
+
+
 def _build_elementwise(
-    program: Program, layout: OperandLayout, out_dtype: np.dtype, source: Callable[..., object] | None
+    program: Program,
+    layout: OperandLayout,
+    out_dtype: np.dtype,
+    source: Callable[..., object] | None,
+    host_run: int | None,
 ) -> Kernel:
     strided = layout.kind == "strided"
     params = leaf_params(program, layout)
@@ -123,6 +144,7 @@ def _build_elementwise(
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         vector = flat and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
+        stepped = [a for a in arrays if a["dims"]] + ([out] if strided else [])
         text = render(
             "elementwise.cu.j2",
             name=program.name,
@@ -131,26 +153,34 @@ def _build_elementwise(
             vec=vec,
             size_expr=" * ".join(f"(index_t){d}" for d in out_dims(layout)) or "1",
             arrays=arrays,
-            out={
-                "id": "o",
-                "param": "kdout",
-                "dims": out_dims(layout),
-                "strides": leaf_strides(layout, "o"),
-                "storage": storage_ctype(out_dtype),
-                "cctype": compute_ctype(out_dtype),
-                "itemsize": out_dtype.itemsize,
-            },
+            out=out,
             out_dims=out_dims(layout),
+            host_run=host_run,
+            stepped=[_stepped(leaf) for leaf in stepped] if host_run else [],
             program=program_context(program),
             vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
         )
-        return GeneratedBody(text, ElementwiseDecisions(layout=layout.kind, vector_width=vec if vector else 1))
+        host_plan = HOST_RUNS.format(run=host_run) if host_run else None
+        decisions = ElementwiseDecisions(layout=layout.kind, vector_width=vec if vector else 1, host_plan=host_plan)
+        return GeneratedBody(text, decisions)
 
+    out = {
+        "id": "o",
+        "param": "kdout",
+        "dims": out_dims(layout),
+        "strides": leaf_strides(layout, "o"),
+        "storage": storage_ctype(out_dtype),
+        "cctype": compute_ctype(out_dtype),
+        "itemsize": out_dtype.itemsize,
+    }
     total: Expr = as_expr(1)
     for d in out_dims(layout):
         total = total * sym(d)
-    return make_kernel(program.name, params, body, grid=dmin(cdiv(total, BLOCK * vec), MAX_BLOCKS), source=source)
+    per_thread = host_run or vec
+    return make_kernel(
+        program.name, params, body, grid=dmin(cdiv(total, BLOCK * per_thread), MAX_BLOCKS), source=source
+    )
 
 
 # --- plans --------------------------------------------------------------------------------------------
@@ -170,6 +200,7 @@ class ElementwisePlan(Plan):
     shares_memory: bool = False  # some array is a view or borrowed: it may partially overlap out
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
+    host_kernel: Kernel | None = None  # the CPU device's plan (broadcast and strided layouts)
     c_entry: CEntry = field(default_factory=CEntry)  # for ``op(*args, out=out)``
     c_alloc_entry: CEntry = field(default_factory=CEntry)  # for ``op(*args)``
     strided_operands = True  # the strided layout reads and writes views in place
@@ -216,9 +247,16 @@ class ElementwisePlan(Plan):
             found[0], (*values, out), out_keyword=True, stream=stream, allocate=allocate, template=template
         )
 
+    def kernel_on(self, session: Any) -> Kernel:
+        """The kernel a launch on ``session`` runs: the host's plan on the CPU device (unless
+        ``KERNELDSL_CPU_PLAN=gpu``), where the layout has one."""
+        if self.host_kernel is not None and host_plans(session):
+            return self.host_kernel
+        return self.kernel
+
     def launch(self, values: list[Any], out: Any, session: Any) -> None:
         if self.size:
-            self.kernel(*[unalias(v, out, session) for v in values], out)
+            self.kernel_on(session)(*[unalias(v, out, session) for v in values], out)
 
     def run_on(self, args: Sequence[Any], out: Any, session: Any, stream: Any, placed: bool) -> Any:
         """The kernel on ``stream``. What this call put on the session stream first (uploaded
@@ -238,7 +276,7 @@ class ElementwisePlan(Plan):
             values = unaliased
             if placed or fresh:
                 stream.wait(session.create_event(timing=False).record())
-            self.kernel(*values, out, stream=stream)
+            self.kernel_on(session)(*values, out, stream=stream)
         return out
 
     def run_host(self, values: list[Any], out: Any) -> Any:
@@ -273,6 +311,7 @@ def plan_elementwise(
     return ElementwisePlan(
         name=program.name,
         kernel=elementwise_kernel(program, layout, out_dtype, source),
+        host_kernel=None if layout.kind == "flat" else elementwise_kernel(program, layout, out_dtype, source, HOST_RUN),
         sources=sources,
         shape=shape,
         dtype=out_dtype,

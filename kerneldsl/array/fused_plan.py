@@ -16,6 +16,7 @@ from ..launch.dispatch import Kernel
 from ..launch.fastpath import GridFront
 from ..launch.warm import GridLaunch, WarmPath
 from ..runtime import memory, nvtx
+from ..runtime.selection import host_plans
 from ..runtime.session import default_session
 from .fused_rows import (
     CLUSTER_MAJOR,
@@ -31,7 +32,6 @@ from .pipeline import Leaf, Pipeline
 from .placement import check_out, check_placement, contiguous, is_strided
 from .plan import Plan
 from .reduction import INSPECT_MULTIPROCESSORS, device_multiprocessors
-from .reduction.strategy import host_plans
 
 BLOCKS_PER_SM = 32  # grid cap per SM: rows beyond it are taken by a grid-stride loop
 

@@ -38,6 +38,7 @@ from ..launch.fastpath import GridFront
 from ..launch.routing import public
 from ..launch.warm import GridLaunch, WarmPath, call_key, exact_axis, overlaps_out
 from ..runtime import memory, nvtx
+from ..runtime.selection import host_plans
 from ..runtime.session import default_session
 from . import promotion
 from .decisions import ScanDecisions
@@ -53,7 +54,6 @@ from .reduction.strategy import (
     HOST_ITEMS_PER_CORE,
     INSPECT_MULTIPROCESSORS,
     device_multiprocessors,
-    host_plans,
     planning_multiprocessors,
 )
 from .scratch import SCRATCH

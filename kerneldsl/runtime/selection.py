@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from .. import logs
 from ..errors import NoDeviceError
@@ -30,6 +31,12 @@ def gpu_plans() -> bool:
     """Whether ``KERNELDSL_CPU_PLAN=gpu`` asks the CPU device to run a GPU's plans (an H200's SM
     count, the GPU's stages and strategies) instead of the host's."""
     return os.environ.get(PLAN_ENV, "").strip().lower() == "gpu"
+
+
+def host_plans(session: Any) -> bool:
+    """Whether launches on ``session``'s device take the host's plans: on the CPU device, unless
+    ``KERNELDSL_CPU_PLAN=gpu`` asks for a GPU's (``Decisions.host_plan`` names a host plan)."""
+    return bool(session.gpu.host) and not gpu_plans()
 
 
 def _parse(text: str, where: str) -> DeviceSpec:

@@ -19,6 +19,7 @@ from ...launch.dispatch import Kernel
 from ...launch.fastpath import GridFront
 from ...launch.warm import BoundedCache, GridLaunch, WarmPath, overlaps_out
 from ...runtime import memory, nvtx
+from ...runtime.selection import host_plans
 from ...runtime.session import default_session
 from ..kernels import vector_width
 from ..placement import check_out, contiguous, into_strided
@@ -39,7 +40,6 @@ from .strategy import (
     decide,
     device_multiprocessors,
     extents,
-    host_plans,
     host_step,
     slabs_fit,
     slabs_step,

@@ -38,7 +38,6 @@ import numpy as np
 
 from ...launch.dispatch import Kernel
 from ...runtime import driver
-from ...runtime.selection import gpu_plans
 from ..kernels import BLOCK
 
 DIRECT_MAX = 16384  # full reductions up to this size run as one single-block launch
@@ -74,12 +73,6 @@ def device_multiprocessors(session: Any) -> int:
     ask for it (its Device asks the driver once)."""
     n: int = session.gpu.multiprocessors
     return n
-
-
-def host_plans(session: Any) -> bool:
-    """Whether launches on ``session``'s device take the host's plans: on the CPU device, unless
-    ``KERNELDSL_CPU_PLAN=gpu`` asks for a GPU's (``Decisions.host_plan`` names a host plan)."""
-    return bool(session.gpu.host) and not gpu_plans()
 
 
 def planning_multiprocessors(multiprocessors: int | None) -> int:
