@@ -12,6 +12,8 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import ops
+from kerneldsl.array.reduction.axes import memory_order
+from kerneldsl.array.reduction.plan import COPY_HOST
 from kerneldsl.array.reduction.strategy import HOST_PIECE, extents, host_step
 from kerneldsl.runtime.selection import PLAN_ENV
 
@@ -185,3 +187,49 @@ def test_the_gpu_elementwise_plan_on_request_runs_on_the_host(cpu: Any, monkeypa
     monkeypatch.setenv(PLAN_ENV, "gpu")
     assert plan.kernel_on(cpu) is plan.kernel
     np.testing.assert_array_equal(ops.add(a, b).to_host(), np.ones((30, 40), np.float32))
+
+
+def test_a_transposed_view_is_read_in_the_order_of_its_memory() -> None:
+    assert memory_order((2048, 1024), (4, 8192), 4, (0,)) == ((1, 0), (1,))
+    assert memory_order((5, 6, 7), (4, 140, 20), 4, (0,)) == ((1, 2, 0), (2,))
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides", "axes"),
+    [
+        ((5, 6), (24, 4), (0,)),  # C-contiguous already
+        ((5, 6), (4, 40), (0, 1)),  # every axis reduced, in the other order
+        ((4, 5, 6), (4, 16, 80), (1,)),  # the kept axes would come out swapped
+        ((5, 6), (4, 48), (0,)),  # a transposed slice: not one contiguous block
+        ((1, 6), (4, 4), (1,)),  # an extent-1 axis
+    ],
+)
+def test_views_that_are_not_a_permuted_block_or_would_change_order_are_left_as_they_are(
+    shape: tuple[int, ...], strides: tuple[int, ...], axes: tuple[int, ...]
+) -> None:
+    assert memory_order(shape, strides, 4, axes) is None
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "argmin"])
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_reductions_of_transposed_views_on_the_host_match_numpy(cpu: Any, op: str, axis: int) -> None:
+    x = (np.random.default_rng(7).integers(-64, 64, (300, 50, 7)) / 8).astype(np.float32)
+    view, host_view = cpu.to_device(x).transpose(2, 0, 1), x.transpose(2, 0, 1)
+    np.testing.assert_array_equal(getattr(ops, op)(view, axis=axis).to_host(), getattr(np, op)(host_view, axis=axis))
+
+
+def test_a_transposed_reduction_keeps_dims_and_writes_out_as_numpy(cpu: Any) -> None:
+    x = (np.random.default_rng(8).integers(-64, 64, (200, 30)) / 8).astype(np.float32)
+    view = cpu.to_device(x).T
+    np.testing.assert_array_equal(ops.sum(view, axis=1, keepdims=True).to_host(), x.T.sum(axis=1, keepdims=True))
+    out = cpu.empty(200, np.float32)
+    ops.max(view, axis=0, out=out)
+    np.testing.assert_array_equal(out.to_host(), x.T.max(axis=0))
+
+
+def test_other_views_on_the_host_are_reduced_from_a_contiguous_copy(cpu: Any) -> None:
+    x = (np.random.default_rng(9).integers(-64, 64, (300, 400)) / 8).astype(np.float32)
+    view = cpu.to_device(x)[::2, 3:300]
+    assert ops.sum.strategy(view, axis=1, multiprocessors=2, host=True).variant.copy == COPY_HOST
+    assert ops.sum.strategy(view, axis=1, multiprocessors=2, host=False).variant.copy == ""
+    np.testing.assert_array_equal(ops.sum(view, axis=1).to_host(), x[::2, 3:300].sum(axis=1))

@@ -12,10 +12,12 @@ from ...errors import FusionError
 from ...jit.build import Build
 from ...launch.routing import public
 from ...launch.warm import WarmPath, call_key, exact_axis
+from ...runtime import memory
+from ...runtime.selection import host_plans
 from ..elementwise import ElementwiseFunction
 from ..plan import PlanCache
 from ..program import ProgramBuilder, Traced
-from .axes import check_keepdims, normalize_axes, result_shape
+from .axes import check_keepdims, memory_order, normalize_axes, result_shape
 from .plan import ReductionPlan, plan_reduction
 from .reducers import Reducer, user_reducer
 from .strategy import Step, planning_multiprocessors
@@ -84,6 +86,10 @@ class Reduction:
         keepdims = check_keepdims(keepdims, self.name)
         if any(isinstance(o, Traced) for o in operands):
             return self._trace(operands, axis, out, keepdims)
+        if len(operands) == 1 and type(operands[0]) is memory.array_type and not operands[0].is_contiguous:
+            reordered = self._in_memory_order(operands[0], axis, out, keepdims)
+            if reordered is not None:
+                return reordered
         make = lambda values, o: self._plan(values, axis, o, keepdims)  # noqa: E731
         remote = {k: v for k, v in (("axis", axis), ("keepdims", keepdims)) if v is not None and v is not False}
         warm = None if key is None else self._warm
@@ -121,6 +127,23 @@ class Reduction:
         if not isinstance(root, Traced):
             raise TypeError(f"{self.name}: expected an array, got {type(root).__name__}")
         return root
+
+    def _in_memory_order(self, value: Any, axis: Any, out: Any, keepdims: bool) -> Any:
+        """On the CPU device, a transposed view reduced as the C-contiguous array it permutes
+        (its host stages read memory in order; a view's strided stages are a GPU's, whose
+        blocks run as fibers there), where that visits each output's values in the same order;
+        None otherwise."""
+        if not host_plans(value.session):
+            return None
+        axes = normalize_axes(axis, value.ndim, self.name)
+        if axes is None or (keepdims and out is not None):
+            return None
+        order = memory_order(value.shape, value.strides, value.itemsize, axes)
+        if order is None:
+            return None
+        permutation, reduced = order
+        result = self(value.transpose(permutation), axis=reduced if isinstance(axis, tuple) else reduced[0], out=out)
+        return result.reshape(result_shape(value.shape, axes, True)) if keepdims else result
 
     def _trace(self, operands: Sequence[Any], axis: Any, out: Any, keepdims: bool) -> Traced:
         if out is not None:

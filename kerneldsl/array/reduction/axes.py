@@ -34,6 +34,30 @@ def result_shape(value_shape: tuple[int, ...], axes: tuple[int, ...], keepdims: 
     return tuple(d for j, d in enumerate(value_shape) if j not in axes)
 
 
+def memory_order(
+    shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, axes: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """For a view (``strides`` in bytes) whose elements are a C-contiguous block read in another
+    axis order (a transposed array): that order (the permutation making it C-contiguous) and
+    ``axes`` renumbered in it. None unless the permutation keeps the reduced axes' order among
+    themselves and the kept axes' among themselves, so that reducing the permuted array visits
+    each output's values in the same order and gives the same result shape."""
+    if any(d <= 1 for d in shape):
+        return None
+    order = tuple(sorted(range(len(shape)), key=lambda j: -strides[j]))
+    expected = itemsize
+    for j in reversed(order):
+        if strides[j] != expected:
+            return None
+        expected *= shape[j]
+    position = {a: k for k, a in enumerate(order)}
+    reduced = [position[a] for a in axes]
+    kept = [position[a] for a in range(len(shape)) if a not in axes]
+    if order == tuple(range(len(shape))) or reduced != sorted(reduced) or kept != sorted(kept):
+        return None
+    return order, tuple(reduced)
+
+
 def check_keepdims(keepdims: Any, what: str) -> bool:
     if not isinstance(keepdims, (bool, np.bool_)):
         raise TypeError(f"{what}: keepdims must be True or False, not {keepdims!r}")

@@ -54,6 +54,7 @@ COPY_REVERSED = "a reversed (negative-stride) axis: read from a contiguous copy"
 COPY_LAYOUTS = "operands of different layouts: read from contiguous copies"
 COPY_BROADCAST = "broadcast operands of a strided view: read from contiguous copies"
 COPY_EMPTY = "an empty view: nothing to read in place"
+COPY_HOST = "a view on the CPU device: its host stages read a contiguous copy (a view's stages are a GPU's)"
 
 
 @dataclass(eq=False)
@@ -241,6 +242,8 @@ class ReductionPlan(Plan):
             copy = COPY_LAYOUTS
         elif not all(self.value_shape):
             copy = COPY_EMPTY
+        elif host:
+            copy = COPY_HOST
         else:
             ((_, strides),) = layouts
             canonical = canonicalize(self.value_shape, strides, self.axes)
