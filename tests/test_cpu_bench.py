@@ -129,6 +129,12 @@ def test_the_ops_and_fused_pipelines_compute_numpys_answer(cpu_session) -> None:
         time_checked([(op.case, c) for c in cpu_bench.op_contenders(cpu_session, op)], reps=1)
 
 
+@needs_cpu_device
+def test_the_layout_cases_compute_numpys_answer(cpu_session) -> None:  # type: ignore[no-untyped-def]
+    for op in cpu_bench.layout_cases(side=48):
+        time_checked([(op.case, c) for c in cpu_bench.layout_contenders(cpu_session, op)], reps=1)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("warp") is None, reason="NVIDIA Warp (warp-lang) is not installed")
 def test_warps_kernels_compute_numpys_answer() -> None:
     from kerneldsl.bench import cpu_warp

@@ -51,7 +51,7 @@ from . import cpu_cases
 from .cpu_cases import FULL, QUICK, QUICK_SWEEP, SWEEP, THREAD_ELEMENTS, Case, Sizes, case_size, poison_value
 from .report import Report, print_json
 
-SECTIONS = ("kernels", "sweep", "fibers", "ops", "first", "checks")
+SECTIONS = ("kernels", "sweep", "fibers", "ops", "layouts", "first", "checks")
 CHECKED = {"bounds": 3.0, "all": 30.0}  # checks= and the most times its unchecked time it may take
 BARRIER_FREE = ("saxpy", "stencil")
 VARIANT = " (a thread an element)"
@@ -438,16 +438,89 @@ def op_contenders(s: kd.Session, op: OpCase) -> list[Contender]:
     ]
 
 
+@dataclass(frozen=True)
+class LayoutCase:
+    """An expression on the CPU device and in NumPy, each returning a new array."""
+
+    case: Case
+    on_device: Callable[..., Any]
+    in_numpy: Callable[..., Any]
+    operands: tuple[np.ndarray, ...]
+    target: float
+
+
+def layout_cases(side: int, seed: int = 3) -> list[LayoutCase]:
+    """Ops on the layouts users pass besides one contiguous shape: a row and a column broadcast,
+    strided and transposed views (elementwise and reduced), every axis of a 3-D array, and float32
+    math functions; each against NumPy on the same data (``side`` x ``side`` elements)."""
+    rng = np.random.default_rng(seed)
+    x = cpu_cases.exact_eighths(rng, side * side).reshape(side, side)  # exact sums in any order
+    row, col = cpu_cases.exact_eighths(rng, side), cpu_cases.exact_eighths(rng, side).reshape(side, 1)
+    cube = x.reshape(side // 16, 16, side)
+    spelled_alike: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...], float]] = [
+        ("add a row (broadcast)", lambda a, r: a + r, (x, row), 1.2),
+        ("multiply by a column (broadcast)", lambda a, c: a * c, (x, col), 1.2),
+        ("add two strided views", lambda a: a[::2, ::3] + a[1::2, ::3], (x,), 1.2),
+        ("add a transposed view", lambda a: a + a.T, (x,), 1.2),
+        ("sum axis=0 of a transposed view", lambda a: a.T.sum(axis=0), (x,), 2.0),
+        ("sum axis=1 of a transposed view", lambda a: a.T.sum(axis=1), (x,), 2.0),
+        ("max axis=1 of a strided view", lambda a: a[:, ::2].max(axis=1), (x,), 2.0),
+        ("sum axis=1 of a sliced view", lambda a: a[:, 3:-5].sum(axis=1), (x,), 2.0),
+    ]
+    spelled_alike += [(f"sum axis={axis} of a 3-D array", _summed(axis), (cube,), 2.0) for axis in range(3)]
+    cases = []
+    for name, f, operands, target in spelled_alike:
+        want = f(*operands)
+        cases.append(LayoutCase(Case(f"{name} float32", {}, want, 0.0, want.size), f, f, operands, target))
+    z = rng.standard_normal(side * side, dtype=np.float32)
+    for name in ("exp", "log", "sin", "tanh"):
+        operand = np.abs(z) + np.float32(0.5) if name == "log" else z
+        want = getattr(np, name)(operand.astype(np.float64))
+        case = Case(f"{name} float32", {}, want, 1e-6, want.size, atol=1e-7)
+        cases.append(LayoutCase(case, getattr(kd.ops, name), getattr(np, name), (operand,), 1.2))
+    return cases
+
+
+def _summed(axis: int) -> Callable[[Any], Any]:
+    return lambda a: a.sum(axis=axis)
+
+
+def layout_contenders(s: kd.Session, op: LayoutCase) -> list[Contender]:
+    """The expression on the operands uploaded to ``s`` and in NumPy on the host's, each result new."""
+    operands = tuple(s.to_device(a) for a in op.operands)
+    results: dict[str, Any] = {}
+
+    def on_device() -> None:
+        results["device"] = op.on_device(*operands)
+        s.synchronize()
+
+    def in_numpy() -> None:
+        results["numpy"] = op.in_numpy(*op.operands)
+
+    return [
+        Contender(f"kerneldsl {op.case.name}", on_device, lambda: results["device"].to_host()),
+        Contender(f"NumPy {op.case.name}", in_numpy, lambda: np.asarray(results["numpy"])),
+    ]
+
+
+def bench_layouts(s: kd.Session, side: int, reps: int) -> list[Figure]:
+    return _ratios([(op.case, layout_contenders(s, op), op.target) for op in layout_cases(side)], reps)
+
+
 def bench_ops(s: kd.Session, n: int, side: int, reps: int) -> list[Figure]:
+    return _ratios([(op.case, op_contenders(s, op), op.target) for op in op_cases(n, side)], reps)
+
+
+def _ratios(compared: Sequence[tuple[Case, list[Contender], float]], reps: int) -> list[Figure]:
+    """Each case's two contenders (the CPU device's, then NumPy's) timed side by side, and the ratio."""
     figures = []
-    for op in op_cases(n, side):
-        on_device, on_host = op_contenders(s, op)
-        times = time_checked([(op.case, on_device), (op.case, on_host)], reps)
+    for case, (on_device, on_host), target in compared:
+        times = time_checked([(case, on_device), (case, on_host)], reps)
         kd_s, np_s = times[on_device.label], times[on_host.label]
         figures += [
-            Figure(f"{op.case.name}: kerneldsl", kd_s * 1e3, "ms"),
-            Figure(f"{op.case.name}: NumPy", np_s * 1e3, "ms"),
-            Figure(f"{op.case.name}: kerneldsl / NumPy", kd_s / np_s, "x", op.target),
+            Figure(f"{case.name}: kerneldsl", kd_s * 1e3, "ms"),
+            Figure(f"{case.name}: NumPy", np_s * 1e3, "ms"),
+            Figure(f"{case.name}: kerneldsl / NumPy", kd_s / np_s, "x", target),
         ]
     return figures
 
@@ -484,6 +557,7 @@ TITLES = {
     "sweep": "the five kernels over other sizes: kerneldsl CPU device / Warp CPU",
     "fibers": "fiber-mode costs per CUDA thread (one worker)",
     "ops": "kd.ops and @kd.fuse on the CPU device vs NumPy (DeviceArrays: no transfer timed)",
+    "layouts": "kd.ops on broadcast operands, views, a 3-D array and float32 math vs NumPy",
     "first": "first call on the CPU device, fresh processes",
     "checks": "checked execution's cost: each kernel's time with checks= over its unchecked time",
 }
@@ -513,6 +587,7 @@ def run(args: argparse.Namespace) -> Report:
         "sweep": lambda: (bench_sweep(s, QUICK_SWEEP if args.quick else SWEEP, max(1, args.reps // 2)), []),
         "fibers": lambda: (bench_fibers(s, sizes.n // 4, 4 if args.quick else 16, args.reps), []),
         "ops": lambda: (bench_ops(s, sizes.n, sizes.side, args.reps), []),
+        "layouts": lambda: (bench_layouts(s, sizes.side, args.reps), []),
         "first": bench_first,
         "checks": lambda: (bench_checks(s, sizes, max(1, args.reps // 2)), []),
     }
