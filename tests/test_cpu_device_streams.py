@@ -1,4 +1,5 @@
-"""Streams on the CPU device, which runs work as it is enqueued: waiting costs no event."""
+"""Streams and the memory pool on the CPU device, which runs work as it is enqueued: waiting costs
+no event, and a freed block stays with its pool for reuse, as on a GPU."""
 
 from __future__ import annotations
 
@@ -49,3 +50,20 @@ def test_ordering_one_stream_after_another_needs_no_event(cpu: Any, events_creat
     stream = cpu.create_stream()
     cpu.order.order(stream._cu, cpu.raw_stream)
     assert events_created == []
+
+
+def test_a_freed_pool_block_is_kept_for_the_next_allocation_of_its_size(cpu: Any) -> None:
+    api, pool, stream = cpu.api, cpu.pool.handle, cpu.raw_stream
+    ptr = api.cuMemAllocFromPoolAsync(5 << 20, pool, stream)[1]
+    api.cuMemFreeAsync(ptr, stream)
+    assert ptr in api.kept[int(pool)][5 << 20] and ptr not in api.allocations
+    assert api.cuMemAllocFromPoolAsync(5 << 20, pool, stream)[1] == ptr and api.allocations[ptr] == 5 << 20
+    api.cuMemFreeAsync(ptr, stream)
+
+
+def test_trimming_the_pool_frees_the_blocks_it_keeps(cpu: Any) -> None:
+    api, pool, stream = cpu.api, cpu.pool.handle, cpu.raw_stream
+    api.cuMemFreeAsync(api.cuMemAllocFromPoolAsync(3 << 20, pool, stream)[1], stream)
+    assert api.kept[int(pool)][3 << 20]
+    cpu.pool.trim()
+    assert not any(api.kept[int(pool)].values())

@@ -50,6 +50,10 @@ class HostWork:
         self.allocations: dict[int, int] = {}  # pointer -> bytes
         self.pool_of: dict[int, int] = {}  # pointer -> its pool
         self.pools: dict[int, int] = {}  # pool -> bytes in use
+        # pool -> block size -> freed blocks it keeps for its next allocations of that size, as a
+        # CUDA pool keeps freed memory below its release threshold (kerneldsl's: all of it) until
+        # trimmed: a large new result reuses warm pages instead of faulting in fresh ones
+        self.kept: dict[int, dict[int, list[int]]] = {}
         self.captures: dict[int, list[tuple[Any, ...]]] = {}  # capturing stream -> what it recorded
         self.graphs: dict[int, tuple[list[tuple[Any, ...]], list[int]]] = {}  # graph -> (work, memory it frees)
         self.freed_in_capture: dict[int, list[int]] = {}
@@ -84,17 +88,23 @@ class HostWork:
             self.allocations[out.value] = n
         return out.value
 
-    def _release(self, ptr: int) -> int:
+    def _release(self, ptr: int, keep: bool = False) -> int:
+        """Free ``ptr``; with ``keep``, a pool's block stays with its pool for reuse."""
         with self._lock:
             n = self.allocations.pop(ptr, None)
             if n is None:
                 return INVALID_VALUE
             pool = self.pool_of.pop(ptr, None)
-            if pool is not None:
+            kept = False
+            if pool is not None and pool in self.pools:
                 self.pools[pool] -= n
+                kept = keep
+                if kept:
+                    self.kept.setdefault(pool, {}).setdefault(n, []).append(ptr)
         if self.tracking_unwritten:
             self._lib.kd_host_check_forget_v1(ptr)
-        _libc.free(ptr)
+        if not kept:
+            _libc.free(ptr)
         return SUCCESS
 
     # -- the init check's record of what was written (see runtime.checks) -------------------------
@@ -123,6 +133,7 @@ class HostWork:
 
     def cuMemPoolDestroy(self, pool: Any) -> tuple[Any, ...]:
         self.pools.pop(int(pool), None)
+        self._release_kept(int(pool))
         return self._r(SUCCESS)
 
     def cuMemPoolSetAttribute(self, pool: Any, attr: Any, value: Any) -> tuple[Any, ...]:
@@ -132,15 +143,23 @@ class HostWork:
         return self._r(SUCCESS, self.pools.get(int(pool), 0))
 
     def cuMemPoolTrimTo(self, pool: Any, keep: int) -> tuple[Any, ...]:
+        self._release_kept(int(pool), int(keep))
         return self._r(SUCCESS)
 
     def cuMemAllocFromPoolAsync(self, n: int, pool: Any, stream: Any) -> tuple[Any, ...]:
-        ptr = self._allocate(int(n))
+        n, pool = int(n), int(pool)
+        with self._lock:
+            blocks = self.kept.get(pool, {}).get(n)
+            ptr = blocks.pop() if blocks else 0
+            if ptr:
+                self.allocations[ptr] = n
+        if not ptr:
+            ptr = self._allocate(n)
         if not ptr:
             return self._r(OUT_OF_MEMORY, 0)
         with self._lock:
-            self.pool_of[ptr] = int(pool)
-            self.pools[int(pool)] = self.pools.get(int(pool), 0) + int(n)
+            self.pool_of[ptr] = pool
+            self.pools[pool] = self.pools.get(pool, 0) + n
         return self._r(SUCCESS, ptr)
 
     def cuMemFreeAsync(self, ptr: Any, stream: Any) -> tuple[Any, ...]:
@@ -148,7 +167,23 @@ class HostWork:
         if freed is not None:  # a graph being captured may still use it: freed with the graph
             freed.append(int(ptr))
             return self._r(SUCCESS)
-        return self._r(self._release(int(ptr)))
+        return self._r(self._release(int(ptr), keep=True))
+
+    def _release_kept(self, pool: int, keep: int = 0) -> None:
+        """Free the blocks ``pool`` keeps, largest first, until it keeps at most ``keep`` bytes."""
+        with self._lock:
+            sizes = self.kept.get(pool, {})
+            blocks = sorted(((n, ptr) for n, ptrs in sizes.items() for ptr in ptrs), reverse=True)
+            kept = sum(n for n, _ in blocks)
+            released = []
+            for n, ptr in blocks:
+                if kept <= keep:
+                    break
+                sizes[n].remove(ptr)
+                kept -= n
+                released.append(ptr)
+        for ptr in released:
+            _libc.free(ptr)
 
     def cuMemAlloc(self, n: int) -> tuple[Any, ...]:
         ptr = self._allocate(int(n))
