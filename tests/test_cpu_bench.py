@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kerneldsl as kd
-from kerneldsl.bench import BENCHMARKS, cpu_bench, cpu_cases
+from kerneldsl.bench import BENCHMARKS, cpu_bench, cpu_cases, cpu_ops
 from kerneldsl.bench.cpu_bench import Contender, Figure, time_checked
 from kerneldsl.bench.cpu_cases import Case, Sizes, WrongResultError
 
@@ -125,13 +125,13 @@ def test_the_fiber_micro_kernels_compute_their_expected_values(cpu_session) -> N
 
 @needs_cpu_device
 def test_the_ops_and_fused_pipelines_compute_numpys_answer(cpu_session) -> None:  # type: ignore[no-untyped-def]
-    for op in cpu_bench.op_cases(n=4096 + 3, side=33):
+    for op in cpu_ops.op_cases(n=4096 + 3, side=33):
         time_checked([(op.case, c) for c in cpu_bench.op_contenders(cpu_session, op)], reps=1)
 
 
 @needs_cpu_device
 def test_the_layout_cases_compute_numpys_answer(cpu_session) -> None:  # type: ignore[no-untyped-def]
-    for op in cpu_bench.layout_cases(side=48):
+    for op in cpu_ops.layout_cases(side=48):
         time_checked([(op.case, c) for c in cpu_bench.layout_contenders(cpu_session, op)], reps=1)
 
 

@@ -1,7 +1,7 @@
 """The CPU device side by side with NVIDIA Warp's CPU device, Numba's CUDA simulator and NumPy.
 
 One process, one CPU session (``kd.Session(device="cpu")``); every input is uploaded before
-timing (``s.to_device``), so no transfer is timed. Six sections (``--only``):
+timing (``s.to_device``), so no transfer is timed. Seven sections (``--only``):
 
 - ``kernels``: five kernels written as CUDA users write them (``cpu_kernels``) against the same
   computations in Warp (``cpu_warp``, ``wp.tid()`` and ``wp.atomic_add``), NumPy, and Numba's
@@ -12,13 +12,16 @@ timing (``s.to_device``), so no transfer is timed. Six sections (``--only``):
   a thread an element.
 - ``sweep``: the five kernels against Warp over sizes besides the ones above (``cpu_cases.SWEEP``:
   odd, small and larger), each ratio and each kernel's worst, held to the same targets.
-- ``fibers``: what running CUDA threads as fibers costs a thread on one worker: start and finish
-  (with one barrier), a barrier, a warp shuffle (targets 6, 4 and 6 ns), from kernels of the same
+- ``fibers``: what running CUDA threads as fibers costs a thread on one worker: start and finish,
+  a barrier, a warp shuffle (targets 6, 4 and 6 ns), from kernels of the same
   trivial work with a run-time count of barriers or shuffles against the work alone, which runs
   as a plain loop.
 - ``ops``: ``kd.ops`` elementwise (float32 <= 1.2x NumPy's time, 16-bit floats <= 2x), sum / max /
   argmax along each axis (<= 2x), ``@kd.fuse`` softmax and layer norm against NumPy's unfused
   expression (<= 1.0x), cumsum flat and along each axis (<= 2x); outputs preallocated on both sides.
+- ``layouts``: ``kd.ops`` on broadcast operands, strided, sliced and transposed views, every axis
+  of a 3-D array, and float32 math functions, against NumPy (the same targets), each result new
+  (the cases of both sections are ``cpu_ops``'s).
 - ``first``: a small kernel's first call in fresh processes (``cpu_first_call``): cold disk cache
   <= 0.3 s; a disk hit that runs no compiler and imports no Jinja.
 - ``checks``: what checked execution costs the five kernels: each one's time in a session with
@@ -49,6 +52,7 @@ import kerneldsl as kd
 
 from . import cpu_cases
 from .cpu_cases import FULL, QUICK, QUICK_SWEEP, SWEEP, THREAD_ELEMENTS, Case, Sizes, case_size, poison_value
+from .cpu_ops import LayoutCase, OpCase, layout_cases, op_cases
 from .report import Report, print_json
 
 SECTIONS = ("kernels", "sweep", "fibers", "ops", "layouts", "first", "checks")
@@ -320,112 +324,6 @@ def _one_worker() -> Iterator[None]:
 
 # --- ops ---------------------------------------------------------------------------------------
 
-EPS = 1e-5
-
-
-@kd.fuse
-def softmax(x: Any) -> Any:
-    m = kd.ops.max(x, axis=-1, keepdims=True)
-    e = kd.ops.exp(x - m)
-    return e / kd.ops.sum(e, axis=-1, keepdims=True)
-
-
-@kd.fuse
-def layer_norm(x: Any, w: Any, b: Any) -> Any:
-    xc = x - kd.ops.mean(x, axis=-1, keepdims=True)
-    var = kd.ops.mean(xc * xc, axis=-1, keepdims=True)
-    return xc / kd.ops.sqrt(var + EPS) * w + b
-
-
-def numpy_softmax(x: np.ndarray, out: np.ndarray) -> None:
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    np.divide(e, e.sum(axis=-1, keepdims=True), out=out)
-
-
-def numpy_layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, out: np.ndarray) -> None:
-    xc = x - x.mean(axis=-1, keepdims=True)
-    var = (xc * xc).mean(axis=-1, keepdims=True)
-    np.add(xc / np.sqrt(var + np.float32(EPS)) * w, b, out=out)
-
-
-@dataclass(frozen=True)
-class OpCase:
-    """An op on the CPU device and NumPy's way of computing it, both into a preallocated output."""
-
-    case: Case
-    kd_call: Callable[[tuple[Any, ...], kd.DeviceArray], object]
-    numpy_call: Callable[[tuple[np.ndarray, ...], np.ndarray], object]
-    operands: tuple[np.ndarray, ...]
-    target: float
-
-
-def op_cases(n: int, side: int, seed: int = 2) -> list[OpCase]:
-    """Elementwise add and multiply per float dtype, reductions along each axis, the fused
-    pipelines and cumsum, each with NumPy's answer (float64 where NumPy's own rounds)."""
-    rng = np.random.default_rng(seed)
-    dtypes: list[tuple[str, Any, float]] = [("float32", np.float32, 1.2), ("float16", np.float16, 2.0)]
-    try:
-        import ml_dtypes
-
-        dtypes.append(("bfloat16", ml_dtypes.bfloat16, 2.0))
-    except ImportError:
-        pass
-    cases = []
-    for label, dtype, target in dtypes:
-        a, b = (rng.standard_normal(n).astype(dtype) for _ in range(2))
-        for op in ("add", "multiply"):
-            ufunc = getattr(np, op)
-            want = ufunc(a, b)
-            cases.append(OpCase(Case(f"{op} {label}", {}, want, 0.0, n), _kd_op(op), _np_op(ufunc), (a, b), target))
-    eighths = cpu_cases.exact_eighths(rng, side * side).reshape(side, side)
-    x = rng.standard_normal((side, side), dtype=np.float32)
-    for axis in (0, 1):
-        for op, data in (("sum", eighths), ("max", x), ("argmax", x)):
-            want = getattr(np, op)(data, axis=axis)
-            case = Case(f"{op} axis={axis} float32", {}, want, 0.0, data.size)
-            cases.append(OpCase(case, _kd_op(op, axis=axis), _np_op(getattr(np, op), axis=axis), (data,), 2.0))
-    w, b = rng.standard_normal(side, dtype=np.float32), rng.standard_normal(side, dtype=np.float32)
-    exact = np.empty((side, side), np.float64)
-    numpy_softmax(x.astype(np.float64), exact)
-    cases.append(
-        OpCase(
-            Case("softmax float32 (fused vs unfused)", {}, exact, 2e-5, x.size, atol=1e-7),
-            lambda ops, out: softmax(*ops, out=out),
-            lambda ops, out: numpy_softmax(ops[0], out),
-            (x,),
-            1.0,
-        )
-    )
-    normed = np.empty((side, side), np.float64)
-    numpy_layer_norm(x.astype(np.float64), w.astype(np.float64), b.astype(np.float64), normed)
-    cases.append(
-        OpCase(
-            Case("layer norm float32 (fused vs unfused)", {}, normed, 2e-5, x.size, atol=1e-5),
-            lambda ops, out: layer_norm(*ops, out=out),
-            lambda ops, out: numpy_layer_norm(ops[0], ops[1], ops[2], out),
-            (x, w, b),
-            1.0,
-        )
-    )
-    flat = cpu_cases.exact_eighths(rng, n)
-    cases.append(
-        OpCase(Case("cumsum float32", {}, np.cumsum(flat), 0.0, n), _kd_op("cumsum"), _np_op(np.cumsum), (flat,), 2.0)
-    )
-    for axis in (0, 1):
-        want = np.cumsum(eighths, axis=axis)
-        case = Case(f"cumsum axis={axis} float32", {}, want, 0.0, eighths.size)
-        cases.append(OpCase(case, _kd_op("cumsum", axis=axis), _np_op(np.cumsum, axis=axis), (eighths,), 2.0))
-    return cases
-
-
-def _kd_op(name: str, **keywords: Any) -> Callable[[tuple[Any, ...], kd.DeviceArray], object]:
-    op = getattr(kd.ops, name)
-    return lambda operands, out: op(*operands, out=out, **keywords)
-
-
-def _np_op(function: Any, **keywords: Any) -> Callable[[tuple[np.ndarray, ...], np.ndarray], object]:
-    return lambda operands, out: function(*operands, out=out, **keywords)
-
 
 def op_contenders(s: kd.Session, op: OpCase) -> list[Contender]:
     """kerneldsl on the operands uploaded to ``s``, and NumPy on the host's; outputs preallocated."""
@@ -436,53 +334,6 @@ def op_contenders(s: kd.Session, op: OpCase) -> list[Contender]:
         _kd_contender(s, f"kerneldsl {op.case.name}", kd_out, lambda: op.kd_call(operands, kd_out)),
         _numpy_contender(np_out, lambda: op.numpy_call(op.operands, np_out), f"NumPy {op.case.name}"),
     ]
-
-
-@dataclass(frozen=True)
-class LayoutCase:
-    """An expression on the CPU device and in NumPy, each returning a new array."""
-
-    case: Case
-    on_device: Callable[..., Any]
-    in_numpy: Callable[..., Any]
-    operands: tuple[np.ndarray, ...]
-    target: float
-
-
-def layout_cases(side: int, seed: int = 3) -> list[LayoutCase]:
-    """Ops on the layouts users pass besides one contiguous shape: a row and a column broadcast,
-    strided and transposed views (elementwise and reduced), every axis of a 3-D array, and float32
-    math functions; each against NumPy on the same data (``side`` x ``side`` elements)."""
-    rng = np.random.default_rng(seed)
-    x = cpu_cases.exact_eighths(rng, side * side).reshape(side, side)  # exact sums in any order
-    row, col = cpu_cases.exact_eighths(rng, side), cpu_cases.exact_eighths(rng, side).reshape(side, 1)
-    cube = x.reshape(side // 16, 16, side)
-    spelled_alike: list[tuple[str, Callable[..., Any], tuple[np.ndarray, ...], float]] = [
-        ("add a row (broadcast)", lambda a, r: a + r, (x, row), 1.2),
-        ("multiply by a column (broadcast)", lambda a, c: a * c, (x, col), 1.2),
-        ("add two strided views", lambda a: a[::2, ::3] + a[1::2, ::3], (x,), 1.2),
-        ("add a transposed view", lambda a: a + a.T, (x,), 1.2),
-        ("sum axis=0 of a transposed view", lambda a: a.T.sum(axis=0), (x,), 2.0),
-        ("sum axis=1 of a transposed view", lambda a: a.T.sum(axis=1), (x,), 2.0),
-        ("max axis=1 of a strided view", lambda a: a[:, ::2].max(axis=1), (x,), 2.0),
-        ("sum axis=1 of a sliced view", lambda a: a[:, 3:-5].sum(axis=1), (x,), 2.0),
-    ]
-    spelled_alike += [(f"sum axis={axis} of a 3-D array", _summed(axis), (cube,), 2.0) for axis in range(3)]
-    cases = []
-    for name, f, operands, target in spelled_alike:
-        want = f(*operands)
-        cases.append(LayoutCase(Case(f"{name} float32", {}, want, 0.0, want.size), f, f, operands, target))
-    z = rng.standard_normal(side * side, dtype=np.float32)
-    for name in ("exp", "log", "sin", "tanh"):
-        operand = np.abs(z) + np.float32(0.5) if name == "log" else z
-        want = getattr(np, name)(operand.astype(np.float64))
-        case = Case(f"{name} float32", {}, want, 1e-6, want.size, atol=1e-7)
-        cases.append(LayoutCase(case, getattr(kd.ops, name), getattr(np, name), (operand,), 1.2))
-    return cases
-
-
-def _summed(axis: int) -> Callable[[Any], Any]:
-    return lambda a: a.sum(axis=axis)
 
 
 def layout_contenders(s: kd.Session, op: LayoutCase) -> list[Contender]:
