@@ -19,22 +19,7 @@ import kerneldsl as kd
 
 from . import cpu_cases
 from .cpu_cases import Case
-
-EPS = 1e-5
-
-
-@kd.fuse
-def softmax(x: Any) -> Any:
-    m = kd.ops.max(x, axis=-1, keepdims=True)
-    e = kd.ops.exp(x - m)
-    return e / kd.ops.sum(e, axis=-1, keepdims=True)
-
-
-@kd.fuse
-def layer_norm(x: Any, w: Any, b: Any) -> Any:
-    xc = x - kd.ops.mean(x, axis=-1, keepdims=True)
-    var = kd.ops.mean(xc * xc, axis=-1, keepdims=True)
-    return xc / kd.ops.sqrt(var + EPS) * w + b
+from .pipelines import EPS, layer_norm, softmax
 
 
 def numpy_softmax(x: np.ndarray, out: np.ndarray) -> None:

@@ -40,6 +40,7 @@ from kerneldsl.bench import error_bounds
 from kerneldsl.bench.fuse_first_call import bench_first_call
 from kerneldsl.bench.held_timing import Lane, Timing, gpu_cycles_per_ms, held_timing, kd_lane, torch_lane
 from kerneldsl.bench.ops_bench import best_rounds
+from kerneldsl.bench.pipelines import EPS, layer_norm, softmax
 from kerneldsl.bench.report import Report, Section, run_sections
 
 ROW_SHAPES = ((4096, 4096), (16384, 1024), (1024, 32768))
@@ -49,16 +50,8 @@ SWEEP_DTYPES = ("float32", "float16", "bfloat16")
 SWEEP_CASES = 16
 SWEEP_SEED = 20
 PIPELINES = ("softmax", "log_softmax", "logsumexp", "layer_norm", "rms_norm")
-EPS = 1e-5
 CALLS = 10  # calls queued behind the spin kernel per timed pass
 BASELINE_SLACK = 4.0  # torch's and Triton's own reduction orders (online softmax, Welford) within 4x kd's bound
-
-
-@kd.fuse
-def softmax(x: Any) -> Any:
-    m = kd.ops.max(x, axis=-1, keepdims=True)
-    e = kd.ops.exp(x - m)
-    return e / kd.ops.sum(e, axis=-1, keepdims=True)
 
 
 @kd.fuse
@@ -71,13 +64,6 @@ def log_softmax(x: Any) -> Any:
 def logsumexp(x: Any) -> Any:
     m = kd.ops.max(x, axis=-1, keepdims=True)
     return m + kd.ops.log(kd.ops.sum(kd.ops.exp(x - m), axis=-1, keepdims=True))
-
-
-@kd.fuse
-def layer_norm(x: Any, w: Any, b: Any) -> Any:
-    xc = x - kd.ops.mean(x, axis=-1, keepdims=True)
-    var = kd.ops.mean(xc * xc, axis=-1, keepdims=True)
-    return xc / kd.ops.sqrt(var + EPS) * w + b
 
 
 @kd.fuse
