@@ -495,10 +495,12 @@ __forceinline__ void barrier(const char* file, int line) {
 #endif
 // A warp collective: inline when this lane joins the collective in flight (or starts one)
 // without completing it and another thread can run; the runtime otherwise, which also computes
-// every lane's result when the last one arrives. Values travel in registers (a 16-byte word).
+// every lane's result when the last one arrives. Values travel in registers (a 16-byte word;
+// `wide`: the value is over 8 bytes, so its high half is read too).
 __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsigned int mask, kd_host_word value,
-                                  unsigned int b, const char* file, int line) {
+                                  bool wide, unsigned int b, const char* file, int line) {
     (void)name;
+    (void)wide;
 #if KD_HOST_FIBERS
     kd_host_block* const s = kd_host_ix.scheduler;
     kd_host_fiber* const me = kd_host_ix.fiber;
@@ -509,11 +511,13 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
     if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && (m & bit) != 0 && (m & w->exited) == 0 && (arrived | bit) != m &&
                              (arrived == 0 || (w->mask == m && w->op == op)) && can_switch(s, next), 1)) {
         w->in[lane].lo = value.lo;  // field by field: a whole-word copy would go through memory
-        w->in[lane].hi = value.hi;
+        if (wide) w->in[lane].hi = value.hi;  // (a narrower value's receivers read .lo alone)
         w->operands[lane] = b | (unsigned long long)control << 32;
         w->arrived = arrived | bit;
-        w->mask = m;
-        w->op = op;
+        if (arrived == 0) {  // (a later lane's mask and operation are the same: the test above)
+            w->mask = m;
+            w->op = op;
+        }
         me->file = file;
         me->line = line;
         me->wait = KD_HOST_WAIT_WARP;  // at its warp's collective: the warp holds its op and mask
@@ -549,7 +553,7 @@ __forceinline__ int __syncthreads_or(int predicate, KD_HOST_SITE) {
 namespace kd_host {
 __forceinline__ unsigned int vote(const char* name, int op, unsigned int mask, unsigned long long v, const char* file,
                                   int line) {
-    return (unsigned int)warp(name, (unsigned int)op, mask, kd_host_word{v, 0}, 0, file, line).lo;
+    return (unsigned int)warp(name, (unsigned int)op, mask, kd_host_word{v, 0}, false, 0, file, line).lo;
 }
 // A value of up to 16 bytes as a word and back, in registers for the usual sizes.
 template <class T> __forceinline__ kd_host_word to_word(const T& v) {
@@ -583,11 +587,11 @@ template <class T> __forceinline__ T shuffle(const char* name, int mode, unsigne
     static_assert(sizeof(T) <= sizeof(kd_host_word), "a warp shuffle moves at most 16 bytes on the CPU device");
     static_assert(__is_trivially_copyable(T), "a warp shuffle moves trivially copyable values");
     const unsigned int c = ((32u - (unsigned int)width) << 8) | (mode == KD_HOST_SHFL_UP ? 0u : 0x1fu);
-    return from_word<T>(warp(name, (unsigned int)mode | (c << 8), mask, to_word(var), b & 31u, file, line));
+    return from_word<T>(warp(name, (unsigned int)mode | (c << 8), mask, to_word(var), sizeof(T) > 8, b & 31u, file, line));
 }
 }  // namespace kd_host
 __forceinline__ void __syncwarp(unsigned int mask = 0xffffffffu, KD_HOST_SITE) {
-    kd_host::warp("__syncwarp", KD_HOST_WARP_SYNC, mask, kd_host_word{0, 0}, 0, file, line);
+    kd_host::warp("__syncwarp", KD_HOST_WARP_SYNC, mask, kd_host_word{0, 0}, false, 0, file, line);
 }
 template <class T> __forceinline__ T __shfl_sync(unsigned int mask, T var, int srcLane, int width = 32, KD_HOST_SITE) {
     return kd_host::shuffle("__shfl_sync", KD_HOST_SHFL_IDX, mask, var, (unsigned int)srcLane, width, file, line);
