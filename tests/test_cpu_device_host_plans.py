@@ -147,6 +147,14 @@ def test_broadcast_elementwise_ops_on_the_host_match_numpy(cpu: Any, shapes: tup
     np.testing.assert_array_equal(ops.add(cpu.to_device(a), cpu.to_device(b)).to_host(), a + b)
 
 
+def test_a_0d_operand_beside_broadcast_ones_is_read_at_its_one_element_on_the_host(cpu: Any) -> None:
+    a = (np.random.default_rng(10).integers(-64, 64, (2, 5, 4)) / 8).astype(np.float32)
+    keep = np.tri(5, 4, dtype=bool)
+    zero = cpu.to_device(np.array(0.5, np.float32))
+    got = ops.where(cpu.to_device(keep), cpu.to_device(a), zero).to_host()
+    np.testing.assert_array_equal(got, np.where(keep, a, np.float32(0.5)))
+
+
 VIEWS = {
     "every other row, every third column": (slice(None, None, 2), slice(None, None, 3)),
     "a block": (slice(3, 200), slice(5, 900)),

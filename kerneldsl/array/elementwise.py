@@ -120,8 +120,9 @@ def elementwise_kernel(
 
 def _stepped(leaf: dict[str, Any]) -> dict[str, Any]:
     """``leaf`` with ``step``: what its offset advances by along the result's last axis (0 where
-    that axis is broadcast to it)."""
-    return {**leaf, "step": f"({leaf['dims'][-1]} == 1 ? 0 : {leaf['strides'][-1]})"}
+    that axis is broadcast to it; None for a 0-d leaf, which has no axis)."""
+    step = f"({leaf['dims'][-1]} == 1 ? 0 : {leaf['strides'][-1]})" if leaf["dims"] else None
+    return {**leaf, "step": step}
 
 
 def _build_elementwise(
@@ -144,7 +145,7 @@ def _build_elementwise(
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         vector = flat and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
-        stepped = [a for a in arrays if a["dims"]] + ([out] if strided else [])
+        stepped = arrays + ([out] if strided else [])
         text = render(
             "elementwise.cu.j2",
             name=program.name,
