@@ -40,12 +40,15 @@ from ..errors import UnsupportedOnCpuError
 from ..runtime.checks import HOST, checks_of, compile_flags
 from ..runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
 from .compiler import CompiledCode
+from .host_pch import shims
 
 log = logs.get("host_compile")
 
 HOST_OUTPUT = HOST
 # -march=native: this host's vector units (the key records its ISA).
-BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-DKD_HOST_EMULATION=1")
+# -fvisibility=hidden: only a module's kd_host_fn_<entry> is exported (the shim marks it), so the
+# compiler may inline kernels and device functions.
+BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-fvisibility=hidden", "-DKD_HOST_EMULATION=1")
 DEBUG_ENV = "KERNELDSL_HOST_DEBUG"
 DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable where the debugger looks
 # GCC on x86-64 reaches a dlopened module's thread-locals (the shim's __shared__ variables) with a
@@ -101,7 +104,7 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
             mapped.append("-DKD_HOST_FAST_MATH=1")
     base = (*DEBUG_FLAGS, *BASE_FLAGS[1:]) if debug else BASE_FLAGS
     compiler = host_compiler()
-    gcc = "clang" not in compiler.version.lower()
+    gcc = compiler.is_gcc
     checked = compile_flags(checks_of(output))
     if gcc and compiler.target.startswith("x86_64") and "-fsanitize=thread" not in checked:
         base = (*base, TLS_DESCRIPTORS)
@@ -151,9 +154,10 @@ def refuse_unsupported(includes: Sequence[str]) -> None:
 def compile_host(source: str, program_name: str, options: Sequence[str], output: str = HOST_OUTPUT) -> CompiledCode:
     """Compile ``source`` for the CPU device into an ``output`` image; ``HostCompileFailure``
     carries the compiler's log, ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
-    flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}", "-include", str(shim_dir() / "kd_host.h"))
-    name = program_name.removesuffix(".cu")
     compiler = host_compiler()
+    flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}")
+    flags = (*flags, *shims.include(compiler, flags))
+    name = program_name.removesuffix(".cu")
     try:
         try:
             image = compile_shared(compiler, host_source(source), flags, name, compiler.module_libraries())

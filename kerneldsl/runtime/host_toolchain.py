@@ -56,6 +56,11 @@ class HostCompiler:
         return {"version": self.version, "target": self.target, "abi": str(HOST_ABI)}
 
     @property
+    def is_gcc(self) -> bool:
+        """Whether this is GCC (its flags, its precompiled headers), not Clang or zig's Clang."""
+        return "clang" not in self.version.lower() and not self.is_zig
+
+    @property
     def is_zig(self) -> bool:
         """Whether this is the ``ziglang`` wheel's compiler, which brings its own C and C++ libraries."""
         return any(Path(arg).name in ("zig", "ziglang") for arg in self.argv)

@@ -1651,6 +1651,7 @@ template <class Sig, Sig* F> struct kernel {
 #endif
 
 // Everything after the shim (the prelude, the user's code, the kernels) is private to its module,
-// so the compiler may inline kernels and device functions; only kd_host_fn_<entry> is exported.
-#pragma GCC visibility push(hidden)
+// so the compiler may inline kernels and device functions: modules are built with
+// -fvisibility=hidden (a #pragma here would not survive the precompiled shim), and only what is
+// marked visibility("default") above is exported.
 #endif  // KD_HOST_H
