@@ -12,9 +12,11 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import ops
+from kerneldsl.array.elementwise import HOST_RUN, HOST_RUNS
 from kerneldsl.array.reduction.axes import memory_order
 from kerneldsl.array.reduction.plan import COPY_HOST
 from kerneldsl.array.reduction.strategy import HOST_PIECE, extents, host_step
+from kerneldsl.jit.host_compile import VECTOR_MATH
 from kerneldsl.runtime.selection import PLAN_ENV
 
 pytestmark = pytest.mark.skipif(not kd.is_available("cpu"), reason="no host C++ compiler for the CPU device")
@@ -183,10 +185,15 @@ def test_a_host_elementwise_build_says_its_plan_and_the_gpus_does_not(cpu: Any) 
     assert host.host_plan and gpu.host_plan is None
 
 
-def test_a_flat_elementwise_op_keeps_the_one_plan(cpu: Any) -> None:
+def test_a_flat_elementwise_op_on_the_host_takes_the_vectorized_run(cpu: Any) -> None:
     a = cpu.to_device(np.zeros(1000, np.float32))
-    plan = ops.add._plan((a, a), None)
-    assert plan.host_kernel is None and plan.kernel_on(cpu) is plan.kernel
+    out = np.empty(1000, np.float32)
+    plan = ops.exp._plan((a,), None)
+    host = plan.kernel_on(cpu).inspect(a, out, arch="sm_90")
+    gpu = plan.kernel.inspect(a, out, arch="sm_90")
+    assert host.decisions.layout == gpu.decisions.layout == "flat"
+    assert host.decisions.host_plan == HOST_RUNS["flat"].format(run=HOST_RUN) and gpu.decisions.host_plan is None
+    assert VECTOR_MATH in host.options and VECTOR_MATH not in gpu.options
 
 
 def test_the_gpu_elementwise_plan_on_request_runs_on_the_host(cpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:

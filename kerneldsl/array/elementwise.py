@@ -42,6 +42,7 @@ from .. import dtypes
 from ..errors import ComplexUnsupportedError, DeclarationError, FusionError
 from ..jit.build import Build
 from ..jit.codegen import GeneratedBody, render
+from ..jit.host_compile import VECTOR_MATH
 from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from ..launch import fastpath
 from ..launch.dispatch import Kernel
@@ -50,6 +51,7 @@ from ..runtime import memory
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
 from ..runtime.selection import host_plans
+from ..runtime.session import default_session
 from . import promotion
 from .decisions import ElementwiseDecisions
 
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 from .kernels import (
     BLOCK,
     KERNELS,
+    OPTIONS,
     OperandLayout,
     all_aligned,
     array_leaves,
@@ -77,11 +80,17 @@ from .plan import Plan, PlanCache, host_target
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype
 
 MAX_BLOCKS = MAX_GRID[0]  # one 16-byte vector per thread up to grid.x's limit, then a grid-stride loop
-# The CPU device's plan for the broadcast and strided layouts: a thread a run of consecutive
-# elements, offsets decomposed once a piece of a row (a GPU's thread an element decomposes them
-# at every element, a division per axis). The ops sweep of `kerneldsl bench cpu` checks it.
+# The CPU device's plan: a thread a run of consecutive elements. Flat, the run is one loop the
+# compiler vectorizes (math functions through their vector variants, where the host has them);
+# broadcast and strided, offsets are decomposed once a piece of a row (a GPU's thread an element
+# decomposes them at every element, a division per axis). The ops and layouts sections of
+# `kerneldsl bench cpu` check it.
 HOST_RUN = 128
-HOST_RUNS = "a thread a run of {run} elements, offsets stepped along rows"
+HOST_RUNS = {
+    "flat": "a thread a run of {run} elements, vectorized",
+    "broadcast": "a thread a run of {run} elements, offsets stepped along rows",
+    "strided": "a thread a run of {run} elements, offsets stepped along rows",
+}
 
 
 # --- kernels ------------------------------------------------------------------------------------------
@@ -112,7 +121,7 @@ def elementwise_kernel(
 ) -> Kernel:
     """The (cached) Kernel that evaluates ``program`` into an output of ``out_dtype``; its
     launcher computes the grid itself: one 16-byte vector per thread, or with ``host_run`` (the
-    CPU device's plan for the broadcast and strided layouts) a run of that many elements."""
+    CPU device's plan) a run of that many elements."""
     key = ("elementwise", program, layout, out_dtype, host_run)
     kernel: Kernel = KERNELS.get_or_make(key, lambda: _build_elementwise(program, layout, out_dtype, source, host_run))
     return kernel
@@ -144,7 +153,7 @@ def _build_elementwise(
         return f"kdp{i}[0]" if i in zero_d else streamed
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
-        vector = flat and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
+        vector = flat and not host_run and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
         stepped = arrays + ([out] if strided else [])
         text = render(
             "elementwise.cu.j2",
@@ -162,7 +171,7 @@ def _build_elementwise(
             vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
         )
-        host_plan = HOST_RUNS.format(run=host_run) if host_run else None
+        host_plan = HOST_RUNS[layout.kind].format(run=host_run) if host_run else None
         decisions = ElementwiseDecisions(layout=layout.kind, vector_width=vec if vector else 1, host_plan=host_plan)
         return GeneratedBody(text, decisions)
 
@@ -179,8 +188,14 @@ def _build_elementwise(
     for d in out_dims(layout):
         total = total * sym(d)
     per_thread = host_run or vec
+    options = (*OPTIONS, VECTOR_MATH) if host_run and flat else OPTIONS
     return make_kernel(
-        program.name, params, body, grid=dmin(cdiv(total, BLOCK * per_thread), MAX_BLOCKS), source=source
+        program.name,
+        params,
+        body,
+        grid=dmin(cdiv(total, BLOCK * per_thread), MAX_BLOCKS),
+        source=source,
+        options=options,
     )
 
 
@@ -201,7 +216,7 @@ class ElementwisePlan(Plan):
     shares_memory: bool = False  # some array is a view or borrowed: it may partially overlap out
     direct: bool = False  # every argument is a leaf, in order: no reordering needed
     plain: tuple[int, ...] = ()  # argument positions holding ml_dtypes scalars, passed as float
-    host_kernel: Kernel | None = None  # the CPU device's plan (broadcast and strided layouts)
+    host_kernel: Kernel | None = None  # the CPU device's plan
     c_entry: CEntry = field(default_factory=CEntry)  # for ``op(*args, out=out)``
     c_alloc_entry: CEntry = field(default_factory=CEntry)  # for ``op(*args)``
     strided_operands = True  # the strided layout reads and writes views in place
@@ -225,20 +240,26 @@ class ElementwisePlan(Plan):
         skip = self.broadcast or self.shares_memory or self.plain
         if warm.front is None or session is None or not self.direct or skip or session.capturing:
             return None
+        kernel = self.kernel_on(session)
         if out is None:
             if stream is None and self.size and isinstance(result, memory.DeviceBuffer):
                 if type(result) is not memory.array_type:  # made before ``ndarray`` registered its class
                     return None
                 allocate = functools.partial(memory.array_type, session, self.shape, self.dtype)
-                return self.c_alloc_entry.fill(lambda: self._c_launch(values, result, None, allocate))
+                return self.c_alloc_entry.fill(lambda: self._c_launch(kernel, values, result, None, allocate))
         elif stream_entry_ok(stream, session):
-            return self.c_entry.on_stream(stream).fill(lambda: self._c_launch(values, out, stream))
+            return self.c_entry.on_stream(stream).fill(lambda: self._c_launch(kernel, values, out, stream))
         return None
 
     def _c_launch(
-        self, values: Sequence[Any], out: Any, stream: Any, allocate: Callable[[], DeviceBuffer] | None = None
+        self,
+        kernel: Kernel,
+        values: Sequence[Any],
+        out: Any,
+        stream: Any,
+        allocate: Callable[[], DeviceBuffer] | None = None,
     ) -> Any:
-        found = self.kernel.lookup((*values, out), {})
+        found = kernel.lookup((*values, out), {})
         if found is None or found[1]:  # foreign or host operands: the Python path
             return None
         if allocate is None:
@@ -283,7 +304,7 @@ class ElementwisePlan(Plan):
     def run_host(self, values: list[Any], out: Any) -> Any:
         target = host_target(self.shape, self.dtype, out, values)
         if self.size:
-            self.kernel(*values, target)
+            self.kernel_on(default_session())(*values, target)
         if out is not None and target is not out:
             out[...] = target
             return out
@@ -312,7 +333,7 @@ def plan_elementwise(
     return ElementwisePlan(
         name=program.name,
         kernel=elementwise_kernel(program, layout, out_dtype, source),
-        host_kernel=None if layout.kind == "flat" else elementwise_kernel(program, layout, out_dtype, source, HOST_RUN),
+        host_kernel=elementwise_kernel(program, layout, out_dtype, source, HOST_RUN),
         sources=sources,
         shape=shape,
         dtype=out_dtype,

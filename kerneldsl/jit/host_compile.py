@@ -27,6 +27,7 @@ build's line table all name the user's line.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import os
 import platform
@@ -38,7 +39,14 @@ from typing import Any
 from .. import logs
 from ..errors import UnsupportedOnCpuError
 from ..runtime.checks import HOST, checks_of, compile_flags
-from ..runtime.host_toolchain import HOST_ABI, HostCompileFailure, compile_shared, host_compiler, shim_dir
+from ..runtime.host_toolchain import (
+    HOST_ABI,
+    HostCompileFailure,
+    HostCompiler,
+    compile_shared,
+    host_compiler,
+    shim_dir,
+)
 from .compiler import CompiledCode
 from .host_pch import shims
 
@@ -48,7 +56,23 @@ HOST_OUTPUT = HOST
 # -march=native: this host's vector units (the key records its ISA).
 # -fvisibility=hidden: only a module's kd_host_fn_<entry> is exported (the shim marks it), so the
 # compiler may inline kernels and device functions.
-BASE_FLAGS = ("-O2", "-march=native", "-ffp-contract=off", "-fvisibility=hidden", "-DKD_HOST_EMULATION=1")
+# -fopenmp-simd: a loop marked `#pragma omp simd` (kd.ops' flat host plan) is vectorized whatever
+# -O2's cost model says; nothing else of OpenMP.
+BASE_FLAGS = (
+    "-O2",
+    "-march=native",
+    "-ffp-contract=off",
+    "-fvisibility=hidden",
+    "-fopenmp-simd",
+    "-DKD_HOST_EMULATION=1",
+)
+# The option of a kernel whose loops vectorize (kd.ops' flat host plan): its float math functions
+# call libmvec's vector variants where the host has them (see the shim's "The CUDA math API").
+VECTOR_MATH = "-DKD_HOST_VECTOR_MATH=1"
+# libmvec by its runtime name, so no development link is needed; glibc 2.35 added the functions
+# beyond exp, log, sin, cos and pow (tanhf among them), which the shim's list needs.
+_LIBMVEC = "libmvec.so.1"
+_LIBMVEC_SINCE_2_35 = "_ZGVdN8v_tanhf"
 DEBUG_ENV = "KERNELDSL_HOST_DEBUG"
 DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable where the debugger looks
 # GCC on x86-64 reaches a dlopened module's thread-locals (the shim's __shared__ variables) with a
@@ -94,7 +118,10 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
     mapped: list[str] = []
     debug = host_debug_requested()
     for option in user_options:
-        if option.startswith(("-D", "-U")):
+        if option == VECTOR_MATH:
+            if vector_math_available():
+                mapped.append(option)
+        elif option.startswith(("-D", "-U")):
             mapped.append(option)
         elif option in _DEVICE_DEBUG:
             debug = True
@@ -113,6 +140,25 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
         # accesses do not race across blocks).
         checked += ("--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1")
     return tuple(dict.fromkeys((*base, *mapped, *checked)))
+
+
+@lru_cache(maxsize=1)
+def vector_math_available() -> bool:
+    """Whether kernels may call libmvec: GCC (whose ``simd`` attribute names its variants) targeting
+    x86-64 glibc, whose libmvec has the shim's functions."""
+    compiler = host_compiler()
+    if not (compiler.is_gcc and compiler.target.startswith("x86_64") and compiler.target.endswith("-linux-gnu")):
+        return False
+    try:
+        return hasattr(ctypes.CDLL(_LIBMVEC), _LIBMVEC_SINCE_2_35)
+    except OSError:
+        return False
+
+
+def module_libraries(compiler: HostCompiler, flags: Sequence[str]) -> tuple[str, ...]:
+    """What a kernel module built with ``flags`` links: libmvec first where it calls it."""
+    libraries = compiler.module_libraries()
+    return (f"-l:{_LIBMVEC}", *libraries) if VECTOR_MATH in flags else libraries
 
 
 @lru_cache(maxsize=1)
@@ -158,17 +204,16 @@ def compile_host(source: str, program_name: str, options: Sequence[str], output:
     flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}")
     flags = (*flags, *shims.include(compiler, flags))
     name = program_name.removesuffix(".cu")
+    libraries = module_libraries(compiler, flags)
     try:
         try:
-            image = compile_shared(compiler, host_source(source), flags, name, compiler.module_libraries())
+            image = compile_shared(compiler, host_source(source), flags, name, libraries)
         except HostCompileFailure as failure:
             if not _checked_pointers(flags):
                 raise
             # A body that uses an array parameter as no checked pointer can be used (a template
             # deducing T* from it, ...): the other checks still run, its arrays' bounds do not.
-            image = compile_shared(
-                compiler, host_source(source), (*flags, "-DKD_CHECK_POINTERS=0"), name, compiler.module_libraries()
-            )
+            image = compile_shared(compiler, host_source(source), (*flags, "-DKD_CHECK_POINTERS=0"), name, libraries)
             log.warning(
                 "%s: its array parameters' bounds are not checked: the body uses them in a way the checked "
                 "pointer cannot follow (%s)",

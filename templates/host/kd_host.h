@@ -35,6 +35,12 @@
 #ifndef KD_HOST_FAST_MATH
 #define KD_HOST_FAST_MATH 0
 #endif
+// 1: a module whose loops the compiler vectorizes (kd.ops' flat plan) calls glibc's vector math
+// library, libmvec, for the float functions (see "The CUDA math API"). The Python side defines it,
+// and links -lmvec, where GCC targets x86-64 glibc with libmvec.
+#ifndef KD_HOST_VECTOR_MATH
+#define KD_HOST_VECTOR_MATH 0
+#endif
 // 0: array parameters stay raw pointers in a bounds-checked build (the Python side's fallback for a
 // body that uses them in a way the checked pointer cannot follow).
 #ifndef KD_CHECK_POINTERS
@@ -841,12 +847,34 @@ int fesetround(int mode) noexcept;
 // functions, except __expf, and the float exp of a --use_fast_math build (KD_HOST_FAST_MATH): a
 // branch-free polynomial the compiler inlines and vectorizes, where a libm call stays scalar;
 // results match the GPU up to each function's ulp bound, not bit for bit.
+//
+// In a vector-math module (KD_HOST_VECTOR_MATH), a float function's vectorized loop calls libmvec's
+// 8- or 16-lane variant: of the float function itself where that stays within CUDA's ulp bound with
+// room to spare (KD_HOST_MATH1_VF), else of the double function, rounded to float (KD_HOST_MATH1_VD:
+// libmvec's double functions are within a few double ulp, so the float result is within 0.51 ulp).
+// The variants are reached through names of their own (vector_<name>, bound to libm's symbols), so
+// a double function a kernel calls itself keeps libm's scalar accuracy.
+// tests/test_cpu_device_vector_math.py measures the bounds.
 #pragma GCC visibility push(default)
 #define KD_HOST_MATH1(name) \
     extern "C" double name(double) noexcept; \
     extern "C" float name##f(float) noexcept; \
     __forceinline__ float name(float x) noexcept { return name##f(x); } \
     template <class T, kd_host::if_integral<T> = 0> __forceinline__ double name(T x) noexcept { return name((double)x); }
+#define KD_HOST_MATH1_V(name, vector_call) \
+    extern "C" double name(double) noexcept; \
+    extern "C" float name##f(float) noexcept; \
+    __forceinline__ float name(float x) noexcept { \
+        if constexpr (KD_HOST_VECTOR_MATH) return vector_call; \
+        return name##f(x); \
+    } \
+    template <class T, kd_host::if_integral<T> = 0> __forceinline__ double name(T x) noexcept { return name((double)x); }
+#define KD_HOST_MATH1_VF(name) \
+    extern "C" __attribute__((simd("notinbranch"))) float kd_host_vector_##name##f(float) noexcept __asm__(#name "f"); \
+    KD_HOST_MATH1_V(name, kd_host_vector_##name##f(x))
+#define KD_HOST_MATH1_VD(name) \
+    extern "C" __attribute__((simd("notinbranch"))) double kd_host_vector_##name(double) noexcept __asm__(#name); \
+    KD_HOST_MATH1_V(name, (float)kd_host_vector_##name((double)x))
 #define KD_HOST_MATH2(name) \
     extern "C" double name(double, double) noexcept; \
     extern "C" float name##f(float, float) noexcept; \
@@ -854,20 +882,25 @@ int fesetround(int mode) noexcept;
     template <class A, class B, kd_host::if_arithmetic<A, B> = 0> __forceinline__ double name(A x, B y) noexcept { \
         return name((double)x, (double)y); \
     }
-KD_HOST_MATH1(acos) KD_HOST_MATH1(asin) KD_HOST_MATH1(atan) KD_HOST_MATH1(acosh) KD_HOST_MATH1(asinh)
-KD_HOST_MATH1(atanh) KD_HOST_MATH1(cos) KD_HOST_MATH1(sin) KD_HOST_MATH1(tan) KD_HOST_MATH1(cosh)
-KD_HOST_MATH1(sinh) KD_HOST_MATH1(tanh) KD_HOST_MATH1(exp2) KD_HOST_MATH1(expm1)
-KD_HOST_MATH1(log) KD_HOST_MATH1(log2) KD_HOST_MATH1(log10) KD_HOST_MATH1(log1p) KD_HOST_MATH1(logb)
-KD_HOST_MATH1(sqrt) KD_HOST_MATH1(cbrt) KD_HOST_MATH1(erf) KD_HOST_MATH1(erfc) KD_HOST_MATH1(lgamma)
+KD_HOST_MATH1_VD(acos) KD_HOST_MATH1_VD(asin) KD_HOST_MATH1_VD(atan) KD_HOST_MATH1_VF(acosh)
+KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
+KD_HOST_MATH1_VF(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh) KD_HOST_MATH1_VF(tanh)
+KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_VD(expm1) KD_HOST_MATH1_VD(log) KD_HOST_MATH1_VD(log2)
+KD_HOST_MATH1_VD(log10) KD_HOST_MATH1_VD(log1p) KD_HOST_MATH1(logb)
+KD_HOST_MATH1(sqrt) KD_HOST_MATH1_VD(cbrt) KD_HOST_MATH1_VD(erf) KD_HOST_MATH1_VF(erfc) KD_HOST_MATH1(lgamma)
 KD_HOST_MATH1(tgamma) KD_HOST_MATH1(floor) KD_HOST_MATH1(ceil) KD_HOST_MATH1(trunc) KD_HOST_MATH1(round)
 KD_HOST_MATH1(rint) KD_HOST_MATH1(nearbyint) KD_HOST_MATH1(fabs) KD_HOST_MATH1(j0) KD_HOST_MATH1(j1)
 KD_HOST_MATH1(y0) KD_HOST_MATH1(y1)
 KD_HOST_MATH2(atan2) KD_HOST_MATH2(pow) KD_HOST_MATH2(fmod) KD_HOST_MATH2(remainder) KD_HOST_MATH2(copysign)
 KD_HOST_MATH2(hypot) KD_HOST_MATH2(fmin) KD_HOST_MATH2(fmax) KD_HOST_MATH2(fdim) KD_HOST_MATH2(nextafter)
 #undef KD_HOST_MATH1
+#undef KD_HOST_MATH1_V
+#undef KD_HOST_MATH1_VF
+#undef KD_HOST_MATH1_VD
 #undef KD_HOST_MATH2
 extern "C" double exp(double) noexcept;
 extern "C" float expf(float) noexcept;
+extern "C" __attribute__((simd("notinbranch"))) double kd_host_vector_exp(double) noexcept __asm__("exp");
 #pragma GCC visibility pop
 namespace kd_host {
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
@@ -900,6 +933,8 @@ __forceinline__ float fast_exp(float x) noexcept {
 #if KD_HOST_FAST_MATH
 __forceinline__ float exp(float x) noexcept { return kd_host::fast_exp(x); }
 #define expf(x) kd_host::fast_exp(x)
+#elif KD_HOST_VECTOR_MATH
+__forceinline__ float exp(float x) noexcept { return (float)kd_host_vector_exp((double)x); }
 #else
 __forceinline__ float exp(float x) noexcept { return expf(x); }
 #endif

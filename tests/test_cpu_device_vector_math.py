@@ -1,0 +1,95 @@
+"""kd.ops' flat plan on the CPU device vectorizes its loop, and its float math functions then run
+through libmvec's vector variants: each stays within CUDA's documented ulp bound for the function
+(the CUDA Math API's single-precision table), measured here against float64 on every binade of
+its domain. Where the host has no libmvec, the kernels call libm as before."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import kerneldsl as kd
+from kerneldsl import ops
+from kerneldsl.jit import host_compile
+from kerneldsl.jit.host_compile import VECTOR_MATH, host_options, vector_math_available
+
+pytestmark = pytest.mark.skipif(not kd.is_available("cpu"), reason="no host C++ compiler for the CPU device")
+
+# name: (CUDA's single-precision bound in ulp, the domain sampled)
+BOUNDS: dict[str, tuple[float, tuple[float, float]]] = {
+    "exp": (2, (-104, 89)),
+    "expm1": (1, (-20, 89)),
+    "log": (1, (0, np.inf)),
+    "log2": (1, (0, np.inf)),
+    "log10": (2, (0, np.inf)),
+    "log1p": (1, (-1, np.inf)),
+    "sin": (2, (-np.inf, np.inf)),
+    "cos": (2, (-np.inf, np.inf)),
+    "tan": (4, (-np.inf, np.inf)),
+    "sinh": (3, (-90, 90)),
+    "cosh": (2, (-90, 90)),
+    "tanh": (2, (-np.inf, np.inf)),
+    "arcsin": (2, (-1, 1)),
+    "arccos": (2, (-1, 1)),
+    "arctan": (2, (-np.inf, np.inf)),
+    "arcsinh": (3, (-np.inf, np.inf)),
+    "arccosh": (4, (1, np.inf)),
+    "arctanh": (3, (-1, 1)),
+}
+
+
+@pytest.fixture(scope="module")
+def cpu() -> Iterator[Any]:
+    with kd.Session(device="cpu") as s:
+        yield s
+
+
+def sample(low: float, high: float, seed: int) -> np.ndarray:
+    """Float32 values in [low, high]: random bit patterns (every binade alike) and uniform draws."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**32, 1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    uniform = rng.uniform(max(low, -1e4), min(high, 1e4), 1 << 16).astype(np.float32)
+    x = np.concatenate([bits, uniform, np.float32([low, high]).clip(-3e38, 3e38)])
+    return x[np.isfinite(x) & (x >= low) & (x <= high)]
+
+
+def ulp_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in ulps of the float32 nearest ``want``, where both are finite floats."""
+    with np.errstate(over="ignore"):
+        nearest = want.astype(np.float32)
+    finite = np.isfinite(nearest) & np.isfinite(got)
+    return np.abs(got[finite].astype(np.float64) - want[finite]) / np.spacing(np.abs(nearest[finite]))
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDS))
+def test_a_vectorized_float_function_stays_within_cudas_ulp_bound(cpu: Any, name: str) -> None:
+    bound, (low, high) = BOUNDS[name]
+    x = sample(low, high, seed=len(name))
+    got = getattr(ops, name)(cpu.to_device(x)).to_host()
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(x.astype(np.float64))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert ulp_errors(got, want).max() <= bound
+
+
+@pytest.mark.parametrize("special", [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("name", ["exp", "log", "sin", "tanh", "log1p"])
+def test_a_vectorized_float_function_keeps_the_special_values(cpu: Any, name: str, special: float) -> None:
+    x = np.full(300, special, np.float32)  # a vector loop and its scalar tail
+    got = getattr(ops, name)(cpu.to_device(x)).to_host()
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(x.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_host_without_libmvec_keeps_libms_scalar_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(host_compile, "vector_math_available", lambda: False)
+    assert VECTOR_MATH not in host_options((VECTOR_MATH,))
+
+
+@pytest.mark.skipif(not vector_math_available(), reason="this host has no libmvec")
+def test_a_host_with_libmvec_builds_the_flat_plan_with_vector_math() -> None:
+    assert VECTOR_MATH in host_options((VECTOR_MATH,))
