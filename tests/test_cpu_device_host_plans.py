@@ -16,7 +16,7 @@ from kerneldsl.array.elementwise import HOST_RUN, HOST_RUNS
 from kerneldsl.array.reduction.axes import memory_order
 from kerneldsl.array.reduction.plan import COPY_HOST
 from kerneldsl.array.reduction.strategy import HOST_PIECE, extents, host_step
-from kerneldsl.jit.host_compile import VECTOR_MATH
+from kerneldsl.jit.host_compile import SIMD_MATH
 from kerneldsl.runtime.selection import PLAN_ENV
 
 pytestmark = pytest.mark.skipif(not kd.is_available("cpu"), reason="no host C++ compiler for the CPU device")
@@ -193,7 +193,7 @@ def test_a_flat_elementwise_op_on_the_host_takes_the_vectorized_run(cpu: Any) ->
     gpu = plan.kernel.inspect(a, out, arch="sm_90")
     assert host.decisions.layout == gpu.decisions.layout == "flat"
     assert host.decisions.host_plan == HOST_RUNS["flat"].format(run=HOST_RUN) and gpu.decisions.host_plan is None
-    assert VECTOR_MATH in host.options and VECTOR_MATH not in gpu.options
+    assert SIMD_MATH in host.options and SIMD_MATH not in gpu.options
 
 
 def test_the_gpu_elementwise_plan_on_request_runs_on_the_host(cpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:

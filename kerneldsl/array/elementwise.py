@@ -42,7 +42,7 @@ from .. import dtypes
 from ..errors import ComplexUnsupportedError, DeclarationError, FusionError
 from ..jit.build import Build
 from ..jit.codegen import GeneratedBody, render
-from ..jit.host_compile import VECTOR_MATH
+from ..jit.host_compile import SIMD_MATH
 from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotation, as_expr, cdiv, dmin, spelled, sym
 from ..launch import fastpath
 from ..launch.dispatch import Kernel
@@ -188,7 +188,7 @@ def _build_elementwise(
     for d in out_dims(layout):
         total = total * sym(d)
     per_thread = host_run or vec
-    options = (*OPTIONS, VECTOR_MATH) if host_run and flat else OPTIONS
+    options = (*OPTIONS, SIMD_MATH) if host_run and flat else OPTIONS
     return make_kernel(
         program.name,
         params,

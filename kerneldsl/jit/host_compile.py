@@ -68,7 +68,7 @@ BASE_FLAGS = (
 )
 # The option of a kernel whose loops vectorize (kd.ops' flat host plan): its float math functions
 # call libmvec's vector variants where the host has them (see the shim's "The CUDA math API").
-VECTOR_MATH = "-DKD_HOST_VECTOR_MATH=1"
+SIMD_MATH = "-DKD_HOST_SIMD_MATH=1"
 # libmvec by its runtime name, so no development link is needed; glibc 2.35 added the functions
 # beyond exp, log, sin, cos and pow (tanhf among them), which the shim's list needs.
 _LIBMVEC = "libmvec.so.1"
@@ -118,8 +118,8 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
     mapped: list[str] = []
     debug = host_debug_requested()
     for option in user_options:
-        if option == VECTOR_MATH:
-            if vector_math_available():
+        if option == SIMD_MATH:
+            if simd_math_available():
                 mapped.append(option)
         elif option.startswith(("-D", "-U")):
             mapped.append(option)
@@ -143,7 +143,7 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
 
 
 @lru_cache(maxsize=1)
-def vector_math_available() -> bool:
+def simd_math_available() -> bool:
     """Whether kernels may call libmvec: GCC (whose ``simd`` attribute names its variants) targeting
     x86-64 glibc, whose libmvec has the shim's functions."""
     compiler = host_compiler()
@@ -158,7 +158,7 @@ def vector_math_available() -> bool:
 def module_libraries(compiler: HostCompiler, flags: Sequence[str]) -> tuple[str, ...]:
     """What a kernel module built with ``flags`` links: libmvec first where it calls it."""
     libraries = compiler.module_libraries()
-    return (f"-l:{_LIBMVEC}", *libraries) if VECTOR_MATH in flags else libraries
+    return (f"-l:{_LIBMVEC}", *libraries) if SIMD_MATH in flags else libraries
 
 
 @lru_cache(maxsize=1)

@@ -38,8 +38,8 @@
 // 1: a module whose loops the compiler vectorizes (kd.ops' flat plan) calls glibc's vector math
 // library, libmvec, for the float functions (see "The CUDA math API"). The Python side defines it,
 // and links -lmvec, where GCC targets x86-64 glibc with libmvec.
-#ifndef KD_HOST_VECTOR_MATH
-#define KD_HOST_VECTOR_MATH 0
+#ifndef KD_HOST_SIMD_MATH
+#define KD_HOST_SIMD_MATH 0
 #endif
 // 0: array parameters stay raw pointers in a bounds-checked build (the Python side's fallback for a
 // body that uses them in a way the checked pointer cannot follow).
@@ -848,13 +848,13 @@ int fesetround(int mode) noexcept;
 // branch-free polynomial the compiler inlines and vectorizes, where a libm call stays scalar;
 // results match the GPU up to each function's ulp bound, not bit for bit.
 //
-// In a vector-math module (KD_HOST_VECTOR_MATH), a float function's vectorized loop calls libmvec's
+// In a SIMD-math module (KD_HOST_SIMD_MATH), a float function's vectorized loop calls libmvec's
 // 8- or 16-lane variant: of the float function itself where that stays within CUDA's ulp bound with
 // room to spare (KD_HOST_MATH1_VF), else of the double function, rounded to float (KD_HOST_MATH1_VD:
 // libmvec's double functions are within a few double ulp, so the float result is within 0.51 ulp).
 // The variants are reached through names of their own (vector_<name>, bound to libm's symbols), so
 // a double function a kernel calls itself keeps libm's scalar accuracy.
-// tests/test_cpu_device_vector_math.py measures the bounds.
+// tests/test_cpu_device_simd_math.py measures the bounds.
 #pragma GCC visibility push(default)
 #define KD_HOST_MATH1(name) \
     extern "C" double name(double) noexcept; \
@@ -865,7 +865,7 @@ int fesetround(int mode) noexcept;
     extern "C" double name(double) noexcept; \
     extern "C" float name##f(float) noexcept; \
     __forceinline__ float name(float x) noexcept { \
-        if constexpr (KD_HOST_VECTOR_MATH) return vector_call; \
+        if constexpr (KD_HOST_SIMD_MATH) return vector_call; \
         return name##f(x); \
     } \
     template <class T, kd_host::if_integral<T> = 0> __forceinline__ double name(T x) noexcept { return name((double)x); }
@@ -884,7 +884,7 @@ int fesetround(int mode) noexcept;
     }
 KD_HOST_MATH1_VD(acos) KD_HOST_MATH1_VD(asin) KD_HOST_MATH1_VD(atan) KD_HOST_MATH1_VF(acosh)
 KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
-KD_HOST_MATH1_VF(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh) KD_HOST_MATH1_VF(tanh)
+KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh) KD_HOST_MATH1_VF(tanh)
 KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_VD(expm1) KD_HOST_MATH1_VD(log) KD_HOST_MATH1_VD(log2)
 KD_HOST_MATH1_VD(log10) KD_HOST_MATH1_VD(log1p) KD_HOST_MATH1(logb)
 KD_HOST_MATH1(sqrt) KD_HOST_MATH1_VD(cbrt) KD_HOST_MATH1_VD(erf) KD_HOST_MATH1_VF(erfc) KD_HOST_MATH1(lgamma)
@@ -933,7 +933,7 @@ __forceinline__ float fast_exp(float x) noexcept {
 #if KD_HOST_FAST_MATH
 __forceinline__ float exp(float x) noexcept { return kd_host::fast_exp(x); }
 #define expf(x) kd_host::fast_exp(x)
-#elif KD_HOST_VECTOR_MATH
+#elif KD_HOST_SIMD_MATH
 __forceinline__ float exp(float x) noexcept { return (float)kd_host_vector_exp((double)x); }
 #else
 __forceinline__ float exp(float x) noexcept { return expf(x); }

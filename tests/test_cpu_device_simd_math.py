@@ -14,7 +14,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl import ops
 from kerneldsl.jit import host_compile
-from kerneldsl.jit.host_compile import VECTOR_MATH, host_options, vector_math_available
+from kerneldsl.jit.host_compile import SIMD_MATH, host_options, simd_math_available
 
 pytestmark = pytest.mark.skipif(not kd.is_available("cpu"), reason="no host C++ compiler for the CPU device")
 
@@ -86,10 +86,10 @@ def test_a_vectorized_float_function_keeps_the_special_values(cpu: Any, name: st
 
 
 def test_a_host_without_libmvec_keeps_libms_scalar_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(host_compile, "vector_math_available", lambda: False)
-    assert VECTOR_MATH not in host_options((VECTOR_MATH,))
+    monkeypatch.setattr(host_compile, "simd_math_available", lambda: False)
+    assert SIMD_MATH not in host_options((SIMD_MATH,))
 
 
-@pytest.mark.skipif(not vector_math_available(), reason="this host has no libmvec")
-def test_a_host_with_libmvec_builds_the_flat_plan_with_vector_math() -> None:
-    assert VECTOR_MATH in host_options((VECTOR_MATH,))
+@pytest.mark.skipif(not simd_math_available(), reason="this host has no libmvec")
+def test_a_host_with_libmvec_builds_the_flat_plan_with_simd_math() -> None:
+    assert SIMD_MATH in host_options((SIMD_MATH,))
