@@ -882,11 +882,24 @@ int fesetround(int mode) noexcept;
     template <class A, class B, kd_host::if_arithmetic<A, B> = 0> __forceinline__ double name(A x, B y) noexcept { \
         return name((double)x, (double)y); \
     }
+extern "C" __attribute__((simd("notinbranch"))) double kd_host_vector_exp(double) noexcept __asm__("exp");
+namespace kd_host {
+// expm1 of a float in a SIMD-math module: exp(x) - 1 in double (libmvec's exp, whose error stays
+// far below a float ulp through the cancellation for |x| >= 2^-17), else x + x^2/2 + x^3/6 (its
+// error is x^4/24); picked without a branch, so the loop stays vectorized.
+__forceinline__ float simd_expm1(float x) noexcept {
+    const double d = x, big = kd_host_vector_exp(d) - 1.0, small = d + d * d * (0.5 + d * (1.0 / 6.0));
+    const unsigned long long m = 0ull - (unsigned long long)(__builtin_fabs(d) < 0x1p-17);
+    return (float)bit_cast<double>((bit_cast<unsigned long long>(small) & m) | (bit_cast<unsigned long long>(big) & ~m));
+}
+}  // namespace kd_host
 KD_HOST_MATH1_VD(acos) KD_HOST_MATH1_VD(asin) KD_HOST_MATH1_VD(atan) KD_HOST_MATH1_VF(acosh)
 KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
 KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh) KD_HOST_MATH1_VF(tanh)
-KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_VD(expm1) KD_HOST_MATH1_VD(log) KD_HOST_MATH1_VD(log2)
-KD_HOST_MATH1_VD(log10) KD_HOST_MATH1_VD(log1p) KD_HOST_MATH1(logb)
+KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_V(expm1, kd_host::simd_expm1(x)) KD_HOST_MATH1_VD(log)
+KD_HOST_MATH1_V(log2, (float)(kd_host_vector_log((double)x) * 1.44269504088896340736))  // libmvec's log2 and
+KD_HOST_MATH1_V(log10, (float)(kd_host_vector_log((double)x) * 0.43429448190325182765))  // log10 are slower
+KD_HOST_MATH1_VD(log1p) KD_HOST_MATH1(logb)
 KD_HOST_MATH1(sqrt) KD_HOST_MATH1_VD(cbrt) KD_HOST_MATH1_VD(erf) KD_HOST_MATH1_VF(erfc) KD_HOST_MATH1(lgamma)
 KD_HOST_MATH1(tgamma) KD_HOST_MATH1(floor) KD_HOST_MATH1(ceil) KD_HOST_MATH1(trunc) KD_HOST_MATH1(round)
 KD_HOST_MATH1(rint) KD_HOST_MATH1(nearbyint) KD_HOST_MATH1(fabs) KD_HOST_MATH1(j0) KD_HOST_MATH1(j1)
@@ -900,7 +913,6 @@ KD_HOST_MATH2(hypot) KD_HOST_MATH2(fmin) KD_HOST_MATH2(fmax) KD_HOST_MATH2(fdim)
 #undef KD_HOST_MATH2
 extern "C" double exp(double) noexcept;
 extern "C" float expf(float) noexcept;
-extern "C" __attribute__((simd("notinbranch"))) double kd_host_vector_exp(double) noexcept __asm__("exp");
 #pragma GCC visibility pop
 namespace kd_host {
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
