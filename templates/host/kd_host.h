@@ -37,7 +37,7 @@
 #endif
 // 1: a module whose loops the compiler vectorizes (kd.ops' flat plan) calls glibc's vector math
 // library, libmvec, for the float functions (see "The CUDA math API"). The Python side defines it,
-// and links -lmvec, where GCC targets x86-64 glibc with libmvec.
+// and links libmvec.so.1, where GCC targets x86-64 glibc with libmvec.
 #ifndef KD_HOST_SIMD_MATH
 #define KD_HOST_SIMD_MATH 0
 #endif
@@ -852,15 +852,11 @@ int fesetround(int mode) noexcept;
 // 8- or 16-lane variant: of the float function itself where that stays within CUDA's ulp bound with
 // room to spare (KD_HOST_MATH1_VF), else of the double function, rounded to float (KD_HOST_MATH1_VD:
 // libmvec's double functions are within a few double ulp, so the float result is within 0.51 ulp).
-// The variants are reached through names of their own (vector_<name>, bound to libm's symbols), so
+// The variants are reached through names of their own (kd_host_vector_<name>, bound to libm's symbols), so
 // a double function a kernel calls itself keeps libm's scalar accuracy.
 // tests/test_cpu_device_simd_math.py measures the bounds.
 #pragma GCC visibility push(default)
-#define KD_HOST_MATH1(name) \
-    extern "C" double name(double) noexcept; \
-    extern "C" float name##f(float) noexcept; \
-    __forceinline__ float name(float x) noexcept { return name##f(x); } \
-    template <class T, kd_host::if_integral<T> = 0> __forceinline__ double name(T x) noexcept { return name((double)x); }
+#define KD_HOST_MATH1(name) KD_HOST_MATH1_V(name, name##f(x))
 #define KD_HOST_MATH1_V(name, vector_call) \
     extern "C" double name(double) noexcept; \
     extern "C" float name##f(float) noexcept; \
