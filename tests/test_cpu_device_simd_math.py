@@ -1,7 +1,9 @@
 """kd.ops' flat plan on the CPU device vectorizes its loop, and its float math functions then run
-through libmvec's vector variants: each stays within CUDA's documented ulp bound for the function
-(the CUDA Math API's single-precision table), measured here against float64 on every binade of
-its domain. Where the host has no libmvec, the kernels call libm as before."""
+through libmvec's vector variants or the shim's own polynomials in double (the log family, expm1,
+atan): each stays within CUDA's documented ulp bound for the function (the CUDA Math API's
+single-precision table), measured here against float64 on every binade of its domain, and keeps
+the special values and the sign of zero. Where the host has no libmvec, the kernels call libm as
+before."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import pytest
 import kerneldsl as kd
 from kerneldsl import ops
 from kerneldsl.jit import host_compile
-from kerneldsl.jit.host_compile import SIMD_MATH, host_options, simd_math_available
+from kerneldsl.jit.host_compile import NO_TRAPS, SIMD_MATH, host_options, simd_math_available
 
 pytestmark = pytest.mark.skipif(not kd.is_available("cpu"), reason="no host C++ compiler for the CPU device")
 
@@ -76,13 +78,18 @@ def test_a_vectorized_float_function_stays_within_cudas_ulp_bound(cpu: Any, name
 
 
 @pytest.mark.parametrize("special", [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan])
-@pytest.mark.parametrize("name", ["exp", "log", "sin", "tanh", "log1p"])
+@pytest.mark.parametrize("name", ["exp", "expm1", "log", "log2", "log10", "log1p", "sin", "tanh", "arctan"])
 def test_a_vectorized_float_function_keeps_the_special_values(cpu: Any, name: str, special: float) -> None:
     x = np.full(300, special, np.float32)  # a vector loop and its scalar tail
     got = getattr(ops, name)(cpu.to_device(x)).to_host()
     with np.errstate(all="ignore"):
         want = getattr(np, name)(x.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+
+
+def test_the_flat_plan_is_built_to_round_and_select_in_vector_registers() -> None:
+    assert NO_TRAPS in host_options((SIMD_MATH,))
 
 
 def test_a_host_without_libmvec_keeps_libms_scalar_calls(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -69,6 +69,10 @@ BASE_FLAGS = (
 # The option of a kernel whose loops vectorize (kd.ops' flat host plan): its float math functions
 # call libmvec's vector variants where the host has them (see the shim's "The CUDA math API").
 SIMD_MATH = "-DKD_HOST_SIMD_MATH=1"
+# With it, a loop rounds (floor, ceil, trunc) and selects (the shim's branch-free math) in vector
+# registers: GCC otherwise keeps what could raise a floating-point flag scalar and in order, and a
+# CUDA kernel observes no flags.
+NO_TRAPS = "-fno-trapping-math"
 # libmvec by its runtime name, so no development link is needed; glibc 2.35 added the functions
 # beyond exp, log, sin, cos and pow (tanhf among them), which the shim's list needs.
 _LIBMVEC = "libmvec.so.1"
@@ -119,6 +123,7 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
     debug = host_debug_requested()
     for option in user_options:
         if option == SIMD_MATH:
+            mapped.append(NO_TRAPS)
             if simd_math_available():
                 mapped.append(option)
         elif option.startswith(("-D", "-U")):

@@ -852,6 +852,10 @@ int fesetround(int mode) noexcept;
 // 8- or 16-lane variant: of the float function itself where that stays within CUDA's ulp bound with
 // room to spare (KD_HOST_MATH1_VF), else of the double function, rounded to float (KD_HOST_MATH1_VD:
 // libmvec's double functions are within a few double ulp, so the float result is within 0.51 ulp).
+// Where a double function of libmvec is slower than NumPy's float one by more than the CUDA
+// device's two cores make up (the log family, expm1, atan), the loop runs a polynomial of its own
+// in double instead (kd_host::simd_*: no division or square root in double, relative error below
+// 1e-9, so the float result is within 0.51 ulp too).
 // The variants are reached through names of their own (kd_host_vector_<name>, bound to libm's symbols), so
 // a double function a kernel calls itself keeps libm's scalar accuracy.
 // tests/test_cpu_device_simd_math.py measures the bounds.
@@ -883,19 +887,99 @@ namespace kd_host {
 // expm1 of a float in a SIMD-math module: exp(x) - 1 in double (libmvec's exp, whose error stays
 // far below a float ulp through the cancellation for |x| >= 2^-17), else x + x^2/2 + x^3/6 (its
 // error is x^4/24); picked without a branch, so the loop stays vectorized.
+// The own SIMD math: branch-free, so the loop vectorizes (the selects become blends); each
+// polynomial's coefficients are a least-squares fit on Chebyshev nodes, lowest degree first, its
+// relative error over the reduced interval noted (tests/test_cpu_device_simd_math.py measures
+// the float results against CUDA's bounds).
+__forceinline__ double fma_or_mad(double a, double b, double c) noexcept {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+    return __builtin_fma(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+// x^H for H a power of two, by squaring.
+template <int H> __forceinline__ double power_of_two_power(double x) noexcept {
+    if constexpr (H == 1) return x;
+    else {
+        const double half = power_of_two_power<H / 2>(x);
+        return half * half;
+    }
+}
+constexpr int below_power_of_two(int n) { return n <= 2 ? 1 : 2 * below_power_of_two((n + 1) / 2); }
+// The polynomial c[0] + c[1] x + ... by Estrin's scheme, c[0..H) + x^H c[H..N): a chain of log2(N)
+// multiply-adds instead of Horner's N, which would bound the loop by their latency.
+template <int N> __forceinline__ double poly(double x, const double* c) noexcept {
+    if constexpr (N == 1) return c[0];
+    else {
+        constexpr int H = below_power_of_two(N);
+        return fma_or_mad(power_of_two_power<H>(x), poly<N - H>(x, c + H), poly<H>(x, c));
+    }
+}
+// log1p(f) / f on [sqrt(1/2) - 1, sqrt(2) - 1]: 1.0e-10.
+constexpr double kLog1pOverF[12] = {1.0000000000337097, -0.5000000033168731, 0.3333333157546712, -0.2499993331852619,
+                                    0.2000010840792752, -0.16670483179906223, 0.14285649476426268, -0.12410622110585579,
+                                    0.11019350643880381, -0.10879439985460576, 0.10741801671905496, -0.05996999234966744};
+// (expm1(r) - r) / r^2 on [-0.35, 0.35]: 2.0e-13.
+constexpr double kExpm1Tail[8] = {0.49999999999951417, 0.16666666666646804, 0.041666666793558994,
+                                  0.008333333354959544, 0.0013888837107333615, 0.00019841206299746702,
+                                  2.4869190929191472e-05, 2.7626452203717163e-06};
+// (atan(t) / t - 1) / t^2 in z = t^2 on [0, 1]: 3.2e-10.
+constexpr double kAtanTail[11] = {-0.33333333298807716, 0.19999991338081674, -0.1428535203398228, 0.11105133014170818,
+                                  -0.09039460931240913, 0.07427486383624089, -0.05783113716048088, 0.03863882460277054,
+                                  -0.019523064643194504, 0.006329437579184222, -0.0009605419496194701};
+constexpr double kLn2 = 0.69314718055994530942, kHalfPi = 1.57079632679489661923;
+// log(d) for a positive finite d (a float's value, so a normal double): k ln2 + log(m) with m in
+// [sqrt(1/2), sqrt(2)); log(m) = log1p(f), f = m - 1. Returns k and log(m).
+__forceinline__ double log_reduced(double d, double* k) noexcept {
+    const unsigned long long bits = bit_cast<unsigned long long>(d), shifted = bits - 0x3fe6a09e667f3bcdull;
+    const long long e = (long long)shifted >> 52;
+    const double f = bit_cast<double>(bits - ((unsigned long long)e << 52)) - 1.0;
+    *k = (double)e;
+    return f * poly<12>(f, kLog1pOverF);
+}
+// log(x) / log(base) as float, `scale` = 1 / log(base); CUDA's special values (0 -> -inf, x < 0 -> NaN).
+__forceinline__ float simd_log(float x, double scale) noexcept {
+    double k;
+    const double d = x, m = log_reduced(d, &k);  // (garbage for the special values, which the select drops)
+    const double r = fma_or_mad(k, kLn2 * scale, m * scale);
+    return (float)(d > 0.0 && d < __builtin_inf() ? r : d == 0.0 ? -__builtin_inf() : d == __builtin_inf() ? d : __builtin_nan(""));
+}
+// log1p(x) = log(u) + (x - (u - 1)) for u = 1 + x in double (the rounding of u, which the log misses).
+__forceinline__ float simd_log1p(float x) noexcept {
+    double k;
+    const double d = x, u = 1.0 + d;
+    const bool ok = d > -1.0 && d < __builtin_inf();
+    const double m = log_reduced(u, &k);
+    const double r = fma_or_mad(k, kLn2, m) + (d - (u - 1.0));
+    return (float)(ok && d != 0.0 ? r : d == -1.0 ? -__builtin_inf() : d < -1.0 ? __builtin_nan("") : d);
+}
+// expm1(x) = 2^n (expm1(r) + 1) - 1, n = rint(x / ln2), r = x - n ln2; no cancellation for n = 0.
 __forceinline__ float simd_expm1(float x) noexcept {
-    const double d = x, big = kd_host_vector_exp(d) - 1.0, small = d + d * d * (0.5 + d * (1.0 / 6.0));
-    const unsigned long long m = 0ull - (unsigned long long)(__builtin_fabs(d) < 0x1p-17);
-    return (float)bit_cast<double>((bit_cast<unsigned long long>(small) & m) | (bit_cast<unsigned long long>(big) & ~m));
+    const double d = x < -104.0f ? -104.0 : x > 104.0f ? 104.0 : x;  // (e^104 is past float's range)
+    const double n = __builtin_rint(d * 1.44269504088896340736);
+    const double r = fma_or_mad(-n, 1.9082149292705877e-10, fma_or_mad(-n, 0.6931471803691238, d));
+    const double p = fma_or_mad(r * r, poly<8>(r, kExpm1Tail), r);
+    const double scale = bit_cast<double>((unsigned long long)((long long)n + 1023) << 52);
+    return x != x || x == 0.0f ? x : (float)fma_or_mad(scale, p, scale - 1.0);  // (NaN, and zero's sign)
+}
+// atan(t) for t in [0, 1]; for t > 1, pi/2 - atan(1/t), 1/t a float division refined by a Newton step.
+__forceinline__ float simd_atan(float x) noexcept {
+    const float tf = __builtin_fabsf(x);
+    const double t = tf, inverse = (double)(1.0f / (tf > 1.0f ? tf : 1.0f));
+    const double u = tf > 1.0f ? inverse * fma_or_mad(-t, inverse, 2.0) : t, z = u * u;
+    const double p = fma_or_mad(u * z, poly<11>(z, kAtanTail), u);
+    const double r = tf > 1.0f ? (tf == __builtin_inff() ? kHalfPi : kHalfPi - p) : p;
+    return x != x ? x : (float)__builtin_copysign(r, (double)x);
 }
 }  // namespace kd_host
-KD_HOST_MATH1_VD(acos) KD_HOST_MATH1_VD(asin) KD_HOST_MATH1_VD(atan) KD_HOST_MATH1_VF(acosh)
+KD_HOST_MATH1_VD(acos) KD_HOST_MATH1_VD(asin) KD_HOST_MATH1_V(atan, kd_host::simd_atan(x)) KD_HOST_MATH1_VF(acosh)
 KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
 KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh) KD_HOST_MATH1_VF(tanh)
-KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_V(expm1, kd_host::simd_expm1(x)) KD_HOST_MATH1_VD(log)
-KD_HOST_MATH1_V(log2, (float)(kd_host_vector_log((double)x) * 1.44269504088896340736))  // libmvec's log2 and
-KD_HOST_MATH1_V(log10, (float)(kd_host_vector_log((double)x) * 0.43429448190325182765))  // log10 are slower
-KD_HOST_MATH1_VD(log1p) KD_HOST_MATH1(logb)
+KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_V(expm1, kd_host::simd_expm1(x)) KD_HOST_MATH1_V(log, kd_host::simd_log(x, 1.0))
+KD_HOST_MATH1_V(log2, kd_host::simd_log(x, 1.44269504088896340736))
+KD_HOST_MATH1_V(log10, kd_host::simd_log(x, 0.43429448190325182765))
+KD_HOST_MATH1_V(log1p, kd_host::simd_log1p(x)) KD_HOST_MATH1(logb)
 KD_HOST_MATH1(sqrt) KD_HOST_MATH1_VD(cbrt) KD_HOST_MATH1_VD(erf) KD_HOST_MATH1_VF(erfc) KD_HOST_MATH1(lgamma)
 KD_HOST_MATH1(tgamma) KD_HOST_MATH1(floor) KD_HOST_MATH1(ceil) KD_HOST_MATH1(trunc) KD_HOST_MATH1(round)
 KD_HOST_MATH1(rint) KD_HOST_MATH1(nearbyint) KD_HOST_MATH1(fabs) KD_HOST_MATH1(j0) KD_HOST_MATH1(j1)
