@@ -891,25 +891,26 @@ namespace kd_host {
 // polynomial's coefficients are a least-squares fit on Chebyshev nodes, lowest degree first, its
 // relative error over the reduced interval noted (tests/test_cpu_device_simd_math.py measures
 // the float results against CUDA's bounds).
-__forceinline__ double fma_or_mad(double a, double b, double c) noexcept {
+template <class T> __forceinline__ T fma_or_mad(T a, T b, T c) noexcept {
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
-    return __builtin_fma(a, b, c);
+    if constexpr (sizeof(T) == 4) return __builtin_fmaf(a, b, c);
+    else return __builtin_fma(a, b, c);
 #else
     return a * b + c;
 #endif
 }
 // x^H for H a power of two, by squaring.
-template <int H> __forceinline__ double power_of_two_power(double x) noexcept {
+template <int H, class T> __forceinline__ T power_of_two_power(T x) noexcept {
     if constexpr (H == 1) return x;
     else {
-        const double half = power_of_two_power<H / 2>(x);
+        const T half = power_of_two_power<H / 2>(x);
         return half * half;
     }
 }
 constexpr int below_power_of_two(int n) { return n <= 2 ? 1 : 2 * below_power_of_two((n + 1) / 2); }
 // The polynomial c[0] + c[1] x + ... by Estrin's scheme, c[0..H) + x^H c[H..N): a chain of log2(N)
 // multiply-adds instead of Horner's N, which would bound the loop by their latency.
-template <int N> __forceinline__ double poly(double x, const double* c) noexcept {
+template <int N, class T> __forceinline__ T poly(T x, const T* c) noexcept {
     if constexpr (N == 1) return c[0];
     else {
         constexpr int H = below_power_of_two(N);
@@ -920,6 +921,13 @@ template <int N> __forceinline__ double poly(double x, const double* c) noexcept
 constexpr double kLog1pOverF[12] = {1.0000000000337097, -0.5000000033168731, 0.3333333157546712, -0.2499993331852619,
                                     0.2000010840792752, -0.16670483179906223, 0.14285649476426268, -0.12410622110585579,
                                     0.11019350643880381, -0.10879439985460576, 0.10741801671905496, -0.05996999234966744};
+// (log1p(f) - f + f^2/2) / f^3 on [sqrt(1/2) - 1, sqrt(2) - 1], in float: 8.4e-8.
+constexpr float kLogTail[9] = {0.3333333134651184f, -0.2500000298023224f, 0.20000715553760529f, -0.16667377948760986f,
+                               0.1424865573644638f, -0.12434924393892288f, 0.11699074506759644f, -0.11421497166156769f,
+                               0.06862342357635498f};
+// (asin(t) - t) / t^3 in z = t^2 on [0, 1/4], in float: 6.0e-8.
+constexpr float kAsinTail[6] = {0.1666666567325592f, 0.07500094175338745f, 0.04459947347640991f,
+                                0.031099839136004448f, 0.017153000459074974f, 0.033684831112623215f};
 // (expm1(r) - r) / r^2 on [-0.35, 0.35]: 2.0e-13.
 constexpr double kExpm1Tail[8] = {0.49999999999951417, 0.16666666666646804, 0.041666666793558994,
                                   0.008333333354959544, 0.0013888837107333615, 0.00019841206299746702,
@@ -939,22 +947,52 @@ __forceinline__ double log_reduced(double d, double* k) noexcept {
     return f * poly<12>(f, kLog1pOverF);
 }
 // log(x) / log(base) as float, `scale` = 1 / log(base); CUDA's special values (0 -> -inf, x < 0 -> NaN).
+// In float, 16 lanes a vector: x = 2^k m, m in [sqrt(1/2), sqrt(2)) (a subnormal x scaled up by
+// 2^24 first), f = m - 1 (exact), and log(m) = f - f^2/2 + f^3 Q(f); in double only the head and
+// the sums: the float tail's error is at most 0.07 of its ulps in the result.
 __forceinline__ float simd_log(float x, double scale) noexcept {
-    double k;
-    const double d = x, m = log_reduced(d, &k);  // (garbage for the special values, which the select drops)
-    const double r = fma_or_mad(k, kLn2 * scale, m * scale);
-    return (float)(d > 0.0 && d < __builtin_inf() ? r : d == 0.0 ? -__builtin_inf() : d == __builtin_inf() ? d : __builtin_nan(""));
+    const bool tiny = x < 0x1p-126f;
+    const float y = tiny ? x * 0x1p24f : x;  // (garbage for the special values, which the select drops)
+    const unsigned int bits = bit_cast<unsigned int>(y), shifted = bits - 0x3f3504f3u;
+    const int e = (int)shifted >> 23;
+    const float f = bit_cast<float>(bits - ((unsigned int)e << 23)) - 1.0f;
+    const float tail = f * f * f * poly<9>(f, kLogTail);
+    const double head = f, k = (double)(tiny ? e - 24 : e);
+    const double m = fma_or_mad(-0.5 * head, head, head) + (double)tail;
+    const float r = (float)fma_or_mad(k, kLn2 * scale, m * scale);
+    // (The special values picked in float: a compare of 16 lanes, where double takes two.)
+    return x > 0.0f && x < __builtin_inff() ? r : x == 0.0f ? -__builtin_inff() : x == __builtin_inff() ? x : __builtin_nanf("");
 }
 // log1p(x) = log(u) + (x - (u - 1)) for u = 1 + x in double (the rounding of u, which the log misses).
 __forceinline__ float simd_log1p(float x) noexcept {
     double k;
     const double d = x, u = 1.0 + d;
-    const bool ok = d > -1.0 && d < __builtin_inf();
     const double m = log_reduced(u, &k);
-    const double r = fma_or_mad(k, kLn2, m) + (d - (u - 1.0));
-    return (float)(ok && d != 0.0 ? r : d == -1.0 ? -__builtin_inf() : d < -1.0 ? __builtin_nan("") : d);
+    const float r = (float)(fma_or_mad(k, kLn2, m) + (d - (u - 1.0)));
+    return x > -1.0f && x < __builtin_inff() && x != 0.0f ? r : x == -1.0f ? -__builtin_inff() : x < -1.0f ? __builtin_nanf("") : x;
 }
 // expm1(x) = 2^n (expm1(r) + 1) - 1, n = rint(x / ln2), r = x - n ln2; no cancellation for n = 0.
+// asin(t) = t + t^3 P(t^2) for t in [0, 1/2], in float (the tail is under 5% of the result);
+// above, pi/2 - 2 asin(s), s = sqrt((1 - t) / 2) in float (exact but for the root's rounding), the
+// sum in double. acos from the same parts. NaN outside [-1, 1].
+__forceinline__ double asin_parts(float t, bool* big) noexcept {
+    *big = t > 0.5f;
+    const float u = *big ? __builtin_sqrtf((1.0f - t) * 0.5f) : t, z = u * u;
+    return (double)u + (double)(u * z * poly<6>(z, kAsinTail));
+}
+__forceinline__ float simd_asin(float x) noexcept {
+    bool big;
+    const float t = __builtin_fabsf(x);
+    const double p = asin_parts(t, &big);
+    const float r = (float)(big ? kHalfPi - 2.0 * p : p);
+    return t <= 1.0f ? __builtin_copysignf(r, x) : x != x ? x : __builtin_nanf("");
+}
+__forceinline__ float simd_acos(float x) noexcept {
+    bool big;
+    const double p = asin_parts(__builtin_fabsf(x), &big);
+    const double r = big ? (x > 0.0f ? 2.0 * p : 2.0 * kHalfPi - 2.0 * p) : kHalfPi - (x < 0.0f ? -p : p);
+    return __builtin_fabsf(x) <= 1.0f ? (float)r : x != x ? x : __builtin_nanf("");
+}
 __forceinline__ float simd_expm1(float x) noexcept {
     const double d = x < -104.0f ? -104.0 : x > 104.0f ? 104.0 : x;  // (e^104 is past float's range)
     const double n = __builtin_rint(d * 1.44269504088896340736);
@@ -973,7 +1011,8 @@ __forceinline__ float simd_atan(float x) noexcept {
     return x != x ? x : (float)__builtin_copysign(r, (double)x);
 }
 }  // namespace kd_host
-KD_HOST_MATH1_VD(acos) KD_HOST_MATH1_VD(asin) KD_HOST_MATH1_V(atan, kd_host::simd_atan(x)) KD_HOST_MATH1_VF(acosh)
+KD_HOST_MATH1_V(acos, kd_host::simd_acos(x)) KD_HOST_MATH1_V(asin, kd_host::simd_asin(x))
+KD_HOST_MATH1_V(atan, kd_host::simd_atan(x)) KD_HOST_MATH1_VF(acosh)
 KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
 KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh) KD_HOST_MATH1_VF(tanh)
 KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_V(expm1, kd_host::simd_expm1(x)) KD_HOST_MATH1_V(log, kd_host::simd_log(x, 1.0))
