@@ -2,8 +2,8 @@
 through libmvec's vector variants or the shim's own polynomials in double (the log family, expm1,
 atan): each stays within CUDA's documented ulp bound for the function (the CUDA Math API's
 single-precision table), measured here against float64 on every binade of its domain, and keeps
-the special values and the sign of zero. Where the host has no libmvec, the kernels call libm as
-before."""
+the special values and the sign of zero; the float16 conversions its loops run are exact. Where the
+host has no libmvec, the kernels call libm as before."""
 
 from __future__ import annotations
 
@@ -100,3 +100,23 @@ def test_a_host_without_libmvec_keeps_libms_scalar_calls(monkeypatch: pytest.Mon
 @pytest.mark.skipif(not simd_math_available(), reason="this host has no libmvec")
 def test_a_host_with_libmvec_builds_the_flat_plan_with_simd_math() -> None:
     assert SIMD_MATH in host_options((SIMD_MATH,))
+
+
+def test_every_float16_widens_exactly(cpu: Any) -> None:
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    got = ops.astype(cpu.to_device(halves), np.float32).to_host()
+    want = halves.astype(np.float32)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_a_float_narrows_to_float16_rounding_to_nearest_even(cpu: Any) -> None:
+    rng = np.random.default_rng(16)
+    bits = rng.integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    edges = np.float32([65504, 65519.996, 65520, 2**-14, 2**-24, 2**-25, 3 * 2**-26, 2**-25 * 1.0000001, 1e-8])
+    x = np.concatenate([bits, edges, -edges])
+    got = ops.astype(cpu.to_device(x), np.float16).to_host()
+    with np.errstate(over="ignore"):
+        want = x.astype(np.float16)
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))

@@ -73,6 +73,9 @@ SIMD_MATH = "-DKD_HOST_SIMD_MATH=1"
 # registers: GCC otherwise keeps what could raise a floating-point flag scalar and in order, and a
 # CUDA kernel observes no flags.
 NO_TRAPS = "-fno-trapping-math"
+# The flat plan's loop (`#pragma GCC ivdep`) is vectorized whatever -O2's cost model says, its
+# selects of several cases included (the shim's special values).
+VECTORIZE = ("-fvect-cost-model=unlimited", "--param=max-tree-if-conversion-phi-args=64")
 # libmvec by its runtime name, so no development link is needed; glibc 2.35 added the functions
 # beyond exp, log, sin, cos and pow (tanhf among them), which the shim's list needs.
 _LIBMVEC = "libmvec.so.1"
@@ -123,7 +126,7 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
     debug = host_debug_requested()
     for option in user_options:
         if option == SIMD_MATH:
-            mapped.append(NO_TRAPS)
+            mapped.extend((NO_TRAPS, *VECTORIZE))
             if simd_math_available():
                 mapped.append(option)
         elif option.startswith(("-D", "-U")):

@@ -870,19 +870,29 @@ int fesetround(int mode) noexcept;
     } \
     template <class T, kd_host::if_integral<T> = 0> __forceinline__ double name(T x) noexcept { return name((double)x); }
 #define KD_HOST_MATH1_VF(name) \
-    extern "C" __attribute__((simd("notinbranch"))) float kd_host_vector_##name##f(float) noexcept __asm__(#name "f"); \
+    extern "C" __attribute__((simd("notinbranch"), const)) float kd_host_vector_##name##f(float) noexcept __asm__(#name "f"); \
     KD_HOST_MATH1_V(name, kd_host_vector_##name##f(x))
 #define KD_HOST_MATH1_VD(name) \
-    extern "C" __attribute__((simd("notinbranch"))) double kd_host_vector_##name(double) noexcept __asm__(#name); \
+    extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_##name(double) noexcept __asm__(#name); \
     KD_HOST_MATH1_V(name, (float)kd_host_vector_##name((double)x))
-#define KD_HOST_MATH2(name) \
+#define KD_HOST_MATH2(name) KD_HOST_MATH2_V(name, name##f(x, y))
+#define KD_HOST_MATH2_V(name, vector_call) \
     extern "C" double name(double, double) noexcept; \
     extern "C" float name##f(float, float) noexcept; \
-    __forceinline__ float name(float x, float y) noexcept { return name##f(x, y); } \
+    __forceinline__ float name(float x, float y) noexcept { \
+        if constexpr (KD_HOST_SIMD_MATH) return vector_call; \
+        return name##f(x, y); \
+    } \
     template <class A, class B, kd_host::if_arithmetic<A, B> = 0> __forceinline__ double name(A x, B y) noexcept { \
         return name((double)x, (double)y); \
     }
-extern "C" __attribute__((simd("notinbranch"))) double kd_host_vector_exp(double) noexcept __asm__("exp");
+#define KD_HOST_MATH2_VF(name) \
+    extern "C" __attribute__((simd("notinbranch"), const)) float kd_host_vector_##name##f(float, float) noexcept __asm__(#name "f"); \
+    KD_HOST_MATH2_V(name, kd_host_vector_##name##f(x, y))
+#define KD_HOST_MATH2_VD(name) \
+    extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_##name(double, double) noexcept __asm__(#name); \
+    KD_HOST_MATH2_V(name, (float)kd_host_vector_##name((double)x, (double)y))
+extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_exp(double) noexcept __asm__("exp");
 namespace kd_host {
 // expm1 of a float in a SIMD-math module: exp(x) - 1 in double (libmvec's exp, whose error stays
 // far below a float ulp through the cancellation for |x| >= 2^-17), else x + x^2/2 + x^3/6 (its
@@ -1001,14 +1011,35 @@ __forceinline__ float simd_expm1(float x) noexcept {
     const double scale = bit_cast<double>((unsigned long long)((long long)n + 1023) << 52);
     return x != x || x == 0.0f ? x : (float)fma_or_mad(scale, p, scale - 1.0);  // (NaN, and zero's sign)
 }
+// atan(u) for u in [0, 1].
+__forceinline__ double atan_unit(double u) noexcept {
+    const double z = u * u;
+    return fma_or_mad(u * z, poly<11>(z, kAtanTail), u);
+}
 // atan(t) for t in [0, 1]; for t > 1, pi/2 - atan(1/t), 1/t a float division refined by a Newton step.
 __forceinline__ float simd_atan(float x) noexcept {
     const float tf = __builtin_fabsf(x);
     const double t = tf, inverse = (double)(1.0f / (tf > 1.0f ? tf : 1.0f));
-    const double u = tf > 1.0f ? inverse * fma_or_mad(-t, inverse, 2.0) : t, z = u * u;
-    const double p = fma_or_mad(u * z, poly<11>(z, kAtanTail), u);
+    const double p = atan_unit(tf > 1.0f ? inverse * fma_or_mad(-t, inverse, 2.0) : t);
     const double r = tf > 1.0f ? (tf == __builtin_inff() ? kHalfPi : kHalfPi - p) : p;
     return x != x ? x : (float)__builtin_copysign(r, (double)x);
+}
+// atan2(y, x) = atan(u) for u = min(|x|, |y|) / max(|x|, |y|), then pi/2 - it where |y| is the
+// larger, pi - it where x is negative (or -0), with y's sign: C's special values follow (0 / 0
+// and inf / inf taken as u = 0 and 1, x / inf as 0). The quotient is a float division with its
+// residual, exact in double, added back.
+__forceinline__ float simd_atan2(float y, float x) noexcept {
+    const float a = __builtin_fabsf(x), b = __builtin_fabsf(y);
+    const bool swap = b > a, tiny = (swap ? b : a) < 0x1p-100f;  // (scaled up, so 1 / den stays finite)
+    const float num = (swap ? a : b) * (tiny ? 0x1p100f : 1.0f), den = (swap ? b : a) * (tiny ? 0x1p100f : 1.0f);
+    const float inverse = 1.0f / den;
+    const double quotient = (double)num * (double)inverse;
+    double u = fma_or_mad(fma_or_mad(-quotient, (double)den, (double)num), (double)inverse, quotient);
+    u = den == 0.0f ? 0.0 : den == __builtin_inff() ? (num == __builtin_inff() ? 1.0 : 0.0) : u;
+    double p = atan_unit(u);
+    p = swap ? kHalfPi - p : p;
+    p = __builtin_signbit(x) ? 2.0 * kHalfPi - p : p;
+    return x != x || y != y ? x + y : (float)__builtin_copysign(p, (double)y);
 }
 }  // namespace kd_host
 KD_HOST_MATH1_V(acos, kd_host::simd_acos(x)) KD_HOST_MATH1_V(asin, kd_host::simd_asin(x))
@@ -1023,13 +1054,16 @@ KD_HOST_MATH1(sqrt) KD_HOST_MATH1_VD(cbrt) KD_HOST_MATH1_VD(erf) KD_HOST_MATH1_V
 KD_HOST_MATH1(tgamma) KD_HOST_MATH1(floor) KD_HOST_MATH1(ceil) KD_HOST_MATH1(trunc) KD_HOST_MATH1(round)
 KD_HOST_MATH1(rint) KD_HOST_MATH1(nearbyint) KD_HOST_MATH1(fabs) KD_HOST_MATH1(j0) KD_HOST_MATH1(j1)
 KD_HOST_MATH1(y0) KD_HOST_MATH1(y1)
-KD_HOST_MATH2(atan2) KD_HOST_MATH2(pow) KD_HOST_MATH2(fmod) KD_HOST_MATH2(remainder) KD_HOST_MATH2(copysign)
+KD_HOST_MATH2_V(atan2, kd_host::simd_atan2(x, y)) KD_HOST_MATH2_VF(pow) KD_HOST_MATH2(fmod) KD_HOST_MATH2(remainder) KD_HOST_MATH2(copysign)
 KD_HOST_MATH2(hypot) KD_HOST_MATH2(fmin) KD_HOST_MATH2(fmax) KD_HOST_MATH2(fdim) KD_HOST_MATH2(nextafter)
 #undef KD_HOST_MATH1
 #undef KD_HOST_MATH1_V
 #undef KD_HOST_MATH1_VF
 #undef KD_HOST_MATH1_VD
 #undef KD_HOST_MATH2
+#undef KD_HOST_MATH2_V
+#undef KD_HOST_MATH2_VF
+#undef KD_HOST_MATH2_VD
 extern "C" double exp(double) noexcept;
 extern "C" float expf(float) noexcept;
 #pragma GCC visibility pop
