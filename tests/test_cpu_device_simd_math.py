@@ -120,3 +120,35 @@ def test_a_float_narrows_to_float16_rounding_to_nearest_even(cpu: Any) -> None:
         want = x.astype(np.float16)
     assert np.array_equal(got, want, equal_nan=True)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+# name: (CUDA's single-precision bound in ulp, how the two operands are drawn)
+BINARY_BOUNDS: dict[str, tuple[float, str]] = {"arctan2": (3, "any"), "power": (4, "positive base")}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_BOUNDS))
+def test_a_vectorized_float_function_of_two_stays_within_cudas_ulp_bound(cpu: Any, name: str) -> None:
+    bound, draw = BINARY_BOUNDS[name]
+    x, y = sample(-np.inf, np.inf, seed=1), sample(-np.inf, np.inf, seed=2)
+    size = min(len(x), len(y))
+    x, y = x[:size], y[:size]
+    if draw == "positive base":
+        x, y = np.abs(x), y / np.float32(2**100)  # (exponents whose powers are mostly finite)
+    got = getattr(ops, name)(cpu.to_device(x), cpu.to_device(y)).to_host()
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(x.astype(np.float64), y.astype(np.float64))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert ulp_errors(got, want).max() <= bound
+
+
+SPECIALS = np.float32([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, np.inf, -np.inf, np.nan, 1e-45, -3e38])
+
+
+@pytest.mark.parametrize("name", sorted(BINARY_BOUNDS))
+def test_a_vectorized_float_function_of_two_keeps_the_special_values(cpu: Any, name: str) -> None:
+    x, y = (np.tile(grid.ravel(), 4) for grid in np.meshgrid(SPECIALS, SPECIALS))  # a vector loop and its tail
+    got = getattr(ops, name)(cpu.to_device(x), cpu.to_device(y)).to_host()
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
