@@ -134,6 +134,10 @@ MATH_DOMAINS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+# The float16 ones measured (computed in float32 and rounded, on both sides).
+HALF_MATH = ("exp", "log", "sin", "tanh", "sqrt", "arctan")
+
+
 def layout_cases(side: int, seed: int = 3) -> list[LayoutCase]:
     """Ops on the layouts users pass besides one contiguous shape: a row and a column broadcast,
     strided and transposed views (elementwise and reduced), every axis of a 3-D array, and float32
@@ -163,6 +167,11 @@ def layout_cases(side: int, seed: int = 3) -> list[LayoutCase]:
         want = getattr(np, name)(operand.astype(np.float64))
         case = Case(f"{name} float32", {}, want, 1e-6, want.size, atol=1e-7)
         cases.append(LayoutCase(case, getattr(kd.ops, name), getattr(np, name), (operand,), 1.2))
+    for name in HALF_MATH:
+        operand = MATH_DOMAINS[name](z).astype(np.float16)
+        want = getattr(np, name)(operand.astype(np.float64))
+        case = Case(f"{name} float16", {}, want, 2e-3, want.size, atol=1e-4)
+        cases.append(LayoutCase(case, getattr(kd.ops, name), getattr(np, name), (operand,), 2.0))
     return cases
 
 
