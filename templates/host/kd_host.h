@@ -947,7 +947,7 @@ constexpr double kAtanTail[11] = {-0.33333333298807716, 0.19999991338081674, -0.
                                   -0.09039460931240913, 0.07427486383624089, -0.05783113716048088, 0.03863882460277054,
                                   -0.019523064643194504, 0.006329437579184222, -0.0009605419496194701};
 constexpr double kLn2 = 0.69314718055994530942, kHalfPi = 1.57079632679489661923;
-// log(d) for a positive finite d (a float's value, so a normal double): k ln2 + log(m) with m in
+// log(d) for a positive finite normal double d (log1p's 1 + x): k ln2 + log(m) with m in
 // [sqrt(1/2), sqrt(2)); log(m) = log1p(f), f = m - 1. Returns k and log(m).
 __forceinline__ double log_reduced(double d, double* k) noexcept {
     const unsigned long long bits = bit_cast<unsigned long long>(d), shifted = bits - 0x3fe6a09e667f3bcdull;
@@ -981,7 +981,6 @@ __forceinline__ float simd_log1p(float x) noexcept {
     const float r = (float)(fma_or_mad(k, kLn2, m) + (d - (u - 1.0)));
     return x > -1.0f && x < __builtin_inff() && x != 0.0f ? r : x == -1.0f ? -__builtin_inff() : x < -1.0f ? __builtin_nanf("") : x;
 }
-// expm1(x) = 2^n (expm1(r) + 1) - 1, n = rint(x / ln2), r = x - n ln2; no cancellation for n = 0.
 // asin(t) = t + t^3 P(t^2) for t in [0, 1/2], in float (the tail is under 5% of the result);
 // above, pi/2 - 2 asin(s), s = sqrt((1 - t) / 2) in float (exact but for the root's rounding), the
 // sum in double. acos from the same parts. NaN outside [-1, 1].
@@ -1003,6 +1002,7 @@ __forceinline__ float simd_acos(float x) noexcept {
     const double r = big ? (x > 0.0f ? 2.0 * p : 2.0 * kHalfPi - 2.0 * p) : kHalfPi - (x < 0.0f ? -p : p);
     return __builtin_fabsf(x) <= 1.0f ? (float)r : x != x ? x : __builtin_nanf("");
 }
+// expm1(x) = 2^n (expm1(r) + 1) - 1, n = rint(x / ln2), r = x - n ln2; no cancellation for n = 0.
 __forceinline__ float simd_expm1(float x) noexcept {
     const double d = x < -104.0f ? -104.0 : x > 104.0f ? 104.0 : x;  // (e^104 is past float's range)
     const double n = __builtin_rint(d * 1.44269504088896340736);
