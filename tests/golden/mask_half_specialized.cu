@@ -29,26 +29,23 @@ __device__ __forceinline__ double kd_neg(double a) {
     return __longlong_as_double(__double_as_longlong(a) ^ (long long)0x8000000000000000ull);
 }
 #ifdef KD_HOST_EMULATION
-// The CPU device has no cvt: round to nearest even in software, NaN as the GPU's branch gives it.
+// The CPU device has no cvt: round to nearest even in software, NaN as the GPU's branch gives it;
+// branch-free (each case computed, one picked), so a loop of conversions vectorizes.
 __device__ __forceinline__ unsigned short kd_f32_to_f16_bits(float f) {
-    unsigned int x = __float_as_uint(f), sign = (x >> 16) & 0x8000u;
-    x &= 0x7fffffffu;
-    if (x >= 0x7f800000u) return (unsigned short)(sign | (x > 0x7f800000u ? 0x7e00u : 0x7c00u));
-    if (x >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // 65520 and above round to infinity
-    if (x >= 0x38800000u) {  // a normal half: rebias the exponent, round the mantissa at bit 13
-        unsigned int r = x - 0x38000000u;
-        return (unsigned short)(sign | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
-    }
-    if (x <= 0x33000000u) return (unsigned short)sign;  // at most half the smallest subnormal: zero
-    unsigned int shift = 126u - (x >> 23), m = (x & 0x7fffffu) | 0x800000u;
-    unsigned int r = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    return (unsigned short)(sign | (r + ((rest > half || (rest == half && (r & 1u))) ? 1u : 0u)));
+    const unsigned int u = __float_as_uint(f), sign = (u >> 16) & 0x8000u, x = u & 0x7fffffffu;
+    // A normal half: rebias the exponent, round the mantissa at bit 13 (a carry reaches infinity).
+    const unsigned int normal = (x - 0x38000000u + 0xfffu + ((x >> 13) & 1u)) >> 13;
+    // Below 2^-14: adding 0.5 rounds at 2^-24, the subnormal half's last bit.
+    const unsigned int tiny = __float_as_uint(__uint_as_float(x) + 0.5f) - 0x3f000000u;
+    const unsigned int r = x > 0x7f800000u ? 0x7e00u : x >= 0x47800000u ? 0x7c00u : x < 0x38800000u ? tiny : normal;
+    return (unsigned short)(sign | r);
 }
 __device__ __forceinline__ float kd_f16_bits_to_f32(unsigned short h) {
-    unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0x1fu) return __uint_as_float(m ? (0x7fc00000u | sign) : (0x7f800000u | sign));
-    if (e == 0u) return __uint_as_float(sign | __float_as_uint((float)m * 5.9604644775390625e-8f));
-    return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+    const unsigned int sign = (unsigned int)(h & 0x8000u) << 16, x = h & 0x7fffu;
+    const unsigned int normal = (x << 13) + 0x38000000u;
+    const unsigned int tiny = __float_as_uint(__uint_as_float(0x3f000000u | x) - 0.5f);  // a subnormal: x 2^-24
+    const unsigned int r = x > 0x7c00u ? 0x7fc00000u : x == 0x7c00u ? 0x7f800000u : x < 0x400u ? tiny : normal;
+    return __uint_as_float(sign | r);
 }
 #endif
 struct __align__(2) kd_half {
@@ -159,7 +156,7 @@ extern "C" __global__ void kd_mask_half(
 #line +34 "THIS_FILE"
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = keep[i] ? x[i] : fill;
-#line 163 "kd_mask_half.cu"
+#line 160 "kd_mask_half.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif
