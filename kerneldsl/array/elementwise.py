@@ -134,6 +134,13 @@ def _stepped(leaf: dict[str, Any]) -> dict[str, Any]:
     return {**leaf, "step": step}
 
 
+def _root_rounded_to(context: dict[str, Any], storage: str) -> bool:
+    """Whether the program's root is a node whose result is rounded to ``storage`` (a 16-bit
+    float's): the flat host plan then stores that rounded value as it is, where widening it and
+    rounding again would double the loop's conversions."""
+    return any(node["id"] == context["root"] and node["round"] == storage for node in context["nodes"])
+
+
 def _build_elementwise(
     program: Program,
     layout: OperandLayout,
@@ -155,6 +162,7 @@ def _build_elementwise(
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         vector = flat and not host_run and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
         stepped = arrays + ([out] if strided else [])
+        context = program_context(program)
         text = render(
             "elementwise.cu.j2",
             name=program.name,
@@ -167,7 +175,8 @@ def _build_elementwise(
             out_dims=out_dims(layout),
             host_run=host_run,
             stepped=[_stepped(leaf) for leaf in stepped] if host_run else [],
-            program=program_context(program),
+            program=context,
+            root_stored=bool(host_run and flat and _root_rounded_to(context, storage_ctype(out_dtype))),
             vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
         )
