@@ -125,8 +125,11 @@ class LayoutCase:
 
 # kd.ops' float32 math functions, each on normal draws moved into its domain.
 MATH_DOMAINS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
-    **{name: lambda z: z for name in ("exp", "expm1", "sin", "cos", "tan", "arctan", "sinh", "cosh", "tanh")},
-    **{name: lambda z: z for name in ("arcsinh", "floor", "ceil", "trunc", "rint")},
+    **{
+        name: lambda z: z
+        for name in ("exp", "expm1", "sin", "cos", "tan", "arctan", "sinh", "cosh", "tanh", "arcsinh")
+        + ("floor", "ceil", "trunc", "rint")
+    },
     **{name: lambda z: np.abs(z) + 0.5 for name in ("log", "log2", "log10", "sqrt")},
     "log1p": np.abs,
     "arccosh": lambda z: np.abs(z) + 1,

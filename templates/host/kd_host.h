@@ -889,9 +889,6 @@ int fesetround(int mode) noexcept;
 #define KD_HOST_MATH2_VF(name) \
     extern "C" __attribute__((simd("notinbranch"), const)) float kd_host_vector_##name##f(float, float) noexcept __asm__(#name "f"); \
     KD_HOST_MATH2_V(name, kd_host_vector_##name##f(x, y))
-#define KD_HOST_MATH2_VD(name) \
-    extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_##name(double, double) noexcept __asm__(#name); \
-    KD_HOST_MATH2_V(name, (float)kd_host_vector_##name((double)x, (double)y))
 extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_exp(double) noexcept __asm__("exp");
 namespace kd_host {
 // expm1 of a float in a SIMD-math module: exp(x) - 1 in double (libmvec's exp, whose error stays
@@ -901,7 +898,8 @@ namespace kd_host {
 // polynomial's coefficients are a least-squares fit on Chebyshev nodes, lowest degree first, its
 // relative error over the reduced interval noted (tests/test_cpu_device_simd_math.py measures
 // the float results against CUDA's bounds).
-template <class T> __forceinline__ T fma_or_mad(T a, T b, T c) noexcept {
+// a * b + c, fused where the CPU has FMA (one rounding), else two roundings.
+template <class T> __forceinline__ T mad(T a, T b, T c) noexcept {
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
     if constexpr (sizeof(T) == 4) return __builtin_fmaf(a, b, c);
     else return __builtin_fma(a, b, c);
@@ -924,7 +922,7 @@ template <int N, class T> __forceinline__ T poly(T x, const T* c) noexcept {
     if constexpr (N == 1) return c[0];
     else {
         constexpr int H = below_power_of_two(N);
-        return fma_or_mad(power_of_two_power<H>(x), poly<N - H>(x, c + H), poly<H>(x, c));
+        return mad(power_of_two_power<H>(x), poly<N - H>(x, c + H), poly<H>(x, c));
     }
 }
 // log1p(f) / f on [sqrt(1/2) - 1, sqrt(2) - 1]: 1.0e-10.
@@ -968,8 +966,8 @@ __forceinline__ float simd_log(float x, double scale) noexcept {
     const float f = bit_cast<float>(bits - ((unsigned int)e << 23)) - 1.0f;
     const float tail = f * f * f * poly<9>(f, kLogTail);
     const double head = f, k = (double)(tiny ? e - 24 : e);
-    const double m = fma_or_mad(-0.5 * head, head, head) + (double)tail;
-    const float r = (float)fma_or_mad(k, kLn2 * scale, m * scale);
+    const double m = mad(-0.5 * head, head, head) + (double)tail;
+    const float r = (float)mad(k, kLn2 * scale, m * scale);
     // (The special values picked in float: a compare of 16 lanes, where double takes two.)
     return x > 0.0f && x < __builtin_inff() ? r : x == 0.0f ? -__builtin_inff() : x == __builtin_inff() ? x : __builtin_nanf("");
 }
@@ -978,7 +976,7 @@ __forceinline__ float simd_log1p(float x) noexcept {
     double k;
     const double d = x, u = 1.0 + d;
     const double m = log_reduced(u, &k);
-    const float r = (float)(fma_or_mad(k, kLn2, m) + (d - (u - 1.0)));
+    const float r = (float)(mad(k, kLn2, m) + (d - (u - 1.0)));
     return x > -1.0f && x < __builtin_inff() && x != 0.0f ? r : x == -1.0f ? -__builtin_inff() : x < -1.0f ? __builtin_nanf("") : x;
 }
 // asin(t) = t + t^3 P(t^2) for t in [0, 1/2], in float (the tail is under 5% of the result);
@@ -1006,21 +1004,21 @@ __forceinline__ float simd_acos(float x) noexcept {
 __forceinline__ float simd_expm1(float x) noexcept {
     const double d = x < -104.0f ? -104.0 : x > 104.0f ? 104.0 : x;  // (e^104 is past float's range)
     const double n = __builtin_rint(d * 1.44269504088896340736);
-    const double r = fma_or_mad(-n, 1.9082149292705877e-10, fma_or_mad(-n, 0.6931471803691238, d));
-    const double p = fma_or_mad(r * r, poly<8>(r, kExpm1Tail), r);
+    const double r = mad(-n, 1.9082149292705877e-10, mad(-n, 0.6931471803691238, d));
+    const double p = mad(r * r, poly<8>(r, kExpm1Tail), r);
     const double scale = bit_cast<double>((unsigned long long)((long long)n + 1023) << 52);
-    return x != x || x == 0.0f ? x : (float)fma_or_mad(scale, p, scale - 1.0);  // (NaN, and zero's sign)
+    return x != x || x == 0.0f ? x : (float)mad(scale, p, scale - 1.0);  // (NaN, and zero's sign)
 }
 // atan(u) for u in [0, 1].
 __forceinline__ double atan_unit(double u) noexcept {
     const double z = u * u;
-    return fma_or_mad(u * z, poly<11>(z, kAtanTail), u);
+    return mad(u * z, poly<11>(z, kAtanTail), u);
 }
 // atan(t) for t in [0, 1]; for t > 1, pi/2 - atan(1/t), 1/t a float division refined by a Newton step.
 __forceinline__ float simd_atan(float x) noexcept {
     const float tf = __builtin_fabsf(x);
     const double t = tf, inverse = (double)(1.0f / (tf > 1.0f ? tf : 1.0f));
-    const double p = atan_unit(tf > 1.0f ? inverse * fma_or_mad(-t, inverse, 2.0) : t);
+    const double p = atan_unit(tf > 1.0f ? inverse * mad(-t, inverse, 2.0) : t);
     const double r = tf > 1.0f ? (tf == __builtin_inff() ? kHalfPi : kHalfPi - p) : p;
     return x != x ? x : (float)__builtin_copysign(r, (double)x);
 }
@@ -1034,7 +1032,7 @@ __forceinline__ float simd_atan2(float y, float x) noexcept {
     const float num = (swap ? a : b) * (tiny ? 0x1p100f : 1.0f), den = (swap ? b : a) * (tiny ? 0x1p100f : 1.0f);
     const float inverse = 1.0f / den;
     const double quotient = (double)num * (double)inverse;
-    double u = fma_or_mad(fma_or_mad(-quotient, (double)den, (double)num), (double)inverse, quotient);
+    double u = mad(mad(-quotient, (double)den, (double)num), (double)inverse, quotient);
     u = den == 0.0f ? 0.0 : den == __builtin_inff() ? (num == __builtin_inff() ? 1.0 : 0.0) : u;
     double p = atan_unit(u);
     p = swap ? kHalfPi - p : p;
@@ -1063,16 +1061,10 @@ KD_HOST_MATH2(hypot) KD_HOST_MATH2(fmin) KD_HOST_MATH2(fmax) KD_HOST_MATH2(fdim)
 #undef KD_HOST_MATH2
 #undef KD_HOST_MATH2_V
 #undef KD_HOST_MATH2_VF
-#undef KD_HOST_MATH2_VD
 extern "C" double exp(double) noexcept;
 extern "C" float expf(float) noexcept;
 #pragma GCC visibility pop
 namespace kd_host {
-#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
-__forceinline__ float mad(float a, float b, float c) { return __builtin_fmaf(a, b, c); }
-#else
-__forceinline__ float mad(float a, float b, float c) { return a * b + c; }
-#endif
 // exp(x) within 1.01 ulp of the rounded result for every float (CUDA's __expf allows 2 + 1.17|x|):
 // x = k ln2 + r (k by the round-to-nearest of adding 1.5 * 2^23, ln2 in two parts), Cephes's
 // degree-7 polynomial for exp(r), times 2^k as two powers of two so that every k from underflow
