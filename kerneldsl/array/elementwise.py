@@ -127,6 +127,9 @@ def elementwise_kernel(
     return kernel
 
 
+HALF_STORAGE = storage_ctype(np.dtype(np.float16))
+
+
 def _stepped(leaf: dict[str, Any]) -> dict[str, Any]:
     """``leaf`` with ``step``: what its offset advances by along the result's last axis (0 where
     that axis is broadcast to it; None for a 0-d leaf, which has no axis)."""
@@ -136,8 +139,8 @@ def _stepped(leaf: dict[str, Any]) -> dict[str, Any]:
 
 def _root_rounded_to(context: dict[str, Any], storage: str) -> bool:
     """Whether the program's root is a node whose result is rounded to ``storage`` (a 16-bit
-    float's): the flat host plan then stores that rounded value as it is, where widening it and
-    rounding again would double the loop's conversions."""
+    float's): the flat host plan then leaves that rounding to the store, where rounding in the
+    loop and again at the store would double the loop's conversions."""
     return any(node["id"] == context["root"] and node["round"] == storage for node in context["nodes"])
 
 
@@ -155,6 +158,9 @@ def _build_elementwise(
     arrays = [a for a in array_leaves(program, layout) if a["id"] not in zero_d]  # streamed, element by element
     vec = vector_width(program, out_dtype)
     flat = layout.kind == "flat"
+    # The CPU device's flat plan converts float16 operands and results a chunk at a time.
+    staged = [a["id"] for a in arrays if a["storage"] == HALF_STORAGE] if host_run and flat else []
+    out_staged = bool(host_run and flat and storage_ctype(out_dtype) == HALF_STORAGE)
 
     def load(i: int, streamed: str) -> str:
         return f"kdp{i}[0]" if i in zero_d else streamed
@@ -176,9 +182,12 @@ def _build_elementwise(
             host_run=host_run,
             stepped=[_stepped(leaf) for leaf in stepped] if host_run else [],
             program=context,
-            root_stored=bool(host_run and flat and _root_rounded_to(context, storage_ctype(out_dtype))),
+            staged=staged,
+            out_staged=out_staged,
+            root_unrounded=out_staged and _root_rounded_to(context, HALF_STORAGE),
             vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
+            staged_loads=loads(program, lambda i: f"kdw{i}[kdk]" if i in staged else load(i, f"kdp{i}[kdi]")),
         )
         host_plan = HOST_RUNS[layout.kind].format(run=host_run) if host_run else None
         decisions = ElementwiseDecisions(layout=layout.kind, vector_width=vec if vector else 1, host_plan=host_plan)

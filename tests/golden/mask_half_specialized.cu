@@ -71,6 +71,76 @@ struct __align__(2) kd_half {
 #endif
     }
 };
+#ifdef KD_HOST_EMULATION
+// The CPU device's flat plan widens a run's float16 operands, and rounds its float16 result, a
+// chunk at a time: with the CPU's vector conversion where it has one (AVX-512: sixteen at a time,
+// F16C: eight). The hardware keeps a NaN's payload where the GPU makes the NaN canonical, so a
+// chunk holding a NaN is converted again one by one.
+constexpr unsigned int kd_chunk = 128;
+#if defined(__AVX512F__) || defined(__F16C__)
+#ifdef __AVX512F__
+constexpr unsigned int kd_lanes = 16;
+#else
+constexpr unsigned int kd_lanes = 8;
+#endif
+typedef short kd_halves __attribute__((vector_size(2 * kd_lanes)));
+typedef float kd_floats __attribute__((vector_size(4 * kd_lanes)));
+typedef int kd_ints __attribute__((vector_size(4 * kd_lanes)));
+__device__ __forceinline__ kd_floats kd_widen_lanes(kd_halves h) {
+#ifdef __AVX512F__
+    return __builtin_ia32_vcvtph2ps512_mask(h, kd_floats{}, (unsigned short)0xffffu, 4);  // (4: MXCSR's rounding)
+#else
+    return __builtin_ia32_vcvtph2ps256(h);
+#endif
+}
+__device__ __forceinline__ kd_halves kd_narrow_lanes(kd_floats f) {
+#ifdef __AVX512F__
+    return __builtin_ia32_vcvtps2ph512_mask(f, 0, kd_halves{}, (unsigned short)0xffffu);  // (0: to nearest even)
+#else
+    return __builtin_ia32_vcvtps2ph256(f, 0);
+#endif
+}
+__device__ __forceinline__ bool kd_any_lane(kd_ints v) {
+    unsigned long long w[kd_lanes / 2];
+    __builtin_memcpy(w, &v, sizeof w);
+    unsigned long long any = 0;
+    for (unsigned int k = 0; k < kd_lanes / 2; ++k) any |= w[k];
+    return any != 0;
+}
+#else
+constexpr unsigned int kd_lanes = 0;
+#endif
+__device__ __forceinline__ void kd_widen_halves(float* out, const kd_half* in, unsigned int n) {
+    unsigned int k = 0;
+#if defined(__AVX512F__) || defined(__F16C__)
+    kd_ints nan = {};
+    for (; k + kd_lanes <= n; k += kd_lanes) {
+        kd_halves h;
+        __builtin_memcpy(&h, in + k, sizeof h);
+        const kd_floats f = kd_widen_lanes(h);
+        __builtin_memcpy(out + k, &f, sizeof f);
+        nan |= f != f;
+    }
+    if (__builtin_expect(kd_any_lane(nan), 0)) k = 0;
+#endif
+    for (; k < n; ++k) out[k] = (float)in[k];
+}
+__device__ __forceinline__ void kd_narrow_halves(kd_half* out, const float* in, unsigned int n) {
+    unsigned int k = 0;
+#if defined(__AVX512F__) || defined(__F16C__)
+    kd_ints nan = {};
+    for (; k + kd_lanes <= n; k += kd_lanes) {
+        kd_floats f;
+        __builtin_memcpy(&f, in + k, sizeof f);
+        const kd_halves h = kd_narrow_lanes(f);
+        __builtin_memcpy(out + k, &h, sizeof h);
+        nan |= f != f;
+    }
+    if (__builtin_expect(kd_any_lane(nan), 0)) k = 0;
+#endif
+    for (; k < n; ++k) out[k] = kd_half(in[k]);
+}
+#endif
 // A vector's element in its compute type, a vector widened whole, and a vector filled from compute
 // values: one element at a time, except the 16-bit floats on sm_80+, which widen a bfloat16 with
 // one instruction from its 32-bit word, widen a float16 vector and round two floats with one cvt
@@ -156,7 +226,7 @@ extern "C" __global__ void kd_mask_half(
 #line +34 "THIS_FILE"
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = keep[i] ? x[i] : fill;
-#line 160 "kd_mask_half.cu"
+#line 230 "kd_mask_half.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif
