@@ -8,7 +8,7 @@ host has no libmvec, the kernels call libm as before."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NewType
 
 import numpy as np
 import pytest
@@ -41,6 +41,14 @@ BOUNDS: dict[str, tuple[float, tuple[float, float]]] = {
     "arccosh": (4, (1, np.inf)),
     "arctanh": (3, (-1, 1)),
 }
+
+
+n = NewType("n", int)
+
+
+@kd.kernel(grid=kd.cdiv(n, 256), block=256)
+def call_log10f(out: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
+    return "index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) out[i] = log10f(x[i]);"
 
 
 @pytest.fixture(scope="module")
@@ -120,6 +128,39 @@ def test_a_float_narrows_to_float16_rounding_to_nearest_even(cpu: Any) -> None:
         want = x.astype(np.float16)
     assert np.array_equal(got, want, equal_nan=True)
     assert np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_a_float16_nan_widens_to_the_gpus_nan_keeping_its_sign(cpu: Any) -> None:
+    payloads = np.array([0x7C01, 0x7D55, 0x7E00, 0x7FFF, 0xFC01, 0xFE00, 0xFFFF], np.uint16)
+    halves = np.tile(np.concatenate([payloads, np.arange(25, dtype=np.uint16)]), 40).view(np.float16)
+    got = ops.astype(cpu.to_device(halves), np.float32).to_host().view(np.uint32)
+    nan = np.isnan(halves)
+    assert np.array_equal(got[nan], 0x7FC00000 | (halves[nan].view(np.uint16).astype(np.uint32) & 0x8000) << 16)
+    assert np.array_equal(got[~nan].view(np.float32), halves[~nan].astype(np.float32))
+
+
+def test_a_float_nan_narrows_to_the_gpus_float16_nan_keeping_its_sign(cpu: Any) -> None:
+    payloads = np.array([0x7F800001, 0x7FA00000, 0x7FC00000, 0x7FFFFFFF, 0xFF800001, 0xFFC12345], np.uint32)
+    x = np.tile(np.concatenate([payloads, np.arange(26, dtype=np.float32).view(np.uint32)]), 40).view(np.float32)
+    got = ops.astype(cpu.to_device(x), np.float16).to_host().view(np.uint16)
+    nan = np.isnan(x)
+    assert np.array_equal(got[nan], 0x7E00 | (x[nan].view(np.uint32) >> 16 & 0x8000).astype(np.uint16))
+    assert np.array_equal(got[~nan].view(np.float16), x[~nan].astype(np.float16))
+
+
+def test_a_kernels_log10f_stays_within_cudas_ulp_bound(cpu: Any) -> None:
+    x = np.concatenate([np.float32([1.0180689]), sample(0, np.inf, seed=10)])  # (libm's log10f: 2.03 ulp there)
+    out = cpu.empty(x.size, np.float32)
+    call_log10f(out, cpu.to_device(x))
+    with np.errstate(divide="ignore"):
+        want = np.log10(x.astype(np.float64))
+    assert ulp_errors(out.to_host(), want).max() <= BOUNDS["log10"][0]
+
+
+def test_log10_of_a_strided_view_has_the_bits_of_log10_of_a_copy(cpu: Any) -> None:
+    x = sample(0, np.inf, seed=11)[: 1 << 16].reshape(256, 256)
+    view = ops.log10(cpu.to_device(x)[:, ::2]).to_host()
+    np.testing.assert_array_equal(view, ops.log10(cpu.to_device(np.ascontiguousarray(x[:, ::2]))).to_host())
 
 
 # name: (CUDA's single-precision bound in ulp, how the two operands are drawn)
