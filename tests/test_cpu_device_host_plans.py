@@ -242,9 +242,46 @@ def test_a_transposed_reduction_keeps_dims_and_writes_out_as_numpy(cpu: Any) -> 
     np.testing.assert_array_equal(out.to_host(), x.T.max(axis=0))
 
 
-def test_other_views_on_the_host_are_reduced_from_a_contiguous_copy(cpu: Any) -> None:
+IN_PLACE_VIEWS = {  # (a view of a 300 x 400 array, the axis): one stride each for the outer, reduced and inner index
+    "rows of a sliced view": (np.s_[::2, 3:300], 1),
+    "columns of a sliced view": (np.s_[::2, 3:300], 0),
+    "rows of every other column": (np.s_[:, ::2], 1),
+    "a whole column": (np.s_[:, 3], None),
+}
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "argmax"])
+@pytest.mark.parametrize("case", sorted(IN_PLACE_VIEWS))
+def test_a_view_whose_indices_each_step_by_one_stride_is_reduced_in_place_on_the_host(
+    cpu: Any, case: str, op: str
+) -> None:
+    index, axis = IN_PLACE_VIEWS[case]
     x = (np.random.default_rng(9).integers(-64, 64, (300, 400)) / 8).astype(np.float32)
-    view = cpu.to_device(x)[::2, 3:300]
-    assert ops.sum.strategy(view, axis=1, multiprocessors=2, host=True).variant.copy == COPY_HOST
-    assert ops.sum.strategy(view, axis=1, multiprocessors=2, host=False).variant.copy == ""
-    np.testing.assert_array_equal(ops.sum(view, axis=1).to_host(), x[::2, 3:300].sum(axis=1))
+    view = cpu.to_device(x)[index]
+    step = getattr(ops, op).strategy(view, axis=axis, multiprocessors=2, host=True)
+    assert step.variant.view and step.variant.copy == "" and step.variant.stage.startswith("host-")
+    np.testing.assert_array_equal(getattr(ops, op)(view, axis=axis).to_host(), getattr(np, op)(x[index], axis=axis))
+
+
+def test_a_view_between_two_kept_axes_is_reduced_in_place_on_the_host(cpu: Any) -> None:
+    x = (np.random.default_rng(10).integers(-64, 64, (6, 40, 33)) / 8).astype(np.float32)
+    view = cpu.to_device(x)[:, 2:-2, :]
+    assert ops.sum.strategy(view, axis=1, multiprocessors=2, host=True).variant.stage == "host-columns"
+    np.testing.assert_array_equal(ops.sum(view, axis=1).to_host(), x[:, 2:-2, :].sum(axis=1))
+
+
+def test_views_of_one_shape_and_other_strides_reduce_alike_on_the_host(cpu: Any) -> None:
+    x = (np.random.default_rng(11).integers(-64, 64, (300, 400)) / 8).astype(np.float32)
+    y = (np.random.default_rng(12).integers(-64, 64, (300, 500)) / 8).astype(np.float32)
+    for host in (x, y, x):  # the warm call's strides are the view's, not the first call's
+        np.testing.assert_array_equal(
+            ops.sum(cpu.to_device(host)[:, 3:303], axis=1).to_host(), host[:, 3:303].sum(axis=1)
+        )
+
+
+def test_a_view_with_kept_axes_of_two_strides_is_reduced_from_a_contiguous_copy_on_the_host(cpu: Any) -> None:
+    x = (np.random.default_rng(13).integers(-64, 64, (6, 40, 33)) / 8).astype(np.float32)
+    view = cpu.to_device(x)[:, 2:-2, 1:-1]
+    assert ops.sum.strategy(view, axis=2, multiprocessors=2, host=True).variant.copy == COPY_HOST
+    assert ops.sum.strategy(view, axis=2, multiprocessors=2, host=False).variant.copy == ""
+    np.testing.assert_array_equal(ops.sum(view, axis=2).to_host(), x[:, 2:-2, 1:-1].sum(axis=2))

@@ -51,6 +51,8 @@ HOST_STAGES = {
     "host-rows": "a thread folds each run of a row into {lanes} accumulators (no barrier or collective)",
     "host-columns": "a thread folds a run of {lanes} adjacent columns (no barrier or collective)",
 }
+# a host stage's view strides (Step.args), of value (o, k, i) of the outer x count x inner problem
+HOST_VIEW_STRIDES = ("kdso", "kdsk", "kdsi")
 _FULL = ("direct", "partial")
 _CANONICAL = ("segments", "lines")  # stages over canonical groups (their offsets from group strides)
 
@@ -100,6 +102,8 @@ def _params(
     if variant.stage in _CANONICAL:
         return params + [(name, scalar_param(_INT64)) for name in group_names(variant)]
     params += [(f"kdd{j}", scalar_param(_INT64)) for j in range(geometry.ndim)]
+    if variant.view:  # a host stage reading a strided view in place: its outer, reduced and inner strides
+        params += [(name, scalar_param(_INT64)) for name in HOST_VIEW_STRIDES]
     return params
 
 
@@ -137,6 +141,7 @@ def _context(
         block=BLOCK,
         tile=slab_values(acc.itemsize, variant.double_tile),
         split=variant.split,
+        view=variant.view,
         broadcast=geometry.broadcast and not along,
         along=along,
         vec=vector_width(program),

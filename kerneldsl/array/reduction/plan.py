@@ -54,7 +54,10 @@ COPY_REVERSED = "a reversed (negative-stride) axis: read from a contiguous copy"
 COPY_LAYOUTS = "operands of different layouts: read from contiguous copies"
 COPY_BROADCAST = "broadcast operands of a strided view: read from contiguous copies"
 COPY_EMPTY = "an empty view: nothing to read in place"
-COPY_HOST = "a view on the CPU device: its host stages read a contiguous copy (a view's stages are a GPU's)"
+COPY_HOST = (
+    "a view on the CPU device whose kept or reduced axes do not each step by one stride: its host stages read "
+    "a contiguous copy (a view's stages are a GPU's)"
+)
 
 
 @dataclass(eq=False)
@@ -174,7 +177,7 @@ class ReductionPlan(Plan):
             return (*before, out, *step.args)
         if step.variant.stage in _FULL:
             return (*before, out, e.count, *self.value_shape)
-        return (*before, out, e.count, e.outer, e.inner, step.splits, *self.value_shape)
+        return (*before, out, e.count, e.outer, e.inner, step.splits, *self.value_shape, *step.args)
 
     def _kernel(self, variant: Variant) -> Kernel:
         return reduction_kernel(self.program, self.reducer, self.geometry, variant, self.acc, self.dtype)
@@ -243,6 +246,10 @@ class ReductionPlan(Plan):
         elif not all(self.value_shape):
             copy = COPY_EMPTY
         elif host:
+            ((_, strides),) = layouts
+            view = _host_view(canonicalize(self.value_shape, strides, self.axes))
+            if view is not None and not self.extents.gather:
+                return host_step(self.extents, self._acc_bytes, sms, self._kernel, self.acc.itemsize, view)
             copy = COPY_HOST
         else:
             ((_, strides),) = layouts
@@ -253,6 +260,21 @@ class ReductionPlan(Plan):
             variant = replace(contiguous_step.variant, copy=copy or COPY_LAYOUTS)
             return replace(contiguous_step, variant=variant, kernel=self._kernel(variant))
         return self._strided_step(canonical, sms, view=True)
+
+
+def _host_view(canonical: Canonical | None) -> tuple[int, int, int] | None:
+    """The outer, reduced and inner element strides of a view the host stages read in place: at
+    most one kept group before the one reduced group and one after it (the outer x count x inner
+    problem, each index a fixed stride apart; 0 for an absent group); None for other layouts."""
+    if canonical is None:
+        return None
+    groups = canonical.groups
+    kinds = "".join("r" if g.reduced else "k" for g in groups)
+    if kinds not in ("r", "kr", "rk", "krk"):
+        return None
+    outer = groups[0].stride if kinds[0] == "k" else 0
+    inner = groups[-1].stride if kinds[-1] == "k" else 0
+    return outer, groups[kinds.index("r")].stride, inner
 
 
 def _in_order(n: int) -> tuple[tuple[str, int], ...]:

@@ -153,7 +153,7 @@ class Variant:
     team: str = "block"
     copy: str = ""
     flat: bool = False  # lines: a tile is consecutive outputs of every kept group, not of the fastest one
-    view: bool = False  # segments, lines: a strided view read in place (its leaves declared strided)
+    view: bool = False  # segments, lines, host stages: a strided view read in place (its leaves declared strided)
     period: int = 1  # columns: rows a 16-byte vector lies across when the kept extent is no multiple of it
     double_tile: bool = False  # slabs: a tile of twice SLAB_TILE_BYTES (see there)
 
@@ -163,7 +163,8 @@ class Step:
     """The one launch a reduction call makes: its kernel, grid, and for split stages how many
     blocks share an output and how many partials and tickets they need; ``args``: the integer
     arguments after the output of the segments and lines stages (counts, group extents and
-    strides, in ``strided.group_names`` order)."""
+    strides, in ``strided.group_names`` order), and after the extents of a host stage reading a
+    view (its strides, ``kernel.HOST_VIEW_STRIDES``)."""
 
     variant: Variant
     kernel: Kernel
@@ -194,15 +195,22 @@ def host_accumulators(acc_bytes: int) -> int:
 
 
 def host_step(
-    e: Extents, acc_bytes: int, cores: int, kernel: Callable[[Variant], Kernel], value_bytes: int = 0
+    e: Extents,
+    acc_bytes: int,
+    cores: int,
+    kernel: Callable[[Variant], Kernel],
+    value_bytes: int = 0,
+    view: tuple[int, int, int] | None = None,
 ) -> Step:
     """The CPU device's launch for plain contiguous extents ``e`` (no gather) on ``cores``: a
     thread per output row ("host-rows", ``inner == 1``) or per ``HOST_COLUMN_BYTES`` of
-    accumulators for adjacent columns ("host-columns": each reduced index a contiguous run, at most
+    accumulators for adjacent columns ("host-columns": each reduced index a run of adjacent outputs, at most
     a block's width, as a variant's lanes are), each run split over threads until there are
     ``HOST_ITEMS_PER_CORE`` runs a core, no run shorter than ``HOST_PIECE`` values; one-thread
     blocks take consecutive runs. ``value_bytes``: a row lane's accumulator when it keeps no index
-    (an indexed reduction's rows find the best value first, then its index)."""
+    (an indexed reduction's rows find the best value first, then its index). ``view``: the element
+    strides of a strided view's outer, reduced and inner indices, which the stages then read in
+    place (``Step.args``)."""
     # a tile of adjacent columns: no wider than the kept extent, so most tiles are whole (a whole
     # tile's loop has a fixed trip count, which the compiler vectorizes)
     columns = min(BLOCK, _pow2_at_most(max(1, HOST_COLUMN_BYTES // acc_bytes)), _pow2_at_most(max(1, e.inner)))
@@ -212,10 +220,10 @@ def host_step(
     width = 1 if e.inner == 1 else min(lanes, e.inner)  # values a thread takes from one reduced index
     wanted = _ceil(cores * HOST_ITEMS_PER_CORE, tiles)
     splits = max(1, min(wanted, e.count * width // HOST_PIECE))
-    variant = Variant(stage, lanes, split=splits > 1)
+    variant = Variant(stage, lanes, split=splits > 1, view=view is not None)
     partials, tickets = (e.outer * e.inner * splits, tiles) if splits > 1 else (0, 0)
     blocks = min(tiles * splits, cores * HOST_BLOCKS_PER_CORE)
-    return Step(variant, kernel(variant), blocks, splits, partials, tickets)
+    return Step(variant, kernel(variant), blocks, splits, partials, tickets, view or ())
 
 
 def full_variant(size: int) -> Variant:
