@@ -1,8 +1,9 @@
-"""kd.ops' flat plan on the CPU device vectorizes its loop, and its float math functions then run
+"""kd.ops' host plans on the CPU device vectorize their loops, and their float math functions then run
 through libmvec's vector variants or the shim's own polynomials in double (the log family, expm1,
 atan): each stays within CUDA's documented ulp bound for the function (the CUDA Math API's
 single-precision table), measured here against float64 on every binade of its domain, and keeps
-the special values and the sign of zero; the float16 conversions its loops run are exact. Where the
+the special values and the sign of zero, on contiguous data and on views; the float16 conversions
+their loops run are exact. Where the
 host has no libmvec, the kernels call libm as before."""
 
 from __future__ import annotations
@@ -74,11 +75,15 @@ def ulp_errors(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.abs(got[finite].astype(np.float64) - want[finite]) / np.spacing(np.abs(nearest[finite]))
 
 
+@pytest.mark.parametrize("view", [False, True], ids=["contiguous", "every other element"])
 @pytest.mark.parametrize("name", sorted(BOUNDS))
-def test_a_vectorized_float_function_stays_within_cudas_ulp_bound(cpu: Any, name: str) -> None:
+def test_a_vectorized_float_function_stays_within_cudas_ulp_bound(cpu: Any, name: str, view: bool) -> None:
     bound, (low, high) = BOUNDS[name]
     x = sample(low, high, seed=len(name))
-    got = getattr(ops, name)(cpu.to_device(x)).to_host()
+    if view:  # the strided plan's loop, vectorized too
+        got = getattr(ops, name)(cpu.to_device(np.repeat(x, 2))[::2]).to_host()
+    else:
+        got = getattr(ops, name)(cpu.to_device(x)).to_host()
     with np.errstate(all="ignore"):
         want = getattr(np, name)(x.astype(np.float64))
     assert np.array_equal(np.isnan(got), np.isnan(want))
@@ -87,9 +92,11 @@ def test_a_vectorized_float_function_stays_within_cudas_ulp_bound(cpu: Any, name
 
 @pytest.mark.parametrize("special", [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan])
 @pytest.mark.parametrize("name", ["exp", "expm1", "log", "log2", "log10", "log1p", "sin", "tanh", "arctan"])
-def test_a_vectorized_float_function_keeps_the_special_values(cpu: Any, name: str, special: float) -> None:
+@pytest.mark.parametrize("view", [False, True], ids=["contiguous", "every other element"])
+def test_a_vectorized_float_function_keeps_the_special_values(cpu: Any, name: str, special: float, view: bool) -> None:
     x = np.full(300, special, np.float32)  # a vector loop and its scalar tail
-    got = getattr(ops, name)(cpu.to_device(x)).to_host()
+    operand = cpu.to_device(np.repeat(x, 2))[::2] if view else cpu.to_device(x)
+    got = getattr(ops, name)(operand).to_host()
     with np.errstate(all="ignore"):
         want = getattr(np, name)(x.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(got, want)

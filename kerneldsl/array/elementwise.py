@@ -206,7 +206,7 @@ def _build_elementwise(
     for d in out_dims(layout):
         total = total * sym(d)
     per_thread = host_run or vec
-    options = (*OPTIONS, SIMD_MATH) if host_run and flat else OPTIONS
+    options = (*OPTIONS, SIMD_MATH) if host_run else OPTIONS
     return make_kernel(
         program.name,
         params,

@@ -56,26 +56,24 @@ HOST_OUTPUT = HOST
 # -march=native: this host's vector units (the key records its ISA).
 # -fvisibility=hidden: only a module's kd_host_fn_<entry> is exported (the shim marks it), so the
 # compiler may inline kernels and device functions.
-# -fopenmp-simd: a loop marked `#pragma omp simd` (kd.ops' flat host plan) is vectorized whatever
-# -O2's cost model says; nothing else of OpenMP.
 BASE_FLAGS = (
     "-O2",
     "-march=native",
     "-ffp-contract=off",
     "-fvisibility=hidden",
-    "-fopenmp-simd",
     "-DKD_HOST_EMULATION=1",
 )
-# The option of a kernel whose loops vectorize (kd.ops' flat host plan): its float math functions
+# The option of a kernel whose loops vectorize (kd.ops' host plans): its float math functions
 # call libmvec's vector variants where the host has them (see the shim's "The CUDA math API").
 SIMD_MATH = "-DKD_HOST_SIMD_MATH=1"
 # With it, a loop rounds (floor, ceil, trunc) and selects (the shim's branch-free math) in vector
 # registers: GCC otherwise keeps what could raise a floating-point flag scalar and in order, and a
 # CUDA kernel observes no flags.
 NO_TRAPS = "-fno-trapping-math"
-# The flat plan's loop (`#pragma GCC ivdep`) is vectorized whatever -O2's cost model says, its
-# selects of several cases included (the shim's special values).
-VECTORIZE = ("-fvect-cost-model=unlimited", "--param=max-tree-if-conversion-phi-args=64")
+# The host plans' loops (`#pragma GCC ivdep`) are vectorized whatever -O2's cost model says, their
+# selects of several cases included (the shim's special values); a loop along a view's row gets a
+# version for the unit strides it usually has (the strides are run-time values).
+VECTORIZE = ("-fvect-cost-model=unlimited", "--param=max-tree-if-conversion-phi-args=64", "-fversion-loops-for-strides")
 # libmvec by its runtime name, so no development link is needed; glibc 2.35 added the functions
 # beyond exp, log, sin, cos and pow (tanhf among them), which the shim's list needs.
 _LIBMVEC = "libmvec.so.1"
