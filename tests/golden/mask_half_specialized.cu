@@ -86,20 +86,26 @@ constexpr unsigned int kd_lanes = 8;
 typedef short kd_halves __attribute__((vector_size(2 * kd_lanes)));
 typedef float kd_floats __attribute__((vector_size(4 * kd_lanes)));
 typedef int kd_ints __attribute__((vector_size(4 * kd_lanes)));
-__device__ __forceinline__ kd_floats kd_widen_lanes(kd_halves h) {
+// A vector of lanes widened, or narrowed, and the float side of the two (where a NaN shows).
+__device__ __forceinline__ kd_floats kd_convert_lanes(kd_halves h) {
 #ifdef __AVX512F__
     return __builtin_ia32_vcvtph2ps512_mask(h, kd_floats{}, (unsigned short)0xffffu, 4);  // (4: MXCSR's rounding)
 #else
     return __builtin_ia32_vcvtph2ps256(h);
 #endif
 }
-__device__ __forceinline__ kd_halves kd_narrow_lanes(kd_floats f) {
+__device__ __forceinline__ kd_halves kd_convert_lanes(kd_floats f) {
 #ifdef __AVX512F__
     return __builtin_ia32_vcvtps2ph512_mask(f, 0, kd_halves{}, (unsigned short)0xffffu);  // (0: to nearest even)
 #else
     return __builtin_ia32_vcvtps2ph256(f, 0);
 #endif
 }
+__device__ __forceinline__ kd_floats kd_float_side(kd_halves, kd_floats widened) { return widened; }
+__device__ __forceinline__ kd_floats kd_float_side(kd_floats narrowed, kd_halves) { return narrowed; }
+template <class T> struct kd_lanes_of;
+template <> struct kd_lanes_of<kd_half> { typedef kd_halves type; };
+template <> struct kd_lanes_of<float> { typedef kd_floats type; };
 __device__ __forceinline__ bool kd_any_lane(kd_ints v) {
     unsigned long long w[kd_lanes / 2];
     __builtin_memcpy(w, &v, sizeof w);
@@ -107,38 +113,23 @@ __device__ __forceinline__ bool kd_any_lane(kd_ints v) {
     for (unsigned int k = 0; k < kd_lanes / 2; ++k) any |= w[k];
     return any != 0;
 }
-#else
-constexpr unsigned int kd_lanes = 0;
 #endif
-__device__ __forceinline__ void kd_widen_halves(float* out, const kd_half* in, unsigned int n) {
+// n float16 values widened to float (From: kd_half), or n floats narrowed to float16 (To: kd_half).
+template <class To, class From> __device__ __forceinline__ void kd_convert_halves(To* out, const From* in, unsigned int n) {
     unsigned int k = 0;
 #if defined(__AVX512F__) || defined(__F16C__)
     kd_ints nan = {};
     for (; k + kd_lanes <= n; k += kd_lanes) {
-        kd_halves h;
-        __builtin_memcpy(&h, in + k, sizeof h);
-        const kd_floats f = kd_widen_lanes(h);
-        __builtin_memcpy(out + k, &f, sizeof f);
+        typename kd_lanes_of<From>::type lanes;
+        __builtin_memcpy(&lanes, in + k, sizeof lanes);
+        const auto converted = kd_convert_lanes(lanes);
+        __builtin_memcpy(out + k, &converted, sizeof converted);
+        const kd_floats f = kd_float_side(lanes, converted);
         nan |= f != f;
     }
     if (__builtin_expect(kd_any_lane(nan), 0)) k = 0;
 #endif
-    for (; k < n; ++k) out[k] = (float)in[k];
-}
-__device__ __forceinline__ void kd_narrow_halves(kd_half* out, const float* in, unsigned int n) {
-    unsigned int k = 0;
-#if defined(__AVX512F__) || defined(__F16C__)
-    kd_ints nan = {};
-    for (; k + kd_lanes <= n; k += kd_lanes) {
-        kd_floats f;
-        __builtin_memcpy(&f, in + k, sizeof f);
-        const kd_halves h = kd_narrow_lanes(f);
-        __builtin_memcpy(out + k, &h, sizeof h);
-        nan |= f != f;
-    }
-    if (__builtin_expect(kd_any_lane(nan), 0)) k = 0;
-#endif
-    for (; k < n; ++k) out[k] = kd_half(in[k]);
+    for (; k < n; ++k) out[k] = To(in[k]);
 }
 #endif
 // A vector's element in its compute type, a vector widened whole, and a vector filled from compute
@@ -226,7 +217,7 @@ extern "C" __global__ void kd_mask_half(
 #line +34 "THIS_FILE"
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = keep[i] ? x[i] : fill;
-#line 230 "kd_mask_half.cu"
+#line 221 "kd_mask_half.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif
