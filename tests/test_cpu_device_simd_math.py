@@ -155,6 +155,20 @@ def test_a_float_nan_narrows_to_the_gpus_float16_nan_keeping_its_sign(cpu: Any) 
     assert np.array_equal(got[~nan].view(np.float16), x[~nan].astype(np.float16))
 
 
+@pytest.mark.parametrize("name", ["exp", "log", "log2", "log10"])
+def test_a_float16_function_is_within_a_float16_ulp_of_the_exact_result(cpu: Any, name: str) -> None:
+    halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)  # every float16
+    got = getattr(ops, name)(cpu.to_device(halves)).to_host()
+    with np.errstate(all="ignore"):
+        exact = getattr(np, name)(halves.astype(np.float64))
+        want = exact.astype(np.float16)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    spacing = np.spacing(np.abs(want[finite])).astype(np.float64)
+    assert (np.abs(got[finite].astype(np.float64) - exact[finite]) / spacing).max() <= 1
+
+
 def test_a_kernels_log10f_stays_within_cudas_ulp_bound(cpu: Any) -> None:
     x = np.concatenate([np.float32([1.0180689]), sample(0, np.inf, seed=10)])  # (libm's log10f: 2.03 ulp there)
     out = cpu.empty(x.size, np.float32)

@@ -961,22 +961,30 @@ __forceinline__ double log_reduced(double d, double* k) noexcept {
     *k = (double)e;
     return f * poly<12>(f, kLog1pOverF);
 }
-// log(x) / log(base) as float, `scale` = 1 / log(base); CUDA's special values (0 -> -inf, x < 0 -> NaN).
 // In float, 16 lanes a vector: x = 2^k m, m in [sqrt(1/2), sqrt(2)) (a subnormal x scaled up by
-// 2^24 first), f = m - 1 (exact), and log(m) = f - f^2/2 + f^3 Q(f); in double only the head and
-// the sums: the float tail's error is at most 0.07 of its ulps in the result.
-__forceinline__ float simd_log(float x, double scale) noexcept {
+// 2^24 first), f = m - 1 (exact), and log(m) = f - f^2/2 + f^3 Q(f). Returns k; sets f and the
+// tail f^3 Q(f). (Garbage for the special values, which log_special drops.)
+__forceinline__ float log_reduced_float(float x, float* f, float* tail) noexcept {
     const bool tiny = x < 0x1p-126f;
-    const float y = tiny ? x * 0x1p24f : x;  // (garbage for the special values, which the select drops)
+    const float y = tiny ? x * 0x1p24f : x;
     const unsigned int bits = bit_cast<unsigned int>(y), shifted = bits - 0x3f3504f3u;
     const int e = (int)shifted >> 23;
-    const float f = bit_cast<float>(bits - ((unsigned int)e << 23)) - 1.0f;
-    const float tail = f * f * f * poly<9>(f, kLogTail);
-    const double head = f, k = (double)(tiny ? e - 24 : e);
-    const double m = mad(-0.5 * head, head, head) + (double)tail;
-    const float r = (float)mad(k, kLn2 * scale, m * scale);
-    // (The special values picked in float: a compare of 16 lanes, where double takes two.)
+    *f = bit_cast<float>(bits - ((unsigned int)e << 23)) - 1.0f;
+    *tail = *f * *f * *f * poly<9>(*f, kLogTail);
+    return (float)(tiny ? e - 24 : e);
+}
+// A log's value r, or CUDA's special values (0 -> -inf, inf -> inf, x < 0 -> NaN), picked in
+// float: a compare of 16 lanes, where double takes two.
+__forceinline__ float log_special(float x, float r) noexcept {
     return x > 0.0f && x < __builtin_inff() ? r : x == 0.0f ? -__builtin_inff() : x == __builtin_inff() ? x : __builtin_nanf("");
+}
+// log(x) / log(base) as float, `scale` = 1 / log(base): in double only the head and the sums, the
+// float tail's error is at most 0.07 of its ulps in the result.
+__forceinline__ float simd_log(float x, double scale) noexcept {
+    float f, tail;
+    const double k = log_reduced_float(x, &f, &tail), head = f;
+    const double m = mad(-0.5 * head, head, head) + (double)tail;
+    return log_special(x, (float)mad(k, kLn2 * scale, m * scale));
 }
 // log1p(x) = log(u) + (x - (u - 1)) for u = 1 + x in double (the rounding of u, which the log misses).
 __forceinline__ float simd_log1p(float x) noexcept {
@@ -1095,6 +1103,21 @@ __forceinline__ float fast_exp(float x) noexcept {
     const int n = (int)(bit_cast<unsigned int>(j) - bit_cast<unsigned int>(shifter)), half = n >> 1;
     return p * bit_cast<float>((unsigned int)(half + 127) << 23) * bit_cast<float>((unsigned int)(n - half + 127) << 23);
 }
+// Float functions for a result rounded to a 16-bit float (kd.ops' float16 and bfloat16 nodes take
+// them in place of the accurate ones: element.cuh.j2). Their error, a few float ulps at most, is far
+// below a 16-bit float's ulp, and they stay in float where the accurate ones sum in double.
+namespace half_result {
+__forceinline__ float log_scaled(float x, float scale) noexcept {
+    float f, tail;
+    const float k = log_reduced_float(x, &f, &tail);
+    const float m = mad(-0.5f * f, f, f) + tail;
+    return log_special(x, mad(k, 0.693147181f * scale, m * scale));
+}
+__forceinline__ float log(float x) noexcept { return log_scaled(x, 1.0f); }
+__forceinline__ float log2(float x) noexcept { return log_scaled(x, 1.44269504f); }
+__forceinline__ float log10(float x) noexcept { return log_scaled(x, 0.434294482f); }
+__forceinline__ float exp(float x) noexcept { return fast_exp(x); }
+}  // namespace half_result
 }  // namespace kd_host
 #if KD_HOST_FAST_MATH
 __forceinline__ float exp(float x) noexcept { return kd_host::fast_exp(x); }
