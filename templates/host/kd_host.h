@@ -898,9 +898,6 @@ int fesetround(int mode) noexcept;
     KD_HOST_MATH2_V(name, kd_host_vector_##name##f(x, y))
 extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_exp(double) noexcept __asm__("exp");
 namespace kd_host {
-// expm1 of a float in a SIMD-math module: exp(x) - 1 in double (libmvec's exp, whose error stays
-// far below a float ulp through the cancellation for |x| >= 2^-17), else x + x^2/2 + x^3/6 (its
-// error is x^4/24); picked without a branch, so the loop stays vectorized.
 // The own SIMD math: branch-free, so the loop vectorizes (the selects become blends); each
 // polynomial's coefficients are a least-squares fit on Chebyshev nodes, lowest degree first, its
 // relative error over the reduced interval noted (tests/test_cpu_device_simd_math.py measures
