@@ -162,6 +162,8 @@ def _build_elementwise(
     staged = [a["id"] for a in arrays if a["storage"] == HALF_STORAGE] if host_run and flat else []
     out_staged = bool(host_run and flat and storage_ctype(out_dtype) == HALF_STORAGE)
 
+    row_leaves = {a["id"] for a in arrays if a["dims"]}  # a host plan's row has an axis of theirs
+
     def load(i: int, streamed: str) -> str:
         return f"kdp{i}[0]" if i in zero_d else streamed
 
@@ -181,6 +183,9 @@ def _build_elementwise(
             out_dims=out_dims(layout),
             host_run=host_run,
             stepped=[_stepped(leaf) for leaf in stepped] if host_run else [],
+            gathered=[_stepped(leaf) for leaf in arrays if leaf["dims"]] if host_run else [],
+            out_step=_stepped(out)["step"] if host_run and strided else None,
+            offset_type="long long" if strided else "index_t",
             program=context,
             staged=staged,
             out_staged=out_staged,
@@ -188,6 +193,7 @@ def _build_elementwise(
             vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
             staged_loads=loads(program, lambda i: f"kdw{i}[kdk]" if i in staged else load(i, f"kdp{i}[kdi]")),
+            chunk_loads=loads(program, lambda i: f"kdq{i}[kdk]" if i in row_leaves else f"kdp{i}[kdoff{i}]"),
         )
         host_plan = HOST_RUNS[layout.kind].format(run=host_run) if host_run else None
         decisions = ElementwiseDecisions(layout=layout.kind, vector_width=vec if vector else 1, host_plan=host_plan)
