@@ -12,12 +12,13 @@ import pytest
 
 import kerneldsl as kd
 from kerneldsl import ops
-from kerneldsl.array.elementwise import HOST_RUN, HOST_RUNS
+from kerneldsl.array.elementwise import HOST_RUN, HOST_RUNS, HOST_TILES
 from kerneldsl.array.reduction.axes import memory_order
 from kerneldsl.array.reduction.plan import COPY_HOST
 from kerneldsl.array.reduction.strategy import HOST_PIECE, extents, host_step
 from kerneldsl.jit.host_compile import SIMD_MATH
 from kerneldsl.runtime.selection import PLAN_ENV
+from kerneldsl.runtime.views import reads_across_rows
 
 pytestmark = pytest.mark.skipif(not kd.is_available("cpu"), reason="no host C++ compiler for the CPU device")
 
@@ -173,6 +174,102 @@ def test_strided_elementwise_ops_on_the_host_read_and_write_views_as_numpy(cpu: 
     np.testing.assert_array_equal(ops.add(view.T, view.T).to_host(), host_view.T * 2)
     ops.negative(view, out=view)
     np.testing.assert_array_equal(d.to_host()[index], -host_view)
+
+
+def _exact(shape: tuple[int, ...], dtype: str, seed: int) -> np.ndarray:
+    """Multiples of 1/8 in [-8, 8): sums and negations are exact in every dtype below."""
+    values = np.random.default_rng(seed).integers(-64, 64, shape) / 8
+    return (values + 1j * values[..., ::-1] if np.dtype(dtype).kind == "c" else values).astype(dtype)
+
+
+def _swap_last(a: Any) -> Any:
+    """``a`` with its last two axes swapped: a transposed view (unit stride across its rows)."""
+    return a.transpose(*range(a.ndim - 2), a.ndim - 1, a.ndim - 2)
+
+
+# Rows and columns that are and are not multiples of a tile's (16 x 64), a 3-d array, a short tile.
+TRANSPOSED_SHAPES = [(37, 70), (300, 1031), (16, 64), (5, 33, 130), (129, 17)]
+TRANSPOSED_DTYPES = ["float32", "float16", "float64", "int8", "complex128"]
+
+
+@pytest.mark.parametrize("dtype", TRANSPOSED_DTYPES)
+@pytest.mark.parametrize("shape", TRANSPOSED_SHAPES, ids=str)
+def test_a_transposed_operand_on_the_host_is_read_as_numpy_reads_it(
+    cpu: Any, shape: tuple[int, ...], dtype: str
+) -> None:
+    x = _exact(shape, dtype, 11)
+    view, host_view = _swap_last(cpu.to_device(x)), _swap_last(x)
+    y = _exact(host_view.shape, dtype, 12)
+    np.testing.assert_array_equal(ops.negative(view).to_host(), -host_view)
+    np.testing.assert_array_equal(ops.add(view, cpu.to_device(y)).to_host(), host_view + y)
+    np.testing.assert_array_equal(ops.multiply(view, view).to_host(), host_view * host_view)
+
+
+@pytest.mark.parametrize("shape", TRANSPOSED_SHAPES, ids=str)
+def test_a_row_or_a_column_broadcast_beside_a_transposed_operand_matches_numpy(
+    cpu: Any, shape: tuple[int, ...]
+) -> None:
+    x = _exact(shape, "float32", 13)
+    view, host_view = _swap_last(cpu.to_device(x)), _swap_last(x)
+    row, column = _exact(host_view.shape[-1:], "float32", 14), _exact(host_view.shape[:-1] + (1,), "float32", 15)
+    np.testing.assert_array_equal(ops.add(view, cpu.to_device(row)).to_host(), host_view + row)
+    np.testing.assert_array_equal(ops.subtract(view, cpu.to_device(column)).to_host(), host_view - column)
+
+
+def test_a_transposed_operand_with_its_rows_reversed_matches_numpy(cpu: Any) -> None:
+    x = _exact((300, 1031), "float32", 16)
+    view = cpu.to_device(x)[::-1].T  # a stride of -1 across the result's rows
+    np.testing.assert_array_equal(ops.negative(view).to_host(), -x[::-1].T)
+
+
+@pytest.mark.parametrize("shape", TRANSPOSED_SHAPES, ids=str)
+def test_a_result_written_into_a_transposed_view_on_the_host_matches_numpy(cpu: Any, shape: tuple[int, ...]) -> None:
+    x = _exact(shape, "float32", 17)
+    out = cpu.to_device(np.zeros_like(x))
+    ops.negative(_swap_last(cpu.to_device(x)), out=_swap_last(out))
+    np.testing.assert_array_equal(out.to_host(), -x)
+
+
+@pytest.mark.parametrize("name", ["sin", "exp", "log", "log10", "arctan", "sqrt"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64"])
+def test_math_of_a_transposed_view_has_the_bits_of_math_of_a_copy(cpu: Any, name: str, dtype: str) -> None:
+    x = np.abs(np.random.default_rng(18).standard_normal((300, 1031)) * 4).astype(dtype)
+    function = getattr(ops, name)
+    got = function(cpu.to_device(x).T).to_host()
+    want = function(cpu.to_device(np.ascontiguousarray(x.T))).to_host()
+    np.testing.assert_array_equal(got.view(f"u{x.itemsize}"), want.view(f"u{x.itemsize}"))
+
+
+def test_an_op_reading_a_transposed_view_on_the_host_takes_the_tiled_plan(cpu: Any) -> None:
+    x = cpu.to_device(np.zeros((30, 40), np.float32))
+    out = np.empty((40, 30), np.float32)
+    tiled = ops.exp._plan((x.T,), None).kernel_on(cpu).inspect(x.T, out, arch="sm_90").decisions
+    rows = (
+        ops.exp._plan((x[:, ::2],), None)
+        .kernel_on(cpu)
+        .inspect(x[:, ::2], np.empty((30, 20), np.float32), arch="sm_90")
+        .decisions
+    )
+    assert tiled.host_plan == HOST_TILES
+    assert rows.host_plan == HOST_RUNS["strided"].format(run=HOST_RUN)
+
+
+@pytest.mark.parametrize(
+    ("shape", "strides", "across"),
+    [
+        ((40, 30), (4, 160), True),  # a transposed matrix
+        ((40, 30), (-4, 160), True),  # ... with its rows reversed
+        ((2, 40, 30), (4800, 4, 160), True),  # the last two axes of a 3-d array swapped
+        ((30, 40), (160, 4), False),  # C-contiguous
+        ((30, 20), (160, 8), False),  # every other column
+        ((40, 1), (4, 160), False),  # one column: nothing to read across
+        ((40, 30), (4, 0), False),  # a broadcast row
+    ],
+)
+def test_a_view_is_read_across_its_rows_where_its_elements_are_adjacent_across_them(
+    shape: tuple[int, ...], strides: tuple[int, ...], across: bool
+) -> None:
+    assert reads_across_rows(shape, strides, 4) is across
 
 
 def test_a_host_elementwise_build_says_its_plan_and_the_gpus_does_not(cpu: Any) -> None:

@@ -47,7 +47,7 @@ from ..jit.signature import RESERVED_NAMES, ArrayAnnotation, Expr, ScalarAnnotat
 from ..launch import fastpath
 from ..launch.dispatch import Kernel
 from ..launch.warm import CEntry, WarmPath, stream_entry_ok
-from ..runtime import memory
+from ..runtime import memory, views
 from ..runtime.limits import MAX_GRID
 from ..runtime.memory import DeviceBuffer
 from ..runtime.selection import host_plans
@@ -83,28 +83,36 @@ MAX_BLOCKS = MAX_GRID[0]  # one 16-byte vector per thread up to grid.x's limit, 
 # The CPU device's plan: a thread a run of consecutive elements. Flat, the run is one loop the
 # compiler vectorizes (math functions through their vector variants, where the host has them);
 # broadcast and strided, offsets are decomposed once a piece of a row (a GPU's thread an element
-# decomposes them at every element, a division per axis). The ops and layouts sections of
-# `kerneldsl bench cpu` check it.
+# decomposes them at every element, a division per axis), and an operand whose step along the row
+# is not 1 is gathered into a buffer a chunk at a time, so that loop vectorizes too; an operand
+# read across its rows (a transposed view) is gathered a 16 x 64 tile at a time instead, each
+# cache line once. The ops and layouts sections of `kerneldsl bench cpu` check it.
 HOST_RUN = 128
 HOST_RUNS = {
     "flat": "a thread a run of {run} elements, vectorized",
-    "broadcast": "a thread a run of {run} elements, offsets stepped along rows",
-    "strided": "a thread a run of {run} elements, offsets stepped along rows",
+    "broadcast": "a thread a run of {run} elements, a row's operands gathered to unit stride a chunk at a time",
+    "strided": "a thread a run of {run} elements, a row's operands gathered to unit stride a chunk at a time",
 }
+# The strided plan when an operand is read across its rows (a transposed view).
+HOST_TILES = "a thread a tile of 16 rows by 64 columns, a transposed operand gathered into it a cache line at a time"
 
 
 # --- kernels ------------------------------------------------------------------------------------------
 
 
 def layout_of(
-    shapes: Sequence[tuple[int, ...] | None], out_shape: tuple[int, ...], strided: bool = False
+    shapes: Sequence[tuple[int, ...] | None],
+    out_shape: tuple[int, ...],
+    strided: bool = False,
+    across: tuple[int, ...] = (),
 ) -> OperandLayout:
     """Flat when every array has the result's shape, or the others are 0-d arrays (``zero_d``,
     read at their one element: ``alpha * x`` with a 0-d ``alpha`` stays flat, vectorized and on
-    the C launch path), else broadcast; strided when some array is a strided view."""
+    the C launch path), else broadcast; strided when some array is a strided view (``across``:
+    the leaves read across their rows)."""
     ranks = tuple(None if s is None else len(s) for s in shapes)
     if strided:
-        return OperandLayout("strided", len(out_shape), ranks=ranks)
+        return OperandLayout("strided", len(out_shape), ranks=ranks, across=across if len(out_shape) >= 2 else ())
     if all(s is None or s == out_shape for s in shapes):
         return OperandLayout("flat", len(out_shape))
     if all(s is None or s == out_shape or s == () for s in shapes):
@@ -131,10 +139,17 @@ HALF_STORAGE = storage_ctype(np.dtype(np.float16))
 
 
 def _stepped(leaf: dict[str, Any]) -> dict[str, Any]:
-    """``leaf`` with ``step``: what its offset advances by along the result's last axis (0 where
-    that axis is broadcast to it; None for a 0-d leaf, which has no axis)."""
-    step = f"({leaf['dims'][-1]} == 1 ? 0 : {leaf['strides'][-1]})" if leaf["dims"] else None
-    return {**leaf, "step": step}
+    """``leaf`` with ``step`` and ``across``: what its offset advances by along the result's last
+    axis and along the one before it (0 where that axis is broadcast to it; None for a 0-d leaf,
+    which has no axis)."""
+
+    def along(axis: int) -> str | None:
+        dims, strides = leaf["dims"], leaf["strides"]
+        if not dims:
+            return None
+        return f"({dims[axis]} == 1 ? 0 : {strides[axis]})" if len(dims) >= -axis else "0"
+
+    return {**leaf, "step": along(-1), "across": along(-2)}
 
 
 def _root_rounded_to(context: dict[str, Any], storage: str) -> bool:
@@ -179,13 +194,14 @@ def _build_elementwise(
             vec=vec,
             size_expr=" * ".join(f"(index_t){d}" for d in out_dims(layout)) or "1",
             arrays=arrays,
-            out=out,
+            out=_stepped(out) if host_run else out,
             out_dims=out_dims(layout),
             host_run=host_run,
             stepped=[_stepped(leaf) for leaf in stepped] if host_run else [],
             gathered=[_stepped(leaf) for leaf in arrays if leaf["dims"]] if host_run else [],
-            out_step=_stepped(out)["step"] if host_run and strided else None,
             offset_type="long long" if strided else "index_t",
+            tiled=bool(host_run and layout.across),
+            read_across=layout.across,
             program=context,
             staged=staged,
             out_staged=out_staged,
@@ -194,8 +210,9 @@ def _build_elementwise(
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
             staged_loads=loads(program, lambda i: f"kdw{i}[kdk]" if i in staged else load(i, f"kdp{i}[kdi]")),
             chunk_loads=loads(program, lambda i: f"kdq{i}[kdk]" if i in row_leaves else f"kdp{i}[kdoff{i}]"),
+            tile_loads=loads(program, lambda i: f"kdw{i}[kdr][kdk]" if i in row_leaves else f"kdp{i}[kdoff{i}]"),
         )
-        host_plan = HOST_RUNS[layout.kind].format(run=host_run) if host_run else None
+        host_plan = (HOST_TILES if layout.across else HOST_RUNS[layout.kind].format(run=host_run)) if host_run else None
         decisions = ElementwiseDecisions(layout=layout.kind, vector_width=vec if vector else 1, host_plan=host_plan)
         return GeneratedBody(text, decisions)
 
@@ -351,9 +368,15 @@ def plan_elementwise(
         check_out(out, shape, out_dtype, program.name)
         out_dtype = np.dtype(out.dtype)
     sources = tuple(builder.sources)
-    arrays = [a for a in (*(args[i] for k, i in sources if k == "arg"), out) if type(a) is memory.array_type]
+    operands = {
+        leaf: args[i] for leaf, (k, i) in enumerate(sources) if k == "arg" and type(args[i]) is memory.array_type
+    }
+    arrays = [*operands.values(), *([out] if type(out) is memory.array_type else [])]
     strided = any(not a.is_contiguous for a in arrays)
-    layout = layout_of(builder.shapes, shape, strided)
+    across = tuple(
+        leaf for leaf, a in operands.items() if views.reads_across_rows(a.shape, a.strides, a.dtype.itemsize)
+    )
+    layout = layout_of(builder.shapes, shape, strided, across)
     return ElementwisePlan(
         name=program.name,
         kernel=elementwise_kernel(program, layout, out_dtype, source),

@@ -36,12 +36,14 @@ class OperandLayout:
     the result's shape, read at one flat index (the leaves ``zero_d`` are 0-d arrays, read at
     their one element); "broadcast" when each leaf's offset is decomposed from the result index
     over its own extents (``ranks``: per leaf, its rank; None for a scalar); "strided" likewise,
-    with every array's element strides runtime parameters (some operand is a strided view)."""
+    with every array's element strides runtime parameters (some operand is a strided view;
+    ``across``: the leaf ids of operands read across their rows, transposed views)."""
 
     kind: str  # "flat", "broadcast" or "strided"
     ndim: int  # the result's rank
     ranks: tuple[int | None, ...] = ()  # broadcast and strided: per leaf
     zero_d: tuple[int, ...] = ()  # flat: the leaf ids of 0-d arrays
+    across: tuple[int, ...] = ()  # strided: leaves whose elements are adjacent across the rows
 
 
 KERNELS = BoundedCache()

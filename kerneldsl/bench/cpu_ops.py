@@ -141,10 +141,24 @@ MATH_DOMAINS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 HALF_MATH = ("exp", "log", "sin", "tanh", "sqrt", "arctan")
 
 
+# Math functions on views: the result is C-contiguous (NumPy's follows the view's memory order).
+VIEW_MATH: tuple[tuple[str, Callable[[Any], Any], str], ...] = (
+    ("sin", lambda a: a.T, "a transposed view"),
+    ("exp", lambda a: a.T, "a transposed view"),
+    ("log2", lambda a: a[:, ::2], "every other column"),
+    ("exp", lambda a: a[:, 1:-1], "a sliced view"),
+)
+
+
+def _on_view(function: Callable[[Any], Any], view: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda a: function(view(a))
+
+
 def layout_cases(side: int, seed: int = 3) -> list[LayoutCase]:
     """Ops on the layouts users pass besides one contiguous shape: a row and a column broadcast,
-    strided and transposed views (elementwise and reduced), every axis of a 3-D array, and float32
-    math functions; each against NumPy on the same data (``side`` x ``side`` elements)."""
+    strided and transposed views (elementwise, math functions and reduced), every axis of a 3-D
+    array, and float32 math functions; each against NumPy on the same data (``side`` x ``side``
+    elements)."""
     rng = np.random.default_rng(seed)
     x = cpu_cases.exact_eighths(rng, side * side).reshape(side, side)  # exact sums in any order
     row, col = cpu_cases.exact_eighths(rng, side), cpu_cases.exact_eighths(rng, side).reshape(side, 1)
@@ -170,6 +184,14 @@ def layout_cases(side: int, seed: int = 3) -> list[LayoutCase]:
         want = getattr(np, name)(operand.astype(np.float64))
         case = Case(f"{name} float32", {}, want, 1e-6, want.size, atol=1e-7)
         cases.append(LayoutCase(case, getattr(kd.ops, name), getattr(np, name), (operand,), 1.2))
+    square = z.reshape(side, side)
+    for name, view, spelled in VIEW_MATH:
+        operand = MATH_DOMAINS[name](square).astype(np.float32)
+        want = getattr(np, name)(view(operand).astype(np.float64))
+        case = Case(f"{name} of {spelled} float32", {}, want, 1e-6, want.size, atol=1e-7)
+        cases.append(
+            LayoutCase(case, _on_view(getattr(kd.ops, name), view), _on_view(getattr(np, name), view), (operand,), 1.2)
+        )
     for name in HALF_MATH:
         operand = MATH_DOMAINS[name](z).astype(np.float16)
         want = getattr(np, name)(operand.astype(np.float64))

@@ -53,11 +53,17 @@ _dispatch_tags: dict[tuple[Any, ...], int] = {}
 def _dispatch_tag(a: DeviceBuffer, borrowed: bool = False) -> int:
     """What selecting a kernel specialization needs of an array, computed once (the layout never
     changes): session, dtype, 16-byte alignment, whether 32-bit indexing can address it, and
-    whether it is an owning array, borrowed foreign memory, a contiguous view or a strided view
-    (views and borrowed arrays may partially overlap other arrays: two adoptions of one buffer are
-    two arrays; strided ones need strided indexing). An int stands for that tuple, so the
-    dispatch key hashes cheaply on every launch."""
-    kind = ("borrowed" if borrowed else "array") if a.base is None else ("view" if a.is_contiguous else "strided")
+    whether it is an owning array, borrowed foreign memory, a contiguous view, a strided view or
+    one read across its rows (views and borrowed arrays may partially overlap other arrays: two
+    adoptions of one buffer are two arrays; strided ones need strided indexing, and the CPU
+    device's elementwise plans read a transposed one a tile at a time). An int stands for that
+    tuple, so the dispatch key hashes cheaply on every launch."""
+    if a.base is None:
+        kind = "borrowed" if borrowed else "array"
+    elif a.is_contiguous:
+        kind = "view"
+    else:
+        kind = "transposed" if views.reads_across_rows(a.shape, a.strides, a.dtype.itemsize) else "strided"
     layout = (a.session.session_id, a.dtype, a.ptr % 16 == 0, a.size > INT32_MAX, kind)
     return _dispatch_tags.setdefault(layout, len(_dispatch_tags))
 

@@ -32,6 +32,19 @@ def is_c_contiguous(shape: Sequence[int], strides: Sequence[int], itemsize: int)
     return True
 
 
+def reads_across_rows(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> bool:
+    """Whether a view's elements are adjacent in memory across its rows rather than along them (a
+    transposed matrix: unit stride on its second-to-last axis, another on its last), which the CPU
+    device's elementwise plans read a tile at a time."""
+    return (
+        len(shape) >= 2
+        and shape[-1] > 1
+        and shape[-2] > 1
+        and abs(strides[-2]) == itemsize
+        and strides[-1] not in (0, itemsize, -itemsize)
+    )
+
+
 def byte_span(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple[int, int]:
     """The byte range ``[low, high)`` the elements occupy, relative to the first element; (0, 0) when empty."""
     if 0 in shape:

@@ -23,6 +23,13 @@ typedef unsigned long long uint64_t;
 #define INT_MAX 2147483647
 #define INT_MIN (-2147483647 - 1)
 #endif
+#ifdef KD_HOST_EMULATION
+// The host compiler keeps a loop whose body holds kd_keep_scalar() scalar: the CPU device's host
+// plans' gathers, whose vector versions cost the compiler more time than they save.
+#define kd_keep_scalar() __asm__ __volatile__("")
+#else
+#define kd_keep_scalar()
+#endif
 // NumPy's negative: the sign bit flipped, a NaN's too (the compiler's negation may make it canonical)
 __device__ __forceinline__ float kd_neg(float a) { return __uint_as_float(__float_as_uint(a) ^ 0x80000000u); }
 __device__ __forceinline__ double kd_neg(double a) {
@@ -76,7 +83,7 @@ extern "C" __global__ void kd_saxpy(
 #line +3 "THIS_FILE"
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = alpha * x[i] + y[i];
-#line 80 "kd_saxpy.cu"
+#line 87 "kd_saxpy.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif
