@@ -178,6 +178,7 @@ def _build_elementwise(
     out_staged = bool(host_run and flat and storage_ctype(out_dtype) == HALF_STORAGE)
 
     row_leaves = {a["id"] for a in arrays if a["dims"]}  # a host plan's row has an axis of theirs
+    gathered = [_stepped(a) for a in arrays if a["id"] in row_leaves] if host_run else []
 
     def load(i: int, streamed: str) -> str:
         return f"kdp{i}[0]" if i in zero_d else streamed
@@ -198,7 +199,7 @@ def _build_elementwise(
             out_dims=out_dims(layout),
             host_run=host_run,
             stepped=[_stepped(leaf) for leaf in stepped] if host_run else [],
-            gathered=[_stepped(leaf) for leaf in arrays if leaf["dims"]] if host_run else [],
+            gathered=gathered,
             offset_type="long long" if strided else "index_t",
             tiled=bool(host_run and layout.across),
             read_across=layout.across,
