@@ -382,3 +382,39 @@ def test_a_view_with_kept_axes_of_two_strides_is_reduced_from_a_contiguous_copy_
     assert ops.sum.strategy(view, axis=2, multiprocessors=2, host=True).variant.copy == COPY_HOST
     assert ops.sum.strategy(view, axis=2, multiprocessors=2, host=False).variant.copy == ""
     np.testing.assert_array_equal(ops.sum(view, axis=2).to_host(), x[:, 2:-2, 1:-1].sum(axis=2))
+
+
+HALF_VIEWS = {
+    "every other column": (slice(None), slice(None, None, 2)),
+    "a block": (slice(1, -1), slice(3, -5)),
+    "a transposed view": None,
+}
+
+
+@pytest.mark.parametrize("name", ["sin", "cos", "exp", "log"])
+@pytest.mark.parametrize("index", HALF_VIEWS.values(), ids=HALF_VIEWS.keys())
+def test_float16_math_of_a_view_has_the_bits_of_math_of_a_copy(cpu: Any, name: str, index: Any) -> None:
+    x = (np.abs(np.random.default_rng(19).standard_normal((300, 1031))) * 4).astype(np.float16)
+    x[7, ::97] = [np.inf, np.nan, 0, -0.0, 65504, 6e-8, np.nan, -np.inf, 1, 2, 3]  # through the scalar conversions
+    view = cpu.to_device(x).T if index is None else cpu.to_device(x)[index]
+    copy = np.ascontiguousarray(x.T if index is None else x[index])
+    function = getattr(ops, name)
+    want = function(cpu.to_device(copy)).to_host()
+    np.testing.assert_array_equal(function(view).to_host().view(np.uint16), want.view(np.uint16))
+
+
+def test_a_float16_sum_with_a_broadcast_row_is_rounded_once_as_numpys(cpu: Any) -> None:
+    rng = np.random.default_rng(20)
+    x, row = (rng.standard_normal(s).astype(np.float16) for s in [(300, 1031), (1031,)])
+    np.testing.assert_array_equal(ops.add(cpu.to_device(x), cpu.to_device(row)).to_host(), x + row)
+
+
+@pytest.mark.parametrize("index", HALF_VIEWS.values(), ids=HALF_VIEWS.keys())
+def test_a_float16_result_written_into_a_view_matches_one_written_whole(cpu: Any, index: Any) -> None:
+    x = (np.random.default_rng(21).standard_normal((300, 1031)) * 4).astype(np.float16)
+    out = cpu.to_device(np.zeros((1031, 300) if index is None else (300, 1031), np.float16))
+    view = out.T if index is None else out[index]
+    source = np.ascontiguousarray(x if index is None else x[index])
+    ops.tanh(cpu.to_device(source), out=view)
+    want = ops.tanh(cpu.to_device(source)).to_host()
+    np.testing.assert_array_equal(view.to_host().view(np.uint16), want.view(np.uint16))

@@ -173,15 +173,23 @@ def _build_elementwise(
     arrays = [a for a in array_leaves(program, layout) if a["id"] not in zero_d]  # streamed, element by element
     vec = vector_width(program, out_dtype)
     flat = layout.kind == "flat"
-    # The CPU device's flat plan converts float16 operands and results a chunk at a time.
-    staged = [a["id"] for a in arrays if a["storage"] == HALF_STORAGE] if host_run and flat else []
-    out_staged = bool(host_run and flat and storage_ctype(out_dtype) == HALF_STORAGE)
-
     row_leaves = {a["id"] for a in arrays if a["dims"]}  # a host plan's row has an axis of theirs
+    # The CPU device's plans convert float16 operands and results a chunk (or a tile's row) at a
+    # time, into and out of float buffers.
+    staged = [a["id"] for a in arrays if a["storage"] == HALF_STORAGE and (flat or a["id"] in row_leaves)]
+    staged = staged if host_run else []
+    out_staged = bool(host_run and storage_ctype(out_dtype) == HALF_STORAGE)
     gathered = [_stepped(a) for a in arrays if a["id"] in row_leaves] if host_run else []
 
     def load(i: int, streamed: str) -> str:
         return f"kdp{i}[0]" if i in zero_d else streamed
+
+    def row_load(i: int, buffered: str) -> str:
+        """A broadcast or strided host plan's load: from the float buffer a float16 operand is
+        widened into, else the gathered buffer or the row itself, or the leaf's one element."""
+        if i in staged:
+            return f"kdf{i}[kdk]"
+        return buffered if i in row_leaves else f"kdp{i}[kdoff{i}]"
 
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         vector = flat and not host_run and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
@@ -210,8 +218,8 @@ def _build_elementwise(
             vector_loads=loads(program, lambda i: load(i, f"kd_wide(kdl{i}.v, kdk)")),
             scalar_loads=loads(program, lambda i: load(i, f"kdp{i}[kdi]") if flat else f"kdp{i}[kdoff{i}]"),
             staged_loads=loads(program, lambda i: f"kdw{i}[kdk]" if i in staged else load(i, f"kdp{i}[kdi]")),
-            chunk_loads=loads(program, lambda i: f"kdq{i}[kdk]" if i in row_leaves else f"kdp{i}[kdoff{i}]"),
-            tile_loads=loads(program, lambda i: f"kdw{i}[kdr][kdk]" if i in row_leaves else f"kdp{i}[kdoff{i}]"),
+            chunk_loads=loads(program, lambda i: row_load(i, f"kdq{i}[kdk]")),
+            tile_loads=loads(program, lambda i: row_load(i, f"kdw{i}[kdr][kdk]")),
         )
         host_plan = (HOST_TILES if layout.across else HOST_RUNS[layout.kind].format(run=host_run)) if host_run else None
         decisions = ElementwiseDecisions(layout=layout.kind, vector_width=vec if vector else 1, host_plan=host_plan)

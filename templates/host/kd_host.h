@@ -1114,6 +1114,16 @@ __forceinline__ float log(float x) noexcept { return log_scaled(x, 1.0f); }
 __forceinline__ float log2(float x) noexcept { return log_scaled(x, 1.44269504f); }
 __forceinline__ float log10(float x) noexcept { return log_scaled(x, 0.434294482f); }
 __forceinline__ float exp(float x) noexcept { return fast_exp(x); }
+// In a SIMD-math module, libmvec's float variants (a few float ulps), where the accurate functions
+// take its double ones and round: twice the lanes a vector.
+#define KD_HOST_HALF_RESULT_VF(name) \
+    extern "C" __attribute__((simd("notinbranch"), const)) float kd_host_half_##name##f(float) noexcept __asm__(#name "f"); \
+    __forceinline__ float name(float x) noexcept { \
+        if constexpr (KD_HOST_SIMD_MATH) return kd_host_half_##name##f(x); \
+        return ::name##f(x); \
+    }
+KD_HOST_HALF_RESULT_VF(sin) KD_HOST_HALF_RESULT_VF(cos) KD_HOST_HALF_RESULT_VF(tan) KD_HOST_HALF_RESULT_VF(cosh)
+#undef KD_HOST_HALF_RESULT_VF
 }  // namespace half_result
 }  // namespace kd_host
 #if KD_HOST_FAST_MATH
