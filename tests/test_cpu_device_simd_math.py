@@ -214,3 +214,17 @@ def test_a_vectorized_float_function_of_two_keeps_the_special_values(cpu: Any, n
         want = getattr(np, name)(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
     np.testing.assert_array_equal(got, want)
     assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+
+
+def test_a_vectorized_float_hypot_is_within_half_an_ulp_and_its_infinite_part_wins(cpu: Any) -> None:
+    x = sample(-np.inf, np.inf, seed=30)
+    y = sample(-np.inf, np.inf, seed=31)[: x.size]
+    x = x[: y.size]
+    got = ops.hypot(cpu.to_device(x), cpu.to_device(y)).to_host()
+    assert ulp_errors(got, np.hypot(x.astype(np.float64), y.astype(np.float64))).max() <= 0.51
+    special = np.float32([np.inf, np.nan, -np.inf, np.nan, 0.0, 3e38, 1e-45])
+    other = np.float32([np.nan, -np.inf, 1.0, 1.0, -0.0, 3e38, 1e-45])
+    with np.errstate(over="ignore"):
+        want = np.hypot(special.astype(np.float64), other.astype(np.float64)).astype(np.float32)
+    got = ops.hypot(cpu.to_device(np.tile(special, 40)), cpu.to_device(np.tile(other, 40))).to_host()
+    np.testing.assert_array_equal(got, np.tile(want, 40))

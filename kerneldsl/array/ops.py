@@ -71,7 +71,7 @@ _REMAINDER_I = (
     "[&]() -> kdT { if (b == 0 || b == (kdT)-1) return 0; kdT r = a % b; "
     "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }()"
 )
-_CLIP = "[&]() -> kdT { kdT t = (a > lo || a != a) ? a : lo; return (t < hi || t != t) ? t : hi; }()"
+_CLIP = "kd_clip<kdT>(a, lo, hi)"
 # NumPy's shifts (npy_lshift / npy_rshift): a count outside [0, bits) shifts everything out, so a
 # right shift of a negative value gives -1; left shifts wrap through the unsigned twin.
 _SHIFT_COUNT_OK = "(unsigned long long)b < sizeof(kdT) * 8"

@@ -855,7 +855,8 @@ int fesetround(int mode) noexcept;
 // Where a double function of libmvec is slower than NumPy's float one by more than the CUDA
 // device's two cores make up (the log family, expm1, atan), the loop runs a polynomial of its own
 // in double instead (kd_host::simd_*: no division or square root in double, relative error below
-// 1e-9, so the float result is within 0.51 ulp too).
+// 1e-9, so the float result is within 0.51 ulp too); hypot, which libmvec lacks, is the root of
+// the exact squares' sum in double.
 // The variants are reached through names of their own (kd_host_vector_<name>, bound to libm's symbols), so
 // a double function a kernel calls itself keeps libm's scalar accuracy.
 // tests/test_cpu_device_simd_math.py measures the bounds.
@@ -1051,6 +1052,12 @@ __forceinline__ float simd_atan2(float y, float x) noexcept {
     p = __builtin_signbit(x) ? 2.0 * kHalfPi - p : p;
     return x != x || y != y ? x + y : (float)__builtin_copysign(p, (double)y);
 }
+// hypot(x, y) in double: the squares are exact and the sum and the root round once each (no overflow
+// or underflow there), so the float result is within 0.51 ulp; an infinite part wins over a NaN.
+__forceinline__ float simd_hypot(float x, float y) noexcept {
+    const float r = (float)__builtin_sqrt((double)x * x + (double)y * y);
+    return __builtin_isinf(x) || __builtin_isinf(y) ? __builtin_inff() : r;
+}
 }  // namespace kd_host
 KD_HOST_MATH1_V(acos, kd_host::simd_acos(x)) KD_HOST_MATH1_V(asin, kd_host::simd_asin(x))
 KD_HOST_MATH1_V(atan, kd_host::simd_atan(x)) KD_HOST_MATH1_VF(acosh)
@@ -1065,7 +1072,7 @@ KD_HOST_MATH1(tgamma) KD_HOST_MATH1(floor) KD_HOST_MATH1(ceil) KD_HOST_MATH1(tru
 KD_HOST_MATH1(rint) KD_HOST_MATH1(nearbyint) KD_HOST_MATH1(fabs) KD_HOST_MATH1(j0) KD_HOST_MATH1(j1)
 KD_HOST_MATH1(y0) KD_HOST_MATH1(y1)
 KD_HOST_MATH2_V(atan2, kd_host::simd_atan2(x, y)) KD_HOST_MATH2_VF(pow) KD_HOST_MATH2(fmod) KD_HOST_MATH2(remainder) KD_HOST_MATH2(copysign)
-KD_HOST_MATH2(hypot) KD_HOST_MATH2(fmin) KD_HOST_MATH2(fmax) KD_HOST_MATH2(fdim) KD_HOST_MATH2(nextafter)
+KD_HOST_MATH2_V(hypot, kd_host::simd_hypot(x, y)) KD_HOST_MATH2(fmin) KD_HOST_MATH2(fmax) KD_HOST_MATH2(fdim) KD_HOST_MATH2(nextafter)
 #undef KD_HOST_MATH1
 #undef KD_HOST_MATH1_V
 #undef KD_HOST_MATH1_VF

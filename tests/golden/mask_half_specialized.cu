@@ -30,6 +30,12 @@ typedef unsigned long long uint64_t;
 #else
 #define kd_keep_scalar()
 #endif
+// NumPy's clip: maximum then minimum, a NaN in any operand propagated (a function, not a lambda in
+// the expression: the host compiler vectorizes a loop that calls it)
+template <class T> __device__ __forceinline__ T kd_clip(T a, T lo, T hi) {
+    const T t = (a > lo || a != a) ? a : lo;
+    return (t < hi || t != t) ? t : hi;
+}
 // NumPy's negative: the sign bit flipped, a NaN's too (the compiler's negation may make it canonical)
 __device__ __forceinline__ float kd_neg(float a) { return __uint_as_float(__float_as_uint(a) ^ 0x80000000u); }
 __device__ __forceinline__ double kd_neg(double a) {
@@ -224,7 +230,7 @@ extern "C" __global__ void kd_mask_half(
 #line +34 "THIS_FILE"
     index_t i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = keep[i] ? x[i] : fill;
-#line 228 "kd_mask_half.cu"
+#line 234 "kd_mask_half.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif

@@ -30,6 +30,12 @@ typedef unsigned long long uint64_t;
 #else
 #define kd_keep_scalar()
 #endif
+// NumPy's clip: maximum then minimum, a NaN in any operand propagated (a function, not a lambda in
+// the expression: the host compiler vectorizes a loop that calls it)
+template <class T> __device__ __forceinline__ T kd_clip(T a, T lo, T hi) {
+    const T t = (a > lo || a != a) ? a : lo;
+    return (t < hi || t != t) ? t : hi;
+}
 // NumPy's negative: the sign bit flipped, a NaN's too (the compiler's negation may make it canonical)
 __device__ __forceinline__ float kd_neg(float a) { return __uint_as_float(__float_as_uint(a) ^ 0x80000000u); }
 __device__ __forceinline__ double kd_neg(double a) {
@@ -97,7 +103,7 @@ extern "C" __global__ void kd_scale_rows(
         if (RELU && v < 0.0f) v = 0.0f;
         out[row * out_stride0 + col] = v;
     }
-#line 101 "kd_scale_rows.cu"
+#line 107 "kd_scale_rows.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif
