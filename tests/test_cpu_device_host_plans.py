@@ -418,3 +418,20 @@ def test_a_float16_result_written_into_a_view_matches_one_written_whole(cpu: Any
     ops.tanh(cpu.to_device(source), out=view)
     want = ops.tanh(cpu.to_device(source)).to_host()
     np.testing.assert_array_equal(view.to_host().view(np.uint16), want.view(np.uint16))
+
+
+BOOL_VIEWS = {"whole": lambda a: a, "every other column": lambda a: a[:, ::2], "transposed": lambda a: a.T}
+
+
+@pytest.mark.parametrize("view", BOOL_VIEWS.values(), ids=BOOL_VIEWS.keys())
+def test_bool_operands_on_the_host_plans_match_numpy(cpu: Any, view: Any) -> None:
+    rng = np.random.default_rng(22)
+    mask, other, x = rng.random((300, 1031)) > 0.5, rng.random((300, 1031)) > 0.3, rng.standard_normal((300, 1031))
+    m, o = view(cpu.to_device(mask)), view(cpu.to_device(other))
+    hm, ho, hx = view(mask), view(other), view(x.astype(np.float32))
+    np.testing.assert_array_equal(ops.logical_not(m).to_host(), ~hm)
+    np.testing.assert_array_equal(ops.logical_and(m, o).to_host(), hm & ho)
+    for dtype in (np.float32, np.int8, np.float16, np.float64):
+        np.testing.assert_array_equal(ops.astype(m, dtype).to_host(), hm.astype(dtype))
+    picked = ops.where(m, view(cpu.to_device(x.astype(np.float32))), 0.0).to_host()
+    np.testing.assert_array_equal(picked, np.where(hm, hx, 0))

@@ -194,7 +194,7 @@ def _build_elementwise(
     def body(proxies: dict[str, Any]) -> GeneratedBody:
         vector = flat and not host_run and vec > 1 and all_aligned(proxies, [a["param"] for a in arrays] + ["kdout"])
         stepped = arrays + ([out] if strided else [])
-        context = program_context(program)
+        context = program_context(program, bool_bytes=True)
         text = render(
             "elementwise.cu.j2",
             name=program.name,

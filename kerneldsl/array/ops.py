@@ -308,6 +308,8 @@ class AsType(ElementwiseFunction):
 
     def expression(self, dtype: np.dtype, loops: tuple[np.dtype, ...] = ()) -> str:
         """NumPy's casts; from complex to real the imaginary part is dropped (``z != 0`` for bool)."""
+        if loops and kind(loops[0]) == "b" and kind(dtype) in "fiu":
+            return "(kdT)(int)a"  # (through int: the host compiler vectorizes that, not a bool's cast)
         if not loops or not promotion.is_complex(loops[0]) or promotion.is_complex(dtype):
             return "(kdT)a"
         return "(kdT)(a.re != 0 || a.im != 0)" if kind(dtype) == "b" else "(kdT)a.re"

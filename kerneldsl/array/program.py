@@ -105,10 +105,21 @@ def kind(dt: np.dtype) -> str:
     return dtypes.element_type(dt).kind
 
 
-def program_context(p: Program, round_halves: bool = True) -> dict[str, Any]:
+def program_context(p: Program, round_halves: bool = True, bool_bytes: bool = False) -> dict[str, Any]:
     """What the ``element`` template macro needs of a program. ``round_halves=False`` keeps
-    float16/bfloat16 intermediates in float32 (rounded only where stored), as fused kernels do."""
-    leaves = [{"id": i, "cctype": compute_ctype(leaf.dtype)} for i, leaf in enumerate(p.leaves)]
+    float16/bfloat16 intermediates in float32 (rounded only where stored), as fused kernels do.
+    ``bool_bytes``: bool leaves are read as bytes (the prelude's kd_bool), which the host compiler
+    vectorizes in an elementwise loop (a reduction's unrolled lanes vectorize the plain load)."""
+    leaves = [
+        {"id": i, "cctype": compute_ctype(leaf.dtype), "bool": bool_bytes and leaf.dtype == np.bool_}
+        for i, leaf in enumerate(p.leaves)
+    ]
+    kinds = [leaf.dtype.kind for leaf in p.leaves] + [n.dtype.kind for n in p.nodes]
+
+    def widened_bool(source: int, loop: np.dtype) -> bool:
+        """A bool value taken as a number: the cast goes through int (element.cuh.j2)."""
+        return kinds[source] == "b" and loop.kind in "fiu"
+
     nodes = []
     for k, n in enumerate(p.nodes):
         name = dtypes.element_type(n.dtype).name
@@ -120,7 +131,8 @@ def program_context(p: Program, round_halves: bool = True) -> dict[str, Any]:
                 "kdT": compute_ctype(n.dtype),
                 "kdU": unsigned_ctype(n.dtype),
                 "operands": [
-                    {"name": pn, "cctype": compute_ctype(dt), "src": a} for pn, a, dt in zip(n.params, n.args, n.loop)
+                    {"name": pn, "cctype": compute_ctype(dt), "src": a, "from_bool": widened_bool(a, dt)}
+                    for pn, a, dt in zip(n.params, n.args, n.loop)
                 ],
                 "expr": n.expr,
                 "round": storage_ctype(n.dtype) if round_halves and name in _HALF else None,

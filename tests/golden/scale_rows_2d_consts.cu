@@ -30,6 +30,16 @@ typedef unsigned long long uint64_t;
 #else
 #define kd_keep_scalar()
 #endif
+// A bool operand as read from memory: on the host a byte compared with zero, where the compiler's
+// vectorizer follows neither a bool's own load nor its negation (a bool widened to another type goes
+// through int, for the same reason: element.cuh.j2).
+__device__ __forceinline__ bool kd_bool(const bool& b) {
+#ifdef KD_HOST_EMULATION
+    return *reinterpret_cast<const unsigned char*>(&b) != 0;
+#else
+    return b;
+#endif
+}
 // NumPy's clip: maximum then minimum, a NaN in any operand propagated (a function, not a lambda in
 // the expression: the host compiler vectorizes a loop that calls it)
 template <class T> __device__ __forceinline__ T kd_clip(T a, T lo, T hi) {
@@ -103,7 +113,7 @@ extern "C" __global__ void kd_scale_rows(
         if (RELU && v < 0.0f) v = 0.0f;
         out[row * out_stride0 + col] = v;
     }
-#line 107 "kd_scale_rows.cu"
+#line 117 "kd_scale_rows.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif
