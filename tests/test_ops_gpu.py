@@ -228,6 +228,21 @@ def test_floor_divide_and_remainder_match_numpy(device_session, rng, name: str, 
     assert_same(run_device(device_session, op, a, b), numpy_result(name, a, b))
 
 
+@pytest.mark.parametrize(
+    "dt", [np.dtype(t) for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64")], ids=ids
+)
+@pytest.mark.parametrize("name", ["floor_divide", "remainder"])
+def test_integer_floor_divide_and_remainder_match_numpy_over_the_whole_range(
+    device_session, rng, name: str, dt: np.dtype
+) -> None:
+    info = np.iinfo(dt)
+    a = rng.integers(info.min, info.max, 4099, endpoint=True).astype(dt)
+    b = rng.integers(info.min, info.max, 4099, endpoint=True).astype(dt)
+    a[::13], b[::7], b[1::11] = info.min, 0, (1 if info.min == 0 else -1)  # the extremes, 0 and the wrap
+    b[2::9] = rng.integers(1, 9, b[2::9].size)  # quotients of every size
+    assert_same(run_device(device_session, ops.ELEMENTWISE[name], a, b), numpy_result(name, a, b))
+
+
 def test_device_array_operators_match_numpy(device_session, rng) -> None:
     x, y = rand(rng, np.float32, (33, 7)), rand(rng, np.float32, 7)
     i, j = rand(rng, np.int32, 500, small=True), rand(rng, np.int32, 500, small=True)

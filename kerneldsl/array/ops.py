@@ -62,15 +62,9 @@ _REMAINDER_F = (
     "[&]() -> kdT { if (b == 0) return fmod(a, b); kdT m = fmod(a, b); "
     "if (m != 0 && ((b < 0) != (m < 0))) m += b; return m != 0 ? m : copysign((kdT)0, b); }()"
 )
-# A divisor of -1 is taken apart: the most negative value divided by it overflows (NumPy wraps).
-_FLOORDIV_I = (
-    "[&]() -> kdT { if (b == 0) return 0; if (b == (kdT)-1) return (kdT)(0u - (kdU)a); "
-    "kdT q = a / b; return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q; }()"
-)
-_REMAINDER_I = (
-    "[&]() -> kdT { if (b == 0 || b == (kdT)-1) return 0; kdT r = a % b; "
-    "return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }()"
-)
+# Integers: the prelude's kd_floor_divide and kd_remainder.
+_FLOORDIV_I = "kd_floor_divide<kdT, kdU>(a, b)"
+_REMAINDER_I = "kd_remainder<kdT, kdU>(a, b)"
 _CLIP = "kd_clip<kdT>(a, lo, hi)"
 # NumPy's shifts (npy_lshift / npy_rshift): a count outside [0, bits) shifts everything out, so a
 # right shift of a negative value gives -1; left shifts wrap through the unsigned twin.
@@ -170,8 +164,8 @@ add = Op(("a", "b"), np.add, {"fc": "a + b", "iu": "(kdT)(0u + (kdU)a + (kdU)b)"
 subtract = Op(("a", "b"), np.subtract, {"fc": "a - b", "iu": "(kdT)(0u + (kdU)a - (kdU)b)"})
 multiply = Op(("a", "b"), np.multiply, {"fc": "a * b", "iu": "(kdT)(1u * (kdU)a * (kdU)b)", "b": "a && b"})
 divide = Op(("a", "b"), np.true_divide, {"fc": "a / b"})
-floor_divide = Op(("a", "b"), np.floor_divide, {"f": _FLOORDIV_F, "i": _FLOORDIV_I, "u": "b == 0 ? (kdT)0 : a / b"})
-remainder = Op(("a", "b"), np.remainder, {"f": _REMAINDER_F, "i": _REMAINDER_I, "u": "b == 0 ? (kdT)0 : a % b"})
+floor_divide = Op(("a", "b"), np.floor_divide, {"f": _FLOORDIV_F, "iu": _FLOORDIV_I})
+remainder = Op(("a", "b"), np.remainder, {"f": _REMAINDER_F, "iu": _REMAINDER_I})
 negative = Op(("a",), np.negative, {"f": "kd_neg(a)", "c": "-a", "iu": "(kdT)(0u - (kdU)a)"})
 abs = Op(
     ("a",), np.absolute, {"f": "fabs(a)", "i": "a < 0 ? (kdT)(0u - (kdU)a) : a", "ub": "a", "c": "kd_abs(a)"}, _parts

@@ -46,6 +46,38 @@ template <class T> __device__ __forceinline__ T kd_clip(T a, T lo, T hi) {
     const T t = (a > lo || a != a) ? a : lo;
     return (t < hi || t != t) ? t : hi;
 }
+// NumPy's floor division and remainder of integers (npy_divmod): the quotient floored, the remainder
+// with the divisor's sign; a zero divisor gives 0, and so does a remainder by -1 (the most negative
+// value floor-divided by -1 wraps, as in NumPy). A type of 16 bits or fewer divides in float, one of
+// 32 bits in double: such a quotient is never rounded across an integer (|a| under 2^24, 2^53), and the
+// host compiler vectorizes a loop of those divisions, not one of integer divisions. (U: T's unsigned twin.)
+template <class T, class U> __device__ __forceinline__ T kd_floor_divide(T a, T b) {
+    if constexpr (sizeof(T) <= 2) {
+        return b == 0 ? (T)0 : (T)(int)floorf((float)a / (float)b);
+    } else if constexpr (sizeof(T) == 4) {
+        return b == 0 ? (T)0 : (T)(long long)floor((double)a / (double)b);
+    } else if constexpr ((T)-1 > (T)0) {
+        return b == 0 ? (T)0 : (T)(a / b);
+    } else {
+        if (b == 0) return 0;
+        if (b == (T)-1) return (T)(0u - (U)a);
+        const T q = a / b;
+        return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+    }
+}
+template <class T, class U> __device__ __forceinline__ T kd_remainder(T a, T b) {
+    if constexpr (sizeof(T) <= 2) {
+        return b == 0 ? (T)0 : (T)(a - (int)floorf((float)a / (float)b) * b);
+    } else if constexpr (sizeof(T) == 4) {
+        return b == 0 ? (T)0 : (T)((long long)a - (long long)floor((double)a / (double)b) * (long long)b);
+    } else if constexpr ((T)-1 > (T)0) {
+        return b == 0 ? (T)0 : (T)(a % b);
+    } else {
+        if (b == 0 || b == (T)-1) return 0;
+        const T r = a % b;
+        return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+    }
+}
 // NumPy's negative: the sign bit flipped, a NaN's too (the compiler's negation may make it canonical)
 __device__ __forceinline__ float kd_neg(float a) { return __uint_as_float(__float_as_uint(a) ^ 0x80000000u); }
 __device__ __forceinline__ double kd_neg(double a) {
@@ -113,7 +145,7 @@ extern "C" __global__ void kd_scale_rows(
         if (RELU && v < 0.0f) v = 0.0f;
         out[row * out_stride0 + col] = v;
     }
-#line 117 "kd_scale_rows.cu"
+#line 149 "kd_scale_rows.cu"
 #if defined(KD_HOST_EMULATION) && KD_CHECKS
     }
 #endif
