@@ -435,3 +435,38 @@ def test_bool_operands_on_the_host_plans_match_numpy(cpu: Any, view: Any) -> Non
         np.testing.assert_array_equal(ops.astype(m, dtype).to_host(), hm.astype(dtype))
     picked = ops.where(m, view(cpu.to_device(x.astype(np.float32))), 0.0).to_host()
     np.testing.assert_array_equal(picked, np.where(hm, hx, 0))
+
+
+INTERLEAVED = [((6, 7, 40), (0, 2)), ((3, 4, 5, 70), (1, 3)), ((3, 4, 5, 70), (0, 2)), ((4, 5, 6, 7, 9), (0, 2, 4))]
+
+
+@pytest.mark.parametrize(("shape", "axes"), INTERLEAVED, ids=str)
+@pytest.mark.parametrize("name", ["sum", "prod", "max", "min", "mean"])
+@pytest.mark.parametrize("dtype", ["float32", "int16", "float16", "bool"])
+def test_reductions_over_interleaved_axes_on_the_host_match_numpy(
+    cpu: Any, shape: tuple[int, ...], axes: tuple[int, ...], name: str, dtype: str
+) -> None:
+    x = _exact(shape, dtype, 23) if dtype != "bool" else np.random.default_rng(23).random(shape) > 0.3
+    if name == "prod" and dtype != "bool":
+        x = np.where(x == 0, 1, np.sign(x)).astype(dtype)  # exact products: +-1
+    reduce, numpy = getattr(ops, name), getattr(np, name)
+    for keepdims in (False, True):
+        got, want = (
+            reduce(cpu.to_device(x), axis=axes, keepdims=keepdims).to_host(),
+            numpy(x, axis=axes, keepdims=keepdims),
+        )
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=2e-3 if dtype == "float16" else 1e-6)
+
+
+def test_a_reduction_over_interleaved_axes_writes_out_on_the_host(cpu: Any) -> None:
+    x = _exact((6, 7, 40), "float32", 24)
+    out = cpu.empty(7, np.float32)
+    assert ops.max(cpu.to_device(x), axis=(0, 2), out=out) is out
+    np.testing.assert_array_equal(out.to_host(), x.max(axis=(0, 2)))
+
+
+def test_a_user_reduction_over_interleaved_axes_on_the_host_maps_each_value_once(cpu: Any) -> None:
+    squares = kd.reduction(map="x * x", reduce="a + b", identity="0", name="squares")
+    x = _exact((6, 7, 40), "float32", 25)
+    np.testing.assert_allclose(squares(cpu.to_device(x), axis=(0, 2)).to_host(), (x * x).sum(axis=(0, 2)), rtol=1e-6)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, overload
 
+import numpy as np
+
 from ...errors import FusionError
 from ...jit.build import Build
 from ...launch.routing import public
@@ -20,7 +22,7 @@ from ..program import ProgramBuilder, Traced
 from .axes import check_keepdims, memory_order, normalize_axes, result_shape
 from .plan import ReductionPlan, plan_reduction
 from .reducers import Reducer, user_reducer
-from .strategy import Step, planning_multiprocessors
+from .strategy import Step, extents, planning_multiprocessors
 
 if TYPE_CHECKING:
     from ..ndarray import DeviceArray
@@ -86,8 +88,10 @@ class Reduction:
         keepdims = check_keepdims(keepdims, self.name)
         if any(isinstance(o, Traced) for o in operands):
             return self._trace(operands, axis, out, keepdims)
-        if len(operands) == 1 and type(operands[0]) is memory.array_type and not operands[0].is_contiguous:
-            reordered = self._in_memory_order(operands[0], axis, out, keepdims)
+        if len(operands) == 1 and type(operands[0]) is memory.array_type:
+            reordered = None if operands[0].is_contiguous else self._in_memory_order(operands[0], axis, out, keepdims)
+            if reordered is None:
+                reordered = self._grouped(operands[0], axis, out, keepdims)
             if reordered is not None:
                 return reordered
         make = lambda values, o: self._plan(values, axis, o, keepdims)  # noqa: E731
@@ -144,6 +148,41 @@ class Reduction:
         permutation, reduced = order
         result = self(value.transpose(permutation), axis=reduced if isinstance(axis, tuple) else reduced[0], out=out)
         return result.reshape(result_shape(value.shape, axes, True)) if keepdims else result
+
+    def _grouped(self, value: Any, axis: Any, out: Any, keepdims: bool) -> Any:
+        """On the CPU device, reduced axes that kept ones interleave (``axis=(0, 2)`` of a 3-D
+        array; such a layout would run the GPU's stage, its blocks as fibers) reduced as the host
+        stages take them, one run of reduced axes at a time. A reduction whose partial results
+        are its values (sum, prod, max, min of a dtype they keep) reduces the first run (whole
+        slabs combined element by element, as NumPy goes), then the rest of that result; another
+        reduces a copy with the reduced axes side by side, the last axis still last (the copy
+        reads and writes whole rows). The kept axes keep their order, and so the result's shape.
+        None for other calls."""
+        if not host_plans(value.session) or (keepdims and out is not None):
+            return None
+        axes = normalize_axes(axis, value.ndim, self.name)
+        if axes is None or not extents(value.shape, axes).gather:
+            return None
+        if self._nests(value.dtype):
+            run = axes[:1]
+            while run[-1] + 1 in axes:
+                run = (*run, run[-1] + 1)
+            rest = tuple(a - len(run) for a in axes[len(run) :])
+            result = self(self(value, axis=run), axis=rest if len(rest) > 1 else rest[0], out=out)
+            return result.reshape(result_shape(value.shape, axes, True)) if keepdims else result
+        kept = tuple(a for a in range(value.ndim) if a not in axes)
+        last_reduced = value.ndim - 1 in axes
+        permutation = (*kept, *axes) if last_reduced else (*axes, *kept)
+        first = len(kept) if last_reduced else 0
+        result = self(value.transpose(permutation).copy(), axis=tuple(range(first, first + len(axes))), out=out)
+        return result.reshape(result_shape(value.shape, axes, True)) if keepdims else result
+
+    def _nests(self, dtype: np.dtype) -> bool:
+        """Whether reducing this reduction's results again gives its result over their union: the
+        values pass unchanged (no map, pre or post) and its result keeps the accumulation dtype."""
+        r = self.reducer
+        plain = self.map is None and not r.indexed and r.pre == r.pre_param and r.post == "r"
+        return plain and r.result(dtype) == r.accumulate(dtype)
 
     def _trace(self, operands: Sequence[Any], axis: Any, out: Any, keepdims: bool) -> Traced:
         if out is not None:
