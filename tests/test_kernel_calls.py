@@ -18,6 +18,7 @@ from conftest import in_threads, installed_driver
 from driver_double import FakeDriver
 
 import kerneldsl as kd
+import kerneldsl.runtime.session as session_module
 from kerneldsl.errors import (
     AliasingError,
     BindingError,
@@ -359,9 +360,11 @@ class NoDriverLibrary(FakeDriver):
 
 @pytest.fixture
 def no_driver(isolated_cache: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """No libcuda, and no CPU device either (its compiler is missing): a call has nowhere to run."""
+    """No libcuda, and no CPU device either (its compiler is missing): a call has nowhere to run
+    (nor a default session an earlier test of this process opened)."""
     monkeypatch.setenv("KERNELDSL_HOST_CXX", "/nonexistent/c++")
     monkeypatch.delenv("KERNELDSL_DEVICE", raising=False)
+    monkeypatch.setattr(session_module, "_defaults", {})
     with installed_driver(NoDriverLibrary(), matmul):
         yield
 
