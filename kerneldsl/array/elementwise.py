@@ -176,8 +176,7 @@ def _build_elementwise(
     row_leaves = {a["id"] for a in arrays if a["dims"]}  # a host plan's row has an axis of theirs
     # The CPU device's plans convert float16 operands and results a chunk (or a tile's row) at a
     # time, into and out of float buffers.
-    staged = [a["id"] for a in arrays if a["storage"] == HALF_STORAGE and (flat or a["id"] in row_leaves)]
-    staged = staged if host_run else []
+    staged = [a["id"] for a in arrays if host_run and a["storage"] == HALF_STORAGE and (flat or a["id"] in row_leaves)]
     out_staged = bool(host_run and storage_ctype(out_dtype) == HALF_STORAGE)
     gathered = [_stepped(a) for a in arrays if a["id"] in row_leaves] if host_run else []
 

@@ -169,12 +169,12 @@ class Reduction:
                 run = (*run, run[-1] + 1)
             rest = tuple(a - len(run) for a in axes[len(run) :])
             result = self(self(value, axis=run), axis=rest if len(rest) > 1 else rest[0], out=out)
-            return result.reshape(result_shape(value.shape, axes, True)) if keepdims else result
-        kept = tuple(a for a in range(value.ndim) if a not in axes)
-        last_reduced = value.ndim - 1 in axes
-        permutation = (*kept, *axes) if last_reduced else (*axes, *kept)
-        first = len(kept) if last_reduced else 0
-        result = self(value.transpose(permutation).copy(), axis=tuple(range(first, first + len(axes))), out=out)
+        else:
+            kept = tuple(a for a in range(value.ndim) if a not in axes)
+            last_reduced = value.ndim - 1 in axes
+            permutation = (*kept, *axes) if last_reduced else (*axes, *kept)
+            first = len(kept) if last_reduced else 0
+            result = self(value.transpose(permutation).copy(), axis=tuple(range(first, first + len(axes))), out=out)
         return result.reshape(result_shape(value.shape, axes, True)) if keepdims else result
 
     def _nests(self, dtype: np.dtype) -> bool:
