@@ -457,9 +457,16 @@ def test_import_kerneldsl_does_not_import_dask() -> None:
     assert out.split() == ["False", "False"]
 
 
+def _identity(client: Any) -> dict[str, Any]:
+    """The scheduler's identity, workers included, as this call got it (``Client.scheduler_info``
+    returns the client's cache, which its periodic refresh may replace with one without workers)."""
+    identity: dict[str, Any] = client.sync(client.scheduler.identity, n_workers=-1)
+    return identity
+
+
 def test_a_default_cluster_speaks_tls_on_localhost_and_its_client_holds_the_certificate(client: Any) -> None:
     cluster = client.cluster
-    addresses = [cluster.scheduler_address, *client.scheduler_info()["workers"]]
+    addresses = [cluster.scheduler_address, *_identity(client)["workers"]]
     assert all(a.startswith("tls://127.0.0.1:") for a in addresses)
     assert client.security is cluster.security and cluster.security.require_encryption
 
@@ -486,7 +493,7 @@ def _stranger_asks(address: str, security: Any = None) -> str:
 def test_a_stranger_without_the_clusters_certificate_reaches_no_port(client: Any) -> None:
     from distributed.security import Security
 
-    addresses = [client.cluster.scheduler_address, *client.scheduler_info()["workers"]]
+    addresses = [client.cluster.scheduler_address, *_identity(client)["workers"]]
     plain = {_stranger_asks(a.replace("tls://", "tcp://")) for a in addresses}
     their_own_certificate = {_stranger_asks(a, Security.temporary()) for a in addresses}
     assert plain == {"CommClosedError"} and their_own_certificate == {"FatalCommClosedError"}
@@ -526,7 +533,7 @@ def test_a_default_cluster_answers_plain_http_on_no_port(monkeypatch: pytest.Mon
         ports = (_listening_ports(os.getpid()) - before) | _listening_ports(worker)
         assert len(ports) >= 3  # the TLS ports of the scheduler, the nanny and the worker
         assert {port: _http_status(port) for port in ports} == dict.fromkeys(ports)
-        info = c.scheduler_info()
+        info = _identity(c)
         assert [info["services"], *(w["services"] for w in info["workers"].values())] == [{}, {}]
 
 
@@ -536,7 +543,7 @@ def test_a_cluster_started_with_dashboard_true_serves_plain_http_on_localhost(
     _worker_env(monkeypatch)
     with kd.distributed.LocalGPUCluster(gpus=[0], memory_limit=0, dashboard=True) as cluster:
         with distributed.Client(cluster) as c:
-            info = c.scheduler_info()
+            info = _identity(c)
             ports = [info["services"]["dashboard"], *(w["services"]["dashboard"] for w in info["workers"].values())]
             assert [_http_status(port) for port in ports] == [200, 200]
 

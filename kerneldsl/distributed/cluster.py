@@ -42,7 +42,7 @@ class LocalGPUCluster(SpecCluster):
     default ``host`` and a free port; the Bokeh dashboard too when Bokeh is installed) and on each
     worker (at ``host``, a free port): plain HTTP without authentication, whatever ``security``
     says, whose routes show every local user the workers' logs, call stacks and tasks. Its ports
-    are ``Client(cluster).scheduler_info()["services"]["dashboard"]`` and each worker's.
+    are the scheduler's ``identity()["services"]["dashboard"]`` and each worker's.
     Without it no HTTP port is opened. ``silence_logs`` is Dask's: as ``LocalCluster`` does,
     Dask's stderr handlers show warnings and worse while the cluster runs; ``False`` leaves them
     as configured.

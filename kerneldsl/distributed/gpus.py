@@ -48,6 +48,16 @@ _WAIT_STEP_S = 0.1
 _WORKERS_TTL_S = 2.0
 
 
+def _worker_identities(client: Client) -> list[tuple[str, dict[str, Any]]]:
+    """Each live worker's address and identity, as the scheduler gives them to this call; not
+    ``Client.scheduler_info``, whose periodic refresh may swap in an identity without workers
+    between its fetch and its return."""
+    if client.scheduler is None:
+        raise NoWorkerError("the client is not connected to a scheduler")
+    identity = client.sync(client.scheduler.identity, n_workers=-1)  # type: ignore[no-untyped-call]
+    return list(identity["workers"].items())
+
+
 class GPUs:
     """This client's warm GPU workers: ``to_device``, ``submit``, and the calls remote arrays route.
 
@@ -84,8 +94,7 @@ class GPUs:
         the last answer if it is under ``_WORKERS_TTL_S`` old: calls that name no worker)."""
         at, known = self._known
         if fresh or time.monotonic() - at > _WORKERS_TTL_S:
-            info = self.client.scheduler_info(n_workers=-1)["workers"]
-            known = {str(w["name"]): (address, dict(w.get("resources") or {})) for address, w in info.items()}
+            known = {str(w["name"]): (a, dict(w.get("resources") or {})) for a, w in _worker_identities(self.client)}
             self._known = (time.monotonic(), known)
         return known
 
