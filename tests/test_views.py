@@ -141,6 +141,23 @@ def test_a_byte_span_covers_negative_strides() -> None:
     assert views.byte_span((0, 4), (16, 4), 4) == (0, 0)
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), shape=shapes)
+def test_dense_order_is_the_axis_order_a_permuted_array_fills_memory_in(data: st.DataObject, shape: Any) -> None:
+    view = np.empty(shape, np.float32).transpose(data.draw(st.permutations(range(len(shape)))))
+    order = views.dense_order(view.shape, view.strides, view.itemsize)
+    if view.size == 0:
+        assert order is None
+    else:
+        assert order is not None and view.transpose(order).flags.c_contiguous
+
+
+def test_dense_order_is_none_where_a_view_leaves_gaps_repeats_or_runs_backwards() -> None:
+    host = np.empty((4, 6), np.float32)
+    for view in (host[:, ::2], host[:, :3], host[::-1], np.broadcast_to(host[:1], (4, 6))):
+        assert views.dense_order(view.shape, view.strides, view.itemsize) is None
+
+
 # --- errors --------------------------------------------------------------------------------------
 
 

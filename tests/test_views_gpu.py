@@ -156,6 +156,32 @@ def test_contiguous_views_keep_the_vector_path(device_session: Any) -> None:
     assert_same(ops.add(a[16:], a[16:]).to_host(), 2 * np.arange(4096, dtype=np.float32).reshape(64, 64)[16:])
 
 
+@pytest.mark.parametrize("axes", [(1, 0), (2, 0, 1), (1, 2, 0), (0, 2, 1)])
+def test_an_op_on_operands_permuted_alike_is_laid_out_as_they_are(device_session: Any, axes: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(7)
+    a, b = (rand(rng, np.dtype(np.float32), (3, 5, 7)[: len(axes)]) for _ in range(2))
+    da, db = (device_session.to_device(h).transpose(axes) for h in (a, b))
+    ha, hb = a.transpose(axes), b.transpose(axes)
+    for got, want in ((ops.add(da, db), np.add(ha, hb)), (ops.sin(da), np.sin(ha)), (da * 2, ha * 2)):
+        assert got.strides == want.strides
+        np.testing.assert_allclose(got.to_host(), want, rtol=1e-6)
+
+
+def test_an_op_on_operands_laid_out_differently_gives_a_contiguous_result(device_session: Any) -> None:
+    host = np.arange(36, dtype=np.float32).reshape(6, 6)
+    a = device_session.to_device(host)
+    got = ops.add(a, a.T)
+    assert got.is_contiguous
+    assert_same(got.to_host(), host + host.T)
+
+
+def test_an_op_on_transposed_numpy_arrays_returns_numpys_layout(default_device_session: Any) -> None:
+    host = np.arange(20, dtype=np.float64).reshape(4, 5)
+    got = ops.multiply(host.T, host.T)
+    assert isinstance(got, np.ndarray) and got.flags.f_contiguous
+    assert_same(got, host.T * host.T)
+
+
 def test_a_view_keeps_its_memory_after_the_owner_is_dropped(device_session: Any) -> None:
     a = device_session.to_device(np.arange(64, dtype=np.int32))
     view = a[::3]

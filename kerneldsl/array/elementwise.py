@@ -75,7 +75,7 @@ from .kernels import (
     out_dims,
     vector_width,
 )
-from .placement import check_out, check_placement, shares_memory, unalias
+from .placement import check_out, check_placement, memory_order, shares_memory, unalias
 from .plan import Plan, PlanCache, host_target
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype
 
@@ -458,6 +458,12 @@ class ElementwiseFunction(fastpath.FastPathCallable):
                 if out is not None or stream is not None:
                     raise FusionError(f"{self.name}: out= and stream= cannot be used inside a fused function")
                 return o.builder.apply(self, operands)
+        order = memory_order(operands) if out is None else None
+        if order is not None:  # NumPy's order="K": the op runs on the operands' memory as contiguous arrays
+            ordered = [
+                o.transpose(order) if isinstance(o, (memory.array_type, np.ndarray)) and o.ndim else o for o in operands
+            ]
+            return self._call(*ordered, stream=stream).transpose(np.argsort(order).tolist())
         return self._plans.call(
             self.name, operands, out, None, self._plan, self._warm, stream=stream, remote=(self, {})
         )

@@ -4,7 +4,8 @@ Any device array (ours, or foreign and adopted zero-copy) sends the call to the 
 session; numpy operands are then uploaded (kept alive until the stream passes them). With no
 device array at all, the call runs on the host's numpy arrays (copied in and back within the
 call). ``out=`` follows NumPy: the exact result shape, a ``same_kind`` cast, and it lives where
-the operands do.
+the operands do. Without ``out=`` an elementwise result is laid out as its operands are when they
+share a memory order (``memory_order``), as NumPy's ``order="K"`` lays it out.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..launch.routing import is_remote
-from ..runtime import memory
+from ..runtime import memory, views
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.memory import DeviceBuffer
 from . import promotion
@@ -132,3 +133,32 @@ def into_strided(launch: Callable[[list[Any], Any, Any], None], values: list[Any
     launch(values, result, session)
     result.copy_to(out)
     result.close()  # a stream-ordered free: after the copy
+
+
+def memory_order(operands: Sequence[Any]) -> tuple[int, ...] | None:
+    """The axis order, outermost first, in which every array operand (a DeviceArray or a NumPy
+    array; 0-d ones aside) fills its memory without gaps, when all have one shape and share
+    such an order that is not C's (transposes of contiguous arrays), else None. Elementwise work
+    commutes with permuting axes, so the call runs on the operands transposed to that order, as
+    contiguous arrays, and its result is transposed back: laid out as its operands, as NumPy's
+    and CuPy's ``order="K"`` lay it out. Returns at the first array in C order (the usual call)."""
+    order: tuple[int, ...] | None = None
+    shape: tuple[int, ...] | None = None
+    for o in operands:
+        if type(o) is memory.array_type:
+            contiguous = o.is_contiguous
+        elif isinstance(o, np.ndarray):
+            contiguous = o.flags.c_contiguous
+        elif isinstance(o, (int, float, complex, np.generic)):
+            continue
+        else:
+            return None
+        if o.ndim == 0:
+            continue
+        if contiguous or (shape is not None and o.shape != shape):
+            return None
+        dense = views.dense_order(o.shape, o.strides, o.dtype.itemsize)
+        if dense is None or (order is not None and dense != order):
+            return None
+        order, shape = dense, o.shape
+    return order

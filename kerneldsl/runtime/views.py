@@ -45,6 +45,18 @@ def reads_across_rows(shape: Sequence[int], strides: Sequence[int], itemsize: in
     )
 
 
+def dense_order(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple[int, ...] | None:
+    """The axes, outermost first, along which a view's elements fill its memory without gaps (a
+    C-contiguous array's are its axes in order; its transpose's, reversed), or None where they do
+    not (a gap, a negative or zero stride, an empty view). Extent-1 axes come first."""
+    if 0 in shape:
+        return None
+    order = tuple(sorted(range(len(shape)), key=lambda i: (shape[i] != 1, -strides[i])))
+    if is_c_contiguous([shape[i] for i in order], [strides[i] for i in order], itemsize):
+        return order
+    return None
+
+
 def byte_span(shape: Sequence[int], strides: Sequence[int], itemsize: int) -> tuple[int, int]:
     """The byte range ``[low, high)`` the elements occupy, relative to the first element; (0, 0) when empty."""
     if 0 in shape:
