@@ -24,7 +24,9 @@ Semantics (documented, tested against NumPy):
 - Results: DeviceArray in -> DeviceArray out (async on the session stream); numpy in -> numpy
   out (copied in and back within the call); ``out=`` follows NumPy's ``same_kind`` casting.
   Foreign CUDA arrays (CAI / DLPack) are adopted zero-copy; a strided one is refused; strided
-  numpy inputs are materialized; strided DeviceArray views are read and written in place.
+  numpy inputs are materialized; strided DeviceArray views are read and written in place. A new
+  result is C-contiguous, or laid out as its operands where they share another memory order
+  (``placement.memory_order``: NumPy's ``order="K"``).
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ MATH_DOMAINS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 HALF_MATH = ("exp", "log", "sin", "tanh", "sqrt", "arctan")
 
 
-# Math functions on views: the result is C-contiguous (NumPy's follows the view's memory order).
+# Math functions on views: a transposed view's result is laid out as the view (NumPy's order='K', on both sides).
 VIEW_MATH: tuple[tuple[str, Callable[[Any], Any], str], ...] = (
     ("sin", lambda a: a.T, "a transposed view"),
     ("exp", lambda a: a.T, "a transposed view"),
