@@ -36,8 +36,6 @@ ARCH = (int(CPU_ARCH[3]), int(CPU_ARCH[4]))  # the compute capability it reports
 DEVICE_NAME = b"kerneldsl CPU device"
 
 _C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
-_C_POOL_ALLOC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p)
-_C_FREE_ASYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_void_p)
 _C_COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
 _C_STREAM_QUERY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
@@ -306,9 +304,14 @@ class HostDriver(HostWork):
         return check_error(code, name, api, detail, self.checked_images)
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple[Any, ...]:
-        """``kd_host_launch``/``kd_host_launch_ex`` for the launches; the pool, copies and queries
-        as C callbacks into this driver, so the C launch path keeps one set of books."""
-        native = {b"cuLaunchKernel": "kd_host_launch", b"cuLaunchKernelEx": "kd_host_launch_ex"}
+        """The runtime library's own entries for the launches and the pool (whose books it keeps);
+        copies and queries as C callbacks into this driver."""
+        native = {
+            b"cuLaunchKernel": "kd_host_launch",
+            b"cuLaunchKernelEx": "kd_host_launch_ex",
+            b"cuMemAllocFromPoolAsync": "kd_host_mem_alloc_v1",
+            b"cuMemFreeAsync": "kd_host_mem_free_async_v1",
+        }
         name = bytes(symbol)
         if name in native:
             return self._r(SUCCESS, ctypes.cast(getattr(self._lib, native[name]), ctypes.c_void_p).value, 0)
@@ -316,8 +319,6 @@ class HostDriver(HostWork):
             self._c_entries.update(
                 {
                     b"cuCtxGetCurrent": _C_CURRENT(self._current_from_c),
-                    b"cuMemAllocFromPoolAsync": _C_POOL_ALLOC(self._alloc_from_c),
-                    b"cuMemFreeAsync": _C_FREE_ASYNC(self._free_from_c),
                     b"cuMemcpyHtoDAsync": _C_COPY(self._copy_from_c),
                     b"cuMemcpyDtoHAsync": _C_COPY(self._copy_from_c),
                     b"cuStreamQuery": _C_STREAM_QUERY(lambda stream: SUCCESS),

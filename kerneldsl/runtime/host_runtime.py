@@ -134,6 +134,22 @@ def runtime_library() -> ctypes.CDLL:
     lib.kd_host_check_written_v1.restype = None
     lib.kd_host_check_forget_v1.argtypes = (ctypes.c_void_p,)
     lib.kd_host_check_forget_v1.restype = None
+    pool, pointer, size = ctypes.c_void_p, ctypes.c_ulonglong, ctypes.c_size_t
+    for name, args, result in (
+        ("kd_host_mem_alloc_v1", (ctypes.POINTER(pointer), size, pool, ctypes.c_void_p), ctypes.c_int),
+        ("kd_host_mem_release_v1", (pointer, ctypes.c_int), ctypes.c_int),
+        ("kd_host_mem_free_async_v1", (pointer, ctypes.c_void_p), ctypes.c_int),
+        ("kd_host_mem_size_v1", (pointer,), size),
+        ("kd_host_mem_kept_v1", (pool, size), size),
+        ("kd_host_mem_pool_create_v1", (pool,), None),
+        ("kd_host_mem_pool_used_v1", (pool,), size),
+        ("kd_host_mem_pool_trim_v1", (pool, size), None),
+        ("kd_host_mem_pool_destroy_v1", (pool,), None),
+        ("kd_host_mem_capture_v1", (ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(pointer), size), size),
+        ("kd_host_mem_track_unwritten_v1", (), None),
+    ):
+        function = getattr(lib, name)
+        function.argtypes, function.restype = args, result
     return lib
 
 

@@ -2,9 +2,11 @@
 them with launches and replay them (the base ``HostDriver`` builds on).
 
 Memory is real host memory aligned to 256 bytes like ``cudaMalloc``; pinned memory is the same.
-Work runs when it is enqueued, except on a stream being captured: there it is recorded, launch
-parameters by value, and replayed in order at each ``cuGraphLaunch``; memory freed during a
-capture is freed with the graph, since a replay may still use it.
+Its books (allocations, pools and the blocks they keep) are the runtime library's, which the C
+launch path's allocations and frees use directly. Work runs when it is enqueued, except on a
+stream being captured: there it is recorded, launch parameters by value, and replayed in order
+at each ``cuGraphLaunch``; memory freed during a capture is freed with the graph, since a replay
+may still use it.
 """
 
 from __future__ import annotations
@@ -26,11 +28,6 @@ SUCCESS = 0
 INVALID_VALUE = 1
 OUT_OF_MEMORY = 2
 NOT_SUPPORTED = 801
-ALIGNMENT = 256  # what cudaMalloc guarantees, and the vector loads of the templates assume
-
-_libc = ctypes.CDLL(None)
-_libc.posix_memalign.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_size_t)
-_libc.free.argtypes = (ctypes.c_void_p,)
 
 
 def _physical_memory() -> tuple[int, int]:
@@ -47,16 +44,8 @@ class HostWork:
         self._lib = host_runtime.runtime_library()
         self._lock = threading.RLock()
         self._handles = itertools.count(0x1000, 0x10)
-        self.allocations: dict[int, int] = {}  # pointer -> bytes
-        self.pool_of: dict[int, int] = {}  # pointer -> its pool
-        self.pools: dict[int, int] = {}  # pool -> bytes in use
-        # pool -> block size -> freed blocks it keeps for its next allocations of that size, as a
-        # CUDA pool keeps freed memory below its release threshold (kerneldsl's: all of it) until
-        # trimmed: a large new result reuses warm pages instead of faulting in fresh ones
-        self.kept: dict[int, dict[int, list[int]]] = {}
         self.captures: dict[int, list[tuple[Any, ...]]] = {}  # capturing stream -> what it recorded
         self.graphs: dict[int, tuple[list[tuple[Any, ...]], list[int]]] = {}  # graph -> (work, memory it frees)
-        self.freed_in_capture: dict[int, list[int]] = {}
         self.tracking_unwritten = False  # a session's init check tracks buffers made by empty()
 
     @staticmethod
@@ -80,39 +69,33 @@ class HostWork:
 
     # -- memory ---------------------------------------------------------------------------------
 
-    def _allocate(self, n: int) -> int:
-        out = ctypes.c_void_p()
-        if n <= 0 or _libc.posix_memalign(ctypes.byref(out), ALIGNMENT, n) or not out.value:
+    def _allocate(self, n: int, pool: int = 0) -> int:
+        """``n`` bytes (of ``pool``, reusing a block it keeps), or 0 when there are none."""
+        out = ctypes.c_ulonglong()
+        if n <= 0 or self._lib.kd_host_mem_alloc_v1(ctypes.byref(out), n, pool, None):
             return 0
-        with self._lock:
-            self.allocations[out.value] = n
         return out.value
 
-    def _release(self, ptr: int, keep: bool = False) -> int:
-        """Free ``ptr``; with ``keep``, a pool's block stays with its pool for reuse."""
-        with self._lock:
-            n = self.allocations.pop(ptr, None)
-            if n is None:
-                return INVALID_VALUE
-            pool = self.pool_of.pop(ptr, None)
-            kept = False
-            if pool is not None and pool in self.pools:
-                self.pools[pool] -= n
-                kept = keep
-                if kept:
-                    self.kept.setdefault(pool, {}).setdefault(n, []).append(ptr)
-        if self.tracking_unwritten:
-            self._lib.kd_host_check_forget_v1(ptr)
-        if not kept:
-            _libc.free(ptr)
-        return SUCCESS
+    def _release(self, ptr: int) -> int:
+        """Free ``ptr`` now (a pool's block too); INVALID_VALUE for memory this device did not allocate."""
+        return int(self._lib.kd_host_mem_release_v1(ptr, 0))
+
+    def allocated_bytes(self, ptr: int) -> int:
+        """The size of the live allocation at ``ptr``; 0 when there is none."""
+        return int(self._lib.kd_host_mem_size_v1(ptr))
+
+    def kept_blocks(self, pool: Any, n: int) -> int:
+        """How many freed blocks of ``n`` bytes ``pool`` keeps for its next allocations of that size."""
+        return int(self._lib.kd_host_mem_kept_v1(int(pool), n))
 
     # -- the init check's record of what was written (see runtime.checks) -------------------------
 
     def track_unwritten(self, ptr: int, n: int) -> None:
         """``[ptr, ptr + n)`` was made by ``empty()`` in a session with the init check: a kernel's
         read of a byte nothing wrote since is reported."""
-        self.tracking_unwritten = True
+        if not self.tracking_unwritten:
+            self.tracking_unwritten = True
+            self._lib.kd_host_mem_track_unwritten_v1()
         self._lib.kd_host_check_fresh_v1(ptr, n)
 
     def note_written(self, ptr: int, n: int) -> None:
@@ -128,62 +111,30 @@ class HostWork:
 
     def cuMemPoolCreate(self, props: Any) -> tuple[Any, ...]:
         h = self._handle()
-        self.pools[h] = 0
+        self._lib.kd_host_mem_pool_create_v1(h)
         return self._r(SUCCESS, h)
 
     def cuMemPoolDestroy(self, pool: Any) -> tuple[Any, ...]:
-        self.pools.pop(int(pool), None)
-        self._release_kept(int(pool))
+        self._lib.kd_host_mem_pool_destroy_v1(int(pool))
         return self._r(SUCCESS)
 
     def cuMemPoolSetAttribute(self, pool: Any, attr: Any, value: Any) -> tuple[Any, ...]:
         return self._r(SUCCESS)
 
     def cuMemPoolGetAttribute(self, pool: Any, attr: Any) -> tuple[Any, ...]:
-        return self._r(SUCCESS, self.pools.get(int(pool), 0))
+        return self._r(SUCCESS, int(self._lib.kd_host_mem_pool_used_v1(int(pool))))
 
     def cuMemPoolTrimTo(self, pool: Any, keep: int) -> tuple[Any, ...]:
-        self._release_kept(int(pool), int(keep))
+        self._lib.kd_host_mem_pool_trim_v1(int(pool), int(keep))
         return self._r(SUCCESS)
 
     def cuMemAllocFromPoolAsync(self, n: int, pool: Any, stream: Any) -> tuple[Any, ...]:
-        n, pool = int(n), int(pool)
-        with self._lock:
-            blocks = self.kept.get(pool, {}).get(n)
-            ptr = blocks.pop() if blocks else 0
-            if ptr:
-                self.allocations[ptr] = n
-        if not ptr:
-            ptr = self._allocate(n)
-        if not ptr:
-            return self._r(OUT_OF_MEMORY, 0)
-        with self._lock:
-            self.pool_of[ptr] = pool
-            self.pools[pool] = self.pools.get(pool, 0) + n
-        return self._r(SUCCESS, ptr)
+        ptr = self._allocate(int(n), int(pool))
+        return self._r(SUCCESS if ptr else OUT_OF_MEMORY, ptr)
 
     def cuMemFreeAsync(self, ptr: Any, stream: Any) -> tuple[Any, ...]:
-        freed = self.freed_in_capture.get(int(stream))
-        if freed is not None:  # a graph being captured may still use it: freed with the graph
-            freed.append(int(ptr))
-            return self._r(SUCCESS)
-        return self._r(self._release(int(ptr), keep=True))
-
-    def _release_kept(self, pool: int, keep: int = 0) -> None:
-        """Free the blocks ``pool`` keeps, largest first, until it keeps at most ``keep`` bytes."""
-        with self._lock:
-            sizes = self.kept.get(pool, {})
-            blocks = sorted(((n, ptr) for n, ptrs in sizes.items() for ptr in ptrs), reverse=True)
-            kept = sum(n for n, _ in blocks)
-            released = []
-            for n, ptr in blocks:
-                if kept <= keep:
-                    break
-                sizes[n].remove(ptr)
-                kept -= n
-                released.append(ptr)
-        for ptr in released:
-            _libc.free(ptr)
+        """A pool's block stays with its pool; on a stream being captured, it is freed with the graph."""
+        return self._r(int(self._lib.kd_host_mem_free_async_v1(int(ptr), int(stream or 0))))
 
     def cuMemAlloc(self, n: int) -> tuple[Any, ...]:
         ptr = self._allocate(int(n))
@@ -265,13 +216,15 @@ class HostWork:
     def cuStreamBeginCapture(self, stream: Any, mode: Any) -> tuple[Any, ...]:
         with self._lock:
             self.captures[int(stream)] = []
-            self.freed_in_capture[int(stream)] = []
+        self._lib.kd_host_mem_capture_v1(int(stream), 1, None, 0)
         return self._r(SUCCESS)
 
     def cuStreamEndCapture(self, stream: Any) -> tuple[Any, ...]:
+        count = self._lib.kd_host_mem_capture_v1(int(stream), 0, None, 0)
+        blocks = (ctypes.c_ulonglong * max(1, count))()
+        freed = list(blocks)[: self._lib.kd_host_mem_capture_v1(int(stream), 0, blocks, count)]
         with self._lock:
             work = self.captures.pop(int(stream), [])
-            freed = self.freed_in_capture.pop(int(stream), [])
             h = self._handle()
             self.graphs[h] = (work, freed)
         return self._r(SUCCESS, h)
@@ -318,15 +271,6 @@ class HostWork:
         for ptr in freed:
             self._release(ptr)
         return self._r(SUCCESS)
-
-    def _alloc_from_c(self, out: int, n: int, pool: int, stream: int) -> int:
-        result = self.cuMemAllocFromPoolAsync(n, pool, stream)
-        if not result[0]:
-            ctypes.c_uint64.from_address(out).value = result[1]
-        return int(result[0])
-
-    def _free_from_c(self, ptr: int, stream: int) -> int:
-        return int(self.cuMemFreeAsync(ptr, stream)[0])
 
     def _copy_from_c(self, dst: int, src: int, n: int, stream: int) -> int:
         return self._copy(dst, src, n, stream)

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from . import driver
 from .driver import check
-from .stream import StreamSession
+from .stream import StreamSession, always_complete
 
 if TYPE_CHECKING:
     from .device import Device
@@ -164,7 +164,7 @@ class FastAllocation:
     cuStreamQuery for the host copies, which spin at most ``spin_ns`` (``SPIN_NS``); ``pool``, ``context`` and
     ``stream`` the addresses of the pool, the context and the session stream; ``lock``,
     ``handles``, ``dropped`` and ``streams`` the session lock, its handle registry, the finalizer
-    (see ``handle.Handle._own``) and its set of streams.
+    (see ``handle.Handle._own``) and the streams a free waits for.
 
     The contract: C allocates only holding the lock (taken without waiting), with this context
     current on the calling thread and no capture active; it first frees the device memory
@@ -203,4 +203,6 @@ class FastAllocation:
         owned = session.owned
         self.handles: dict[int, tuple[weakref.ref[Handle], str, Any]] = owned.handles
         self.dropped: Callable[[weakref.ref[Handle]], None] = owned.dropped
-        self.streams: weakref.WeakSet[Stream] = session.order.streams
+        # The streams a free must wait for (C frees only where that is the session stream alone):
+        # all of the session's, or the session stream alone where work completes as it is enqueued.
+        self.streams: Collection[Stream] = (session.stream,) if always_complete(session) else session.order.streams

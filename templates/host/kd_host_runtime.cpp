@@ -1,5 +1,5 @@
 // kerneldsl's CPU device runtime: the launch entries (cuLaunchKernel's and cuLaunchKernelEx's
-// ABI), the thread pool that runs a grid's blocks on every core, the fibers a block's threads run
+// ABI), the device's memory books (its allocations and pools), the thread pool that runs a grid's blocks on every core, the fibers a block's threads run
 // on when its kernel has barriers or warp collectives, and the errors a launch reports. Compiled
 // once per host compiler into a shared library that is loaded with RTLD_GLOBAL before any kernel
 // module, which resolves the kd_host_*_v1 entries the shim (kd_host.h) declares. The contract is
@@ -36,6 +36,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <dlfcn.h>
@@ -2297,6 +2298,187 @@ KD_EXPORT void kd_host_check_forget_v1(const void* base) {
                                        [base](const std::shared_ptr<Fresh>& f) { return f->base == (uintptr_t)base; }),
                         fresh.all.end());
     fresh.refresh();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memory. Rule: the CPU device's allocations are host memory aligned as cudaMalloc's (256 bytes),
+// kept in one set of books here, which the driver's Python calls and the C launch path's
+// cuMemAllocFromPoolAsync / cuMemFreeAsync entries (these, called for every result an op
+// allocates) share without a call into Python. A pool keeps its freed blocks for its next
+// allocations of the same size, as a CUDA pool keeps freed memory below its release threshold
+// (kerneldsl's: all of it) until trimmed; a block freed on a stream being captured is freed with
+// the graph instead (a replay may still use it). 0 on success, else a CUresult.
+namespace {
+enum { kOutOfMemory = 2 };
+constexpr size_t kAlignment = 256;
+struct Allocation {
+    size_t bytes;
+    uintptr_t pool;  // 0: not a pool's
+};
+struct MemoryBooks {
+    std::mutex lock;
+    std::unordered_map<uintptr_t, Allocation> allocations;
+    std::unordered_map<uintptr_t, size_t> pools;  // pool -> bytes in use
+    std::unordered_map<uintptr_t, std::unordered_map<size_t, std::vector<uintptr_t>>> kept;  // pool -> size -> blocks
+    std::unordered_map<uintptr_t, std::vector<uintptr_t>> freed_in_capture;  // capturing stream -> blocks
+    bool tracking_unwritten = false;  // a session's init check tracks buffers made by empty()
+};
+MemoryBooks& books() {
+    static MemoryBooks* b = new MemoryBooks;  // never destroyed: arrays may be freed during exit
+    return *b;
+}
+}  // namespace
+
+// Allocates n bytes (of `pool`, 0 for none), reusing a block the pool keeps.
+KD_EXPORT int kd_host_mem_alloc_v1(unsigned long long* out, size_t n, uintptr_t pool, void* stream) {
+    (void)stream;
+    MemoryBooks& m = books();
+    void* ptr = nullptr;
+    {
+        std::lock_guard<std::mutex> hold(m.lock);
+        if (pool != 0) {
+            auto sizes = m.kept.find(pool);
+            if (sizes != m.kept.end()) {
+                auto blocks = sizes->second.find(n);
+                if (blocks != sizes->second.end() && !blocks->second.empty()) {
+                    ptr = (void*)blocks->second.back();
+                    blocks->second.pop_back();
+                }
+            }
+        }
+    }
+    if (ptr == nullptr && (n == 0 || posix_memalign(&ptr, kAlignment, n) != 0 || ptr == nullptr)) return kOutOfMemory;
+    std::lock_guard<std::mutex> hold(m.lock);
+    m.allocations[(uintptr_t)ptr] = Allocation{n, pool};
+    if (pool != 0) m.pools[pool] += n;
+    *out = (unsigned long long)(uintptr_t)ptr;
+    return 0;
+}
+
+// Frees `ptr` (keep: a pool's block stays with its pool); a pointer it did not allocate is invalid.
+KD_EXPORT int kd_host_mem_release_v1(unsigned long long ptr, int keep) {
+    MemoryBooks& m = books();
+    bool kept = false, tracking;
+    {
+        std::lock_guard<std::mutex> hold(m.lock);
+        auto found = m.allocations.find((uintptr_t)ptr);
+        if (found == m.allocations.end()) return kInvalidValue;
+        const Allocation a = found->second;
+        m.allocations.erase(found);
+        auto pool = a.pool != 0 ? m.pools.find(a.pool) : m.pools.end();
+        if (pool != m.pools.end()) {
+            pool->second -= a.bytes;
+            kept = keep != 0;
+            if (kept) m.kept[a.pool][a.bytes].push_back((uintptr_t)ptr);
+        }
+        tracking = m.tracking_unwritten;
+    }
+    if (tracking) kd_host_check_forget_v1((const void*)(uintptr_t)ptr);
+    if (!kept) std::free((void*)(uintptr_t)ptr);
+    return 0;
+}
+
+// cuMemFreeAsync: a pool's block stays with its pool; on a stream being captured, freed with the graph.
+KD_EXPORT int kd_host_mem_free_async_v1(unsigned long long ptr, void* stream) {
+    MemoryBooks& m = books();
+    {
+        std::lock_guard<std::mutex> hold(m.lock);
+        auto capture = m.freed_in_capture.find((uintptr_t)stream);
+        if (capture != m.freed_in_capture.end()) {
+            capture->second.push_back((uintptr_t)ptr);
+            return 0;
+        }
+    }
+    return kd_host_mem_release_v1(ptr, 1);
+}
+
+// The bytes of the allocation at ptr (0: none), and how many freed blocks of n bytes `pool` keeps.
+KD_EXPORT size_t kd_host_mem_size_v1(unsigned long long ptr) {
+    MemoryBooks& m = books();
+    std::lock_guard<std::mutex> hold(m.lock);
+    auto found = m.allocations.find((uintptr_t)ptr);
+    return found == m.allocations.end() ? 0 : found->second.bytes;
+}
+KD_EXPORT size_t kd_host_mem_kept_v1(uintptr_t pool, size_t n) {
+    MemoryBooks& m = books();
+    std::lock_guard<std::mutex> hold(m.lock);
+    auto sizes = m.kept.find(pool);
+    if (sizes == m.kept.end()) return 0;
+    auto blocks = sizes->second.find(n);
+    return blocks == sizes->second.end() ? 0 : blocks->second.size();
+}
+
+// Pools: made (no bytes in use), the bytes one has in use, its kept blocks freed largest first
+// until it keeps at most `keep` bytes, and destroyed (its kept blocks freed).
+KD_EXPORT void kd_host_mem_pool_create_v1(uintptr_t pool) {
+    MemoryBooks& m = books();
+    std::lock_guard<std::mutex> hold(m.lock);
+    m.pools[pool] = 0;
+}
+KD_EXPORT size_t kd_host_mem_pool_used_v1(uintptr_t pool) {
+    MemoryBooks& m = books();
+    std::lock_guard<std::mutex> hold(m.lock);
+    auto found = m.pools.find(pool);
+    return found == m.pools.end() ? 0 : found->second;
+}
+KD_EXPORT void kd_host_mem_pool_trim_v1(uintptr_t pool, size_t keep) {
+    MemoryBooks& m = books();
+    std::vector<uintptr_t> released;
+    {
+        std::lock_guard<std::mutex> hold(m.lock);
+        auto sizes = m.kept.find(pool);
+        if (sizes == m.kept.end()) return;
+        std::vector<std::pair<size_t, uintptr_t>> blocks;
+        size_t total = 0;
+        for (const auto& size : sizes->second)
+            for (uintptr_t ptr : size.second) {
+                blocks.emplace_back(size.first, ptr);
+                total += size.first;
+            }
+        std::sort(blocks.rbegin(), blocks.rend());
+        for (const auto& block : blocks) {
+            if (total <= keep) break;
+            std::vector<uintptr_t>& same = sizes->second[block.first];
+            same.erase(std::find(same.begin(), same.end(), block.second));
+            total -= block.first;
+            released.push_back(block.second);
+        }
+    }
+    for (uintptr_t ptr : released) std::free((void*)ptr);
+}
+KD_EXPORT void kd_host_mem_pool_destroy_v1(uintptr_t pool) {
+    {
+        MemoryBooks& m = books();
+        std::lock_guard<std::mutex> hold(m.lock);
+        m.pools.erase(pool);
+    }
+    kd_host_mem_pool_trim_v1(pool, 0);
+}
+
+// A stream's capture begins (its frees are deferred) or ends: the blocks freed during it, copied
+// to `out` (up to `capacity`); their count. Ends only when `out` is given.
+KD_EXPORT size_t kd_host_mem_capture_v1(void* stream, int begin, unsigned long long* out, size_t capacity) {
+    MemoryBooks& m = books();
+    std::lock_guard<std::mutex> hold(m.lock);
+    if (begin) {
+        m.freed_in_capture[(uintptr_t)stream].clear();
+        return 0;
+    }
+    auto found = m.freed_in_capture.find((uintptr_t)stream);
+    if (found == m.freed_in_capture.end()) return 0;
+    const size_t count = found->second.size();
+    if (out != nullptr) {
+        for (size_t i = 0; i < count && i < capacity; ++i) out[i] = found->second[i];
+        m.freed_in_capture.erase(found);
+    }
+    return count;
+}
+
+// The init check tracks buffers: a freed one is forgotten.
+KD_EXPORT void kd_host_mem_track_unwritten_v1(void) {
+    MemoryBooks& m = books();
+    std::lock_guard<std::mutex> hold(m.lock);
+    m.tracking_unwritten = true;
 }
 
 // A checked module's thread-local at [offset, offset + size) of its TLS block is not shared memory.
