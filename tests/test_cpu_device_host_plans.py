@@ -470,3 +470,21 @@ def test_a_user_reduction_over_interleaved_axes_on_the_host_maps_each_value_once
     squares = kd.reduction(map="x * x", reduce="a + b", identity="0", name="squares")
     x = _exact((6, 7, 40), "float32", 25)
     np.testing.assert_allclose(squares(cpu.to_device(x), axis=(0, 2)).to_host(), (x * x).sum(axis=(0, 2)), rtol=1e-6)
+
+
+# Where the one value that decides a bool reduction lies: the first element, just past a block of
+# values the run checks after (the runs' lanes times 64, whatever the lanes), the middle, the last.
+DECIDING = [0, 5, 4095, 4096, 70_001, (1 << 20) // 2 + 3, (1 << 20) - 1]
+
+
+@pytest.mark.parametrize("at", DECIDING)
+@pytest.mark.parametrize("name", ["max", "min", "argmax", "argmin", "any", "all"])
+def test_a_bool_reduction_that_stops_at_its_deciding_value_matches_numpy(cpu: Any, name: str, at: int) -> None:
+    for fill in (False, True):
+        host = np.full(1 << 20, fill)
+        host[at] = not fill
+        for h in (host, host.reshape(16, -1)):
+            a = cpu.to_device(h)
+            for axis in (None, -1):
+                got = getattr(a, name)(axis=axis) if name in ("any", "all") else getattr(ops, name)(a, axis=axis)
+                np.testing.assert_array_equal(got.to_host(), getattr(np, name)(h, axis=axis))

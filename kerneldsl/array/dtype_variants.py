@@ -25,9 +25,11 @@ _FLOAT32 = np.dtype(np.float32)
 _FLOAT64 = np.dtype(np.float64)
 
 any = Reduction(
-    Reducer("any", {"fiub": "a || b"}, "0", lambda dt: _BOOL, lambda dt: _BOOL), home=__name__
+    Reducer("any", {"fiub": "a || b"}, "0", lambda dt: _BOOL, lambda dt: _BOOL, absorbing="1"), home=__name__
 )  # NaN is true, as in NumPy
-all = Reduction(Reducer("all", {"fiub": "a && b"}, "1", lambda dt: _BOOL, lambda dt: _BOOL), home=__name__)
+all = Reduction(
+    Reducer("all", {"fiub": "a && b"}, "1", lambda dt: _BOOL, lambda dt: _BOOL, absorbing="0"), home=__name__
+)
 
 _variants: dict[tuple[str, np.dtype], Any] = {}
 

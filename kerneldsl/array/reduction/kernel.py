@@ -166,6 +166,7 @@ def _context(
         combine=reducer.expression(acc),
         better=reducer.expression(acc),
         identity=reducer.identity_text(acc),
+        absorbing=reducer.absorbing_text(acc),
         pre=reducer.pre,
         pre_param=reducer.pre_param,
         post=reducer.post,

@@ -93,6 +93,7 @@ class Reducer:
     pre_param: str = "v"
     indexed: bool = False
     needs_values: bool = False  # an empty reduction has no result (min, max, argmax)
+    absorbing: str | None = None  # names (as ``identity``) the value no later value changes: max's maximum
 
     def check(self, value: np.dtype) -> None:
         """ComplexUnsupportedError when complex values reach a reducer without a complex form."""
@@ -113,6 +114,14 @@ class Reducer:
             return identity_literal(self.identity, acc)
         return f"(kdA)({self.identity})"
 
+    def absorbing_text(self, acc: np.dtype) -> str:
+        """C text of the value a bool accumulation keeps once it holds it (true for max and any),
+        where the CPU device's runs stop early, as NumPy's bool reductions do; '' for none. Other
+        dtypes reach theirs too rarely to test for it (and a float max's NaN beats +inf)."""
+        if self.absorbing is None or acc != np.bool_:
+            return ""
+        return identity_literal(self.absorbing, acc)
+
 
 _REAL_ADD = {"f": "a + b", "iu": "(kdA)(0u + (kdU)a + (kdU)b)", "b": "a || b"}
 _ADD = {**_REAL_ADD, "c": "a + b"}
@@ -130,8 +139,8 @@ def _sum_dtype(dt: np.dtype) -> np.dtype:
 REDUCERS: dict[str, Reducer] = {
     "sum": Reducer("sum", _ADD, "0", _sum_dtype, lambda dt: accumulation_dtype(_sum_dtype(dt))),
     "prod": Reducer("prod", _MUL, "1", _numpy_dtype(np.prod), lambda dt: accumulation_dtype(_numpy_dtype(np.prod)(dt))),
-    "min": Reducer("min", _MIN, "max", _same, accumulation_dtype, needs_values=True),
-    "max": Reducer("max", _MAX, "min", _same, accumulation_dtype, needs_values=True),
+    "min": Reducer("min", _MIN, "max", _same, accumulation_dtype, needs_values=True, absorbing="min"),
+    "max": Reducer("max", _MAX, "min", _same, accumulation_dtype, needs_values=True, absorbing="max"),
     "mean": Reducer(
         "mean",
         _ADD,
@@ -141,10 +150,26 @@ REDUCERS: dict[str, Reducer] = {
         post="r / (kdA)n",
     ),
     "argmax": Reducer(
-        "argmax", {"fiub": _ARGMAX}, "min", _int64, accumulation_dtype, post="i", indexed=True, needs_values=True
+        "argmax",
+        {"fiub": _ARGMAX},
+        "min",
+        _int64,
+        accumulation_dtype,
+        post="i",
+        indexed=True,
+        needs_values=True,
+        absorbing="max",
     ),
     "argmin": Reducer(
-        "argmin", {"fiub": _ARGMIN}, "max", _int64, accumulation_dtype, post="i", indexed=True, needs_values=True
+        "argmin",
+        {"fiub": _ARGMIN},
+        "max",
+        _int64,
+        accumulation_dtype,
+        post="i",
+        indexed=True,
+        needs_values=True,
+        absorbing="min",
     ),
     "norm": Reducer(
         "norm",
