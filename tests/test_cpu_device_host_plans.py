@@ -52,6 +52,12 @@ def test_a_gathered_layout_keeps_the_gpu_stage_on_the_host() -> None:
     assert not step.variant.stage.startswith("host-")
 
 
+@pytest.mark.parametrize(("value_bytes", "lanes"), [(1, 64), (2, 32), (4, 16), (8, 8)])
+def test_a_host_row_keeps_a_vector_registers_worth_of_accumulators(value_bytes: int, lanes: int) -> None:
+    step = host_step(extents((1 << 20,), (0,)), value_bytes, 2, lambda v: None)  # type: ignore[arg-type,return-value]
+    assert step.variant.lanes == lanes
+
+
 def test_long_runs_split_over_threads_of_at_least_a_piece_each() -> None:
     step = host_step(extents((1 << 22,), (0,)), 4, 2, lambda v: None)  # type: ignore[arg-type,return-value]
     assert step.splits > 1 and (1 << 22) // step.splits >= HOST_PIECE
