@@ -35,9 +35,7 @@ NOT_FOUND = 500
 ARCH = (int(CPU_ARCH[3]), int(CPU_ARCH[4]))  # the compute capability it reports
 DEVICE_NAME = b"kerneldsl CPU device"
 
-_C_CURRENT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _C_COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p)
-_C_STREAM_QUERY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 
 
 class LaunchAttribute(ctypes.Structure):
@@ -70,7 +68,6 @@ class HostDriver(HostWork):
 
     def __init__(self) -> None:
         super().__init__()
-        self._tls = threading.local()
         self.modules: dict[int, ctypes.CDLL] = {}
         self.event_times: dict[int, int] = {}  # event -> perf_counter_ns at its last record
         self.function_values: dict[tuple[int, int], int] = {}
@@ -81,12 +78,6 @@ class HostDriver(HostWork):
         if name.startswith("cu") and name != "cuuint64_t":
             raise AttributeError(f"the CPU device's driver has no {name}")
         return getattr(_bindings, name)  # enums and handle types
-
-    def _stack(self) -> list[int]:
-        stack: list[int] | None = getattr(self._tls, "stack", None)
-        if stack is None:
-            stack = self._tls.stack = []
-        return stack
 
     # -- init, device, contexts ------------------------------------------------------------------
 
@@ -141,24 +132,22 @@ class HostDriver(HostWork):
     def cuDevicePrimaryCtxReset(self, dev: Any) -> tuple[Any, ...]:
         return self._r(SUCCESS)
 
+    # Each thread's stack of current contexts is the runtime library's, which the C launch path reads too.
+
     def cuCtxPushCurrent(self, ctx: Any) -> tuple[Any, ...]:
-        self._stack().append(int(ctx))
+        self._lib.kd_host_ctx_push_v1(int(ctx))
         return self._r(SUCCESS)
 
     def cuCtxPopCurrent(self) -> tuple[Any, ...]:
-        stack = self._stack()
-        return self._r(SUCCESS, stack.pop() if stack else 0)
+        return self._r(SUCCESS, self._lib.kd_host_ctx_pop_v1() or 0)
 
     def cuCtxGetCurrent(self) -> tuple[Any, ...]:
-        stack = self._stack()
-        return self._r(SUCCESS, stack[-1] if stack else 0)
+        current = ctypes.c_void_p()
+        self._lib.kd_host_ctx_get_current_v1(ctypes.byref(current))
+        return self._r(SUCCESS, current.value or 0)
 
     def cuCtxSetCurrent(self, ctx: Any) -> tuple[Any, ...]:
-        stack = self._stack()
-        if stack:
-            stack[-1] = int(ctx)
-        else:
-            stack.append(int(ctx))
+        self._lib.kd_host_ctx_set_current_v1(int(ctx))
         return self._r(SUCCESS)
 
     # -- streams and events: work is done when it is enqueued ----------------------------------
@@ -304,13 +293,15 @@ class HostDriver(HostWork):
         return check_error(code, name, api, detail, self.checked_images)
 
     def cuGetProcAddress(self, symbol: bytes, version: int, flags: Any) -> tuple[Any, ...]:
-        """The runtime library's own entries for the launches and the pool (whose books it keeps);
-        copies and queries as C callbacks into this driver."""
+        """The runtime library's own entries for the launches, the pool (whose books it keeps), the
+        current context and stream queries; copies as C callbacks into this driver."""
         native = {
             b"cuLaunchKernel": "kd_host_launch",
             b"cuLaunchKernelEx": "kd_host_launch_ex",
             b"cuMemAllocFromPoolAsync": "kd_host_mem_alloc_v1",
             b"cuMemFreeAsync": "kd_host_mem_free_async_v1",
+            b"cuCtxGetCurrent": "kd_host_ctx_get_current_v1",
+            b"cuStreamQuery": "kd_host_stream_query_v1",
         }
         name = bytes(symbol)
         if name in native:
@@ -318,21 +309,14 @@ class HostDriver(HostWork):
         if not self._c_entries:
             self._c_entries.update(
                 {
-                    b"cuCtxGetCurrent": _C_CURRENT(self._current_from_c),
                     b"cuMemcpyHtoDAsync": _C_COPY(self._copy_from_c),
                     b"cuMemcpyDtoHAsync": _C_COPY(self._copy_from_c),
-                    b"cuStreamQuery": _C_STREAM_QUERY(lambda stream: SUCCESS),
                 }
             )
         entry = self._c_entries.get(name)
         if entry is None:
             return self._r(SUCCESS, 0, 0)
         return self._r(SUCCESS, ctypes.cast(entry, ctypes.c_void_p).value, 0)
-
-    def _current_from_c(self, out: int) -> int:
-        stack = self._stack()
-        ctypes.c_void_p.from_address(out).value = stack[-1] if stack else None
-        return SUCCESS
 
 
 _instance: HostDriver | None = None

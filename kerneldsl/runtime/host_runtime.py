@@ -147,6 +147,10 @@ def runtime_library() -> ctypes.CDLL:
         ("kd_host_mem_pool_destroy_v1", (pool,), None),
         ("kd_host_mem_capture_v1", (ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(pointer), size), size),
         ("kd_host_mem_track_unwritten_v1", (), None),
+        ("kd_host_ctx_get_current_v1", (ctypes.POINTER(ctypes.c_void_p),), ctypes.c_int),
+        ("kd_host_ctx_push_v1", (ctypes.c_void_p,), None),
+        ("kd_host_ctx_pop_v1", (), ctypes.c_void_p),
+        ("kd_host_ctx_set_current_v1", (ctypes.c_void_p,), None),
     ):
         function = getattr(lib, name)
         function.argtypes, function.restype = args, result

@@ -2301,6 +2301,42 @@ KD_EXPORT void kd_host_check_forget_v1(const void* base) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Contexts. Rule: each OS thread has its stack of current contexts, as the CUDA driver keeps one
+// (the CPU device has one context, its primary); the driver's Python calls and the C launch
+// path's cuCtxGetCurrent entry share it.
+namespace {
+std::vector<void*>& context_stack() {
+    static thread_local std::vector<void*> stack;
+    return stack;
+}
+}  // namespace
+
+KD_EXPORT int kd_host_ctx_get_current_v1(void** out) {
+    const std::vector<void*>& stack = context_stack();
+    *out = stack.empty() ? nullptr : stack.back();
+    return 0;
+}
+KD_EXPORT void kd_host_ctx_push_v1(void* ctx) { context_stack().push_back(ctx); }
+KD_EXPORT void* kd_host_ctx_pop_v1(void) {
+    std::vector<void*>& stack = context_stack();
+    if (stack.empty()) return nullptr;
+    void* top = stack.back();
+    stack.pop_back();
+    return top;
+}
+KD_EXPORT void kd_host_ctx_set_current_v1(void* ctx) {
+    std::vector<void*>& stack = context_stack();
+    if (stack.empty()) stack.push_back(ctx);
+    else stack.back() = ctx;
+}
+
+// cuStreamQuery: a stream's work is done when it is enqueued.
+KD_EXPORT int kd_host_stream_query_v1(void* stream) {
+    (void)stream;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Memory. Rule: the CPU device's allocations are host memory aligned as cudaMalloc's (256 bytes),
 // kept in one set of books here, which the driver's Python calls and the C launch path's
 // cuMemAllocFromPoolAsync / cuMemFreeAsync entries (these, called for every result an op
