@@ -2369,22 +2369,21 @@ MemoryBooks& books() {
 KD_EXPORT int kd_host_mem_alloc_v1(unsigned long long* out, size_t n, uintptr_t pool, void* stream) {
     (void)stream;
     MemoryBooks& m = books();
+    std::unique_lock<std::mutex> hold(m.lock);
     void* ptr = nullptr;
-    {
-        std::lock_guard<std::mutex> hold(m.lock);
-        if (pool != 0) {
-            auto sizes = m.kept.find(pool);
-            if (sizes != m.kept.end()) {
-                auto blocks = sizes->second.find(n);
-                if (blocks != sizes->second.end() && !blocks->second.empty()) {
-                    ptr = (void*)blocks->second.back();
-                    blocks->second.pop_back();
-                }
-            }
+    auto sizes = pool != 0 ? m.kept.find(pool) : m.kept.end();
+    if (sizes != m.kept.end()) {
+        auto blocks = sizes->second.find(n);
+        if (blocks != sizes->second.end() && !blocks->second.empty()) {
+            ptr = (void*)blocks->second.back();
+            blocks->second.pop_back();
         }
     }
-    if (ptr == nullptr && (n == 0 || posix_memalign(&ptr, kAlignment, n) != 0 || ptr == nullptr)) return kOutOfMemory;
-    std::lock_guard<std::mutex> hold(m.lock);
+    if (ptr == nullptr) {  // a fresh block, allocated outside the lock
+        hold.unlock();
+        if (n == 0 || posix_memalign(&ptr, kAlignment, n) != 0 || ptr == nullptr) return kOutOfMemory;
+        hold.lock();
+    }
     m.allocations[(uintptr_t)ptr] = Allocation{n, pool};
     if (pool != 0) m.pools[pool] += n;
     *out = (unsigned long long)(uintptr_t)ptr;
