@@ -154,7 +154,7 @@ struct alignas(64) kd_host_fiber {  // a thread of the running block
     kd_host_warp* warp;
     const char* file;  // where it waits, for errors
     int line;
-    unsigned char wait, op;
+    unsigned char wait, op, reserved[2];  // (an inline wait writes line to reserved in one store)
 };
 struct __attribute__((aligned(16))) kd_host_word { unsigned long long lo, hi; };  // a collective's value
 struct kd_host_warp {  // the collective in flight in a warp
@@ -166,7 +166,7 @@ struct kd_host_block {  // the running block's scheduling state
     kd_host_fiber* next;    // the thread at the head of the ring, or null when none is runnable
     kd_host_fiber* fibers;  // by linear thread id
     kd_host_warp* warps;
-    kd_host_fiber** ring;     // runnable threads in FIFO order: [head, tail) under ring_mask
+    kd_host_fiber** ring;     // runnable threads in FIFO order: [head, tail) under ring_mask, then a null
     kd_host_fiber** waiters;  // threads waiting at the block barrier, in arrival order: [0, arrived)
     unsigned int head, tail, ring_mask;
     unsigned int arrived, n;  // threads waiting at the block barrier; threads in the block
@@ -456,12 +456,23 @@ __forceinline__ void select(kd_host_fiber* f) {
     kd_host_ix.fiber = f;
 }
 // Takes the thread at the head of the ring of runnable threads (`next`: s->next, not null) off it
-// and makes it the running one.
+// and makes it the running one. The entry after the ring's last is null (the runtime's rule), so
+// the new head is read without a comparison with the tail.
 __forceinline__ kd_host_fiber* pop_next(kd_host_block* s, kd_host_fiber* next) {
-    const unsigned int head = ++s->head;
-    s->next = head != s->tail ? s->ring[head & s->ring_mask] : nullptr;
+    const unsigned int head = s->head + 1;
+    s->head = head;
+    s->next = s->ring[head & s->ring_mask];
     select(next);
     return next;
+}
+// Records where `me` waits, for the runtime's errors (constants: the compiler merges the line,
+// the kind of wait and the rest of the record into one store).
+__forceinline__ void note_wait(kd_host_fiber* me, const char* file, int line, unsigned char wait) {
+    me->file = file;
+    me->line = line;
+    me->wait = wait;
+    me->op = 0;
+    me->reserved[0] = me->reserved[1] = 0;
 }
 #if KD_HOST_FIBERS
 // Whether a waiting thread can switch away inline: a thread is runnable (`next`, the block's
@@ -480,19 +491,17 @@ __forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me, kd_host
 }
 // __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
 __forceinline__ void barrier(const char* file, int line) {
-    kd_host_block* const s = fresh_index().scheduler;
+    kd_host_index& ix = fresh_index();
+    kd_host_block* const s = ix.scheduler;
     const unsigned int arrived = s->arrived;
     kd_host_fiber* const next = s->next;
     // (Under AddressSanitizer, or the race and init instrumentation, every switch goes through the
     // runtime: it annotates switches for ASan, and its bookkeeping is not instrumented.)
     if (__builtin_expect(!(KD_CHECKS & (2 | 4 | 16)) && arrived + 1 < s->n && can_switch(s, next), 1)) {
-        kd_host_fiber* const me = fresh_index().fiber;
+        kd_host_fiber* const me = ix.fiber;
         s->waiters[arrived] = me;
         s->arrived = arrived + 1;
-        me->file = file;
-        me->line = line;
-        me->wait = KD_HOST_WAIT_BARRIER;
-        me->op = 0;
+        note_wait(me, file, line, KD_HOST_WAIT_BARRIER);
         switch_to_next(s, me, next);
     } else {
         kd_host_barrier_v1(0, 1, file, line);
@@ -524,9 +533,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
             w->mask = m;
             w->op = op;
         }
-        me->file = file;
-        me->line = line;
-        me->wait = KD_HOST_WAIT_WARP;  // at its warp's collective: the warp holds its op and mask
+        note_wait(me, file, line, KD_HOST_WAIT_WARP);  // at its warp's collective: the warp holds its op and mask
         switch_to_next(s, me, next);
         return w->out[lane];
     }

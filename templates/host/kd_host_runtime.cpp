@@ -81,7 +81,7 @@ struct alignas(64) kd_host_fiber {
     kd_host_warp* warp;
     const char* file;
     int line;
-    unsigned char wait, op;
+    unsigned char wait, op, reserved[2];
 };
 struct alignas(16) kd_host_word { unsigned long long lo, hi; };
 struct kd_host_warp {
@@ -394,8 +394,8 @@ public:
             shaped_warps_ = warps_.data();
         }
         if (checks_ && warp_epochs_.size() < warps) warp_epochs_.resize(warps);
-        unsigned int capacity = 1;
-        while (capacity < n) capacity <<= 1;
+        unsigned int capacity = 1;  // (room for every thread and the null after the last)
+        while (capacity < n + 1) capacity <<= 1;
         if (ring_a_.size() < capacity) {
             ring_a_.resize(capacity);
             ring_b_.resize(capacity);
@@ -530,14 +530,16 @@ private:
     }
 
     // The ring of runnable threads; b_.next caches the thread at its head for the inline paths.
+    // Rule: the entry after the last is null (the inline pop reads the next head without comparing
+    // it with the tail); the ring has room for every thread and that null.
     void push(kd_host_fiber* f) {
         if (b_.head == b_.tail) b_.next = f;
         b_.ring[b_.tail++ & b_.ring_mask] = f;
+        b_.ring[b_.tail & b_.ring_mask] = nullptr;
     }
     kd_host_fiber* pop() {
         kd_host_fiber* f = b_.next;
-        const unsigned int head = ++b_.head;
-        b_.next = head != b_.tail ? b_.ring[head & b_.ring_mask] : nullptr;
+        b_.next = b_.ring[++b_.head & b_.ring_mask];
         return f;
     }
 
@@ -545,11 +547,12 @@ private:
         const unsigned int count = b_.arrived;
         if (b_.head == b_.tail) {  // the usual case: nothing else is runnable, so the waiters become the ring
             kd_host_fiber** t = b_.ring;
+            b_.waiters[count] = nullptr;
             b_.ring = b_.waiters;
             b_.waiters = t;
             b_.head = 0;
             b_.tail = count;
-            b_.next = count ? b_.ring[0] : nullptr;
+            b_.next = b_.ring[0];
         } else {
             for (unsigned int i = 0; i < count; ++i) push(b_.waiters[i]);
         }
@@ -1014,6 +1017,7 @@ int Scheduler::run_block() {
     b_.head = b_.tail = b_.arrived = 0;
     b_.next = nullptr;
     b_.ring = ring_a_.data();
+    b_.ring[0] = nullptr;
     b_.waiters = ring_b_.data();
     b_.next_start = gen_ = 0;
     count_[0] = count_[1] = 0;
@@ -1180,6 +1184,7 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
     } else {
         for (unsigned int bits = wake; bits; bits &= bits - 1) b_.ring[tail++ & b_.ring_mask] = lanes + __builtin_ctz(bits);
     }
+    b_.ring[tail & b_.ring_mask] = nullptr;
     b_.tail = tail;
 }
 
