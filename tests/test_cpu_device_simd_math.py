@@ -3,8 +3,9 @@ through libmvec's vector variants or the shim's own polynomials in double (the l
 atan): each stays within CUDA's documented ulp bound for the function (the CUDA Math API's
 single-precision table), measured here against float64 on every binade of its domain, and keeps
 the special values and the sign of zero, on contiguous data and on views; the float16 conversions
-their loops run are exact. Where the
-host has no libmvec, the kernels call libm as before."""
+their loops run are exact. Their double functions vectorize where that keeps CUDA's double-precision
+bound (libmvec's atan, asinh, acosh, acos, sinh, atanh, log, pow and hypot; the shim's own exp),
+measured against long double. Where the host has no libmvec, the kernels call libm as before."""
 
 from __future__ import annotations
 
@@ -228,3 +229,89 @@ def test_a_vectorized_float_hypot_is_within_half_an_ulp_and_its_infinite_part_wi
         want = np.hypot(special.astype(np.float64), other.astype(np.float64)).astype(np.float32)
     got = ops.hypot(cpu.to_device(np.tile(special, 40)), cpu.to_device(np.tile(other, 40))).to_host()
     np.testing.assert_array_equal(got, np.tile(want, 40))
+
+
+# The double functions whose loops vectorize, name: (CUDA's double-precision bound in ulp from
+# the correctly rounded result, the domain sampled); exp is the shim's own, the others libmvec's.
+DOUBLE_BOUNDS: dict[str, tuple[float, tuple[float, float]]] = {
+    "exp": (1, (-746, 710)),
+    "log": (1, (0, np.inf)),
+    "sinh": (2, (-711, 711)),
+    "arccos": (2, (-1, 1)),
+    "arctan": (2, (-np.inf, np.inf)),
+    "arcsinh": (3, (-np.inf, np.inf)),
+    "arccosh": (3, (1, np.inf)),
+    "arctanh": (2, (-1, 1)),
+}
+# The reference: NumPy's long double functions (x87 extended precision on x86-64, 11 bits past double).
+extended = pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63, reason="no extended-precision reference here")
+
+
+def sample_double(low: float, high: float, seed: int) -> np.ndarray:
+    """Float64 values in [low, high]: random bit patterns (every binade alike) and uniform draws."""
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(0, 2**64, 1 << 18, dtype=np.uint64).view(np.float64)
+    uniform = rng.uniform(max(low, -1e4), min(high, 1e4), 1 << 16)
+    x = np.concatenate([bits, uniform, np.float64([low, high]).clip(-1.7e308, 1.7e308)])
+    return x[np.isfinite(x) & (x >= low) & (x <= high)]
+
+
+def steps_from_rounded(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    """How many doubles lie between ``got`` and the correctly rounded ``exact`` (long double): CUDA's
+    measure, where both are finite and nonzero."""
+    with np.errstate(over="ignore"):
+        want = exact.astype(np.float64)
+    finite = np.isfinite(want) & np.isfinite(got) & (want != 0)
+    return np.abs(got[finite] - want[finite]) / np.spacing(np.abs(want[finite]))
+
+
+@extended
+@pytest.mark.parametrize("view", [False, True], ids=["contiguous", "every other element"])
+@pytest.mark.parametrize("name", sorted(DOUBLE_BOUNDS))
+def test_a_vectorized_double_function_stays_within_cudas_ulp_bound(cpu: Any, name: str, view: bool) -> None:
+    bound, (low, high) = DOUBLE_BOUNDS[name]
+    x = sample_double(low, high, seed=len(name))
+    operand = cpu.to_device(np.repeat(x, 2))[::2] if view else cpu.to_device(x)
+    got = getattr(ops, name)(operand).to_host()
+    with np.errstate(all="ignore"):
+        exact = getattr(np, name)(x.astype(np.longdouble))
+    assert np.array_equal(np.isnan(got), np.isnan(exact))
+    assert steps_from_rounded(got, exact).max() <= bound
+
+
+@pytest.mark.parametrize("special", [0.0, -0.0, -1.0, 1e-310, -745.2, 709.8, np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("name", sorted(DOUBLE_BOUNDS))
+def test_a_vectorized_double_function_keeps_the_special_values(cpu: Any, name: str, special: float) -> None:
+    x = np.full(300, special)  # a vector loop and its scalar tail
+    got = getattr(ops, name)(cpu.to_device(x)).to_host()
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(x)
+    exact = ~np.isfinite(want) | (want == 0)  # NaN, the infinities and the zeros (with their signs)
+    np.testing.assert_array_equal(got[exact], want[exact])
+    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+    bound = DOUBLE_BOUNDS[name][0]
+    assert (np.abs(got[~exact] - want[~exact]) <= bound * np.spacing(np.abs(want[~exact]))).all()
+
+
+@extended
+def test_the_double_exp_rounds_a_denormal_result_within_cudas_bound(cpu: Any) -> None:
+    x = np.linspace(-745.2, -707.0, 1 << 16)  # results from below the least denormal to the least normal
+    got = ops.exp(cpu.to_device(x)).to_host()
+    exact = np.exp(x.astype(np.longdouble))
+    spacing = np.maximum(np.spacing(exact.astype(np.float64)), np.float64(5e-324))  # (a denormal's: the least)
+    assert (np.abs(got.astype(np.longdouble) - exact) / spacing).max() <= 1
+
+
+@extended
+@pytest.mark.parametrize("name", ["power", "hypot"])
+def test_a_vectorized_double_function_of_two_stays_within_cudas_ulp_bound(cpu: Any, name: str) -> None:
+    x, y = sample_double(-np.inf, np.inf, seed=3), sample_double(-np.inf, np.inf, seed=4)
+    size = min(len(x), len(y))
+    x, y = x[:size], y[:size]
+    if name == "power":
+        x, y = np.abs(x), y / 2.0**1000  # (exponents whose powers are mostly finite)
+    got = getattr(ops, name)(cpu.to_device(x), cpu.to_device(y)).to_host()
+    with np.errstate(all="ignore"):
+        exact = getattr(np, name)(x.astype(np.longdouble), y.astype(np.longdouble))
+    assert np.array_equal(np.isnan(got), np.isnan(exact))
+    assert steps_from_rounded(got, exact).max() <= 2  # (CUDA's bound for both)

@@ -1066,6 +1066,24 @@ __forceinline__ float simd_hypot(float x, float y) noexcept {
     return __builtin_isinf(x) || __builtin_isinf(y) ? __builtin_inff() : r;
 }
 }  // namespace kd_host
+// A SIMD-math module's double functions vectorize too, calling libmvec's double variants, where
+// those stay within CUDA's bound for the function (the CUDA Math API's double-precision table:
+// the distance in ulps from the correctly rounded result), measured for the AVX-512 and AVX2
+// variants on every binade: atan, asinh, acosh, pow and hypot 1 ulp (bounds 2 to 3); acos and
+// sinh 2, atanh 2 and log 1 (at their bounds). The others keep libm's scalar code: their variants
+// miss the bound (exp 3 ulp against 1, expm1, log2, log1p, log10, tanh and exp2 2 against 1,
+// tan and asin 3 against 2, atan2 3 against 2, cosh 2 against 1), and libm's sin and cos already
+// outrun NumPy's. tests/test_cpu_device_simd_math.py measures the bounds.
+#if KD_HOST_SIMD_MATH
+#define KD_HOST_VECTOR_DOUBLE(name) extern "C" __attribute__((simd("notinbranch"), const)) double name(double) noexcept;
+#define KD_HOST_VECTOR_DOUBLE2(name) \
+    extern "C" __attribute__((simd("notinbranch"), const)) double name(double, double) noexcept;
+KD_HOST_VECTOR_DOUBLE(atan) KD_HOST_VECTOR_DOUBLE(asinh) KD_HOST_VECTOR_DOUBLE(acosh) KD_HOST_VECTOR_DOUBLE(acos)
+KD_HOST_VECTOR_DOUBLE(sinh) KD_HOST_VECTOR_DOUBLE(atanh) KD_HOST_VECTOR_DOUBLE(log) KD_HOST_VECTOR_DOUBLE2(pow)
+KD_HOST_VECTOR_DOUBLE2(hypot)
+#undef KD_HOST_VECTOR_DOUBLE
+#undef KD_HOST_VECTOR_DOUBLE2
+#endif
 KD_HOST_MATH1_V(acos, kd_host::simd_acos(x)) KD_HOST_MATH1_V(asin, kd_host::simd_asin(x))
 KD_HOST_MATH1_V(atan, kd_host::simd_atan(x)) KD_HOST_MATH1_VF(acosh)
 KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
@@ -1089,9 +1107,48 @@ KD_HOST_MATH2_V(hypot, kd_host::simd_hypot(x, y)) KD_HOST_MATH2(fmin) KD_HOST_MA
 #undef KD_HOST_MATH2_VF
 #undef KD_HOST_MATH1_OWN
 #define log10f(x) log10((float)(x))
+#if !KD_HOST_SIMD_MATH
 extern "C" double exp(double) noexcept;
+#endif
 extern "C" float expf(float) noexcept;
 #pragma GCC visibility pop
+#if KD_HOST_SIMD_MATH
+namespace kd_host {
+// A SIMD-math module's double exp (libmvec's is 3 ulp off, against CUDA's 1), branch-free and
+// without a table (GCC does not gather on every x86-64) so a loop vectorizes: x = k ln2 + s with
+// |s| <= ln2 / 2 (k by the round to nearest of adding 1.5 * 2^52; ln2 in two parts, the first of
+// 42 bits, so k times it is exact); exp(s) = 1 + s + s^2 h(s), h the Taylor polynomial to s^13
+// (what it leaves is below 2^-55 of exp(s)), which its evaluation keeps within 1.02 ulp; 2^k as two
+// powers of two, so that every result from overflow down to the denormals scales exactly (a
+// denormal is rounded once more). So within 1 ulp of the correctly rounded exp, CUDA's bound; x is
+// clamped where exp is already 0 or infinite, and a NaN passes through.
+// tests/test_cpu_device_simd_math.py measures it.
+__forceinline__ double exp_double(double x) noexcept {
+    x = x > 710.0 ? 710.0 : x;
+    x = x < -746.0 ? -746.0 : x;
+    const double shifter = 0x1.8p52;
+    const double z = x * 0x1.71547652b82fep+0 + shifter, k = z - shifter;
+    const double s = (x - k * 0x1.62e42fefa3800p-1) - k * 0x1.ef35793c76730p-45;
+    double h = 0x1.6124613a86d09p-33;  // 1/13!, then down to 1/2!
+    h = h * s + 0x1.1eed8eff8d898p-29;
+    h = h * s + 0x1.ae64567f544e4p-26;
+    h = h * s + 0x1.27e4fb7789f5cp-22;
+    h = h * s + 0x1.71de3a556c734p-19;
+    h = h * s + 0x1.a01a01a01a01ap-16;
+    h = h * s + 0x1.a01a01a01a01ap-13;
+    h = h * s + 0x1.6c16c16c16c17p-10;
+    h = h * s + 0x1.1111111111111p-7;
+    h = h * s + 0x1.5555555555555p-5;
+    h = h * s + 0x1.5555555555555p-3;
+    h = h * s + 0.5;
+    const double e = (s * s * h + s) + 1.0;
+    const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
+    return e * bit_cast<double>((unsigned long long)(half + 1023) << 52) *
+           bit_cast<double>((unsigned long long)(n - half + 1023) << 52);
+}
+}  // namespace kd_host
+__forceinline__ double exp(double x) noexcept { return kd_host::exp_double(x); }
+#endif
 namespace kd_host {
 // exp(x) within 1.01 ulp of the rounded result for every float (CUDA's __expf allows 2 + 1.17|x|):
 // x = k ln2 + r (k by the round-to-nearest of adding 1.5 * 2^23, ln2 in two parts), Cephes's
