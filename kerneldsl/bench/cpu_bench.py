@@ -20,7 +20,8 @@ timing (``s.to_device``), so no transfer is timed. Seven sections (``--only``):
   argmax along each axis (<= 2x), ``@kd.fuse`` softmax and layer norm against NumPy's unfused
   expression (<= 1.0x), cumsum flat and along each axis (<= 2x); outputs preallocated on both sides.
 - ``layouts``: ``kd.ops`` on broadcast operands, strided, sliced and transposed views, every axis
-  of a 3-D array, and float32 math functions, against NumPy (the same targets), each result new
+  of a 3-D array, and float32 math functions, against NumPy (the same targets), each result new;
+  float64 math functions reported without a bar
   (the cases of both sections are ``cpu_ops``'s).
 - ``first``: a small kernel's first call in fresh processes (``cpu_first_call``): cold disk cache
   <= 0.3 s; a disk hit that runs no compiler and imports no Jinja.
@@ -362,7 +363,7 @@ def bench_ops(s: kd.Session, n: int, side: int, reps: int) -> list[Figure]:
     return _ratios([(op.case, op_contenders(s, op), op.target) for op in op_cases(n, side)], reps)
 
 
-def _ratios(compared: Sequence[tuple[Case, list[Contender], float]], reps: int) -> list[Figure]:
+def _ratios(compared: Sequence[tuple[Case, list[Contender], float | None]], reps: int) -> list[Figure]:
     """Each case's two contenders (the CPU device's, then NumPy's) timed side by side, and the ratio."""
     figures = []
     for case, (on_device, on_host), target in compared:
@@ -408,7 +409,7 @@ TITLES = {
     "sweep": "the five kernels over other sizes: kerneldsl CPU device / Warp CPU",
     "fibers": "fiber-mode costs per CUDA thread (one worker)",
     "ops": "kd.ops and @kd.fuse on the CPU device vs NumPy (DeviceArrays: no transfer timed)",
-    "layouts": "kd.ops on broadcast operands, views, a 3-D array and float32 math vs NumPy",
+    "layouts": "kd.ops on broadcast operands, views, a 3-D array and float math vs NumPy",
     "first": "first call on the CPU device, fresh processes",
     "checks": "checked execution's cost: each kernel's time with checks= over its unchecked time",
 }
