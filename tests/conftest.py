@@ -239,11 +239,13 @@ def in_threads(work: Callable[[int], None], count: int = 4) -> None:
 
 @contextlib.contextmanager
 def installed_driver(fake: Any, *kernels: Any) -> Iterator[Any]:
-    """Route driver calls to ``fake``; afterwards close the sessions still open and make
-    ``kernels`` forget what they bound to them (both launch paths)."""
+    """Route driver calls to ``fake`` (a default session is made anew, over it); afterwards close
+    the sessions still open and make ``kernels`` forget what they bound to them (both launch paths)."""
     from kerneldsl.runtime import open_sessions, use_driver
+    from kerneldsl.runtime.session import forget_default_sessions
 
     with use_driver(fake):
+        forget_default_sessions()  # (one an earlier test made is the real device's)
         try:
             yield fake
         finally:

@@ -412,6 +412,14 @@ def default_session(device: DeviceSpec | None = None) -> Session:
     return s
 
 
+def forget_default_sessions() -> None:
+    """Make ``default_session`` create its sessions anew from here on; those it made stay open for
+    whoever holds them. For a driver swapped in (``driver.use_driver``, tests): a default session
+    belongs to the driver it was made with."""
+    with _defaults_lock:
+        _defaults.clear()
+
+
 def _forget_defaults_in_child() -> None:
     """In a forked child the parent's default sessions are forked ones: make new ones; fresh lock."""
     global _defaults_lock
