@@ -59,12 +59,16 @@ def cpu() -> Iterator[Any]:
         yield s
 
 
-def sample(low: float, high: float, seed: int) -> np.ndarray:
-    """Float32 values in [low, high]: random bit patterns (every binade alike) and uniform draws."""
+def sample(low: float, high: float, seed: int, dtype: type[np.floating[Any]] = np.float32) -> np.ndarray:
+    """Values of ``dtype`` (float32 or float64) in [low, high]: random bit patterns (every binade
+    alike), uniform draws, and the two ends (an infinite one as a large finite value)."""
     rng = np.random.default_rng(seed)
-    bits = rng.integers(0, 2**32, 1 << 18, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    uniform = rng.uniform(max(low, -1e4), min(high, 1e4), 1 << 16).astype(np.float32)
-    x = np.concatenate([bits, uniform, np.float32([low, high]).clip(-3e38, 3e38)])
+    single = dtype == np.float32
+    bits = rng.integers(0, 2 ** (32 if single else 64), 1 << 18, dtype=np.uint64)
+    bits = (bits.astype(np.uint32) if single else bits).view(dtype)
+    uniform = rng.uniform(max(low, -1e4), min(high, 1e4), 1 << 16).astype(dtype)
+    edge = 3e38 if single else 1.7e308
+    x = np.concatenate([bits, uniform, np.array([low, high], dtype).clip(-edge, edge)])
     return x[np.isfinite(x) & (x >= low) & (x <= high)]
 
 
@@ -247,15 +251,6 @@ DOUBLE_BOUNDS: dict[str, tuple[float, tuple[float, float]]] = {
 extended = pytest.mark.skipif(np.finfo(np.longdouble).nmant < 63, reason="no extended-precision reference here")
 
 
-def sample_double(low: float, high: float, seed: int) -> np.ndarray:
-    """Float64 values in [low, high]: random bit patterns (every binade alike) and uniform draws."""
-    rng = np.random.default_rng(seed)
-    bits = rng.integers(0, 2**64, 1 << 18, dtype=np.uint64).view(np.float64)
-    uniform = rng.uniform(max(low, -1e4), min(high, 1e4), 1 << 16)
-    x = np.concatenate([bits, uniform, np.float64([low, high]).clip(-1.7e308, 1.7e308)])
-    return x[np.isfinite(x) & (x >= low) & (x <= high)]
-
-
 def steps_from_rounded(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
     """How many doubles lie between ``got`` and the correctly rounded ``exact`` (long double): CUDA's
     measure, where both are finite and nonzero."""
@@ -270,7 +265,7 @@ def steps_from_rounded(got: np.ndarray, exact: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("name", sorted(DOUBLE_BOUNDS))
 def test_a_vectorized_double_function_stays_within_cudas_ulp_bound(cpu: Any, name: str, view: bool) -> None:
     bound, (low, high) = DOUBLE_BOUNDS[name]
-    x = sample_double(low, high, seed=len(name))
+    x = sample(low, high, seed=len(name), dtype=np.float64)
     operand = cpu.to_device(np.repeat(x, 2))[::2] if view else cpu.to_device(x)
     got = getattr(ops, name)(operand).to_host()
     with np.errstate(all="ignore"):
@@ -305,7 +300,7 @@ def test_the_double_exp_rounds_a_denormal_result_within_cudas_bound(cpu: Any) ->
 @extended
 @pytest.mark.parametrize("name", ["power", "hypot"])
 def test_a_vectorized_double_function_of_two_stays_within_cudas_ulp_bound(cpu: Any, name: str) -> None:
-    x, y = sample_double(-np.inf, np.inf, seed=3), sample_double(-np.inf, np.inf, seed=4)
+    x, y = sample(-np.inf, np.inf, 3, np.float64), sample(-np.inf, np.inf, 4, np.float64)
     size = min(len(x), len(y))
     x, y = x[:size], y[:size]
     if name == "power":

@@ -424,7 +424,7 @@ def _forget_defaults_in_child() -> None:
     """In a forked child the parent's default sessions are forked ones: make new ones; fresh lock."""
     global _defaults_lock
     _defaults_lock = threading.Lock()
-    _defaults.clear()
+    forget_default_sessions()
 
 
 os.register_at_fork(after_in_child=_forget_defaults_in_child)
