@@ -871,6 +871,17 @@ int fesetround(int mode) noexcept;
 #define KD_HOST_MATH1(name) KD_HOST_MATH1_V(name, name##f(x))
 #define KD_HOST_MATH1_V(name, vector_call) \
     extern "C" double name(double) noexcept; \
+    KD_HOST_MATH1_FLOAT(name, vector_call)
+// A double function a SIMD-math module takes from the shim (kd_host::*_double, after exp's below):
+// declared here, so that the integer overloads call it; libm's elsewhere.
+#if KD_HOST_SIMD_MATH
+#define KD_HOST_MATH1_OWN_DOUBLE(name, vector_call) \
+    __forceinline__ double name(double) noexcept; \
+    KD_HOST_MATH1_FLOAT(name, vector_call)
+#else
+#define KD_HOST_MATH1_OWN_DOUBLE(name, vector_call) KD_HOST_MATH1_V(name, vector_call)
+#endif
+#define KD_HOST_MATH1_FLOAT(name, vector_call) \
     extern "C" float name##f(float) noexcept; \
     __forceinline__ float name(float x) noexcept { \
         if constexpr (KD_HOST_SIMD_MATH) return vector_call; \
@@ -884,9 +895,9 @@ int fesetround(int mode) noexcept;
     extern "C" float name##f(float) noexcept; \
     __forceinline__ float name(float x) noexcept { return own_call; } \
     template <class T, kd_host::if_integral<T> = 0> __forceinline__ double name(T x) noexcept { return name((double)x); }
-#define KD_HOST_MATH1_VF(name) \
-    extern "C" __attribute__((simd("notinbranch"), const)) float kd_host_vector_##name##f(float) noexcept __asm__(#name "f"); \
-    KD_HOST_MATH1_V(name, kd_host_vector_##name##f(x))
+#define KD_HOST_VECTOR_FLOAT(name) \
+    extern "C" __attribute__((simd("notinbranch"), const)) float kd_host_vector_##name##f(float) noexcept __asm__(#name "f");
+#define KD_HOST_MATH1_VF(name) KD_HOST_VECTOR_FLOAT(name) KD_HOST_MATH1_V(name, kd_host_vector_##name##f(x))
 #define KD_HOST_MATH1_VD(name) \
     extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_##name(double) noexcept __asm__(#name); \
     KD_HOST_MATH1_V(name, (float)kd_host_vector_##name((double)x))
@@ -1070,10 +1081,11 @@ __forceinline__ float simd_hypot(float x, float y) noexcept {
 // those stay within CUDA's bound for the function (the CUDA Math API's double-precision table:
 // the distance in ulps from the correctly rounded result), measured for the AVX-512 and AVX2
 // variants on every binade: atan, asinh, acosh, pow and hypot 1 ulp (bounds 2 to 3); acos and
-// sinh 2, atanh 2 and log 1 (at their bounds). The others keep libm's scalar code: their variants
-// miss the bound (exp 3 ulp against 1, expm1, log2, log1p, log10, tanh and exp2 2 against 1,
-// tan and asin 3 against 2, atan2 3 against 2, cosh 2 against 1), and libm's sin and cos already
-// outrun NumPy's. tests/test_cpu_device_simd_math.py measures the bounds.
+// sinh 2, atanh 2 and log 1 (at their bounds). exp, expm1, tanh and log1p are the shim's own (below:
+// their variants are 2 to 3 ulp off, against 1). The others keep libm's scalar code: their variants
+// miss the bound (log2, log10 and exp2 2 against 1, tan and asin 3 against 2, atan2 3 against 2,
+// cosh 2 against 1), and libm's sin and cos already outrun NumPy's.
+// tests/test_cpu_device_simd_math.py measures the bounds.
 #if KD_HOST_SIMD_MATH
 #define KD_HOST_VECTOR_DOUBLE(name) extern "C" __attribute__((simd("notinbranch"), const)) double name(double) noexcept;
 #define KD_HOST_VECTOR_DOUBLE2(name) \
@@ -1087,11 +1099,12 @@ KD_HOST_VECTOR_DOUBLE2(hypot)
 KD_HOST_MATH1_V(acos, kd_host::simd_acos(x)) KD_HOST_MATH1_V(asin, kd_host::simd_asin(x))
 KD_HOST_MATH1_V(atan, kd_host::simd_atan(x)) KD_HOST_MATH1_VF(acosh)
 KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
-KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh) KD_HOST_MATH1_VF(tanh)
-KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_V(expm1, kd_host::simd_expm1(x)) KD_HOST_MATH1_V(log, kd_host::simd_log(x, 1.0))
+KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh)
+KD_HOST_VECTOR_FLOAT(tanh) KD_HOST_MATH1_OWN_DOUBLE(tanh, kd_host_vector_tanhf(x))
+KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_OWN_DOUBLE(expm1, kd_host::simd_expm1(x)) KD_HOST_MATH1_V(log, kd_host::simd_log(x, 1.0))
 KD_HOST_MATH1_V(log2, kd_host::simd_log(x, 1.44269504088896340736))
 KD_HOST_MATH1_OWN(log10, kd_host::simd_log(x, 0.43429448190325182765))
-KD_HOST_MATH1_V(log1p, kd_host::simd_log1p(x)) KD_HOST_MATH1(logb)
+KD_HOST_MATH1_OWN_DOUBLE(log1p, kd_host::simd_log1p(x)) KD_HOST_MATH1(logb)
 KD_HOST_MATH1(sqrt) KD_HOST_MATH1_VD(cbrt) KD_HOST_MATH1_VD(erf) KD_HOST_MATH1_VF(erfc) KD_HOST_MATH1(lgamma)
 KD_HOST_MATH1(tgamma) KD_HOST_MATH1(floor) KD_HOST_MATH1(ceil) KD_HOST_MATH1(trunc) KD_HOST_MATH1(round)
 KD_HOST_MATH1(rint) KD_HOST_MATH1(nearbyint) KD_HOST_MATH1(fabs) KD_HOST_MATH1(j0) KD_HOST_MATH1(j1)
@@ -1106,6 +1119,9 @@ KD_HOST_MATH2_V(hypot, kd_host::simd_hypot(x, y)) KD_HOST_MATH2(fmin) KD_HOST_MA
 #undef KD_HOST_MATH2_V
 #undef KD_HOST_MATH2_VF
 #undef KD_HOST_MATH1_OWN
+#undef KD_HOST_MATH1_OWN_DOUBLE
+#undef KD_HOST_MATH1_FLOAT
+#undef KD_HOST_VECTOR_FLOAT
 #define log10f(x) log10((float)(x))
 #if !KD_HOST_SIMD_MATH
 extern "C" double exp(double) noexcept;
@@ -1123,12 +1139,8 @@ namespace kd_host {
 // denormal is rounded once more). So within 1 ulp of the correctly rounded exp, CUDA's bound; x is
 // clamped where exp is already 0 or infinite, and a NaN passes through.
 // tests/test_cpu_device_simd_math.py measures it.
-__forceinline__ double exp_double(double x) noexcept {
-    x = x > 710.0 ? 710.0 : x;
-    x = x < -746.0 ? -746.0 : x;
-    const double shifter = 0x1.8p52;
-    const double z = x * 0x1.71547652b82fep+0 + shifter, k = z - shifter;
-    const double s = (x - k * 0x1.62e42fefa3800p-1) - k * 0x1.ef35793c76730p-45;
+// h(s) = (exp(s) - 1 - s) / s^2, for |s| <= ln2 / 2: the Taylor polynomial, 1/2! to 1/13!.
+__forceinline__ double exp_tail(double s) noexcept {
     double h = 0x1.6124613a86d09p-33;  // 1/13!, then down to 1/2!
     h = h * s + 0x1.1eed8eff8d898p-29;
     h = h * s + 0x1.ae64567f544e4p-26;
@@ -1140,14 +1152,90 @@ __forceinline__ double exp_double(double x) noexcept {
     h = h * s + 0x1.1111111111111p-7;
     h = h * s + 0x1.5555555555555p-5;
     h = h * s + 0x1.5555555555555p-3;
-    h = h * s + 0.5;
-    const double e = (s * s * h + s) + 1.0;
+    return h * s + 0.5;
+}
+__forceinline__ double exp_double(double x) noexcept {
+    x = x > 710.0 ? 710.0 : x;
+    x = x < -746.0 ? -746.0 : x;
+    const double shifter = 0x1.8p52;
+    const double z = x * 0x1.71547652b82fep+0 + shifter, k = z - shifter;
+    const double s = (x - k * 0x1.62e42fefa3800p-1) - k * 0x1.ef35793c76730p-45;
+    const double e = (s * s * exp_tail(s) + s) + 1.0;
     const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
     return e * bit_cast<double>((unsigned long long)(half + 1023) << 52) *
            bit_cast<double>((unsigned long long)(n - half + 1023) << 52);
 }
+// expm1, tanh and log1p of the shim's own too (libmvec's are 2 ulp off, against CUDA's 1): each
+// within 1 ulp of the correctly rounded result, with every case computed and the right one selected
+// (no branch), so a module's double loop over them vectorizes.
+// expm1: x = k ln2 + r + c (r, c: the reduced argument and its rounding), p = expm1(r) = r + r^2 h(r)
+// as exp's, then 2^k (1 + p)(1 + c) - 1 = 2^k (p + c (1 + p)) + (2^k - 1), 2^k - 1 exact for
+// |k| <= 53; past that the 1 is below the last bit. For k = 1 and r < -1/4 the sum would cancel:
+// r + 1/2 is exact there and goes first (fdlibm's rule).
+__forceinline__ double expm1_double(double x) noexcept {
+    const double ln2_hi = 0x1.62e42feep-1, ln2_lo = 0x1.a39ef35793c76p-33;  // ln2_hi times any k here: exact
+    const double clamped = x > 710.0 ? 710.0 : x < -40.0 ? -40.0 : x;  // (beyond: inf, or -1 once rounded)
+    // k = round(x / ln2), and 2^k as two powers of two (k up to 1025: 2^k alone would overflow)
+    const double shifter = 0x1.8p52, z = clamped * 0x1.71547652b82fep+0 + shifter, k = z - shifter;
+    const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
+    const double first = bit_cast<double>((unsigned long long)(half + 1023) << 52);
+    const double second = bit_cast<double>((unsigned long long)(n - half + 1023) << 52);
+    const double hi = clamped - k * ln2_hi, lo = k * ln2_lo, r = hi - lo, c = (hi - r) - lo;
+    const double tail = r * r * exp_tail(r), p = r + tail, cp = c + c * p, power = first * second;
+    const double near = (p + cp) * power + (power - 1.0);
+    const double at_one = r < -0.25 ? 2.0 * ((r + 0.5) + (tail + cp)) : near;
+    const double far = ((p + cp) + 1.0) * first * second - 1.0;
+    // (one condition a select: GCC vectorizes a chain of them, not a select on a combined condition)
+    double y = k > 53.0 ? far : near;
+    y = k < -53.0 ? far : y;
+    y = k == 1.0 ? at_one : y;
+    y = __builtin_fabs(x) < 0x1p-54 ? x : y;  // (zeros keep their sign)
+    y = x < -40.0 ? -1.0 : y;
+    y = x > 0x1.62e42fefa39efp+9 ? __builtin_inf() : y;
+    return x != x ? x : y;
+}
+// tanh: x + x^3 p(x^2) below 0.98 (p: a Chebyshev fit, 2.7e-18 from (tanh(x) - x) / x^3 on
+// [0, 0.98^2]); above, 1 - 2 / (exp(2|x|) + 1), whose second term is then below 1/4, so its error
+// costs less than an ulp of the result (fdlibm's form through expm1 is 2 ulp off below 1); 1 past 22.
+constexpr double kTanhTail[16] = {
+    -0x1.5555555555555p-2,  0x1.11111111110dcp-3,  -0x1.ba1ba1ba170ccp-5, 0x1.664f48817e359p-6,
+    -0x1.226e352f991dep-7,  0x1.d6d3c8a2a2890p-9,  -0x1.7da2e9c609de9p-10, 0x1.3553327fe069dp-11,
+    -0x1.f533f6ff6067cp-13, 0x1.94ec434273a95p-14, -0x1.4316e874b94f4p-15, 0x1.eeec2215621a9p-17,
+    -0x1.5665119419999p-18, 0x1.825a399bd291fp-20, -0x1.2ede3f198217fp-22, 0x1.dd663c0bb289cp-26};
+__forceinline__ double tanh_double(double x) noexcept {
+    const double a = __builtin_fabs(x), z = a * a;
+    const double p = poly<16>(z, kTanhTail);
+    const double e = exp_double(2.0 * (a > 22.0 ? 22.0 : a));
+    double t = a < 0.98 ? a + a * (z * p) : 1.0 - 2.0 / (e + 1.0);
+    t = a > 22.0 ? 1.0 : t;
+    t = __builtin_copysign(t, x);
+    return x != x ? x : t;
+}
+// log1p: fdlibm's. u = 1 + x = 2^k m with m in [sqrt(1/2), sqrt(2)), c the rounding of u divided
+// by u (none when 1 + x needs no scaling: f = x), log(m) = log1p(f) by its series in s = f / (2 + f).
+__forceinline__ double log1p_double(double x) noexcept {
+    const double ln2_hi = 0x1.62e42feep-1, ln2_lo = 0x1.a39ef35793c76p-33, shifter = 0x1.8p52;
+    const double u = 1.0 + x;
+    const unsigned long long bits = bit_cast<unsigned long long>(u) + (0x95f62ull << 32);  // (1 - sqrt(1/2)'s high word)
+    const double scaled_k = bit_cast<double>(bit_cast<unsigned long long>(shifter) + ((bits >> 52) - 0x3ff)) - shifter;
+    double c = scaled_k >= 2.0 ? 1.0 - (u - x) : x - (u - 1.0);
+    c = scaled_k < 54.0 ? c / u : 0.0;
+    const double m = bit_cast<double>((bits & 0x000fffffffffffffull) + (0x3fe6a09eull << 32)) - 1.0;
+    const bool near = x >= -0x1.2bec4p-2 && x < 0x1.a827ap-2;  // 1 + x in [sqrt(1/2), sqrt(2)]
+    const double f = near ? x : m, k = near ? 0.0 : scaled_k;
+    c = near ? 0.0 : c;
+    const double hfsq = 0.5 * f * f, s = f / (2.0 + f), z = s * s, w = z * z;
+    const double odd = w * (0x1.999999997fa04p-2 + w * (0x1.c71c51d8e78afp-3 + w * 0x1.39a09d078c69fp-3));
+    const double even = z * (0x1.5555555555593p-1 + w * (0x1.2492494229359p-2 + w * (0x1.7466496cb03dep-3 + w * 0x1.2f112df3e5244p-3)));
+    const double y = s * (hfsq + (even + odd)) + (k * ln2_lo + c) - hfsq + f + k * ln2_hi;
+    const double kept = __builtin_fabs(x) < 0x1p-53 || !(x < __builtin_inf()) ? x : y;  // tiny, zeros, inf, NaN
+    return x < -1.0 ? __builtin_nan("") : x == -1.0 ? -__builtin_inf() : kept;
+}
 }  // namespace kd_host
 __forceinline__ double exp(double x) noexcept { return kd_host::exp_double(x); }
+__forceinline__ double expm1(double x) noexcept { return kd_host::expm1_double(x); }
+__forceinline__ double tanh(double x) noexcept { return kd_host::tanh_double(x); }
+__forceinline__ double log1p(double x) noexcept { return kd_host::log1p_double(x); }
 #endif
 namespace kd_host {
 // exp(x) within 1.01 ulp of the rounded result for every float (CUDA's __expf allows 2 + 1.17|x|):
