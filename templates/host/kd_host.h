@@ -898,9 +898,9 @@ int fesetround(int mode) noexcept;
 #define KD_HOST_VECTOR_FLOAT(name) \
     extern "C" __attribute__((simd("notinbranch"), const)) float kd_host_vector_##name##f(float) noexcept __asm__(#name "f");
 #define KD_HOST_MATH1_VF(name) KD_HOST_VECTOR_FLOAT(name) KD_HOST_MATH1_V(name, kd_host_vector_##name##f(x))
-#define KD_HOST_MATH1_VD(name) \
-    extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_##name(double) noexcept __asm__(#name); \
-    KD_HOST_MATH1_V(name, (float)kd_host_vector_##name((double)x))
+#define KD_HOST_DOUBLE_VARIANT(name) \
+    extern "C" __attribute__((simd("notinbranch"), const)) double kd_host_vector_##name(double) noexcept __asm__(#name);
+#define KD_HOST_MATH1_VD(name) KD_HOST_DOUBLE_VARIANT(name) KD_HOST_MATH1_V(name, (float)kd_host_vector_##name((double)x))
 #define KD_HOST_MATH2(name) KD_HOST_MATH2_V(name, name##f(x, y))
 #define KD_HOST_MATH2_V(name, vector_call) \
     extern "C" double name(double, double) noexcept; \
@@ -1081,10 +1081,10 @@ __forceinline__ float simd_hypot(float x, float y) noexcept {
 // those stay within CUDA's bound for the function (the CUDA Math API's double-precision table:
 // the distance in ulps from the correctly rounded result), measured for the AVX-512 and AVX2
 // variants on every binade: atan, asinh, acosh, pow and hypot 1 ulp (bounds 2 to 3); acos and
-// sinh 2, atanh 2 and log 1 (at their bounds). exp, expm1, tanh and log1p are the shim's own (below:
-// their variants are 2 to 3 ulp off, against 1). The others keep libm's scalar code: their variants
-// miss the bound (log2, log10 and exp2 2 against 1, tan and asin 3 against 2, atan2 3 against 2,
-// cosh 2 against 1), and libm's sin and cos already outrun NumPy's.
+// sinh 2, atanh 2 and log 1 (at their bounds). exp, expm1, cosh, tanh and log1p are the shim's own
+// (below: their variants are 2 to 3 ulp off, against 1). The others keep libm's scalar code: their
+// variants miss the bound (log2, log10 and exp2 2 against 1, tan and asin 3 against 2, atan2 3
+// against 2), and libm's sin and cos already outrun NumPy's.
 // tests/test_cpu_device_simd_math.py measures the bounds.
 #if KD_HOST_SIMD_MATH
 #define KD_HOST_VECTOR_DOUBLE(name) extern "C" __attribute__((simd("notinbranch"), const)) double name(double) noexcept;
@@ -1099,8 +1099,9 @@ KD_HOST_VECTOR_DOUBLE2(hypot)
 KD_HOST_MATH1_V(acos, kd_host::simd_acos(x)) KD_HOST_MATH1_V(asin, kd_host::simd_asin(x))
 KD_HOST_MATH1_V(atan, kd_host::simd_atan(x)) KD_HOST_MATH1_VF(acosh)
 KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
-KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VD(cosh) KD_HOST_MATH1_VF(sinh)
+KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VF(sinh)
 KD_HOST_VECTOR_FLOAT(tanh) KD_HOST_MATH1_OWN_DOUBLE(tanh, kd_host_vector_tanhf(x))
+KD_HOST_DOUBLE_VARIANT(cosh) KD_HOST_MATH1_OWN_DOUBLE(cosh, (float)kd_host_vector_cosh((double)x))
 KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_OWN_DOUBLE(expm1, kd_host::simd_expm1(x)) KD_HOST_MATH1_V(log, kd_host::simd_log(x, 1.0))
 KD_HOST_MATH1_V(log2, kd_host::simd_log(x, 1.44269504088896340736))
 KD_HOST_MATH1_OWN(log10, kd_host::simd_log(x, 0.43429448190325182765))
@@ -1122,6 +1123,7 @@ KD_HOST_MATH2_V(hypot, kd_host::simd_hypot(x, y)) KD_HOST_MATH2(fmin) KD_HOST_MA
 #undef KD_HOST_MATH1_OWN_DOUBLE
 #undef KD_HOST_MATH1_FLOAT
 #undef KD_HOST_VECTOR_FLOAT
+#undef KD_HOST_DOUBLE_VARIANT
 #define log10f(x) log10((float)(x))
 #if !KD_HOST_SIMD_MATH
 extern "C" double exp(double) noexcept;
@@ -1154,8 +1156,9 @@ __forceinline__ double exp_tail(double s) noexcept {
     h = h * s + 0x1.5555555555555p-3;
     return h * s + 0.5;
 }
-__forceinline__ double exp_double(double x) noexcept {
-    x = x > 710.0 ? 710.0 : x;
+// e^x 2^M for M <= 0 (cosh's e^x / 2 is finite past where e^x is not).
+template <int M> __forceinline__ double exp_times_power(double x) noexcept {
+    x = x > 711.0 ? 711.0 : x;
     x = x < -746.0 ? -746.0 : x;
     const double shifter = 0x1.8p52;
     const double z = x * 0x1.71547652b82fep+0 + shifter, k = z - shifter;
@@ -1163,9 +1166,10 @@ __forceinline__ double exp_double(double x) noexcept {
     const double e = (s * s * exp_tail(s) + s) + 1.0;
     const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
     return e * bit_cast<double>((unsigned long long)(half + 1023) << 52) *
-           bit_cast<double>((unsigned long long)(n - half + 1023) << 52);
+           bit_cast<double>((unsigned long long)(n - half + M + 1023) << 52);
 }
-// expm1, tanh and log1p of the shim's own too (libmvec's are 2 ulp off, against CUDA's 1): each
+__forceinline__ double exp_double(double x) noexcept { return exp_times_power<0>(x); }
+// expm1, cosh, tanh and log1p of the shim's own too (libmvec's are 2 ulp off, against CUDA's 1): each
 // within 1 ulp of the correctly rounded result, with every case computed and the right one selected
 // (no branch), so a module's double loop over them vectorizes.
 // expm1: x = k ln2 + r + c (r, c: the reduced argument and its rounding), p = expm1(r) = r + r^2 h(r)
@@ -1211,6 +1215,17 @@ __forceinline__ double tanh_double(double x) noexcept {
     t = __builtin_copysign(t, x);
     return x != x ? x : t;
 }
+// cosh: its Taylor polynomial in x^2 below ln2 / 2 (to x^14 / 14!: what it leaves is below
+// 2^-57); e^|x| / 2 + 1 / (2 e^|x|) below 22; e^|x| / 2 above, scaled by the exponent (no overflow
+// before cosh's own).
+constexpr double kCoshTail[7] = {0x1p-1, 0x1.5555555555555p-5, 0x1.6c16c16c16c17p-10, 0x1.a01a01a01a01ap-16,
+                                 0x1.27e4fb7789f5cp-22, 0x1.1eed8eff8d898p-29, 0x1.93974a8c07c9dp-37};
+__forceinline__ double cosh_double(double x) noexcept {
+    const double a = __builtin_fabs(x), z = a * a, half = exp_times_power<-1>(a);
+    double y = a < 22.0 ? half + 0.25 / half : half;
+    y = a < 0x1.62e42fefa39efp-2 ? 1.0 + z * poly<7>(z, kCoshTail) : y;
+    return x != x ? x : y;
+}
 // log1p: fdlibm's. u = 1 + x = 2^k m with m in [sqrt(1/2), sqrt(2)), c the rounding of u divided
 // by u (none when 1 + x needs no scaling: f = x), log(m) = log1p(f) by its series in s = f / (2 + f).
 __forceinline__ double log1p_double(double x) noexcept {
@@ -1235,6 +1250,7 @@ __forceinline__ double log1p_double(double x) noexcept {
 __forceinline__ double exp(double x) noexcept { return kd_host::exp_double(x); }
 __forceinline__ double expm1(double x) noexcept { return kd_host::expm1_double(x); }
 __forceinline__ double tanh(double x) noexcept { return kd_host::tanh_double(x); }
+__forceinline__ double cosh(double x) noexcept { return kd_host::cosh_double(x); }
 __forceinline__ double log1p(double x) noexcept { return kd_host::log1p_double(x); }
 #endif
 namespace kd_host {
