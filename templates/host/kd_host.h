@@ -875,12 +875,11 @@ int fesetround(int mode) noexcept;
 // A double function a SIMD-math module takes from the shim (kd_host::*_double, after exp's below):
 // declared here, so that the integer overloads call it; libm's elsewhere.
 #if KD_HOST_SIMD_MATH
-#define KD_HOST_MATH1_OWN_DOUBLE(name, vector_call) \
-    __forceinline__ double name(double) noexcept; \
-    KD_HOST_MATH1_FLOAT(name, vector_call)
+#define KD_HOST_SIMD_DOUBLE(name) __forceinline__ double name(double) noexcept;
 #else
-#define KD_HOST_MATH1_OWN_DOUBLE(name, vector_call) KD_HOST_MATH1_V(name, vector_call)
+#define KD_HOST_SIMD_DOUBLE(name) extern "C" double name(double) noexcept;
 #endif
+#define KD_HOST_MATH1_OWN_DOUBLE(name, vector_call) KD_HOST_SIMD_DOUBLE(name) KD_HOST_MATH1_FLOAT(name, vector_call)
 #define KD_HOST_MATH1_FLOAT(name, vector_call) \
     extern "C" float name##f(float) noexcept; \
     __forceinline__ float name(float x) noexcept { \
@@ -891,7 +890,7 @@ int fesetround(int mode) noexcept;
 // The shim's own function on every path: libm's float one misses CUDA's bound (log10f: 2.03 ulp at
 // 1.0180689, against 2), and a kernel's `log10f` calls are taken to it too (below).
 #define KD_HOST_MATH1_OWN(name, own_call) \
-    extern "C" double name(double) noexcept; \
+    KD_HOST_SIMD_DOUBLE(name) \
     extern "C" float name##f(float) noexcept; \
     __forceinline__ float name(float x) noexcept { return own_call; } \
     template <class T, kd_host::if_integral<T> = 0> __forceinline__ double name(T x) noexcept { return name((double)x); }
@@ -1081,9 +1080,9 @@ __forceinline__ float simd_hypot(float x, float y) noexcept {
 // those stay within CUDA's bound for the function (the CUDA Math API's double-precision table:
 // the distance in ulps from the correctly rounded result), measured for the AVX-512 and AVX2
 // variants on every binade: atan, asinh, acosh, pow and hypot 1 ulp (bounds 2 to 3); acos and
-// sinh 2, atanh 2 and log 1 (at their bounds). exp, expm1, cosh, tanh and log1p are the shim's own
-// (below: their variants are 2 to 3 ulp off, against 1). The others keep libm's scalar code: their
-// variants miss the bound (log2, log10 and exp2 2 against 1, tan and asin 3 against 2, atan2 3
+// sinh 2, atanh 2 and log 1 (at their bounds). exp, expm1, cosh, tanh, log1p, log2 and log10 are
+// the shim's own (below: their variants are 2 to 3 ulp off, against 1). The others keep libm's
+// scalar code: their variants miss the bound (exp2 2 against 1, tan and asin 3 against 2, atan2 3
 // against 2), and libm's sin and cos already outrun NumPy's.
 // tests/test_cpu_device_simd_math.py measures the bounds.
 #if KD_HOST_SIMD_MATH
@@ -1103,7 +1102,7 @@ KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VF(sinh)
 KD_HOST_VECTOR_FLOAT(tanh) KD_HOST_MATH1_OWN_DOUBLE(tanh, kd_host_vector_tanhf(x))
 KD_HOST_DOUBLE_VARIANT(cosh) KD_HOST_MATH1_OWN_DOUBLE(cosh, (float)kd_host_vector_cosh((double)x))
 KD_HOST_MATH1_VF(exp2) KD_HOST_MATH1_OWN_DOUBLE(expm1, kd_host::simd_expm1(x)) KD_HOST_MATH1_V(log, kd_host::simd_log(x, 1.0))
-KD_HOST_MATH1_V(log2, kd_host::simd_log(x, 1.44269504088896340736))
+KD_HOST_MATH1_OWN_DOUBLE(log2, kd_host::simd_log(x, 1.44269504088896340736))
 KD_HOST_MATH1_OWN(log10, kd_host::simd_log(x, 0.43429448190325182765))
 KD_HOST_MATH1_OWN_DOUBLE(log1p, kd_host::simd_log1p(x)) KD_HOST_MATH1(logb)
 KD_HOST_MATH1(sqrt) KD_HOST_MATH1_VD(cbrt) KD_HOST_MATH1_VD(erf) KD_HOST_MATH1_VF(erfc) KD_HOST_MATH1(lgamma)
@@ -1121,6 +1120,7 @@ KD_HOST_MATH2_V(hypot, kd_host::simd_hypot(x, y)) KD_HOST_MATH2(fmin) KD_HOST_MA
 #undef KD_HOST_MATH2_VF
 #undef KD_HOST_MATH1_OWN
 #undef KD_HOST_MATH1_OWN_DOUBLE
+#undef KD_HOST_SIMD_DOUBLE
 #undef KD_HOST_MATH1_FLOAT
 #undef KD_HOST_VECTOR_FLOAT
 #undef KD_HOST_DOUBLE_VARIANT
@@ -1169,7 +1169,7 @@ template <int M> __forceinline__ double exp_times_power(double x) noexcept {
            bit_cast<double>((unsigned long long)(n - half + M + 1023) << 52);
 }
 __forceinline__ double exp_double(double x) noexcept { return exp_times_power<0>(x); }
-// expm1, cosh, tanh and log1p of the shim's own too (libmvec's are 2 ulp off, against CUDA's 1): each
+// expm1, cosh, tanh and the log family of the shim's own too (libmvec's are 2 ulp off, against CUDA's 1): each
 // within 1 ulp of the correctly rounded result, with every case computed and the right one selected
 // (no branch), so a module's double loop over them vectorizes.
 // expm1: x = k ln2 + r + c (r, c: the reduced argument and its rounding), p = expm1(r) = r + r^2 h(r)
@@ -1226,25 +1226,59 @@ __forceinline__ double cosh_double(double x) noexcept {
     y = a < 0x1.62e42fefa39efp-2 ? 1.0 + z * poly<7>(z, kCoshTail) : y;
     return x != x ? x : y;
 }
-// log1p: fdlibm's. u = 1 + x = 2^k m with m in [sqrt(1/2), sqrt(2)), c the rounding of u divided
-// by u (none when 1 + x needs no scaling: f = x), log(m) = log1p(f) by its series in s = f / (2 + f).
-__forceinline__ double log1p_double(double x) noexcept {
-    const double ln2_hi = 0x1.62e42feep-1, ln2_lo = 0x1.a39ef35793c76p-33, shifter = 0x1.8p52;
-    const double u = 1.0 + x;
+// The log family's reduction: u (positive, normal) = 2^k m with m in [sqrt(1/2), sqrt(2)); returns
+// f = m - 1 (exact) and k.
+__forceinline__ double log_reduced(double u, double& k) noexcept {
     const unsigned long long bits = bit_cast<unsigned long long>(u) + (0x95f62ull << 32);  // (1 - sqrt(1/2)'s high word)
-    const double scaled_k = bit_cast<double>(bit_cast<unsigned long long>(shifter) + ((bits >> 52) - 0x3ff)) - shifter;
+    k = bit_cast<double>(bit_cast<unsigned long long>(0x1.8p52) + ((bits >> 52) - 0x3ff)) - 0x1.8p52;
+    return bit_cast<double>((bits & 0x000fffffffffffffull) + (0x3fe6a09eull << 32)) - 1.0;
+}
+// log1p(f) - f + f^2 / 2 (`half_square`) for f = m - 1: fdlibm's series in s = f / (2 + f).
+__forceinline__ double log1p_tail(double f, double half_square) noexcept {
+    const double s = f / (2.0 + f), z = s * s, w = z * z;
+    const double odd = w * (0x1.999999997fa04p-2 + w * (0x1.c71c51d8e78afp-3 + w * 0x1.39a09d078c69fp-3));
+    const double even = z * (0x1.5555555555593p-1 + w * (0x1.2492494229359p-2 + w * (0x1.7466496cb03dep-3 + w * 0x1.2f112df3e5244p-3)));
+    return s * (half_square + (even + odd));
+}
+// log1p: fdlibm's. u = 1 + x = 2^k m, c the rounding of u divided by u (none when 1 + x needs no
+// scaling: f = x), log(m) = log1p(f).
+__forceinline__ double log1p_double(double x) noexcept {
+    const double ln2_hi = 0x1.62e42feep-1, ln2_lo = 0x1.a39ef35793c76p-33;
+    const double u = 1.0 + x;
+    double scaled_k;
+    const double m = log_reduced(u, scaled_k);
     double c = scaled_k >= 2.0 ? 1.0 - (u - x) : x - (u - 1.0);
     c = scaled_k < 54.0 ? c / u : 0.0;
-    const double m = bit_cast<double>((bits & 0x000fffffffffffffull) + (0x3fe6a09eull << 32)) - 1.0;
     const bool near = x >= -0x1.2bec4p-2 && x < 0x1.a827ap-2;  // 1 + x in [sqrt(1/2), sqrt(2)]
     const double f = near ? x : m, k = near ? 0.0 : scaled_k;
     c = near ? 0.0 : c;
-    const double hfsq = 0.5 * f * f, s = f / (2.0 + f), z = s * s, w = z * z;
-    const double odd = w * (0x1.999999997fa04p-2 + w * (0x1.c71c51d8e78afp-3 + w * 0x1.39a09d078c69fp-3));
-    const double even = z * (0x1.5555555555593p-1 + w * (0x1.2492494229359p-2 + w * (0x1.7466496cb03dep-3 + w * 0x1.2f112df3e5244p-3)));
-    const double y = s * (hfsq + (even + odd)) + (k * ln2_lo + c) - hfsq + f + k * ln2_hi;
+    const double hfsq = 0.5 * f * f;
+    const double y = log1p_tail(f, hfsq) + (k * ln2_lo + c) - hfsq + f + k * ln2_hi;
     const double kept = __builtin_fabs(x) < 0x1p-53 || !(x < __builtin_inf()) ? x : y;  // tiny, zeros, inf, NaN
     return x < -1.0 ? __builtin_nan("") : x == -1.0 ? -__builtin_inf() : kept;
+}
+// log2 and log10: FreeBSD's. log(m) = f - f^2 / 2 + tail as hi + lo, hi with its low 32 bits
+// cleared, so hi times the high part of 1 / ln(base) (`over_hi`, 32 bits) is exact; k log_base(2)
+// likewise in two parts (`two_hi`, `two_lo`); the sum of the high parts first, its rounding kept.
+__forceinline__ double log_base_double(double x, double over_hi, double over_lo, double two_hi, double two_lo) noexcept {
+    const bool denormal = x < 0x1p-1022;
+    double k;
+    const double f = log_reduced(denormal ? x * 0x1p54 : x, k), hfsq = 0.5 * f * f, tail = log1p_tail(f, hfsq);
+    k = denormal ? k - 54.0 : k;
+    const double hi = bit_cast<double>(bit_cast<unsigned long long>(f - hfsq) & 0xffffffff00000000ull);
+    const double lo = (f - hi) - hfsq + tail;
+    const double high = hi * over_hi, scaled_k = k * two_hi, sum = scaled_k + high;
+    const double low = (k * two_lo + (lo + hi) * over_lo + lo * over_hi) + ((scaled_k - sum) + high);
+    double y = low + sum;
+    y = x == 0.0 ? -__builtin_inf() : y;
+    y = x < 0.0 ? __builtin_nan("") : y;
+    return x < __builtin_inf() ? y : x;  // (inf and NaN)
+}
+__forceinline__ double log2_double(double x) noexcept {
+    return log_base_double(x, 0x1.7154765200000p+0, 0x1.705fc2eefa200p-33, 1.0, 0.0);
+}
+__forceinline__ double log10_double(double x) noexcept {
+    return log_base_double(x, 0x1.bcb7b15200000p-2, 0x1.b9438ca9aadd5p-36, 0x1.34413509f6000p-2, 0x1.9fef311f12b36p-42);
 }
 }  // namespace kd_host
 __forceinline__ double exp(double x) noexcept { return kd_host::exp_double(x); }
@@ -1252,6 +1286,8 @@ __forceinline__ double expm1(double x) noexcept { return kd_host::expm1_double(x
 __forceinline__ double tanh(double x) noexcept { return kd_host::tanh_double(x); }
 __forceinline__ double cosh(double x) noexcept { return kd_host::cosh_double(x); }
 __forceinline__ double log1p(double x) noexcept { return kd_host::log1p_double(x); }
+__forceinline__ double log2(double x) noexcept { return kd_host::log2_double(x); }
+__forceinline__ double log10(double x) noexcept { return kd_host::log10_double(x); }
 #endif
 namespace kd_host {
 // exp(x) within 1.01 ulp of the rounded result for every float (CUDA's __expf allows 2 + 1.17|x|):
