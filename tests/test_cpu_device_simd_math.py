@@ -5,8 +5,8 @@ single-precision table), measured here against float64 on every binade of its do
 the special values and the sign of zero, on contiguous data and on views; the float16 conversions
 their loops run are exact. Their double functions vectorize where that keeps CUDA's double-precision
 bound (libmvec's atan, asinh, acosh, acos, sinh, atanh, log, pow and hypot; the shim's own exp,
-expm1, cosh, tanh, log1p, log2 and log10), measured against long double. Where the host has no
-libmvec, the kernels call libm as before."""
+expm1, cosh, tanh, log1p, log2, log10 and arcsin), measured against long double. Where the host has
+no libmvec, the kernels call libm as before."""
 
 from __future__ import annotations
 
@@ -237,8 +237,8 @@ def test_a_vectorized_float_hypot_is_within_half_an_ulp_and_its_infinite_part_wi
 
 
 # The double functions whose loops vectorize, name: (CUDA's double-precision bound in ulp from
-# the correctly rounded result, the domain sampled); exp, expm1, cosh, tanh, log1p, log2 and log10 are
-# the shim's own, the others libmvec's.
+# the correctly rounded result, the domain sampled); exp, expm1, cosh, tanh, log1p, log2, log10 and
+# arcsin are the shim's own, the others libmvec's.
 DOUBLE_BOUNDS: dict[str, tuple[float, tuple[float, float]]] = {
     "exp": (1, (-746, 710)),
     "expm1": (1, (-60, 710)),
@@ -247,6 +247,7 @@ DOUBLE_BOUNDS: dict[str, tuple[float, tuple[float, float]]] = {
     "log1p": (1, (-1, np.inf)),
     "log2": (1, (0, np.inf)),
     "log10": (1, (0, np.inf)),
+    "arcsin": (2, (-1, 1)),
     "log": (1, (0, np.inf)),
     "sinh": (2, (-711, 711)),
     "arccos": (2, (-1, 1)),

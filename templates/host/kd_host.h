@@ -1080,10 +1080,10 @@ __forceinline__ float simd_hypot(float x, float y) noexcept {
 // those stay within CUDA's bound for the function (the CUDA Math API's double-precision table:
 // the distance in ulps from the correctly rounded result), measured for the AVX-512 and AVX2
 // variants on every binade: atan, asinh, acosh, pow and hypot 1 ulp (bounds 2 to 3); acos and
-// sinh 2, atanh 2 and log 1 (at their bounds). exp, expm1, cosh, tanh, log1p, log2 and log10 are
-// the shim's own (below: their variants are 2 to 3 ulp off, against 1). The others keep libm's
-// scalar code: their variants miss the bound (exp2 2 against 1, tan and asin 3 against 2, atan2 3
-// against 2), and libm's sin and cos already outrun NumPy's.
+// sinh 2, atanh 2 and log 1 (at their bounds). exp, expm1, cosh, tanh, log1p, log2, log10 and asin
+// are the shim's own (below: their variants are 2 to 3 ulp off, against 1, or 2 for asin). The
+// others keep libm's scalar code: their variants miss the bound (exp2 2 against 1, tan 3 against 2,
+// atan2 3 against 2), and libm's sin and cos already outrun NumPy's.
 // tests/test_cpu_device_simd_math.py measures the bounds.
 #if KD_HOST_SIMD_MATH
 #define KD_HOST_VECTOR_DOUBLE(name) extern "C" __attribute__((simd("notinbranch"), const)) double name(double) noexcept;
@@ -1095,7 +1095,7 @@ KD_HOST_VECTOR_DOUBLE2(hypot)
 #undef KD_HOST_VECTOR_DOUBLE
 #undef KD_HOST_VECTOR_DOUBLE2
 #endif
-KD_HOST_MATH1_V(acos, kd_host::simd_acos(x)) KD_HOST_MATH1_V(asin, kd_host::simd_asin(x))
+KD_HOST_MATH1_V(acos, kd_host::simd_acos(x)) KD_HOST_MATH1_OWN_DOUBLE(asin, kd_host::simd_asin(x))
 KD_HOST_MATH1_V(atan, kd_host::simd_atan(x)) KD_HOST_MATH1_VF(acosh)
 KD_HOST_MATH1_VF(asinh) KD_HOST_MATH1_VF(atanh) KD_HOST_MATH1_VD(cos) KD_HOST_MATH1_VD(sin)
 KD_HOST_MATH1_VD(tan) KD_HOST_MATH1_VF(sinh)
@@ -1169,7 +1169,7 @@ template <int M> __forceinline__ double exp_times_power(double x) noexcept {
            bit_cast<double>((unsigned long long)(n - half + M + 1023) << 52);
 }
 __forceinline__ double exp_double(double x) noexcept { return exp_times_power<0>(x); }
-// expm1, cosh, tanh and the log family of the shim's own too (libmvec's are 2 ulp off, against CUDA's 1): each
+// expm1, cosh, tanh, the log family and asin of the shim's own too (libmvec's are 2 ulp off, against CUDA's 1): each
 // within 1 ulp of the correctly rounded result, with every case computed and the right one selected
 // (no branch), so a module's double loop over them vectorizes.
 // expm1: x = k ln2 + r + c (r, c: the reduced argument and its rounding), p = expm1(r) = r + r^2 h(r)
@@ -1280,6 +1280,29 @@ __forceinline__ double log2_double(double x) noexcept {
 __forceinline__ double log10_double(double x) noexcept {
     return log_base_double(x, 0x1.bcb7b15200000p-2, 0x1.b9438ca9aadd5p-36, 0x1.34413509f6000p-2, 0x1.9fef311f12b36p-42);
 }
+// asin: fdlibm's. Below 1/2, x + x R(x^2) (R rational); above, with t = (1 - |x|) / 2 and s its
+// root, pi/2 - 2 (s + s R(t)), where near 1 the root's rounding is carried (s in a 32-bit high part
+// and a correction) so that it costs less than an ulp.
+__forceinline__ double asin_double(double x) noexcept {
+    const double pio2_hi = 0x1.921fb54442d18p+0, pio2_lo = 0x1.1a62633145c07p-54, pio4_hi = 0x1.921fb54442d18p-1;
+    const double a = __builtin_fabs(x), t = a < 0.5 ? x * x : (1.0 - a) * 0.5;
+    const double p = t * (0x1.5555555555555p-3 +
+                          t * (-0x1.4d61203eb6f7dp-2 +
+                               t * (0x1.9c1550e884455p-3 +
+                                    t * (-0x1.48228b5688f3bp-5 + t * (0x1.9efe07501b288p-11 + t * 0x1.23de10dfdf709p-15)))));
+    const double q = 1.0 + t * (-0x1.33a271c8a2d4bp+1 + t * (0x1.02ae59c598ac8p+1 + t * (-0x1.6066c1b8d0159p-1 + t * 0x1.3b8c5b12e9282p-4)));
+    const double r = p / q, s = __builtin_sqrt(t);
+    const double near_one = pio2_hi - (2.0 * (s + s * r) - pio2_lo);
+    const double w = bit_cast<double>(bit_cast<unsigned long long>(s) & 0xffffffff00000000ull);
+    const double c = (t - w * w) / (s + w);
+    const double middle = pio4_hi - ((2.0 * s * r - (pio2_lo - 2.0 * c)) - (pio4_hi - 2.0 * w));
+    double y = a < 0.975 ? middle : near_one;
+    y = __builtin_copysign(y, x);
+    y = a < 0.5 ? x + x * r : y;
+    y = a < 0x1p-26 ? x : y;
+    y = a == 1.0 ? x * pio2_hi + x * pio2_lo : y;
+    return a > 1.0 ? __builtin_nan("") : y;  // (and a NaN stays one)
+}
 }  // namespace kd_host
 __forceinline__ double exp(double x) noexcept { return kd_host::exp_double(x); }
 __forceinline__ double expm1(double x) noexcept { return kd_host::expm1_double(x); }
@@ -1288,6 +1311,7 @@ __forceinline__ double cosh(double x) noexcept { return kd_host::cosh_double(x);
 __forceinline__ double log1p(double x) noexcept { return kd_host::log1p_double(x); }
 __forceinline__ double log2(double x) noexcept { return kd_host::log2_double(x); }
 __forceinline__ double log10(double x) noexcept { return kd_host::log10_double(x); }
+__forceinline__ double asin(double x) noexcept { return kd_host::asin_double(x); }
 #endif
 namespace kd_host {
 // exp(x) within 1.01 ulp of the rounded result for every float (CUDA's __expf allows 2 + 1.17|x|):
