@@ -77,7 +77,7 @@ from .kernels import (
     out_dims,
     vector_width,
 )
-from .placement import check_out, check_placement, memory_order, shares_memory, unalias
+from .placement import check_out, check_placement, memory_order, shares_memory, staged_or_borrowed, unalias
 from .plan import Plan, PlanCache, host_target
 from .program import Program, ProgramBuilder, Traced, compute_ctype, program_context, storage_ctype
 
@@ -355,7 +355,8 @@ class ElementwisePlan(Plan):
     def run_host(self, values: list[Any], out: Any) -> Any:
         target = host_target(self.shape, self.dtype, out, values)
         if self.size:
-            self.kernel_on(default_session())(*values, target)
+            session = default_session()
+            self.kernel_on(session)(*staged_or_borrowed(session, [*values, target]))
         if out is not None and target is not out:
             out[...] = target
             return out

@@ -29,7 +29,7 @@ from .fused_rows import (
     reads,
 )
 from .pipeline import Leaf, Pipeline
-from .placement import check_out, check_placement, contiguous, is_strided
+from .placement import check_out, check_placement, contiguous, device_operand, host_result, is_strided
 from .plan import Plan
 from .reduction import INSPECT_MULTIPROCESSORS, device_multiprocessors
 
@@ -155,11 +155,12 @@ class FusedRowsPlan(Plan):
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()
-        device = [session.to_device(v) if isinstance(v, np.ndarray) else v for v in values]
-        outs = self._outputs(None, session.empty)
+        device = [device_operand(session, v) for v in values]
+        results = [host_result(session, s, d) for s, d in zip(self.shapes, self.dtypes)]
+        outs = [result for result, _ in results]
         try:
             self.launch(device, outs, session)
-            hosts = [o.to_host() for o in outs]
+            hosts = [o.to_host() if host is None else host for o, (_, host) in zip(outs, results)]
         finally:
             for o in outs:
                 o.close()

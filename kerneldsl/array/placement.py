@@ -3,9 +3,11 @@
 Any device array (ours, or foreign and adopted zero-copy) sends the call to the device of its
 session; numpy operands are then uploaded (kept alive until the stream passes them). With no
 device array at all, the call runs on the host's numpy arrays (copied in and back within the
-call). ``out=`` follows NumPy: the exact result shape, a ``same_kind`` cast, and it lives where
-the operands do. Without ``out=`` an elementwise result is laid out as its operands are when they
-share a memory order (``memory_order``), as NumPy's ``order="K"`` lays it out.
+call); on the CPU device, whose memory is the host's, C-contiguous numpy arrays are its operands
+and results as they are (``device_operand``, ``host_result``: borrowed, no copy). ``out=``
+follows NumPy: the exact result shape, a ``same_kind`` cast, and it lives where the operands do.
+Without ``out=`` an elementwise result is laid out as its operands are when they share a memory
+order (``memory_order``), as NumPy's ``order="K"`` lays it out.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from ..launch.routing import is_remote
 from ..runtime import memory, views
 from ..runtime.foreign import adopt, is_foreign
 from ..runtime.memory import DeviceBuffer
+from ..runtime.selection import CPU
 from . import promotion
 from .program import SCALAR_TYPES
 
@@ -46,6 +49,36 @@ def place(values: Sequence[Any], what: str) -> tuple[list[Any], Any]:
         else:
             out.append(adopt(v, session, what, None))
     return out, session
+
+
+def borrows_host_memory(session: Any, value: Any) -> bool:
+    """Whether ``session`` reads ``value`` where it is: a C-contiguous numpy array on the CPU device."""
+    return session.device == CPU and isinstance(value, np.ndarray) and value.flags.c_contiguous
+
+
+def device_operand(session: Any, value: Any) -> Any:
+    """An operand of a host call (numpy arrays only) as ``session``'s kernels read it: the array
+    itself on the CPU device (borrowed), else a copy on the device; scalars as they are."""
+    if borrows_host_memory(session, value):
+        return memory.borrow_host(session, value)
+    return session.to_device(value) if isinstance(value, np.ndarray) else value
+
+
+def staged_or_borrowed(session: Any, values: Sequence[Any]) -> list[Any]:
+    """A host call's kernel arguments for a kernel that stages numpy arrays itself: on the CPU
+    device each as ``device_operand`` makes it (no copy where the array is C-contiguous); elsewhere
+    as they are (staged through the session's pinned buffers)."""
+    return [device_operand(session, v) for v in values] if session.device == CPU else list(values)
+
+
+def host_result(session: Any, shape: tuple[int, ...], dtype: np.dtype) -> tuple[DeviceBuffer, np.ndarray | None]:
+    """Where a host call's kernel writes its result of ``shape`` and ``dtype``, and the numpy array
+    that is that memory: on the CPU device a new numpy array, borrowed (the call returns it as it
+    is); elsewhere device memory, and None (the call copies it to the host)."""
+    if session.device == CPU:
+        host = np.empty(shape, dtype)
+        return memory.borrow_host(session, host), host
+    return session.empty(shape, dtype), None
 
 
 def fast_place(values: Sequence[Any], what: str) -> tuple[Sequence[Any], Any]:

@@ -43,7 +43,7 @@ from ..runtime.session import default_session
 from . import promotion
 from .decisions import ScanDecisions
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
-from .placement import check_out, unalias
+from .placement import check_out, device_operand, host_result, unalias
 from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype
 from .reduction.axes import normalize_axes
@@ -234,11 +234,12 @@ class ScanPlan(Plan):
     def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()
         (value,) = values
-        device = session.to_device(value)
-        result = session.empty(self.shape, self.dtype)
+        device = device_operand(session, value)
+        result, host = host_result(session, self.shape, self.dtype)
         try:
             self.launch([device], result, session)
-            host = result.to_host()
+            if host is None:
+                host = result.to_host()
         finally:
             result.close()
             device.close()

@@ -22,7 +22,9 @@ from ..errors import AliasingError, BindingError, ReadOnlyArrayError, ShapeMisma
 from ..jit.launch_contract import launch_dims
 from ..jit.signature import ArrayParam, Signature
 from ..jit.specialize import ScalarCheck, check_scalar_value
+from ..runtime import memory
 from ..runtime.limits import MAX_INDEX32_THREADS
+from ..runtime.selection import CPU
 from ..runtime.staging import Region, staged_bytes
 from .warm import CEntry, Declined
 
@@ -164,6 +166,9 @@ def stage_host_call(
     """
     session = bound.session
     hosts = [a for p, a in zip(sig.runtime_params, args) if isinstance(p, ArrayParam) and isinstance(a, np.ndarray)]
+    if session.device == CPU and not session.captures and all(_host_readable(a) for a in hosts):
+        _host_memory_call(bound, sig, args, grid, block, shared, stream)
+        return
     buf = session.staging.acquire(staged_bytes(hosts)) if stream is None else None
     if buf is None:
         _direct_host_call(bound, sig, args, grid, block, shared, stream)
@@ -188,6 +193,36 @@ def stage_host_call(
         done = True
     finally:
         session.staging.give_back(buf, done)
+
+
+def _host_readable(a: np.ndarray) -> bool:
+    """Whether the CPU device's kernel can read ``a`` where it is: C-contiguous, and 16-byte aligned
+    as a staged specialization assumes its arrays are."""
+    return a.flags.c_contiguous and a.ctypes.data % 16 == 0
+
+
+def _host_memory_call(
+    bound: BoundLaunch, sig: Signature, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
+) -> None:
+    """``stage_host_call`` on the CPU device, whose memory is the host's: the kernel reads each
+    input array where it is, and writes a copy of each array it writes (an ``Out`` one starts
+    uninitialized, as staged), copied back once the launch has succeeded: a failed launch leaves
+    the caller's arrays as they were."""
+    session = bound.session
+    device_args: list[Any] = []
+    written: list[tuple[np.ndarray, np.ndarray]] = []
+    for p, a in zip(sig.runtime_params, args):
+        if isinstance(p, ArrayParam) and isinstance(a, np.ndarray):
+            if p.writes:
+                work = np.empty_like(a) if p.direction == "out" else a.copy()
+                written.append((work, a))
+                a = work
+            device_args.append(memory.borrow_host(session, a))
+        else:
+            device_args.append(a)
+    bound.call(*device_args, grid, block, shared, stream)
+    for work, a in written:
+        np.copyto(a, work)
 
 
 def _direct_host_call(

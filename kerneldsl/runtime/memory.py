@@ -420,6 +420,14 @@ def to_device(session: BufferSession, host: Any) -> DeviceBuffer:
     return arr
 
 
+def borrow_host(session: BufferSession, host: np.ndarray) -> DeviceBuffer:
+    """A C-contiguous numpy array's own memory as an array of ``session``, which keeps ``host``
+    alive: for the CPU device, whose memory is the host's (a GPU cannot read it)."""
+    strides = interop.c_strides(host.shape, host.dtype.itemsize)
+    view = interop.DeviceView(host.ctypes.data, host.shape, strides, host.dtype, None, not host.flags.writeable, host)
+    return array_type.borrow(session, view)
+
+
 def copy(session: BufferSession, src: DeviceBuffer) -> DeviceBuffer:
     """A new C-contiguous device array with the contents of ``src`` (enqueued on the session
     stream): a memcpy, or a copy kernel for a strided view."""

@@ -22,7 +22,7 @@ from ...runtime import memory, nvtx
 from ...runtime.selection import host_plans
 from ...runtime.session import default_session
 from ..kernels import vector_width
-from ..placement import check_out, contiguous, into_strided
+from ..placement import check_out, contiguous, device_operand, host_result, into_strided
 from ..plan import Plan
 from ..program import Program, ProgramBuilder, Traced
 from ..scratch import SCRATCH
@@ -80,11 +80,12 @@ class ReductionPlan(Plan):
 
     def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()
-        device = [session.to_device(v) if isinstance(v, np.ndarray) else v for v in values]
-        result = session.empty(self.shape, self.dtype)
+        device = [device_operand(session, v) for v in values]
+        result, host = host_result(session, self.shape, self.dtype)
         try:
             self.launch(device, result, session)
-            host = result.to_host()
+            if host is None:
+                host = result.to_host()
         finally:
             result.close()
             for d, v in zip(device, values):
