@@ -156,7 +156,7 @@ class FusedRowsPlan(Plan):
     def run_host(self, values: list[Any], out: Any) -> Any:
         session = default_session()
         device = [device_operand(session, v) for v in values]
-        results = [host_result(session, s, d) for s, d in zip(self.shapes, self.dtypes)]
+        results = self._outputs(None, lambda shape, dtype: host_result(session, shape, dtype))
         outs = [result for result, _ in results]
         try:
             self.launch(device, outs, session)

@@ -51,17 +51,14 @@ def place(values: Sequence[Any], what: str) -> tuple[list[Any], Any]:
     return out, session
 
 
-def borrows_host_memory(session: Any, value: Any) -> bool:
-    """Whether ``session`` reads ``value`` where it is: a C-contiguous numpy array on the CPU device."""
-    return session.device == CPU and isinstance(value, np.ndarray) and value.flags.c_contiguous
-
-
 def device_operand(session: Any, value: Any) -> Any:
     """An operand of a host call (numpy arrays only) as ``session``'s kernels read it: the array
     itself on the CPU device (borrowed), else a copy on the device; scalars as they are."""
-    if borrows_host_memory(session, value):
+    if not isinstance(value, np.ndarray):
+        return value
+    if session.device == CPU and value.flags.c_contiguous:
         return memory.borrow_host(session, value)
-    return session.to_device(value) if isinstance(value, np.ndarray) else value
+    return session.to_device(value)
 
 
 def staged_or_borrowed(session: Any, values: Sequence[Any]) -> list[Any]:

@@ -165,10 +165,13 @@ def stage_host_call(
     buffers from the session's pool.
     """
     session = bound.session
-    hosts = [a for p, a in zip(sig.runtime_params, args) if isinstance(p, ArrayParam) and isinstance(a, np.ndarray)]
-    if session.device == CPU and not session.captures and all(_host_readable(a) for a in hosts):
-        _host_memory_call(bound, sig, args, grid, block, shared, stream)
+    if (
+        session.device == CPU
+        and not session.captures
+        and _host_memory_call(bound, sig, args, grid, block, shared, stream)
+    ):
         return
+    hosts = [a for p, a in zip(sig.runtime_params, args) if isinstance(p, ArrayParam) and isinstance(a, np.ndarray)]
     buf = session.staging.acquire(staged_bytes(hosts)) if stream is None else None
     if buf is None:
         _direct_host_call(bound, sig, args, grid, block, shared, stream)
@@ -195,19 +198,14 @@ def stage_host_call(
         session.staging.give_back(buf, done)
 
 
-def _host_readable(a: np.ndarray) -> bool:
-    """Whether the CPU device's kernel can read ``a`` where it is: C-contiguous, and 16-byte aligned
-    as a staged specialization assumes its arrays are."""
-    return a.flags.c_contiguous and a.ctypes.data % 16 == 0
-
-
 def _host_memory_call(
     bound: BoundLaunch, sig: Signature, args: tuple[Any, ...], grid: Any, block: Any, shared: Any, stream: Any
-) -> None:
+) -> bool:
     """``stage_host_call`` on the CPU device, whose memory is the host's: the kernel reads each
     input array where it is, and writes a copy of each array it writes (an ``Out`` one starts
     uninitialized, as staged), copied back once the launch has succeeded: a failed launch leaves
-    the caller's arrays as they were."""
+    the caller's arrays as they were. False, having launched nothing, where an input is not
+    C-contiguous or not 16-byte aligned, as a staged specialization assumes its arrays are."""
     session = bound.session
     device_args: list[Any] = []
     written: list[tuple[np.ndarray, np.ndarray]] = []
@@ -217,12 +215,18 @@ def _host_memory_call(
                 work = np.empty_like(a) if p.direction == "out" else a.copy()
                 written.append((work, a))
                 a = work
-            device_args.append(memory.borrow_host(session, a))
+            elif not a.flags.c_contiguous:
+                return False
+            borrowed = memory.borrow_host(session, a)
+            if borrowed.ptr % 16:
+                return False
+            device_args.append(borrowed)
         else:
             device_args.append(a)
     bound.call(*device_args, grid, block, shared, stream)
     for work, a in written:
         np.copyto(a, work)
+    return True
 
 
 def _direct_host_call(

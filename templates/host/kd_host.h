@@ -1156,22 +1156,29 @@ __forceinline__ double exp_tail(double s) noexcept {
     h = h * s + 0x1.5555555555555p-3;
     return h * s + 0.5;
 }
+// k = round(x / ln2), returned, and 2^(k + M) as two powers of two whose product it is (`first`,
+// `second`): k reaches 1026, where 2^k alone overflows before a product that needs it does.
+template <int M> __forceinline__ double nearest_ln2_multiple(double x, double& first, double& second) noexcept {
+    const double shifter = 0x1.8p52, z = x * 0x1.71547652b82fep+0 + shifter;
+    const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
+    first = bit_cast<double>((unsigned long long)(half + 1023) << 52);
+    second = bit_cast<double>((unsigned long long)(n - half + M + 1023) << 52);
+    return z - shifter;
+}
 // e^x 2^M for M <= 0 (cosh's e^x / 2 is finite past where e^x is not).
 template <int M> __forceinline__ double exp_times_power(double x) noexcept {
     x = x > 711.0 ? 711.0 : x;
     x = x < -746.0 ? -746.0 : x;
-    const double shifter = 0x1.8p52;
-    const double z = x * 0x1.71547652b82fep+0 + shifter, k = z - shifter;
+    double first, second;
+    const double k = nearest_ln2_multiple<M>(x, first, second);
     const double s = (x - k * 0x1.62e42fefa3800p-1) - k * 0x1.ef35793c76730p-45;
     const double e = (s * s * exp_tail(s) + s) + 1.0;
-    const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
-    return e * bit_cast<double>((unsigned long long)(half + 1023) << 52) *
-           bit_cast<double>((unsigned long long)(n - half + M + 1023) << 52);
+    return e * first * second;
 }
 __forceinline__ double exp_double(double x) noexcept { return exp_times_power<0>(x); }
-// expm1, cosh, tanh, the log family and asin of the shim's own too (libmvec's are 2 ulp off, against CUDA's 1): each
-// within 1 ulp of the correctly rounded result, with every case computed and the right one selected
-// (no branch), so a module's double loop over them vectorizes.
+// expm1, cosh, tanh, the log family and asin of the shim's own too (libmvec's are 2 ulp off,
+// against CUDA's 1): each within 1 ulp of the correctly rounded result, with every case computed
+// and the right one selected (no branch), so a module's double loop over them vectorizes.
 // expm1: x = k ln2 + r + c (r, c: the reduced argument and its rounding), p = expm1(r) = r + r^2 h(r)
 // as exp's, then 2^k (1 + p)(1 + c) - 1 = 2^k (p + c (1 + p)) + (2^k - 1), 2^k - 1 exact for
 // |k| <= 53; past that the 1 is below the last bit. For k = 1 and r < -1/4 the sum would cancel:
@@ -1179,11 +1186,8 @@ __forceinline__ double exp_double(double x) noexcept { return exp_times_power<0>
 __forceinline__ double expm1_double(double x) noexcept {
     const double ln2_hi = 0x1.62e42feep-1, ln2_lo = 0x1.a39ef35793c76p-33;  // ln2_hi times any k here: exact
     const double clamped = x > 710.0 ? 710.0 : x < -40.0 ? -40.0 : x;  // (beyond: inf, or -1 once rounded)
-    // k = round(x / ln2), and 2^k as two powers of two (k up to 1025: 2^k alone would overflow)
-    const double shifter = 0x1.8p52, z = clamped * 0x1.71547652b82fep+0 + shifter, k = z - shifter;
-    const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
-    const double first = bit_cast<double>((unsigned long long)(half + 1023) << 52);
-    const double second = bit_cast<double>((unsigned long long)(n - half + 1023) << 52);
+    double first, second;
+    const double k = nearest_ln2_multiple<0>(clamped, first, second);
     const double hi = clamped - k * ln2_hi, lo = k * ln2_lo, r = hi - lo, c = (hi - r) - lo;
     const double tail = r * r * exp_tail(r), p = r + tail, cp = c + c * p, power = first * second;
     const double near = (p + cp) * power + (power - 1.0);
