@@ -209,6 +209,22 @@ def test_a_vectorized_float_function_of_two_stays_within_cudas_ulp_bound(cpu: An
     assert ulp_errors(got, want).max() <= bound
 
 
+def test_a_negative_base_to_an_integer_power_takes_the_exponents_parity_within_cudas_bound(cpu: Any) -> None:
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-3, 3, 1 << 16).astype(np.float32)
+    y = rng.integers(-40, 40, x.size).astype(np.float32)
+    got = ops.power(cpu.to_device(x), cpu.to_device(y)).to_host()
+    want = np.power(x.astype(np.float64), y.astype(np.float64))
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    assert ulp_errors(got, want).max() <= BINARY_BOUNDS["power"][0]
+
+
+def test_a_negative_base_to_a_fractional_power_is_nan(cpu: Any) -> None:
+    x, y = np.float32([-2.0, -0.5, -3e38, -1e-45]), np.float32([0.5, -1.25, 2.5, 0.75])
+    got = ops.power(cpu.to_device(np.tile(x, 40)), cpu.to_device(np.tile(y, 40))).to_host()
+    assert np.isnan(got).all()
+
+
 SPECIALS = np.float32([0.0, -0.0, 1.0, -1.0, 2.5, -2.5, np.inf, -np.inf, np.nan, 1e-45, -3e38])
 
 
