@@ -161,7 +161,7 @@ def test_a_float_nan_narrows_to_the_gpus_float16_nan_keeping_its_sign(cpu: Any) 
     assert np.array_equal(got[~nan].view(np.float16), x[~nan].astype(np.float16))
 
 
-@pytest.mark.parametrize("name", ["exp", "log", "log2", "log10", "sin", "cos", "tan", "cosh"])
+@pytest.mark.parametrize("name", ["exp", "log", "log2", "log10", "sin", "cos", "tan", "cosh", "arctan"])
 def test_a_float16_function_is_within_a_float16_ulp_of_the_exact_result(cpu: Any, name: str) -> None:
     halves = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)  # every float16
     got = getattr(ops, name)(cpu.to_device(halves)).to_host()

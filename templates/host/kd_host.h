@@ -1383,6 +1383,17 @@ __forceinline__ float log(float x) noexcept { return log_scaled(x, 1.0f); }
 __forceinline__ float log2(float x) noexcept { return log_scaled(x, 1.44269504f); }
 __forceinline__ float log10(float x) noexcept { return log_scaled(x, 0.434294482f); }
 __forceinline__ float exp(float x) noexcept { return fast_exp(x); }
+// (atan(u) / u - 1) / u^2 in z = u^2 on [0, 1], in float: 5.9e-7.
+constexpr float kAtanTailHalf[7] = {-0.33333274722099304f, 0.19994069635868073f, -0.14183199405670166f,
+                                    0.10422378033399582f,  -0.06742211431264877f, 0.030317042022943497f,
+                                    -0.0064969127997756f};
+// atan(t) for t = |x| <= 1 as t + t^3 P(t^2), above as pi/2 - atan(1/t), all in float (the accurate
+// one's polynomial is in double); a NaN stays one, an infinity takes 1/t = 0.
+__forceinline__ float atan(float x) noexcept {
+    const float t = __builtin_fabsf(x), u = t > 1.0f ? 1.0f / t : t, z = u * u;
+    const float p = mad(u * z, poly<7>(z, kAtanTailHalf), u);
+    return __builtin_copysignf(t > 1.0f ? 1.57079637f - p : p, x);
+}
 // In a SIMD-math module, libmvec's float variants (a few float ulps), where the accurate functions
 // take its double ones and round: twice the lanes a vector.
 #define KD_HOST_HALF_RESULT_VF(name) \
