@@ -962,9 +962,8 @@ constexpr double kExpm1Tail[8] = {0.49999999999951417, 0.16666666666646804, 0.04
 constexpr double kAtanTail[11] = {-0.33333333298807716, 0.19999991338081674, -0.1428535203398228, 0.11105133014170818,
                                   -0.09039460931240913, 0.07427486383624089, -0.05783113716048088, 0.03863882460277054,
                                   -0.019523064643194504, 0.006329437579184222, -0.0009605419496194701};
-// e^s for |s| <= ln2 / 2: the Taylor polynomial to s^10 / 10!, 2.4e-13.
-constexpr double kExpTaylor[11] = {1.0, 1.0, 0.5, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320,
-                                   1.0 / 362880, 1.0 / 3628800};
+// e^s for |s| <= ln2 / 2: the Taylor polynomial to s^8 / 8!, 1.9e-10.
+constexpr double kExpTaylor[9] = {1.0, 1.0, 0.5, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320};
 constexpr double kLn2 = 0.69314718055994530942, kHalfPi = 1.57079632679489661923;
 // log(d) for a positive finite normal double d (log1p's 1 + x): k ln2 + log(m) with m in
 // [sqrt(1/2), sqrt(2)); log(m) = log1p(f), f = m - 1. Returns k and log(m).
@@ -1068,9 +1067,9 @@ __forceinline__ float simd_atan2(float y, float x) noexcept {
     p = __builtin_signbit(x) ? 2.0 * kHalfPi - p : p;
     return x != x || y != y ? x + y : (float)__builtin_copysign(p, (double)y);
 }
-// pow for floats: |x|^y = e^t, t = y log|x|, in double with no division (log(m) = f P(f), and e^s
-// for t = n ln2 + s a degree-10 Taylor polynomial), each part within some 1e-10 of itself, where t
-// reaching 104 needs it: so within 0.55 ulp of the exact power (CUDA's bound: 4; libmvec's powf,
+// pow for floats: |x|^y = e^t, t = y log|x|, in double with no division: log(m) = f P(f) within 1e-10
+// of itself (t reaching 104 needs it), and e^s for t = n ln2 + s a degree-8 Taylor polynomial
+// (1.9e-10); so within 0.55 ulp of the exact power (CUDA's bound: 4; libmvec's powf,
 // 3 to 6x slower here, is not taken). Then C's cases: a negative base takes an odd integer
 // exponent's sign (y / 2 is exactly n + 1/2) and gives NaN for a non-integer one (but -inf:
 // |x|^y), x = 1 and y = 0 give 1 whatever the other, and so does x = -1 with an infinite y; a zero
@@ -1089,7 +1088,7 @@ __forceinline__ float simd_pow(float x, float y) noexcept {
     const double shifter = 0x1.8p52, z = mad(t, 0x1.71547652b82fep+0, shifter), n = z - shifter;
     const double s = (t - n * 0x1.62e42fefa3800p-1) - n * 0x1.ef35793c76730p-45;  // (n ln2's first part exact)
     const unsigned long long power = (bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter) + 1023) << 52;
-    float r = (float)(poly<11>(s, kExpTaylor) * bit_cast<double>(power));
+    float r = (float)(poly<9>(s, kExpTaylor) * bit_cast<double>(power));
     const float half = y * 0.5f;
     r = __builtin_fabsf(half - __builtin_rintf(half)) == 0.5f ? __builtin_copysignf(r, x) : r;
     float negative = __builtin_rintf(y) != y ? __builtin_nanf("") : r;
