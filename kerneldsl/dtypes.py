@@ -141,6 +141,11 @@ def _unknown(spec: Any) -> str:
     add_bfloat16()  # the list below names every supported type
     if _ml_dtypes is None and str(spec).startswith("bfloat16"):
         return f"element type {spec!r} needs the ml_dtypes package (numpy's bfloat16): pip install ml_dtypes"
+    if isinstance(spec, np.dtype) and not spec.isnative and _row(spec.newbyteorder("=")) is not None:
+        return (
+            f"element type {spec!r} is in the other byte order: kernels read the machine's; convert with "
+            "a.astype(a.dtype.newbyteorder('='))"
+        )
     return f"unsupported element type {spec!r}; supported: {', '.join(ELEMENT_TYPES)}"
 
 

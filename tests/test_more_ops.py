@@ -236,3 +236,16 @@ def test_stack_adds_the_axis_numpy_adds(fake_session: kd.Session, axis: int) -> 
 def test_stack_needs_one_shape(fake_session: kd.Session) -> None:
     with pytest.raises(ValueError, match="same shape"):
         kd.stack([fake_session.empty(2), fake_session.empty(3)])
+
+
+def test_an_operand_in_the_other_byte_order_is_refused_naming_the_conversion() -> None:
+    swapped = np.arange(8, dtype=np.dtype(np.float32).newbyteorder())
+    with pytest.raises(OperandDtypeError, match=r"byte order.*newbyteorder\('='\)"):
+        ops.add(swapped, swapped)
+
+
+def test_an_upload_in_the_other_byte_order_keeps_the_values(fake_session: Any) -> None:
+    swapped = np.arange(6, dtype=np.dtype(np.int64).newbyteorder()).reshape(2, 3)
+    uploaded = fake_session.to_device(swapped)
+    assert uploaded.dtype == np.int64
+    np.testing.assert_array_equal(uploaded.to_host(), np.arange(6).reshape(2, 3))

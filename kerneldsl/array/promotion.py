@@ -18,22 +18,23 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..errors import ComplexUnsupportedError
+from ..errors import ComplexUnsupportedError, OperandDtypeError
 
 Operand = Any  # an np.dtype (array operand) or a Python / numpy scalar
 
 
 def copyable(dtype: Any) -> np.dtype:
-    """``dtype`` as a numpy dtype kernels can hold and copy (complex ones included), or TypeError."""
+    """``dtype`` as a numpy dtype kernels can hold and copy (complex ones included), or
+    OperandDtypeError (a TypeError) naming the supported types."""
     try:
         return dtypes.element_type(dtype).numpy
     except KeyError as exc:
-        raise TypeError(exc.args[0]) from None
+        raise OperandDtypeError(exc.args[0]) from None
 
 
 def supported(dtype: Any) -> np.dtype:
     """``dtype`` as a numpy dtype the array layer computes in (every dtype kernels hold, complex
-    ones included), or TypeError naming the supported types."""
+    ones included), or OperandDtypeError naming the supported types."""
     return copyable(dtype)
 
 

@@ -406,10 +406,13 @@ def zeros(session: BufferSession, shape: Any, dtype: Any = np.float32) -> Device
 
 
 def to_device(session: BufferSession, host: Any) -> DeviceBuffer:
-    """Copy a host array (any layout; materialized C-contiguous) to new device memory: in one C
-    call when the session can (``host_copies.upload``), else by the constructor and ``copy_from_host``."""
+    """Copy a host array (any layout; materialized C-contiguous, in the machine's byte order, which
+    kernels read) to new device memory: in one C call when the session can (``host_copies.upload``),
+    else by the constructor and ``copy_from_host``."""
     src = np.asarray(host)
-    if not src.flags.c_contiguous:
+    if not src.dtype.isnative:
+        src = src.astype(src.dtype.newbyteorder("="))
+    elif not src.flags.c_contiguous:
         src = src.copy(order="C")
     if src.nbytes and session.usable:
         made = host_copies.upload(session, src, empty)
