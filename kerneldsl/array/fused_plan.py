@@ -29,7 +29,7 @@ from .fused_rows import (
     reads,
 )
 from .pipeline import Leaf, Pipeline
-from .placement import check_out, check_placement, contiguous, device_operand, host_result, is_strided
+from .placement import check_out, check_placement, contiguous, device_operand, host_result, is_strided, release
 from .plan import Plan
 from .reduction import INSPECT_MULTIPROCESSORS, device_multiprocessors
 
@@ -162,11 +162,7 @@ class FusedRowsPlan(Plan):
             self.launch(device, outs, session)
             hosts = [o.to_host() if host is None else host for o, (_, host) in zip(outs, results)]
         finally:
-            for o in outs:
-                o.close()
-            for d, v in zip(device, values):
-                if d is not v:
-                    d.close()
+            release([*outs, *device])
         if out is not None:
             out[...] = hosts[0]
             return out

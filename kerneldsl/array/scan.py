@@ -43,7 +43,7 @@ from ..runtime.session import default_session
 from . import promotion
 from .decisions import ScanDecisions
 from .kernels import BLOCK, KERNELS, array_param, make_kernel, scalar_param
-from .placement import check_out, device_operand, host_result, unalias
+from .placement import check_out, device_operand, host_result, release, unalias
 from .plan import Plan, PlanCache
 from .program import Traced, compute_ctype, storage_ctype
 from .reduction.axes import normalize_axes
@@ -241,8 +241,7 @@ class ScanPlan(Plan):
             if host is None:
                 host = result.to_host()
         finally:
-            result.close()
-            device.close()
+            release([result, device])
         if out is not None:
             out[...] = host
             return out

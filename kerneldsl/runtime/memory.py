@@ -143,17 +143,26 @@ class DeviceBuffer(ShapeDtype, Transfers):
             )
         if not view.c_contiguous:
             raise ValueError(f"strides {view.strides} of shape {view.shape} are not C-contiguous")
+        arr = cls.over(session, view.ptr, view.shape, view.dtype, view.owner)
+        if view.stream is not None and view.stream != session.stream.handle:
+            session.order.order(session.raw_stream, view.stream)
+        return arr
+
+    @classmethod
+    def over(
+        cls: type[_B], session: BufferSession, ptr: int, shape: tuple[int, ...], dtype: np.dtype, owner: Any
+    ) -> _B:
+        """A non-owning array over C-contiguous memory at ``ptr`` that ``owner`` keeps alive (as
+        ``borrow`` checked it, or the CPU device's numpy array: ``borrow_host``)."""
         arr = cls.__new__(cls)
         Handle.__init__(arr, session)
-        arr._init_layout(view.shape, view.dtype)
-        arr.ptr = view.ptr
-        arr._owner = view.owner
+        arr._init_layout(shape, dtype)
+        arr.ptr = ptr
+        arr._owner = owner
         arr.base = None
         arr.is_contiguous = True
         arr._views = None
         arr.dispatch_tag = _dispatch_tag(arr, borrowed=True)
-        if view.stream is not None and view.stream != session.stream.handle:
-            session.order.order(session.raw_stream, view.stream)
         return arr
 
     # -- views: the same memory, another layout (NumPy's rules) -------------------------------
@@ -426,9 +435,7 @@ def to_device(session: BufferSession, host: Any) -> DeviceBuffer:
 def borrow_host(session: BufferSession, host: np.ndarray) -> DeviceBuffer:
     """A C-contiguous numpy array's own memory as an array of ``session``, which keeps ``host``
     alive: for the CPU device, whose memory is the host's (a GPU cannot read it)."""
-    strides = interop.c_strides(host.shape, host.dtype.itemsize)
-    view = interop.DeviceView(host.ctypes.data, host.shape, strides, host.dtype, None, not host.flags.writeable, host)
-    return array_type.borrow(session, view)
+    return array_type.over(session, host.ctypes.data, host.shape, host.dtype, host)
 
 
 def copy(session: BufferSession, src: DeviceBuffer) -> DeviceBuffer:

@@ -22,7 +22,7 @@ from ...runtime import memory, nvtx
 from ...runtime.selection import host_plans
 from ...runtime.session import default_session
 from ..kernels import vector_width
-from ..placement import check_out, contiguous, device_operand, host_result, into_strided
+from ..placement import check_out, contiguous, device_operand, host_result, into_strided, release
 from ..plan import Plan
 from ..program import Program, ProgramBuilder, Traced
 from ..scratch import SCRATCH
@@ -87,10 +87,7 @@ class ReductionPlan(Plan):
             if host is None:
                 host = result.to_host()
         finally:
-            result.close()
-            for d, v in zip(device, values):
-                if d is not v:
-                    d.close()
+            release([result, *device])
         if out is not None:
             out[...] = host
             return out
