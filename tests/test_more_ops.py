@@ -244,8 +244,11 @@ def test_an_operand_in_the_other_byte_order_is_refused_naming_the_conversion() -
         ops.add(swapped, swapped)
 
 
-def test_an_upload_in_the_other_byte_order_keeps_the_values(fake_session: Any) -> None:
-    swapped = np.arange(6, dtype=np.dtype(np.int64).newbyteorder()).reshape(2, 3)
+@pytest.mark.parametrize(
+    "layout", [lambda a: a, lambda a: a.T, lambda a: a[:, ::2]], ids=["contiguous", "transposed", "strided"]
+)
+def test_an_upload_in_the_other_byte_order_keeps_the_values(fake_session: Any, layout: Any) -> None:
+    swapped = layout(np.arange(12, dtype=np.dtype(np.int64).newbyteorder()).reshape(3, 4))
     uploaded = fake_session.to_device(swapped)
     assert uploaded.dtype == np.int64
-    np.testing.assert_array_equal(uploaded.to_host(), np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(uploaded.to_host(), layout(np.arange(12).reshape(3, 4)))

@@ -420,7 +420,7 @@ def to_device(session: BufferSession, host: Any) -> DeviceBuffer:
     else by the constructor and ``copy_from_host``."""
     src = np.asarray(host)
     if not src.dtype.isnative:
-        src = src.astype(src.dtype.newbyteorder("="))
+        src = src.astype(src.dtype.newbyteorder("="), order="C")
     elif not src.flags.c_contiguous:
         src = src.copy(order="C")
     if src.nbytes and session.usable:
