@@ -966,6 +966,15 @@ constexpr double kAtanTail[11] = {-0.33333333298807716, 0.19999991338081674, -0.
 // e^s for |s| <= ln2 / 2: the Taylor polynomial to s^8 / 8!, 1.9e-10.
 constexpr double kExpTaylor[9] = {1.0, 1.0, 0.5, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320};
 constexpr double kLn2 = 0.69314718055994530942, kHalfPi = 1.57079632679489661923;
+// k = round(x / ln2), returned, and 2^(k + M) as two powers of two whose product it is (`first`,
+// `second`): k reaches 1026, where 2^k alone overflows before a product that needs it does.
+template <int M> __forceinline__ double nearest_ln2_multiple(double x, double& first, double& second) noexcept {
+    const double shifter = 0x1.8p52, z = x * 0x1.71547652b82fep+0 + shifter;
+    const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
+    first = bit_cast<double>((unsigned long long)(half + 1023) << 52);
+    second = bit_cast<double>((unsigned long long)(n - half + M + 1023) << 52);
+    return z - shifter;
+}
 // log(d) for a positive finite normal double d (log1p's 1 + x): k ln2 + log(m) with m in
 // [sqrt(1/2), sqrt(2)); log(m) = log1p(f), f = m - 1. Returns k and log(m).
 __forceinline__ double log_reduced(double d, double* k) noexcept {
@@ -1086,10 +1095,10 @@ __forceinline__ float simd_pow(float x, float y) noexcept {
     double t = (double)y * l;  // (clamped where e^t is already 0 or infinite)
     t = t > 89.0 ? 89.0 : t;
     t = t < -104.0 ? -104.0 : t;
-    const double shifter = 0x1.8p52, z = mad(t, 0x1.71547652b82fep+0, shifter), n = z - shifter;
+    double first, second;
+    const double n = nearest_ln2_multiple<0>(t, first, second);
     const double s = (t - n * 0x1.62e42fefa3800p-1) - n * 0x1.ef35793c76730p-45;  // (n ln2's first part exact)
-    const unsigned long long power = (bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter) + 1023) << 52;
-    float r = (float)(poly<9>(s, kExpTaylor) * bit_cast<double>(power));
+    float r = (float)(poly<9>(s, kExpTaylor) * first * second);
     const float half = y * 0.5f;
     r = __builtin_fabsf(half - __builtin_rintf(half)) == 0.5f ? __builtin_copysignf(r, x) : r;
     float negative = __builtin_rintf(y) != y ? __builtin_nanf("") : r;
@@ -1185,15 +1194,6 @@ __forceinline__ double exp_tail(double s) noexcept {
     h = h * s + 0x1.5555555555555p-5;
     h = h * s + 0x1.5555555555555p-3;
     return h * s + 0.5;
-}
-// k = round(x / ln2), returned, and 2^(k + M) as two powers of two whose product it is (`first`,
-// `second`): k reaches 1026, where 2^k alone overflows before a product that needs it does.
-template <int M> __forceinline__ double nearest_ln2_multiple(double x, double& first, double& second) noexcept {
-    const double shifter = 0x1.8p52, z = x * 0x1.71547652b82fep+0 + shifter;
-    const long long n = (long long)(bit_cast<unsigned long long>(z) - bit_cast<unsigned long long>(shifter)), half = n >> 1;
-    first = bit_cast<double>((unsigned long long)(half + 1023) << 52);
-    second = bit_cast<double>((unsigned long long)(n - half + M + 1023) << 52);
-    return z - shifter;
 }
 // e^x 2^M for M <= 0 (cosh's e^x / 2 is finite past where e^x is not).
 template <int M> __forceinline__ double exp_times_power(double x) noexcept {
