@@ -10,6 +10,7 @@ from kerneldsl.jit import host_compile
 from kerneldsl.jit.host_compile import (
     BASE_FLAGS,
     TLS_DESCRIPTORS,
+    fiber_flags,
     host_options,
     host_source,
     refuse_unsupported,
@@ -73,6 +74,20 @@ def test_a_kernel_with_a_barrier_runs_as_fibers() -> None:
 
 def test_a_kernel_without_collectives_runs_as_a_loop_even_beside_the_preludes_shuffles() -> None:
     assert not uses_collectives(kernel_text("x[threadIdx.x] = 1.0f;"))
+
+
+@pytest.mark.parametrize(
+    ("body", "flags"),
+    [
+        ("x[threadIdx.x] = 1.0f;", ("-DKD_HOST_FIBERS=0", "-DKD_HOST_WARPS=0")),
+        ("__syncthreads();", ("-DKD_HOST_FIBERS=1", "-DKD_HOST_WARPS=0")),
+        ("float v = __shfl_down_sync(0xffffffffu, 1.0f, 1);", ("-DKD_HOST_FIBERS=1", "-DKD_HOST_WARPS=1")),
+        ("unsigned m = __activemask(); __syncthreads();", ("-DKD_HOST_FIBERS=1", "-DKD_HOST_WARPS=1")),
+    ],
+    ids=["no collective", "barriers only", "a shuffle", "activemask"],
+)
+def test_threads_record_their_exits_only_where_a_warp_collective_reads_them(body: str, flags: tuple[str, ...]) -> None:
+    assert fiber_flags(kernel_text(body)) == flags
 
 
 def test_dynamic_shared_memory_is_spelled_the_shims_way_on_the_host() -> None:

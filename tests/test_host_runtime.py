@@ -78,12 +78,21 @@ def process_runtime() -> ctypes.CDLL:
     return runtime_library()
 
 
-def compile_module(folder: Path, name: str, source: str, fibers: bool) -> Path:
-    """One kernel module, exactly as the Python side builds it (the shim force-included)."""
+def compile_module(
+    folder: Path, name: str, source: str, fibers: bool, warps: bool = True, optimized: bool = True
+) -> Path:
+    """One kernel module, exactly as the Python side builds it (the shim force-included); not
+    ``optimized``: as a debug build (KERNELDSL_HOST_DEBUG), whose inline waits write where they wait."""
     src = folder / f"{name}.cu"
     out = folder / f"{name}.so"
     src.write_text(source)
-    flags = [*MODULE_COMMAND, "-DKD_HOST_EMULATION=1", f"-DKD_HOST_FIBERS={int(fibers)}"]
+    flags = [
+        *MODULE_COMMAND,
+        "-DKD_HOST_EMULATION=1",
+        f"-DKD_HOST_FIBERS={int(fibers)}",
+        f"-DKD_HOST_WARPS={int(warps)}",
+        *(() if optimized else ("-O0",)),
+    ]
     done = subprocess.run(
         [CXX, *flags, "-include", str(SHIM_DIR / "kd_host.h"), "-x", "c++", str(src), "-o", str(out)],
         capture_output=True,
@@ -136,15 +145,19 @@ def runtime() -> Iterator[Runtime]:
 
 
 @pytest.fixture(scope="module")
-def kernels(runtime: Runtime, build_dir: Path) -> Callable[[str, bool], Module]:
-    """Compiles (once per source and mode) and loads a module of this file's kernel sources."""
-    built: dict[tuple[str, bool], Module] = {}
+def kernels(runtime: Runtime, build_dir: Path) -> Callable[..., Module]:
+    """Compiles (once per source and mode) and loads a module of this file's kernel sources;
+    ``warps=False`` builds it as the Python side builds a kernel with barriers and no warp collective."""
+    built: dict[tuple[str, bool, bool, bool], Module] = {}
 
-    def get(name: str, fibers: bool = True) -> Module:
-        if (name, fibers) not in built:
-            path = compile_module(build_dir, f"{name}_{int(fibers)}", SOURCES[name], fibers)
-            built[name, fibers] = Module(runtime, path)
-        return built[name, fibers]
+    def get(name: str, fibers: bool = True, warps: bool = True, optimized: bool = True) -> Module:
+        key = (name, fibers, warps, optimized)
+        if key not in built:
+            path = compile_module(
+                build_dir, f"{name}_{int(fibers)}{int(warps)}{int(optimized)}", SOURCES[name], *key[1:]
+            )
+            built[key] = Module(runtime, path)
+        return built[key]
 
     return get
 
@@ -368,10 +381,11 @@ def test_a_launch_after_a_failed_one_runs_normally(kernels: Callable[..., Module
     assert ran[0] == 8
 
 
+@pytest.mark.parametrize("warps", [True, False], ids=["exits recorded", "exits not recorded"])
 def test_a_barrier_some_threads_exited_before_is_an_error_naming_who_waits_and_who_left(
-    kernels: Callable[..., Module],
+    kernels: Callable[..., Module], warps: bool
 ) -> None:
-    outcome = kernels("early_exit").launch("kd_early_exit", [1], [256], [np.zeros(256, np.float32)])
+    outcome = kernels("early_exit", warps=warps).launch("kd_early_exit", [1], [256], [np.zeros(256, np.float32)])
     assert outcome.code == LAUNCH_FAILED
     assert outcome.error == (
         "kernel 'kd_early_exit' block (0,0,0): __syncthreads at early_exit.body:4 is not reached by every thread "
@@ -397,10 +411,11 @@ def test_a_collective_naming_a_lane_that_exited_is_an_error(kernels: Callable[..
     )
 
 
+@pytest.mark.parametrize("optimized", [True, False], ids=["sites recorded at compile time", "debug build"])
 def test_threads_waiting_at_different_collectives_are_a_deadlock_listing_each_place(
-    kernels: Callable[..., Module],
+    kernels: Callable[..., Module], optimized: bool
 ) -> None:
-    outcome = kernels("early_exit").launch("kd_split_barriers", [1], [64], [np.zeros(1, np.int32)])
+    outcome = kernels("early_exit", optimized=optimized).launch("kd_split_barriers", [1], [64], [np.zeros(1, np.int32)])
     assert outcome.code == LAUNCH_FAILED
     assert outcome.error == (
         "kernel 'kd_split_barriers' block (0,0,0): no thread can proceed: threads 0-31, 48-63 wait at __syncthreads at "
@@ -417,6 +432,27 @@ def test_a_collective_in_a_module_built_without_fibers_fails_the_launch(kernels:
         "kernel 'kd_block_sum' block (0,0,0) thread (0,0,0): __shfl_down_sync at block_sum.body:4: "
         "the module was compiled without fibers (KD_HOST_FIBERS=0)"
     )
+
+
+def test_a_warp_collective_in_a_module_built_without_them_fails_the_launch(kernels: Callable[..., Module]) -> None:
+    outcome = kernels("block_sum", warps=False).launch(
+        "kd_block_sum", [1], [64], [np.zeros(1, np.float32), np.zeros(64, np.float32), i32(64)]
+    )
+    assert outcome.code == LAUNCH_FAILED
+    assert outcome.error == (
+        "kernel 'kd_block_sum' block (0,0,0) thread (0,0,0): __shfl_down_sync at block_sum.body:4: "
+        "the module was compiled without warp collectives (KD_HOST_WARPS=0)"
+    )
+
+
+@pytest.mark.parametrize("warps", [True, False], ids=["exits recorded", "exits not recorded"])
+def test_a_block_whose_threads_pass_barriers_and_exit_at_different_times_ends_normally(
+    kernels: Callable[..., Module], warps: bool
+) -> None:
+    x = np.arange(256, dtype=np.float32)
+    y = np.zeros(256, np.float32)
+    kernels("staggered", warps=warps).run("kd_staggered", [1], [256], [y, x])
+    np.testing.assert_array_equal(y, x[::-1] * np.where(np.arange(256) % 3 == 0, 1, 2))
 
 
 # --- launch configuration ---------------------------------------------------------------------
@@ -459,6 +495,22 @@ def test_a_kernel_with_parameters_launched_without_them_is_invalid(
 
 
 # --- warp collectives and block barriers with results --------------------------------------------
+
+SOURCES["staggered"] = r"""
+extern "C" __global__ void kd_staggered(float* out, const float* x) {
+#line 1 "staggered.body"
+    __shared__ float s[256];
+    s[threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    const float v = s[255 - threadIdx.x];
+    if (threadIdx.x % 3 == 0) {
+        out[threadIdx.x] = v;
+        return;
+    }
+    out[threadIdx.x] = 2 * v;
+}
+KD_HOST_KERNEL(kd_staggered, float*, const float*)
+"""
 
 SOURCES["collectives"] = r"""
 struct pair16 { double a; long long b; };

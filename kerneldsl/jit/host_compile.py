@@ -96,10 +96,12 @@ TLS_DESCRIPTORS = "-mtls-dialect=gnu2"
 _DEVICE_DEBUG = ("-G", "--device-debug")
 _FAST_MATH = ("--use_fast_math", "-use_fast_math")
 
-_COLLECTIVE = re.compile(
-    r"\b(?:__syncthreads\w*|__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync|__uni_sync"
-    r"|__activemask|__match_(?:any|all)_sync|__reduce_\w+_sync|__nanosleep)\b"
+_WARP_COLLECTIVE = (
+    r"__syncwarp|__shfl\w*_sync|__ballot_sync|__any_sync|__all_sync|__uni_sync"
+    r"|__activemask|__match_(?:any|all)_sync|__reduce_\w+_sync"
 )
+_COLLECTIVE = re.compile(rf"\b(?:__syncthreads\w*|__nanosleep|{_WARP_COLLECTIVE})\b")
+_WARP = re.compile(rf"\b(?:{_WARP_COLLECTIVE})\b")
 _INDEX_TYPEDEF = re.compile(r"^typedef (?:int|long long) index_t;$", re.MULTILINE)
 _ALIGN = r"(?:__align__\s*\(\s*\d+\s*\)\s+)?"
 _NAME = r"[A-Za-z_]\w*"
@@ -107,11 +109,23 @@ _DYNAMIC_SHARED = re.compile(rf"\bextern\s+__shared__\s+{_ALIGN}({_NAME}[\w:<>, 
 _INLINE_ASM = re.compile(r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b")
 
 
-def uses_collectives(source: str) -> bool:
+def _kernel_text_matches(pattern: re.Pattern[str], source: str) -> bool:
     """Whether the kernel's own text (after the prelude, whose complex shuffle overloads are only
-    templates) references a barrier or warp collective: then its threads must run as fibers."""
+    templates) matches ``pattern``."""
     start = _INDEX_TYPEDEF.search(source)
-    return _COLLECTIVE.search(source, start.start() if start else 0) is not None
+    return pattern.search(source, start.start() if start else 0) is not None
+
+
+def uses_collectives(source: str) -> bool:
+    """Whether the kernel references a barrier or warp collective: then its threads run as fibers."""
+    return _kernel_text_matches(_COLLECTIVE, source)
+
+
+def fiber_flags(source: str) -> tuple[str, ...]:
+    """The shim's switches for ``source``: fibers where it has a collective, and each thread's exit
+    recorded only where it has a warp collective (which reads the exits)."""
+    fibers = uses_collectives(source)
+    return (f"-DKD_HOST_FIBERS={int(fibers)}", f"-DKD_HOST_WARPS={int(fibers and _kernel_text_matches(_WARP, source))}")
 
 
 def host_source(source: str) -> str:
@@ -214,7 +228,7 @@ def compile_host(source: str, program_name: str, options: Sequence[str], output:
     """Compile ``source`` for the CPU device into an ``output`` image; ``HostCompileFailure``
     carries the compiler's log, ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
     compiler = host_compiler()
-    flags = (*options, f"-DKD_HOST_FIBERS={int(uses_collectives(source))}")
+    flags = (*options, *fiber_flags(source))
     flags = (*flags, *shims.include(compiler, flags))
     name = program_name.removesuffix(".cu")
     libraries = module_libraries(compiler, flags)

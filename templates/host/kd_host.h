@@ -21,6 +21,12 @@
 #ifndef KD_HOST_FIBERS
 #define KD_HOST_FIBERS 1
 #endif
+// 1: the kernel's text has warp collectives, which read which lanes have exited, so each thread
+// records its exit; 0: only block barriers, and a warp collective that executes anyway fails the
+// launch. The Python side decides per source.
+#ifndef KD_HOST_WARPS
+#define KD_HOST_WARPS 1
+#endif
 // Checked execution (docs/checks.md): a bit set of the checks this module runs (1 bounds, 2 races,
 // 4 init, 8 sync, 16 address, 32 undefined; 0 in the usual build) and the seed of its thread
 // schedule (0: threads in order). The Python side defines them with the instrumentation flags.
@@ -46,7 +52,7 @@
 #ifndef KD_CHECK_POINTERS
 #define KD_CHECK_POINTERS 1
 #endif
-#define KD_HOST_ABI 3
+#define KD_HOST_ABI 4
 #define KD_HOST_MAGIC 0x4644484bu
 
 // ---------------------------------------------------------------------------------------------
@@ -146,6 +152,23 @@ struct kd_host_function {  // exported by each kernel module as kd_host_fn_<entr
 // rest (the last to arrive, arming the starter, the block's end, errors) calls the runtime.
 struct kd_host_context { void* sp; void* pc; void* fp; };
 enum { KD_HOST_RUNNABLE, KD_HOST_WAIT_BARRIER, KD_HOST_WAIT_WARP, KD_HOST_WAIT_PENDING };
+// Where a thread that waits inline waits, for the runtime's errors. Rule: an optimized GCC build
+// on x86-64 (KD_HOST_SITES) records each inline wait once, at compile time: its switch's resume
+// address, file, line and kind, in the module's section kd_host_sites, which kd_host_sites_v1
+// spans; the runtime looks a waiting thread's resume address up there, so a wait writes nothing.
+// Other builds write the thread's record (file, line, wait) at each wait, as the runtime does for
+// the waits it runs.
+struct kd_host_site {
+    const void* resume;
+    const char* file;
+    int line;
+    unsigned int wait;
+};
+#if defined(__x86_64__) && defined(__ELF__) && defined(__OPTIMIZE__) && defined(__GNUC__) && !defined(__clang__)
+#define KD_HOST_SITES 1
+#else
+#define KD_HOST_SITES 0
+#endif
 struct kd_host_warp;
 struct alignas(64) kd_host_fiber {  // a thread of the running block
     kd_host_context context;  // while it waits
@@ -202,7 +225,8 @@ enum {
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
                   sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 3)");
+              "the host ABI's layout (KD_HOST_ABI 4)");
+static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 4)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
 // context holds) is declared clobbered, so the compiler keeps only what is live, and nothing is
 // written to the stack (a leaf kernel may keep locals below its stack pointer).
@@ -231,6 +255,19 @@ __forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context
     __asm__ __volatile__("movq 16(%0), %%rbp\n\tmovq (%0), %%rsp\n\tjmpq *8(%0)" : : "d"(to) : "memory");
     __builtin_unreachable();
 }
+#if KD_HOST_SITES
+// The switch of a thread that waits inline, its site recorded (see kd_host_site).
+template <unsigned char Wait>
+__forceinline__ void kd_host_switch_at(kd_host_context* from, const kd_host_context* to, const char* file, int line) {
+    __asm__ __volatile__(
+        "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t"
+        "movq 16(%%rsi), %%rbp\n\tmovq (%%rsi), %%rsp\n\tjmpq *8(%%rsi)\n1:\n\t"
+        ".pushsection kd_host_sites,\"aw\"\n\t.balign 8\n\t.quad 1b, %c2\n\t.long %c3, %c4\n\t.popsection"
+        : "+d"(from), "+S"(to)
+        : "i"(file), "i"(line), "i"(Wait)
+        : "rcx", "rdi", KD_HOST_CLOBBERS);
+}
+#endif
 #elif defined(__aarch64__)
 #if defined(__APPLE__)
 #define KD_HOST_X18  // the platform register: never touched
@@ -465,29 +502,35 @@ __forceinline__ kd_host_fiber* pop_next(kd_host_block* s, kd_host_fiber* next) {
     select(next);
     return next;
 }
-// Records where `me` waits, for the runtime's errors (constants: the compiler merges the line,
-// the kind of wait and the rest of the record into one store).
-__forceinline__ void note_wait(kd_host_fiber* me, const char* file, int line, unsigned char wait) {
-    me->file = file;
-    me->line = line;
-    me->wait = wait;
-    me->op = 0;
-    me->reserved[0] = me->reserved[1] = 0;
-}
 #if KD_HOST_FIBERS
 // Whether a waiting thread can switch away inline: a thread is runnable (`next`, the block's
 // s->next, read before the waiting thread's stores), or the starter is armed.
 __forceinline__ bool can_switch(const kd_host_block* s, const kd_host_fiber* next) {
     return next != nullptr || s->start.pc != nullptr;
 }
+// `me`, waiting (`Wait`) at file:line, switches to `to`: the site recorded (see kd_host_site).
+template <unsigned char Wait>
+__forceinline__ void switch_waiting(kd_host_fiber* me, const kd_host_context* to, const char* file, int line) {
+#if KD_HOST_SITES
+    kd_host_switch_at<Wait>(&me->context, to, file, line);
+#else
+    me->file = file;  // (constants: the compiler merges the line, the kind and the rest into one store)
+    me->line = line;
+    me->wait = Wait;
+    me->op = 0;
+    me->reserved[0] = me->reserved[1] = 0;
+    kd_host_switch(&me->context, to);
+#endif
+}
 // The waiting thread `me` switches to the next runnable thread of its block (`next`), or else to
 // the starter, which starts the next thread (and makes it the running one).
-__forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me, kd_host_fiber* next) {
+template <unsigned char Wait>
+__forceinline__ void switch_to_next(kd_host_block* s, kd_host_fiber* me, kd_host_fiber* next, const char* file, int line) {
     if (next == nullptr) {
-        kd_host_switch(&me->context, &s->start);
+        switch_waiting<Wait>(me, &s->start, file, line);
         return;
     }
-    kd_host_switch(&me->context, &pop_next(s, next)->context);
+    switch_waiting<Wait>(me, &pop_next(s, next)->context, file, line);
 }
 // __syncthreads: inline while this thread waits and another can run; the runtime otherwise.
 __forceinline__ void barrier(const char* file, int line) {
@@ -501,8 +544,7 @@ __forceinline__ void barrier(const char* file, int line) {
         kd_host_fiber* const me = ix.fiber;
         s->waiters[arrived] = me;
         s->arrived = arrived + 1;
-        note_wait(me, file, line, KD_HOST_WAIT_BARRIER);
-        switch_to_next(s, me, next);
+        switch_to_next<KD_HOST_WAIT_BARRIER>(s, me, next, file, line);
     } else {
         kd_host_barrier_v1(0, 1, file, line);
     }
@@ -516,7 +558,11 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
                                   bool wide, unsigned int b, const char* file, int line) {
     (void)name;
     (void)wide;
-#if KD_HOST_FIBERS
+#if KD_HOST_FIBERS && !KD_HOST_WARPS
+    (void)control, (void)mask, (void)b;
+    kd_host_fail_v1(719, name, "the module was compiled without warp collectives (KD_HOST_WARPS=0)", file, line, &kd_host_ix);
+    return value;
+#elif KD_HOST_FIBERS
     kd_host_block* const s = kd_host_ix.scheduler;
     kd_host_fiber* const me = kd_host_ix.fiber;
     kd_host_fiber* const next = s->next;
@@ -533,8 +579,7 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
             w->mask = m;
             w->op = op;
         }
-        note_wait(me, file, line, KD_HOST_WAIT_WARP);  // at its warp's collective: the warp holds its op and mask
-        switch_to_next(s, me, next);
+        switch_to_next<KD_HOST_WAIT_WARP>(s, me, next, file, line);  // (the warp holds its op and mask)
         return w->out[lane];
     }
     kd_host_word word;  // the runtime's copy: the fast path's value stays in registers
@@ -653,8 +698,12 @@ KD_HOST_REDUCE(__reduce_or_sync, unsigned int, KD_HOST_REDUCE_OR)
 KD_HOST_REDUCE(__reduce_xor_sync, unsigned int, KD_HOST_REDUCE_XOR)
 #undef KD_HOST_REDUCE
 // The lanes of the caller's warp that have not exited (fibers cannot tell which are converged).
-__forceinline__ unsigned int __activemask() {
-#if KD_HOST_FIBERS
+__forceinline__ unsigned int __activemask(KD_HOST_SITE) {
+#if KD_HOST_FIBERS && !KD_HOST_WARPS
+    kd_host_fail_v1(719, "__activemask", "the module was compiled without warp collectives (KD_HOST_WARPS=0)", file, line,
+                    &kd_host_ix);
+#elif KD_HOST_FIBERS
+    (void)file, (void)line;
     return kd_host_activemask_v1();
 #else
     const unsigned int threads = blockDim.x * blockDim.y * blockDim.z;
@@ -2061,6 +2110,21 @@ template <class... A> struct signature<void(A...)> {
     typedef pack<typename make_seq<sizeof...(A)>::type, A...> args;
     static constexpr unsigned int count = sizeof...(A);
 };
+#if KD_HOST_FIBERS && !KD_CHECKS && !KD_CHECK_SEED
+// A thread of the chain returned from the kernel: its exit recorded where warp collectives read
+// it (a module without them records none: the runtime ends a block when no thread waits); true
+// when the runtime must see it, as it may have left a collective of its warp waiting.
+__forceinline__ bool exit_needs_runtime() {
+#if KD_HOST_WARPS
+    const kd_host_fiber* const f = kd_host_ix.fiber;
+    kd_host_warp* const w = f->warp;
+    w->exited |= 1u << (f->linear & 31u);
+    return w->arrived != 0;
+#else
+    return false;
+#endif
+}
+#endif
 template <class Sig, Sig* F> struct kernel {
     typedef typename signature<Sig>::args args;
     // A thread on a fiber, for the runtime's own starter (checked builds, a seeded schedule,
@@ -2087,10 +2151,7 @@ template <class Sig, Sig* F> struct kernel {
             select(&b->fibers[b->next_start++]);
             static_cast<args*>(b->args)->template call<F>();
             kd_host_block* const e = kd_host_ix.scheduler;
-            const kd_host_fiber* const f = kd_host_ix.fiber;
-            kd_host_warp* const w = f->warp;
-            w->exited |= 1u << (f->linear & 31u);
-            if (__builtin_expect(w->arrived == 0, 1)) {  // (else: it may have left a collective waiting)
+            if (__builtin_expect(!exit_needs_runtime(), 1)) {
                 if (kd_host_fiber* const next = e->next) kd_host_jump(&pop_next(e, next)->context);
                 if (e->next_start < e->n) continue;
             }
@@ -2152,6 +2213,15 @@ template <class Sig, Sig* F> struct kernel {
         KD_CHECKS || KD_CHECK_SEED ? &run_checked : KD_HOST_FIBERS ? &run_fibers : &run_loop;
 };
 }  // namespace kd_host
+// The module's inline wait sites (see kd_host_site), for the runtime: [begin, end).
+#if KD_HOST_SITES
+extern "C" {
+extern const kd_host_site __start_kd_host_sites[] __attribute__((weak, visibility("hidden")));
+extern const kd_host_site __stop_kd_host_sites[] __attribute__((weak, visibility("hidden")));
+}
+extern "C" __attribute__((visibility("default"), used)) const kd_host_site* const kd_host_sites_v1[2] = {
+    __start_kd_host_sites, __stop_kd_host_sites};
+#endif
 #define KD_HOST_KERNEL(entry, ...) \
     extern "C" __attribute__((visibility("default"), used)) const kd_host_function kd_host_fn_##entry = { \
         KD_HOST_MAGIC, KD_HOST_ABI, #entry, kd_host::kernel<void(__VA_ARGS__), &entry>::run, KD_HOST_FIBERS, \

@@ -55,7 +55,7 @@
 // The ABI, as kd_host.h declares it (keep the two identical).
 namespace {
 constexpr unsigned int kMagic = 0x4644484bu;
-constexpr unsigned int kAbi = 3;
+constexpr unsigned int kAbi = 4;
 struct uint3 { unsigned int x, y, z; };
 }  // namespace
 struct kd_host_launch {
@@ -73,6 +73,12 @@ struct kd_host_function {
 };
 struct kd_host_context { void* sp; void* pc; void* fp; };
 enum { KD_HOST_RUNNABLE, KD_HOST_WAIT_BARRIER, KD_HOST_WAIT_WARP, KD_HOST_WAIT_PENDING };
+struct kd_host_site {
+    const void* resume;
+    const char* file;
+    int line;
+    unsigned int wait;
+};
 struct kd_host_warp;
 struct alignas(64) kd_host_fiber {
     kd_host_context context;
@@ -121,7 +127,8 @@ enum {
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
                   sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 3)");
+              "the host ABI's layout (KD_HOST_ABI 4)");
+static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 4)");
 
 // CUresult codes a launch returns.
 enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 801 };
@@ -522,6 +529,7 @@ private:
     }
 
     void wait_at(kd_host_fiber* f, unsigned char kind, unsigned int op, unsigned int mask, const char* file, int line) {
+        f->context.pc = nullptr;  // (until it switches away: no inline site of an earlier wait names this one)
         f->wait = kind;
         f->op = (unsigned char)op;
         f->file = file;
@@ -629,15 +637,18 @@ private:
             jump_to(&next->context);
         }
         if (b_.next_start < b_.n) return;
-        if (all_exited()) {
+        if (none_waits()) {
             leave(nullptr, true);
             jump_to(&main_);
         }
         deadlock();
     }
-    bool all_exited() const {
+    // With every thread started and none runnable, whether all have exited: none waits at the
+    // barrier or a collective (a module without warp collectives records no exits).
+    bool none_waits() const {
+        if (b_.arrived != 0) return false;
         for (unsigned int w = 0; w < nwarps_; ++w)
-            if (warps_[w].exited != warps_[w].existing) return false;
+            if ((warps_[w].arrived | warps_[w].pending) != 0) return false;
         return true;
     }
 
@@ -1188,15 +1199,38 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
     b_.tail = tail;
 }
 
+// Where a waiting thread waits: the kind of wait, the barrier's mode, and the call's file and line.
+struct Waiting {
+    unsigned int wait, op;
+    const char* file;
+    int line;
+};
+// A thread that waited inline switched away from a site its module recorded (kd_host_site): its
+// resume address is looked up in the module's kd_host_sites_v1. One that waited in the runtime
+// (or in a module that records no sites) has its record written (wait_at, or the shim's stores).
+Waiting waiting_at(const kd_host_fiber& f) {
+    Dl_info info;
+    if (f.context.pc != nullptr && dladdr(f.context.pc, &info) != 0 && info.dli_fname != nullptr) {
+        if (void* module = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) {
+            const auto* sites = static_cast<const kd_host_site* const*>(dlsym(module, "kd_host_sites_v1"));
+            dlclose(module);
+            for (const kd_host_site* at = sites ? sites[0] : nullptr; at && at < sites[1]; ++at)
+                if (at->resume == f.context.pc) return Waiting{at->wait, 0, at->file, at->line};
+        }
+    }
+    return Waiting{f.wait, f.op, f.file, f.line};
+}
+
 // "__syncthreads at f.body:5" / "__shfl_down_sync (mask 0xffffffff) at f.body:9"; a thread at its
 // warp's collective in flight has that collective's operation and mask.
 std::string site(const kd_host_fiber& f, const kd_host_warp& w, unsigned int pending_mask) {
-    const bool block = f.wait == KD_HOST_WAIT_BARRIER, in_flight = f.wait == KD_HOST_WAIT_WARP;
-    const unsigned int op = in_flight ? w.op : f.op, mask = in_flight ? w.mask : pending_mask;
-    const char* name = block ? kBarrierNames[f.op <= kClusterBarrier ? f.op : 0] : warp_name(op);
+    const Waiting at = waiting_at(f);
+    const bool block = at.wait == KD_HOST_WAIT_BARRIER, in_flight = at.wait == KD_HOST_WAIT_WARP;
+    const unsigned int op = in_flight ? w.op : at.op, mask = in_flight ? w.mask : pending_mask;
+    const char* name = block ? kBarrierNames[at.op <= kClusterBarrier ? at.op : 0] : warp_name(op);
     std::string s = block ? std::string(name) : format("%s (mask 0x%08x)", name, mask);
-    s += format(" at %s:%d", f.file ? f.file : "?", f.line);
-    if (f.wait == KD_HOST_WAIT_PENDING) s += ", waiting for its warp's collective over other lanes";
+    s += format(" at %s:%d", at.file ? at.file : "?", at.line);
+    if (at.wait == KD_HOST_WAIT_PENDING) s += ", waiting for its warp's collective over other lanes";
     return s;
 }
 
@@ -1207,14 +1241,26 @@ std::string Scheduler::where() const {
 }
 
 void Scheduler::deadlock() {
-    // Group the threads by where they wait; the exited ones apart.
+    // Group the started threads by where they wait, and name the others as exited (a module
+    // without warp collectives records no exits: a thread exited when it waits nowhere).
+    enum : unsigned char { kExited, kAtBarrier, kAtWarp };
+    std::vector<unsigned char> state(b_.n, kExited);
+    for (unsigned int i = 0; i < b_.arrived; ++i) state[b_.waiters[i]->linear] = kAtBarrier;
+    for (unsigned int w = 0; w < nwarps_; ++w)
+        for (unsigned int bits = warps_[w].arrived | warps_[w].pending; bits; bits &= bits - 1)
+            state[32 * w + (unsigned int)__builtin_ctz(bits)] = kAtWarp;
+    std::vector<unsigned int> started(b_.next_start);
+    for (unsigned int k = 0; k < b_.next_start; ++k) started[k] = seed_ ? order_[k] : k;
+    std::sort(started.begin(), started.end());
     std::vector<std::pair<std::string, std::vector<unsigned int>>> groups;
     std::vector<unsigned int> exited;
-    for (unsigned int i = 0; i < b_.next_start; ++i) {
-        if (b_.warps[i >> 5].exited & (1u << (i & 31u))) {
+    bool barrier_only = true;
+    for (unsigned int i : started) {
+        if (state[i] == kExited) {
             exited.push_back(i);
             continue;
         }
+        barrier_only = barrier_only && state[i] == kAtBarrier;
         const std::string at = site(b_.fibers[i], b_.warps[i >> 5], masks_[i]);
         size_t g = 0;
         while (g < groups.size() && groups[g].first != at) ++g;
@@ -1222,7 +1268,7 @@ void Scheduler::deadlock() {
         groups[g].second.push_back(i);
     }
     std::string message = where();
-    if (groups.size() == 1 && b_.fibers[groups[0].second[0]].wait == KD_HOST_WAIT_BARRIER) {
+    if (groups.size() == 1 && barrier_only) {
         message += format(": %s is not reached by every thread of the block: threads %s wait there",
                           groups[0].first.c_str(), ranges(groups[0].second).c_str());
     } else {
