@@ -921,7 +921,14 @@ struct CheckState {
     unsigned int bits = 0, launch = 0;
     std::vector<Range> ranges;  // an access is checked against the first that holds it (add_range)
     bool overlapping = false;   // two of them overlap (aliased array parameters): find_range takes no guess
-    unsigned int last = 0;      // the range the last access hit
+    // The range each access site (its code address, hashed) hit last: a site reads one array, and a
+    // kernel's sites alternate between arrays. A stale entry is harmless: ranges that do not overlap
+    // hold an address in one of them only.
+    struct SiteRange {
+        const void* pc;
+        unsigned int range;
+    };
+    SiteRange site_ranges[64] = {};
     ArrayRegistry* registry = nullptr;
     std::vector<Cell> static_shadow, dynamic_shadow;
     const char* tls_anchor = nullptr;  // the last module's thread-locals on this OS thread: where they start and end
@@ -2108,15 +2115,17 @@ __attribute__((noinline)) void note_atomic(ThreadContext& c, const Range& r, uin
     }
 }
 
-// The first tracked range holding `a` (null: none); the one the last access hit is tried first (an
-// array's accesses come in runs), unless two ranges overlap.
-__attribute__((always_inline)) inline const Range* find_range(CheckState& k, uintptr_t a) {
+// The first tracked range holding `a` (null: none), accessed from code address `pc`; the one that
+// site hit last is tried first, unless two ranges overlap.
+__attribute__((always_inline)) inline const Range* find_range(CheckState& k, uintptr_t a, const void* pc) {
     const Range* ranges = k.ranges.data();
     const size_t n = k.ranges.size();
-    if (k.last < n && a - ranges[k.last].base < ranges[k.last].size && !k.overlapping) return &ranges[k.last];
+    CheckState::SiteRange& site = k.site_ranges[((uintptr_t)pc >> 2) & 63u];
+    if (site.pc == pc && site.range < n && a - ranges[site.range].base < ranges[site.range].size && !k.overlapping)
+        return &ranges[site.range];
     for (size_t i = 0; i < n; ++i) {
         if (a - ranges[i].base < ranges[i].size) {
-            k.last = (unsigned int)i;
+            site = CheckState::SiteRange{pc, (unsigned int)i};
             return &ranges[i];
         }
     }
@@ -2128,7 +2137,7 @@ __attribute__((always_inline)) inline void on_access(const void* p, unsigned int
     ThreadContext* c = tls_context;
     if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
     const uintptr_t a = (uintptr_t)p;
-    const Range* hit = find_range(c->check, a);
+    const Range* hit = find_range(c->check, a, pc);
     if (hit != nullptr && hit->shadow != nullptr &&
         !(hit->kind == kGlobal && quick_global(*c, *hit, a, size, write, strong, pc)))
         check_access(*c, *hit, a, size, write, strong, pc);
@@ -2139,7 +2148,7 @@ __attribute__((always_inline)) inline void on_atomic(const volatile void* p, uns
     ThreadContext* c = tls_context;
     if (__builtin_expect(c == nullptr || !c->check.active, 1)) return;
     const uintptr_t a = (uintptr_t)p;
-    const Range* hit = find_range(c->check, a);
+    const Range* hit = find_range(c->check, a, __builtin_return_address(0));
     if (hit != nullptr && hit->shadow != nullptr) note_atomic(*c, *hit, a, size);
     if (c->check.fresh && (hit == nullptr || hit->kind == kGlobal)) check_fresh(*c, hit, a, size, true, nullptr);
 }
@@ -2219,7 +2228,6 @@ KD_EXPORT void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int
     c.scheduler.set_checks(checks, seed);
     k.ranges.clear();
     k.overlapping = false;
-    k.last = 0;
     k.active = (checks & (kCheckRaces | kCheckInit)) != 0;
     if (!k.active) return;
     find_module_tls(k, static_cast<const char*>(tls_anchor));
