@@ -2070,7 +2070,12 @@ extern "C" __attribute__((visibility("default"), used)) const unsigned int kd_ho
 namespace kd_host {
 // Where this module's thread-locals (its __shared__ variables) start on the running OS thread:
 // mapping a shared address to another block of a cluster is an offset between two threads' copies.
-static thread_local char tls_anchor;
+// Aligned beyond the static TLS block's alignment (64 bytes on x86-64 and AArch64 glibc), so the
+// module's thread-locals are never placed in the static TLS block: glibc places a small block that
+// TLS descriptors reach there when it fits, and a few dozen modules would then spend the surplus
+// that libraries loaded later with initial-exec TLS need (PyTorch's libgomp: "cannot allocate
+// memory in static TLS block").
+alignas(256) static thread_local char tls_anchor;
 // The running block's own shared memory, written into the index before a chunk of blocks runs:
 // this module's thread-locals on this OS thread (found once per OS thread) and the launch's
 // dynamic shared bytes. Out of line, and before any of the kernel's code: the first access to a
