@@ -423,25 +423,23 @@ def test_threads_waiting_at_different_collectives_are_a_deadlock_listing_each_pl
     )
 
 
-def test_a_collective_in_a_module_built_without_fibers_fails_the_launch(kernels: Callable[..., Module]) -> None:
-    outcome = kernels("block_sum", False).launch(
+@pytest.mark.parametrize(
+    ("built", "why"),
+    [
+        ({"fibers": False}, "the module was compiled without fibers (KD_HOST_FIBERS=0)"),
+        ({"warps": False}, "the module was compiled without warp collectives (KD_HOST_WARPS=0)"),
+    ],
+    ids=["without fibers", "without warp collectives"],
+)
+def test_a_collective_in_a_module_built_without_it_fails_the_launch(
+    kernels: Callable[..., Module], built: dict[str, bool], why: str
+) -> None:
+    outcome = kernels("block_sum", **built).launch(
         "kd_block_sum", [1], [64], [np.zeros(1, np.float32), np.zeros(64, np.float32), i32(64)]
     )
     assert outcome.code == LAUNCH_FAILED
     assert outcome.error == (
-        "kernel 'kd_block_sum' block (0,0,0) thread (0,0,0): __shfl_down_sync at block_sum.body:4: "
-        "the module was compiled without fibers (KD_HOST_FIBERS=0)"
-    )
-
-
-def test_a_warp_collective_in_a_module_built_without_them_fails_the_launch(kernels: Callable[..., Module]) -> None:
-    outcome = kernels("block_sum", warps=False).launch(
-        "kd_block_sum", [1], [64], [np.zeros(1, np.float32), np.zeros(64, np.float32), i32(64)]
-    )
-    assert outcome.code == LAUNCH_FAILED
-    assert outcome.error == (
-        "kernel 'kd_block_sum' block (0,0,0) thread (0,0,0): __shfl_down_sync at block_sum.body:4: "
-        "the module was compiled without warp collectives (KD_HOST_WARPS=0)"
+        f"kernel 'kd_block_sum' block (0,0,0) thread (0,0,0): __shfl_down_sync at block_sum.body:4: {why}"
     )
 
 
