@@ -241,13 +241,11 @@ static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 4)
     "rax", "rbx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15", "memory", "cc", "xmm0", "xmm1", "xmm2", \
         "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", \
         "xmm15" KD_HOST_CLOBBERS_AVX512
+#define KD_HOST_SWITCH_ASM \
+    "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t" \
+    "movq 16(%%rsi), %%rbp\n\tmovq (%%rsi), %%rsp\n\tjmpq *8(%%rsi)\n1:"
 __forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context* to) {
-    __asm__ __volatile__(
-        "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t"
-        "movq 16(%%rsi), %%rbp\n\tmovq (%%rsi), %%rsp\n\tjmpq *8(%%rsi)\n1:"
-        : "+d"(from), "+S"(to)
-        :
-        : "rcx", "rdi", KD_HOST_CLOBBERS);
+    __asm__ __volatile__(KD_HOST_SWITCH_ASM : "+d"(from), "+S"(to) : : "rcx", "rdi", KD_HOST_CLOBBERS);
 }
 // Resumes *to, abandoning this thread of execution (`to` in a fixed register: one the compiler
 // picked could be %rbp, which the first move overwrites).
@@ -260,9 +258,8 @@ __forceinline__ void kd_host_switch(kd_host_context* from, const kd_host_context
 template <unsigned char Wait>
 __forceinline__ void kd_host_switch_at(kd_host_context* from, const kd_host_context* to, const char* file, int line) {
     __asm__ __volatile__(
-        "leaq 1f(%%rip), %%rax\n\tmovq %%rsp, (%%rdx)\n\tmovq %%rax, 8(%%rdx)\n\tmovq %%rbp, 16(%%rdx)\n\t"
-        "movq 16(%%rsi), %%rbp\n\tmovq (%%rsi), %%rsp\n\tjmpq *8(%%rsi)\n1:\n\t"
-        ".pushsection kd_host_sites,\"aw\"\n\t.balign 8\n\t.quad 1b, %c2\n\t.long %c3, %c4\n\t.popsection"
+        KD_HOST_SWITCH_ASM "\n\t.pushsection kd_host_sites,\"aw\"\n\t.balign 8\n\t.quad 1b, %c2\n\t.long %c3, %c4\n\t"
+        ".popsection"
         : "+d"(from), "+S"(to)
         : "i"(file), "i"(line), "i"(Wait)
         : "rcx", "rdi", KD_HOST_CLOBBERS);
@@ -464,6 +461,9 @@ template <class M> __forceinline__ bool any(M m) {
 #define KD_HOST_COLLECTIVE(name, call) \
     (kd_host_fail_v1(719, name, "the module was compiled without fibers (KD_HOST_FIBERS=0)", file, line, &kd_host_ix), call)
 #endif
+// A warp collective in a module built without them (KD_HOST_WARPS=0) fails the launch.
+#define KD_HOST_WITHOUT_WARPS(name) \
+    kd_host_fail_v1(719, name, "the module was compiled without warp collectives (KD_HOST_WARPS=0)", file, line, &kd_host_ix)
 #define KD_HOST_SITE const char* file = __builtin_FILE(), int line = __builtin_LINE()
 namespace kd_host {
 // The index's address, computed afresh at each use in the fiber paths: the compiler cannot keep
@@ -559,9 +559,8 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
     (void)name;
     (void)wide;
 #if KD_HOST_FIBERS && !KD_HOST_WARPS
-    (void)control, (void)mask, (void)b;
-    kd_host_fail_v1(719, name, "the module was compiled without warp collectives (KD_HOST_WARPS=0)", file, line, &kd_host_ix);
-    return value;
+    (void)control, (void)mask, (void)b, (void)value;
+    KD_HOST_WITHOUT_WARPS(name);
 #elif KD_HOST_FIBERS
     kd_host_block* const s = kd_host_ix.scheduler;
     kd_host_fiber* const me = kd_host_ix.fiber;
@@ -700,8 +699,7 @@ KD_HOST_REDUCE(__reduce_xor_sync, unsigned int, KD_HOST_REDUCE_XOR)
 // The lanes of the caller's warp that have not exited (fibers cannot tell which are converged).
 __forceinline__ unsigned int __activemask(KD_HOST_SITE) {
 #if KD_HOST_FIBERS && !KD_HOST_WARPS
-    kd_host_fail_v1(719, "__activemask", "the module was compiled without warp collectives (KD_HOST_WARPS=0)", file, line,
-                    &kd_host_ix);
+    KD_HOST_WITHOUT_WARPS("__activemask");
 #elif KD_HOST_FIBERS
     (void)file, (void)line;
     return kd_host_activemask_v1();
@@ -732,6 +730,7 @@ template <class T> __forceinline__ T* kd_host_cluster_map(T* shared, unsigned in
     return (T*)kd_host_cluster_map_v1((void*)shared, rank);
 }
 #undef KD_HOST_COLLECTIVE
+#undef KD_HOST_WITHOUT_WARPS
 
 // ---------------------------------------------------------------------------------------------
 // Atomics, fences and cache hints. Rule: sequentially consistent host atomics (on x86 the same
