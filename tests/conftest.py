@@ -287,6 +287,15 @@ def device_session() -> Iterator[Any]:
         yield session
 
 
+@pytest.fixture(scope="module")
+def cpu() -> Iterator[Any]:
+    """A CPU-device session, shared by the module's tests and closed after the last."""
+    import kerneldsl as kd
+
+    with kd.Session(device="cpu") as session:
+        yield session
+
+
 @pytest.fixture
 def fresh_device_session() -> Iterator[Any]:
     """``Session(0)`` of the device, opened for one test and closed after it."""

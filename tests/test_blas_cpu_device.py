@@ -9,7 +9,6 @@ Outputs that a call must not read hold NaN first, so a call that writes nothing 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -45,12 +44,6 @@ MATMUL_SHAPES = [
     ((2, 4, 3), (3,)),
     ((6,), (2, 6, 3)),
 ]
-
-
-@pytest.fixture(scope="module")
-def cpu() -> Iterator[kd.Session]:
-    with kd.Session(device="cpu") as s:
-        yield s
 
 
 def random(rng: np.random.Generator, shape: Any, dtype: np.dtype) -> np.ndarray:

@@ -24,12 +24,6 @@ def _cache(isolated_cache_module):  # type: ignore[no-untyped-def]
     yield
 
 
-@pytest.fixture(scope="module")
-def cpu_session():  # type: ignore[no-untyped-def]
-    with kd.Session(device="cpu") as s:
-        yield s
-
-
 def _numpy_writing(case: Case, values: np.ndarray) -> Contender:
     out = np.empty_like(case.want)
     return Contender("writer", lambda: np.copyto(out, values), lambda: out, lambda: out.fill(-1))
@@ -97,42 +91,42 @@ def test_the_bench_is_registered_with_its_baselines_and_options() -> None:
 
 @needs_cpu_device
 @pytest.mark.parametrize("name", ["saxpy", "transpose", "sum", "histogram", "stencil"])
-def test_the_kernels_compute_numpys_answer_on_the_cpu_device(cpu_session, name) -> None:  # type: ignore[no-untyped-def]
+def test_the_kernels_compute_numpys_answer_on_the_cpu_device(cpu, name) -> None:  # type: ignore[no-untyped-def]
     case = TINY.cases()[name]
-    contenders = cpu_bench.kerneldsl_contenders(cpu_session, case)
+    contenders = cpu_bench.kerneldsl_contenders(cpu, case)
     assert len(contenders) == (2 if name in ("sum", "histogram") else 1)
     times = time_checked([(case, c) for c in contenders], reps=1)
     assert set(times) == {c.label for c in contenders}
 
 
 @needs_cpu_device
-def test_a_kernel_computing_something_else_raises(cpu_session) -> None:  # type: ignore[no-untyped-def]
+def test_a_kernel_computing_something_else_raises(cpu) -> None:  # type: ignore[no-untyped-def]
     from kerneldsl.bench import cpu_kernels
 
     case = TINY.cases()["saxpy"]
-    x, y = (cpu_session.to_device(case.inputs[k]) for k in ("x", "y"))
-    out = cpu_session.empty(case.want.shape, case.want.dtype)
-    wrong_alpha = cpu_bench._kd_contender(cpu_session, "kerneldsl", out, lambda: cpu_kernels.saxpy(out, x, y, 0.5))
+    x, y = (cpu.to_device(case.inputs[k]) for k in ("x", "y"))
+    out = cpu.empty(case.want.shape, case.want.dtype)
+    wrong_alpha = cpu_bench._kd_contender(cpu, "kerneldsl", out, lambda: cpu_kernels.saxpy(out, x, y, 0.5))
     with pytest.raises(WrongResultError, match="kerneldsl saxpy"):
         time_checked([(case, wrong_alpha)], reps=1)
 
 
 @needs_cpu_device
-def test_the_fiber_micro_kernels_compute_their_expected_values(cpu_session) -> None:  # type: ignore[no-untyped-def]
-    figures = cpu_bench.bench_fibers(cpu_session, threads=1024, extra=3, reps=1)
+def test_the_fiber_micro_kernels_compute_their_expected_values(cpu) -> None:  # type: ignore[no-untyped-def]
+    figures = cpu_bench.bench_fibers(cpu, threads=1024, extra=3, reps=1)
     assert [f.target for f in figures] == [None, None, None, 6.0, 4.0, 6.0]
 
 
 @needs_cpu_device
-def test_the_ops_and_fused_pipelines_compute_numpys_answer(cpu_session) -> None:  # type: ignore[no-untyped-def]
+def test_the_ops_and_fused_pipelines_compute_numpys_answer(cpu) -> None:  # type: ignore[no-untyped-def]
     for op in cpu_ops.op_cases(n=4096 + 3, side=33):
-        time_checked([(op.case, c) for c in cpu_bench.op_contenders(cpu_session, op)], reps=1)
+        time_checked([(op.case, c) for c in cpu_bench.op_contenders(cpu, op)], reps=1)
 
 
 @needs_cpu_device
-def test_the_layout_cases_compute_numpys_answer(cpu_session) -> None:  # type: ignore[no-untyped-def]
+def test_the_layout_cases_compute_numpys_answer(cpu) -> None:  # type: ignore[no-untyped-def]
     for op in cpu_ops.layout_cases(side=48):
-        time_checked([(op.case, c) for c in cpu_bench.layout_contenders(cpu_session, op)], reps=1)
+        time_checked([(op.case, c) for c in cpu_bench.layout_contenders(cpu, op)], reps=1)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("warp") is None, reason="NVIDIA Warp (warp-lang) is not installed")

@@ -24,12 +24,6 @@ DIFFERENTIAL = settings(
 )
 
 
-@pytest.fixture(scope="module")
-def cpu() -> Any:
-    with kd.Session(device="cpu") as s:
-        yield s
-
-
 def arrays(dtypes: list[np.dtype], max_dims: int = 3) -> st.SearchStrategy[np.ndarray]:
     """Arrays of up to ``max_dims`` axes of 1..40 elements, small values (integer ops stay exact)."""
     shapes = hnp.array_shapes(min_dims=1, max_dims=max_dims, min_side=1, max_side=40)

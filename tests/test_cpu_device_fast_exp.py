@@ -5,7 +5,6 @@ overflows, underflows and propagates NaN as ``expf`` does."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, NewType
 
 import numpy as np
@@ -35,12 +34,6 @@ def exp_intrinsic(y: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
 
 
 KERNELS = [exp_fast_math, exp_overload_fast_math, exp_intrinsic]
-
-
-@pytest.fixture(scope="module")
-def cpu() -> Iterator[Any]:
-    with kd.Session(device="cpu") as s:
-        yield s
 
 
 def run(cpu: Any, kernel: Any, x: np.ndarray) -> np.ndarray:

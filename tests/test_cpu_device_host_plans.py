@@ -4,7 +4,6 @@ stages with no barrier or collective (a thread a run), which the host runs as pl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -21,12 +20,6 @@ from kerneldsl.runtime.selection import PLAN_ENV
 from kerneldsl.runtime.views import reads_across_rows
 
 pytestmark = pytest.mark.skipif(not kd.is_available("cpu"), reason="no host C++ compiler for the CPU device")
-
-
-@pytest.fixture(scope="module")
-def cpu() -> Iterator[Any]:
-    with kd.Session(device="cpu") as s:
-        yield s
 
 
 @kd.fuse

@@ -10,7 +10,6 @@ no libmvec, the kernels call libm as before."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, NewType
 
 import numpy as np
@@ -52,12 +51,6 @@ n = NewType("n", int)
 @kd.kernel(grid=kd.cdiv(n, 256), block=256)
 def call_log10f(out: kd.Out[kd.float32, n], x: kd.In[kd.float32, n]) -> str:
     return "index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x; if (i < n) out[i] = log10f(x[i]);"
-
-
-@pytest.fixture(scope="module")
-def cpu() -> Iterator[Any]:
-    with kd.Session(device="cpu") as s:
-        yield s
 
 
 def sample(low: float, high: float, seed: int, dtype: type[np.floating[Any]] = np.float32) -> np.ndarray:

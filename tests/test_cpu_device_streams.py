@@ -3,19 +3,12 @@ no event, and a freed block stays with its pool for reuse, as on a GPU."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 import kerneldsl as kd
-
-
-@pytest.fixture(scope="module")
-def cpu() -> Iterator[Any]:
-    with kd.Session(device="cpu") as s:
-        yield s
 
 
 @pytest.fixture

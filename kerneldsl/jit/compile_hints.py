@@ -5,7 +5,9 @@ A hint is given for a failure recognised by its exact wording, never guessed: pt
 ``uses too much shared data (0x13880 bytes, 0xc000 max)`` becomes the sizes in decimal, the
 limit on static shared memory and the way past it (dynamic shared memory, ``extern __shared__``
 and ``shared=``). The CPU device, which has no such limit of its own, refuses a kernel past it
-with the same words (``host_image``), so a kernel it runs also compiles for a GPU.
+with the same words (``host_image``), so a kernel it runs also compiles for a GPU. The CPU device
+compiles kernels with CUDA's limit on local memory a thread (512 KiB) on each frame: the host
+compiler's frame-size error becomes the size in decimal, the limit and the ways past it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,11 @@ STATIC_SHARED_LIMIT = DEFAULT_SHARED_LIMIT  # 48 KiB: the most a kernel declares
 
 # ptxas's wording for static shared memory past the limit (hexadecimal sizes).
 _TOO_MUCH_SHARED = re.compile(r"uses too much shared data \((0x[0-9a-fA-F]+) bytes, (0x[0-9a-fA-F]+) max\)")
+# A frame past the CPU device's limit on local memory a thread: GCC's wording, then Clang's.
+_TOO_MUCH_LOCAL = (
+    re.compile(r"the frame size of (\d+) bytes is larger than (\d+) bytes"),
+    re.compile(r"stack frame size \((\d+)\) exceeds limit \((\d+)\)"),
+)
 OPT_IN_SHARED_KIB = 227  # dynamic shared memory a block may opt in to on H100 and H200 (sm_90)
 
 
@@ -33,8 +40,16 @@ def compile_error_message(compiler: str, described: str, mapped: Sequence[str], 
 
 def hints(log: str) -> list[str]:
     """One hint per failure of ``log`` that kerneldsl recognises."""
+    notes = []
     found = _TOO_MUCH_SHARED.search(log)
-    return [] if found is None else [static_shared_hint(int(found.group(1), 16), int(found.group(2), 16))]
+    if found is not None:
+        notes.append(static_shared_hint(int(found.group(1), 16), int(found.group(2), 16)))
+    for pattern in _TOO_MUCH_LOCAL:
+        found = pattern.search(log)
+        if found is not None:
+            notes.append(local_memory_hint(int(found.group(1)), int(found.group(2))))
+            break
+    return notes
 
 
 def static_shared_hint(used: int, limit: int = STATIC_SHARED_LIMIT) -> str:
@@ -46,4 +61,14 @@ def static_shared_hint(used: int, limit: int = STATIC_SHARED_LIMIT) -> str:
         "(an int or a shape expression, e.g. shared=kd.sym(n) * 4) or on the call; a block may use up to "
         f"{OPT_IN_SHARED_KIB} KiB of it on H100/H200 (less on older GPUs), and kerneldsl opts the kernel in above "
         "48 KiB"
+    )
+
+
+def local_memory_hint(used: int, limit: int) -> str:
+    """A frame past the CPU device's limit on local memory a thread, in decimal, with the ways past it."""
+    return (
+        f"a thread of the kernel needs {used} bytes ({used / 1024:.1f} KiB) of local memory (its local arrays and "
+        f"variables) in one frame; CUDA allows {limit} bytes ({limit // 1024} KiB) a thread, and the CPU device "
+        "holds each frame to that. Keep a large per-thread array in global memory (an array parameter or a "
+        "scratch DeviceArray indexed by the thread), or share it in the block's shared memory"
     )

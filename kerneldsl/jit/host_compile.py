@@ -93,6 +93,10 @@ DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable whe
 # the race and init checks: glibc may place such a module in static TLS, where the checks cannot
 # find its shared memory.
 TLS_DESCRIPTORS = "-mtls-dialect=gnu2"
+# CUDA's local memory a thread (512 KiB): a kernel whose frame is larger fails to compile for a GPU
+# (ptxas: "uses too much local data"), and would overflow a fiber's stack on the CPU device, which
+# holds that much and the runtime's own frames. So the host compiler refuses such a frame too.
+LOCAL_MEMORY_LIMIT = 512 << 10
 _DEVICE_DEBUG = ("-G", "--device-debug")
 _FAST_MATH = ("--use_fast_math", "-use_fast_math")
 
@@ -166,7 +170,17 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
         # The runtime's entry and exit hooks do nothing; volatile accesses are told apart (strong
         # accesses do not race across blocks).
         checked += ("--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1")
+    if not any(flag.startswith("-fsanitize=") for flag in checked):  # (instrumentation enlarges frames)
+        base = (*base, *frame_limit_flags(gcc))
     return tuple(dict.fromkeys((*base, *mapped, *checked)))
+
+
+def frame_limit_flags(gcc: bool) -> tuple[str, ...]:
+    """The flags that make a function frame over ``LOCAL_MEMORY_LIMIT`` an error: GCC's own
+    spelling, else Clang's (the warning, made an error by its group's name)."""
+    if gcc:
+        return (f"-Werror=frame-larger-than={LOCAL_MEMORY_LIMIT}",)
+    return (f"-Wframe-larger-than={LOCAL_MEMORY_LIMIT}", "-Werror=frame-larger-than")
 
 
 @lru_cache(maxsize=1)

@@ -239,7 +239,9 @@ std::string ranges(const std::vector<unsigned int>& ids) {
 // per OS thread and reused across launches and modules; each has a guard page below it (while
 // the kernel allows the mappings); the tops are coloured by 64-byte steps over 4 KiB, so the
 // hot frames of a thousand fibers do not all fall on the same L1 sets.
-constexpr size_t kStackBytes = 256 << 10;
+// A stack holds CUDA's local memory a thread (512 KiB: the host compile refuses a larger frame)
+// and the shim's and runtime's own frames.
+constexpr size_t kStackBytes = (512 + 64) << 10;
 constexpr unsigned int kStacksPerMap = 16;
 constexpr unsigned int kColours = 64;
 constexpr size_t kDynamicSharedBytes = 1 << 20;
