@@ -19,7 +19,8 @@
 //   Nothing runnable and threads still waiting is a deadlock, reported with where each waits.
 // - Cooperative grids run every block on its own OS thread; clusters run a cluster's blocks at
 //   once on a team of OS threads, cluster after cluster.
-// - Errors (assert, __trap, a deadlock, a collective misused) end the block at once: a fiber
+// - Errors (assert, __trap, a deadlock, a collective misused, an integer division's trap) end the
+//   block at once: a fiber
 //   switches to the block's main context, a loop-mode kernel longjmps to its chunk's landing. No
 //   C++ exception crosses a module.
 #include <algorithm>
@@ -43,6 +44,7 @@
 #include <link.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -1720,14 +1722,20 @@ std::string thread_name(const kd_host_index* ix) {
     return format("block (%u,%u,%u) thread (%u,%u,%u)", ix->block.x, ix->block.y, ix->block.z, t.x, t.y, t.z);
 }
 
-[[noreturn]] __attribute__((noinline, cold)) void check_fail(ThreadContext& c, const std::string& message) {
-    c.error = message;
-    c.code = kLaunchFailed;
-    c.check.active = false;
-    if (c.scheduler.active()) c.scheduler.fail(kLaunchFailed);
+// Ends the running launch with `code` (its message in c.error): a fiber switches to the block's
+// main context, a loop-mode kernel longjmps to its chunk's landing.
+[[noreturn]] void fail_launch(ThreadContext& c, int code) {
+    c.code = code;
+    if (c.scheduler.active()) c.scheduler.fail(code);
     if (c.landing) std::longjmp(*c.landing, 1);
     std::fprintf(stderr, "kerneldsl CPU device: %s (outside a launch)\n", c.error.c_str());
     std::abort();
+}
+
+[[noreturn]] __attribute__((noinline, cold)) void check_fail(ThreadContext& c, const std::string& message) {
+    c.error = message;
+    c.check.active = false;
+    fail_launch(c, kLaunchFailed);
 }
 
 struct TlsSearch {
@@ -2793,9 +2801,7 @@ KD_EXPORT void kd_host_yield_v1(void) {
     ThreadContext* c = tls_context;
     if (c && c->abandoned && c->abandoned->load(std::memory_order_relaxed)) {
         c->error = "abandoned: another block of the grid failed";
-        c->code = kLaunchFailed;
-        if (c->scheduler.active()) c->scheduler.fail(kLaunchFailed);
-        if (c->landing) std::longjmp(*c->landing, 1);
+        fail_launch(*c, kLaunchFailed);
     }
     if (c && c->scheduler.active()) c->scheduler.yield();
     else sched_yield();
@@ -2835,16 +2841,56 @@ KD_EXPORT void* kd_host_cluster_map_v1(void* shared, unsigned int rank) {
     return other.tls_anchor.load(std::memory_order_relaxed) + (p - static_cast<char*>(c.tls_anchor));
 }
 
+namespace {
+// Integer division by zero, or of the most negative value by -1, traps on x86-64 (SIGFPE) where a
+// GPU yields an unspecified value: in a launch the trap fails the launch, naming the kernel (and,
+// in fiber mode, the block and thread: a loop-mode module keeps its indices to itself), instead of
+// ending the process. checks="undefined" names the line. A SIGFPE outside a launch, or on a
+// thread that runs none, goes to the action installed before this one.
+struct sigaction previous_fpe;
+
+void on_fpe(int sig, siginfo_t* info, void* context_of_signal) {
+    ThreadContext* c = tls_context;
+    if (c == nullptr || c->landing == nullptr) {
+        if (previous_fpe.sa_flags & SA_SIGINFO) {
+            previous_fpe.sa_sigaction(sig, info, context_of_signal);
+        } else if (previous_fpe.sa_handler == SIG_DFL || previous_fpe.sa_handler == SIG_IGN) {
+            sigaction(SIGFPE, &previous_fpe, nullptr);
+            raise(SIGFPE);  // (pending until this handler returns; a trapping instruction traps again)
+        } else {
+            previous_fpe.sa_handler(sig);
+        }
+        return;
+    }
+    sigset_t fpe;
+    sigemptyset(&fpe);
+    sigaddset(&fpe, SIGFPE);
+    pthread_sigmask(SIG_UNBLOCK, &fpe, nullptr);  // (the handler leaves by a jump, not a return)
+    // (x86-64 raises one trap for both; Linux names it FPE_INTDIV)
+    const char* what = info->si_code == FPE_INTDIV || info->si_code == FPE_INTOVF
+                           ? "integer division by zero, or of the most negative value by -1"
+                           : "an arithmetic trap (SIGFPE)";
+    const std::string who = c->scheduler.active() ? " " + thread_name(&kd_host_index_v1) : "";
+    c->error = format("kernel '%s'%s: %s (on a GPU its result is unspecified; checks=\"undefined\" names the line)",
+                      kernel_name(*c), who.c_str(), what);
+    fail_launch(*c, kLaunchFailed);
+}
+
+__attribute__((constructor)) void install_fpe_handler() {
+    struct sigaction action = {};
+    action.sa_sigaction = on_fpe;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGFPE, &action, &previous_fpe);
+}
+}  // namespace
+
 KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file,
                                                          int line, const kd_host_index* ix) {
     ThreadContext& c = context();
     c.error = format("kernel '%s' %s: %s at %s:%d%s%s", kernel_name(c), thread_name(ix).c_str(), what, file ? file : "?",
                      line, detail ? ": " : "", detail ? detail : "");
-    c.code = code;
-    if (c.scheduler.active()) c.scheduler.fail(code);
-    if (c.landing) std::longjmp(*c.landing, 1);
-    std::fprintf(stderr, "kerneldsl CPU device: %s (outside a launch)\n", c.error.c_str());
-    std::abort();
+    fail_launch(c, code);
 }
 
 // ---------------------------------------------------------------------------------------------
