@@ -97,6 +97,7 @@ TLS_DESCRIPTORS = "-mtls-dialect=gnu2"
 # (ptxas: "uses too much local data"), and would overflow a fiber's stack on the CPU device, which
 # holds that much and the runtime's own frames. So the host compiler refuses such a frame too.
 LOCAL_MEMORY_LIMIT = 512 << 10
+STACK_PROBES = "-fstack-clash-protection"
 _DEVICE_DEBUG = ("-G", "--device-debug")
 _FAST_MATH = ("--use_fast_math", "-use_fast_math")
 
@@ -176,11 +177,12 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
 
 
 def frame_limit_flags(gcc: bool) -> tuple[str, ...]:
-    """The flags that make a function frame over ``LOCAL_MEMORY_LIMIT`` an error: GCC's own
-    spelling, else Clang's (the warning, made an error by its group's name)."""
+    """The flags that make a function frame over ``LOCAL_MEMORY_LIMIT`` an error (GCC's own
+    spelling, else Clang's: the warning, made an error by its group's name), and that probe a large
+    frame page by page, so that a stack that overflows meets its guard page, never a neighbour."""
     if gcc:
-        return (f"-Werror=frame-larger-than={LOCAL_MEMORY_LIMIT}",)
-    return (f"-Wframe-larger-than={LOCAL_MEMORY_LIMIT}", "-Werror=frame-larger-than")
+        return (f"-Werror=frame-larger-than={LOCAL_MEMORY_LIMIT}", STACK_PROBES)
+    return (f"-Wframe-larger-than={LOCAL_MEMORY_LIMIT}", "-Werror=frame-larger-than", STACK_PROBES)
 
 
 @lru_cache(maxsize=1)

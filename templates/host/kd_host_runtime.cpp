@@ -244,6 +244,7 @@ std::string ranges(const std::vector<unsigned int>& ids) {
 // A stack holds CUDA's local memory a thread (512 KiB: the host compile refuses a larger frame)
 // and the shim's and runtime's own frames.
 constexpr size_t kStackBytes = (512 + 64) << 10;
+constexpr size_t kSignalStackBytes = 64 << 10;  // where a thread that runs blocks handles a fault (see "Traps")
 constexpr unsigned int kStacksPerMap = 16;
 constexpr unsigned int kColours = 64;
 constexpr size_t kDynamicSharedBytes = 1 << 20;
@@ -598,6 +599,16 @@ public:
     // Gives the armed stack back (the OS thread is exiting).
     void disarm();
 
+    // Whether `address` is in the guard page below one of the block's stacks: a stack overflowed.
+    bool guards(uintptr_t address) const {
+        const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        for (const Stack* stack : own_) {
+            const uintptr_t low = reinterpret_cast<uintptr_t>(stack->low);
+            if (address < low && address + page >= low) return true;
+        }
+        return false;
+    }
+
 private:
 
     // ASan's annotations around a switch to `to`'s stack (null: the OS thread's), and on arrival.
@@ -949,10 +960,34 @@ struct CheckState {
 // What each OS thread that runs blocks keeps. Rule: created on first use, destroyed at the
 // thread's exit (its stacks go to the spare list, its dynamic shared memory is unmapped).
 struct ThreadContext {
-    ThreadContext() : scheduler(this) {}
+    ThreadContext() : scheduler(this) {
+        pthread_attr_t attributes;
+        if (pthread_getattr_np(pthread_self(), &attributes) == 0) {
+            void* low = nullptr;
+            size_t size = 0;
+            if (pthread_attr_getstack(&attributes, &low, &size) == 0) os_stack_low = reinterpret_cast<uintptr_t>(low);
+            pthread_attr_destroy(&attributes);
+        }
+        // An alternate signal stack, unless the thread has one (Python's faulthandler gives one).
+        stack_t current;
+        if (sigaltstack(nullptr, &current) == 0 && !(current.ss_flags & SS_DISABLE)) return;
+        void* stack = mmap(nullptr, kSignalStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (stack == MAP_FAILED) return;
+        stack_t alternate = {};
+        alternate.ss_sp = stack;
+        alternate.ss_size = kSignalStackBytes;
+        if (sigaltstack(&alternate, nullptr) == 0) signal_stack = stack;
+        else munmap(stack, kSignalStackBytes);
+    }
     ~ThreadContext() {
         scheduler.disarm();  // (before the pool gives its stacks to the spare list)
         if (dynamic_shared) munmap(dynamic_shared, kDynamicSharedBytes);
+        if (signal_stack) {
+            stack_t off = {};
+            off.ss_flags = SS_DISABLE;
+            sigaltstack(&off, nullptr);
+            munmap(signal_stack, kSignalStackBytes);
+        }
     }
     Scheduler scheduler;
     StackPool stacks;
@@ -963,6 +998,8 @@ struct ThreadContext {
     std::string error;
     std::string last_error;  // the last failed launch's message, for kd_host_last_error
     void* dynamic_shared = nullptr;
+    void* signal_stack = nullptr;  // the alternate signal stack this thread was given, if any
+    uintptr_t os_stack_low = 0;    // the lowest address of the OS thread's own stack (0: unknown)
     struct Team* team = nullptr;  // a cluster launch: this thread's cluster team, its rank,
     unsigned int rank = 0;
     void* tls_anchor = nullptr;   // and where the running module's thread-locals start here
@@ -2842,46 +2879,74 @@ KD_EXPORT void* kd_host_cluster_map_v1(void* shared, unsigned int rank) {
 }
 
 namespace {
-// Integer division by zero, or of the most negative value by -1, traps on x86-64 (SIGFPE) where a
-// GPU yields an unspecified value: in a launch the trap fails the launch, naming the kernel (and,
-// in fiber mode, the block and thread: a loop-mode module keeps its indices to itself), instead of
-// ending the process. checks="undefined" names the line. A SIGFPE outside a launch, or on a
-// thread that runs none, goes to the action installed before this one.
-struct sigaction previous_fpe;
+// Traps. Rule: a trap in a kernel fails its launch, naming the kernel (and, in fiber mode, the
+// block and thread: a loop-mode module keeps its indices to itself), instead of ending the
+// process, as a GPU fails a launch. An integer division by zero, or of the most negative value by
+// -1, traps on x86-64 (SIGFPE) where a GPU yields an unspecified value (checks="undefined" names
+// the line); an access to unmapped memory (SIGSEGV, SIGBUS) is a GPU's illegal address
+// (checks="bounds" names the line of an array's), and one in a guard page below a fiber's stack is
+// its stack overflowing. A fault is handled on an alternate signal stack, which every thread that
+// runs blocks has. A signal that is not a kernel's (no launch on this thread, or sent by kill)
+// goes to the action installed before the runtime's. With AddressSanitizer in the process (which
+// reports faults itself) memory faults are left to it.
+constexpr int kIllegalAddress = 700;
+const int kTraps[] = {SIGFPE, SIGSEGV, SIGBUS};
+struct sigaction previous_actions[3];
 
-void on_fpe(int sig, siginfo_t* info, void* context_of_signal) {
-    ThreadContext* c = tls_context;
-    if (c == nullptr || c->landing == nullptr) {
-        if (previous_fpe.sa_flags & SA_SIGINFO) {
-            previous_fpe.sa_sigaction(sig, info, context_of_signal);
-        } else if (previous_fpe.sa_handler == SIG_DFL || previous_fpe.sa_handler == SIG_IGN) {
-            sigaction(SIGFPE, &previous_fpe, nullptr);
-            raise(SIGFPE);  // (pending until this handler returns; a trapping instruction traps again)
-        } else {
-            previous_fpe.sa_handler(sig);
-        }
-        return;
+void pass_on(int sig, siginfo_t* info, void* context_of_signal) {
+    const struct sigaction& previous = previous_actions[sig == SIGFPE ? 0 : sig == SIGSEGV ? 1 : 2];
+    if (previous.sa_flags & SA_SIGINFO) {
+        previous.sa_sigaction(sig, info, context_of_signal);
+    } else if (previous.sa_handler == SIG_DFL || previous.sa_handler == SIG_IGN) {
+        sigaction(sig, &previous, nullptr);
+        raise(sig);  // (pending until this handler returns; a trapping instruction traps again)
+    } else {
+        previous.sa_handler(sig);
     }
-    sigset_t fpe;
-    sigemptyset(&fpe);
-    sigaddset(&fpe, SIGFPE);
-    pthread_sigmask(SIG_UNBLOCK, &fpe, nullptr);  // (the handler leaves by a jump, not a return)
-    // (x86-64 raises one trap for both; Linux names it FPE_INTDIV)
-    const char* what = info->si_code == FPE_INTDIV || info->si_code == FPE_INTOVF
-                           ? "integer division by zero, or of the most negative value by -1"
-                           : "an arithmetic trap (SIGFPE)";
-    const std::string who = c->scheduler.active() ? " " + thread_name(&kd_host_index_v1) : "";
-    c->error = format("kernel '%s'%s: %s (on a GPU its result is unspecified; checks=\"undefined\" names the line)",
-                      kernel_name(*c), who.c_str(), what);
-    fail_launch(*c, kLaunchFailed);
 }
 
-__attribute__((constructor)) void install_fpe_handler() {
+void on_trap(int sig, siginfo_t* info, void* context_of_signal) {
+    ThreadContext* c = tls_context;
+    if (c == nullptr || c->landing == nullptr || info->si_code <= 0) {
+        pass_on(sig, info, context_of_signal);
+        return;
+    }
+    sigset_t trap;
+    sigemptyset(&trap);
+    sigaddset(&trap, sig);
+    pthread_sigmask(SIG_UNBLOCK, &trap, nullptr);  // (the handler leaves by a jump, not a return)
+    const std::string who = c->scheduler.active() ? " " + thread_name(&kd_host_index_v1) : "";
+    if (sig == SIGFPE) {
+        // (x86-64 raises one trap for both; Linux names it FPE_INTDIV)
+        const char* what = info->si_code == FPE_INTDIV || info->si_code == FPE_INTOVF
+                               ? "integer division by zero, or of the most negative value by -1"
+                               : "an arithmetic trap (SIGFPE)";
+        c->error = format("kernel '%s'%s: %s (on a GPU its result is unspecified; checks=\"undefined\" names the line)",
+                          kernel_name(*c), who.c_str(), what);
+        fail_launch(*c, kLaunchFailed);
+    }
+    const uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
+    // (Below the OS thread's stack: the page probes of -fstack-clash-protection land just below it.)
+    const bool below_os_stack = address < c->os_stack_low && address + kSignalStackBytes >= c->os_stack_low;
+    if (c->scheduler.guards(address) || below_os_stack)
+        c->error = format("kernel '%s'%s: stack overflow: a thread's frames outgrew its stack (deep recursion, or large "
+                          "local arrays in nested calls; a fiber thread's stack is %zu KiB)",
+                          kernel_name(*c), who.c_str(), kStackBytes >> 10);
+    else
+        c->error = format("kernel '%s'%s: illegal memory access at address 0x%lx (checks=\"bounds\" names the line of an "
+                          "array's)",
+                          kernel_name(*c), who.c_str(), (unsigned long)address);
+    fail_launch(*c, kIllegalAddress);
+}
+
+__attribute__((constructor)) void install_trap_handlers() {
     struct sigaction action = {};
-    action.sa_sigaction = on_fpe;
-    action.sa_flags = SA_SIGINFO;
+    action.sa_sigaction = on_trap;
+    action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
-    sigaction(SIGFPE, &action, &previous_fpe);
+    const bool sanitized = __sanitizer_start_switch_fiber != nullptr;
+    for (int i = 0; i < 3; ++i)
+        if (kTraps[i] == SIGFPE || !sanitized) sigaction(kTraps[i], &action, &previous_actions[i]);
 }
 }  // namespace
 
