@@ -19,10 +19,9 @@
 //   Nothing runnable and threads still waiting is a deadlock, reported with where each waits.
 // - Cooperative grids run every block on its own OS thread; clusters run a cluster's blocks at
 //   once on a team of OS threads, cluster after cluster.
-// - Errors (assert, __trap, a deadlock, a collective misused, an integer division's trap) end the
-//   block at once: a fiber
-//   switches to the block's main context, a loop-mode kernel longjmps to its chunk's landing. No
-//   C++ exception crosses a module.
+// - Errors (assert, __trap, a deadlock, a collective misused, a trap: see "Traps") end the block
+//   at once: a fiber switches to the block's main context, a loop-mode kernel longjmps to its
+//   chunk's landing. No C++ exception crosses a module.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
