@@ -1,9 +1,9 @@
 """A trap in a kernel fails its launch on the CPU device, as a GPU fails a launch, instead of ending
 the Python process: an integer division by zero (or of the most negative value by -1, whose result
 a GPU leaves unspecified), an access to unmapped memory (a GPU's illegal address), a thread's stack
-overflowing. The error names the kernel and, where its threads run as fibers, the block and thread;
-the session runs the next launch. A signal that is not a kernel's still reaches the action
-installed before the runtime's."""
+overflowing, an illegal instruction (``__builtin_trap``). The error names the kernel and, where its
+threads run as fibers, the block and thread; the session runs the next launch. A signal that is not
+a kernel's still reaches the action installed before the runtime's."""
 
 from __future__ import annotations
 
@@ -110,7 +110,15 @@ def test_a_memory_fault_fails_the_launch_as_a_gpus_illegal_address(cpu: Any, fau
     np.testing.assert_array_equal(out.to_host()[[0, 70]], [3, 1])
 
 
-@pytest.mark.parametrize("signal_name", ["SIGFPE", "SIGSEGV", "SIGBUS"])
+@pytest.mark.parametrize("barrier", [False, True], ids=["loop", "fibers"])
+def test_an_illegal_instruction_fails_the_launch_as_a_gpus(cpu: Any, barrier: bool) -> None:
+    where = r" block \(1,0,0\) thread \(6,0,0\)" if barrier else ""
+    message = rf"ILLEGAL_INSTRUCTION \(715\): kernel 'kd_fault'{where}: illegal instruction"
+    with pytest.raises(KernelFaultError, match=message):
+        faulting("__builtin_trap();", barrier)(cpu.empty(128, np.float32))
+
+
+@pytest.mark.parametrize("signal_name", ["SIGFPE", "SIGILL", "SIGSEGV", "SIGBUS"])
 def test_a_signal_that_is_not_a_kernels_still_ends_the_process(signal_name: str) -> None:
     script = textwrap.dedent(
         f"""

@@ -2884,16 +2884,20 @@ namespace {
 // -1, traps on x86-64 (SIGFPE) where a GPU yields an unspecified value (checks="undefined" names
 // the line); an access to unmapped memory (SIGSEGV, SIGBUS) is a GPU's illegal address
 // (checks="bounds" names the line of an array's), and one in a guard page below a fiber's stack is
-// its stack overflowing. A fault is handled on an alternate signal stack, which every thread that
-// runs blocks has. A signal that is not a kernel's (no launch on this thread, or sent by kill)
+// its stack overflowing; an illegal instruction (SIGILL: __builtin_trap, or a path the compiler
+// knew to be undefined behavior) is a GPU's illegal instruction. A fault is handled on an
+// alternate signal stack, which every thread that runs blocks has. A signal that is not a kernel's (no launch on this thread, or sent by kill)
 // goes to the action installed before the runtime's. With AddressSanitizer in the process (which
 // reports faults itself) memory faults are left to it.
-constexpr int kIllegalAddress = 700;
-const int kTraps[] = {SIGFPE, SIGSEGV, SIGBUS};
-struct sigaction previous_actions[3];
+constexpr int kIllegalAddress = 700, kIllegalInstruction = 715;
+const int kTraps[] = {SIGFPE, SIGILL, SIGSEGV, SIGBUS};
+constexpr int kTrapCount = sizeof kTraps / sizeof *kTraps;
+struct sigaction previous_actions[kTrapCount];
 
 void pass_on(int sig, siginfo_t* info, void* context_of_signal) {
-    const struct sigaction& previous = previous_actions[sig == SIGFPE ? 0 : sig == SIGSEGV ? 1 : 2];
+    int i = 0;
+    while (kTraps[i] != sig) ++i;
+    const struct sigaction& previous = previous_actions[i];
     if (previous.sa_flags & SA_SIGINFO) {
         previous.sa_sigaction(sig, info, context_of_signal);
     } else if (previous.sa_handler == SIG_DFL || previous.sa_handler == SIG_IGN) {
@@ -2924,6 +2928,12 @@ void on_trap(int sig, siginfo_t* info, void* context_of_signal) {
                           kernel_name(*c), who.c_str(), what);
         fail_launch(*c, kLaunchFailed);
     }
+    if (sig == SIGILL) {
+        c->error = format("kernel '%s'%s: illegal instruction (a __builtin_trap, or a path the compiler found to be "
+                          "undefined behavior; checks=\"undefined\" names the line of the latter)",
+                          kernel_name(*c), who.c_str());
+        fail_launch(*c, kIllegalInstruction);
+    }
     const uintptr_t address = reinterpret_cast<uintptr_t>(info->si_addr);
     // (Below the OS thread's stack: the page probes of -fstack-clash-protection land just below it.)
     const bool below_os_stack = address < c->os_stack_low && address + kSignalStackBytes >= c->os_stack_low;
@@ -2944,8 +2954,8 @@ __attribute__((constructor)) void install_trap_handlers() {
     action.sa_flags = SA_SIGINFO | SA_ONSTACK;
     sigemptyset(&action.sa_mask);
     const bool sanitized = __sanitizer_start_switch_fiber != nullptr;
-    for (int i = 0; i < 3; ++i)
-        if (kTraps[i] == SIGFPE || !sanitized) sigaction(kTraps[i], &action, &previous_actions[i]);
+    for (int i = 0; i < kTrapCount; ++i)
+        if (!sanitized || (kTraps[i] != SIGSEGV && kTraps[i] != SIGBUS)) sigaction(kTraps[i], &action, &previous_actions[i]);
 }
 }  // namespace
 
