@@ -93,9 +93,9 @@ DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable whe
 # the race and init checks: glibc may place such a module in static TLS, where the checks cannot
 # find its shared memory.
 TLS_DESCRIPTORS = "-mtls-dialect=gnu2"
-# CUDA's local memory a thread (512 KiB): a kernel whose frame is larger fails to compile for a GPU
-# (ptxas: "uses too much local data"), and would overflow a fiber's stack on the CPU device, which
-# holds that much and the runtime's own frames. So the host compiler refuses such a frame too.
+# CUDA's local memory a thread (512 KiB, its documented limit): a larger frame would overflow a
+# fiber's stack on the CPU device, which holds that much and the runtime's own frames, so the host
+# compiler refuses one (ptxas compiles such a frame for sm_90; a GPU cannot run more than the limit).
 LOCAL_MEMORY_LIMIT = 512 << 10
 STACK_PROBES = "-fstack-clash-protection"
 _DEVICE_DEBUG = ("-G", "--device-debug")

@@ -132,7 +132,14 @@ static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && 
 static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 4)");
 
 // CUresult codes a launch returns.
-enum { kInvalidValue = 1, kLaunchFailed = 719, kAssert = 710, kNotSupported = 801 };
+enum {
+    kInvalidValue = 1,
+    kIllegalAddress = 700,
+    kAssert = 710,
+    kIllegalInstruction = 715,
+    kLaunchFailed = 719,
+    kNotSupported = 801
+};
 
 // ---------------------------------------------------------------------------------------------
 // Context switches. Rule: a suspended thread of execution is its stack pointer, where its code
@@ -2889,7 +2896,6 @@ namespace {
 // alternate signal stack, which every thread that runs blocks has. A signal that is not a kernel's (no launch on this thread, or sent by kill)
 // goes to the action installed before the runtime's. With AddressSanitizer in the process (which
 // reports faults itself) memory faults are left to it.
-constexpr int kIllegalAddress = 700, kIllegalInstruction = 715;
 const int kTraps[] = {SIGFPE, SIGILL, SIGSEGV, SIGBUS};
 constexpr int kTrapCount = sizeof kTraps / sizeof *kTraps;
 struct sigaction previous_actions[kTrapCount];
