@@ -70,6 +70,11 @@ def render(template: str, **context: Any) -> str:
     return _environment().get_template(template).render(version=__version__, **context)
 
 
+def template_macros(template: str) -> Any:
+    """The macros of ``template``, as attributes (templates whose text is assembled piece by piece)."""
+    return _environment().get_template(template).module
+
+
 @lru_cache(maxsize=1)
 def renderer_identity() -> str:
     """The Jinja release that renders here, which keys of stored rendered text record (another

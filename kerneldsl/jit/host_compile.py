@@ -49,6 +49,7 @@ from ..runtime.host_toolchain import (
 )
 from .compiler import CompiledCode
 from .host_pch import shims
+from .host_split import split_identity, split_kernel
 
 log = logs.get("host_compile")
 
@@ -86,6 +87,11 @@ VECTORIZE = (
 _LIBMVEC = "libmvec.so.1"
 _LIBMVEC_SINCE_2_35 = "_ZGVdN8v_tanhf"
 DEBUG_ENV = "KERNELDSL_HOST_DEBUG"
+# KERNELDSL_HOST_SPLIT=0 keeps every kernel with barriers or warp collectives on fibers (for
+# comparison and debugging): its flag is part of the build's key.
+SPLIT_ENV = "KERNELDSL_HOST_SPLIT"
+NO_SPLIT = "-DKD_HOST_SPLIT=0"
+SPLIT_FLAGS = ("-DKD_HOST_FIBERS=0", "-DKD_HOST_SPLIT=1")
 DEBUG_FLAGS = ("-O0", "-g")  # in place of -O2: every body line and variable where the debugger looks
 # GCC on x86-64 reaches a dlopened module's thread-locals (the shim's __shared__ variables) with a
 # call to __tls_get_addr at every access, none hoisted out of a loop; through TLS descriptors it
@@ -173,6 +179,8 @@ def host_options(user_options: Sequence[str], output: str = HOST_OUTPUT) -> tupl
         checked += ("--param=tsan-instrument-func-entry-exit=0", "--param=tsan-distinguish-volatile=1")
     if not any(flag.startswith("-fsanitize=") for flag in checked):  # (instrumentation enlarges frames)
         base = (*base, *frame_limit_flags(gcc))
+    if os.environ.get(SPLIT_ENV, "1").strip() == "0":
+        mapped.append(NO_SPLIT)
     return tuple(dict.fromkeys((*base, *mapped, *checked)))
 
 
@@ -212,6 +220,7 @@ def host_identity() -> dict[str, Any]:
         **host_compiler().identity(),
         "cpu": _cpu_identity(),
         "shim": hashlib.sha256((shim_dir() / "kd_host.h").read_bytes()).hexdigest(),
+        "split": split_identity(),
         "host_abi": HOST_ABI,
     }
 
@@ -240,10 +249,26 @@ def refuse_unsupported(includes: Sequence[str]) -> None:
         )
 
 
+def splits(options: Sequence[str]) -> bool:
+    """Whether a build with ``options`` may split a kernel at its waits (``host_split``): an
+    optimized build without checks (they follow threads on fibers), unless the environment said no."""
+    return NO_SPLIT not in options and "-O0" not in options and not any(o.startswith("-DKD_CHECK") for o in options)
+
+
 def compile_host(source: str, program_name: str, options: Sequence[str], output: str = HOST_OUTPUT) -> CompiledCode:
     """Compile ``source`` for the CPU device into an ``output`` image; ``HostCompileFailure``
     carries the compiler's log, ``UnsupportedOnCpuError`` names inline PTX the compiler met."""
     compiler = host_compiler()
+    split = split_kernel(source) if splits(options) and uses_collectives(source) else None
+    if split is not None:
+        flags = (*options, *SPLIT_FLAGS, f"-DKD_HOST_WARPS={int(_kernel_text_matches(_WARP, source))}")
+        flags = (*flags, *shims.include(compiler, flags))
+        name = program_name.removesuffix(".cu")
+        try:
+            image = compile_shared(compiler, host_source(split), flags, name, module_libraries(compiler, flags))
+            return CompiledCode(image, output, "", None, None, None)
+        except HostCompileFailure as failure:
+            log.debug("%s: the split kernel did not compile, so it runs on fibers (%s)", name, _first_error(failure.log))
     flags = (*options, *fiber_flags(source))
     flags = (*flags, *shims.include(compiler, flags))
     name = program_name.removesuffix(".cu")

@@ -35,7 +35,7 @@ _INSTALL_HINT = (
 # Flags every host image is built with: -fno-strict-aliasing because the templates pun vector
 # loads; never -ffast-math, since kernels test x != x; ABI is the host runtime's contract version.
 COMMON_FLAGS = ("-std=c++17", "-shared", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno")
-HOST_ABI = 4
+HOST_ABI = 5
 # What a kernel module links on a GNU/Linux target: libm and libc (their versioned symbols, so
 # expf binds to glibc's current expf, not a compatibility one) and libgcc's static helpers. The
 # shim uses nothing of the C++ runtime, and the driver's default libraries (libstdc++ above all)

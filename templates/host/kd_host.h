@@ -27,6 +27,12 @@
 #ifndef KD_HOST_WARPS
 #define KD_HOST_WARPS 1
 #endif
+// 1 (with KD_HOST_FIBERS 0): the Python side split the kernel's body at its barriers and warp
+// collectives (kerneldsl/jit/host_split.py): the kernel runs once a block, as passes over the
+// block's threads, each thread resuming where it waited (see "Split blocks").
+#ifndef KD_HOST_SPLIT
+#define KD_HOST_SPLIT 0
+#endif
 // Checked execution (docs/checks.md): a bit set of the checks this module runs (1 bounds, 2 races,
 // 4 init, 8 sync, 16 address, 32 undefined; 0 in the usual build) and the seed of its thread
 // schedule (0: threads in order). The Python side defines them with the instrumentation flags.
@@ -52,7 +58,7 @@
 #ifndef KD_CHECK_POINTERS
 #define KD_CHECK_POINTERS 1
 #endif
-#define KD_HOST_ABI 4
+#define KD_HOST_ABI 5
 #define KD_HOST_MAGIC 0x4644484bu
 
 // ---------------------------------------------------------------------------------------------
@@ -214,6 +220,33 @@ struct kd_host_index {
     kd_host_fiber* fiber;      // and the running thread's record
     unsigned long long shared, shared_bytes, dynamic_shared, dynamic_shared_bytes;
 };
+// A split block (KD_HOST_SPLIT): the kernel runs passes over the block's threads, warp by warp; a
+// thread runs from where it waits until it reaches a barrier or warp collective (its site: a
+// number, the index of the module's table) or exits; the runtime completes what every thread it
+// names has reached, a warp's collective as soon as the warp's lanes have run.
+enum { KD_HOST_SPLIT_EXITED = 8 };  // a wait[] value beside KD_HOST_RUNNABLE and the waits
+struct kd_host_split_site {  // a wait in the body, for errors
+    const char* name;
+    const char* file;
+    int line;
+    int mode;  // a block barrier's (0: __syncthreads, 1 _count, 2 _and, 3 _or); -1: a warp collective
+};
+struct kd_host_split_wait {  // what a waiting thread brings
+    unsigned int mask;       // a warp collective's mask
+    int value;               // a barrier's predicate, then the barrier's result
+    unsigned char op, reserved[3];         // the warp operation
+};
+struct kd_host_split {
+    unsigned char* wait;          // by linear thread id: KD_HOST_RUNNABLE, a wait, or KD_HOST_SPLIT_EXITED
+    unsigned int* resume;         // the site where each thread resumes (0: the start of the body)
+    kd_host_split_wait* records;
+    kd_host_warp* warps;          // by warp: its lanes' values and results
+    const uint3* tids;            // each thread's threadIdx
+    char* storage;                // the columns of the variables that live across a wait
+    const kd_host_index* index;   // the module's, for errors
+    const kd_host_split_site* sites;
+    unsigned int n, nwarps, running, exited;  // threads; warps; the thread running; threads that exited
+};
 // Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
 enum {
     KD_HOST_WARP_SYNC, KD_HOST_SHFL_IDX, KD_HOST_SHFL_UP, KD_HOST_SHFL_DOWN, KD_HOST_SHFL_BFLY,
@@ -225,8 +258,10 @@ enum {
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
                   sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 4)");
-static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 4)");
+              "the host ABI's layout (KD_HOST_ABI 5)");
+static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split_wait) == 12 && sizeof(kd_host_split) == 80,
+              "the host ABI's layout (KD_HOST_ABI 5)");
+static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 5)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
 // context holds) is declared clobbered, so the compiler keeps only what is live, and nothing is
 // written to the stack (a leaf kernel may keep locals below its stack pointer).
@@ -315,6 +350,10 @@ unsigned long long kd_host_thread_locals_v1(const void* inside, unsigned long lo
 void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int checks, unsigned long long seed, void* tls_anchor);
 void kd_host_check_array_v1(const void* base, unsigned long long bytes, unsigned int elem, const char* name);
 const unsigned int* kd_host_check_order_v1(unsigned long long seed, unsigned long long block, unsigned int n);
+kd_host_split* kd_host_split_begin_v1(const kd_host_index* index, unsigned long long storage_bytes,
+                                      const kd_host_split_site* sites);
+int kd_host_split_warp_v1(kd_host_split* split, unsigned int warp);
+int kd_host_split_resolve_v1(kd_host_split* split);
 [[noreturn]] void kd_host_bounds_fail_v1(const char* name, long long index, unsigned long long extent, const long long* dims,
                                          unsigned int ndim, const kd_host_index* thread);
 }
@@ -449,6 +488,82 @@ template <class M> __forceinline__ bool any(M m) {
     return all != 0;
 }
 }  // namespace kd_host
+
+// ---------------------------------------------------------------------------------------------
+// Split blocks. Rule: a split kernel (KD_HOST_SPLIT) runs once a block: passes over the block's
+// threads, warp by warp in linear order, each runnable thread resuming at its `resume` site with
+// the variables that live across waits in per-thread columns, until it reaches a barrier or warp
+// collective or exits. A barrier statement is two stores. A warp collective's call runs once to
+// record its operands (`replay` 0), then the thread waits; once the runtime has completed it (when
+// the warp's lanes have run), the thread's statement runs with the call returning its result
+// (`replay` 1). Threads never switch stacks.
+#if KD_HOST_SPLIT
+namespace kd_host {
+static thread_local kd_host_split* split_running;
+template <class T> struct split_slot { typedef T type; };
+template <class T> struct split_slot<const T> { typedef typename split_slot<T>::type type; };
+template <class T> struct split_slot<volatile T> { typedef typename split_slot<T>::type type; };
+template <class T, unsigned long long N> struct split_slot<T[N]> { typedef typename split_slot<T>::type type[N]; };
+// A variable's slot type: its declared type without top-level const (the statement assigns it).
+template <class T> using split_slot_t = typename split_slot<T>::type;
+// Bytes of one column of `n` slots, 64-byte aligned (a column never shares a line with the next).
+template <class T> constexpr unsigned long long split_bytes(unsigned long long n) {
+    return (sizeof(split_slot_t<T>) * n + 63) & ~63ull;
+}
+template <class... T> __forceinline__ unsigned long long split_storage(unsigned long long n) {
+    return (0ull + ... + split_bytes<T>(n));
+}
+__forceinline__ kd_host_split* split_begin(unsigned long long storage_bytes, const kd_host_split_site* sites) {
+    kd_host_split* const s = kd_host_split_begin_v1(&kd_host_ix, storage_bytes, sites);
+    split_running = s;
+    return s;
+}
+template <class T> __forceinline__ split_slot_t<T>* split_column(kd_host_split* s, unsigned long long& at) {
+    split_slot_t<T>* const column = reinterpret_cast<split_slot_t<T>*>(s->storage + at);
+    at += split_bytes<T>(s->n);
+    return column;
+}
+__forceinline__ void split_enter(kd_host_split* s, unsigned int t) {
+    set_index(kd_host_ix.thread, s->tids[t]);
+    s->running = t;
+}
+// Thread t reaches the wait `site`: the call that follows records what it brings.
+__forceinline__ void split_arrive(kd_host_split* s, unsigned int t, unsigned int site) { s->resume[t] = site; }
+// What thread t's completed barrier gives its statement in place of the call (never made again;
+// a warp collective's: split_result, below).
+__forceinline__ int split_barrier_result(kd_host_split* s, unsigned int t) { return s->records[t].value; }
+// After warp w's lanes ran: whether a collective of theirs completed (they can run again).
+__forceinline__ bool split_warp_ready(kd_host_split* s, unsigned int w) {
+    return kd_host_split_warp_v1(s, w) != 0;
+}
+__forceinline__ void split_exit(kd_host_split* s, unsigned int t) {
+    s->wait[t] = KD_HOST_SPLIT_EXITED;
+    ++s->exited;
+}
+__forceinline__ int split_barrier(int predicate) {
+    kd_host_split* const s = split_running;
+    s->records[s->running].value = predicate;
+    s->wait[s->running] = KD_HOST_WAIT_BARRIER;
+    return 0;
+}
+__forceinline__ kd_host_word split_warp(unsigned int control, unsigned int mask, kd_host_word value, unsigned int b,
+                                        const char* file, int line) {
+    kd_host_split* const s = split_running;
+    const unsigned int t = s->running, lane = t & 31u;
+    kd_host_warp& w = s->warps[t >> 5];
+    if (__builtin_expect(s->wait[t] != KD_HOST_RUNNABLE, 0))  // (the host's own overloads make one call)
+        kd_host_fail_v1(719, "a warp collective", "a second collective call in one statement of a split kernel", file,
+                        line, &kd_host_ix);
+    w.in[lane] = value;
+    w.operands[lane] = b | (unsigned long long)control << 32;
+    kd_host_split_wait& r = s->records[t];
+    r.op = (unsigned char)(control & 0xffu);
+    r.mask = mask;
+    s->wait[t] = KD_HOST_WAIT_WARP;
+    return value;
+}
+}  // namespace kd_host
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Barriers and warp collectives. Rule: in fiber mode a thread that waits switches directly to the
@@ -586,6 +701,8 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
     word.hi = value.hi;
     kd_host_warp_v1(control, mask, &word, b, file, line);
     return word;
+#elif KD_HOST_SPLIT
+    return split_warp(control, mask, value, b, file, line);
 #else
     return KD_HOST_COLLECTIVE(name, value);
 #endif
@@ -594,18 +711,36 @@ __forceinline__ kd_host_word warp(const char* name, unsigned int control, unsign
 __forceinline__ void __syncthreads(KD_HOST_SITE) {
 #if KD_HOST_FIBERS
     kd_host::barrier(file, line);
+#elif KD_HOST_SPLIT
+    (void)file, (void)line;
+    kd_host::split_barrier(1);
 #else
     KD_HOST_COLLECTIVE("__syncthreads", 0);
 #endif
 }
 __forceinline__ int __syncthreads_count(int predicate, KD_HOST_SITE) {
+#if KD_HOST_SPLIT
+    (void)file, (void)line;
+    return kd_host::split_barrier(predicate);
+#else
     return KD_HOST_COLLECTIVE("__syncthreads_count", kd_host_barrier_v1(1, predicate, file, line));
+#endif
 }
 __forceinline__ int __syncthreads_and(int predicate, KD_HOST_SITE) {
+#if KD_HOST_SPLIT
+    (void)file, (void)line;
+    return kd_host::split_barrier(predicate);
+#else
     return KD_HOST_COLLECTIVE("__syncthreads_and", kd_host_barrier_v1(2, predicate, file, line));
+#endif
 }
 __forceinline__ int __syncthreads_or(int predicate, KD_HOST_SITE) {
+#if KD_HOST_SPLIT
+    (void)file, (void)line;
+    return kd_host::split_barrier(predicate);
+#else
     return KD_HOST_COLLECTIVE("__syncthreads_or", kd_host_barrier_v1(3, predicate, file, line));
+#endif
 }
 namespace kd_host {
 __forceinline__ unsigned int vote(const char* name, int op, unsigned int mask, unsigned long long v, const char* file,
@@ -637,6 +772,13 @@ template <class T> __forceinline__ T from_word(const kd_host_word& w) {
         return *reinterpret_cast<T*>(out);
     }
 }
+#if KD_HOST_SPLIT
+// What thread t's completed warp collective gives its statement in place of the call (see "Split
+// blocks").
+template <class T> __forceinline__ T split_result(kd_host_split* s, unsigned int t) {
+    return from_word<T>(s->warps[t >> 5].out[t & 31u]);
+}
+#endif
 // A shuffle moves any trivially copyable value of up to 16 bytes; `c` is PTX's shfl operand:
 // the segment mask (32 - width) << 8, and the clamp lane.
 template <class T> __forceinline__ T shuffle(const char* name, int mode, unsigned int mask, const T& var, unsigned int b,
@@ -2207,6 +2349,29 @@ template <class Sig, Sig* F> struct kernel {
         }
         return 0;
     }
+#if KD_HOST_SPLIT
+    // A split kernel loops over its block's threads itself (see "Split blocks"): one call a block.
+    __attribute__((flatten)) static int run_split(const kd_host_launch* launch, void** params, unsigned long long first,
+                                                  unsigned long long end) {
+        bind_shared(launch);
+        kd_host_index& ix = kd_host_ix;
+        args a(params);
+        const unsigned int gx = launch->grid[0], gy = launch->grid[1];
+        set_index(ix.block_dim, uint3{launch->block[0], launch->block[1], launch->block[2]});
+        set_index(ix.grid_dim, uint3{gx, gy, launch->grid[2]});
+        set_index(ix.cluster_dim, uint3{launch->cluster[0], launch->cluster[1], launch->cluster[2]});
+        uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
+        for (unsigned long long b = first; b < end; ++b) {
+            set_index(ix.block, block);
+            a.template call<F>();
+            if (++block.x == gx) {
+                block.x = 0;
+                if (++block.y == gy) { block.y = 0; ++block.z; }
+            }
+        }
+        return 0;
+    }
+#endif
     // A checked build tells the runtime its checks (and where its __shared__ variables live) first.
     static int run_checked(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
         bind_shared(launch);
@@ -2214,7 +2379,13 @@ template <class Sig, Sig* F> struct kernel {
         return KD_HOST_FIBERS ? run_fibers(launch, params, first, end) : run_loop(launch, params, first, end);
     }
     static constexpr int (*run)(const kd_host_launch*, void**, unsigned long long, unsigned long long) =
-        KD_CHECKS || KD_CHECK_SEED ? &run_checked : KD_HOST_FIBERS ? &run_fibers : &run_loop;
+        KD_CHECKS || KD_CHECK_SEED ? &run_checked
+        : KD_HOST_FIBERS           ? &run_fibers
+#if KD_HOST_SPLIT
+        : &run_split;
+#else
+        : &run_loop;
+#endif
 };
 }  // namespace kd_host
 // The module's inline wait sites (see kd_host_site), for the runtime: [begin, end).

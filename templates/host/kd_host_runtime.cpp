@@ -56,7 +56,7 @@
 // The ABI, as kd_host.h declares it (keep the two identical).
 namespace {
 constexpr unsigned int kMagic = 0x4644484bu;
-constexpr unsigned int kAbi = 4;
+constexpr unsigned int kAbi = 5;
 struct uint3 { unsigned int x, y, z; };
 }  // namespace
 struct kd_host_launch {
@@ -124,12 +124,37 @@ enum {
     KD_HOST_MATCH_ALL, KD_HOST_REDUCE_ADD, KD_HOST_REDUCE_MIN_U, KD_HOST_REDUCE_MIN_S,
     KD_HOST_REDUCE_MAX_U, KD_HOST_REDUCE_MAX_S, KD_HOST_REDUCE_AND, KD_HOST_REDUCE_OR, KD_HOST_REDUCE_XOR
 };
+enum { KD_HOST_SPLIT_EXITED = 8 };
+struct kd_host_split_site {
+    const char* name;
+    const char* file;
+    int line;
+    int mode;
+};
+struct kd_host_split_wait {
+    unsigned int mask;
+    int value;
+    unsigned char op, reserved[3];
+};
+struct kd_host_split {
+    unsigned char* wait;
+    unsigned int* resume;
+    kd_host_split_wait* records;
+    kd_host_warp* warps;
+    const uint3* tids;
+    char* storage;
+    const kd_host_index* index;
+    const kd_host_split_site* sites;
+    unsigned int n, nwarps, running, exited;
+};
 // The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
                   sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
-              "the host ABI's layout (KD_HOST_ABI 4)");
-static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 4)");
+              "the host ABI's layout (KD_HOST_ABI 5)");
+static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 5)");
+static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split_wait) == 12 && sizeof(kd_host_split) == 80,
+              "the host ABI's layout (KD_HOST_ABI 5)");
 
 // CUresult codes a launch returns.
 enum {
@@ -1168,9 +1193,9 @@ template <unsigned int Mode> void shuffle_all(kd_host_warp& w, unsigned int m) {
     }
 }
 
-void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self) {
+// Every lane's result of the warp collective `w` holds (its lanes `w.mask`, operation `w.op`).
+void warp_results(kd_host_warp& w) {
     const unsigned int m = w.mask, op = w.op;
-    if (checks_) ++warp_epochs_[first >> 5];
     if (op == KD_HOST_SHFL_IDX) {
         shuffle_all<KD_HOST_SHFL_IDX>(w, m);
     } else if (op == KD_HOST_SHFL_UP) {
@@ -1228,6 +1253,11 @@ void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self)
             w.out[l].hi = 0;
         }
     }
+}
+
+void Scheduler::complete(kd_host_warp& w, unsigned int first, unsigned int self) {
+    if (checks_) ++warp_epochs_[first >> 5];
+    warp_results(w);
     const unsigned int wake = (w.arrived & ~(1u << self)) | w.pending;  // in lane order
     w.arrived = 0;
     w.pending = 0;
@@ -2964,6 +2994,207 @@ __attribute__((constructor)) void install_trap_handlers() {
         if (!sanitized || (kTraps[i] != SIGSEGV && kTraps[i] != SIGBUS)) sigaction(kTraps[i], &action, &previous_actions[i]);
 }
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Split blocks (kd_host.h "Split blocks"). Rule: the module runs a block's threads in passes;
+// a warp's collective completes when every lane its mask names waits in it (the module asks
+// once the warp's lanes have run), the block barrier once every thread that has not exited waits
+// at one (after each pass); otherwise the error names what the threads wait for, as the fiber
+// scheduler's errors do.
+namespace {
+struct SplitState {
+    kd_host_split view = {};
+    std::vector<unsigned char> wait;
+    std::vector<unsigned int> resume;
+    std::vector<kd_host_split_wait> records;
+    std::vector<kd_host_warp> warps;
+    std::vector<uint3> tids;
+    std::unique_ptr<char, void (*)(void*)> storage{nullptr, &std::free};
+    unsigned long long storage_bytes = 0;
+    unsigned int bx = 0, by = 0, bz = 0;
+};
+thread_local SplitState split_state;
+
+kd_host_split* split_begin(const kd_host_index* ix, unsigned long long storage_bytes, const kd_host_split_site* sites) {
+    SplitState& st = split_state;
+    const unsigned int bx = ix->block_dim.x, by = ix->block_dim.y, bz = ix->block_dim.z, n = bx * by * bz;
+    const unsigned int nwarps = (n + 31) / 32;
+    if (bx != st.bx || by != st.by || bz != st.bz) {
+        st.tids.resize(n);
+        for (unsigned int t = 0; t < n; ++t) st.tids[t] = uint3{t % bx, t / bx % by, t / bx / by};
+        st.wait.resize(n);
+        st.resume.resize(n);
+        st.records.resize(n);
+        st.warps.assign(nwarps, kd_host_warp{});
+        for (unsigned int w = 0; w < nwarps; ++w) st.warps[w].existing = n - 32 * w >= 32 ? ~0u : (1u << (n - 32 * w)) - 1u;
+        st.bx = bx, st.by = by, st.bz = bz;
+    }
+    if (storage_bytes > st.storage_bytes) {
+        void* fresh = std::aligned_alloc(64, (storage_bytes + 63) & ~63ull);
+        if (fresh == nullptr) {
+            ThreadContext& c = context();
+            c.error = format("kernel '%s' %s: out of memory for the %llu bytes its threads keep across waits",
+                             kernel_name(c), block_name(ix).c_str(), storage_bytes);
+            fail_launch(c, kLaunchFailed);
+        }
+        st.storage.reset(static_cast<char*>(fresh));
+        st.storage_bytes = storage_bytes;
+    }
+    std::memset(st.wait.data(), KD_HOST_RUNNABLE, n);
+    std::memset(st.resume.data(), 0, n * sizeof(unsigned int));
+    st.view = kd_host_split{st.wait.data(), st.resume.data(), st.records.data(), st.warps.data(), st.tids.data(),
+                            st.storage.get(), ix, sites, n, nwarps, 0, 0};
+    return &st.view;
+}
+
+std::string split_where(const kd_host_split& s) {
+    std::string where = format("kernel '%s' %s", kernel_name(context()), block_name(s.index).c_str());
+    const uint3 dim = s.index->block_dim;
+    if (dim.y > 1 || dim.z > 1) where += format(" (threads by linear id x + %u * (y + %u * z))", dim.x, dim.y);
+    return where;
+}
+
+std::string split_site(const kd_host_split& s, unsigned int t) {
+    const kd_host_split_site& site = s.sites[s.resume[t]];
+    if (site.mode >= 0) return format("%s at %s:%d", site.name, site.file, site.line);
+    return format("%s (mask 0x%08x) at %s:%d", site.name, s.records[t].mask, site.file, site.line);
+}
+
+[[noreturn]] void split_fail(const std::string& message) {
+    ThreadContext& c = context();
+    c.error = message;
+    fail_launch(c, kLaunchFailed);
+}
+
+// No collective can complete: every thread that has not exited waits for one that cannot.
+[[noreturn]] void split_deadlock(const kd_host_split& s) {
+    std::vector<std::pair<std::string, std::vector<unsigned int>>> groups;
+    std::vector<unsigned int> exited;
+    bool barrier_only = true;
+    for (unsigned int t = 0; t < s.n; ++t) {
+        if (s.wait[t] == KD_HOST_SPLIT_EXITED) {
+            exited.push_back(t);
+            continue;
+        }
+        barrier_only = barrier_only && s.wait[t] == KD_HOST_WAIT_BARRIER;
+        const std::string at = split_site(s, t);
+        size_t g = 0;
+        while (g < groups.size() && groups[g].first != at) ++g;
+        if (g == groups.size()) groups.emplace_back(at, std::vector<unsigned int>());
+        groups[g].second.push_back(t);
+    }
+    std::string message = split_where(s);
+    if (groups.size() == 1 && barrier_only) {
+        message += format(": %s is not reached by every thread of the block: threads %s wait there",
+                          groups[0].first.c_str(), ranges(groups[0].second).c_str());
+    } else {
+        message += ": no thread can proceed:";
+        for (size_t g = 0; g < groups.size(); ++g)
+            message += format("%s threads %s wait at %s", g ? ";" : "", ranges(groups[g].second).c_str(),
+                              groups[g].first.c_str());
+    }
+    if (!exited.empty()) message += format("; threads %s exited", ranges(exited).c_str());
+    split_fail(message);
+}
+
+// Completes the collective of warp `wi`'s lanes `m` and lets them run again.
+void split_complete(kd_host_split& s, unsigned int wi, unsigned int m) {
+    kd_host_warp& w = s.warps[wi];
+    w.mask = m;
+    w.op = s.records[32 * wi + (unsigned int)__builtin_ctz(m)].op;
+    warp_results(w);
+    unsigned char* const wait = s.wait + 32 * wi;
+    if (m == ~0u) std::memset(wait, KD_HOST_RUNNABLE, 32);
+    else for (unsigned int bits = m; bits; bits &= bits - 1) wait[__builtin_ctz(bits)] = KD_HOST_RUNNABLE;
+}
+
+// Completes the collectives of warp `wi` whose lanes all wait in them; whether any completed. The
+// usual case first: a whole warp in one collective with a full mask.
+bool split_warp(kd_host_split& s, unsigned int wi) {
+    const unsigned int first = 32 * wi, lanes = s.n - first < 32 ? s.n - first : 32;
+    const kd_host_split_wait* const records = s.records + first;
+    if (lanes == 32) {
+        unsigned long long words[4];
+        std::memcpy(words, s.wait + first, sizeof words);
+        const unsigned long long all_warp = 0x0101010101010101ull * KD_HOST_WAIT_WARP;
+        if (words[0] == all_warp && words[1] == all_warp && words[2] == all_warp && words[3] == all_warp &&
+            records[0].mask == ~0u) {
+            bool same = true;
+            for (unsigned int l = 1; l < 32; ++l) same &= records[l].op == records[0].op && records[l].mask == ~0u;
+            if (same) {
+                split_complete(s, wi, ~0u);
+                return true;
+            }
+        }
+    }
+    unsigned int waiting = 0, exited = 0;
+    for (unsigned int l = 0; l < lanes; ++l) {
+        waiting |= (unsigned int)(s.wait[first + l] == KD_HOST_WAIT_WARP) << l;
+        exited |= (unsigned int)(s.wait[first + l] == KD_HOST_SPLIT_EXITED) << l;
+    }
+    const unsigned int existing = s.warps[wi].existing;
+    bool completed = false;
+    for (unsigned int pending = waiting; pending;) {
+        const unsigned int lead = (unsigned int)__builtin_ctz(pending);
+        const kd_host_split_wait& r = records[lead];
+        const unsigned int group = (r.mask & existing) | (1u << lead);
+        if (group & exited) {
+            const kd_host_split_site& site = s.sites[s.resume[first + lead]];
+            split_fail(format("kernel '%s' %s thread %u: %s (mask 0x%08x) at %s:%d: lanes 0x%08x named in the mask "
+                              "have exited",
+                              kernel_name(context()), block_name(s.index).c_str(), first + lead, site.name, r.mask,
+                              site.file, site.line, group & exited));
+        }
+        bool same = (group & waiting) == group;
+        for (unsigned int bits = group; same && bits; bits &= bits - 1) {
+            const kd_host_split_wait& o = records[__builtin_ctz(bits)];
+            same = o.op == r.op && ((o.mask & existing) | (bits & (0u - bits))) == group;
+        }
+        pending &= ~group;
+        if (!same) continue;  // (lanes of the mask wait elsewhere: a deadlock unless they come)
+        split_complete(s, wi, group);
+        completed = true;
+    }
+    return completed;
+}
+
+// After a pass, in which every thread ran until it waits or exits: 1 when threads can run again,
+// 0 when every thread has exited.
+int split_resolve(kd_host_split& s) {
+    const unsigned int live = s.n - s.exited;
+    if (live == 0) return 0;
+    const bool in_warps = std::memchr(s.wait, KD_HOST_WAIT_WARP, s.n) != nullptr;
+    bool progress = false;
+    if (in_warps)
+        for (unsigned int wi = 0; wi < s.nwarps; ++wi) progress = split_warp(s, wi) || progress;
+    if (progress) return 1;
+    if (in_warps || s.exited) split_deadlock(s);  // (names who waits where, and who exited)
+    // Every thread waits at a block barrier: the predicates of __syncthreads_count/_and/_or.
+    unsigned int count = 0;
+    bool predicates = false;
+    for (unsigned int t = 0; t < s.n; ++t) {
+        const int mode = s.sites[s.resume[t]].mode;
+        count += mode == 0 || s.records[t].value != 0;
+        predicates = predicates || mode != 0;
+    }
+    if (predicates)
+        for (unsigned int t = 0; t < s.n; ++t) {
+            const int mode = s.sites[s.resume[t]].mode;
+            s.records[t].value = mode == 1 ? (int)count : mode == 2 ? (int)(count == s.n) : mode == 3 ? (int)(count != 0) : 0;
+        }
+    std::memset(s.wait, KD_HOST_RUNNABLE, s.n);
+    return 1;
+}
+}  // namespace
+
+KD_EXPORT kd_host_split* kd_host_split_begin_v1(const kd_host_index* index, unsigned long long storage_bytes,
+                                                const kd_host_split_site* sites) {
+    return split_begin(index, storage_bytes, sites);
+}
+
+KD_EXPORT int kd_host_split_warp_v1(kd_host_split* split, unsigned int warp) { return split_warp(*split, warp); }
+
+KD_EXPORT int kd_host_split_resolve_v1(kd_host_split* split) { return split_resolve(*split); }
 
 KD_EXPORT __attribute__((noreturn)) void kd_host_fail_v1(int code, const char* what, const char* detail, const char* file,
                                                          int line, const kd_host_index* ix) {
