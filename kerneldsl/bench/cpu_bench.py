@@ -12,10 +12,11 @@ timing (``s.to_device``), so no transfer is timed. Seven sections (``--only``):
   a thread an element.
 - ``sweep``: the five kernels against Warp over sizes besides the ones above (``cpu_cases.SWEEP``:
   odd, small and larger), each ratio and each kernel's worst, held to the same targets.
-- ``fibers``: what running CUDA threads as fibers costs a thread on one worker: start and finish,
-  a barrier, a warp shuffle (targets 6, 4 and 6 ns), from kernels of the same
-  trivial work with a run-time count of barriers or shuffles against the work alone, which runs
-  as a plain loop.
+- ``fibers``: what waiting costs a CUDA thread on one worker: start and finish, a barrier, a warp
+  shuffle (targets 6, 4 and 6 ns), from kernels of the same trivial work with a run-time count of
+  barriers or shuffles against the work alone, which runs as a plain loop; measured split at the
+  waits (how the CPU device runs them, held to the targets) and on fibers (``ON_FIBERS``: how it
+  runs a body it cannot split).
 - ``ops``: ``kd.ops`` elementwise (float32 <= 1.2x NumPy's time, 16-bit floats <= 2x), sum / max /
   argmax along each axis (<= 2x), ``@kd.fuse`` softmax and layer norm against NumPy's unfused
   expression (<= 1.0x), cumsum flat and along each axis (<= 2x); outputs preallocated on both sides.
@@ -265,31 +266,34 @@ def _shuffled(lanes: np.ndarray, rounds: int) -> np.ndarray:
 
 
 def bench_fibers(s: kd.Session, threads: int, extra: int, reps: int) -> list[Figure]:
-    """Nanoseconds a CUDA thread for a fiber's start and finish, a barrier and a shuffle.
+    """Nanoseconds a CUDA thread for its start and finish, a barrier and a shuffle, in a kernel the
+    CPU device splits at its waits (the bars) and in the same kernel on fibers.
 
     Kernels of the same trivial work: without a barrier or shuffle (a loop), with 0, 1 or
     1 + ``extra`` barriers, with 1 or 1 + ``extra`` shuffles, the count a run-time scalar (the
-    barrier's text makes a kernel run as fibers whether or not it is reached). A barrier or
-    shuffle costs the difference of the two counts over ``extra``. The three costs add up, as the
-    issue states them (a prototype's: 12 ns to start and finish, 6-7 a barrier): a thread that
+    barrier's text makes a kernel split, or run on fibers, whether or not it is reached). A barrier
+    or shuffle costs the difference of the two counts over ``extra``. The three costs add up, as
+    the issue states them (a prototype's: 12 ns to start and finish, 6-7 a barrier): a thread that
     waits once costs the loop, a start and finish, and a barrier. So starting and finishing costs
-    the one-barrier kernel less the loop and a barrier; a thread is a fiber from its first wait
-    (one that never waits runs inline), and that first switch away is part of its start. The
-    grids run on one worker (the launching thread), so a figure is one core's time, whatever else
-    the shared machine runs on the others.
+    the one-barrier kernel less the loop and a barrier. The grids run on one worker (the launching
+    thread), so a figure is one core's time, whatever else the shared machine runs on the others.
     """
     from . import cpu_kernels as k
 
     lanes = np.arange(threads, dtype=np.uint32) % k.BLOCK
     many = 1 + extra
-    variants = {
-        "loop": (k.threads_plain, 1, lanes + 1),
-        "0 barriers": (k.threads_barriers, 0, lanes),
-        "1 barrier": (k.threads_barriers, 1, lanes + 1),
-        f"{many} barriers": (k.threads_barriers, many, lanes + many),
-        "1 shuffle": (k.threads_shuffles, 1, _shuffled(lanes, 1)),
-        f"{many} shuffles": (k.threads_shuffles, many, _shuffled(lanes, many)),
-    }
+    variants = {"loop": (k.threads_plain, 1, lanes + 1)}
+    for way, barriers, shuffles in (
+        ("split", k.threads_barriers, k.threads_shuffles),
+        ("fibers", k.fiber_barriers, k.fiber_shuffles),
+    ):
+        variants |= {
+            f"{way}: 0 barriers": (barriers, 0, lanes),
+            f"{way}: 1 barrier": (barriers, 1, lanes + 1),
+            f"{way}: {many} barriers": (barriers, many, lanes + many),
+            f"{way}: 1 shuffle": (shuffles, 1, _shuffled(lanes, 1)),
+            f"{way}: {many} shuffles": (shuffles, many, _shuffled(lanes, many)),
+        }
     entries = []
     for label, (kernel, count, want) in variants.items():
         out = s.empty(threads, np.uint32)
@@ -297,16 +301,24 @@ def bench_fibers(s: kd.Session, threads: int, extra: int, reps: int) -> list[Fig
         entries.append((Case(label, {}, want, 0.0, threads), _kd_contender(s, label, out, call)))
     with _one_worker():
         t = {label: seconds * 1e9 / threads for label, seconds in time_checked(entries, reps).items()}
-    waits_once = t["1 barrier"] - t["loop"]
-    barrier = (t[f"{many} barriers"] - t["1 barrier"]) / extra
-    return [
-        Figure("a thread as a loop (no fiber)", t["loop"], "ns"),
-        Figure("a thread as a fiber reaching no barrier, less the loop", t["0 barriers"] - t["loop"], "ns"),
-        Figure("a thread waiting at 1 barrier, less the loop", waits_once, "ns"),
-        Figure("start and finish a thread as a fiber: that, less the barrier", waits_once - barrier, "ns", 6.0),
-        Figure(f"a barrier ({many} vs 1 a thread)", barrier, "ns", 4.0),
-        Figure(f"a warp shuffle ({many} vs 1 a thread)", (t[f"{many} shuffles"] - t["1 shuffle"]) / extra, "ns", 6.0),
-    ]
+    figures = [Figure("a thread as a loop (no wait)", t["loop"], "ns")]
+    for way, bars in (("split", True), ("fibers", False)):
+        waits_once = t[f"{way}: 1 barrier"] - t["loop"]
+        barrier = (t[f"{way}: {many} barriers"] - t[f"{way}: 1 barrier"]) / extra
+        shuffle = (t[f"{way}: {many} shuffles"] - t[f"{way}: 1 shuffle"]) / extra
+        figures += [
+            Figure(f"{way}: a thread reaching no wait, less the loop", t[f"{way}: 0 barriers"] - t["loop"], "ns"),
+            Figure(f"{way}: a thread waiting at 1 barrier, less the loop", waits_once, "ns"),
+            Figure(
+                f"{way}: start and finish a thread: that, less the barrier",
+                waits_once - barrier,
+                "ns",
+                6.0 if bars else None,
+            ),
+            Figure(f"{way}: a barrier ({many} vs 1 a thread)", barrier, "ns", 4.0 if bars else None),
+            Figure(f"{way}: a warp shuffle ({many} vs 1 a thread)", shuffle, "ns", 6.0 if bars else None),
+        ]
+    return figures
 
 
 @contextlib.contextmanager
@@ -407,7 +419,7 @@ def bench_first() -> tuple[list[Figure], list[str]]:
 TITLES = {
     "kernels": "CUDA-style kernels: kerneldsl CPU device vs Warp CPU, NumPy, Numba CUDA simulator",
     "sweep": "the five kernels over other sizes: kerneldsl CPU device / Warp CPU",
-    "fibers": "fiber-mode costs per CUDA thread (one worker)",
+    "fibers": "what waiting costs a CUDA thread, split at the waits and on fibers (one worker)",
     "ops": "kd.ops and @kd.fuse on the CPU device vs NumPy (DeviceArrays: no transfer timed)",
     "layouts": "kd.ops on broadcast operands, views, a 3-D array and float math vs NumPy",
     "first": "first call on the CPU device, fresh processes",

@@ -4,9 +4,10 @@ The five computations of ``cpu_cases`` as ``@kd.kernel``s with CUDA C++ bodies, 
 unchanged for the host: saxpy and the stencil a thread an element (no barrier: the CPU device
 runs their threads as a loop); a 32x32 shared-memory tiled transpose with ``__syncthreads``; a
 block sum of warp shuffles and a 256-bin shared-memory histogram of ``atomicAdd``s, both over a
-grid-stride loop and a thread an element (their threads run as fibers). Then the fiber
-micro-kernels: the same trivial work with ``k`` barriers or ``k`` warp shuffles a thread, ``k`` a
-run-time scalar, against that work without either.
+grid-stride loop and a thread an element (the CPU device splits them at their waits). Then the
+micro-kernels of waiting: the same trivial work with ``k`` barriers or ``k`` warp shuffles a
+thread, ``k`` a run-time scalar, against that work without either, split and (``ON_FIBERS``) on
+fibers.
 """
 
 from __future__ import annotations
@@ -129,21 +130,37 @@ def threads_plain(out: kd.Out[kd.uint32, n], k: kd.Scalar[kd.int32]) -> str:
     """
 
 
-@kd.kernel(grid=kd.cdiv(n, BLOCK), block=BLOCK)
-def threads_barriers(out: kd.Out[kd.uint32, n], k: kd.Scalar[kd.int32]) -> str:
-    return """
+_BARRIERS = """
     index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
     unsigned v = threadIdx.x;
     for (int r = 0; r < k; ++r) __syncthreads();
     if (i < n) out[i] = v + (unsigned)k;
     """
-
-
-@kd.kernel(grid=kd.cdiv(n, BLOCK), block=BLOCK)
-def threads_shuffles(out: kd.Out[kd.uint32, n], k: kd.Scalar[kd.int32]) -> str:
-    return """
+_SHUFFLES = """
     index_t i = blockIdx.x * (index_t)blockDim.x + threadIdx.x;
     unsigned v = threadIdx.x;
     for (int r = 0; r < k; ++r) v += __shfl_down_sync(0xffffffffu, v, 1);
     if (i < n) out[i] = v;
     """
+# The CPU device's opt-out of splitting a kernel at its waits: these run their threads as fibers.
+ON_FIBERS = ("-DKD_HOST_SPLIT=0",)
+
+
+@kd.kernel(grid=kd.cdiv(n, BLOCK), block=BLOCK)
+def threads_barriers(out: kd.Out[kd.uint32, n], k: kd.Scalar[kd.int32]) -> str:
+    return _BARRIERS
+
+
+@kd.kernel(grid=kd.cdiv(n, BLOCK), block=BLOCK)
+def threads_shuffles(out: kd.Out[kd.uint32, n], k: kd.Scalar[kd.int32]) -> str:
+    return _SHUFFLES
+
+
+@kd.kernel(grid=kd.cdiv(n, BLOCK), block=BLOCK, options=ON_FIBERS)
+def fiber_barriers(out: kd.Out[kd.uint32, n], k: kd.Scalar[kd.int32]) -> str:
+    return _BARRIERS
+
+
+@kd.kernel(grid=kd.cdiv(n, BLOCK), block=BLOCK, options=ON_FIBERS)
+def fiber_shuffles(out: kd.Out[kd.uint32, n], k: kd.Scalar[kd.int32]) -> str:
+    return _SHUFFLES

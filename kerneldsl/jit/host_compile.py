@@ -268,7 +268,9 @@ def compile_host(source: str, program_name: str, options: Sequence[str], output:
             image = compile_shared(compiler, host_source(split), flags, name, module_libraries(compiler, flags))
             return CompiledCode(image, output, "", None, None, None)
         except HostCompileFailure as failure:
-            log.debug("%s: the split kernel did not compile, so it runs on fibers (%s)", name, _first_error(failure.log))
+            log.debug(
+                "%s: the split kernel did not compile, so it runs on fibers (%s)", name, _first_error(failure.log)
+            )
     flags = (*options, *fiber_flags(source))
     flags = (*flags, *shims.include(compiler, flags))
     name = program_name.removesuffix(".cu")

@@ -66,6 +66,7 @@ _STATIC = frozenset({"__shared__", "static", "extern", "thread_local"})
 _ASSIGNING = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"})
 _KERNEL = re.compile(r'extern "C" __global__ void \w+\(')
 _INDEX_TYPEDEF = re.compile(r"^typedef (?:int|long long) index_t;$", re.MULTILINE)
+_INCLUDE = re.compile(r"^\s*#\s*include\b", re.MULTILINE)
 _LINE = re.compile(r'#\s*line\s+(\d+)\s+"([^"]*)"')
 _TOKEN = re.compile(
     r"""(?P<newline>\n)|(?P<space>[ \t\r\f\v]+|\\\n)|(?P<comment>//[^\n]*|/\*.*?\*/)
@@ -204,6 +205,8 @@ class _Splitter:
         before = self.source[typedef.start() : kernels[0].start()]
         if any(name in before for name in WAITS):
             raise Unsplittable("a wait outside the kernel's body")
+        if _INCLUDE.search(self.source, 0, typedef.start()):
+            raise Unsplittable("a header, whose functions may wait")
         open_paren = kernels[0].end() - 1
         body_open = self._after_group(open_paren)
         if self.source[body_open] != "{":
@@ -461,9 +464,7 @@ class _Splitter:
             declarators.append(self._declarator(comma + 1, hi))
         if any(d is None for d in declarators):
             raise Unsplittable("a declaration this splitter cannot read")
-        return Declaration(
-            (lo, pointer), [d for d in declarators if d], bool(words & _STATIC), "constexpr" in words
-        )
+        return Declaration((lo, pointer), [d for d in declarators if d], bool(words & _STATIC), "constexpr" in words)
 
     def _declarator(self, lo: int, hi: int) -> Declarator | None:
         toks = self.tokens
@@ -516,7 +517,8 @@ class _Splitter:
             if s.waits:
                 for c in s.children:
                     if c is not None:
-                        self._columns_of(c.children if c.kind == "block" else [c], c.last)
+                        inner = [x for x in c.children if x is not None] if c.kind == "block" else [c]
+                        self._columns_of(inner, c.last)
 
     def _give_columns(self, declaration: Declaration, scope_end: int) -> None:
         toks = self.tokens
@@ -530,7 +532,9 @@ class _Splitter:
             if d.dims[0] != d.dims[1] and d.init:
                 raise Unsplittable("an initialized array lives across a wait")
             name = toks[d.name].text
-            column = Column(f"{base} {pointer}{self._text(*d.dims, renamed=False)}", f"kd_split_v{len(self.columns)}_{name}")
+            column = Column(
+                f"{base} {pointer}{self._text(*d.dims, renamed=False)}", f"kd_split_v{len(self.columns)}_{name}"
+            )
             self.columns.append(column)
             self._rename(d.name, scope_end, column.name)
 
@@ -583,7 +587,9 @@ class _Splitter:
         if s is None:
             return ""
         toks = self.tokens
-        pragmas = "".join(f"\n{toks[p].text}\n" for p in s.pragmas if not (s.waits and s.kind in ("for", "while", "do")))
+        pragmas = "".join(
+            f"\n{toks[p].text}\n" for p in s.pragmas if not (s.waits and s.kind in ("for", "while", "do"))
+        )
         if not s.waits and s.kind != "decl":
             return pragmas + self._line(s.first) + self._text(s.first, s.last + 1)
         if s.kind == "block":
@@ -628,7 +634,9 @@ class _Splitter:
             if not k.init:
                 continue
             target, value = self.renames[k.name], self._text(*k.value)
-            slot = f"kd_host::split_slot_t<{self._text(*d.base, renamed=False)} {self._text(*k.pointer, renamed=False)}>"
+            slot = (
+                f"kd_host::split_slot_t<{self._text(*d.base, renamed=False)} {self._text(*k.pointer, renamed=False)}>"
+            )
             if k.init == "=" and not self.tokens[k.value[0]].text == "{":
                 parts.append(f"{target} = ({value})")
             elif k.init == "(":

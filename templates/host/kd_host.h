@@ -246,6 +246,7 @@ struct kd_host_split {
     const kd_host_index* index;   // the module's, for errors
     const kd_host_split_site* sites;
     unsigned int n, nwarps, running, exited;  // threads; warps; the thread running; threads that exited
+    unsigned int recording, reserved[3];      // 1 from a thread's arrival at a wait until its call records
 };
 // Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
 enum {
@@ -259,7 +260,7 @@ static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && 
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
                   sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
               "the host ABI's layout (KD_HOST_ABI 5)");
-static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split_wait) == 12 && sizeof(kd_host_split) == 80,
+static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split_wait) == 12 && sizeof(kd_host_split) == 96,
               "the host ABI's layout (KD_HOST_ABI 5)");
 static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 5)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
@@ -363,8 +364,9 @@ int kd_host_split_resolve_v1(kd_host_split* split);
 // Thread and block indices. Rule: read-only views of the kd_host_index that holds the running
 // CUDA thread's (fiber mode: the OS thread's, in the runtime; loop mode: the module's own, which
 // its loop writes); warpSize is 32 as on every NVIDIA GPU.
-#if KD_HOST_FIBERS || KD_CHECKS
-// (A checked module's loop also writes the runtime's: its checks read the running thread there.)
+#if KD_HOST_FIBERS || KD_CHECKS || KD_HOST_SPLIT
+// (A checked module's loop also writes the runtime's: its checks read the running thread there;
+// a split block's too: a trap names the thread that made it.)
 #define kd_host_ix kd_host_index_v1
 #else
 // Loop mode: the module's own copy, written by its loop; the compiler keeps it in registers.
@@ -528,7 +530,19 @@ __forceinline__ void split_enter(kd_host_split* s, unsigned int t) {
     s->running = t;
 }
 // Thread t reaches the wait `site`: the call that follows records what it brings.
-__forceinline__ void split_arrive(kd_host_split* s, unsigned int t, unsigned int site) { s->resume[t] = site; }
+__forceinline__ void split_arrive(kd_host_split* s, unsigned int t, unsigned int site) {
+    s->resume[t] = site;
+    s->recording = 1;
+}
+// A collective call records once, right after its thread arrives: any other (a second in one
+// statement, or one the splitter did not see) fails the launch rather than run past a wait.
+__forceinline__ void split_record(kd_host_split* s, const char* file, int line) {
+    if (__builtin_expect(!s->recording, 0))
+        kd_host_fail_v1(719, "a barrier or warp collective",
+                        "a split kernel made a collective call it did not expect (a second in one statement?)", file,
+                        line, &kd_host_ix);
+    s->recording = 0;
+}
 // What thread t's completed barrier gives its statement in place of the call (never made again;
 // a warp collective's: split_result, below).
 __forceinline__ int split_barrier_result(kd_host_split* s, unsigned int t) { return s->records[t].value; }
@@ -540,8 +554,9 @@ __forceinline__ void split_exit(kd_host_split* s, unsigned int t) {
     s->wait[t] = KD_HOST_SPLIT_EXITED;
     ++s->exited;
 }
-__forceinline__ int split_barrier(int predicate) {
+__forceinline__ int split_barrier(int predicate, const char* file, int line) {
     kd_host_split* const s = split_running;
+    split_record(s, file, line);
     s->records[s->running].value = predicate;
     s->wait[s->running] = KD_HOST_WAIT_BARRIER;
     return 0;
@@ -551,9 +566,7 @@ __forceinline__ kd_host_word split_warp(unsigned int control, unsigned int mask,
     kd_host_split* const s = split_running;
     const unsigned int t = s->running, lane = t & 31u;
     kd_host_warp& w = s->warps[t >> 5];
-    if (__builtin_expect(s->wait[t] != KD_HOST_RUNNABLE, 0))  // (the host's own overloads make one call)
-        kd_host_fail_v1(719, "a warp collective", "a second collective call in one statement of a split kernel", file,
-                        line, &kd_host_ix);
+    split_record(s, file, line);
     w.in[lane] = value;
     w.operands[lane] = b | (unsigned long long)control << 32;
     kd_host_split_wait& r = s->records[t];
@@ -712,32 +725,28 @@ __forceinline__ void __syncthreads(KD_HOST_SITE) {
 #if KD_HOST_FIBERS
     kd_host::barrier(file, line);
 #elif KD_HOST_SPLIT
-    (void)file, (void)line;
-    kd_host::split_barrier(1);
+    kd_host::split_barrier(1, file, line);
 #else
     KD_HOST_COLLECTIVE("__syncthreads", 0);
 #endif
 }
 __forceinline__ int __syncthreads_count(int predicate, KD_HOST_SITE) {
 #if KD_HOST_SPLIT
-    (void)file, (void)line;
-    return kd_host::split_barrier(predicate);
+    return kd_host::split_barrier(predicate, file, line);
 #else
     return KD_HOST_COLLECTIVE("__syncthreads_count", kd_host_barrier_v1(1, predicate, file, line));
 #endif
 }
 __forceinline__ int __syncthreads_and(int predicate, KD_HOST_SITE) {
 #if KD_HOST_SPLIT
-    (void)file, (void)line;
-    return kd_host::split_barrier(predicate);
+    return kd_host::split_barrier(predicate, file, line);
 #else
     return KD_HOST_COLLECTIVE("__syncthreads_and", kd_host_barrier_v1(2, predicate, file, line));
 #endif
 }
 __forceinline__ int __syncthreads_or(int predicate, KD_HOST_SITE) {
 #if KD_HOST_SPLIT
-    (void)file, (void)line;
-    return kd_host::split_barrier(predicate);
+    return kd_host::split_barrier(predicate, file, line);
 #else
     return KD_HOST_COLLECTIVE("__syncthreads_or", kd_host_barrier_v1(3, predicate, file, line));
 #endif

@@ -146,6 +146,7 @@ struct kd_host_split {
     const kd_host_index* index;
     const kd_host_split_site* sites;
     unsigned int n, nwarps, running, exited;
+    unsigned int recording, reserved[3];
 };
 // The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
@@ -153,7 +154,7 @@ static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && 
                   sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
               "the host ABI's layout (KD_HOST_ABI 5)");
 static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 5)");
-static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split_wait) == 12 && sizeof(kd_host_split) == 80,
+static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split_wait) == 12 && sizeof(kd_host_split) == 96,
               "the host ABI's layout (KD_HOST_ABI 5)");
 
 // CUresult codes a launch returns.
@@ -1034,6 +1035,7 @@ struct ThreadContext {
     struct Team* team = nullptr;  // a cluster launch: this thread's cluster team, its rank,
     unsigned int rank = 0;
     void* tls_anchor = nullptr;   // and where the running module's thread-locals start here
+    bool split = false;           // a split block runs here (kd_host.h "Split blocks")
     CheckState check;             // checked execution (a checked module's launch)
 };
 
@@ -1436,6 +1438,7 @@ __attribute__((noinline)) int run_range(ThreadContext& c, Grid& grid, unsigned l
     if (setjmp(landing) == 0) rc = grid.function->run_blocks(&grid.launch, grid.params, first, end);
     else rc = c.code;
     c.landing = nullptr;
+    c.split = false;
     c.check.active = false;  // a checked module turns checking on for its blocks only
     c.check.bits = 0;
     c.scheduler.set_checks(0, 0);
@@ -2954,7 +2957,7 @@ void on_trap(int sig, siginfo_t* info, void* context_of_signal) {
     sigemptyset(&trap);
     sigaddset(&trap, sig);
     pthread_sigmask(SIG_UNBLOCK, &trap, nullptr);  // (the handler leaves by a jump, not a return)
-    const std::string who = c->scheduler.active() ? " " + thread_name(&kd_host_index_v1) : "";
+    const std::string who = c->scheduler.active() || c->split ? " " + thread_name(&kd_host_index_v1) : "";
     if (sig == SIGFPE) {
         // (x86-64 raises one trap for both; Linux names it FPE_INTDIV)
         const char* what = info->si_code == FPE_INTDIV || info->si_code == FPE_INTOVF
@@ -3017,6 +3020,7 @@ thread_local SplitState split_state;
 
 kd_host_split* split_begin(const kd_host_index* ix, unsigned long long storage_bytes, const kd_host_split_site* sites) {
     SplitState& st = split_state;
+    context().split = true;
     const unsigned int bx = ix->block_dim.x, by = ix->block_dim.y, bz = ix->block_dim.z, n = bx * by * bz;
     const unsigned int nwarps = (n + 31) / 32;
     if (bx != st.bx || by != st.by || bz != st.bz) {
@@ -3043,7 +3047,7 @@ kd_host_split* split_begin(const kd_host_index* ix, unsigned long long storage_b
     std::memset(st.wait.data(), KD_HOST_RUNNABLE, n);
     std::memset(st.resume.data(), 0, n * sizeof(unsigned int));
     st.view = kd_host_split{st.wait.data(), st.resume.data(), st.records.data(), st.warps.data(), st.tids.data(),
-                            st.storage.get(), ix, sites, n, nwarps, 0, 0};
+                            st.storage.get(), ix, sites, n, nwarps, 0, 0, 0, {0, 0, 0}};
     return &st.view;
 }
 
