@@ -28,6 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from .. import logs
 from .body_statements import (
     BARRIERS,
     LINE_DIRECTIVE,
@@ -43,6 +44,7 @@ from .body_statements import (
 
 # Names whose meaning a split cannot keep: which lanes are converged, a thread yielding to others,
 # code the compiler alone reads.
+log = logs.get("host_split")
 _KEEP_FIBERS = frozenset({"__activemask", "__nanosleep", "asm", "__asm__", "__asm", "goto", "co_await", "co_yield"})
 _ASSIGNING = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"})
 _KERNEL = re.compile(r'extern "C" __global__ void \w+\(')
@@ -77,7 +79,8 @@ def split_kernel(source: str) -> str | None:
     or something ``Unsplittable``)."""
     try:
         return _Splitter(source).split()
-    except Unsplittable:
+    except Unsplittable as why:
+        log.debug("kept on fibers: %s", why)
         return None
 
 
