@@ -231,15 +231,11 @@ struct kd_host_split_site {  // a wait in the body, for errors
     int line;
     int mode;  // a block barrier's (0: __syncthreads, 1 _count, 2 _and, 3 _or); -1: a warp collective
 };
-struct kd_host_split_wait {  // what a waiting thread brings
-    unsigned int mask;       // a warp collective's mask
-    int value;               // a barrier's predicate, then the barrier's result
-    unsigned char op, reserved[3];         // the warp operation
-};
 struct kd_host_split {
     unsigned char* wait;          // by linear thread id: KD_HOST_RUNNABLE, a wait, or KD_HOST_SPLIT_EXITED
     unsigned int* resume;         // the site where each thread resumes (0: the start of the body)
-    kd_host_split_wait* records;
+    unsigned int* masks;          // a thread's warp collective's mask (its operation: warps[].operands)
+    int* values;                  // a thread's barrier predicate, then the barrier's result
     kd_host_warp* warps;          // by warp: its lanes' values and results
     const uint3* tids;            // each thread's threadIdx
     char* storage;                // the columns of the variables that live across a wait
@@ -260,7 +256,7 @@ static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && 
                   sizeof(kd_host_fiber) == 64 && sizeof(kd_host_warp) == 1312 && sizeof(kd_host_block) == 120 &&
                   sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
               "the host ABI's layout (KD_HOST_ABI 5)");
-static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split_wait) == 12 && sizeof(kd_host_split) == 96,
+static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split) == 104,
               "the host ABI's layout (KD_HOST_ABI 5)");
 static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 5)");
 // Suspends into *from and resumes *to. Every register but the stack and frame pointers (which the
@@ -545,7 +541,7 @@ __forceinline__ void split_record(kd_host_split* s, const char* file, int line) 
 }
 // What thread t's completed barrier gives its statement in place of the call (never made again;
 // a warp collective's: split_result, below).
-__forceinline__ int split_barrier_result(kd_host_split* s, unsigned int t) { return s->records[t].value; }
+__forceinline__ int split_barrier_result(kd_host_split* s, unsigned int t) { return s->values[t]; }
 // After warp w's lanes ran: whether a collective of theirs completed (they can run again).
 __forceinline__ bool split_warp_ready(kd_host_split* s, unsigned int w) {
     return kd_host_split_warp_v1(s, w) != 0;
@@ -557,7 +553,7 @@ __forceinline__ void split_exit(kd_host_split* s, unsigned int t) {
 __forceinline__ int split_barrier(int predicate, const char* file, int line) {
     kd_host_split* const s = split_running;
     split_record(s, file, line);
-    s->records[s->running].value = predicate;
+    s->values[s->running] = predicate;
     s->wait[s->running] = KD_HOST_WAIT_BARRIER;
     return 0;
 }
@@ -569,9 +565,7 @@ __forceinline__ kd_host_word split_warp(unsigned int control, unsigned int mask,
     split_record(s, file, line);
     w.in[lane] = value;
     w.operands[lane] = b | (unsigned long long)control << 32;
-    kd_host_split_wait& r = s->records[t];
-    r.op = (unsigned char)(control & 0xffu);
-    r.mask = mask;
+    s->masks[t] = mask;
     s->wait[t] = KD_HOST_WAIT_WARP;
     return value;
 }

@@ -131,15 +131,11 @@ struct kd_host_split_site {
     int line;
     int mode;
 };
-struct kd_host_split_wait {
-    unsigned int mask;
-    int value;
-    unsigned char op, reserved[3];
-};
 struct kd_host_split {
     unsigned char* wait;
     unsigned int* resume;
-    kd_host_split_wait* records;
+    unsigned int* masks;
+    int* values;
     kd_host_warp* warps;
     const uint3* tids;
     char* storage;
@@ -154,7 +150,7 @@ static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && 
                   sizeof(kd_host_index) == 112 && __builtin_offsetof(kd_host_index, scheduler) == 64,
               "the host ABI's layout (KD_HOST_ABI 5)");
 static_assert(sizeof(kd_host_site) == 24, "the host ABI's layout (KD_HOST_ABI 5)");
-static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split_wait) == 12 && sizeof(kd_host_split) == 96,
+static_assert(sizeof(kd_host_split_site) == 24 && sizeof(kd_host_split) == 104,
               "the host ABI's layout (KD_HOST_ABI 5)");
 
 // CUresult codes a launch returns.
@@ -3009,7 +3005,8 @@ struct SplitState {
     kd_host_split view = {};
     std::vector<unsigned char> wait;
     std::vector<unsigned int> resume;
-    std::vector<kd_host_split_wait> records;
+    std::vector<unsigned int> masks;
+    std::vector<int> values;
     std::vector<kd_host_warp> warps;
     std::vector<uint3> tids;
     std::unique_ptr<char, void (*)(void*)> storage{nullptr, &std::free};
@@ -3028,7 +3025,8 @@ kd_host_split* split_begin(const kd_host_index* ix, unsigned long long storage_b
         for (unsigned int t = 0; t < n; ++t) st.tids[t] = uint3{t % bx, t / bx % by, t / bx / by};
         st.wait.resize(n);
         st.resume.resize(n);
-        st.records.resize(n);
+        st.masks.resize(n);
+        st.values.resize(n);
         st.warps.assign(nwarps, kd_host_warp{});
         for (unsigned int w = 0; w < nwarps; ++w) st.warps[w].existing = n - 32 * w >= 32 ? ~0u : (1u << (n - 32 * w)) - 1u;
         st.bx = bx, st.by = by, st.bz = bz;
@@ -3046,7 +3044,7 @@ kd_host_split* split_begin(const kd_host_index* ix, unsigned long long storage_b
     }
     std::memset(st.wait.data(), KD_HOST_RUNNABLE, n);
     std::memset(st.resume.data(), 0, n * sizeof(unsigned int));
-    st.view = kd_host_split{st.wait.data(), st.resume.data(), st.records.data(), st.warps.data(), st.tids.data(),
+    st.view = kd_host_split{st.wait.data(), st.resume.data(), st.masks.data(), st.values.data(), st.warps.data(), st.tids.data(),
                             st.storage.get(), ix, sites, n, nwarps, 0, 0, 0, {0, 0, 0}};
     return &st.view;
 }
@@ -3061,7 +3059,7 @@ std::string split_where(const kd_host_split& s) {
 std::string split_site(const kd_host_split& s, unsigned int t) {
     const kd_host_split_site& site = s.sites[s.resume[t]];
     if (site.mode >= 0) return format("%s at %s:%d", site.name, site.file, site.line);
-    return format("%s (mask 0x%08x) at %s:%d", site.name, s.records[t].mask, site.file, site.line);
+    return format("%s (mask 0x%08x) at %s:%d", site.name, s.masks[t], site.file, site.line);
 }
 
 [[noreturn]] void split_fail(const std::string& message) {
@@ -3105,7 +3103,7 @@ std::string split_site(const kd_host_split& s, unsigned int t) {
 void split_complete(kd_host_split& s, unsigned int wi, unsigned int m) {
     kd_host_warp& w = s.warps[wi];
     w.mask = m;
-    w.op = s.records[32 * wi + (unsigned int)__builtin_ctz(m)].op;
+    w.op = (unsigned int)(w.operands[__builtin_ctz(m)] >> 32) & 0xffu;
     warp_results(w);
     unsigned char* const wait = s.wait + 32 * wi;
     if (m == ~0u) std::memset(wait, KD_HOST_RUNNABLE, 32);
@@ -3116,16 +3114,21 @@ void split_complete(kd_host_split& s, unsigned int wi, unsigned int m) {
 // usual case first: a whole warp in one collective with a full mask.
 bool split_warp(kd_host_split& s, unsigned int wi) {
     const unsigned int first = 32 * wi, lanes = s.n - first < 32 ? s.n - first : 32;
-    const kd_host_split_wait* const records = s.records + first;
+    const unsigned int* const masks = s.masks + first;
+    const unsigned long long* const operands = s.warps[wi].operands;
+    const auto op = [&](unsigned int lane) { return (unsigned int)(operands[lane] >> 32) & 0xffu; };
     if (lanes == 32) {
         unsigned long long words[4];
         std::memcpy(words, s.wait + first, sizeof words);
         const unsigned long long all_warp = 0x0101010101010101ull * KD_HOST_WAIT_WARP;
-        if (words[0] == all_warp && words[1] == all_warp && words[2] == all_warp && words[3] == all_warp &&
-            records[0].mask == ~0u) {
-            bool same = true;
-            for (unsigned int l = 1; l < 32; ++l) same &= records[l].op == records[0].op && records[l].mask == ~0u;
-            if (same) {
+        if (words[0] == all_warp && words[1] == all_warp && words[2] == all_warp && words[3] == all_warp) {
+            unsigned int partial = 0;
+            unsigned long long ops = 0;
+            for (unsigned int l = 0; l < 32; ++l) {
+                partial |= ~masks[l];
+                ops |= (operands[l] ^ operands[0]) & (0xffull << 32);
+            }
+            if (partial == 0 && ops == 0) {
                 split_complete(s, wi, ~0u);
                 return true;
             }
@@ -3140,19 +3143,18 @@ bool split_warp(kd_host_split& s, unsigned int wi) {
     bool completed = false;
     for (unsigned int pending = waiting; pending;) {
         const unsigned int lead = (unsigned int)__builtin_ctz(pending);
-        const kd_host_split_wait& r = records[lead];
-        const unsigned int group = (r.mask & existing) | (1u << lead);
+        const unsigned int group = (masks[lead] & existing) | (1u << lead);
         if (group & exited) {
             const kd_host_split_site& site = s.sites[s.resume[first + lead]];
             split_fail(format("kernel '%s' %s thread %u: %s (mask 0x%08x) at %s:%d: lanes 0x%08x named in the mask "
                               "have exited",
-                              kernel_name(context()), block_name(s.index).c_str(), first + lead, site.name, r.mask,
-                              site.file, site.line, group & exited));
+                              kernel_name(context()), block_name(s.index).c_str(), first + lead, site.name,
+                              masks[lead], site.file, site.line, group & exited));
         }
         bool same = (group & waiting) == group;
         for (unsigned int bits = group; same && bits; bits &= bits - 1) {
-            const kd_host_split_wait& o = records[__builtin_ctz(bits)];
-            same = o.op == r.op && ((o.mask & existing) | (bits & (0u - bits))) == group;
+            const unsigned int l = (unsigned int)__builtin_ctz(bits);
+            same = op(l) == op(lead) && ((masks[l] & existing) | (1u << l)) == group;
         }
         pending &= ~group;
         if (!same) continue;  // (lanes of the mask wait elsewhere: a deadlock unless they come)
@@ -3178,13 +3180,13 @@ int split_resolve(kd_host_split& s) {
     bool predicates = false;
     for (unsigned int t = 0; t < s.n; ++t) {
         const int mode = s.sites[s.resume[t]].mode;
-        count += mode == 0 || s.records[t].value != 0;
+        count += mode == 0 || s.values[t] != 0;
         predicates = predicates || mode != 0;
     }
     if (predicates)
         for (unsigned int t = 0; t < s.n; ++t) {
             const int mode = s.sites[s.resume[t]].mode;
-            s.records[t].value = mode == 1 ? (int)count : mode == 2 ? (int)(count == s.n) : mode == 3 ? (int)(count != 0) : 0;
+            s.values[t] = mode == 1 ? (int)count : mode == 2 ? (int)(count == s.n) : mode == 3 ? (int)(count != 0) : 0;
         }
     std::memset(s.wait, KD_HOST_RUNNABLE, s.n);
     return 1;
