@@ -18,14 +18,16 @@ from kerneldsl.jit.host_split import split_kernel
 BLOCK = 128
 
 
-def kernel(body: str, block: int = BLOCK, name: str = "body") -> kd.Kernel:
-    """``out`` from ``x`` (both n int32s), a thread an element, ``body`` its text."""
+def kernel(body: str, name: str = "body") -> kd.Kernel:
+    """``out`` from ``x`` (both n int32s), a block of ``BLOCK`` threads (``SPLIT_BLOCKS`` gives a
+    body its own shape) for each ``BLOCK`` elements, ``body`` its text."""
 
     def make(out: kd.Out[kd.int32, "n"], x: kd.In[kd.int32, "n"]) -> str:
         return body
 
     make.__name__ = name
-    return kd.kernel(grid=kd.cdiv("n", block), block=block)(make)
+    block = next((shape for text, shape in SPLIT_BLOCKS.items() if SPLIT_BODIES[text] == body), BLOCK)
+    return kd.kernel(grid=kd.cdiv("n", BLOCK), block=block)(make)
 
 
 def source(k: kd.Kernel, n: int = 256) -> str:
@@ -135,7 +137,49 @@ SPLIT_BODIES = {
         while (k < 2) {{ v += __shfl_up_sync(0xffffffffu, v, 1); ++k; }}
         if (i < n) out[i] = v;
     """,
+    "a tile loop of uniform count with barriers, its tile in shared memory": f"""
+        __shared__ int tile[{BLOCK}];
+        int acc = 0;
+        for (index_t base = (index_t)blockIdx.x * blockDim.x; base < n; base += (index_t)blockDim.x * gridDim.x) {{
+            tile[threadIdx.x] = base + threadIdx.x < n ? x[base + threadIdx.x] : 0;
+            __syncthreads();
+            acc += tile[blockDim.x - 1 - threadIdx.x];
+            __syncthreads();
+        }}
+        {INDEX}
+        if (i < n) out[i] = acc;
+    """,
+    "vector values and a double across waits": f"""
+        {INDEX}
+        int4 q = make_int4(i, 2 * i, 3, 4);
+        double h = (double)(i % 50);
+        float2 f = make_float2(0.5f, 1.5f);
+        __syncthreads();
+        q.x += __shfl_xor_sync(0xffffffffu, q.y, 1);
+        h = __shfl_down_sync(0xffffffffu, h, 2);
+        __syncwarp();
+        if (i < n) out[i] = q.x + q.z + q.w + (int)h + (int)(f.x + f.y);
+    """,
+    "the barrier reductions, warp reductions, matches and a width-8 shuffle": f"""
+        {INDEX}
+        const int mine = i < n ? x[i] : 0;
+        int all_small = __syncthreads_and(mine < 95);
+        int some_big = __syncthreads_or(mine > 98);
+        unsigned int total = __reduce_add_sync(0xffffffffu, (unsigned int)mine);
+        unsigned int same = __match_any_sync(0xffffffffu, mine % 4);
+        int from_first = __shfl_sync(0xffffffffu, mine, 0, 8);
+        if (i < n) out[i] = all_small + 2 * some_big + (int)total + __popc(same) * 10000 + from_first * 7;
+    """,
+    "a 2-D block: a shared tile read transposed": """
+        __shared__ int tile[8][17];
+        index_t i = (index_t)blockIdx.x * 128 + threadIdx.y * 16 + threadIdx.x;
+        tile[threadIdx.y][threadIdx.x] = i < n ? x[i] : 0;
+        __syncthreads();
+        int v = tile[threadIdx.x % 8][threadIdx.y + (threadIdx.x / 8) * 8];
+        if (i < n) out[i] = v;
+    """,
 }
+SPLIT_BLOCKS = {"a 2-D block: a shared tile read transposed": (16, 8)}
 
 
 @pytest.mark.parametrize("body", list(SPLIT_BODIES.values()), ids=list(SPLIT_BODIES))
@@ -252,6 +296,29 @@ def test_a_trap_in_a_split_kernel_names_the_block_and_thread(cpu: Any) -> None:
     x[70] = 0
     with pytest.raises(KernelFaultError, match=r"block \(0,0,0\) thread \(70,0,0\): integer division by zero"):
         run(cpu, kernel(body, name="divide"), x)
+
+
+def test_an_assert_in_a_split_kernel_names_the_thread_and_line(cpu: Any) -> None:
+    body = f"{INDEX}\n__syncthreads();\nassert(i != 77);\nif (i < n) out[i] = x[i];"
+    with pytest.raises(
+        KernelFaultError,
+        match=r"block \(0,0,0\) thread \(77,0,0\): assertion 'i != 77' failed at "
+        r"assert_line\.body:3",
+    ):
+        run(cpu, kernel(body, name="assert_line"), np.arange(200, dtype=np.int32))
+
+
+def test_a_partial_last_warp_shuffles_over_the_lanes_the_block_has(cpu: Any) -> None:
+    @kd.kernel(grid=1, block=48)
+    def rotate48(out: kd.Out[kd.int32, Literal[48]]) -> str:
+        return "int v = threadIdx.x; __syncthreads(); v = __shfl_down_sync(0xffffffffu, v, 1); out[threadIdx.x] = v;"
+
+    out = cpu.empty(48, np.int32)
+    rotate48(out)
+    lanes = np.arange(48)
+    np.testing.assert_array_equal(
+        out.to_host(), np.where(lanes % 32 == 31, lanes, np.minimum(lanes + 1, np.where(lanes < 32, 31, 47)))
+    )
 
 
 def test_complex_values_shuffle_as_on_a_gpu(cpu: Any) -> None:

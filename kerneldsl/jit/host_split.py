@@ -173,11 +173,25 @@ class _Splitter:
             if d.dims[0] != d.dims[1] and d.init:
                 raise Unsplittable("an initialized array lives across a wait")
             name = toks[d.name].text
-            column = Column(
-                f"{base} {pointer}{self._text(*d.dims, renamed=False)}", f"kd_split_v{len(self.columns)}_{name}"
-            )
+            if not self._only_declaration(d.name, scope_end):
+                name = f"kd_split_v{len(self.columns)}_{name}"
+            column = Column(f"{base} {pointer}{self._text(*d.dims, renamed=False)}", name)
             self.columns.append(column)
             self._rename(d.name, scope_end, column.name)
+
+    def _only_declaration(self, at: int, scope_end: int) -> bool:
+        """Whether the name declared at token ``at`` is the body's only declaration of it and used
+        only in its scope: its column's reference, declared for the whole pass, keeps the user's
+        name (which an ``assert``'s message shows)."""
+        toks = self.tokens
+        name = toks[at].text
+        if sum(toks[n].text == name for n, _ in self.declared) != 1:
+            return False
+        return all(
+            at <= k <= scope_end
+            for k, t in enumerate(toks)
+            if t.kind == "name" and t.text == name and not (k and toks[k - 1].text in (".", "->", "::"))
+        )
 
     def _rename(self, at: int, scope_end: int, new: str) -> None:
         """Every use of the name declared at token ``at`` within its scope, except where a nested
