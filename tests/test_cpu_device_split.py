@@ -179,6 +179,13 @@ SPLIT_BODIES = {
         if (i < n) out[i] = v;
     """,
 }
+SPLIT_BODIES["a wait's operands with side effects, evaluated once"] = f"""
+    {INDEX}
+    int k = i < n ? x[i] : 0;
+    int got = __shfl_sync(0xffffffffu, k++, 3);
+    __syncthreads();
+    if (i < n) out[i] = got * 1000 + k;
+"""
 SPLIT_BLOCKS = {"a 2-D block: a shared tile read transposed": (16, 8)}
 
 
@@ -259,35 +266,34 @@ def test_a_split_source_the_compiler_refuses_is_built_on_fibers(cpu: Any, monkey
     np.testing.assert_array_equal(got, np.roll(neighbour, -1, axis=1).ravel()[:200])
 
 
-def test_a_barrier_that_threads_exited_before_is_an_error_naming_who_waits_and_who_left(cpu: Any) -> None:
-    body = f"{INDEX} if (i >= n) return; __syncthreads(); out[i] = x[i];"
+UNFINISHED_WAITS = {
+    "a barrier threads exited before": (
+        f"{INDEX} if (i >= n) return; __syncthreads(); out[i] = x[i];",
+        200,
+        r"block \(1,0,0\): __syncthreads at .*:\d+ is not reached by every thread of the block: threads 0-71 wait "
+        r"there; threads 72-127 exited",
+    ),
+    "threads at a barrier and at a warp collective": (
+        f"{INDEX} if (threadIdx.x / 16 == 2) __syncwarp(); else __syncthreads(); if (i < n) out[i] = 1;",
+        128,
+        r"no thread can proceed: threads 0-31, 48-127 wait at __syncthreads at .*; threads 32-47 wait at "
+        r"__syncwarp \(mask 0xffffffff\)",
+    ),
+    "a collective naming a lane that exited": (
+        f"{INDEX} if (threadIdx.x == 1) return; __syncwarp(); if (i < n) out[i] = 1;",
+        128,
+        r"thread 0: __syncwarp \(mask 0xffffffff\) at .*: lanes 0x00000002 named in the mask have exited",
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "n", "message"), list(UNFINISHED_WAITS.values()), ids=list(UNFINISHED_WAITS))
+def test_a_wait_some_threads_cannot_complete_is_an_error_naming_who_waits_where(
+    cpu: Any, body: str, n: int, message: str
+) -> None:
     assert split_kernel(source(kernel(body))) is not None
-    with pytest.raises(
-        KernelFaultError,
-        match=r"block \(1,0,0\): __syncthreads at .*:\d+ is not reached by every "
-        r"thread of the block: threads 0-71 wait there; threads 72-127 exited",
-    ):
-        run(cpu, kernel(body, name="early_exit"), np.arange(200, dtype=np.int32))
-
-
-def test_threads_waiting_at_a_barrier_and_a_warp_collective_are_a_deadlock_naming_both(cpu: Any) -> None:
-    body = f"{INDEX} if (threadIdx.x / 16 == 2) __syncwarp(); else __syncthreads(); if (i < n) out[i] = 1;"
-    with pytest.raises(
-        KernelFaultError,
-        match=r"no thread can proceed: threads 0-31, 48-127 wait at __syncthreads at "
-        r".*; threads 32-47 wait at __syncwarp \(mask 0xffffffff\)",
-    ):
-        run(cpu, kernel(body, name="deadlock"), np.arange(128, dtype=np.int32))
-
-
-def test_a_collective_naming_a_lane_that_exited_is_an_error(cpu: Any) -> None:
-    body = f"{INDEX} if (threadIdx.x == 1) return; __syncwarp(); if (i < n) out[i] = 1;"
-    with pytest.raises(
-        KernelFaultError,
-        match=r"thread 0: __syncwarp \(mask 0xffffffff\) at .*: lanes 0x00000002 "
-        r"named in the mask have exited",
-    ):
-        run(cpu, kernel(body, name="lane_gone"), np.arange(128, dtype=np.int32))
+    with pytest.raises(KernelFaultError, match=message):
+        run(cpu, kernel(body, name="unfinished"), np.arange(n, dtype=np.int32))
 
 
 def test_a_trap_in_a_split_kernel_names_the_block_and_thread(cpu: Any) -> None:

@@ -46,7 +46,6 @@ from .body_statements import (
 # code the compiler alone reads.
 log = logs.get("host_split")
 _KEEP_FIBERS = frozenset({"__activemask", "__nanosleep", "asm", "__asm__", "__asm", "goto", "co_await", "co_yield"})
-_ASSIGNING = frozenset({"=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--"})
 _KERNEL = re.compile(r'extern "C" __global__ void \w+\(')
 _INDEX_TYPEDEF = re.compile(r"^typedef (?:int|long long) index_t;$", re.MULTILINE)
 _INCLUDE = re.compile(r"^\s*#\s*include\b", re.MULTILINE)
@@ -313,8 +312,6 @@ class _Splitter:
         outside = [k for k in range(s.first, s.last + 1) if not at <= k <= close]
         if any(toks[k].text in ("?", "&&", "||") for k in outside):
             raise Unsplittable("a wait evaluated conditionally within its statement")
-        if any(toks[k].text in _ASSIGNING for k in range(at, close + 1)):
-            raise Unsplittable("a wait's operands assign")
         name = toks[at].text
         if name == "__match_all_sync":
             raise Unsplittable("__match_all_sync (it also writes through a pointer)")

@@ -264,6 +264,31 @@ std::string ranges(const std::vector<unsigned int>& ids) {
     return out;
 }
 
+// Threads grouped by where they wait (in the order first met), for a block where none can proceed.
+typedef std::vector<std::pair<std::string, std::vector<unsigned int>>> WaitGroups;
+void group_waiting(WaitGroups& groups, const std::string& at, unsigned int thread) {
+    size_t g = 0;
+    while (g < groups.size() && groups[g].first != at) ++g;
+    if (g == groups.size()) groups.emplace_back(at, std::vector<unsigned int>());
+    groups[g].second.push_back(thread);
+}
+// What follows "kernel 'k' block (x,y,z)" when no thread can proceed: the one barrier some threads
+// never reach, or each place threads wait; then the threads that exited.
+std::string no_progress(const WaitGroups& groups, bool barrier_only, const std::vector<unsigned int>& exited) {
+    std::string message;
+    if (groups.size() == 1 && barrier_only) {
+        message = format(": %s is not reached by every thread of the block: threads %s wait there",
+                         groups[0].first.c_str(), ranges(groups[0].second).c_str());
+    } else {
+        message = ": no thread can proceed:";
+        for (size_t g = 0; g < groups.size(); ++g)
+            message += format("%s threads %s wait at %s", g ? ";" : "", ranges(groups[g].second).c_str(),
+                              groups[g].first.c_str());
+    }
+    if (!exited.empty()) message += format("; threads %s exited", ranges(exited).c_str());
+    return message;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Fiber stacks. Rule: the runtime owns them (a module never does: thousands get loaded), pooled
 // per OS thread and reused across launches and modules; each has a guard page below it (while
@@ -1334,7 +1359,7 @@ void Scheduler::deadlock() {
     std::vector<unsigned int> started(b_.next_start);
     for (unsigned int k = 0; k < b_.next_start; ++k) started[k] = seed_ ? order_[k] : k;
     std::sort(started.begin(), started.end());
-    std::vector<std::pair<std::string, std::vector<unsigned int>>> groups;
+    WaitGroups groups;
     std::vector<unsigned int> exited;
     bool barrier_only = true;
     for (unsigned int i : started) {
@@ -1343,24 +1368,9 @@ void Scheduler::deadlock() {
             continue;
         }
         barrier_only = barrier_only && state[i] == kAtBarrier;
-        const std::string at = site(b_.fibers[i], b_.warps[i >> 5], masks_[i]);
-        size_t g = 0;
-        while (g < groups.size() && groups[g].first != at) ++g;
-        if (g == groups.size()) groups.emplace_back(at, std::vector<unsigned int>());
-        groups[g].second.push_back(i);
+        group_waiting(groups, site(b_.fibers[i], b_.warps[i >> 5], masks_[i]), i);
     }
-    std::string message = where();
-    if (groups.size() == 1 && barrier_only) {
-        message += format(": %s is not reached by every thread of the block: threads %s wait there",
-                          groups[0].first.c_str(), ranges(groups[0].second).c_str());
-    } else {
-        message += ": no thread can proceed:";
-        for (size_t g = 0; g < groups.size(); ++g)
-            message += format("%s threads %s wait at %s", g ? ";" : "", ranges(groups[g].second).c_str(),
-                              groups[g].first.c_str());
-    }
-    if (!exited.empty()) message += format("; threads %s exited", ranges(exited).c_str());
-    owner_->error = sync_tag() + message;
+    owner_->error = sync_tag() + where() + no_progress(groups, barrier_only, exited);
     fail(kLaunchFailed);
 }
 
@@ -3070,7 +3080,7 @@ std::string split_site(const kd_host_split& s, unsigned int t) {
 
 // No collective can complete: every thread that has not exited waits for one that cannot.
 [[noreturn]] void split_deadlock(const kd_host_split& s) {
-    std::vector<std::pair<std::string, std::vector<unsigned int>>> groups;
+    WaitGroups groups;
     std::vector<unsigned int> exited;
     bool barrier_only = true;
     for (unsigned int t = 0; t < s.n; ++t) {
@@ -3079,24 +3089,9 @@ std::string split_site(const kd_host_split& s, unsigned int t) {
             continue;
         }
         barrier_only = barrier_only && s.wait[t] == KD_HOST_WAIT_BARRIER;
-        const std::string at = split_site(s, t);
-        size_t g = 0;
-        while (g < groups.size() && groups[g].first != at) ++g;
-        if (g == groups.size()) groups.emplace_back(at, std::vector<unsigned int>());
-        groups[g].second.push_back(t);
+        group_waiting(groups, split_site(s, t), t);
     }
-    std::string message = split_where(s);
-    if (groups.size() == 1 && barrier_only) {
-        message += format(": %s is not reached by every thread of the block: threads %s wait there",
-                          groups[0].first.c_str(), ranges(groups[0].second).c_str());
-    } else {
-        message += ": no thread can proceed:";
-        for (size_t g = 0; g < groups.size(); ++g)
-            message += format("%s threads %s wait at %s", g ? ";" : "", ranges(groups[g].second).c_str(),
-                              groups[g].first.c_str());
-    }
-    if (!exited.empty()) message += format("; threads %s exited", ranges(exited).c_str());
-    split_fail(message);
+    split_fail(split_where(s) + no_progress(groups, barrier_only, exited));
 }
 
 // Completes the collective of warp `wi`'s lanes `m` and lets them run again.
