@@ -4,8 +4,11 @@ The rendered source is compiled as written, behind the shim ``templates/host/kd_
 CUDA built-ins on the host), with ``KD_HOST_EMULATION`` defined so the templates' few host
 branches apply. Decided here, in Python, before the compiler runs:
 
-- fibers or a plain loop: a kernel whose text references a barrier or warp collective runs its
-  threads as fibers (``KD_HOST_FIBERS=1``), every other kernel as a loop;
+- a plain loop, a split body or fibers: a kernel whose text references no barrier or warp
+  collective runs its threads as a loop; one that does is split at its waits (``host_split``:
+  ``KD_HOST_SPLIT=1``, passes over a block's threads) in an optimized unchecked build, and runs
+  its threads as fibers (``KD_HOST_FIBERS=1``) where its body cannot be split, the split source
+  does not compile, or ``-DKD_HOST_SPLIT=0`` (``KERNELDSL_HOST_SPLIT=0``) asks for them;
 - ``extern __shared__ T x[];`` becomes ``KD_DYNAMIC_SHARED(T, x);`` in the host copy (a thread-local
   cannot be ``extern``);
 - what has no host meaning is refused with the construct named (``UnsupportedOnCpuError``):
@@ -261,7 +264,7 @@ def compile_host(source: str, program_name: str, options: Sequence[str], output:
     compiler = host_compiler()
     split = split_kernel(source) if splits(options) and uses_collectives(source) else None
     if split is not None:
-        flags = (*options, *SPLIT_FLAGS, f"-DKD_HOST_WARPS={int(_kernel_text_matches(_WARP, source))}")
+        flags = (*options, *SPLIT_FLAGS)
         flags = (*flags, *shims.include(compiler, flags))
         name = program_name.removesuffix(".cu")
         try:
