@@ -186,6 +186,13 @@ SPLIT_BODIES["a wait's operands with side effects, evaluated once"] = f"""
     __syncthreads();
     if (i < n) out[i] = got * 1000 + k;
 """
+SPLIT_BODIES["an aligned shared array, and an aligned local that no wait outlives"] = f"""
+    __shared__ __align__(16) int s[{BLOCK}];
+    {INDEX}
+    s[threadIdx.x] = i < n ? x[i] : 0;
+    __syncthreads();
+    if (i < n) {{ __align__(16) int pair[2]; pair[0] = s[threadIdx.x ^ 1]; pair[1] = 1; out[i] = pair[0] + pair[1]; }}
+"""
 SPLIT_BLOCKS = {"a 2-D block: a shared tile read transposed": (16, 8)}
 
 
@@ -232,6 +239,10 @@ KEEPS_FIBERS = {
     "a deduced type across a wait": f"{INDEX} auto v = i < n ? x[i] : 0; __syncthreads(); if (i < n) out[i] = v;",
     "a wait in a ternary": f"{INDEX} int v = i < 10 ? __shfl_sync(0xffffffffu, 1, 0) : 2; if (i < n) out[i] = v;",
     "a reference across a wait": f"{INDEX} const int& r = x[0]; __syncthreads(); if (i < n) out[i] = r;",
+    "an aligned array across a wait": f"{INDEX} __align__(16) int b[4]; b[0] = 1; __syncthreads(); "
+    "if (i < n) out[i] = b[0];",
+    "a declared type across a wait": f"{INDEX} decltype(i) j; j = i; __syncthreads(); if (i < n) out[i] = j;",
+    "a declarator in parentheses": f"{INDEX} int b[2][4]; int (*row)[4] = b; __syncthreads(); if (i < n) out[i] = 1;",
 }
 
 

@@ -46,6 +46,8 @@ _NOT_A_TYPE = frozenset(
     }
 )  # fmt: skip
 _STATIC = frozenset({"__shared__", "static", "extern", "thread_local"})
+# Specifiers with a parenthesized argument that a declaration's type may hold.
+_SPECIFIER_GROUPS = frozenset({"alignas", "__align__", "__attribute__", "decltype", "__declspec"})
 LINE_DIRECTIVE = re.compile(r'#\s*line\s+(\d+)\s+"([^"]*)"')
 _TOKEN = re.compile(
     r"""(?P<newline>\n)|(?P<space>[ \t\r\f\v]+|\\\n)|(?P<comment>//[^\n]*|/\*.*?\*/)
@@ -264,6 +266,8 @@ class BodyParser:
         if t.kind == "name" and t.text in ("case", "default"):
             raise Unsplittable("a case label")
         semi = self._end_of_simple(i, end)
+        if toks[i + 1].text == "(" and toks[i + 2].text in ("*", "&") and toks[i + 4].text == ")":
+            raise Unsplittable("a declarator in parentheses, or a call this splitter cannot tell from one")
         declaration = self._declaration(i, semi)
         s = Stmt("decl" if declaration else "expr", i, semi, declaration=declaration)
         s.waits = self._has_wait(i, semi)
@@ -349,6 +353,10 @@ class BodyParser:
         j, angle, names = lo, 0, 0
         while j < hi:  # up to the first declarator's end (its name, then = ( { [ , or the end)
             t = toks[j]
+            if t.text in _SPECIFIER_GROUPS and j + 1 < hi and toks[j + 1].text == "(":
+                j = match_bracket(toks, j + 1) + 1  # (alignas(16), __align__(16), decltype(x), ...)
+                names += 1
+                continue
             if angle == 0 and t.text in ("=", "(", "{", "[", ","):
                 break
             if t.text == "<" and j > lo and toks[j - 1].kind == "name":

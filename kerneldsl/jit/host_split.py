@@ -165,6 +165,8 @@ class _Splitter:
         base = self._text(*declaration.base, renamed=False)
         if "auto" in base.split() or "decltype" in base:
             raise Unsplittable("a variable of deduced type lives across a wait")
+        if any(word in base for word in ("alignas", "__align__", "__attribute__", "__declspec")):
+            raise Unsplittable("a variable with its own alignment lives across a wait")
         for d in declaration.declarators:
             pointer = self._text(*d.pointer, renamed=False)
             if "&" in pointer:
