@@ -242,7 +242,8 @@ struct kd_host_split {
     const kd_host_index* index;   // the module's, for errors
     const kd_host_split_site* sites;
     unsigned int n, nwarps, running, exited;  // threads; warps; the thread running; threads that exited
-    unsigned int recording, reserved[3];      // 1 from a thread's arrival at a wait until its call records
+    unsigned int recording;                   // 1 from a thread's arrival at a wait until its call records
+    unsigned int predicates, reserved[2];     // whether the body has __syncthreads_count/_and/_or
 };
 // Warp collectives: the operation in the low byte of `control`, PTX's shfl `c` operand above it.
 enum {
@@ -348,7 +349,7 @@ void kd_host_check_begin_v1(const kd_host_launch* launch, unsigned int checks, u
 void kd_host_check_array_v1(const void* base, unsigned long long bytes, unsigned int elem, const char* name);
 const unsigned int* kd_host_check_order_v1(unsigned long long seed, unsigned long long block, unsigned int n);
 kd_host_split* kd_host_split_begin_v1(const kd_host_index* index, unsigned long long storage_bytes,
-                                      const kd_host_split_site* sites);
+                                      const kd_host_split_site* sites, unsigned int predicates);
 int kd_host_split_warp_v1(kd_host_split* split, unsigned int warp);
 int kd_host_split_resolve_v1(kd_host_split* split);
 [[noreturn]] void kd_host_bounds_fail_v1(const char* name, long long index, unsigned long long extent, const long long* dims,
@@ -491,10 +492,10 @@ template <class M> __forceinline__ bool any(M m) {
 // Split blocks. Rule: a split kernel (KD_HOST_SPLIT) runs once a block: passes over the block's
 // threads, warp by warp in linear order, each runnable thread resuming at its `resume` site with
 // the variables that live across waits in per-thread columns, until it reaches a barrier or warp
-// collective or exits. A barrier statement is two stores. A warp collective's call runs once to
-// record its operands (`replay` 0), then the thread waits; once the runtime has completed it (when
-// the warp's lanes have run), the thread's statement runs with the call returning its result
-// (`replay` 1). Threads never switch stacks.
+// collective or exits. A barrier statement is two stores. A collective's call runs once, to
+// record what the thread brings, then the thread waits; once the runtime has completed it (when
+// the warp's lanes have run, or the block's threads all wait), the thread's statement runs with
+// the call's result in its place (split_result, split_barrier_result). Threads never switch stacks.
 #if KD_HOST_SPLIT
 namespace kd_host {
 static thread_local kd_host_split* split_running;
@@ -511,8 +512,9 @@ template <class T> constexpr unsigned long long split_bytes(unsigned long long n
 template <class... T> __forceinline__ unsigned long long split_storage(unsigned long long n) {
     return (0ull + ... + split_bytes<T>(n));
 }
-__forceinline__ kd_host_split* split_begin(unsigned long long storage_bytes, const kd_host_split_site* sites) {
-    kd_host_split* const s = kd_host_split_begin_v1(&kd_host_ix, storage_bytes, sites);
+__forceinline__ kd_host_split* split_begin(unsigned long long storage_bytes, const kd_host_split_site* sites,
+                                           unsigned int predicates) {
+    kd_host_split* const s = kd_host_split_begin_v1(&kd_host_ix, storage_bytes, sites, predicates);
     split_running = s;
     return s;
 }
@@ -724,26 +726,20 @@ __forceinline__ void __syncthreads(KD_HOST_SITE) {
     KD_HOST_COLLECTIVE("__syncthreads", 0);
 #endif
 }
-__forceinline__ int __syncthreads_count(int predicate, KD_HOST_SITE) {
+// A barrier that also reduces `predicate` over the block (mode 1 count, 2 and, 3 or).
 #if KD_HOST_SPLIT
-    return kd_host::split_barrier(predicate, file, line);
+#define KD_HOST_PREDICATE_BARRIER(name, mode) kd_host::split_barrier(predicate, file, line)
 #else
-    return KD_HOST_COLLECTIVE("__syncthreads_count", kd_host_barrier_v1(1, predicate, file, line));
+#define KD_HOST_PREDICATE_BARRIER(name, mode) KD_HOST_COLLECTIVE(name, kd_host_barrier_v1(mode, predicate, file, line))
 #endif
+__forceinline__ int __syncthreads_count(int predicate, KD_HOST_SITE) {
+    return KD_HOST_PREDICATE_BARRIER("__syncthreads_count", 1);
 }
 __forceinline__ int __syncthreads_and(int predicate, KD_HOST_SITE) {
-#if KD_HOST_SPLIT
-    return kd_host::split_barrier(predicate, file, line);
-#else
-    return KD_HOST_COLLECTIVE("__syncthreads_and", kd_host_barrier_v1(2, predicate, file, line));
-#endif
+    return KD_HOST_PREDICATE_BARRIER("__syncthreads_and", 2);
 }
 __forceinline__ int __syncthreads_or(int predicate, KD_HOST_SITE) {
-#if KD_HOST_SPLIT
-    return kd_host::split_barrier(predicate, file, line);
-#else
-    return KD_HOST_COLLECTIVE("__syncthreads_or", kd_host_barrier_v1(3, predicate, file, line));
-#endif
+    return KD_HOST_PREDICATE_BARRIER("__syncthreads_or", 3);
 }
 namespace kd_host {
 __forceinline__ unsigned int vote(const char* name, int op, unsigned int mask, unsigned long long v, const char* file,
@@ -2337,6 +2333,9 @@ template <class Sig, Sig* F> struct kernel {
                 set_index(ix.thread, uint3{l % bx, l / bx % by, l / bx / by});
                 a.template call<F>();
             }
+#elif KD_HOST_SPLIT
+            (void)bx, (void)by, (void)bz;
+            a.template call<F>();  // (a split kernel loops over its block's threads itself: "Split blocks")
 #else
             for (unsigned int z = 0; z < bz; ++z)
                 for (unsigned int y = 0; y < by; ++y)
@@ -2352,29 +2351,6 @@ template <class Sig, Sig* F> struct kernel {
         }
         return 0;
     }
-#if KD_HOST_SPLIT
-    // A split kernel loops over its block's threads itself (see "Split blocks"): one call a block.
-    __attribute__((flatten)) static int run_split(const kd_host_launch* launch, void** params, unsigned long long first,
-                                                  unsigned long long end) {
-        bind_shared(launch);
-        kd_host_index& ix = kd_host_ix;
-        args a(params);
-        const unsigned int gx = launch->grid[0], gy = launch->grid[1];
-        set_index(ix.block_dim, uint3{launch->block[0], launch->block[1], launch->block[2]});
-        set_index(ix.grid_dim, uint3{gx, gy, launch->grid[2]});
-        set_index(ix.cluster_dim, uint3{launch->cluster[0], launch->cluster[1], launch->cluster[2]});
-        uint3 block = {(unsigned int)(first % gx), (unsigned int)(first / gx % gy), (unsigned int)(first / gx / gy)};
-        for (unsigned long long b = first; b < end; ++b) {
-            set_index(ix.block, block);
-            a.template call<F>();
-            if (++block.x == gx) {
-                block.x = 0;
-                if (++block.y == gy) { block.y = 0; ++block.z; }
-            }
-        }
-        return 0;
-    }
-#endif
     // A checked build tells the runtime its checks (and where its __shared__ variables live) first.
     static int run_checked(const kd_host_launch* launch, void** params, unsigned long long first, unsigned long long end) {
         bind_shared(launch);
@@ -2382,13 +2358,7 @@ template <class Sig, Sig* F> struct kernel {
         return KD_HOST_FIBERS ? run_fibers(launch, params, first, end) : run_loop(launch, params, first, end);
     }
     static constexpr int (*run)(const kd_host_launch*, void**, unsigned long long, unsigned long long) =
-        KD_CHECKS || KD_CHECK_SEED ? &run_checked
-        : KD_HOST_FIBERS           ? &run_fibers
-#if KD_HOST_SPLIT
-        : &run_split;
-#else
-        : &run_loop;
-#endif
+        KD_CHECKS || KD_CHECK_SEED ? &run_checked : KD_HOST_FIBERS ? &run_fibers : &run_loop;
 };
 }  // namespace kd_host
 // The module's inline wait sites (see kd_host_site), for the runtime: [begin, end).

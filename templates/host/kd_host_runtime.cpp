@@ -142,7 +142,7 @@ struct kd_host_split {
     const kd_host_index* index;
     const kd_host_split_site* sites;
     unsigned int n, nwarps, running, exited;
-    unsigned int recording, reserved[3];
+    unsigned int recording, predicates, reserved[2];
 };
 // The same assertion as kd_host.h's: the two copies of the layout cannot drift apart.
 static_assert(sizeof(kd_host_launch) == 56 && sizeof(kd_host_function) == 32 && sizeof(kd_host_context) == 24 &&
@@ -3025,7 +3025,8 @@ struct SplitState {
 };
 thread_local SplitState split_state;
 
-kd_host_split* split_begin(const kd_host_index* ix, unsigned long long storage_bytes, const kd_host_split_site* sites) {
+kd_host_split* split_begin(const kd_host_index* ix, unsigned long long storage_bytes, const kd_host_split_site* sites,
+                           unsigned int predicates) {
     SplitState& st = split_state;
     context().split = true;
     const unsigned int bx = ix->block_dim.x, by = ix->block_dim.y, bz = ix->block_dim.z, n = bx * by * bz;
@@ -3055,7 +3056,7 @@ kd_host_split* split_begin(const kd_host_index* ix, unsigned long long storage_b
     std::memset(st.wait.data(), KD_HOST_RUNNABLE, n);
     std::memset(st.resume.data(), 0, n * sizeof(unsigned int));
     st.view = kd_host_split{st.wait.data(), st.resume.data(), st.masks.data(), st.values.data(), st.warps.data(), st.tids.data(),
-                            st.storage.get(), ix, sites, n, nwarps, 0, 0, 0, {0, 0, 0}};
+                            st.storage.get(), ix, sites, n, nwarps, 0, 0, 0, predicates, {0, 0}};
     return &st.view;
 }
 
@@ -3170,27 +3171,24 @@ int split_resolve(kd_host_split& s) {
         for (unsigned int wi = 0; wi < s.nwarps; ++wi) progress = split_warp(s, wi) || progress;
     if (progress) return 1;
     if (in_warps || s.exited) split_deadlock(s);  // (names who waits where, and who exited)
-    // Every thread waits at a block barrier: the predicates of __syncthreads_count/_and/_or.
-    unsigned int count = 0;
-    bool predicates = false;
-    for (unsigned int t = 0; t < s.n; ++t) {
-        const int mode = s.sites[s.resume[t]].mode;
-        count += mode == 0 || s.values[t] != 0;
-        predicates = predicates || mode != 0;
-    }
-    if (predicates)
+    // Every thread waits at a block barrier: the predicates of __syncthreads_count/_and/_or, where
+    // the body has them.
+    if (s.predicates) {
+        unsigned int count = 0;
+        for (unsigned int t = 0; t < s.n; ++t) count += s.sites[s.resume[t]].mode == 0 || s.values[t] != 0;
         for (unsigned int t = 0; t < s.n; ++t) {
             const int mode = s.sites[s.resume[t]].mode;
             s.values[t] = mode == 1 ? (int)count : mode == 2 ? (int)(count == s.n) : mode == 3 ? (int)(count != 0) : 0;
         }
+    }
     std::memset(s.wait, KD_HOST_RUNNABLE, s.n);
     return 1;
 }
 }  // namespace
 
 KD_EXPORT kd_host_split* kd_host_split_begin_v1(const kd_host_index* index, unsigned long long storage_bytes,
-                                                const kd_host_split_site* sites) {
-    return split_begin(index, storage_bytes, sites);
+                                                const kd_host_split_site* sites, unsigned int predicates) {
+    return split_begin(index, storage_bytes, sites, predicates);
 }
 
 KD_EXPORT int kd_host_split_warp_v1(kd_host_split* split, unsigned int warp) { return split_warp(*split, warp); }
